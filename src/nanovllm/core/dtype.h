@@ -1,0 +1,97 @@
+// Element types and the bf16/fp16 <-> fp32 conversions (host and device safe, no CUDA headers).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+#include "nanovllm/core/error.h"
+
+namespace nanovllm {
+
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8 };
+
+constexpr size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::kF32: case DType::kI32: return 4;
+    case DType::kF16: case DType::kBF16: return 2;
+    case DType::kI64: return 8;
+    case DType::kU8: return 1;
+  }
+  return 0;
+}
+
+constexpr std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::kF32: return "F32";
+    case DType::kF16: return "F16";
+    case DType::kBF16: return "BF16";
+    case DType::kI32: return "I32";
+    case DType::kI64: return "I64";
+    case DType::kU8: return "U8";
+  }
+  return "?";
+}
+
+inline uint32_t float_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+inline float bits_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+
+// bf16 is the top half of an fp32; conversion rounds to nearest even, NaN stays NaN.
+inline float bf16_to_f32(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u = float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// IEEE half, round to nearest even, with subnormals, inf and NaN.
+inline float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  if (exp == 0x1f) return bits_float(sign | 0x7f800000u | (mant << 13));
+  if (exp == 0) {
+    if (mant == 0) return bits_float(sign);
+    // subnormal: normalise
+    int e = -1;
+    do { mant <<= 1; ++e; } while ((mant & 0x400u) == 0);
+    mant &= 0x3ffu;
+    exp = static_cast<uint32_t>(127 - 15 - e);
+    return bits_float(sign | (exp << 23) | (mant << 13));
+  }
+  return bits_float(sign | ((exp + 127 - 15) << 23) | (mant << 13));
+}
+inline uint16_t f32_to_f16(float f) {
+  const uint32_t u = float_bits(f);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7e00u;           // NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;         // overflow (rounds to inf) or inf
+  if (abs < 0x38800000u) {                               // subnormal half or zero
+    if (abs < 0x33000000u) return sign;                  // below half of the smallest subnormal
+    const uint32_t e = abs >> 23;
+    const uint32_t m = (abs & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126 - e;                       // 14 + (113 - e) - 1 ... yields mantissa bits
+    uint32_t half_m = m >> (shift - 0);
+    const uint32_t rem = m & ((1u << shift) - 1);
+    const uint32_t halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (half_m & 1u))) ++half_m;
+    return sign | static_cast<uint16_t>(half_m);
+  }
+  uint32_t r = abs + 0xfffu + ((abs >> 13) & 1u);        // round mantissa to 10 bits, nearest even
+  r -= (127u - 15u) << 23;
+  return sign | static_cast<uint16_t>(r >> 13);
+}
+
+// Reads element i of a buffer of the given float type as fp32.
+inline float load_as_f32(const void* data, DType t, size_t i) {
+  switch (t) {
+    case DType::kF32: return static_cast<const float*>(data)[i];
+    case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    default: NANOVLLM_FAIL("load_as_f32: ", dtype_name(t), " is not a float type");
+  }
+}
+
+}  // namespace nanovllm

@@ -1,0 +1,29 @@
+// SamplingParams: how one request's tokens are chosen and when it stops (vLLM semantics).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace nanovllm {
+
+struct SamplingParams {
+  float temperature = 1.0f;          // 0 = greedy
+  int64_t top_k = -1;                // -1 or 0 = off
+  float top_p = 1.0f;                // (0, 1]
+  float min_p = 0.0f;                // [0, 1]
+  float repetition_penalty = 1.0f;   // > 0; HF/vLLM form: logits of seen tokens (prompt + output) / or *
+  float presence_penalty = 0.0f;     // [-2, 2], on output tokens (OpenAI form)
+  float frequency_penalty = 0.0f;    // [-2, 2], on output tokens (OpenAI form)
+  std::optional<uint64_t> seed;      // per-request RNG; unset = engine RNG
+  int64_t max_tokens = 16;           // >= 1
+  int64_t min_tokens = 0;            // EOS / stop ids suppressed until this many were generated
+  bool ignore_eos = false;
+  std::vector<int64_t> stop_token_ids;
+  int64_t logprobs = 0;              // return the top-K logprobs of each step (0 = none)
+
+  // Throws nanovllm::Error naming the offending field.
+  void validate(int64_t vocab_size) const;
+};
+
+}  // namespace nanovllm

@@ -1,0 +1,1 @@
+#include "nanovllm/engine/sequence.h"

@@ -1,0 +1,47 @@
+// Sequence: one request's tokens, KV blocks and progress through the engine.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nanovllm/engine/sampling_params.h"
+
+namespace nanovllm {
+
+enum class SequenceStatus { kWaiting, kRunning, kFinished };
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+const char* to_string(FinishReason r);  // "stop", "length", "abort", ""
+
+struct TokenLogprob {
+  int64_t id = 0;
+  float logprob = 0.0f;
+};
+
+struct Sequence {
+  int64_t seq_id = 0;
+  std::vector<int32_t> token_ids;       // prompt followed by generated tokens
+  int64_t num_prompt_tokens = 0;
+  int64_t num_computed_tokens = 0;      // tokens whose K/V are in the cache
+  int64_t num_cached_tokens = 0;        // of the prompt, served by the prefix cache at admission
+  std::vector<int32_t> block_table;     // physical KV block ids, in order
+  SequenceStatus status = SequenceStatus::kWaiting;
+  FinishReason finish_reason = FinishReason::kNone;
+  SamplingParams params;
+  std::vector<std::vector<TokenLogprob>> logprobs;  // one top-K list per generated token
+  uint64_t rng_state = 0;               // per-sequence sampling RNG (seeded when params.seed is set)
+  int64_t num_preemptions = 0;
+
+  // timings (steady clock)
+  std::chrono::steady_clock::time_point arrival_time{};
+  std::chrono::steady_clock::time_point first_token_time{};
+  std::chrono::steady_clock::time_point finish_time{};
+
+  int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+  bool is_finished() const { return status == SequenceStatus::kFinished; }
+  int32_t last_token() const { return token_ids.back(); }
+};
+
+}  // namespace nanovllm

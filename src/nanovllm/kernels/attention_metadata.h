@@ -1,0 +1,23 @@
+// Attention metadata for one forward step over a batch of sequences (prefill chunks and decodes mixed).
+// Travels explicitly (no global context). All views live on the device that runs the step.
+#pragma once
+
+#include <cstdint>
+
+#include "nanovllm/core/tensor.h"
+
+namespace nanovllm {
+
+struct AttentionMetadata {
+  int64_t num_seqs = 0;
+  int64_t num_tokens = 0;        // sum of query lengths
+  int64_t max_query_len = 0;     // host-side maxima (launch sizing on CUDA)
+  int64_t max_context_len = 0;
+  TensorView cu_seqlens_q;       // [num_seqs + 1] i32: query tokens of seq s are rows [cu[s], cu[s+1])
+  TensorView context_lens;       // [num_seqs] i32: KV length of seq s after this step's tokens are stored
+  TensorView block_tables;       // [num_seqs, max_blocks_per_seq] i32: physical block ids, -1 padded
+  TensorView slot_mapping;       // [num_tokens] i32: block * block_size + offset where token's K/V go; -1 skip
+  int64_t block_size = 0;
+};
+
+}  // namespace nanovllm

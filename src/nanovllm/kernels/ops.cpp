@@ -1,0 +1,1 @@
+#include "nanovllm/kernels/ops.h"

@@ -1,0 +1,66 @@
+// Op entry points. Each validates shapes, dtypes and devices (NANOVLLM_CHECK) and dispatches on the
+// tensors' device to kernels/cpu (reference, fp32 accumulation) or kernels/cuda.
+//
+// Dtypes. Activations: F32 on the CPU backend, BF16 on CUDA. Weights: F32, BF16 or F16. KV cache:
+// same dtype as activations. Index tensors: I32.
+//
+// Shapes: T = tokens in the step, H = hidden size, Hq/Hk = query/KV heads, D = head_dim, S = sequences,
+// V = vocab, I = intermediate size, NB = KV blocks, BS = block size.
+#pragma once
+
+#include <cstdint>
+
+#include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/attention_metadata.h"
+
+namespace nanovllm::ops {
+
+// Execution context of an op: the CUDA stream (as an opaque pointer so this header stays CUDA-free).
+struct Stream {
+  void* cuda_stream = nullptr;  // cudaStream_t; nullptr = default stream. Ignored on the CPU.
+};
+
+// out[t, :] = table[ids[t], :].  out [T, H], ids [T] i32, table [V, H]. Ids outside [0, V) throw
+// (CPU) — the engine validates prompts before they reach a kernel.
+void embedding(TensorView out, TensorView ids, TensorView table, Stream s = {});
+
+// out = x / sqrt(mean(x^2) + eps) * weight.  out, x [T, H]; weight [H].
+void rms_norm(TensorView out, TensorView x, TensorView weight, float eps, Stream s = {});
+
+// residual += x; x = rms_norm(residual) * weight (in place).  x, residual [T, H]; weight [H].
+void add_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps, Stream s = {});
+
+// out = in @ weight^T (+ bias).  out [T, N], in [T, K], weight [N, K], bias [N] or undefined.
+void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, Stream s = {});
+
+// RoPE parameters: inv_freq [D/2] f32 (scaling already folded in) and the cos/sin multiplier (YaRN's
+// attention factor; 1 otherwise). Rotation is the half-split ("rotate_half") form HF uses.
+struct RopeParams {
+  TensorView inv_freq;  // [D/2] f32
+  float attention_scaling = 1.0f;
+};
+
+// The attention prologue, fused on CUDA: split qkv [T, (Hq + 2 Hk) D] into q/k/v; optional per-head
+// RMSNorm of q and k (q_norm/k_norm [D], undefined = skip); RoPE of q and k at positions [T] i32;
+// q goes to q_out [T, Hq, D]; k and v are stored into the paged caches at meta.slot_mapping.
+// k_cache/v_cache [NB, BS, Hk, D].
+void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
+                  TensorView positions, const RopeParams& rope, TensorView k_cache, TensorView v_cache,
+                  const AttentionMetadata& meta, Stream s = {});
+
+// Causal paged attention for a mixed batch. Query row t of seq s at absolute position
+// p = context_lens[s] - (cu[s+1] - t) attends cache positions 0..p of seq s through its block table.
+// out, q [T, Hq, D]; k_cache/v_cache [NB, BS, Hk, D]; GQA: head h reads KV head h / (Hq / Hk).
+void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                     const AttentionMetadata& meta, float scale, Stream s = {});
+
+// out = silu(gate_up[:, :I]) * gate_up[:, I:].  out [T, I], gate_up [T, 2I].
+void silu_mul(TensorView out, TensorView gate_up, Stream s = {});
+
+// out[i, :] = in[rows[i], :].  out [S, H], in [T, H], rows [S] i32.
+void gather_rows(TensorView out, TensorView in, TensorView rows, Stream s = {});
+
+// out = x converted to out's dtype (F32/BF16/F16 either way), same shape.
+void convert(TensorView out, TensorView x, Stream s = {});
+
+}  // namespace nanovllm::ops

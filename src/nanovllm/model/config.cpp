@@ -1,0 +1,1 @@
+#include "nanovllm/model/config.h"

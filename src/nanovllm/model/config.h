@@ -1,0 +1,70 @@
+// ModelConfig: what the engine needs from a Hugging Face model directory's config.json and
+// generation_config.json, for Qwen3ForCausalLM, Qwen2ForCausalLM and LlamaForCausalLM.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "nanovllm/core/dtype.h"
+
+namespace nanovllm {
+
+enum class Architecture { kQwen3, kQwen2, kLlama };
+
+// RoPE scaling, normalised from both the legacy hub form (`rope_theta` + `rope_scaling`) and the newer
+// `rope_parameters` form.
+struct RopeScaling {
+  enum class Type { kNone, kLinear, kYarn, kLlama3 };
+  Type type = Type::kNone;
+  double factor = 1.0;
+  int64_t original_max_position_embeddings = 0;  // yarn, llama3 (0: not given)
+  // yarn
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double attention_factor = 0.0;  // 0: derived (0.1 * ln(factor) + 1)
+  double mscale = 0.0;            // HF's optional yarn mscale / mscale_all_dim (0: unset)
+  double mscale_all_dim = 0.0;
+  bool truncate = true;           // yarn: HF's `truncate` (default true)
+  // llama3
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+};
+
+struct ModelConfig {
+  Architecture arch = Architecture::kQwen3;
+  std::string architecture_name;  // as written in config.json, e.g. "Qwen3ForCausalLM"
+  std::string model_type;         // "qwen3", "qwen2", "llama"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;           // explicit, or hidden_size / num_attention_heads
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  int64_t max_position_embeddings = 0;
+  bool attention_bias = false;    // q/k/v biases (Qwen2: always true)
+  bool qk_norm = false;           // per-head q/k RMSNorm (Qwen3)
+  bool tie_word_embeddings = false;
+  DType torch_dtype = DType::kBF16;
+  std::vector<int64_t> eos_token_ids;  // generation_config.json (int or list), else config.json
+  int64_t bos_token_id = -1;
+
+  // Parses config.json (+ generation_config.json if present) in a model directory. Throws
+  // nanovllm::Error naming the file and the field for anything missing, mistyped or unsupported.
+  static ModelConfig from_model_dir(const std::filesystem::path& dir);
+  // Parses config.json text (generation config not read). `origin` names the source in errors.
+  static ModelConfig from_json_text(const std::string& text, const std::string& origin = "config.json");
+
+  int64_t q_size() const { return num_attention_heads * head_dim; }
+  int64_t kv_size() const { return num_key_value_heads * head_dim; }
+  // The longest sequence the RoPE configuration supports (max_position_embeddings; for yarn/linear
+  // with a stated original length, original * factor when larger).
+  int64_t max_model_len() const;
+};
+
+}  // namespace nanovllm

@@ -1,0 +1,1 @@
+#include "nanovllm/engine/scheduler_output.h"
