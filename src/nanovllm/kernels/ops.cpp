@@ -1,1 +1,282 @@
+// Op entry points: validate shapes, dtypes, devices (and, for host-resident tensors, index ranges),
+// then dispatch on the device to kernels/cpu or kernels/cuda.
 #include "nanovllm/kernels/ops.h"
+
+#include <cmath>
+#include <initializer_list>
+#include <string_view>
+
+#include "nanovllm/core/error.h"
+#include "nanovllm/kernels/cpu/cpu_ops.h"
+#include "nanovllm/kernels/cuda/cuda_ops.h"
+
+namespace nanovllm::ops {
+namespace {
+
+bool is_float(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
+
+// `name` of `op` must be defined, on `dev`, with the given rank.
+void check_tensor(std::string_view op, std::string_view name, const TensorView& t, Device dev, int ndim) {
+  NANOVLLM_CHECK(t.defined(), op, ": ", name, " is undefined");
+  NANOVLLM_CHECK(t.device() == dev, op, ": ", name, " is on ", to_string(t.device()), " but the op runs on ",
+                 to_string(dev), " (all tensors of an op must be on one device)");
+  NANOVLLM_CHECK(t.ndim() == ndim, op, ": ", name, " must have rank ", ndim, ", got shape ", t.shape().str());
+}
+
+void check_float(std::string_view op, std::string_view name, const TensorView& t) {
+  NANOVLLM_CHECK(is_float(t.dtype()), op, ": ", name, " must be F32, BF16 or F16, got ", dtype_name(t.dtype()));
+}
+
+void check_i32(std::string_view op, std::string_view name, const TensorView& t) {
+  NANOVLLM_CHECK(t.dtype() == DType::kI32, op, ": ", name, " must be I32, got ", dtype_name(t.dtype()));
+}
+
+void check_shape(std::string_view op, std::string_view name, const TensorView& t, Shape expected) {
+  NANOVLLM_CHECK(t.shape() == expected, op, ": ", name, " has shape ", t.shape().str(), ", expected ",
+                 expected.str());
+}
+
+// A float tensor of the given shape on `dev`.
+void check_float_tensor(std::string_view op, std::string_view name, const TensorView& t, Device dev, Shape shape) {
+  check_tensor(op, name, t, dev, shape.ndim);
+  check_float(op, name, t);
+  check_shape(op, name, t, shape);
+}
+
+[[noreturn]] void no_cuda(std::string_view op, Device dev) {
+  NANOVLLM_FAIL(op, ": tensors are on ", to_string(dev),
+                " but nano-vLLM was built without CUDA (configure with -DNANOVLLM_CUDA=ON)");
+}
+
+// Paged KV cache [NB, BS, Hk, D] pair.
+void check_kv_cache(std::string_view op, const TensorView& k_cache, const TensorView& v_cache, Device dev,
+                    const AttentionMetadata& meta) {
+  check_tensor(op, "k_cache", k_cache, dev, 4);
+  check_float(op, "k_cache", k_cache);
+  check_float_tensor(op, "v_cache", v_cache, dev, k_cache.shape());
+  NANOVLLM_CHECK(v_cache.dtype() == k_cache.dtype(), op, ": k_cache is ", dtype_name(k_cache.dtype()),
+                 " but v_cache is ", dtype_name(v_cache.dtype()));
+  NANOVLLM_CHECK(k_cache.dim(1) > 0 && k_cache.dim(2) > 0 && k_cache.dim(3) > 0, op,
+                 ": empty KV cache dimension in ", k_cache.shape().str());
+  NANOVLLM_CHECK(meta.block_size == k_cache.dim(1), op, ": meta.block_size ", meta.block_size,
+                 " != KV cache block size ", k_cache.dim(1), " (k_cache ", k_cache.shape().str(), ")");
+}
+
+// slot_mapping [T] I32 in [-1, NB * BS) (range checked on the host only).
+void check_slot_mapping(std::string_view op, const AttentionMetadata& meta, int64_t T, int64_t num_slots,
+                        Device dev) {
+  NANOVLLM_CHECK(meta.num_tokens == T, op, ": meta.num_tokens ", meta.num_tokens, " != ", T, " tokens");
+  check_tensor(op, "meta.slot_mapping", meta.slot_mapping, dev, 1);
+  check_i32(op, "meta.slot_mapping", meta.slot_mapping);
+  check_shape(op, "meta.slot_mapping", meta.slot_mapping, {T});
+  if (!dev.is_cpu()) return;
+  const int32_t* sm = meta.slot_mapping.data_as<const int32_t>();
+  for (int64_t t = 0; t < T; ++t)
+    NANOVLLM_CHECK(sm[t] >= -1 && sm[t] < num_slots, op, ": meta.slot_mapping[", t, "] = ", sm[t],
+                   " is outside [-1, ", num_slots, ")");
+}
+
+// cu_seqlens_q [S+1], context_lens [S], block_tables [S, MB]; on the host also their contents.
+void check_seq_metadata(std::string_view op, const AttentionMetadata& meta, int64_t T, int64_t num_blocks,
+                        int64_t BS, Device dev) {
+  const int64_t S = meta.num_seqs;
+  NANOVLLM_CHECK(S >= 0, op, ": meta.num_seqs is negative");
+  NANOVLLM_CHECK(meta.num_tokens == T, op, ": meta.num_tokens ", meta.num_tokens, " != ", T, " query rows");
+  check_tensor(op, "meta.cu_seqlens_q", meta.cu_seqlens_q, dev, 1);
+  check_i32(op, "meta.cu_seqlens_q", meta.cu_seqlens_q);
+  check_shape(op, "meta.cu_seqlens_q", meta.cu_seqlens_q, {S + 1});
+  check_tensor(op, "meta.context_lens", meta.context_lens, dev, 1);
+  check_i32(op, "meta.context_lens", meta.context_lens);
+  check_shape(op, "meta.context_lens", meta.context_lens, {S});
+  check_tensor(op, "meta.block_tables", meta.block_tables, dev, 2);
+  check_i32(op, "meta.block_tables", meta.block_tables);
+  NANOVLLM_CHECK(meta.block_tables.dim(0) == S, op, ": meta.block_tables has ", meta.block_tables.dim(0),
+                 " rows for ", S, " sequences");
+  if (!dev.is_cpu()) return;
+  const int32_t* cu = meta.cu_seqlens_q.data_as<const int32_t>();
+  const int32_t* ctx = meta.context_lens.data_as<const int32_t>();
+  const int32_t* bt = meta.block_tables.data_as<const int32_t>();
+  const int64_t MB = meta.block_tables.dim(1);
+  NANOVLLM_CHECK(S == 0 || cu[0] == 0, op, ": meta.cu_seqlens_q[0] = ", cu[0], ", expected 0");
+  NANOVLLM_CHECK(cu[S] == T, op, ": meta.cu_seqlens_q[", S, "] = ", cu[S], " != ", T, " query rows");
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t qlen = int64_t{cu[s + 1]} - cu[s];
+    NANOVLLM_CHECK(qlen >= 0, op, ": meta.cu_seqlens_q decreases at sequence ", s);
+    if (qlen == 0) continue;
+    NANOVLLM_CHECK(ctx[s] >= qlen, op, ": sequence ", s, " has context_lens ", ctx[s], " < its ", qlen,
+                   " query tokens");
+    const int64_t blocks = (int64_t{ctx[s]} + BS - 1) / BS;
+    NANOVLLM_CHECK(blocks <= MB, op, ": sequence ", s, " needs ", blocks, " blocks for context ", ctx[s],
+                   " but meta.block_tables has ", MB, " columns");
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int32_t id = bt[s * MB + b];
+      NANOVLLM_CHECK(id >= 0 && id < num_blocks, op, ": meta.block_tables[", s, "][", b, "] = ", id,
+                     " is outside [0, ", num_blocks, ")");
+    }
+  }
+}
+
+}  // namespace
+
+#if NANOVLLM_WITH_CUDA
+#define NANOVLLM_DISPATCH_CUDA(op, dev, ...) return ::nanovllm::cuda_ops::op(__VA_ARGS__)
+#else
+#define NANOVLLM_DISPATCH_CUDA(op, dev, ...) (static_cast<void>(s), no_cuda(#op, dev))
+#endif
+
+void embedding(TensorView out, TensorView ids, TensorView table, Stream s) {
+  constexpr std::string_view op = "embedding";
+  const Device dev = out.device();
+  check_tensor(op, "out", out, dev, 2);
+  check_float(op, "out", out);
+  check_tensor(op, "table", table, dev, 2);
+  check_float(op, "table", table);
+  check_tensor(op, "ids", ids, dev, 1);
+  check_i32(op, "ids", ids);
+  const int64_t T = out.dim(0), H = out.dim(1), V = table.dim(0);
+  check_shape(op, "ids", ids, {T});
+  NANOVLLM_CHECK(table.dim(1) == H, op, ": table ", table.shape().str(), " has hidden size ", table.dim(1),
+                 " but out ", out.shape().str(), " has ", H);
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(embedding, dev, out, ids, table, s);
+  const int32_t* id = ids.data_as<const int32_t>();
+  for (int64_t t = 0; t < T; ++t)
+    NANOVLLM_CHECK(id[t] >= 0 && id[t] < V, op, ": ids[", t, "] = ", id[t], " is outside the vocabulary [0, ",
+                   V, ")");
+  cpu::embedding(out, ids, table);
+}
+
+void rms_norm(TensorView out, TensorView x, TensorView weight, float eps, Stream s) {
+  constexpr std::string_view op = "rms_norm";
+  const Device dev = x.device();
+  check_tensor(op, "x", x, dev, 2);
+  check_float(op, "x", x);
+  check_float_tensor(op, "out", out, dev, x.shape());
+  check_float_tensor(op, "weight", weight, dev, {x.dim(1)});
+  NANOVLLM_CHECK(eps >= 0.0f && std::isfinite(eps), op, ": eps must be finite and >= 0, got ", eps);
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(rms_norm, dev, out, x, weight, eps, s);
+  cpu::rms_norm(out, x, weight, eps);
+}
+
+void add_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps, Stream s) {
+  constexpr std::string_view op = "add_rms_norm";
+  const Device dev = x.device();
+  check_tensor(op, "x", x, dev, 2);
+  check_float(op, "x", x);
+  check_float_tensor(op, "residual", residual, dev, x.shape());
+  check_float_tensor(op, "weight", weight, dev, {x.dim(1)});
+  NANOVLLM_CHECK(eps >= 0.0f && std::isfinite(eps), op, ": eps must be finite and >= 0, got ", eps);
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(add_rms_norm, dev, x, residual, weight, eps, s);
+  cpu::add_rms_norm(x, residual, weight, eps);
+}
+
+void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, Stream s) {
+  constexpr std::string_view op = "linear";
+  const Device dev = in.device();
+  check_tensor(op, "in", in, dev, 2);
+  check_float(op, "in", in);
+  check_tensor(op, "weight", weight, dev, 2);
+  check_float(op, "weight", weight);
+  const int64_t T = in.dim(0), K = in.dim(1), N = weight.dim(0);
+  NANOVLLM_CHECK(weight.dim(1) == K, op, ": weight ", weight.shape().str(), " has in-features ", weight.dim(1),
+                 " but in ", in.shape().str(), " has ", K);
+  check_float_tensor(op, "out", out, dev, {T, N});
+  if (bias.defined()) check_float_tensor(op, "bias", bias, dev, {N});
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(linear, dev, out, in, weight, bias, s);
+  cpu::linear(out, in, weight, bias);
+}
+
+void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
+                  TensorView positions, const RopeParams& rope, TensorView k_cache, TensorView v_cache,
+                  const AttentionMetadata& meta, Stream s) {
+  constexpr std::string_view op = "qkv_prologue";
+  const Device dev = q_out.device();
+  check_tensor(op, "q_out", q_out, dev, 3);
+  check_float(op, "q_out", q_out);
+  check_kv_cache(op, k_cache, v_cache, dev, meta);
+  const int64_t T = q_out.dim(0), Hq = q_out.dim(1), D = q_out.dim(2);
+  const int64_t NB = k_cache.dim(0), BS = k_cache.dim(1), Hk = k_cache.dim(2);
+  NANOVLLM_CHECK(D > 0 && D % 2 == 0, op, ": head_dim ", D, " must be even and > 0 for RoPE");
+  NANOVLLM_CHECK(k_cache.dim(3) == D, op, ": k_cache ", k_cache.shape().str(), " head_dim != q_out head_dim ", D);
+  NANOVLLM_CHECK(Hq > 0 && Hq % Hk == 0, op, ": query heads ", Hq, " must be a multiple of KV heads ", Hk);
+  check_float_tensor(op, "qkv", qkv, dev, {T, (Hq + 2 * Hk) * D});
+  if (q_norm.defined()) check_float_tensor(op, "q_norm", q_norm, dev, {D});
+  if (k_norm.defined()) check_float_tensor(op, "k_norm", k_norm, dev, {D});
+  NANOVLLM_CHECK(eps >= 0.0f && std::isfinite(eps), op, ": eps must be finite and >= 0, got ", eps);
+  check_tensor(op, "positions", positions, dev, 1);
+  check_i32(op, "positions", positions);
+  check_shape(op, "positions", positions, {T});
+  check_tensor(op, "rope.inv_freq", rope.inv_freq, dev, 1);
+  NANOVLLM_CHECK(rope.inv_freq.dtype() == DType::kF32, op, ": rope.inv_freq must be F32, got ",
+                 dtype_name(rope.inv_freq.dtype()));
+  check_shape(op, "rope.inv_freq", rope.inv_freq, {D / 2});
+  check_slot_mapping(op, meta, T, NB * BS, dev);
+  if (dev.is_cuda())
+    NANOVLLM_DISPATCH_CUDA(qkv_prologue, dev, q_out, qkv, q_norm, k_norm, eps, positions, rope, k_cache, v_cache,
+                           meta, s);
+  const int32_t* pos = positions.data_as<const int32_t>();
+  for (int64_t t = 0; t < T; ++t)
+    NANOVLLM_CHECK(pos[t] >= 0, op, ": positions[", t, "] = ", pos[t], " is negative");
+  cpu::qkv_prologue(q_out, qkv, q_norm, k_norm, eps, positions, rope.inv_freq.data_as<const float>(),
+                    rope.attention_scaling, k_cache, v_cache, meta);
+}
+
+void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                     const AttentionMetadata& meta, float scale, Stream s) {
+  constexpr std::string_view op = "paged_attention";
+  const Device dev = q.device();
+  check_tensor(op, "q", q, dev, 3);
+  check_float(op, "q", q);
+  check_float_tensor(op, "out", out, dev, q.shape());
+  check_kv_cache(op, k_cache, v_cache, dev, meta);
+  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2);
+  const int64_t NB = k_cache.dim(0), BS = k_cache.dim(1), Hk = k_cache.dim(2);
+  NANOVLLM_CHECK(D > 0 && k_cache.dim(3) == D, op, ": k_cache ", k_cache.shape().str(),
+                 " head_dim != q head_dim ", D);
+  NANOVLLM_CHECK(Hq > 0 && Hq % Hk == 0, op, ": query heads ", Hq, " must be a multiple of KV heads ", Hk);
+  NANOVLLM_CHECK(std::isfinite(scale), op, ": scale must be finite, got ", scale);
+  check_seq_metadata(op, meta, T, NB, BS, dev);
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(paged_attention, dev, out, q, k_cache, v_cache, meta, scale, s);
+  cpu::paged_attention(out, q, k_cache, v_cache, meta, scale);
+}
+
+void silu_mul(TensorView out, TensorView gate_up, Stream s) {
+  constexpr std::string_view op = "silu_mul";
+  const Device dev = gate_up.device();
+  check_tensor(op, "gate_up", gate_up, dev, 2);
+  check_float(op, "gate_up", gate_up);
+  NANOVLLM_CHECK(gate_up.dim(1) % 2 == 0, op, ": gate_up ", gate_up.shape().str(), " has an odd width");
+  check_float_tensor(op, "out", out, dev, {gate_up.dim(0), gate_up.dim(1) / 2});
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(silu_mul, dev, out, gate_up, s);
+  cpu::silu_mul(out, gate_up);
+}
+
+void gather_rows(TensorView out, TensorView in, TensorView rows, Stream s) {
+  constexpr std::string_view op = "gather_rows";
+  const Device dev = in.device();
+  check_tensor(op, "in", in, dev, 2);
+  check_tensor(op, "rows", rows, dev, 1);
+  check_i32(op, "rows", rows);
+  check_tensor(op, "out", out, dev, 2);
+  check_shape(op, "out", out, {rows.dim(0), in.dim(1)});
+  NANOVLLM_CHECK(out.dtype() == in.dtype(), op, ": out is ", dtype_name(out.dtype()), " but in is ",
+                 dtype_name(in.dtype()));
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(gather_rows, dev, out, in, rows, s);
+  const int32_t* r = rows.data_as<const int32_t>();
+  for (int64_t i = 0; i < rows.dim(0); ++i)
+    NANOVLLM_CHECK(r[i] >= 0 && r[i] < in.dim(0), op, ": rows[", i, "] = ", r[i], " is outside [0, ", in.dim(0),
+                   ")");
+  cpu::gather_rows(out, in, rows);
+}
+
+void convert(TensorView out, TensorView x, Stream s) {
+  constexpr std::string_view op = "convert";
+  const Device dev = x.device();
+  NANOVLLM_CHECK(x.defined() && out.defined(), op, ": undefined tensor");
+  check_tensor(op, "x", x, dev, x.ndim());
+  check_float(op, "x", x);
+  check_float_tensor(op, "out", out, dev, x.shape());
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(convert, dev, out, x, s);
+  cpu::convert(out, x);
+}
+
+}  // namespace nanovllm::ops

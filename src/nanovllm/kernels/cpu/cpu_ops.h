@@ -1,0 +1,25 @@
+// CPU reference kernels: fp32 math (fp64 for reductions), threaded with parallel_for. The entry points
+// in ops.cpp validate shapes, dtypes and index ranges before calling these; the kernels trust them.
+// Float tensors may be F32, BF16 or F16 (converted per row); index tensors are I32.
+#pragma once
+
+#include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/attention_metadata.h"
+
+namespace nanovllm::cpu {
+
+void embedding(TensorView out, TensorView ids, TensorView table);
+void rms_norm(TensorView out, TensorView x, TensorView weight, float eps);
+void add_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps);
+void linear(TensorView out, TensorView in, TensorView weight, TensorView bias);
+// inv_freq [D/2] f32 on the host.
+void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
+                  TensorView positions, const float* inv_freq, float attention_scaling, TensorView k_cache,
+                  TensorView v_cache, const AttentionMetadata& meta);
+void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                     const AttentionMetadata& meta, float scale);
+void silu_mul(TensorView out, TensorView gate_up);
+void gather_rows(TensorView out, TensorView in, TensorView rows);
+void convert(TensorView out, TensorView x);
+
+}  // namespace nanovllm::cpu

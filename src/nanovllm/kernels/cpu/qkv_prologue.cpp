@@ -1,0 +1,73 @@
+// Attention prologue: split qkv, optional per-head RMSNorm of q and k, RoPE (HF rotate_half form),
+// q -> q_out, k/v -> paged caches at slot_mapping. Math follows HF's fp32 path:
+//   angle = float(pos) * inv_freq[i] (fp32), cos/sin of that fp32 angle, times attention_scaling,
+//   out[i] = x[i] cos - x[i + D/2] sin;  out[i + D/2] = x[i + D/2] cos + x[i] sin.
+#include <cmath>
+#include <vector>
+
+#include "nanovllm/core/parallel.h"
+#include "nanovllm/kernels/cpu/cpu_ops.h"
+#include "nanovllm/kernels/cpu/rms_norm_row.h"
+#include "nanovllm/kernels/cpu/row_io.h"
+
+namespace nanovllm::cpu {
+namespace {
+
+inline void rope_row(float* x, const float* cos_t, const float* sin_t, int64_t half) {
+  for (int64_t i = 0; i < half; ++i) {
+    const float x1 = x[i], x2 = x[i + half];
+    x[i] = x1 * cos_t[i] - x2 * sin_t[i];
+    x[i + half] = x2 * cos_t[i] + x1 * sin_t[i];
+  }
+}
+
+}  // namespace
+
+void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
+                  TensorView positions, const float* inv_freq, float attention_scaling, TensorView k_cache,
+                  TensorView v_cache, const AttentionMetadata& meta) {
+  const int64_t T = q_out.dim(0), Hq = q_out.dim(1), D = q_out.dim(2);
+  const int64_t Hk = k_cache.dim(2);
+  const int64_t half = D / 2;
+  const int64_t W = (Hq + 2 * Hk) * D;  // qkv row width
+  const bool has_qn = q_norm.defined() && q_norm.numel() > 0;
+  const bool has_kn = k_norm.defined() && k_norm.numel() > 0;
+  const int32_t* pos = positions.data_as<const int32_t>();         // [T]
+  const int32_t* slots = meta.slot_mapping.data_as<const int32_t>();  // [T]
+  parallel_for(T, [&](int64_t b, int64_t e) {
+    thread_local std::vector<float> buf;
+    float* row = scratch_f32(buf, 3 * D + 2 * half);  // [D] row, [D] q_norm w, [D] k_norm w, [D/2] cos, sin
+    float* qn = row + D;
+    float* kn = row + 2 * D;
+    float* cos_t = row + 3 * D;
+    float* sin_t = cos_t + half;
+    if (has_qn) load_row_f32(q_norm.data(), q_norm.dtype(), 0, D, qn);
+    if (has_kn) load_row_f32(k_norm.data(), k_norm.dtype(), 0, D, kn);
+    for (int64_t t = b; t < e; ++t) {
+      const float p = static_cast<float>(pos[t]);
+      for (int64_t i = 0; i < half; ++i) {
+        const float angle = p * inv_freq[i];
+        cos_t[i] = static_cast<float>(std::cos(static_cast<double>(angle))) * attention_scaling;
+        sin_t[i] = static_cast<float>(std::sin(static_cast<double>(angle))) * attention_scaling;
+      }
+      for (int64_t h = 0; h < Hq; ++h) {
+        load_row_f32(qkv.data(), qkv.dtype(), t * W + h * D, D, row);
+        if (has_qn) rms_norm_row(row, qn, D, eps);
+        rope_row(row, cos_t, sin_t, half);
+        store_row_f32(row, D, q_out.data(), q_out.dtype(), (t * Hq + h) * D);
+      }
+      const int64_t slot = slots[t];
+      if (slot < 0) continue;  // padding token: nothing to cache
+      for (int64_t h = 0; h < Hk; ++h) {
+        load_row_f32(qkv.data(), qkv.dtype(), t * W + (Hq + h) * D, D, row);
+        if (has_kn) rms_norm_row(row, kn, D, eps);
+        rope_row(row, cos_t, sin_t, half);
+        store_row_f32(row, D, k_cache.data(), k_cache.dtype(), (slot * Hk + h) * D);
+        load_row_f32(qkv.data(), qkv.dtype(), t * W + (Hq + Hk + h) * D, D, row);
+        store_row_f32(row, D, v_cache.data(), v_cache.dtype(), (slot * Hk + h) * D);
+      }
+    }
+  }, 4);
+}
+
+}  // namespace nanovllm::cpu

@@ -1,0 +1,29 @@
+// CUDA op entry points called by ops.cpp after validation (declarations only; kernels/cuda implements
+// them). Same contracts as ops.h; all tensors are on one CUDA device, `s.cuda_stream` is the
+// cudaStream_t to launch on. Only compiled in when the CUDA backend is built (NANOVLLM_WITH_CUDA).
+#pragma once
+
+#include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/attention_metadata.h"
+#include "nanovllm/kernels/ops.h"
+
+#if NANOVLLM_WITH_CUDA
+
+namespace nanovllm::cuda_ops {
+
+void embedding(TensorView out, TensorView ids, TensorView table, ops::Stream s);
+void rms_norm(TensorView out, TensorView x, TensorView weight, float eps, ops::Stream s);
+void add_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps, ops::Stream s);
+void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s);
+void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
+                  TensorView positions, const ops::RopeParams& rope, TensorView k_cache, TensorView v_cache,
+                  const AttentionMetadata& meta, ops::Stream s);
+void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                     const AttentionMetadata& meta, float scale, ops::Stream s);
+void silu_mul(TensorView out, TensorView gate_up, ops::Stream s);
+void gather_rows(TensorView out, TensorView in, TensorView rows, ops::Stream s);
+void convert(TensorView out, TensorView x, ops::Stream s);
+
+}  // namespace nanovllm::cuda_ops
+
+#endif  // NANOVLLM_WITH_CUDA

@@ -1,0 +1,156 @@
+// embedding, rms_norm, add_rms_norm, silu_mul, gather_rows, convert against double references.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/kernel_test_util.h"
+#include "nanovllm/core/error.h"
+#include "nanovllm/kernels/ops.h"
+
+namespace nanovllm {
+namespace {
+
+using test::HostTensor;
+using test::random_tensor;
+
+const int64_t kSizes[] = {1, 15, 16, 17, 129};
+
+TEST(Embedding, CopiesTableRowsForEveryDtype) {
+  std::mt19937 rng(1);
+  for (DType td : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int64_t H : kSizes) {
+      const int64_t V = 37, T = 19;
+      HostTensor table = random_tensor(td, {V, H}, rng);
+      std::vector<int32_t> ids(T);
+      std::uniform_int_distribution<int32_t> pick(0, V - 1);
+      for (auto& id : ids) id = pick(rng);
+      ids[0] = 0;
+      ids[1] = V - 1;
+      HostTensor idt = test::i32_tensor(ids);
+      HostTensor out(DType::kF32, {T, H});
+      ops::embedding(out.v, idt.v, table.v);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < H; ++h)
+          ASSERT_EQ(out.get(t * H + h), table.get(ids[t] * H + h)) << dtype_name(td) << " t=" << t << " h=" << h;
+    }
+  }
+}
+
+// Reference: x * (1 / sqrt(mean(x^2) + eps)) * w in double.
+std::vector<double> rms_ref(const std::vector<double>& x, const std::vector<double>& w, int64_t T, int64_t H,
+                            double eps) {
+  std::vector<double> out(x.size());
+  for (int64_t t = 0; t < T; ++t) {
+    double ss = 0;
+    for (int64_t h = 0; h < H; ++h) ss += x[t * H + h] * x[t * H + h];
+    const double r = 1.0 / std::sqrt(ss / H + eps);
+    for (int64_t h = 0; h < H; ++h) out[t * H + h] = x[t * H + h] * r * w[h];
+  }
+  return out;
+}
+
+TEST(RmsNorm, MatchesDoubleReference) {
+  std::mt19937 rng(2);
+  for (DType wd : {DType::kF32, DType::kBF16}) {
+    for (int64_t T : kSizes) {
+      for (int64_t H : kSizes) {
+        HostTensor x = random_tensor(DType::kF32, {T, H}, rng, -3.0f, 3.0f);
+        HostTensor w = random_tensor(wd, {H}, rng, 0.5f, 1.5f);
+        HostTensor out(DType::kF32, {T, H});
+        ops::rms_norm(out.v, x.v, w.v, 1e-6f);
+        test::expect_close_f32(out, rms_ref(x.to_double(), w.to_double(), T, H, 1e-6), "rms_norm");
+      }
+    }
+  }
+}
+
+TEST(RmsNorm, EpsMattersForTinyRows) {
+  std::mt19937 rng(3);
+  const int64_t T = 3, H = 17;
+  HostTensor x = random_tensor(DType::kF32, {T, H}, rng, -1e-3f, 1e-3f);
+  HostTensor w = random_tensor(DType::kF32, {H}, rng, 0.5f, 1.5f);
+  HostTensor out(DType::kF32, {T, H});
+  ops::rms_norm(out.v, x.v, w.v, 1e-2f);
+  test::expect_close_f32(out, rms_ref(x.to_double(), w.to_double(), T, H, static_cast<double>(1e-2f)), "eps");
+}
+
+TEST(AddRmsNorm, UpdatesResidualAndNormalises) {
+  std::mt19937 rng(4);
+  for (int64_t T : kSizes) {
+    for (int64_t H : {16, 17, 129}) {
+      HostTensor x = random_tensor(DType::kF32, {T, H}, rng);
+      HostTensor res = random_tensor(DType::kF32, {T, H}, rng);
+      HostTensor w = random_tensor(DType::kF32, {H}, rng, 0.5f, 1.5f);
+      std::vector<double> sum = x.to_double();
+      const std::vector<double> r0 = res.to_double();
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += r0[i];
+      ops::add_rms_norm(x.v, res.v, w.v, 1e-5f);
+      test::expect_close_f32(res, sum, "residual");
+      test::expect_close_f32(x, rms_ref(sum, w.to_double(), T, H, 1e-5), "normed");
+    }
+  }
+}
+
+TEST(SiluMul, MatchesDoubleReference) {
+  std::mt19937 rng(5);
+  for (int64_t T : kSizes) {
+    for (int64_t I : kSizes) {
+      HostTensor gu = random_tensor(DType::kF32, {T, 2 * I}, rng, -6.0f, 6.0f);
+      HostTensor out(DType::kF32, {T, I});
+      ops::silu_mul(out.v, gu.v);
+      const std::vector<double> g = gu.to_double();
+      std::vector<double> ref(static_cast<size_t>(T * I));
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < I; ++i) {
+          const double a = g[t * 2 * I + i], b = g[t * 2 * I + I + i];
+          ref[t * I + i] = a / (1.0 + std::exp(-a)) * b;
+        }
+      test::expect_close_f32(out, ref, "silu_mul");
+    }
+  }
+}
+
+TEST(GatherRows, PicksRowsInOrder) {
+  std::mt19937 rng(6);
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const int64_t T = 17, H = 15;
+    HostTensor in = random_tensor(dt, {T, H}, rng);
+    const std::vector<int32_t> rows = {16, 0, 3, 3, 9};
+    HostTensor r = test::i32_tensor(rows);
+    HostTensor out(dt, {5, H});
+    ops::gather_rows(out.v, in.v, r.v);
+    for (int64_t i = 0; i < 5; ++i)
+      for (int64_t h = 0; h < H; ++h) ASSERT_EQ(out.get(i * H + h), in.get(rows[i] * H + h));
+  }
+}
+
+TEST(Convert, RoundsToNearestEvenBothWays) {
+  std::mt19937 rng(7);
+  const int64_t n = 4096 * 3 + 17;  // several conversion chunks and a tail
+  HostTensor x = random_tensor(DType::kF32, {n}, rng, -100.0f, 100.0f);
+  HostTensor b(DType::kBF16, {n}), h(DType::kF16, {n}), back(DType::kF32, {n});
+  ops::convert(b.v, x.v);
+  ops::convert(h.v, x.v);
+  const float* xf = x.v.data_as<const float>();
+  for (int64_t i = 0; i < n; ++i) {
+    // Independent rounding: the nearer of the two bf16 neighbours (truncation and truncation + 1 ulp).
+    const uint32_t u = float_bits(xf[i]);
+    const float lo = bits_float(u & 0xffff0000u), hi = bits_float((u & 0xffff0000u) + 0x10000u);
+    const float want = std::abs(xf[i] - lo) < std::abs(hi - xf[i]) ? lo : hi;
+    if (std::abs(xf[i] - lo) != std::abs(hi - xf[i])) {
+      ASSERT_EQ(b.get(i), want) << xf[i];
+    }
+    ASSERT_LE(std::abs(h.get(i) - xf[i]), std::abs(xf[i]) * (1.0 / 2048) + 1e-7) << xf[i];
+  }
+  ops::convert(back.v, b.v);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(back.get(i), b.get(i));
+  HostTensor h2(DType::kF16, {n});
+  ops::convert(h2.v, b.v);  // bf16 -> f16 through fp32
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_LE(std::abs(h2.get(i) - b.get(i)), std::abs(b.get(i)) * (1.0 / 2048) + 1e-7);
+}
+
+}  // namespace
+}  // namespace nanovllm
