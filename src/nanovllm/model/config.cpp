@@ -1,1 +1,297 @@
+// Parsing of a Hugging Face config.json (+ generation_config.json) into ModelConfig. Every user-visible
+// error names the source file and the field, since a model directory is user input.
 #include "nanovllm/model/config.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "nanovllm/core/error.h"
+
+namespace nanovllm {
+namespace {
+
+using nlohmann::json;
+
+// Reads one JSON object field with a type check; `where` is the file name (and the sub-object) for errors.
+class Fields {
+ public:
+  Fields(const json& obj, std::string where) : obj_(obj), where_(std::move(where)) {}
+
+  bool has(const char* key) const { return obj_.contains(key) && !obj_.at(key).is_null(); }
+
+  int64_t positive_int(const char* key) const {
+    NANOVLLM_CHECK(has(key), where_, ": required field '", key, "' is missing");
+    const json& v = obj_.at(key);
+    NANOVLLM_CHECK(v.is_number_integer() && v.get<int64_t>() > 0, where_, ": field '", key,
+                   "' must be a positive integer (got ", v.dump(), ")");
+    return v.get<int64_t>();
+  }
+  int64_t positive_int_or(const char* key, int64_t fallback) const {
+    return has(key) ? positive_int(key) : fallback;
+  }
+  double number_or(const char* key, double fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = obj_.at(key);
+    NANOVLLM_CHECK(v.is_number() && std::isfinite(v.get<double>()), where_, ": field '", key,
+                   "' must be a number (got ", v.dump(), ")");
+    return v.get<double>();
+  }
+  double positive_number_or(const char* key, double fallback) const {
+    const double d = number_or(key, fallback);
+    NANOVLLM_CHECK(d > 0, where_, ": field '", key, "' must be positive (got ", d, ")");
+    return d;
+  }
+  bool bool_or(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = obj_.at(key);
+    NANOVLLM_CHECK(v.is_boolean(), where_, ": field '", key, "' must be true or false (got ", v.dump(), ")");
+    return v.get<bool>();
+  }
+  std::string string_or(const char* key, const std::string& fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = obj_.at(key);
+    NANOVLLM_CHECK(v.is_string(), where_, ": field '", key, "' must be a string (got ", v.dump(), ")");
+    return v.get<std::string>();
+  }
+  // An int, a list of ints, or null/absent (empty).
+  std::vector<int64_t> token_ids(const char* key) const {
+    std::vector<int64_t> ids;
+    if (!has(key)) return ids;
+    const json& v = obj_.at(key);
+    auto one = [&](const json& e) {
+      NANOVLLM_CHECK(e.is_number_integer() && e.get<int64_t>() >= 0, where_, ": field '", key,
+                     "' must be a non-negative token id or a list of them (got ", v.dump(), ")");
+      ids.push_back(e.get<int64_t>());
+    };
+    if (v.is_array()) {
+      for (const json& e : v) one(e);
+    } else {
+      one(v);
+    }
+    return ids;
+  }
+  const std::string& where() const { return where_; }
+
+ private:
+  const json& obj_;
+  std::string where_;
+};
+
+json parse_json(const std::string& text, const std::string& origin) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    NANOVLLM_FAIL(origin, ": invalid JSON: ", e.what());
+  }
+  NANOVLLM_CHECK(j.is_object(), origin, ": expected a JSON object at the top level");
+  return j;
+}
+
+std::string read_text_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  NANOVLLM_CHECK(in.good(), "cannot open ", path.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+DType parse_dtype(const std::string& s, const std::string& where, const char* key) {
+  if (s == "bfloat16") return DType::kBF16;
+  if (s == "float16" || s == "half") return DType::kF16;
+  if (s == "float32" || s == "float") return DType::kF32;
+  NANOVLLM_FAIL(where, ": field '", key, "' has unsupported dtype '", s,
+                "' (supported: bfloat16, float16, float32)");
+}
+
+// Both forms normalise to a `rope` object: the legacy `rope_scaling` (theta at the top level) and the newer
+// `rope_parameters` (theta inside).
+void parse_rope(const json& j, const std::string& origin, ModelConfig& c) {
+  const Fields top(j, origin);
+  c.rope_theta = top.positive_number_or("rope_theta", 10000.0);
+  const char* key = nullptr;
+  if (top.has("rope_parameters")) {
+    key = "rope_parameters";
+  } else if (top.has("rope_scaling")) {
+    key = "rope_scaling";
+  } else {
+    return;
+  }
+  const json& r = j.at(key);
+  NANOVLLM_CHECK(r.is_object(), origin, ": field '", key, "' must be an object or null (got ", r.dump(), ")");
+  const Fields f(r, origin + ": " + key);
+  if (std::string(key) == "rope_parameters") c.rope_theta = f.positive_number_or("rope_theta", c.rope_theta);
+
+  std::string type = f.string_or("rope_type", f.string_or("type", "default"));
+  RopeScaling& s = c.rope_scaling;
+  if (type == "default") {
+    s.type = RopeScaling::Type::kNone;
+    return;
+  }
+  if (type == "linear") {
+    s.type = RopeScaling::Type::kLinear;
+  } else if (type == "yarn") {
+    s.type = RopeScaling::Type::kYarn;
+  } else if (type == "llama3") {
+    s.type = RopeScaling::Type::kLlama3;
+  } else {
+    NANOVLLM_FAIL(f.where(), ": unsupported rope type '", type, "' (supported: default, linear, yarn, llama3)");
+  }
+  NANOVLLM_CHECK(f.has("factor"), f.where(), ": required field 'factor' is missing for rope type '", type, "'");
+  s.factor = f.positive_number_or("factor", 1.0);
+  NANOVLLM_CHECK(s.factor >= 1.0, f.where(), ": field 'factor' must be >= 1 (got ", s.factor, ")");
+  s.original_max_position_embeddings = f.positive_int_or("original_max_position_embeddings", 0);
+  if (s.type == RopeScaling::Type::kYarn) {
+    s.beta_fast = f.positive_number_or("beta_fast", 32.0);
+    s.beta_slow = f.positive_number_or("beta_slow", 1.0);
+    NANOVLLM_CHECK(s.beta_fast > s.beta_slow, f.where(), ": 'beta_fast' (", s.beta_fast,
+                   ") must be larger than 'beta_slow' (", s.beta_slow, ")");
+    s.attention_factor = f.number_or("attention_factor", 0.0);
+    NANOVLLM_CHECK(s.attention_factor >= 0, f.where(), ": field 'attention_factor' must be positive");
+    s.mscale = f.number_or("mscale", 0.0);
+    s.mscale_all_dim = f.number_or("mscale_all_dim", 0.0);
+    s.truncate = f.bool_or("truncate", true);
+  } else if (s.type == RopeScaling::Type::kLlama3) {
+    NANOVLLM_CHECK(s.original_max_position_embeddings > 0, f.where(),
+                   ": required field 'original_max_position_embeddings' is missing for rope type 'llama3'");
+    s.low_freq_factor = f.positive_number_or("low_freq_factor", 1.0);
+    s.high_freq_factor = f.positive_number_or("high_freq_factor", 4.0);
+    NANOVLLM_CHECK(s.high_freq_factor > s.low_freq_factor, f.where(), ": 'high_freq_factor' (",
+                   s.high_freq_factor, ") must be larger than 'low_freq_factor' (", s.low_freq_factor, ")");
+  }
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_json_text(const std::string& text, const std::string& origin) {
+  const json j = parse_json(text, origin);
+  const Fields f(j, origin);
+  ModelConfig c;
+
+  // Architecture: `architectures[0]`, else `model_type`.
+  if (f.has("architectures")) {
+    const json& a = j.at("architectures");
+    NANOVLLM_CHECK(a.is_array() && !a.empty() && a.at(0).is_string(), origin,
+                   ": field 'architectures' must be a non-empty list of strings (got ", a.dump(), ")");
+    c.architecture_name = a.at(0).get<std::string>();
+  }
+  c.model_type = f.string_or("model_type", "");
+  if (c.architecture_name.empty()) {
+    if (c.model_type == "qwen3") c.architecture_name = "Qwen3ForCausalLM";
+    if (c.model_type == "qwen2") c.architecture_name = "Qwen2ForCausalLM";
+    if (c.model_type == "llama") c.architecture_name = "LlamaForCausalLM";
+    NANOVLLM_CHECK(!c.architecture_name.empty(), origin,
+                   ": field 'architectures' is missing and 'model_type' is '", c.model_type,
+                   "' (supported: Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM)");
+  }
+  if (c.architecture_name == "Qwen3ForCausalLM") {
+    c.arch = Architecture::kQwen3;
+    if (c.model_type.empty()) c.model_type = "qwen3";
+  } else if (c.architecture_name == "Qwen2ForCausalLM") {
+    c.arch = Architecture::kQwen2;
+    if (c.model_type.empty()) c.model_type = "qwen2";
+  } else if (c.architecture_name == "LlamaForCausalLM") {
+    c.arch = Architecture::kLlama;
+    if (c.model_type.empty()) c.model_type = "llama";
+  } else {
+    NANOVLLM_FAIL(origin, ": unsupported architecture '", c.architecture_name,
+                  "' (supported: Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM)");
+  }
+
+  c.vocab_size = f.positive_int("vocab_size");
+  c.hidden_size = f.positive_int("hidden_size");
+  c.intermediate_size = f.positive_int("intermediate_size");
+  c.num_hidden_layers = f.positive_int("num_hidden_layers");
+  c.num_attention_heads = f.positive_int("num_attention_heads");
+  c.num_key_value_heads = f.positive_int_or("num_key_value_heads", c.num_attention_heads);
+  NANOVLLM_CHECK(c.num_attention_heads % c.num_key_value_heads == 0, origin, ": field 'num_attention_heads' (",
+                 c.num_attention_heads, ") must be a multiple of 'num_key_value_heads' (", c.num_key_value_heads,
+                 ")");
+  if (f.has("head_dim")) {
+    c.head_dim = f.positive_int("head_dim");
+  } else {
+    NANOVLLM_CHECK(c.hidden_size % c.num_attention_heads == 0, origin, ": field 'hidden_size' (", c.hidden_size,
+                   ") must be a multiple of 'num_attention_heads' (", c.num_attention_heads,
+                   ") when 'head_dim' is not given");
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  NANOVLLM_CHECK(c.head_dim % 2 == 0, origin, ": field 'head_dim' (", c.head_dim, ") must be even for RoPE");
+  c.rms_norm_eps = f.positive_number_or("rms_norm_eps", 1e-6);
+  c.max_position_embeddings = f.positive_int("max_position_embeddings");
+  parse_rope(j, origin, c);
+
+  const std::string act = f.string_or("hidden_act", "silu");
+  NANOVLLM_CHECK(act == "silu", origin, ": field 'hidden_act' is '", act, "'; only 'silu' is supported");
+  NANOVLLM_CHECK(!f.bool_or("mlp_bias", false), origin, ": field 'mlp_bias' = true is not supported");
+  NANOVLLM_CHECK(!f.bool_or("use_sliding_window", false), origin,
+                 ": field 'use_sliding_window' = true is not supported");
+
+  switch (c.arch) {
+    case Architecture::kQwen2:
+      // Qwen2's attention always has q/k/v biases (the HF config has no switch for it).
+      c.attention_bias = true;
+      c.qk_norm = false;
+      break;
+    case Architecture::kQwen3:
+      c.attention_bias = f.bool_or("attention_bias", false);
+      c.qk_norm = true;
+      break;
+    case Architecture::kLlama:
+      c.attention_bias = f.bool_or("attention_bias", false);
+      c.qk_norm = false;
+      break;
+  }
+  c.tie_word_embeddings = f.bool_or("tie_word_embeddings", false);
+  // Newer transformers write `dtype`, older `torch_dtype`.
+  if (f.has("dtype")) {
+    c.torch_dtype = parse_dtype(f.string_or("dtype", ""), origin, "dtype");
+  } else if (f.has("torch_dtype")) {
+    c.torch_dtype = parse_dtype(f.string_or("torch_dtype", ""), origin, "torch_dtype");
+  }
+  c.eos_token_ids = f.token_ids("eos_token_id");
+  const std::vector<int64_t> bos = f.token_ids("bos_token_id");
+  NANOVLLM_CHECK(bos.size() <= 1, origin, ": field 'bos_token_id' must be a single token id");
+  c.bos_token_id = bos.empty() ? -1 : bos[0];
+  return c;
+}
+
+ModelConfig ModelConfig::from_model_dir(const std::filesystem::path& dir) {
+  NANOVLLM_CHECK(std::filesystem::is_directory(dir), "model directory ", dir.string(), " does not exist");
+  const std::filesystem::path config_path = dir / "config.json";
+  NANOVLLM_CHECK(std::filesystem::is_regular_file(config_path), "no config.json in model directory ",
+                 dir.string());
+  ModelConfig c = from_json_text(read_text_file(config_path), config_path.string());
+
+  // generation_config.json's eos (int or list) overrides config.json's: chat models list the end-of-turn
+  // token there.
+  const std::filesystem::path gen_path = dir / "generation_config.json";
+  if (std::filesystem::is_regular_file(gen_path)) {
+    const json g = parse_json(read_text_file(gen_path), gen_path.string());
+    const Fields f(g, gen_path.string());
+    if (f.has("eos_token_id")) c.eos_token_ids = f.token_ids("eos_token_id");
+    if (c.bos_token_id < 0 && f.has("bos_token_id")) {
+      const std::vector<int64_t> bos = f.token_ids("bos_token_id");
+      if (bos.size() == 1) c.bos_token_id = bos[0];
+    }
+  }
+  for (int64_t id : c.eos_token_ids)
+    NANOVLLM_CHECK(id < c.vocab_size, dir.string(), ": eos_token_id ", id, " is outside the vocabulary (",
+                   c.vocab_size, ")");
+  return c;
+}
+
+int64_t ModelConfig::max_model_len() const {
+  int64_t len = max_position_embeddings;
+  const bool extends = rope_scaling.type == RopeScaling::Type::kYarn || rope_scaling.type == RopeScaling::Type::kLinear;
+  if (extends && rope_scaling.original_max_position_embeddings > 0) {
+    const double scaled = static_cast<double>(rope_scaling.original_max_position_embeddings) * rope_scaling.factor;
+    if (scaled > static_cast<double>(len) && scaled < 9.0e18) len = static_cast<int64_t>(scaled);
+  }
+  return len;
+}
+
+}  // namespace nanovllm

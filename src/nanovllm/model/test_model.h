@@ -1,0 +1,35 @@
+// Random-weight checkpoints in the Hugging Face hub's exact layout (config.json, generation_config.json,
+// model.safetensors or shards + index), loadable by load_weights and by HF transformers'
+// AutoModelForCausalLM. For tests and benchmarks where no real weights can be downloaded.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace nanovllm {
+
+// Names accepted by test_model_config: "tiny", "qwen3-0.6b", "qwen3-4b", "qwen3-8b".
+std::vector<std::string> test_model_presets();
+
+// Hub-format config.json for a preset (the real Qwen3 configs' numbers; "tiny" is a 2-layer Qwen3 with
+// hidden 64, vocab 512, bos 1, eos 2). Throws nanovllm::Error for an unknown preset. Callers may edit
+// fields before write_test_model.
+nlohmann::json test_model_config(const std::string& preset);
+
+// Writes config.json (as given), generation_config.json (bos/eos from the config) and bf16 weights into
+// out_dir (created if needed; stale model.safetensors / index / shard files there are removed first).
+// shard_max_bytes > 0: shards model-0000i-of-0000n.safetensors of at most that many data bytes (a tensor
+// larger than the limit gets a shard of its own) + model.safetensors.index.json; 0: one model.safetensors.
+// Values are a pure function of (seed, tensor name, element index) — identical for any thread count:
+//   embeddings (and an untied lm_head ~ N(0,1)/sqrt(H)) ~ N(0,1); linear weights ~ N(0,1)/sqrt(fan_in);
+//   RMSNorm weights ~ U(0.8, 1.2); biases ~ N(0, 0.02^2).
+// The config is parsed with ModelConfig::from_json_text first, so an invalid one fails with a clear error.
+// num_threads: 0 = all hardware threads.
+void write_test_model(const std::filesystem::path& out_dir, const nlohmann::json& config, uint64_t seed,
+                      int64_t shard_max_bytes = 0, int num_threads = 0);
+
+}  // namespace nanovllm

@@ -1,0 +1,236 @@
+#include "nanovllm/model/weights.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "nanovllm/core/error.h"
+#include "nanovllm/core/logging.h"
+#include "nanovllm/model/safetensors.h"
+
+namespace nanovllm {
+namespace {
+
+std::string layer_prefix(int64_t i) { return "model.layers." + std::to_string(i) + "."; }
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Converts `count` elements; memcpy-based loads so unaligned mmap data is fine.
+void convert(const void* src, DType sd, void* dst, DType dd, size_t count) {
+  if (sd == dd) {
+    std::memcpy(dst, src, count * dtype_size(sd));
+    return;
+  }
+  const auto* s = static_cast<const unsigned char*>(src);
+  auto* d = static_cast<unsigned char*>(dst);
+  for (size_t i = 0; i < count; ++i) {
+    float f;
+    if (sd == DType::kF32) {
+      std::memcpy(&f, s + 4 * i, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, s + 2 * i, 2);
+      f = sd == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+    }
+    if (dd == DType::kF32) {
+      std::memcpy(d + 4 * i, &f, 4);
+    } else {
+      const uint16_t h = dd == DType::kBF16 ? f32_to_bf16(f) : f32_to_f16(f);
+      std::memcpy(d + 2 * i, &h, 2);
+    }
+  }
+}
+
+// One owned tensor: the row-wise concatenation of checkpoint tensors (one for most, q/k/v or gate/up merged).
+struct OutputTensor {
+  std::vector<const TensorInfo*> parts;
+  Shape shape;
+  DType dtype = DType::kBF16;
+  size_t offset = 0;  // into the arena
+  TensorView* target = nullptr;
+};
+
+class Loader {
+ public:
+  Loader(const WeightLoadOptions& opt) : opt_(opt) {
+    threads_ = opt.num_threads > 0 ? opt.num_threads
+                                   : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  }
+
+  // Converts `out`'s parts into dst (allocator memory) piece by piece: each piece is converted in parallel
+  // into host memory (the destination itself when it is host memory and no upload is set) and uploaded.
+  void copy(const OutputTensor& out, char* dst) {
+    const size_t osz = dtype_size(out.dtype);
+    std::vector<int64_t> starts;  // element index where each part starts
+    int64_t total = 0;
+    for (const TensorInfo* p : out.parts) {
+      starts.push_back(total);
+      total += p->shape.numel();
+    }
+    constexpr int64_t kPiece = int64_t{16} << 20;  // elements per piece: bounds the staging memory
+    const bool direct = !opt_.upload;
+    if (!direct && staging_.size() < static_cast<size_t>(std::min(total, kPiece)) * osz)
+      staging_.resize(static_cast<size_t>(std::min(total, kPiece)) * osz);
+    for (int64_t s = 0; s < total; s += kPiece) {
+      const int64_t n = std::min(kPiece, total - s);
+      char* host = direct ? dst + static_cast<size_t>(s) * osz : staging_.data();
+      auto work = [&](int64_t a, int64_t b) {  // elements [a, b) of the piece
+        for (size_t k = 0; k < out.parts.size() && a < b; ++k) {
+          const int64_t ps = starts[k], pe = starts[k] + out.parts[k]->shape.numel();
+          const int64_t lo = std::max(s + a, ps), hi = std::min(s + b, pe);
+          if (lo >= hi) continue;
+          const TensorInfo& p = *out.parts[k];
+          convert(static_cast<const char*>(p.data) + static_cast<size_t>(lo - ps) * dtype_size(p.dtype), p.dtype,
+                  host + static_cast<size_t>(lo - s) * osz, out.dtype, static_cast<size_t>(hi - lo));
+        }
+      };
+      const int t = n < (int64_t{1} << 18) ? 1 : threads_;
+      if (t == 1) {
+        work(0, n);
+      } else {
+        std::vector<std::thread> pool;
+        for (int i = 0; i < t; ++i) pool.emplace_back(work, n * i / t, n * (i + 1) / t);
+        for (auto& th : pool) th.join();
+      }
+      if (!direct) opt_.upload(dst + static_cast<size_t>(s) * osz, host, static_cast<size_t>(n) * osz);
+    }
+  }
+
+ private:
+  const WeightLoadOptions& opt_;
+  int threads_ = 1;
+  std::vector<char> staging_;
+};
+
+}  // namespace
+
+std::vector<WeightSpec> weight_table(const ModelConfig& c) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, D = c.head_dim;
+  const int64_t q = c.q_size(), kv = c.kv_size();
+  // Qwen2 has q/k/v biases only; Qwen3 and Llama put `attention_bias` on o_proj as well.
+  const bool o_bias = c.attention_bias && c.arch != Architecture::kQwen2;
+  std::vector<WeightSpec> t;
+  t.push_back({"model.embed_tokens.weight", {V, H}});
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = layer_prefix(i);
+    t.push_back({p + "input_layernorm.weight", {H}});
+    t.push_back({p + "self_attn.q_proj.weight", {q, H}});
+    t.push_back({p + "self_attn.k_proj.weight", {kv, H}});
+    t.push_back({p + "self_attn.v_proj.weight", {kv, H}});
+    if (c.attention_bias) {
+      t.push_back({p + "self_attn.q_proj.bias", {q}});
+      t.push_back({p + "self_attn.k_proj.bias", {kv}});
+      t.push_back({p + "self_attn.v_proj.bias", {kv}});
+    }
+    if (c.qk_norm) {
+      t.push_back({p + "self_attn.q_norm.weight", {D}});
+      t.push_back({p + "self_attn.k_norm.weight", {D}});
+    }
+    t.push_back({p + "self_attn.o_proj.weight", {H, q}});
+    if (o_bias) t.push_back({p + "self_attn.o_proj.bias", {H}});
+    t.push_back({p + "post_attention_layernorm.weight", {H}});
+    t.push_back({p + "mlp.gate_proj.weight", {I, H}});
+    t.push_back({p + "mlp.up_proj.weight", {I, H}});
+    t.push_back({p + "mlp.down_proj.weight", {H, I}});
+  }
+  t.push_back({"model.norm.weight", {H}});
+  if (!c.tie_word_embeddings) t.push_back({"lm_head.weight", {V, H}});
+  return t;
+}
+
+bool is_ignored_checkpoint_tensor(const std::string& name, const ModelConfig& cfg) {
+  if (ends_with(name, "rotary_emb.inv_freq")) return true;
+  return cfg.tie_word_embeddings && name == "lm_head.weight";
+}
+
+ModelWeights load_weights(const std::filesystem::path& dir, const ModelConfig& cfg, const WeightLoadOptions& opt) {
+  NANOVLLM_CHECK(opt.allocator != nullptr, "load_weights: no allocator");
+  NANOVLLM_CHECK(opt.upload || opt.allocator->device().is_cpu(), "load_weights: weights on ",
+                 to_string(opt.allocator->device()), " need an upload function");
+  if (opt.dtype) {
+    const DType d = *opt.dtype;
+    NANOVLLM_CHECK(d == DType::kF32 || d == DType::kBF16 || d == DType::kF16, "load_weights: cannot convert to ",
+                   dtype_name(d), " (F32, BF16 or F16)");
+  }
+  const SafetensorsCheckpoint ckpt(dir);
+
+  // Validate names and shapes against the table before any copying.
+  const std::vector<WeightSpec> table = weight_table(cfg);
+  std::map<std::string, Shape> expected;
+  for (const WeightSpec& w : table) expected.emplace(w.name, w.shape);
+  for (const WeightSpec& w : table) {
+    NANOVLLM_CHECK(ckpt.has(w.name), "checkpoint ", dir.string(), " is missing tensor '", w.name,
+                   "' (expected shape ", w.shape.str(), ", ", cfg.architecture_name, ")");
+    const TensorInfo& t = ckpt.info(w.name);
+    NANOVLLM_CHECK(t.shape == w.shape, "tensor '", w.name, "' in ", t.file.string(), " has shape ", t.shape.str(),
+                   ", expected ", w.shape.str(), " from config.json");
+  }
+  for (const std::string& name : ckpt.names()) {
+    if (expected.count(name) || is_ignored_checkpoint_tensor(name, cfg)) continue;
+    NANOVLLM_FAIL("unexpected tensor '", name, "' in ", ckpt.info(name).file.string(), " (not part of ",
+                  cfg.architecture_name, " with this config.json)");
+  }
+
+  ModelWeights w;
+  w.layers.resize(static_cast<size_t>(cfg.num_hidden_layers));
+  std::vector<OutputTensor> outs;
+  auto add = [&](TensorView* target, std::vector<std::string> names) {
+    OutputTensor o;
+    o.target = target;
+    int64_t rows = 0;
+    for (const std::string& n : names) {
+      o.parts.push_back(&ckpt.info(n));
+      rows += o.parts.back()->shape[0];
+    }
+    o.shape = o.parts.front()->shape;
+    o.shape.dims[0] = rows;
+    o.dtype = opt.dtype.value_or(o.parts.front()->dtype);
+    outs.push_back(std::move(o));
+  };
+  add(&w.embed_tokens, {"model.embed_tokens.weight"});
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+    LayerWeights& l = w.layers[static_cast<size_t>(i)];
+    const std::string p = layer_prefix(i);
+    add(&l.input_layernorm, {p + "input_layernorm.weight"});
+    add(&l.qkv_proj, {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"});
+    if (cfg.attention_bias)
+      add(&l.qkv_bias, {p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"});
+    if (cfg.qk_norm) {
+      add(&l.q_norm, {p + "self_attn.q_norm.weight"});
+      add(&l.k_norm, {p + "self_attn.k_norm.weight"});
+    }
+    add(&l.o_proj, {p + "self_attn.o_proj.weight"});
+    if (expected.count(p + "self_attn.o_proj.bias")) add(&l.o_bias, {p + "self_attn.o_proj.bias"});
+    add(&l.post_attention_layernorm, {p + "post_attention_layernorm.weight"});
+    add(&l.gate_up_proj, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"});
+    add(&l.down_proj, {p + "mlp.down_proj.weight"});
+  }
+  add(&w.norm, {"model.norm.weight"});
+  if (!cfg.tie_word_embeddings) add(&w.lm_head, {"lm_head.weight"});
+
+  // One arena, every tensor 256-byte aligned (what vectorised kernels and cuBLASLt like).
+  constexpr size_t kAlign = 256;
+  size_t total = 0;
+  for (OutputTensor& o : outs) {
+    o.offset = total;
+    total += (static_cast<size_t>(o.shape.numel()) * dtype_size(o.dtype) + kAlign - 1) / kAlign * kAlign;
+  }
+  // Host allocators may align less than kAlign: over-allocate and align the base.
+  w.storage.emplace_back(*opt.allocator, total + kAlign);
+  const uintptr_t raw = reinterpret_cast<uintptr_t>(w.storage.back().data());
+  char* base = static_cast<char*>(w.storage.back().data()) + ((kAlign - raw % kAlign) % kAlign);
+  const Device device = opt.allocator->device();
+  Loader loader(opt);
+  for (const OutputTensor& o : outs) {
+    loader.copy(o, base + o.offset);
+    *o.target = TensorView(base + o.offset, o.dtype, o.shape, device);
+  }
+  if (cfg.tie_word_embeddings) w.lm_head = w.embed_tokens;
+  NANOVLLM_DEBUG("loaded ", outs.size(), " weight tensors (", total >> 20, " MiB) from ", dir.string());
+  return w;
+}
+
+}  // namespace nanovllm

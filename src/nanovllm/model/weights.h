@@ -1,0 +1,65 @@
+// The weight table of a Qwen3 / Qwen2 / Llama decoder (HF tensor names -> expected shapes) and the loader
+// that validates a checkpoint against it and copies the weights, merged for the fused GEMMs, into owned
+// memory on the target device.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nanovllm/core/dtype.h"
+#include "nanovllm/core/tensor.h"
+#include "nanovllm/model/config.h"
+
+namespace nanovllm {
+
+// H = hidden_size, I = intermediate_size, V = vocab_size, Hq/Hk = q/kv heads, D = head_dim.
+struct LayerWeights {
+  TensorView input_layernorm;           // [H]
+  TensorView qkv_proj;                  // [(Hq + 2*Hk) * D, H]: q rows, then k rows, then v rows
+  TensorView qkv_bias;                  // [(Hq + 2*Hk) * D], or undefined (default TensorView) without bias
+  TensorView q_norm, k_norm;            // [D] or undefined (Qwen3 only)
+  TensorView o_proj;                    // [H, Hq * D]
+  TensorView o_bias;                    // [H], or undefined: only Qwen3/Llama with attention_bias = true
+  TensorView post_attention_layernorm;  // [H]
+  TensorView gate_up_proj;              // [2 * I, H]: gate rows then up rows
+  TensorView down_proj;                 // [H, I]
+};
+
+struct ModelWeights {
+  TensorView embed_tokens;  // [V, H]
+  std::vector<LayerWeights> layers;
+  TensorView norm;          // [H]
+  TensorView lm_head;       // [V, H]; the same memory as embed_tokens when tied
+  std::vector<Buffer> storage;  // owns everything above
+};
+
+struct WeightLoadOptions {
+  std::optional<DType> dtype;  // convert every tensor to this (F32/BF16/F16); nullopt: keep checkpoint dtypes
+  Allocator* allocator = &cpu_allocator();  // where the weights live
+  // Copies host bytes to allocator memory (default: memcpy). The CUDA backend passes a device upload.
+  std::function<void(void* dst, const void* src, size_t bytes)> upload;
+  int num_threads = 0;  // conversion threads (0: min(hardware threads, 8))
+};
+
+// One checkpoint tensor the model expects, in HF naming.
+struct WeightSpec {
+  std::string name;  // e.g. "model.layers.3.self_attn.q_proj.weight"
+  Shape shape;
+};
+
+// Every tensor a checkpoint for `cfg` must hold (no more, no less — besides ignorable extras such as
+// rotary_emb.inv_freq), in a fixed order: embed_tokens, then per layer, then norm, then lm_head (untied only).
+std::vector<WeightSpec> weight_table(const ModelConfig& cfg);
+
+// True for checkpoint tensors the loader ignores (rotary_emb.inv_freq buffers; lm_head.weight when tied).
+bool is_ignored_checkpoint_tensor(const std::string& name, const ModelConfig& cfg);
+
+// Validates the checkpoint in `dir` (model.safetensors or a sharded index) against weight_table(cfg) and
+// loads it. Throws nanovllm::Error naming the tensor, the expected vs actual shape/dtype and the file.
+ModelWeights load_weights(const std::filesystem::path& dir, const ModelConfig& cfg,
+                          const WeightLoadOptions& opt = {});
+
+}  // namespace nanovllm

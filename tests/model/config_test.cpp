@@ -1,0 +1,373 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "model/model_test_util.h"
+#include "nanovllm/core/error.h"
+#include "nanovllm/model/config.h"
+
+using namespace nanovllm;
+using model_test::TempDir;
+using nlohmann::json;
+
+namespace {
+
+// The hub's Qwen/Qwen3-0.6B config.json, verbatim.
+const char* kQwen3_06B = R"({
+  "architectures": ["Qwen3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 1024,
+  "initializer_range": 0.02,
+  "intermediate_size": 3072,
+  "max_position_embeddings": 40960,
+  "max_window_layers": 28,
+  "model_type": "qwen3",
+  "num_attention_heads": 16,
+  "num_hidden_layers": 28,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000,
+  "sliding_window": null,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.51.0",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+// meta-llama/Llama-3.1-8B-Instruct's config.json (the fields that matter).
+const char* kLlama31 = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "attention_bias": false,
+  "bos_token_id": 128000,
+  "eos_token_id": [128001, 128008, 128009],
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 131072,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "vocab_size": 128256
+})";
+
+// Qwen/Qwen2.5-0.5B-Instruct's config.json (the fields that matter): no head_dim, no attention_bias key.
+const char* kQwen25 = R"({
+  "architectures": ["Qwen2ForCausalLM"],
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "hidden_act": "silu",
+  "hidden_size": 896,
+  "intermediate_size": 4864,
+  "max_position_embeddings": 32768,
+  "model_type": "qwen2",
+  "num_attention_heads": 14,
+  "num_hidden_layers": 24,
+  "num_key_value_heads": 2,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000.0,
+  "sliding_window": 32768,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+json qwen3() { return json::parse(kQwen3_06B); }
+ModelConfig parse(const json& j) { return ModelConfig::from_json_text(j.dump(), "config.json"); }
+
+// Runs `fn`, expects nanovllm::Error whose message contains every one of `parts`.
+template <typename Fn>
+void expect_error(Fn fn, std::initializer_list<std::string> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error thrown";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+  }
+}
+
+}  // namespace
+
+TEST(ModelConfig, Qwen3HubConfig) {
+  const ModelConfig c = ModelConfig::from_json_text(kQwen3_06B);
+  EXPECT_EQ(c.arch, Architecture::kQwen3);
+  EXPECT_EQ(c.architecture_name, "Qwen3ForCausalLM");
+  EXPECT_EQ(c.model_type, "qwen3");
+  EXPECT_EQ(c.vocab_size, 151936);
+  EXPECT_EQ(c.hidden_size, 1024);
+  EXPECT_EQ(c.intermediate_size, 3072);
+  EXPECT_EQ(c.num_hidden_layers, 28);
+  EXPECT_EQ(c.num_attention_heads, 16);
+  EXPECT_EQ(c.num_key_value_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);  // explicit, not 1024 / 16 = 64
+  EXPECT_EQ(c.q_size(), 2048);
+  EXPECT_EQ(c.kv_size(), 1024);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kNone);
+  EXPECT_EQ(c.max_position_embeddings, 40960);
+  EXPECT_EQ(c.max_model_len(), 40960);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.torch_dtype, DType::kBF16);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int64_t>{151645});
+  EXPECT_EQ(c.bos_token_id, 151643);
+}
+
+TEST(ModelConfig, Llama31WithLlama3Rope) {
+  const ModelConfig c = ModelConfig::from_json_text(kLlama31);
+  EXPECT_EQ(c.arch, Architecture::kLlama);
+  EXPECT_EQ(c.head_dim, 128);  // derived: 4096 / 32
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 8.0);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_EQ(c.max_model_len(), 131072);  // llama3 scaling does not extend past max_position_embeddings
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{128001, 128008, 128009}));
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);
+}
+
+TEST(ModelConfig, Qwen2AlwaysHasQkvBias) {
+  ModelConfig c = ModelConfig::from_json_text(kQwen25);
+  EXPECT_EQ(c.arch, Architecture::kQwen2);
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.head_dim, 64);  // 896 / 14
+  EXPECT_EQ(c.num_key_value_heads, 2);
+  json j = json::parse(kQwen25);
+  j["attention_bias"] = false;  // not a Qwen2 switch: the model has biases regardless
+  EXPECT_TRUE(parse(j).attention_bias);
+}
+
+TEST(ModelConfig, AttentionBiasFromConfigForQwen3AndLlama) {
+  json j = qwen3();
+  j["attention_bias"] = true;
+  EXPECT_TRUE(parse(j).attention_bias);
+  j = json::parse(kLlama31);
+  j.erase("attention_bias");
+  EXPECT_FALSE(parse(j).attention_bias);
+  j["attention_bias"] = true;
+  EXPECT_TRUE(parse(j).attention_bias);
+}
+
+TEST(ModelConfig, KvHeadsDefaultToHeadsAndHeadDimDerivation) {
+  json j = qwen3();
+  j.erase("num_key_value_heads");
+  j.erase("head_dim");
+  j["hidden_size"] = 960;
+  j["num_attention_heads"] = 15;
+  const ModelConfig c = parse(j);
+  EXPECT_EQ(c.num_key_value_heads, 15);
+  EXPECT_EQ(c.head_dim, 64);
+  j["num_key_value_heads"] = nullptr;  // null behaves as absent
+  EXPECT_EQ(parse(j).num_key_value_heads, 15);
+}
+
+TEST(ModelConfig, LegacyRopeScalingForms) {
+  json j = qwen3();
+  // Qwen3's documented YaRN override, with the legacy "type" key.
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  ModelConfig c = parse(j);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kYarn);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 4.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 32768);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.beta_fast, 32.0);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.beta_slow, 1.0);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.attention_factor, 0.0);
+  EXPECT_TRUE(c.rope_scaling.truncate);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.max_model_len(), 131072);  // 32768 * 4 > 40960
+
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2.5}, {"beta_fast", 16}, {"beta_slow", 2},
+                       {"attention_factor", 1.25}, {"mscale", 0.7}, {"mscale_all_dim", 0.5}, {"truncate", false}};
+  c = parse(j);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 2.5);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.beta_fast, 16);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.beta_slow, 2);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.attention_factor, 1.25);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.mscale, 0.7);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.mscale_all_dim, 0.5);
+  EXPECT_FALSE(c.rope_scaling.truncate);
+  EXPECT_EQ(c.max_model_len(), 40960);  // no original length given: max_position_embeddings
+
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  c = parse(j);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kLinear);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 2.0);
+
+  j["rope_scaling"] = {{"rope_type", "default"}};
+  EXPECT_EQ(parse(j).rope_scaling.type, RopeScaling::Type::kNone);
+}
+
+TEST(ModelConfig, NewRopeParametersForm) {
+  json j = qwen3();
+  j.erase("rope_theta");
+  j.erase("rope_scaling");
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 250000.0}};
+  ModelConfig c = parse(j);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kNone);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 250000.0);
+
+  j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 1000000.0}, {"factor", 4.0},
+                          {"original_max_position_embeddings", 32768}};
+  c = parse(j);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kYarn);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.max_model_len(), 131072);
+
+  j["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 32.0},
+                          {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                          {"original_max_position_embeddings", 8192}};
+  c = parse(j);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 32.0);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
+
+  j["rope_parameters"] = {{"rope_type", "linear"}, {"rope_theta", 10000}, {"factor", 3.0},
+                          {"original_max_position_embeddings", 16384}};
+  c = parse(j);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kLinear);
+  EXPECT_EQ(c.max_model_len(), 49152);  // 16384 * 3 > 40960
+}
+
+TEST(ModelConfig, DTypeFieldNames) {
+  json j = qwen3();
+  j["torch_dtype"] = "float16";
+  EXPECT_EQ(parse(j).torch_dtype, DType::kF16);
+  j["torch_dtype"] = "float32";
+  EXPECT_EQ(parse(j).torch_dtype, DType::kF32);
+  j.erase("torch_dtype");
+  j["dtype"] = "float16";  // newer transformers
+  EXPECT_EQ(parse(j).torch_dtype, DType::kF16);
+  j["dtype"] = "int8";
+  expect_error([&] { parse(j); }, {"config.json", "'dtype'", "int8"});
+}
+
+TEST(ModelConfig, EosAsListAndGenerationConfigOverride) {
+  json j = qwen3();
+  j["eos_token_id"] = {151645, 151643};
+  EXPECT_EQ(parse(j).eos_token_ids, (std::vector<int64_t>{151645, 151643}));
+  j["eos_token_id"] = nullptr;
+  EXPECT_TRUE(parse(j).eos_token_ids.empty());
+
+  TempDir dir;
+  model_test::write_file(dir / "config.json", qwen3().dump());
+  EXPECT_EQ(ModelConfig::from_model_dir(dir.path()).eos_token_ids, std::vector<int64_t>{151645});
+  model_test::write_file(dir / "generation_config.json",
+                         R"({"bos_token_id": 151643, "eos_token_id": [151645, 151643], "top_k": 20})");
+  const ModelConfig c = ModelConfig::from_model_dir(dir.path());
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{151645, 151643}));
+  EXPECT_EQ(c.hidden_size, 1024);
+  model_test::write_file(dir / "generation_config.json", R"({"eos_token_id": 7})");
+  EXPECT_EQ(ModelConfig::from_model_dir(dir.path()).eos_token_ids, std::vector<int64_t>{7});
+  model_test::write_file(dir / "generation_config.json", R"({"eos_token_id": 7,)");
+  expect_error([&] { ModelConfig::from_model_dir(dir.path()); }, {"generation_config.json", "invalid JSON"});
+  model_test::write_file(dir / "generation_config.json", R"({"eos_token_id": "x"})");
+  expect_error([&] { ModelConfig::from_model_dir(dir.path()); }, {"generation_config.json", "eos_token_id"});
+}
+
+TEST(ModelConfig, UnknownArchitectureIsNamed) {
+  json j = qwen3();
+  j["architectures"] = {"MistralForCausalLM"};
+  expect_error([&] { parse(j); }, {"config.json", "MistralForCausalLM", "Qwen3ForCausalLM"});
+  j.erase("architectures");  // falls back to model_type
+  EXPECT_EQ(parse(j).arch, Architecture::kQwen3);
+  j["model_type"] = "gemma";
+  expect_error([&] { parse(j); }, {"config.json", "gemma"});
+}
+
+TEST(ModelConfig, MissingAndMistypedFieldsAreNamed) {
+  for (const char* field : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                            "num_attention_heads", "max_position_embeddings"}) {
+    json j = qwen3();
+    j.erase(field);
+    expect_error([&] { parse(j); }, {"config.json", std::string("'") + field + "'", "missing"});
+    j[field] = "1024";
+    expect_error([&] { parse(j); }, {"config.json", std::string("'") + field + "'", "positive integer"});
+    j[field] = 0;
+    expect_error([&] { parse(j); }, {"config.json", std::string("'") + field + "'", "positive integer"});
+    j[field] = 12.5;
+    expect_error([&] { parse(j); }, {std::string("'") + field + "'"});
+  }
+  json j = qwen3();
+  j["tie_word_embeddings"] = "yes";
+  expect_error([&] { parse(j); }, {"'tie_word_embeddings'", "true or false"});
+  j = qwen3();
+  j["rms_norm_eps"] = "small";
+  expect_error([&] { parse(j); }, {"'rms_norm_eps'", "number"});
+  j = qwen3();
+  j["rope_theta"] = -1;
+  expect_error([&] { parse(j); }, {"'rope_theta'", "positive"});
+  j = qwen3();
+  j["architectures"] = "Qwen3ForCausalLM";
+  expect_error([&] { parse(j); }, {"'architectures'"});
+  j = qwen3();
+  j["hidden_act"] = "gelu";
+  expect_error([&] { parse(j); }, {"'hidden_act'", "gelu"});
+}
+
+TEST(ModelConfig, InconsistentSizesAreRejected) {
+  json j = qwen3();
+  j["num_key_value_heads"] = 5;  // 16 % 5 != 0
+  expect_error([&] { parse(j); }, {"config.json", "'num_attention_heads'", "'num_key_value_heads'"});
+  j = qwen3();
+  j.erase("head_dim");
+  j["num_attention_heads"] = 24;  // 1024 % 24 != 0
+  j["num_key_value_heads"] = 8;
+  expect_error([&] { parse(j); }, {"config.json", "'hidden_size'", "head_dim"});
+}
+
+TEST(ModelConfig, RopeErrors) {
+  json j = qwen3();
+  j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+  expect_error([&] { parse(j); }, {"config.json", "rope_scaling", "dynamic"});
+  j["rope_scaling"] = {{"rope_type", "yarn"}};
+  expect_error([&] { parse(j); }, {"rope_scaling", "'factor'"});
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 0.5}};
+  expect_error([&] { parse(j); }, {"rope_scaling", "'factor'"});
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  expect_error([&] { parse(j); }, {"rope_scaling", "original_max_position_embeddings"});
+  j["rope_scaling"] = "yarn";
+  expect_error([&] { parse(j); }, {"'rope_scaling'", "object"});
+  j.erase("rope_scaling");
+  j["rope_parameters"] = {{"rope_type", "longrope"}, {"rope_theta", 1e4}, {"factor", 2.0}};
+  expect_error([&] { parse(j); }, {"rope_parameters", "longrope"});
+}
+
+TEST(ModelConfig, FileErrors) {
+  TempDir dir;
+  expect_error([&] { ModelConfig::from_model_dir(dir / "nope"); }, {"nope", "does not exist"});
+  expect_error([&] { ModelConfig::from_model_dir(dir.path()); }, {"config.json", dir.path().string()});
+  model_test::write_file(dir / "config.json", "{\"architectures\": [\"Qwen3ForCausalLM\"], ");
+  expect_error([&] { ModelConfig::from_model_dir(dir.path()); }, {(dir / "config.json").string(), "invalid JSON"});
+  model_test::write_file(dir / "config.json", "[1, 2]");
+  expect_error([&] { ModelConfig::from_model_dir(dir.path()); }, {"config.json", "object"});
+  json j = qwen3();
+  j.erase("vocab_size");
+  model_test::write_file(dir / "config.json", j.dump());
+  expect_error([&] { ModelConfig::from_model_dir(dir.path()); },
+               {(dir / "config.json").string(), "'vocab_size'"});
+}
