@@ -1,0 +1,392 @@
+#include "nanovllm/tokenizer/tokenizer.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unordered_map>
+
+#include "nanovllm/core/error.h"
+#include "nanovllm/tokenizer/bpe.h"
+#include "nanovllm/tokenizer/byte_level.h"
+#include "nanovllm/tokenizer/normalizer.h"
+#include "nanovllm/tokenizer/regex_split.h"
+#include "nanovllm/tokenizer/utf8.h"
+
+namespace nanovllm::tokenizer {
+
+using json = nlohmann::json;
+
+struct Tokenizer::Impl {
+  std::unique_ptr<BpeModel> bpe;
+  Normalizer normalizer;
+  std::vector<RegexSplitter> splitters;  // applied in order; pieces of one feed the next
+  std::vector<AddedToken> added;
+  AddedTokenMatcher raw_matcher;         // added tokens with normalized=false
+  AddedTokenMatcher normalized_matcher;  // added tokens with normalized=true
+  std::vector<int32_t> post_prefix, post_suffix;  // TemplateProcessing "single" around $A
+
+  std::unordered_map<std::string, int32_t> vocab;        // byte-level spelling -> id
+  std::unordered_map<std::string, int32_t> added_by_content;
+  std::vector<std::string> id_token;   // [vocab_size] spelling, empty when unused
+  std::vector<std::string> id_bytes;   // [vocab_size] decoded bytes
+  std::vector<uint8_t> id_known;       // [vocab_size]
+  std::vector<uint8_t> id_special;     // [vocab_size]
+  std::optional<int32_t> eos, bos, pad;
+
+  void encode_text(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_normalized(std::string_view text, std::vector<int32_t>& out) const;
+};
+
+namespace {
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  NANOVLLM_CHECK(in.good(), "tokenizer: cannot open ", path.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string type_of(const json& j) { return j.is_object() && j.contains("type") ? j["type"].get<std::string>() : ""; }
+
+void parse_normalizer(const json& j, std::vector<NormalForm>& steps) {
+  if (j.is_null()) return;
+  const std::string t = type_of(j);
+  if (t == "Sequence") {
+    for (const auto& n : j.at("normalizers")) parse_normalizer(n, steps);
+  } else if (t == "NFC") {
+    steps.push_back(NormalForm::kNFC);
+  } else if (t == "NFD") {
+    steps.push_back(NormalForm::kNFD);
+  } else if (t == "NFKC") {
+    steps.push_back(NormalForm::kNFKC);
+  } else if (t == "NFKD") {
+    steps.push_back(NormalForm::kNFKD);
+  } else {
+    NANOVLLM_FAIL("tokenizer.json: unsupported normalizer type '", t, "'");
+  }
+}
+
+std::string escape_regex(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (std::string_view("\\^$.|?*+()[]{}-/").find(c) != std::string_view::npos) out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+// Returns true when a ByteLevel pre-tokenizer was seen.
+bool parse_pre_tokenizer(const json& j, std::vector<RegexSplitter>& splitters) {
+  NANOVLLM_CHECK(!j.is_null(), "tokenizer.json: pre_tokenizer is null; only byte-level BPE is supported");
+  const std::string t = type_of(j);
+  if (t == "Sequence") {
+    bool byte_level = false;
+    for (const auto& p : j.at("pretokenizers")) {
+      NANOVLLM_CHECK(!byte_level, "tokenizer.json: pre-tokenizers after ByteLevel are not supported");
+      byte_level = parse_pre_tokenizer(p, splitters);
+    }
+    return byte_level;
+  }
+  if (t == "Split") {
+    const std::string behavior = j.value("behavior", "Isolated");
+    NANOVLLM_CHECK(behavior == "Isolated", "tokenizer.json: Split behavior '", behavior, "' is not supported");
+    NANOVLLM_CHECK(!j.value("invert", false), "tokenizer.json: Split with invert=true is not supported");
+    const json& pat = j.at("pattern");
+    if (pat.contains("Regex")) splitters.emplace_back(pat["Regex"].get<std::string>());
+    else splitters.emplace_back(escape_regex(pat.at("String").get<std::string>()));
+    return false;
+  }
+  if (t == "ByteLevel") {
+    NANOVLLM_CHECK(!j.value("add_prefix_space", false),
+                   "tokenizer.json: ByteLevel add_prefix_space=true is not supported");
+    if (j.value("use_regex", true)) splitters.emplace_back(kGpt2Pattern);
+    return true;
+  }
+  NANOVLLM_FAIL("tokenizer.json: unsupported pre_tokenizer type '", t, "'");
+}
+
+void parse_decoder(const json& j) {
+  const std::string t = type_of(j);
+  if (t == "Sequence") {
+    NANOVLLM_CHECK(j.at("decoders").size() == 1, "tokenizer.json: only a ByteLevel decoder is supported");
+    return parse_decoder(j["decoders"][0]);
+  }
+  NANOVLLM_CHECK(t == "ByteLevel", "tokenizer.json: unsupported decoder '", j.is_null() ? "null" : t,
+                 "'; only ByteLevel is supported");
+}
+
+void parse_post_processor(const json& j, const Tokenizer::Impl& impl, std::vector<int32_t>& prefix,
+                          std::vector<int32_t>& suffix) {
+  if (j.is_null()) return;
+  const std::string t = type_of(j);
+  if (t == "ByteLevel") return;  // only adjusts offsets
+  if (t == "Sequence") {
+    for (const auto& p : j.at("processors")) parse_post_processor(p, impl, prefix, suffix);
+    return;
+  }
+  NANOVLLM_CHECK(t == "TemplateProcessing", "tokenizer.json: unsupported post_processor '", t, "'");
+  const json& specials = j.at("special_tokens");
+  bool seen_a = false;
+  for (const auto& piece : j.at("single")) {
+    if (piece.contains("Sequence")) {
+      NANOVLLM_CHECK(piece["Sequence"].at("id") == "A", "tokenizer.json: TemplateProcessing single uses $B");
+      NANOVLLM_CHECK(!seen_a, "tokenizer.json: TemplateProcessing single has $A twice");
+      seen_a = true;
+      continue;
+    }
+    const std::string name = piece.at("SpecialToken").at("id").get<std::string>();
+    NANOVLLM_CHECK(specials.contains(name), "tokenizer.json: TemplateProcessing token '", name, "' is undefined");
+    for (const auto& id : specials[name].at("ids")) (seen_a ? suffix : prefix).push_back(id.get<int32_t>());
+  }
+}
+
+std::optional<std::string> config_token_name(const json& cfg, const char* key) {
+  if (!cfg.is_object() || !cfg.contains(key)) return std::nullopt;
+  const json& v = cfg[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content")) return v["content"].get<std::string>();
+  return std::nullopt;
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_model_dir(const std::filesystem::path& dir) {
+  const auto tok_path = dir / "tokenizer.json";
+  NANOVLLM_CHECK(std::filesystem::exists(tok_path), "tokenizer: ", tok_path.string(),
+                 " not found (only fast-tokenizer tokenizer.json files are supported)");
+  const auto cfg_path = dir / "tokenizer_config.json";
+  const std::string cfg = std::filesystem::exists(cfg_path) ? read_file(cfg_path) : std::string();
+  return from_json_string(read_file(tok_path), cfg);
+}
+
+Tokenizer Tokenizer::from_file(const std::filesystem::path& tokenizer_json) {
+  return from_json_string(read_file(tokenizer_json));
+}
+
+Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::string_view config_json) {
+  json j;
+  try {
+    j = json::parse(tokenizer_json);
+  } catch (const json::exception& e) {
+    NANOVLLM_FAIL("tokenizer.json: invalid JSON: ", e.what());
+  }
+  json cfg;
+  if (!config_json.empty()) {
+    try {
+      cfg = json::parse(config_json);
+    } catch (const json::exception& e) {
+      NANOVLLM_FAIL("tokenizer_config.json: invalid JSON: ", e.what());
+    }
+  }
+  auto impl = std::make_shared<Impl>();
+  try {
+    // ---- model ----
+    const json& model = j.at("model");
+    const std::string mtype = model.value("type", "BPE");
+    NANOVLLM_CHECK(mtype == "BPE", "tokenizer.json: model type '", mtype, "' is not supported (BPE only)");
+    NANOVLLM_CHECK(model.value("dropout", json()).is_null(), "tokenizer.json: BPE dropout is not supported");
+    NANOVLLM_CHECK(!model.value("byte_fallback", false), "tokenizer.json: BPE byte_fallback is not supported");
+    for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+      const json v = model.value(k, json());
+      NANOVLLM_CHECK(v.is_null() || v.get<std::string>().empty(), "tokenizer.json: BPE ", k, " is not supported");
+    }
+    std::vector<std::pair<std::string, int32_t>> vocab;
+    vocab.reserve(model.at("vocab").size());
+    int32_t max_id = -1;
+    for (const auto& [token, id] : model["vocab"].items()) {
+      const int32_t i = id.get<int32_t>();
+      NANOVLLM_CHECK(i >= 0, "tokenizer.json: negative id for vocab token '", token, "'");
+      vocab.emplace_back(token, i);
+      max_id = std::max(max_id, i);
+    }
+    std::vector<std::pair<std::string, std::string>> merges;
+    merges.reserve(model.at("merges").size());
+    for (const auto& m : model["merges"]) {
+      if (m.is_string()) {
+        const std::string s = m.get<std::string>();
+        const size_t sp = s.find(' ');
+        NANOVLLM_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos,
+                       "tokenizer.json: merge '", s, "' is not of the form 'a b'");
+        merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+      } else {
+        NANOVLLM_CHECK(m.is_array() && m.size() == 2, "tokenizer.json: merge entry is not 'a b' or [a, b]");
+        merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+      }
+    }
+    impl->bpe = std::make_unique<BpeModel>(vocab, merges, BpeOptions{model.value("ignore_merges", false)});
+
+    // ---- pipeline ----
+    std::vector<NormalForm> forms;
+    parse_normalizer(j.value("normalizer", json()), forms);
+    impl->normalizer = Normalizer(std::move(forms));
+    NANOVLLM_CHECK(parse_pre_tokenizer(j.value("pre_tokenizer", json()), impl->splitters),
+                   "tokenizer.json: the pre_tokenizer has no ByteLevel step; only byte-level BPE is supported");
+    parse_decoder(j.value("decoder", json()));
+
+    // ---- added tokens (tokenizer.json, then any extra from tokenizer_config.json) ----
+    auto add_token = [&](const json& t, int32_t id) {
+      AddedToken a;
+      a.id = id;
+      a.content = t.at("content").get<std::string>();
+      a.special = t.value("special", false);
+      a.lstrip = t.value("lstrip", false);
+      a.rstrip = t.value("rstrip", false);
+      a.normalized = t.value("normalized", !a.special);
+      a.single_word = t.value("single_word", false);
+      NANOVLLM_CHECK(!a.content.empty(), "tokenizer.json: added token ", id, " is empty");
+      NANOVLLM_CHECK(!find_invalid_utf8(a.content), "tokenizer.json: added token ", id, " is not valid UTF-8");
+      if (impl->added_by_content.count(a.content)) return;
+      impl->added_by_content.emplace(a.content, id);
+      impl->added.push_back(std::move(a));
+      max_id = std::max(max_id, id);
+    };
+    for (const auto& t : j.value("added_tokens", json::array())) add_token(t, t.at("id").get<int32_t>());
+    if (cfg.is_object() && cfg.contains("added_tokens_decoder")) {
+      for (const auto& [id, t] : cfg["added_tokens_decoder"].items()) add_token(t, std::stoi(id));
+    }
+
+    // ---- id tables ----
+    const size_t n = static_cast<size_t>(max_id + 1);
+    impl->id_token.assign(n, {});
+    impl->id_bytes.assign(n, {});
+    impl->id_known.assign(n, 0);
+    impl->id_special.assign(n, 0);
+    impl->vocab.reserve(vocab.size());
+    for (auto& [token, id] : vocab) {
+      impl->id_bytes[id] = byte_level_token_bytes(token);
+      impl->id_known[id] = 1;
+      impl->id_token[id] = token;
+      impl->vocab.emplace(std::move(token), id);
+    }
+    std::vector<std::string> raw_pats, norm_pats;
+    std::vector<const AddedToken*> raw_toks, norm_toks;
+    for (const AddedToken& a : impl->added) {
+      impl->id_token[a.id] = a.content;
+      impl->id_bytes[a.id] = byte_level_token_bytes(a.content);  // what HF's ByteLevel decoder does
+      impl->id_known[a.id] = 1;
+      impl->id_special[a.id] = a.special;
+      if (a.normalized) {
+        std::string p;
+        impl->normalizer.normalize(a.content, p);
+        norm_pats.push_back(std::move(p));
+        norm_toks.push_back(&a);
+      } else {
+        raw_pats.push_back(a.content);
+        raw_toks.push_back(&a);
+      }
+    }
+    impl->raw_matcher = AddedTokenMatcher(std::move(raw_pats), std::move(raw_toks));
+    impl->normalized_matcher = AddedTokenMatcher(std::move(norm_pats), std::move(norm_toks));
+
+    parse_post_processor(j.value("post_processor", json()), *impl, impl->post_prefix, impl->post_suffix);
+
+    auto lookup = [&](const char* key) -> std::optional<int32_t> {
+      const auto name = config_token_name(cfg, key);
+      if (!name) return std::nullopt;
+      if (auto it = impl->added_by_content.find(*name); it != impl->added_by_content.end()) return it->second;
+      if (auto it = impl->vocab.find(*name); it != impl->vocab.end()) return it->second;
+      return std::nullopt;
+    };
+    impl->eos = lookup("eos_token");
+    impl->bos = lookup("bos_token");
+    impl->pad = lookup("pad_token");
+  } catch (const json::exception& e) {
+    NANOVLLM_FAIL("tokenizer.json: unexpected structure: ", e.what());
+  }
+  return Tokenizer(std::move(impl));
+}
+
+void Tokenizer::Impl::encode_normalized(std::string_view text, std::vector<int32_t>& out) const {
+  // Pre-tokenize through every splitter, then BPE each word.
+  std::vector<std::string_view> pieces, next;
+  pieces.push_back(text);
+  for (const RegexSplitter& s : splitters) {
+    next.clear();
+    for (std::string_view p : pieces) s.split(p, next);
+    pieces.swap(next);
+  }
+  for (std::string_view w : pieces) bpe->encode_word(w, out);
+}
+
+void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& out) const {
+  std::string normalized;
+  std::string_view view = text;
+  if (!normalizer.is_identity()) {
+    normalizer.normalize(text, normalized);
+    view = normalized;
+  }
+  if (normalized_matcher.empty()) return encode_normalized(view, out);
+  std::vector<Segment> segs;
+  normalized_matcher.split(view, segs);
+  for (const Segment& s : segs) {
+    if (s.id >= 0) out.push_back(s.id);
+    else encode_normalized(view.substr(s.begin, s.end - s.begin), out);
+  }
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  if (const auto bad = find_invalid_utf8(text)) {
+    NANOVLLM_FAIL("tokenizer: input is not valid UTF-8 at byte ", *bad, " (of ", text.size(), ")");
+  }
+  const Impl& im = *impl_;
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 4);
+  if (add_special_tokens) out.insert(out.end(), im.post_prefix.begin(), im.post_prefix.end());
+  if (im.raw_matcher.empty()) {
+    if (!text.empty()) im.encode_text(text, out);
+  } else {
+    std::vector<Segment> segs;
+    im.raw_matcher.split(text, segs);
+    for (const Segment& s : segs) {
+      if (s.id >= 0) out.push_back(s.id);
+      else im.encode_text(text.substr(s.begin, s.end - s.begin), out);
+    }
+  }
+  if (add_special_tokens) out.insert(out.end(), im.post_suffix.begin(), im.post_suffix.end());
+  return out;
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
+  const Impl& im = *impl_;
+  std::string bytes;
+  for (int32_t id : ids) {
+    if (id < 0 || static_cast<size_t>(id) >= im.id_known.size() || !im.id_known[id]) continue;
+    if (skip_special_tokens && im.id_special[id]) continue;
+    bytes += im.id_bytes[id];
+  }
+  std::string out;
+  out.reserve(bytes.size());
+  append_utf8_lossy(out, bytes);
+  return out;
+}
+
+int64_t Tokenizer::vocab_size() const { return static_cast<int64_t>(impl_->id_known.size()); }
+
+std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
+  const std::string key(token);
+  if (auto it = impl_->added_by_content.find(key); it != impl_->added_by_content.end()) return it->second;
+  if (auto it = impl_->vocab.find(key); it != impl_->vocab.end()) return it->second;
+  return std::nullopt;
+}
+
+std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= impl_->id_known.size() || !impl_->id_known[id]) return std::nullopt;
+  return impl_->id_token[id];
+}
+
+std::string_view Tokenizer::token_bytes(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= impl_->id_known.size() || !impl_->id_known[id]) return {};
+  return impl_->id_bytes[id];
+}
+
+bool Tokenizer::is_special(int32_t id) const {
+  return id >= 0 && static_cast<size_t>(id) < impl_->id_special.size() && impl_->id_special[id];
+}
+
+const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }
+std::optional<int32_t> Tokenizer::eos_token_id() const { return impl_->eos; }
+std::optional<int32_t> Tokenizer::bos_token_id() const { return impl_->bos; }
+std::optional<int32_t> Tokenizer::pad_token_id() const { return impl_->pad; }
+
+}  // namespace nanovllm::tokenizer
