@@ -1,0 +1,220 @@
+#include "nanovllm/engine/scheduler.h"
+
+#include <algorithm>
+
+#include "nanovllm/core/error.h"
+#include "nanovllm/core/logging.h"
+#include "nanovllm/engine/rng.h"
+
+namespace nanovllm {
+
+void SchedulerConfig::validate() const {
+  NANOVLLM_CHECK(max_num_seqs >= 1, "SchedulerConfig.max_num_seqs must be >= 1, got ", max_num_seqs);
+  NANOVLLM_CHECK(max_num_batched_tokens >= 1, "SchedulerConfig.max_num_batched_tokens must be >= 1, got ",
+                 max_num_batched_tokens);
+  NANOVLLM_CHECK(max_model_len >= 1, "SchedulerConfig.max_model_len must be >= 1, got ", max_model_len);
+  NANOVLLM_CHECK(block_size >= 1, "SchedulerConfig.block_size must be >= 1, got ", block_size);
+  NANOVLLM_CHECK(num_kv_blocks >= 1, "SchedulerConfig.num_kv_blocks must be >= 1, got ", num_kv_blocks);
+}
+
+Scheduler::Scheduler(SchedulerConfig config)
+    : config_((config.validate(), std::move(config))),
+      blocks_(config_.num_kv_blocks, config_.block_size, config_.enable_prefix_caching),
+      engine_rng_(splitmix64(config_.seed)) {}
+
+void Scheduler::add(std::unique_ptr<Sequence> seq) {
+  NANOVLLM_CHECK(seq != nullptr, "Scheduler::add: null sequence");
+  const int64_t n = seq->num_tokens();
+  NANOVLLM_CHECK(n >= 1, "request ", seq->seq_id, ": the prompt is empty");
+  if (seq->num_prompt_tokens == 0) seq->num_prompt_tokens = n;
+  NANOVLLM_CHECK(seq->num_prompt_tokens == n, "request ", seq->seq_id, ": num_prompt_tokens (",
+                 seq->num_prompt_tokens, ") != token_ids.size() (", n, ")");
+  NANOVLLM_CHECK(n <= config_.max_model_len, "request ", seq->seq_id, ": prompt of ", n,
+                 " tokens is longer than max_model_len = ", config_.max_model_len);
+  NANOVLLM_CHECK(blocks_.blocks_for(n) <= blocks_.num_blocks(), "request ", seq->seq_id, ": prompt of ", n,
+                 " tokens needs ", blocks_.blocks_for(n), " KV blocks, the whole cache has ",
+                 blocks_.num_blocks());
+  NANOVLLM_CHECK(config_.enable_chunked_prefill || n <= config_.max_num_batched_tokens, "request ",
+                 seq->seq_id, ": prompt of ", n, " tokens is longer than max_num_batched_tokens = ",
+                 config_.max_num_batched_tokens, " and chunked prefill is off");
+  NANOVLLM_CHECK(!live_ids_.contains(seq->seq_id), "request id ", seq->seq_id, " is already in use");
+  live_ids_.insert(seq->seq_id);
+
+  seq->status = SequenceStatus::kWaiting;
+  seq->finish_reason = FinishReason::kNone;
+  seq->num_computed_tokens = 0;
+  seq->num_cached_tokens = 0;
+  seq->block_table.clear();
+  if (seq->arrival_time == std::chrono::steady_clock::time_point{})
+    seq->arrival_time = std::chrono::steady_clock::now();
+  if (seq->params.seed) {
+    seq->rng_state = rng_key_from_seed(*seq->params.seed);
+  } else {
+    engine_rng_ = splitmix64(engine_rng_);
+    seq->rng_state = engine_rng_;
+  }
+  waiting_.push_back(std::move(seq));
+}
+
+void Scheduler::preempt(std::unique_ptr<Sequence> seq) {
+  blocks_.free(*seq);
+  seq->num_computed_tokens = 0;
+  seq->num_cached_tokens = 0;
+  seq->status = SequenceStatus::kWaiting;
+  ++seq->num_preemptions;
+  ++num_preemptions_;
+  NANOVLLM_DEBUG("preempting request ", seq->seq_id, " (", seq->num_tokens(), " tokens) by recompute");
+  waiting_.push_front(std::move(seq));
+}
+
+void Scheduler::finish(std::unique_ptr<Sequence> seq, FinishReason reason) {
+  blocks_.free(*seq);
+  seq->status = SequenceStatus::kFinished;
+  seq->finish_reason = reason;
+  seq->finish_time = std::chrono::steady_clock::now();
+  live_ids_.erase(seq->seq_id);
+  finished_.push_back(std::move(seq));
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  int64_t budget = config_.max_num_batched_tokens;
+  bool preempted = false;
+
+  // 1. Decodes: running sequences with exactly one token left to compute, in admission order.
+  //    Victims are taken from the back of running_, i.e. never a sequence already scheduled here.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence& s = *running_[i];
+    if (s.num_tokens() - s.num_computed_tokens != 1) {
+      ++i;
+      continue;
+    }
+    while (!blocks_.can_append(s, 1) && running_.size() - 1 > i) {
+      std::unique_ptr<Sequence> victim = std::move(running_.back());
+      running_.pop_back();
+      preempt(std::move(victim));
+      preempted = true;
+    }
+    if (!blocks_.can_append(s, 1)) {
+      std::unique_ptr<Sequence> self = std::move(running_[i]);
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+      if (i == 0) {
+        // Alone and still out of blocks: the sequence fills the whole KV cache, it can never grow.
+        NANOVLLM_WARN("request ", self->seq_id, " stopped at ", self->num_tokens(),
+                      " tokens: the KV cache cannot hold more");
+        finish(std::move(self), FinishReason::kLength);
+      } else {
+        preempt(std::move(self));
+        preempted = true;
+      }
+      break;  // i was the last running sequence
+    }
+    blocks_.append_slots(s, 1);
+    out.seqs.push_back({&s, 1, true});
+    --budget;
+    ++i;
+  }
+
+  // 2. Running sequences still in prefill (chunked): blocks were allocated at admission.
+  for (auto& p : running_) {
+    if (budget == 0) break;
+    Sequence& s = *p;
+    const int64_t remaining = s.num_tokens() - s.num_computed_tokens;
+    if (remaining <= 1) continue;  // a decode (scheduled above or skipped for budget)
+    const int64_t n = std::min(remaining, budget);
+    blocks_.append_slots(s, n);  // no-op: admission covered all tokens
+    out.seqs.push_back({&s, n, n == remaining});
+    budget -= n;
+  }
+
+  // 3. Admit waiting sequences, first come first served: stop at the first one that does not fit.
+  while (!preempted && budget > 0 && !waiting_.empty() &&
+         static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+    Sequence& s = *waiting_.front();
+    if (!blocks_.can_allocate(s)) break;
+    const int64_t remaining = s.num_tokens() - blocks_.num_prefix_hit_tokens(s);
+    if (!config_.enable_chunked_prefill && remaining > budget) break;
+    blocks_.allocate(s);
+    NANOVLLM_ASSERT(s.num_tokens() - s.num_computed_tokens == remaining);
+    const int64_t n = std::min(remaining, budget);
+    s.status = SequenceStatus::kRunning;
+    out.seqs.push_back({&s, n, n == remaining});
+    budget -= n;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+
+  return out;  // decodes first, then prefill chunks, by construction
+}
+
+FinishReason Scheduler::stop_reason(const Sequence& s) const {
+  const SamplingParams& p = s.params;
+  const int64_t num_out = s.num_output_tokens();
+  if (num_out < p.min_tokens) return FinishReason::kNone;
+  // vLLM v1 order: length limits first, then eos, then stop ids.
+  if (num_out >= p.max_tokens || s.num_tokens() >= config_.max_model_len) return FinishReason::kLength;
+  const int64_t last = s.last_token();
+  if (!p.ignore_eos &&
+      std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), last) !=
+          config_.eos_token_ids.end())
+    return FinishReason::kStop;
+  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), last) != p.stop_token_ids.end())
+    return FinishReason::kStop;
+  return FinishReason::kNone;
+}
+
+void Scheduler::update(const SchedulerOutput& out, const std::vector<SampledToken>& sampled) {
+  size_t k = 0;
+  std::vector<Sequence*> done;
+  for (const ScheduledSequence& ss : out.seqs) {
+    Sequence& s = *ss.seq;
+    s.num_computed_tokens += ss.num_new_tokens;
+    NANOVLLM_ASSERT(s.num_computed_tokens <= s.num_tokens());
+    blocks_.commit_full_blocks(s);
+    if (!ss.sample) continue;
+    NANOVLLM_CHECK(k < sampled.size(), "Scheduler::update: ", sampled.size(),
+                   " sampled tokens for more sequences with sample == true");
+    const SampledToken& t = sampled[k++];
+    NANOVLLM_CHECK(t.seq_id == s.seq_id, "Scheduler::update: sampled token for request ", t.seq_id,
+                   " where request ", s.seq_id, " was expected");
+    if (s.num_output_tokens() == 0) s.first_token_time = std::chrono::steady_clock::now();
+    s.token_ids.push_back(t.token_id);
+    if (s.params.logprobs > 0) s.logprobs.push_back(t.top_logprobs);
+    if (stop_reason(s) != FinishReason::kNone) done.push_back(&s);
+  }
+  NANOVLLM_CHECK(k == sampled.size(), "Scheduler::update: ", sampled.size(), " sampled tokens for ", k,
+                 " sequences with sample == true");
+  for (Sequence* d : done) {
+    auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == d; });
+    NANOVLLM_ASSERT(it != running_.end());
+    std::unique_ptr<Sequence> seq = std::move(*it);
+    running_.erase(it);
+    const FinishReason r = stop_reason(*seq);
+    finish(std::move(seq), r);
+  }
+}
+
+std::vector<std::unique_ptr<Sequence>> Scheduler::take_finished() {
+  std::vector<std::unique_ptr<Sequence>> r;
+  r.swap(finished_);
+  return r;
+}
+
+bool Scheduler::abort(int64_t seq_id) {
+  auto match = [&](const auto& p) { return p->seq_id == seq_id; };
+  if (auto it = std::find_if(running_.begin(), running_.end(), match); it != running_.end()) {
+    std::unique_ptr<Sequence> seq = std::move(*it);
+    running_.erase(it);
+    finish(std::move(seq), FinishReason::kAbort);
+    return true;
+  }
+  if (auto it = std::find_if(waiting_.begin(), waiting_.end(), match); it != waiting_.end()) {
+    std::unique_ptr<Sequence> seq = std::move(*it);
+    waiting_.erase(it);
+    finish(std::move(seq), FinishReason::kAbort);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace nanovllm

@@ -1,0 +1,91 @@
+// Scheduler: decides which tokens of which sequences run in each step (vLLM v1 style).
+//
+// Each step has a token budget (max_num_batched_tokens). Running sequences that need one token (decodes)
+// go first; if a decode needs a new KV block and none is free, the most recently admitted running
+// sequence is preempted by recompute (blocks freed, num_computed_tokens = 0, pushed to the FRONT of the
+// waiting queue with its generated tokens kept, to be recomputed as part of its "prompt"). Then running
+// sequences still in (chunked) prefill continue, then waiting sequences are admitted in FCFS order while
+// budget, max_num_seqs and KV blocks allow (no admissions in a step that preempted). A prompt larger than
+// the remaining budget is chunked (enable_chunked_prefill) or waits for a step where it fits whole.
+// Admission allocates blocks for all of a sequence's tokens at once, so a prefill never runs out of
+// blocks midway; decodes grow the block table one block at a time.
+//
+// Ownership: the scheduler owns every unfinished Sequence; SchedulerOutput holds raw pointers valid
+// until the matching update(). Call order per step: schedule() -> run the model -> update().
+// abort() must not be called between schedule() and update() for a sequence in that step.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <unordered_set>
+#include <vector>
+
+#include "nanovllm/engine/block_manager.h"
+#include "nanovllm/engine/scheduler_output.h"
+#include "nanovllm/engine/sequence.h"
+
+namespace nanovllm {
+
+struct SchedulerConfig {
+  int64_t max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 8192;
+  int64_t max_model_len = 4096;  // prompt + generated tokens
+  int64_t block_size = 16;
+  int64_t num_kv_blocks = 0;     // must be set (>= 1)
+  bool enable_prefix_caching = true;
+  bool enable_chunked_prefill = true;
+  std::vector<int64_t> eos_token_ids;  // finish a sequence (unless params.ignore_eos)
+  uint64_t seed = 0;  // engine RNG: gives unseeded requests their sampling key (see Scheduler::add)
+
+  void validate() const;  // throws nanovllm::Error naming the field
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(SchedulerConfig config);
+
+  // Queues a new request. Sets status = kWaiting, num_prompt_tokens (= token_ids.size() if 0),
+  // arrival_time (if unset) and rng_state (from params.seed, else from the engine RNG).
+  // Throws nanovllm::Error for: an empty prompt, a prompt longer than max_model_len, a prompt needing
+  // more KV blocks than the whole pool, a prompt longer than max_num_batched_tokens with chunked prefill
+  // off, a duplicate seq_id. Does not validate params against the vocab (SamplingParams::validate does).
+  void add(std::unique_ptr<Sequence> seq);
+
+  SchedulerOutput schedule();
+
+  // After the runner: `sampled` holds one entry per ScheduledSequence with sample == true, in order.
+  // Advances num_computed_tokens, commits full blocks to the prefix cache, appends sampled tokens
+  // (+ logprobs when params.logprobs > 0), finishes sequences (eos / stop ids / max_tokens / max_model_len)
+  // and frees their blocks.
+  void update(const SchedulerOutput& out, const std::vector<SampledToken>& sampled);
+
+  // Finished sequences (including aborted ones) since the last call, in finishing order.
+  std::vector<std::unique_ptr<Sequence>> take_finished();
+
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  // Finishes a waiting or running sequence with FinishReason::kAbort; false if not found.
+  bool abort(int64_t seq_id);
+
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t num_preemptions() const { return num_preemptions_; }  // total since construction
+  const BlockManager& block_manager() const { return blocks_; }
+  const SchedulerConfig& config() const { return config_; }
+
+ private:
+  void preempt(std::unique_ptr<Sequence> seq);
+  void finish(std::unique_ptr<Sequence> seq, FinishReason reason);
+  FinishReason stop_reason(const Sequence& seq) const;  // after a token was appended
+
+  SchedulerConfig config_;
+  BlockManager blocks_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
+  std::vector<std::unique_ptr<Sequence>> finished_;
+  std::unordered_set<int64_t> live_ids_;
+  uint64_t engine_rng_;
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace nanovllm
