@@ -3,6 +3,7 @@
 //   mkdir -p /tmp/tokoracle && cd /tmp/tokoracle && npm install tokenizers@0.23.2
 //   NODE_PATH=/tmp/tokoracle/node_modules node scripts/tokenizer_golden.mjs            # writes goldens
 //   NODE_PATH=/tmp/tokoracle/node_modules node scripts/tokenizer_golden.mjs --bench F  # HF encode MB/s on F
+//   NODE_PATH=... node scripts/tokenizer_golden.mjs --ids F OUT.bin   # HF ids of F, line by line, int32
 //
 // Reads tests/data/tokenizer/corpus.json (hand-written cases), adds random Unicode strings generated with a
 // fixed seed (the strings themselves land in the golden file, so the repo never needs this script to test),
@@ -39,6 +40,17 @@ function rng(seed) {
 async function encodeCase(t, text) {
   const e = await t.encode(text, null, { addSpecialTokens: true });
   return Array.from(e.getIds());
+}
+
+if (process.argv[2] === '--ids') {
+  // --ids CORPUS OUT: encode CORPUS line by line ("\n" kept), write all ids as little-endian int32 to OUT
+  // (compare with `tokenizer_bench --dump-ids`).
+  const lines = fs.readFileSync(process.argv[3], 'utf8').split(/(?<=\n)/);
+  const ids = [];
+  for (const l of lines) for (const id of (await tok.encode(l, null, { addSpecialTokens: true })).getIds()) ids.push(id);
+  fs.writeFileSync(process.argv[4], Buffer.from(new Int32Array(ids).buffer));
+  console.log(JSON.stringify({ lines: lines.length, ids: ids.length }));
+  process.exit(0);
 }
 
 if (process.argv[2] === '--bench') {

@@ -25,7 +25,10 @@ TokenizerBenchResult bench_tokenizer(const Tokenizer& tokenizer, const std::stri
   r.bytes = static_cast<int64_t>(corpus.size());
   r.chunks = static_cast<int64_t>(chunks.size());
   r.passes = std::max(1, passes);
+  const auto w0 = std::chrono::steady_clock::now();
   for (std::string_view c : chunks) r.tokens += static_cast<int64_t>(tokenizer.encode(c).size());  // warm-up
+  const double cold = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+  r.cold_mb_per_s = cold > 0 ? static_cast<double>(r.bytes) / 1e6 / cold : 0;
   double best = 1e30;
   for (int p = 0; p < r.passes; ++p) {
     const auto t0 = std::chrono::steady_clock::now();

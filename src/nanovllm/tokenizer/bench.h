@@ -16,6 +16,7 @@ struct TokenizerBenchResult {
   double seconds = 0;        // best pass, wall clock
   double mb_per_s = 0;       // bytes / 1e6 / seconds
   double tokens_per_s = 0;
+  double cold_mb_per_s = 0;  // the warm-up pass, word cache initially empty
 };
 
 // Encodes `corpus` in ~chunk_bytes pieces cut at line ends (like a stream of prompts), one warm-up pass

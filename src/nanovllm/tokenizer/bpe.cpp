@@ -1,10 +1,14 @@
 #include "nanovllm/tokenizer/bpe.h"
 
 #include <algorithm>
+#include <cstring>
 #include <queue>
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/tokenizer/byte_level.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 namespace nanovllm::tokenizer {
 
@@ -26,6 +30,46 @@ bool MergeTable::insert(int32_t left, int32_t right, int32_t rank, int32_t new_i
   slots_[i] = Entry{key, rank, new_id};
   ++size_;
   return true;
+}
+
+WordCache::WordCache(size_t capacity) : max_size_(capacity) {
+  size_t cap = 16;
+  while (cap < capacity * 2) cap <<= 1;
+  slots_.assign(cap, Slot{0, 0, 0, 0, 0});
+  mask_ = cap - 1;
+}
+
+uint64_t WordCache::hash_of(std::string_view word) { return XXH3_64bits(word.data(), word.size()); }
+
+bool WordCache::lookup(std::string_view word, uint64_t hash, std::vector<int32_t>& out) const {
+  for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
+    const Slot& s = slots_[i];
+    if (s.key_len == 0) return false;
+    if (s.hash == hash && s.key_len == word.size() &&
+        std::memcmp(keys_.data() + s.key_off, word.data(), word.size()) == 0) {
+      out.insert(out.end(), ids_.begin() + s.ids_off, ids_.begin() + s.ids_off + s.ids_len);
+      return true;
+    }
+  }
+}
+
+void WordCache::insert(std::string_view word, uint64_t hash, const int32_t* ids, size_t n) {
+  if (size_ >= max_size_ || word.empty() || word.size() > 0xFFFF || n > 0xFFFF) return;
+  if (keys_.size() + word.size() > UINT32_MAX || ids_.size() + n > UINT32_MAX) return;
+  size_t i = hash & mask_;
+  for (;; i = (i + 1) & mask_) {
+    const Slot& s = slots_[i];
+    if (s.key_len == 0) break;
+    if (s.hash == hash && s.key_len == word.size() &&
+        std::memcmp(keys_.data() + s.key_off, word.data(), word.size()) == 0) {
+      return;  // another thread got here first
+    }
+  }
+  slots_[i] = Slot{hash, static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(ids_.size()),
+                   static_cast<uint16_t>(word.size()), static_cast<uint16_t>(n)};
+  keys_.append(word);
+  ids_.insert(ids_.end(), ids, ids + n);
+  ++size_;
 }
 
 BpeModel::BpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
@@ -61,7 +105,6 @@ BpeModel::BpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
   if (options_.ignore_merges) {
     for (const auto& [token, id] : vocab) raw_vocab_.emplace(byte_level_token_bytes(token), id);
   }
-  cache_.reserve(4096);
 }
 
 void BpeModel::merge_small(std::vector<int32_t>& syms) const {
@@ -126,13 +169,11 @@ void BpeModel::encode_word(std::string_view bytes, std::vector<int32_t>& out) co
   if (bytes.empty()) return;
   if (bytes.size() == 1) { out.push_back(byte_id_[static_cast<unsigned char>(bytes[0])]); return; }
   const bool cacheable = bytes.size() <= kMaxCachedWordBytes;
+  uint64_t hash = 0;
   if (cacheable) {
+    hash = WordCache::hash_of(bytes);
     std::lock_guard<std::mutex> lock(cache_mutex_);
-    auto it = cache_.find(bytes);
-    if (it != cache_.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
-    }
+    if (cache_.lookup(bytes, hash, out)) return;
   }
   if (options_.ignore_merges) {
     auto it = raw_vocab_.find(bytes);
@@ -145,7 +186,7 @@ void BpeModel::encode_word(std::string_view bytes, std::vector<int32_t>& out) co
   out.insert(out.end(), syms.begin(), syms.end());
   if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_mutex_);
-    if (cache_.size() < kCacheCapacity) cache_.emplace(std::string(bytes), std::move(syms));
+    cache_.insert(bytes, hash, syms.data(), syms.size());
   }
 }
 

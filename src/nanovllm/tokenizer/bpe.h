@@ -51,6 +51,28 @@ class MergeTable {
   size_t size_ = 0;
 };
 
+// Word -> ids cache: open addressing over 64-bit hashes, keys and ids in two arenas (no per-entry
+// allocation). Stops inserting when full (as HF's cache does). Not thread-safe by itself.
+class WordCache {
+ public:
+  explicit WordCache(size_t capacity);
+  // Appends the cached ids of `word` to `out`; false when absent.
+  bool lookup(std::string_view word, uint64_t hash, std::vector<int32_t>& out) const;
+  void insert(std::string_view word, uint64_t hash, const int32_t* ids, size_t n);
+  static uint64_t hash_of(std::string_view word);
+
+ private:
+  struct Slot {
+    uint64_t hash;
+    uint32_t key_off, ids_off;
+    uint16_t key_len, ids_len;  // 0 key_len marks a free slot (empty words are never cached)
+  };
+  std::vector<Slot> slots_;
+  size_t mask_, size_ = 0, max_size_;
+  std::string keys_;
+  std::vector<int32_t> ids_;
+};
+
 struct BpeOptions {
   bool ignore_merges = false;  // a word that is itself in the vocab maps straight to its id
 };
@@ -74,7 +96,6 @@ class BpeModel {
     using is_transparent = void;
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
-  using WordMap = std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>>;
 
   int32_t byte_id_[256];
   MergeTable merges_;
@@ -85,7 +106,7 @@ class BpeModel {
   static constexpr size_t kCacheCapacity = 1 << 17;
   static constexpr size_t kMaxCachedWordBytes = 256;
   mutable std::mutex cache_mutex_;
-  mutable WordMap cache_;
+  mutable WordCache cache_{kCacheCapacity};
 };
 
 }  // namespace nanovllm::tokenizer
