@@ -1,0 +1,147 @@
+// Building blocks of the paged-attention kernels (SIMT, fp32 math on bf16 K/V):
+// - cp.async 16-byte copies of K/V tiles (32 keys x D) from the paged cache into shared memory,
+//   gathered through the block table; keys past the end are zero-filled;
+// - attend_tile: one warp, IT query "items" (query rows x heads of one GQA group) against one tile with
+//   online softmax (base-2, q pre-scaled by scale * log2 e). Lane j scores key j (K row from shared
+//   memory, each K chunk reused across the IT items); probabilities go through a per-warp shared buffer
+//   and lane l accumulates output dims [l * D/32, (l+1) * D/32) for every item in registers.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "nanovllm/kernels/cuda/common.cuh"
+
+namespace nanovllm::cuda_ops::attn {
+
+constexpr int kTileKeys = 32;  // keys per tile = lanes per warp
+constexpr int kWarps = 4;
+
+template <int D> struct Dims {
+  static constexpr int kRowPad = D + 8;              // bf16 per smem K/V row (+16 B: conflict-free rows)
+  static constexpr int kTileElems = kTileKeys * kRowPad;  // bf16 per K (or V) tile
+  static constexpr int kChunks = D / 8;              // 16-byte chunks per row
+  static constexpr int kVpl = D / 32;                // output dims per lane
+};
+
+struct Params {
+  const __nv_bfloat16* q;        // [T, Hq, D]
+  __nv_bfloat16* out;            // [T, Hq, D]
+  const __nv_bfloat16* k_cache;  // [NB, BS, Hk, D]
+  const __nv_bfloat16* v_cache;  // [NB, BS, Hk, D]
+  const int32_t* cu;             // [S + 1]
+  const int32_t* ctx;            // [S]
+  const int32_t* bt;             // [S, max_blocks]
+  int64_t max_blocks;
+  int block_size;
+  int num_seqs;
+  int hq, hk, g;                 // g = Hq / Hk
+  float scale_log2;              // softmax scale * log2(e)
+  // decode split-KV partials (num_splits > 1): [S, Hq, splits, D] and [S, Hq, splits] (log2 domain)
+  float* part_o;
+  float* part_lse;
+  int num_splits;
+};
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Threads [tid, tid + nthr, ...) copy keys [key0, key0 + 32) of seq `seq` (KV head kvh) into ks/vs;
+// keys >= key_end become zeros (so masked keys never feed NaN/Inf into p * V).
+template <int D>
+__device__ __forceinline__ void load_tile(const Params& p, int seq, int kvh, int key0, int key_end,
+                                          __nv_bfloat16* ks, __nv_bfloat16* vs, int tid, int nthr) {
+  using Dm = Dims<D>;
+  const int32_t* bt = p.bt + int64_t{seq} * p.max_blocks;
+  for (int c = tid; c < kTileKeys * Dm::kChunks; c += nthr) {
+    const int r = c / Dm::kChunks, cc = c % Dm::kChunks;
+    const int j = key0 + r;
+    __nv_bfloat16* dk = ks + r * Dm::kRowPad + cc * 8;
+    __nv_bfloat16* dv = vs + r * Dm::kRowPad + cc * 8;
+    if (j < key_end) {
+      const int64_t slot = int64_t{bt[j / p.block_size]} * p.block_size + j % p.block_size;
+      const int64_t off = (slot * p.hk + kvh) * D + cc * 8;
+      cp_async16(dk, p.k_cache + off);
+      cp_async16(dv, p.v_cache + off);
+    } else {
+      *reinterpret_cast<uint4*>(dk) = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(dv) = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+// One tile for one warp. qw: [IT, D] fp32 pre-scaled queries (shared); lim[it]: last key index item it
+// may see (causal / range end); pw: [IT, 32] fp32 per-warp shared scratch. m, l (per-lane partial sums),
+// acc: running softmax state.
+template <int D, int IT>
+__device__ __forceinline__ void attend_tile(const float* qw, const __nv_bfloat16* ks, const __nv_bfloat16* vs,
+                                            float* pw, int key0, const int (&lim)[IT], float (&m)[IT],
+                                            float (&l)[IT], float (&acc)[IT][Dims<D>::kVpl], int lane) {
+  using Dm = Dims<D>;
+  float s[IT];
+#pragma unroll
+  for (int it = 0; it < IT; ++it) s[it] = 0.0f;
+  const __nv_bfloat16* krow = ks + lane * Dm::kRowPad;
+#pragma unroll 4
+  for (int dc = 0; dc < Dm::kChunks; ++dc) {
+    float kf[8];
+    bf16x8_to_f32(*reinterpret_cast<const uint4*>(krow + dc * 8), kf);
+#pragma unroll
+    for (int it = 0; it < IT; ++it) {
+      const float4 a = *reinterpret_cast<const float4*>(qw + it * D + dc * 8);
+      const float4 b = *reinterpret_cast<const float4*>(qw + it * D + dc * 8 + 4);
+      s[it] += a.x * kf[0] + a.y * kf[1] + a.z * kf[2] + a.w * kf[3] + b.x * kf[4] + b.y * kf[5] +
+               b.z * kf[6] + b.w * kf[7];
+    }
+  }
+  const int j = key0 + lane;
+#pragma unroll
+  for (int it = 0; it < IT; ++it) {
+    const float sc = j <= lim[it] ? s[it] : -INFINITY;
+    const float mn = fmaxf(m[it], warp_max(sc));
+    const float mref = mn == -INFINITY ? 0.0f : mn;  // a fully masked row so far: keep exp2 finite
+    const float alpha = exp2f(m[it] - mref);
+    const float pr = exp2f(sc - mref);
+    l[it] = l[it] * alpha + pr;
+    m[it] = mn;
+#pragma unroll
+    for (int v = 0; v < Dm::kVpl; ++v) acc[it][v] *= alpha;
+    pw[it * kTileKeys + lane] = pr;
+  }
+  __syncwarp();
+  const __nv_bfloat16* vcol = vs + lane * Dm::kVpl;
+#pragma unroll 2
+  for (int r0 = 0; r0 < kTileKeys; r0 += 4) {
+    float vf[4][Dm::kVpl];
+#pragma unroll
+    for (int rr = 0; rr < 4; ++rr) {
+      const __nv_bfloat16* src = vcol + (r0 + rr) * Dm::kRowPad;
+#pragma unroll
+      for (int v = 0; v < Dm::kVpl; v += 2) {
+        const float2 t = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(src + v));
+        vf[rr][v] = t.x;
+        vf[rr][v + 1] = t.y;
+      }
+    }
+#pragma unroll
+    for (int it = 0; it < IT; ++it) {
+      const float4 pr = *reinterpret_cast<const float4*>(pw + it * kTileKeys + r0);
+#pragma unroll
+      for (int v = 0; v < Dm::kVpl; ++v)
+        acc[it][v] += pr.x * vf[0][v] + pr.y * vf[1][v] + pr.z * vf[2][v] + pr.w * vf[3][v];
+    }
+  }
+  __syncwarp();  // pw is rewritten by the next tile
+}
+
+// Launchers (attention_prefill.cu / attention_decode.cu). `smem_limit`: opt-in shared memory per block.
+void launch_prefill(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st);
+void launch_decode(const Params& p, int head_dim, cudaStream_t st);
+void launch_combine(const Params& p, int head_dim, cudaStream_t st);
+
+}  // namespace nanovllm::cuda_ops::attn

@@ -1,0 +1,171 @@
+// Prefill / mixed-batch paged attention (varlen, causal with the cached-prefix offset, GQA).
+// CTA = (tile of BM query rows of one sequence, KV head, chunk of GC heads of its GQA group); its
+// 4 * IT items (row, head) share every K/V tile, which is loaded once per CTA with cp.async, two stages
+// deep (tile i+1 streams in while tile i is computed). Each warp owns IT items (registers: IT x D/32
+// accumulators). Query row t of seq s sits at position ctx[s] - (cu[s+1] - t) and sees keys 0..pos.
+// Grid x covers sum_s ceil(qlen_s / BM) <= ceil(T / BM) + S tiles; warp 0 maps a CTA to (seq, tile)
+// by a warp-parallel scan over cu_seqlens (no host-side metadata needed, graph-capturable).
+#include <mutex>
+
+#include "nanovllm/kernels/cuda/attention_common.cuh"
+
+namespace nanovllm::cuda_ops::attn {
+namespace {
+
+template <int D, int IT>
+struct PrefillCfg {
+  static constexpr int kItems = kWarps * IT;
+  static constexpr size_t kQBytes = size_t{kItems} * D * 4;                        // [items, D] f32
+  static constexpr size_t kKvBytes = size_t{2} * 2 * Dims<D>::kTileElems * 2;      // 2 stages x (K, V)
+  static constexpr size_t kPBytes = size_t{kItems} * kTileKeys * 4;                // [items, 32] f32
+  static constexpr size_t kSmem = kQBytes + kKvBytes + kPBytes;
+};
+
+template <int D, int IT>
+__global__ void __launch_bounds__(kWarps * 32) prefill_kernel(Params p, int rows_per_cta, int gc) {
+  using Cfg = PrefillCfg<D, IT>;
+  using Dm = Dims<D>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* qs = reinterpret_cast<float*>(smem);                                          // [items, D]
+  __nv_bfloat16* kv = reinterpret_cast<__nv_bfloat16*>(smem + Cfg::kQBytes);         // [2][K|V][tile]
+  float* ps = reinterpret_cast<float*>(smem + Cfg::kQBytes + Cfg::kKvBytes);         // [items, 32]
+  __shared__ int tile_info[2];  // seq, first row of the tile (relative to the seq)
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int kvh = blockIdx.y;
+  const int g0 = blockIdx.z * gc;
+  const int gcount = min(gc, p.g - g0);
+
+  if (warp == 0) {
+    // Find the (seq, tile) whose running tile index equals blockIdx.x.
+    int base = 0, found_seq = -1, found_tile = 0;
+    for (int s0 = 0; s0 < p.num_seqs && found_seq < 0; s0 += 32) {
+      const int s = s0 + lane;
+      const int qlen = s < p.num_seqs ? p.cu[s + 1] - p.cu[s] : 0;
+      const int n = (qlen + rows_per_cta - 1) / rows_per_cta;
+      int incl = n;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += y;
+      }
+      const int bx = static_cast<int>(blockIdx.x);
+      const unsigned hit = __ballot_sync(0xffffffffu, base + incl > bx && n > 0);
+      if (hit != 0) {
+        const int src = __ffs(hit) - 1;
+        const int excl = __shfl_sync(0xffffffffu, base + incl - n, src);
+        found_seq = s0 + src;
+        found_tile = bx - excl;
+      }
+      base += __shfl_sync(0xffffffffu, incl, 31);
+    }
+    if (lane == 0) {
+      tile_info[0] = found_seq;
+      tile_info[1] = found_tile * rows_per_cta;
+    }
+  }
+  __syncthreads();
+  const int seq = tile_info[0];
+  if (seq < 0) return;  // grid over-provisioned: no tile for this CTA
+  const int row0 = tile_info[1];
+  const int q_begin = p.cu[seq], q_end = p.cu[seq + 1];
+  const int ctx = p.ctx[seq];
+  const int rows = min(rows_per_cta, q_end - q_begin - row0);
+  const int last_pos = ctx - (q_end - (q_begin + row0 + rows - 1));  // position of the tile's last row
+  const int nkeys = last_pos + 1;
+
+  // Queries -> shared fp32, pre-scaled. Item i = (row i / gc, head g0 + i % gc); unused items are zero.
+  for (int c = tid; c < Cfg::kItems * Dm::kChunks; c += blockDim.x) {
+    const int i = c / Dm::kChunks, cc = c % Dm::kChunks;
+    const int r = i / gc, gi = i % gc;
+    float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (r < rows && gi < gcount) {
+      const int64_t t = q_begin + row0 + r;
+      const int64_t h = int64_t{kvh} * p.g + g0 + gi;
+      bf16x8_to_f32(*reinterpret_cast<const uint4*>(p.q + (t * p.hq + h) * D + cc * 8), f);
+    }
+    float4* dst = reinterpret_cast<float4*>(qs + i * D + cc * 8);
+    dst[0] = make_float4(f[0] * p.scale_log2, f[1] * p.scale_log2, f[2] * p.scale_log2, f[3] * p.scale_log2);
+    dst[1] = make_float4(f[4] * p.scale_log2, f[5] * p.scale_log2, f[6] * p.scale_log2, f[7] * p.scale_log2);
+  }
+
+  int lim[IT];
+  float m[IT], l[IT], acc[IT][Dm::kVpl];
+#pragma unroll
+  for (int it = 0; it < IT; ++it) {
+    const int i = warp * IT + it;
+    const int r = i / gc;
+    const bool valid = r < rows && (i % gc) < gcount;
+    lim[it] = valid ? ctx - (q_end - (q_begin + row0 + r)) : last_pos;
+    m[it] = -INFINITY;
+    l[it] = 0.0f;
+#pragma unroll
+    for (int v = 0; v < Dm::kVpl; ++v) acc[it][v] = 0.0f;
+  }
+
+  const int ntiles = (nkeys + kTileKeys - 1) / kTileKeys;
+  load_tile<D>(p, seq, kvh, 0, nkeys, kv, kv + Dm::kTileElems, tid, blockDim.x);
+  cp_async_commit();
+  for (int tile = 0; tile < ntiles; ++tile) {
+    const int stage = tile & 1;
+    if (tile + 1 < ntiles) {
+      __nv_bfloat16* nk = kv + (stage ^ 1) * 2 * Dm::kTileElems;
+      load_tile<D>(p, seq, kvh, (tile + 1) * kTileKeys, nkeys, nk, nk + Dm::kTileElems, tid, blockDim.x);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // tile `tile` (and, the first time, the queries) visible to all warps
+    const __nv_bfloat16* ks = kv + stage * 2 * Dm::kTileElems;
+    attend_tile<D, IT>(qs + warp * IT * D, ks, ks + Dm::kTileElems, ps + warp * IT * kTileKeys,
+                       tile * kTileKeys, lim, m, l, acc, lane);
+    __syncthreads();  // everyone done with this stage before it is refilled
+  }
+
+#pragma unroll
+  for (int it = 0; it < IT; ++it) {
+    const int i = warp * IT + it;
+    const int r = i / gc, gi = i % gc;
+    const float lsum = warp_sum(l[it]);
+    if (r < rows && gi < gcount) {
+      const float inv = 1.0f / lsum;
+      const int64_t t = q_begin + row0 + r;
+      const int64_t h = int64_t{kvh} * p.g + g0 + gi;
+      __nv_bfloat16* o = p.out + (t * p.hq + h) * D + lane * Dm::kVpl;
+#pragma unroll
+      for (int v = 0; v < Dm::kVpl; v += 2)
+        *reinterpret_cast<__nv_bfloat162*>(o + v) = __floats2bfloat162_rn(acc[it][v] * inv, acc[it][v + 1] * inv);
+    }
+  }
+}
+
+template <int D, int IT>
+void launch(const Params& p, int64_t num_tokens, cudaStream_t st) {
+  using Cfg = PrefillCfg<D, IT>;
+  static std::once_flag once;  // raise the dynamic shared-memory limit once per instance (all devices alike)
+  std::call_once(once, [] {
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<D, IT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(Cfg::kSmem)));
+  });
+  const int gc = p.g < Cfg::kItems ? p.g : Cfg::kItems;  // heads of the group per CTA
+  const int rows_per_cta = Cfg::kItems / gc;
+  const int gchunks = (p.g + gc - 1) / gc;
+  const int64_t tiles = (num_tokens + rows_per_cta - 1) / rows_per_cta + p.num_seqs;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.hk), static_cast<unsigned>(gchunks));
+  prefill_kernel<D, IT><<<grid, kWarps * 32, Cfg::kSmem, st>>>(p, rows_per_cta, gc);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_prefill(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st) {
+  switch (head_dim) {
+    case 64: launch<64, 8>(p, num_tokens, st); break;
+    case 128: launch<128, 8>(p, num_tokens, st); break;
+    case 256: launch<256, 4>(p, num_tokens, st); break;
+    default: NANOVLLM_FAIL("paged_attention (cuda): head_dim ", head_dim, " not built (64, 128, 256)");
+  }
+}
+
+}  // namespace nanovllm::cuda_ops::attn

@@ -1,0 +1,30 @@
+// CUDA memory: device and pinned-host allocators for Buffer, and stream-ordered copies.
+#pragma once
+
+#include <cstddef>
+
+#include <cuda_runtime.h>
+
+#include "nanovllm/core/tensor.h"
+
+namespace nanovllm {
+
+// cudaMalloc/cudaFree on `device` (one allocator object per device, created on first use).
+// Out of memory throws nanovllm::Error naming the request; any other CUDA failure aborts.
+Allocator& cuda_allocator(int device = 0);
+
+// Page-locked host memory (cudaHostAlloc), needed for truly asynchronous H2D/D2H copies. device() is CPU.
+Allocator& pinned_host_allocator();
+
+// Asynchronous copies on `stream` (ordered with the kernels on it). Bytes must fit both buffers.
+void copy_h2d(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+void copy_d2h(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+void copy_d2d(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+
+// Number of SMs of `device` (cached).
+int cuda_sm_count(int device);
+
+// Declared in runner/model_runner.h: true when at least one CUDA device is usable.
+bool cuda_device_available();
+
+}  // namespace nanovllm

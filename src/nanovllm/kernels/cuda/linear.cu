@@ -1,0 +1,181 @@
+// out[T, N] = in[T, K] @ W[N, K]^T (+ bias[N]) through cuBLASLt, fp32 accumulation (CUBLAS_COMPUTE_32F).
+// Column-major view: D^T[N, T] = op_T(W as col-major [K, N], ld K) * (in as col-major [K, T], ld K),
+// ld of D = N. in and W share a dtype (BF16 / F16 / F32); out is that dtype or F32 (fp32 logits).
+// Bias: cuBLASLt epilogue BIAS when bias dtype == out dtype (added in fp32 before the output rounding);
+// otherwise (or when no algorithm supports the epilogue) a separate broadcast-add kernel.
+// Per device: one handle and a 32 MiB workspace (allocated at first use: run one warm-up step before
+// capturing CUDA graphs). The algorithm is chosen once per (T, N, K, dtypes, epilogue, alignments) with
+// cublasLtMatmulAlgoGetHeuristic and cached. Assumes one stream per device uses the workspace at a time.
+#include <array>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "nanovllm/kernels/cuda/common.cuh"
+#include "nanovllm/kernels/cuda/cuda_ops.h"
+
+namespace nanovllm::cuda_ops {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+constexpr int kMaxDevices = 64;
+
+struct AlgoKey {
+  int64_t t, n, k;
+  int in_dt, out_dt, bias_dt;  // bias_dt -1: no epilogue
+  int align_a, align_b, align_c;
+  bool operator==(const AlgoKey& o) const { return std::memcmp(this, &o, sizeof(AlgoKey)) == 0; }
+};
+struct AlgoKeyHash {
+  size_t operator()(const AlgoKey& k) const {
+    size_t h = 1469598103934665603ull;
+    const unsigned char* p = reinterpret_cast<const unsigned char*>(&k);
+    for (size_t i = 0; i < sizeof(AlgoKey); ++i) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+  }
+};
+struct AlgoEntry {
+  bool ok = false;  // false: no algorithm for this configuration
+  cublasLtMatmulAlgo_t algo;
+};
+
+struct LtContext {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;  // [kWorkspaceBytes]
+  std::mutex mu;
+  std::unordered_map<AlgoKey, AlgoEntry, AlgoKeyHash> algos;
+};
+
+LtContext& context(int device) {
+  static std::array<std::unique_ptr<LtContext>, kMaxDevices> ctxs;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& c = ctxs[static_cast<size_t>(device)];
+  if (!c) {
+    c = std::make_unique<LtContext>();
+    CUBLAS_CHECK(cublasLtCreate(&c->handle));
+    CUDA_CHECK(cudaMalloc(&c->workspace, kWorkspaceBytes));  // first use only (warm-up), never freed
+  }
+  return *c;
+}
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kF16: return CUDA_R_16F;
+    case DType::kF32: return CUDA_R_32F;
+    default: NANOVLLM_FAIL("linear: unsupported dtype ", dtype_name(t));
+  }
+}
+
+int alignment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  int al = 256;
+  while (al > 1 && (a % static_cast<uintptr_t>(al)) != 0) al >>= 1;
+  return al;
+}
+
+struct Descs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  ~Descs() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// Returns false if cuBLASLt has no algorithm for this configuration (only possible with the epilogue).
+bool run_matmul(LtContext& ctx, void* out, DType out_t, const void* in, const void* w, DType in_t,
+                const void* bias, int64_t T, int64_t N, int64_t K, cudaStream_t st) {
+  const cudaDataType_t ab = cuda_type(in_t), cd = cuda_type(out_t);
+  Descs d;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  if (bias != nullptr) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    const cudaDataType_t bt = cd;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+  }
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, ab, static_cast<uint64_t>(K), static_cast<uint64_t>(N), K));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, ab, static_cast<uint64_t>(K), static_cast<uint64_t>(T), K));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, cd, static_cast<uint64_t>(N), static_cast<uint64_t>(T), N));
+
+  const AlgoKey key{T, N, K, static_cast<int>(in_t), static_cast<int>(out_t),
+                    bias ? static_cast<int>(out_t) : -1, alignment(w), alignment(in), alignment(out)};
+  AlgoEntry entry;
+  {
+    std::lock_guard<std::mutex> lock(ctx.mu);
+    auto it = ctx.algos.find(key);
+    if (it != ctx.algos.end()) {
+      entry = it->second;
+    } else {
+      cublasLtMatmulPreference_t pref = nullptr;
+      CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      const uint64_t ws = kWorkspaceBytes;
+      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+      const uint32_t al_a = static_cast<uint32_t>(key.align_a), al_b = static_cast<uint32_t>(key.align_b),
+                     al_c = static_cast<uint32_t>(key.align_c);
+      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
+      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
+      cublasLtMatmulHeuristicResult_t res{};
+      int found = 0;
+      const cublasStatus_t stt =
+          cublasLtMatmulAlgoGetHeuristic(ctx.handle, d.op, d.a, d.b, d.c, d.c, pref, 1, &res, &found);
+      cublasLtMatmulPreferenceDestroy(pref);
+      entry.ok = stt == CUBLAS_STATUS_SUCCESS && found > 0;
+      if (entry.ok) entry.algo = res.algo;
+      ctx.algos.emplace(key, entry);
+    }
+  }
+  if (!entry.ok) {
+    NANOVLLM_CHECK(bias != nullptr, "linear: cuBLASLt found no algorithm for T=", T, " N=", N, " K=", K,
+                   " in ", dtype_name(in_t), " out ", dtype_name(out_t));
+    return false;
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  CUBLAS_CHECK(cublasLtMatmul(ctx.handle, d.op, &alpha, w, d.a, in, d.b, &beta, out, d.c, out, d.c, &entry.algo,
+                              ctx.workspace, kWorkspaceBytes, st));
+  return true;
+}
+
+__global__ void add_bias_kernel(void* out, int out_dt, const void* bias, int bias_dt, int64_t N, int64_t total) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x)
+    store_f32(out, out_dt, i, load_f32(out, out_dt, i) + load_f32(bias, bias_dt, i % N));
+}
+
+}  // namespace
+
+void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s) {
+  const int64_t T = in.dim(0), K = in.dim(1), N = weight.dim(0);
+  if (T == 0 || N == 0) return;
+  NANOVLLM_CHECK(in.dtype() == weight.dtype(), "linear (cuda): input ", dtype_name(in.dtype()),
+                 " and weight ", dtype_name(weight.dtype()), " must share a dtype");
+  NANOVLLM_CHECK(out.dtype() == in.dtype() || out.dtype() == DType::kF32, "linear (cuda): output ",
+                 dtype_name(out.dtype()), " must be F32 or the input dtype");
+  const cudaStream_t st = stream_of(s);
+  LtContext& ctx = context(out.device().index);
+  const bool has_bias = bias.defined() && bias.numel() > 0 && bias.data() != nullptr;
+  const bool epilogue = has_bias && bias.dtype() == out.dtype();
+  if (run_matmul(ctx, out.data(), out.dtype(), in.data(), weight.data(), in.dtype(),
+                 epilogue ? bias.data() : nullptr, T, N, K, st)) {
+    if (!has_bias || epilogue) return;
+  } else {
+    run_matmul(ctx, out.data(), out.dtype(), in.data(), weight.data(), in.dtype(), nullptr, T, N, K, st);
+  }
+  const int64_t total = T * N;
+  const int64_t blocks = (total + 255) / 256;
+  add_bias_kernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), 256, 0, st>>>(
+      out.data(), dt(out), bias.data(), dt(bias), N, total);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace nanovllm::cuda_ops

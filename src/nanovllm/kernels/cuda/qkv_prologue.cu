@@ -1,0 +1,124 @@
+// Fused attention prologue, one block per token:
+//   1. cos/sin of angle = float(pos) * inv_freq[i] (fp32, accurate sincosf), times attention_scaling,
+//      into shared memory once per token;
+//   2. one warp per head (q heads, then k heads, then v heads): lane handles the RoPE pairs
+//      (i, i + D/2) for i = lane, lane + 32, ... so loads are coalesced; optional per-head RMSNorm over D
+//      in fp32 (warp reduction); rotate_half RoPE in fp32; one rounding to the output dtype;
+//   3. q -> q_out[t, h, :], k/v -> caches at slot_mapping[t] (slot -1: not stored).
+// Math order matches kernels/cpu/qkv_prologue.cpp.
+#include "nanovllm/kernels/cuda/common.cuh"
+#include "nanovllm/kernels/cuda/cuda_ops.h"
+
+namespace nanovllm::cuda_ops {
+namespace {
+
+constexpr int kMaxPairsPerLane = 8;  // D <= 512
+constexpr int kWarps = 4;
+
+__global__ void __launch_bounds__(kWarps * 32)
+qkv_prologue_kernel(void* q_out, int q_dt, const void* qkv, int qkv_dt, const void* q_norm, int qn_dt,
+                    const void* k_norm, int kn_dt, float eps, const int32_t* __restrict__ positions,
+                    const float* __restrict__ inv_freq, float attn_scaling, void* k_cache, int k_dt,
+                    void* v_cache, int v_dt, const int32_t* __restrict__ slots, int Hq, int Hk, int D) {
+  extern __shared__ float cs[];  // [D/2] cos, [D/2] sin
+  const int half = D / 2;
+  const int64_t t = blockIdx.x;
+  float* cos_t = cs;
+  float* sin_t = cs + half;
+  const float p = static_cast<float>(positions[t]);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float sn, cn;
+    sincosf(p * inv_freq[i], &sn, &cn);
+    cos_t[i] = cn * attn_scaling;
+    sin_t[i] = sn * attn_scaling;
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t slot = slots[t];
+  const int64_t W = int64_t{Hq + 2 * Hk} * D;  // qkv row width
+  const int total = Hq + 2 * Hk;
+  for (int h = warp; h < total; h += kWarps) {
+    const bool is_q = h < Hq, is_k = !is_q && h < Hq + Hk;
+    if (!is_q && slot < 0) continue;  // padding token: nothing to cache
+    const int64_t src = t * W + int64_t{h} * D;
+    float x1[kMaxPairsPerLane], x2[kMaxPairsPerLane];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kMaxPairsPerLane; ++k) {
+      const int i = lane + 32 * k;
+      x1[k] = x2[k] = 0.0f;
+      if (i < half) {
+        x1[k] = load_f32(qkv, qkv_dt, src + i);
+        x2[k] = load_f32(qkv, qkv_dt, src + i + half);
+        ss += x1[k] * x1[k] + x2[k] * x2[k];
+      }
+    }
+    void* dst;
+    int dst_dt;
+    int64_t off;
+    if (is_q) {
+      dst = q_out, dst_dt = q_dt, off = (t * Hq + h) * D;
+    } else if (is_k) {
+      dst = k_cache, dst_dt = k_dt, off = (slot * Hk + (h - Hq)) * D;
+    } else {
+      dst = v_cache, dst_dt = v_dt, off = (slot * Hk + (h - Hq - Hk)) * D;
+    }
+    if (is_q || is_k) {
+      const void* nw = is_q ? q_norm : k_norm;
+      const int nw_dt = is_q ? qn_dt : kn_dt;
+      if (nw != nullptr) {
+        const float r = rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
+#pragma unroll
+        for (int k = 0; k < kMaxPairsPerLane; ++k) {
+          const int i = lane + 32 * k;
+          if (i < half) {
+            x1[k] = load_f32(nw, nw_dt, i) * (x1[k] * r);
+            x2[k] = load_f32(nw, nw_dt, i + half) * (x2[k] * r);
+          }
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kMaxPairsPerLane; ++k) {
+        const int i = lane + 32 * k;
+        if (i < half) {
+          const float c = cos_t[i], sn = sin_t[i];
+          const float a = x1[k], b = x2[k];
+          x1[k] = a * c - b * sn;
+          x2[k] = b * c + a * sn;
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kMaxPairsPerLane; ++k) {
+      const int i = lane + 32 * k;
+      if (i < half) {
+        store_f32(dst, dst_dt, off + i, x1[k]);
+        store_f32(dst, dst_dt, off + i + half, x2[k]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
+                  TensorView positions, const ops::RopeParams& rope, TensorView k_cache, TensorView v_cache,
+                  const AttentionMetadata& meta, ops::Stream s) {
+  const int64_t T = q_out.dim(0), Hq = q_out.dim(1), D = q_out.dim(2);
+  const int64_t Hk = k_cache.dim(2);
+  if (T == 0) return;
+  NANOVLLM_CHECK(D % 2 == 0 && D / 2 <= 32 * kMaxPairsPerLane, "qkv_prologue (cuda): head_dim ", D,
+                 " must be even and at most ", 64 * kMaxPairsPerLane);
+  const bool has_qn = q_norm.defined() && q_norm.numel() > 0 && q_norm.data() != nullptr;
+  const bool has_kn = k_norm.defined() && k_norm.numel() > 0 && k_norm.data() != nullptr;
+  const size_t smem = static_cast<size_t>(D) * sizeof(float);
+  qkv_prologue_kernel<<<static_cast<unsigned>(T), kWarps * 32, smem, stream_of(s)>>>(
+      q_out.data(), dt(q_out), qkv.data(), dt(qkv), has_qn ? q_norm.data() : nullptr, has_qn ? dt(q_norm) : 0,
+      has_kn ? k_norm.data() : nullptr, has_kn ? dt(k_norm) : 0, eps, positions.data_as<const int32_t>(),
+      rope.inv_freq.data_as<const float>(), rope.attention_scaling, k_cache.data(), dt(k_cache), v_cache.data(),
+      dt(v_cache), meta.slot_mapping.data_as<const int32_t>(), static_cast<int>(Hq), static_cast<int>(Hk),
+      static_cast<int>(D));
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace nanovllm::cuda_ops

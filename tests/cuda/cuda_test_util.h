@@ -1,0 +1,107 @@
+// Helpers for the CUDA op tests: device buffers filled from host vectors, random bf16 data (with the
+// exact fp32 values for the CPU reference), and comparisons that report the first bad element.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "nanovllm/core/dtype.h"
+#include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/cuda/cuda_check.h"
+#include "nanovllm/kernels/cuda/cuda_memory.h"
+
+#define SKIP_WITHOUT_CUDA()                                                   \
+  do {                                                                        \
+    int n_dev_ = 0;                                                           \
+    if (cudaGetDeviceCount(&n_dev_) != cudaSuccess || n_dev_ == 0) {          \
+      (void)cudaGetLastError();                                               \
+      GTEST_SKIP() << "no CUDA device";                                       \
+    }                                                                         \
+  } while (0)
+
+namespace nanovllm::cuda_test {
+
+// Random bf16 values in [lo, hi) that are never exactly zero; `f32` gets their exact fp32 values.
+struct Bf16Data {
+  std::vector<uint16_t> bits;
+  std::vector<float> f32;
+};
+inline Bf16Data random_bf16(size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Bf16Data d;
+  d.bits.resize(n);
+  d.f32.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    float v = dist(rng);
+    if (v == 0.0f) v = 0.5f * hi;
+    d.bits[i] = f32_to_bf16(v);
+    d.f32[i] = bf16_to_f32(d.bits[i]);
+  }
+  return d;
+}
+
+// A device buffer with a typed view.
+class DeviceTensor {
+ public:
+  DeviceTensor(DType dt, Shape shape) : buf_(cuda_allocator(0), dt, shape) {}
+  template <typename T>
+  DeviceTensor(DType dt, Shape shape, const std::vector<T>& host) : DeviceTensor(dt, shape) {
+    EXPECT_EQ(host.size() * sizeof(T), buf_.nbytes());
+    CUDA_CHECK(cudaMemcpy(buf_.data(), host.data(), buf_.nbytes(), cudaMemcpyHostToDevice));
+  }
+  TensorView view() const { return buf_.view(); }
+  void fill_bytes(int byte) { CUDA_CHECK(cudaMemset(buf_.data(), byte, buf_.nbytes())); }
+  template <typename T> std::vector<T> download() const {
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<T> h(buf_.nbytes() / sizeof(T));
+    CUDA_CHECK(cudaMemcpy(h.data(), buf_.data(), buf_.nbytes(), cudaMemcpyDeviceToHost));
+    return h;
+  }
+  // Element values as fp32 whatever the dtype.
+  std::vector<float> download_f32() const {
+    const std::vector<uint8_t> raw = download<uint8_t>();
+    const size_t n = static_cast<size_t>(buf_.view().numel());
+    std::vector<float> f(n);
+    for (size_t i = 0; i < n; ++i) f[i] = load_as_f32(raw.data(), buf_.view().dtype(), i);
+    return f;
+  }
+
+ private:
+  Buffer buf_;
+};
+
+inline TensorView host_view(std::vector<float>& v, Shape s) { return TensorView(v.data(), DType::kF32, s); }
+inline TensorView host_view(std::vector<int32_t>& v, Shape s) { return TensorView(v.data(), DType::kI32, s); }
+
+// Every element: |got - ref| <= atol + rtol |ref|, and no NaN (outputs are NaN-poisoned beforehand).
+inline void expect_close(const std::vector<float>& got, const std::vector<float>& ref, float atol, float rtol,
+                         const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool ok = std::isfinite(got[i]) && std::fabs(got[i] - ref[i]) <= atol + rtol * std::fabs(ref[i]);
+    if (!ok && bad++ == 0) first = i;
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements off; first at " << first
+                     << ": got " << got[first] << " want " << ref[first];
+}
+
+// Normalised mean squared error sum (got - ref)^2 / sum ref^2 (NaN-safe: NaN fails).
+inline double nmse(const std::vector<float>& got, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  const double r = num / (den > 0 ? den : 1.0);
+  return std::isfinite(r) ? r : 1e30;
+}
+
+}  // namespace nanovllm::cuda_test

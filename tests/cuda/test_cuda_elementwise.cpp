@@ -1,0 +1,145 @@
+// CUDA embedding / rms_norm / add_rms_norm / silu_mul / gather_rows / convert against the CPU reference
+// kernels (fp32 inputs holding exactly the bf16 values the GPU sees).
+// Tolerance for bf16 outputs vs the fp32 reference: the GPU rounds once to bf16 (<= half an ulp,
+// 2^-8 relative), plus fp32 reduction-order noise: atol 1e-2 + rtol 5e-3 per element.
+#include "cuda_test_util.h"
+
+#include "nanovllm/kernels/cpu/cpu_ops.h"
+#include "nanovllm/kernels/cuda/cuda_ops.h"
+
+namespace nanovllm {
+namespace {
+
+using cuda_test::DeviceTensor;
+using cuda_test::expect_close;
+using cuda_test::random_bf16;
+
+constexpr float kAtol = 1e-2f, kRtol = 5e-3f;
+
+TEST(CudaElementwise, EmbeddingCopiesRows) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(1);
+  for (int64_t H : {8, 1001, 4096}) {
+    for (int64_t T : {1, 17, 129}) {
+      const int64_t V = 1000;
+      auto table = random_bf16(static_cast<size_t>(V * H), rng);
+      std::vector<int32_t> ids(static_cast<size_t>(T));
+      for (auto& i : ids) i = static_cast<int32_t>(rng() % V);
+      DeviceTensor d_table(DType::kBF16, {V, H}, table.bits), d_ids(DType::kI32, {T}, ids);
+      DeviceTensor d_out(DType::kBF16, {T, H});
+      d_out.fill_bytes(0xff);  // NaN poison
+      cuda_ops::embedding(d_out.view(), d_ids.view(), d_table.view(), {});
+      std::vector<float> ref(static_cast<size_t>(T * H));
+      cpu::embedding(cuda_test::host_view(ref, {T, H}), cuda_test::host_view(ids, {T}),
+                     cuda_test::host_view(table.f32, {V, H}));
+      expect_close(d_out.download_f32(), ref, 0, 0, "embedding H=" + std::to_string(H));
+    }
+  }
+}
+
+TEST(CudaElementwise, RmsNormMatchesReference) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(2);
+  for (int64_t H : {64, 1001, 4096, 40000}) {  // 1001: generic path; 40000: beyond the register path
+    for (int64_t T : {1, 15, 16, 17, 129}) {
+      auto x = random_bf16(static_cast<size_t>(T * H), rng, -3.0f, 3.0f);
+      auto w = random_bf16(static_cast<size_t>(H), rng, 0.5f, 1.5f);
+      DeviceTensor d_x(DType::kBF16, {T, H}, x.bits), d_w(DType::kBF16, {H}, w.bits), d_out(DType::kBF16, {T, H});
+      d_out.fill_bytes(0xff);
+      cuda_ops::rms_norm(d_out.view(), d_x.view(), d_w.view(), 1e-6f, {});
+      std::vector<float> ref(static_cast<size_t>(T * H));
+      cpu::rms_norm(cuda_test::host_view(ref, {T, H}), cuda_test::host_view(x.f32, {T, H}),
+                    cuda_test::host_view(w.f32, {H}), 1e-6f);
+      expect_close(d_out.download_f32(), ref, kAtol, kRtol, "rms_norm T=" + std::to_string(T) + " H=" + std::to_string(H));
+    }
+  }
+}
+
+TEST(CudaElementwise, AddRmsNormKeepsBf16Residual) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(3);
+  for (int64_t H : {64, 1001, 4096}) {
+    for (int64_t T : {1, 17, 129}) {
+      auto x = random_bf16(static_cast<size_t>(T * H), rng, -2.0f, 2.0f);
+      auto r = random_bf16(static_cast<size_t>(T * H), rng, -4.0f, 4.0f);
+      auto w = random_bf16(static_cast<size_t>(H), rng, 0.5f, 1.5f);
+      DeviceTensor d_x(DType::kBF16, {T, H}, x.bits), d_r(DType::kBF16, {T, H}, r.bits), d_w(DType::kBF16, {H}, w.bits);
+      cuda_ops::add_rms_norm(d_x.view(), d_r.view(), d_w.view(), 1e-6f, {});
+      // Reference: residual in bf16 on the CPU too (same single rounding of res + x), x in fp32.
+      std::vector<float> ref_x = x.f32;
+      std::vector<uint16_t> ref_r = r.bits;
+      cpu::add_rms_norm(cuda_test::host_view(ref_x, {T, H}), TensorView(ref_r.data(), DType::kBF16, {T, H}),
+                        cuda_test::host_view(w.f32, {H}), 1e-6f);
+      std::vector<float> ref_r32(ref_r.size());
+      for (size_t i = 0; i < ref_r.size(); ++i) ref_r32[i] = bf16_to_f32(ref_r[i]);
+      expect_close(d_r.download_f32(), ref_r32, 0, 0, "add_rms_norm residual H=" + std::to_string(H));
+      expect_close(d_x.download_f32(), ref_x, kAtol, kRtol, "add_rms_norm x H=" + std::to_string(H));
+    }
+  }
+}
+
+TEST(CudaElementwise, SiluMulMatchesReference) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(4);
+  for (int64_t I : {8, 100, 3072}) {
+    for (int64_t T : {1, 17, 257}) {
+      auto gu = random_bf16(static_cast<size_t>(T * 2 * I), rng, -6.0f, 6.0f);
+      DeviceTensor d_gu(DType::kBF16, {T, 2 * I}, gu.bits), d_out(DType::kBF16, {T, I});
+      d_out.fill_bytes(0xff);
+      cuda_ops::silu_mul(d_out.view(), d_gu.view(), {});
+      std::vector<float> ref(static_cast<size_t>(T * I));
+      cpu::silu_mul(cuda_test::host_view(ref, {T, I}), cuda_test::host_view(gu.f32, {T, 2 * I}));
+      expect_close(d_out.download_f32(), ref, kAtol, kRtol, "silu_mul I=" + std::to_string(I));
+    }
+  }
+}
+
+TEST(CudaElementwise, GatherRowsCopiesSelectedRows) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(5);
+  for (int64_t H : {3, 8, 4096}) {  // 3 bf16: 6-byte rows (byte path); 8: 16-byte path
+    const int64_t T = 129, S = 17;
+    auto in = random_bf16(static_cast<size_t>(T * H), rng);
+    std::vector<int32_t> rows(static_cast<size_t>(S));
+    for (auto& r : rows) r = static_cast<int32_t>(rng() % T);
+    DeviceTensor d_in(DType::kBF16, {T, H}, in.bits), d_rows(DType::kI32, {S}, rows), d_out(DType::kBF16, {S, H});
+    d_out.fill_bytes(0xff);
+    cuda_ops::gather_rows(d_out.view(), d_in.view(), d_rows.view(), {});
+    std::vector<float> ref(static_cast<size_t>(S * H));
+    cpu::gather_rows(cuda_test::host_view(ref, {S, H}), cuda_test::host_view(in.f32, {T, H}),
+                     cuda_test::host_view(rows, {S}));
+    expect_close(d_out.download_f32(), ref, 0, 0, "gather_rows H=" + std::to_string(H));
+  }
+}
+
+TEST(CudaElementwise, ConvertRoundsLikeTheHost) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(6);
+  const int64_t n = 100003;
+  std::uniform_real_distribution<float> dist(-70000.0f, 70000.0f);
+  std::vector<float> src(static_cast<size_t>(n));
+  for (auto& v : src) v = dist(rng) * (rng() % 2 ? 1e-6f : 1.0f);  // small and large magnitudes
+  const DType types[] = {DType::kF32, DType::kBF16, DType::kF16};
+  for (DType from : types) {
+    for (DType to : types) {
+      // Source data in `from`, built on the host with the reference conversions.
+      std::vector<uint8_t> raw(static_cast<size_t>(n) * dtype_size(from));
+      std::vector<float> as_f32(static_cast<size_t>(n));
+      for (size_t i = 0; i < src.size(); ++i) {
+        if (from == DType::kF32) std::memcpy(raw.data() + 4 * i, &src[i], 4);
+        uint16_t h = from == DType::kBF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
+        if (from != DType::kF32) std::memcpy(raw.data() + 2 * i, &h, 2);
+        as_f32[i] = load_as_f32(raw.data(), from, i);
+      }
+      DeviceTensor d_in(from, {n}, raw), d_out(to, {n});
+      cuda_ops::convert(d_out.view(), d_in.view(), {});
+      std::vector<uint8_t> ref(static_cast<size_t>(n) * dtype_size(to));
+      cpu::convert(TensorView(ref.data(), to, {n}), cuda_test::host_view(as_f32, {n}));
+      const std::vector<uint8_t> got = d_out.download<uint8_t>();
+      EXPECT_EQ(got, ref) << "convert " << dtype_name(from) << " -> " << dtype_name(to);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace nanovllm
