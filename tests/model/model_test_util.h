@@ -51,7 +51,10 @@ struct RawTensor {
 
 inline std::string shape_json(const std::vector<int64_t>& s) {
   std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(s[i]);
+  }
   return out + "]";
 }
 

@@ -79,7 +79,10 @@ TEST(Safetensors, HeaderWithoutMetadataAndOutOfOrderOffsets) {
                       ",\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + t.bytes.size()) + "]}");
     off += t.bytes.size();
   }
-  for (size_t i = entries.size(); i-- > 0;) h += entries[i] + (i ? "," : "");
+  for (size_t i = entries.size(); i-- > 0;) {
+    h += entries[i];
+    if (i) h += ',';
+  }
   h += "}";
   write_file(dir / "y.safetensors", safetensors_bytes(h, rev));
   const SafetensorsFile f(dir / "y.safetensors");
