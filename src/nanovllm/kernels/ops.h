@@ -31,6 +31,7 @@ void rms_norm(TensorView out, TensorView x, TensorView weight, float eps, Stream
 void add_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps, Stream s = {});
 
 // out = in @ weight^T (+ bias).  out [T, N], in [T, K], weight [N, K], bias [N] or undefined.
+// out may be F32 while in is BF16 (the LM head writes fp32 logits).
 void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, Stream s = {});
 
 // RoPE parameters: inv_freq [D/2] f32 (scaling already folded in) and the cos/sin multiplier (YaRN's

@@ -1,1 +1,35 @@
-#include "nanovllm/engine/scheduler_output.h"
+#include "nanovllm/runner/model_runner.h"
+
+#include "nanovllm/core/error.h"
+#include "nanovllm/runner/cpu_model_runner.h"
+
+namespace nanovllm {
+
+Backend parse_backend(const std::string& name) {
+  if (name == "cpu") return Backend::kCpu;
+  if (name == "cuda") return Backend::kCuda;
+  NANOVLLM_FAIL("unknown backend '", name, "' (expected cpu or cuda)");
+}
+
+const char* to_string(Backend b) { return b == Backend::kCpu ? "cpu" : "cuda"; }
+
+#ifndef NANOVLLM_WITH_CUDA
+#define NANOVLLM_WITH_CUDA 0
+bool cuda_device_available() { return false; }  // the CUDA build defines it in kernels/cuda
+#endif
+
+std::unique_ptr<ModelRunner> ModelRunner::create(const std::filesystem::path& model_dir, const ModelConfig& config,
+                                                 const RunnerConfig& runner_config) {
+  switch (runner_config.backend) {
+    case Backend::kCpu:
+      return std::make_unique<CpuModelRunner>(model_dir, config, runner_config);
+    case Backend::kCuda:
+      NANOVLLM_CHECK(cuda_device_available(), "the cuda backend needs an NVIDIA GPU and a CUDA build",
+                     " (this binary: ", NANOVLLM_WITH_CUDA ? "CUDA build, no usable GPU" : "built without CUDA",
+                     "); use --backend cpu");
+      NANOVLLM_FAIL("the CUDA model runner is not available in this build yet; use --backend cpu");
+  }
+  NANOVLLM_FAIL("unreachable backend");
+}
+
+}  // namespace nanovllm

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs the Debian packages nano-vLLM C++ builds with. Idempotent: installs only what is missing.
+set -euo pipefail
+packages=(cmake ninja-build ccache g++ pkg-config nlohmann-json3-dev libxxhash-dev libcli11-dev libgtest-dev
+          libgmock-dev libbenchmark-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,111 @@
+#include "nanovllm/engine/llm_engine.h"
+
+#include "nanovllm/core/logging.h"
+#include "nanovllm/engine/scheduler.h"
+
+namespace nanovllm {
+namespace {
+
+double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+RequestOutput make_output(Sequence& seq) {
+  RequestOutput o;
+  o.request_id = seq.seq_id;
+  o.prompt_token_ids.assign(seq.token_ids.begin(), seq.token_ids.begin() + seq.num_prompt_tokens);
+  o.token_ids.assign(seq.token_ids.begin() + seq.num_prompt_tokens, seq.token_ids.end());
+  o.finish_reason = seq.finish_reason;
+  o.logprobs = std::move(seq.logprobs);
+  o.num_cached_tokens = seq.num_cached_tokens;
+  o.num_preemptions = seq.num_preemptions;
+  o.time_to_first_token_s = seconds_between(seq.arrival_time, seq.first_token_time);
+  o.latency_s = seconds_between(seq.arrival_time, seq.finish_time);
+  o.finished = seq.is_finished();
+  return o;
+}
+
+}  // namespace
+
+Backend EngineConfig::default_backend() { return cuda_device_available() ? Backend::kCuda : Backend::kCpu; }
+
+LLMEngine::LLMEngine(EngineConfig config) : config_(std::move(config)) {
+  model_config_ = ModelConfig::from_model_dir(config_.model);
+  const int64_t model_limit = model_config_.max_model_len();
+  if (config_.max_model_len <= 0) config_.max_model_len = model_limit;
+  NANOVLLM_CHECK(config_.max_model_len <= model_limit, "max_model_len ", config_.max_model_len,
+                 " exceeds the model's limit of ", model_limit, " positions");
+  NANOVLLM_CHECK(config_.block_size > 0 && config_.block_size <= 1024, "block_size must be in [1, 1024]");
+  NANOVLLM_CHECK(config_.max_num_seqs > 0, "max_num_seqs must be > 0");
+  NANOVLLM_CHECK(config_.max_num_batched_tokens > 0, "max_num_batched_tokens must be > 0");
+  // Each sequence gets at most one sampled row per step, and a step never has more sequences than tokens.
+  config_.max_num_seqs = std::min(config_.max_num_seqs, config_.max_num_batched_tokens);
+
+  RunnerConfig rc;
+  rc.backend = config_.backend;
+  rc.max_num_seqs = config_.max_num_seqs;
+  rc.max_num_batched_tokens = config_.max_num_batched_tokens;
+  rc.block_size = config_.block_size;
+  rc.max_model_len = config_.max_model_len;
+  rc.num_kv_blocks = config_.num_kv_blocks;
+  rc.kv_cache_bytes = config_.kv_cache_bytes;
+  rc.gpu_memory_utilization = config_.gpu_memory_utilization;
+  runner_ = ModelRunner::create(config_.model, model_config_, rc);
+
+  SchedulerConfig sc;
+  sc.max_num_seqs = config_.max_num_seqs;
+  sc.max_num_batched_tokens = config_.max_num_batched_tokens;
+  sc.max_model_len = config_.max_model_len;
+  sc.block_size = config_.block_size;
+  sc.num_kv_blocks = runner_->num_kv_blocks();
+  sc.enable_prefix_caching = config_.enable_prefix_caching;
+  sc.enable_chunked_prefill = config_.enable_chunked_prefill;
+  sc.eos_token_ids = model_config_.eos_token_ids;
+  sc.seed = config_.seed;
+  scheduler_ = std::make_unique<Scheduler>(sc);
+}
+
+LLMEngine::~LLMEngine() = default;
+
+void LLMEngine::validate_request(const std::vector<int32_t>& prompt, const SamplingParams& params) const {
+  params.validate(model_config_.vocab_size);
+  NANOVLLM_CHECK(!prompt.empty(), "the prompt is empty");
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  NANOVLLM_CHECK(n < config_.max_model_len, "the prompt has ", n, " tokens; max_model_len is ", config_.max_model_len,
+                 " (prompt plus at least one generated token)");
+  for (int32_t id : prompt)
+    NANOVLLM_CHECK(id >= 0 && id < model_config_.vocab_size, "prompt token id ", id, " is outside the vocabulary [0, ",
+                   model_config_.vocab_size, ")");
+}
+
+int64_t LLMEngine::add_request(std::vector<int32_t> prompt_token_ids, const SamplingParams& params) {
+  validate_request(prompt_token_ids, params);
+  auto seq = std::make_unique<Sequence>();
+  seq->seq_id = next_request_id_;
+  seq->num_prompt_tokens = static_cast<int64_t>(prompt_token_ids.size());
+  seq->token_ids = std::move(prompt_token_ids);
+  seq->params = params;
+  seq->arrival_time = std::chrono::steady_clock::now();
+  scheduler_->add(std::move(seq));  // validates lengths; throws before anything is queued
+  return next_request_id_++;
+}
+
+void LLMEngine::abort_request(int64_t request_id) { scheduler_->abort(request_id); }
+
+bool LLMEngine::has_unfinished() const { return scheduler_->has_unfinished(); }
+
+std::vector<RequestOutput> LLMEngine::step() {
+  const SchedulerOutput out = scheduler_->schedule();
+  if (!out.empty()) {
+    for (const ScheduledSequence& s : out.seqs)
+      if (s.seq->num_computed_tokens < s.seq->num_prompt_tokens) num_prompt_tokens_computed_ += s.num_new_tokens;
+    const std::vector<SampledToken> sampled = runner_->execute(out);
+    num_generated_tokens_ += static_cast<int64_t>(sampled.size());
+    scheduler_->update(out, sampled);
+  }
+  std::vector<RequestOutput> finished;
+  for (std::unique_ptr<Sequence>& seq : scheduler_->take_finished()) finished.push_back(make_output(*seq));
+  return finished;
+}
+
+}  // namespace nanovllm

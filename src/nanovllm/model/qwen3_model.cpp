@@ -1,0 +1,108 @@
+#include "nanovllm/model/qwen3_model.h"
+
+#include <cmath>
+
+namespace nanovllm {
+namespace {
+
+// Sub-views of the workspace for the step's T tokens and S sampled rows.
+struct StepViews {
+  TensorView hidden, residual, qkv, q, attn_out, gate_up, mlp_act;
+};
+
+StepViews step_views(const DecoderWorkspace& ws, int64_t t) {
+  return {ws.hidden.slice_rows(0, t),  ws.residual.slice_rows(0, t), ws.qkv.slice_rows(0, t),
+          ws.q.slice_rows(0, t),       ws.attn_out.slice_rows(0, t), ws.gate_up.slice_rows(0, t),
+          ws.mlp_act.slice_rows(0, t)};
+}
+
+}  // namespace
+
+Qwen3Model::Qwen3Model(ModelConfig config, ModelWeights weights, TensorView rope_inv_freq,
+                       float rope_attention_scaling)
+    : config_(std::move(config)), weights_(std::move(weights)) {
+  rope_.inv_freq = rope_inv_freq;
+  rope_.attention_scaling = rope_attention_scaling;
+  act_dtype_ = weights_.embed_tokens.device().is_cpu() ? DType::kF32 : DType::kBF16;
+  attn_scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
+}
+
+DecoderWorkspace Qwen3Model::make_workspace(const ModelConfig& c, DType act, void* arena, Device dev,
+                                            int64_t max_tokens, int64_t max_seqs, size_t* bytes_out) {
+  size_t offset = 0;
+  auto take = [&](DType dt, Shape shape) {
+    TensorView v(arena ? static_cast<char*>(arena) + offset : nullptr, dt, shape, dev);
+    offset += (v.nbytes() + 255) / 256 * 256;  // 256-byte aligned sub-buffers
+    return v;
+  };
+  const int64_t t = max_tokens, h = c.hidden_size, d = c.head_dim;
+  DecoderWorkspace ws;
+  ws.hidden = take(act, {t, h});
+  ws.residual = take(act, {t, h});
+  ws.qkv = take(act, {t, c.q_size() + 2 * c.kv_size()});
+  ws.q = take(act, {t, c.num_attention_heads, d});
+  ws.attn_out = take(act, {t, c.num_attention_heads, d});
+  ws.gate_up = take(act, {t, 2 * c.intermediate_size});
+  ws.mlp_act = take(act, {t, c.intermediate_size});
+  ws.last_hidden = take(act, {max_seqs, h});
+  ws.last_residual = take(act, {max_seqs, h});
+  ws.logits = take(DType::kF32, {max_seqs, c.vocab_size});
+  if (bytes_out) *bytes_out = offset;
+  return ws;
+}
+
+void Qwen3Model::forward(const DecoderInputs& in, const std::vector<LayerKvCache>& kv, const DecoderWorkspace& ws,
+                         ops::Stream s) const {
+  NANOVLLM_CHECK(static_cast<int64_t>(kv.size()) == num_layers(), "KV cache has ", kv.size(), " layers, model ",
+                 num_layers());
+  embed(in, ws, s);
+  for (int64_t l = 0; l < num_layers(); ++l) layer(l, in, kv[static_cast<size_t>(l)], ws, s);
+  head(in, ws, s);
+}
+
+void Qwen3Model::embed(const DecoderInputs& in, const DecoderWorkspace& ws, ops::Stream s) const {
+  const StepViews v = step_views(ws, in.attn.num_tokens);
+  ops::embedding(v.hidden, in.input_ids, weights_.embed_tokens, s);  // [T, H]
+}
+
+// hidden holds the layer input; residual the running sum (unused before layer 0).
+void Qwen3Model::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& kv, const DecoderWorkspace& ws,
+                       ops::Stream s) const {
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+  const StepViews v = step_views(ws, in.attn.num_tokens);
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const int64_t t = in.attn.num_tokens;
+
+  // Attention block: residual = hidden (+ previous residual), hidden = norm(residual).
+  if (l == 0) {
+    ops::convert(v.residual, v.hidden, s);
+    ops::rms_norm(v.hidden, v.residual, w.input_layernorm, eps, s);
+  } else {
+    ops::add_rms_norm(v.hidden, v.residual, w.input_layernorm, eps, s);
+  }
+  ops::linear(v.qkv, v.hidden, w.qkv_proj, w.qkv_bias, s);  // [T, (Hq + 2 Hk) D]
+  ops::qkv_prologue(v.q, v.qkv, w.q_norm, w.k_norm, eps, in.positions, rope_, kv.k, kv.v, in.attn, s);
+  ops::paged_attention(v.attn_out, v.q, kv.k, kv.v, in.attn, attn_scale_, s);  // [T, Hq, D]
+  ops::linear(v.hidden, v.attn_out.reshape({t, config_.q_size()}), w.o_proj, w.o_bias, s);  // [T, H]
+
+  // MLP block.
+  ops::add_rms_norm(v.hidden, v.residual, w.post_attention_layernorm, eps, s);
+  ops::linear(v.gate_up, v.hidden, w.gate_up_proj, TensorView(), s);  // [T, 2 I]
+  ops::silu_mul(v.mlp_act, v.gate_up, s);                             // [T, I]
+  ops::linear(v.hidden, v.mlp_act, w.down_proj, TensorView(), s);     // [T, H]
+}
+
+void Qwen3Model::head(const DecoderInputs& in, const DecoderWorkspace& ws, ops::Stream s) const {
+  const StepViews v = step_views(ws, in.attn.num_tokens);
+  const int64_t num_sampled = in.sample_rows.numel();
+  if (num_sampled == 0) return;
+  // Only the sampled rows need the last residual add, the final norm and the LM head.
+  TensorView hidden = ws.last_hidden.slice_rows(0, num_sampled);      // [S, H]
+  TensorView residual = ws.last_residual.slice_rows(0, num_sampled);  // [S, H]
+  ops::gather_rows(hidden, v.hidden, in.sample_rows, s);
+  ops::gather_rows(residual, v.residual, in.sample_rows, s);
+  ops::add_rms_norm(hidden, residual, weights_.norm, static_cast<float>(config_.rms_norm_eps), s);
+  ops::linear(ws.logits.slice_rows(0, num_sampled), hidden, weights_.lm_head, TensorView(), s);  // [S, V]
+}
+
+}  // namespace nanovllm

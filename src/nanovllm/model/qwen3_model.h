@@ -1,0 +1,78 @@
+// The Qwen3-family decoder (Qwen3, Qwen2/2.5, Llama-3.x: one decoder with small switches) as an explicit
+// layer loop over ops.h. Backend-agnostic: the tensors' device picks the kernels. The runner owns the
+// KV cache and the workspace and drives embed -> layer 0..L-1 -> head; the offload path drives layers
+// one at a time, so each stage is its own call.
+#pragma once
+
+#include <vector>
+
+#include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/attention_metadata.h"
+#include "nanovllm/kernels/ops.h"
+#include "nanovllm/model/config.h"
+#include "nanovllm/model/weights.h"
+
+namespace nanovllm {
+
+// One layer's paged KV cache.
+struct LayerKvCache {
+  TensorView k;  // [NB, BS, Hk, D]
+  TensorView v;  // [NB, BS, Hk, D]
+};
+
+// Activation buffers for up to max_tokens tokens and max_seqs sampled rows (allocated by the runner
+// with workspace_shapes() so the hot path never allocates).
+struct DecoderWorkspace {
+  TensorView hidden;       // [T, H]
+  TensorView residual;     // [T, H]
+  TensorView qkv;          // [T, (Hq + 2 Hk) D]
+  TensorView q;            // [T, Hq, D]
+  TensorView attn_out;     // [T, Hq, D]
+  TensorView gate_up;      // [T, 2 I]
+  TensorView mlp_act;      // [T, I]
+  TensorView last_hidden;    // [S, H]
+  TensorView last_residual;  // [S, H]
+  TensorView logits;         // [S, V] f32 on every backend: sampling and logprobs want full precision
+};
+
+// The step's inputs, on the model's device.
+struct DecoderInputs {
+  TensorView input_ids;    // [T] i32
+  TensorView positions;    // [T] i32
+  TensorView sample_rows;  // [S] i32: rows of the tokens whose next token is sampled
+  AttentionMetadata attn;
+};
+
+class Qwen3Model {
+ public:
+  // `rope_inv_freq` [D/2] f32 lives on the weights' device.
+  Qwen3Model(ModelConfig config, ModelWeights weights, TensorView rope_inv_freq, float rope_attention_scaling);
+
+  const ModelConfig& config() const { return config_; }
+  int64_t num_layers() const { return config_.num_hidden_layers; }
+  DType activation_dtype() const { return act_dtype_; }
+
+  // Workspace views carved from one arena for max_tokens tokens and max_seqs sampled rows.
+  // With arena == nullptr only `bytes_out` is meaningful (the arena size to allocate).
+  static DecoderWorkspace make_workspace(const ModelConfig& c, DType act, void* arena, Device dev,
+                                         int64_t max_tokens, int64_t max_seqs, size_t* bytes_out = nullptr);
+
+  // Full forward: logits for in.sample_rows go to ws.logits rows [0, S).
+  void forward(const DecoderInputs& in, const std::vector<LayerKvCache>& kv, const DecoderWorkspace& ws,
+               ops::Stream s = {}) const;
+
+  // The stages, for drivers that interleave other work between layers.
+  void embed(const DecoderInputs& in, const DecoderWorkspace& ws, ops::Stream s = {}) const;
+  void layer(int64_t l, const DecoderInputs& in, const LayerKvCache& kv, const DecoderWorkspace& ws,
+             ops::Stream s = {}) const;
+  void head(const DecoderInputs& in, const DecoderWorkspace& ws, ops::Stream s = {}) const;
+
+ private:
+  ModelConfig config_;
+  ModelWeights weights_;
+  ops::RopeParams rope_;
+  DType act_dtype_;
+  float attn_scale_;
+};
+
+}  // namespace nanovllm

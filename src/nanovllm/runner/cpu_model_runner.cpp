@@ -1,0 +1,71 @@
+#include "nanovllm/runner/cpu_model_runner.h"
+
+#include <algorithm>
+
+#include "nanovllm/core/logging.h"
+#include "nanovllm/engine/sampler.h"
+#include "nanovllm/model/rope.h"
+#include "nanovllm/model/weights.h"
+#include "nanovllm/runner/forward_batch.h"
+
+namespace nanovllm {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+CpuModelRunner::CpuModelRunner(const std::filesystem::path& model_dir, const ModelConfig& config,
+                               const RunnerConfig& rc)
+    : rc_(rc), sampler_(config.eos_token_ids) {
+  NANOVLLM_CHECK(rc.block_size > 0 && rc.max_num_seqs > 0 && rc.max_num_batched_tokens > 0 && rc.max_model_len > 0,
+                 "runner config: block_size, max_num_seqs, max_num_batched_tokens and max_model_len must be > 0");
+  const RopeTable rope = compute_rope(config);
+  rope_inv_freq_ = rope.inv_freq;
+  const TensorView inv_freq(rope_inv_freq_.data(), DType::kF32, Shape{static_cast<int64_t>(rope_inv_freq_.size())});
+  model_ = std::make_unique<Qwen3Model>(config, load_weights(model_dir, config), inv_freq, rope.attention_scaling);
+
+  // KV cache: [L, 2, NB, BS, Hk, D] in fp32, one allocation.
+  const int64_t layers = config.num_hidden_layers;
+  const int64_t block_elems = rc.block_size * config.num_key_value_heads * config.head_dim;
+  const int64_t bytes_per_block = layers * 2 * block_elems * 4;
+  const int64_t blocks_per_seq = ceil_div(rc.max_model_len, rc.block_size);
+  num_kv_blocks_ = rc.num_kv_blocks > 0
+                       ? rc.num_kv_blocks
+                       : std::min(rc.kv_cache_bytes / bytes_per_block, rc.max_num_seqs * blocks_per_seq);
+  NANOVLLM_CHECK(num_kv_blocks_ >= 1, "KV cache budget of ", rc.kv_cache_bytes, " bytes holds no block of ",
+                 bytes_per_block, " bytes");
+  NANOVLLM_INFO("cpu runner: ", num_kv_blocks_, " KV blocks of ", rc.block_size, " tokens (",
+                num_kv_blocks_ * bytes_per_block / (1 << 20), " MiB)");
+  kv_storage_ = Buffer(cpu_allocator(), DType::kF32, Shape{layers, 2, num_kv_blocks_, block_elems});
+  float* kv = static_cast<float*>(kv_storage_.data());
+  const Shape layer_shape{num_kv_blocks_, rc.block_size, config.num_key_value_heads, config.head_dim};
+  for (int64_t l = 0; l < layers; ++l) {
+    float* k = kv + (2 * l) * num_kv_blocks_ * block_elems;
+    float* v = kv + (2 * l + 1) * num_kv_blocks_ * block_elems;
+    kv_.push_back({TensorView(k, DType::kF32, layer_shape), TensorView(v, DType::kF32, layer_shape)});
+  }
+
+  size_t ws_bytes = 0;
+  Qwen3Model::make_workspace(config, DType::kF32, nullptr, Device::cpu(), rc.max_num_batched_tokens,
+                             rc.max_num_seqs, &ws_bytes);
+  workspace_storage_ = Buffer(cpu_allocator(), ws_bytes);
+  ws_ = Qwen3Model::make_workspace(config, DType::kF32, workspace_storage_.data(), Device::cpu(),
+                                   rc.max_num_batched_tokens, rc.max_num_seqs);
+}
+
+std::vector<SampledToken> CpuModelRunner::execute(const SchedulerOutput& out) {
+  if (out.empty()) return {};
+  NANOVLLM_CHECK(out.num_tokens() <= rc_.max_num_batched_tokens && static_cast<int64_t>(out.seqs.size()) <= rc_.max_num_seqs,
+                 "step of ", out.num_tokens(), " tokens / ", out.seqs.size(), " seqs exceeds the runner's limits");
+  ForwardBatch batch = build_forward_batch(out, rc_.block_size);
+  const DecoderInputs in = batch.views(batch.data.data(), Device::cpu());
+  model_->forward(in, kv_, ws_);
+
+  std::vector<const Sequence*> sampled;
+  for (const ScheduledSequence& s : out.seqs)
+    if (s.sample) sampled.push_back(s.seq);
+  return sampler_.sample(ws_.logits.data_as<float>(), model_->config().vocab_size, sampled);
+}
+
+}  // namespace nanovllm

@@ -1,0 +1,30 @@
+// The CPU reference runner: fp32 activations and KV cache, weights in their checkpoint dtype.
+#pragma once
+
+#include "nanovllm/core/tensor.h"
+#include "nanovllm/engine/sampler.h"
+#include "nanovllm/model/qwen3_model.h"
+#include "nanovllm/runner/model_runner.h"
+
+namespace nanovllm {
+
+class CpuModelRunner final : public ModelRunner {
+ public:
+  CpuModelRunner(const std::filesystem::path& model_dir, const ModelConfig& config, const RunnerConfig& rc);
+
+  int64_t num_kv_blocks() const override { return num_kv_blocks_; }
+  std::vector<SampledToken> execute(const SchedulerOutput& out) override;
+
+ private:
+  RunnerConfig rc_;
+  std::vector<float> rope_inv_freq_;  // [D/2]
+  std::unique_ptr<Qwen3Model> model_;
+  int64_t num_kv_blocks_ = 0;
+  Buffer kv_storage_;                 // [L, 2, NB, BS, Hk, D] f32
+  std::vector<LayerKvCache> kv_;
+  Buffer workspace_storage_;
+  DecoderWorkspace ws_;
+  Sampler sampler_;
+};
+
+}  // namespace nanovllm

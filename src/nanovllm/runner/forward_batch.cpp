@@ -1,0 +1,74 @@
+#include "nanovllm/runner/forward_batch.h"
+
+#include <algorithm>
+
+namespace nanovllm {
+
+ForwardBatch build_forward_batch(const SchedulerOutput& out, int64_t block_size) {
+  ForwardBatch b;
+  b.block_size = block_size;
+  b.num_seqs = static_cast<int64_t>(out.seqs.size());
+  b.num_tokens = out.num_tokens();
+  for (const ScheduledSequence& s : out.seqs) {
+    const int64_t context = s.seq->num_computed_tokens + s.num_new_tokens;
+    b.num_sampled += s.sample ? 1 : 0;
+    b.max_query_len = std::max(b.max_query_len, s.num_new_tokens);
+    b.max_context_len = std::max(b.max_context_len, context);
+    b.max_blocks_per_seq = std::max(b.max_blocks_per_seq, static_cast<int64_t>(s.seq->block_table.size()));
+  }
+  const int64_t t = b.num_tokens, n = b.num_seqs;
+  b.input_ids = 0;
+  b.positions = b.input_ids + t;
+  b.slot_mapping = b.positions + t;
+  b.cu_seqlens_q = b.slot_mapping + t;
+  b.context_lens = b.cu_seqlens_q + n + 1;
+  b.sample_rows = b.context_lens + n;
+  b.block_tables = b.sample_rows + b.num_sampled;
+  b.data.assign(static_cast<size_t>(b.block_tables + n * b.max_blocks_per_seq), -1);
+
+  int32_t* d = b.data.data();
+  int64_t row = 0, sampled = 0;
+  d[b.cu_seqlens_q] = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const ScheduledSequence& s = out.seqs[static_cast<size_t>(i)];
+    const Sequence& seq = *s.seq;
+    const int64_t start = seq.num_computed_tokens;
+    NANOVLLM_ASSERT(start + s.num_new_tokens <= seq.num_tokens());
+    NANOVLLM_ASSERT(static_cast<int64_t>(seq.block_table.size()) * block_size >= start + s.num_new_tokens,
+                    "seq ", seq.seq_id, " has too few blocks");
+    for (int64_t j = 0; j < s.num_new_tokens; ++j, ++row) {
+      const int64_t pos = start + j;
+      d[b.input_ids + row] = seq.token_ids[static_cast<size_t>(pos)];
+      d[b.positions + row] = static_cast<int32_t>(pos);
+      d[b.slot_mapping + row] =
+          static_cast<int32_t>(seq.block_table[static_cast<size_t>(pos / block_size)] * block_size + pos % block_size);
+    }
+    d[b.cu_seqlens_q + i + 1] = static_cast<int32_t>(row);
+    d[b.context_lens + i] = static_cast<int32_t>(start + s.num_new_tokens);
+    if (s.sample) d[b.sample_rows + sampled++] = static_cast<int32_t>(row - 1);
+    std::copy(seq.block_table.begin(), seq.block_table.end(), d + b.block_tables + i * b.max_blocks_per_seq);
+  }
+  return b;
+}
+
+DecoderInputs ForwardBatch::views(void* base, Device device) const {
+  int32_t* p = static_cast<int32_t*>(base);
+  auto view = [&](int64_t offset, Shape shape) { return TensorView(p + offset, DType::kI32, shape, device); };
+  DecoderInputs in;
+  in.input_ids = view(input_ids, {num_tokens});
+  in.positions = view(positions, {num_tokens});
+  in.sample_rows = view(sample_rows, {num_sampled});
+  AttentionMetadata& a = in.attn;
+  a.num_seqs = num_seqs;
+  a.num_tokens = num_tokens;
+  a.max_query_len = max_query_len;
+  a.max_context_len = max_context_len;
+  a.block_size = block_size;
+  a.cu_seqlens_q = view(cu_seqlens_q, {num_seqs + 1});
+  a.context_lens = view(context_lens, {num_seqs});
+  a.block_tables = view(block_tables, {num_seqs, max_blocks_per_seq});
+  a.slot_mapping = view(slot_mapping, {num_tokens});
+  return in;
+}
+
+}  // namespace nanovllm

@@ -1,0 +1,37 @@
+// ForwardBatch: the step's model inputs packed into one int32 host array so the CUDA backend moves them
+// with a single host->device copy; views() turns a copy of it (host or device) into DecoderInputs.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "nanovllm/engine/scheduler_output.h"
+#include "nanovllm/model/qwen3_model.h"
+
+namespace nanovllm {
+
+struct ForwardBatch {
+  std::vector<int32_t> data;  // the packed arrays below, back to back
+  int64_t num_tokens = 0;     // T
+  int64_t num_seqs = 0;       // S (scheduled sequences)
+  int64_t num_sampled = 0;    // sequences that sample a token this step
+  int64_t max_blocks_per_seq = 0;
+  int64_t max_query_len = 0;
+  int64_t max_context_len = 0;
+  int64_t block_size = 0;
+  // Offsets (in int32 elements) into data:
+  int64_t input_ids = 0;      // [T]
+  int64_t positions = 0;      // [T]
+  int64_t slot_mapping = 0;   // [T]
+  int64_t cu_seqlens_q = 0;   // [S + 1]
+  int64_t context_lens = 0;   // [S]
+  int64_t sample_rows = 0;    // [num_sampled]
+  int64_t block_tables = 0;   // [S, max_blocks_per_seq], -1 padded
+
+  // Views of the packed arrays at `base` (data.data() itself, or a device copy of it).
+  DecoderInputs views(void* base, Device device) const;
+};
+
+ForwardBatch build_forward_batch(const SchedulerOutput& out, int64_t block_size);
+
+}  // namespace nanovllm

@@ -1,0 +1,46 @@
+// ModelRunner: owns the model's weights, KV cache and workspace on one device and turns a scheduled
+// batch into sampled tokens. The CPU runner is the reference and CI backend; the CUDA runner (CUDA
+// graphs, one H2D copy per step, GPU sampling) implements the same interface.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nanovllm/engine/scheduler_output.h"
+#include "nanovllm/model/config.h"
+
+namespace nanovllm {
+
+enum class Backend { kCpu, kCuda };
+Backend parse_backend(const std::string& name);  // "cpu" | "cuda"; throws otherwise
+const char* to_string(Backend b);
+bool cuda_device_available();                    // false when built without CUDA or no GPU present
+
+struct RunnerConfig {
+  Backend backend = Backend::kCpu;
+  int64_t max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 8192;
+  int64_t block_size = 16;
+  int64_t max_model_len = 0;       // longest sequence (prompt + output) the KV cache must hold
+  int64_t num_kv_blocks = 0;       // 0: derived from kv_cache_bytes (CPU) or gpu_memory_utilization (CUDA)
+  int64_t kv_cache_bytes = 2LL << 30;
+  double gpu_memory_utilization = 0.9;
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+
+  static std::unique_ptr<ModelRunner> create(const std::filesystem::path& model_dir, const ModelConfig& config,
+                                             const RunnerConfig& runner_config);
+
+  virtual int64_t num_kv_blocks() const = 0;
+  // Runs one step: writes the scheduled tokens' K/V into the cache and samples the next token of every
+  // sequence with sample == true (in SchedulerOutput order).
+  virtual std::vector<SampledToken> execute(const SchedulerOutput& out) = 0;
+};
+
+}  // namespace nanovllm

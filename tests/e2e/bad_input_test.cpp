@@ -1,0 +1,61 @@
+// Bad requests get a clear nanovllm::Error and leave the engine able to serve the next request.
+#include <gtest/gtest.h>
+
+#include "nanovllm/engine/llm.h"
+#include "test_models.h"
+
+namespace nanovllm {
+namespace {
+
+class BadInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ec_.model = testing::tiny_model_dir("bad-input", nlohmann::json::object(), 9);
+    ec_.backend = Backend::kCpu;
+    ec_.max_model_len = 64;
+  }
+  EngineConfig ec_;
+};
+
+void expect_error_containing(const std::function<void()>& fn, const std::string& needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(BadInput, RejectedRequestsLeaveTheEngineServing) {
+  LLM llm(ec_);
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 4;
+  sp.ignore_eos = true;
+  expect_error_containing([&] { llm.generate({{}}, sp); }, "empty");
+  expect_error_containing([&] { llm.generate({std::vector<int32_t>(64, 3)}, sp); }, "max_model_len");
+  expect_error_containing([&] { llm.generate({{1, 2, 100000}}, sp); }, "vocabulary");
+  expect_error_containing([&] { llm.generate({{1, -5}}, sp); }, "vocabulary");
+  SamplingParams bad = sp;
+  bad.top_p = 0;
+  expect_error_containing([&] { llm.generate({{1, 2}}, bad); }, "top_p");
+  // A batch with one bad prompt is rejected whole, then a good batch runs normally.
+  expect_error_containing([&] { llm.generate({{1, 2, 3}, {}}, sp); }, "empty");
+  EXPECT_FALSE(llm.engine().has_unfinished());
+  const auto out = llm.generate({{1, 2, 3}, {4, 5}}, sp);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].token_ids.size(), 4u);
+  EXPECT_EQ(out[1].token_ids.size(), 4u);
+}
+
+TEST_F(BadInput, BadEngineConfigIsAnError) {
+  auto ec = ec_;
+  ec.max_model_len = 1 << 30;
+  expect_error_containing([&] { LLM llm(ec); }, "max_model_len");
+  ec = ec_;
+  ec.model = "/nonexistent/model/dir";
+  expect_error_containing([&] { LLM llm(ec); }, "does not exist");
+}
+
+}  // namespace
+}  // namespace nanovllm

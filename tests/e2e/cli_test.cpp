@@ -1,0 +1,86 @@
+// The `nanovllm` binary: exit codes and JSON output of generate, make-test-model, bad arguments.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <sstream>
+#include <sys/wait.h>
+
+#include <nlohmann/json.hpp>
+
+#include "test_models.h"
+
+namespace nanovllm {
+namespace {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+CommandResult run_cli(const std::string& args) {
+  const std::string cmd = std::string(NANOVLLM_BINARY_DIR) + "/tools/nanovllm " + args + " 2>&1";
+  CommandResult r;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  while (size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) r.output.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string tiny_model() { return testing::tiny_model_dir("cli", nlohmann::json::object(), 3).string(); }
+
+TEST(Cli, GenerateJsonGivesOneObjectPerPrompt) {
+  const auto r = run_cli("generate --backend cpu --model " + tiny_model() +
+                         " --prompt-ids 1,2,3 --prompt-ids '7, 8' --temperature 0 --max-tokens 5 --ignore-eos"
+                         " --logprobs 3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream lines(r.output);
+  std::string line;
+  int objects = 0;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["token_ids"].size(), 5u);
+    EXPECT_EQ(j["finish_reason"], "length");
+    ASSERT_EQ(j["logprobs"].size(), 5u);
+    for (const auto& step : j["logprobs"]) {
+      ASSERT_EQ(step.size(), 3u);
+      EXPECT_GE(step[0]["logprob"].get<double>(), step[1]["logprob"].get<double>());
+      EXPECT_LE(step[0]["logprob"].get<double>(), 0.0);
+    }
+    // Greedy: the generated token is the top-1 entry of its step.
+    for (size_t i = 0; i < 5; ++i) EXPECT_EQ(j["token_ids"][i], j["logprobs"][i][0]["id"]);
+    ++objects;
+  }
+  EXPECT_EQ(objects, 2) << r.output;
+}
+
+TEST(Cli, BadArgumentsFailCleanly) {
+  const std::string model = tiny_model();
+  for (const std::string& bad : {std::string("1,x,3"), std::string(""), std::string("1,,2"), std::string("-4"),
+                                 std::string("99999999999"), std::string("1,2,")}) {
+    const auto r = run_cli("generate --backend cpu --model " + model + " --prompt-ids '" + bad + "'");
+    EXPECT_NE(r.exit_code, 0) << bad << ": " << r.output;
+    EXPECT_NE(r.output.find("rror"), std::string::npos) << bad << ": " << r.output;
+  }
+  auto r = run_cli("generate --backend cpu --model /nonexistent --prompt-ids 1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("error: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent"), std::string::npos) << r.output;
+  r = run_cli("generate --backend cpu --model " + model + " --prompt-ids 1,2 --top-p 0");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  r = run_cli("generate --backend tpu --model " + model + " --prompt-ids 1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  r = run_cli("generate --backend cpu --model " + model + " --prompt-ids 1 --max-model-len 100000000");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  r = run_cli("make-test-model --out /tmp/nanovllm-bad-preset --preset nope");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  r = run_cli("make-test-model --out /tmp/nanovllm-bad-override --config-override '{not json'");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+}
+
+}  // namespace
+}  // namespace nanovllm

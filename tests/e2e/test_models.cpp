@@ -1,0 +1,61 @@
+#include "test_models.h"
+
+#include <fstream>
+#include <mutex>
+#include <unistd.h>
+
+#include "nanovllm/core/error.h"
+#include "nanovllm/model/test_model.h"
+
+namespace nanovllm::testing {
+namespace {
+
+const std::filesystem::path kGoldenDir = std::filesystem::path(NANOVLLM_TEST_DATA) / "golden";
+
+std::filesystem::path scratch_root() {
+  static const std::filesystem::path root = [] {
+    auto p = std::filesystem::temp_directory_path() / ("nanovllm-e2e-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(p);
+    return p;
+  }();
+  return root;
+}
+
+std::filesystem::path write_once(const std::string& key, const nlohmann::json& config, uint64_t seed) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto dir = scratch_root() / key;
+  if (!std::filesystem::exists(dir / "config.json")) write_test_model(dir, config, seed);
+  return dir;
+}
+
+}  // namespace
+
+nlohmann::json golden_model_spec(const std::string& name) {
+  std::ifstream f(kGoldenDir / "models.json");
+  const auto spec = nlohmann::json::parse(f);
+  for (const auto& m : spec["models"])
+    if (m["name"] == name) return m;
+  NANOVLLM_FAIL("no model '", name, "' in models.json");
+}
+
+std::filesystem::path golden_model_dir(const std::string& name) {
+  const auto m = golden_model_spec(name);
+  nlohmann::json config = test_model_config(m["preset"].get<std::string>());
+  config.merge_patch(m["override"]);
+  return write_once("golden-" + name, config, m["seed"].get<uint64_t>());
+}
+
+std::filesystem::path tiny_model_dir(const std::string& key, const nlohmann::json& override, uint64_t seed) {
+  nlohmann::json config = test_model_config("tiny");
+  config.merge_patch(override);
+  return write_once("tiny-" + key, config, seed);
+}
+
+nlohmann::json load_golden(const std::string& name) {
+  std::ifstream f(kGoldenDir / (name + ".json"));
+  if (!f) return nullptr;
+  return nlohmann::json::parse(f);
+}
+
+}  // namespace nanovllm::testing

@@ -1,0 +1,21 @@
+// Test checkpoints for end-to-end tests: written once per process into a temp dir with
+// write_test_model (the same bytes `nanovllm make-test-model` writes, which the HF golden script used).
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace nanovllm::testing {
+
+// The entry `name` of tests/data/golden/models.json.
+nlohmann::json golden_model_spec(const std::string& name);
+// Directory of the checkpoint for a models.json entry (written on first use).
+std::filesystem::path golden_model_dir(const std::string& name);
+// A tiny checkpoint from the "tiny" preset with `override` merged in (written on first use per key).
+std::filesystem::path tiny_model_dir(const std::string& key, const nlohmann::json& override, uint64_t seed);
+// Parsed golden file tests/data/golden/<name>.json, or null json when it is missing.
+nlohmann::json load_golden(const std::string& name);
+
+}  // namespace nanovllm::testing

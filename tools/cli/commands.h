@@ -1,0 +1,11 @@
+// The `nanovllm` subcommands. Each register_* adds its CLI11 subcommand and the callback that runs it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace nanovllm::cli {
+
+void register_generate(CLI::App& app);
+void register_make_test_model(CLI::App& app);
+
+}  // namespace nanovllm::cli

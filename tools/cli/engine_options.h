@@ -1,0 +1,55 @@
+// CLI options shared by the subcommands that run the engine (generate, chat, serve, bench).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "nanovllm/engine/llm_engine.h"
+#include "nanovllm/engine/sampling_params.h"
+
+namespace nanovllm::cli {
+
+struct EngineOptions {
+  std::string model;
+  std::string backend;  // empty: cuda when a GPU is present, else cpu
+  int64_t max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 8192;
+  int64_t block_size = 16;
+  int64_t max_model_len = 0;
+  int64_t num_kv_blocks = 0;
+  double kv_cache_gib = 2.0;
+  double gpu_memory_utilization = 0.9;
+  bool no_prefix_caching = false;
+  bool no_chunked_prefill = false;
+  uint64_t engine_seed = 0;
+
+  EngineConfig to_config() const;
+};
+
+struct SamplingOptions {
+  int64_t max_tokens = 16;
+  int64_t min_tokens = 0;
+  float temperature = 1.0f;
+  int64_t top_k = -1;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int64_t seed = -1;  // -1: unseeded
+  bool ignore_eos = false;
+  int64_t logprobs = 0;
+  std::vector<int64_t> stop_token_ids;
+
+  SamplingParams to_params() const;
+};
+
+void add_engine_options(CLI::App& cmd, EngineOptions& o);
+void add_sampling_options(CLI::App& cmd, SamplingOptions& o);
+
+// "1, 2,3" -> {1, 2, 3}; anything else (empty, non-digits, overflow) throws nanovllm::Error.
+std::vector<int32_t> parse_token_ids(const std::string& text);
+
+}  // namespace nanovllm::cli

@@ -1,0 +1,71 @@
+// nanovllm generate: prompts (token ids) in, generated tokens out, as text or one JSON object per prompt.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "engine_options.h"
+#include "nanovllm/core/error.h"
+#include "nanovllm/engine/llm.h"
+
+namespace nanovllm::cli {
+
+void register_generate(CLI::App& app) {
+  struct Options {
+    EngineOptions engine;
+    std::vector<std::string> prompt_ids;
+    SamplingOptions sampling;
+    bool json = false;
+  };
+  auto opt = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("generate", "generate continuations of prompts");
+  add_engine_options(*cmd, opt->engine);
+  add_sampling_options(*cmd, opt->sampling);
+  cmd->add_option("--prompt-ids", opt->prompt_ids, "comma-separated token ids; repeat for a batch")->required();
+  cmd->add_flag("--json", opt->json, "print one JSON object per prompt (token_ids, finish_reason, logprobs)");
+
+  cmd->callback([opt] {
+    std::vector<std::vector<int32_t>> prompts;
+    for (const std::string& s : opt->prompt_ids) prompts.push_back(parse_token_ids(s));
+    const SamplingParams params = opt->sampling.to_params();
+
+    LLM llm(opt->engine.to_config());
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<RequestOutput> outputs = llm.generate(prompts, params);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    int64_t generated = 0;
+    for (const RequestOutput& o : outputs) {
+      generated += static_cast<int64_t>(o.token_ids.size());
+      if (opt->json) {
+        nlohmann::json j;
+        j["token_ids"] = o.token_ids;
+        j["finish_reason"] = to_string(o.finish_reason);
+        j["prompt_tokens"] = o.prompt_token_ids.size();
+        j["cached_tokens"] = o.num_cached_tokens;
+        if (params.logprobs > 0) {
+          nlohmann::json steps = nlohmann::json::array();
+          for (const auto& step : o.logprobs) {
+            nlohmann::json top = nlohmann::json::array();
+            for (const TokenLogprob& lp : step) top.push_back({{"id", lp.id}, {"logprob", lp.logprob}});
+            steps.push_back(std::move(top));
+          }
+          j["logprobs"] = std::move(steps);
+        }
+        std::cout << j.dump() << "\n";
+      } else {
+        std::cout << "[" << o.request_id << "] " << o.prompt_token_ids.size() << " prompt tokens -> "
+                  << o.token_ids.size() << " tokens (" << to_string(o.finish_reason) << "):";
+        for (int32_t id : o.token_ids) std::cout << ' ' << id;
+        std::cout << "\n";
+      }
+    }
+    std::fprintf(stderr, "generated %lld tokens for %zu prompts in %.3f s (%.1f tok/s, backend %s)\n",
+                 static_cast<long long>(generated), outputs.size(), seconds, seconds > 0 ? generated / seconds : 0.0,
+                 to_string(llm.engine().config().backend));
+  });
+}
+
+}  // namespace nanovllm::cli

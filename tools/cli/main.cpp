@@ -1,0 +1,26 @@
+// nanovllm — command-line front end. Errors a user can cause print "error: ..." and exit 1.
+#include <cstdio>
+#include <exception>
+
+#include "commands.h"
+#include "nanovllm/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"nano-vLLM C++: fast LLM inference for Qwen3-family Hugging Face checkpoints"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "nanovllm 0.1.0");
+  nanovllm::cli::register_generate(app);
+  nanovllm::cli::register_make_test_model(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const nanovllm::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
