@@ -205,6 +205,7 @@ FEATURES = [
     ("ws_comment", "x\n  {# a comment #}\ny {#- trimmed -#}  z\n{# multi\nline #}\nw", {}),
     ("ws_var_no_lstrip", "  {{ 'v' }}\n  {% set q = 1 %}\n{{ q }}", {}),
     ("ws_trailing_newline", "line\n", {}),
+    ("ws_unicode_space", "a {{- 'x' -}}\u3000\u00a0 b\u3000{%- if true %}c{% endif %}", {}),
     ("ws_crlf", "a\r\n{% if true %}\r\nb\r\n{% endif %}\r\nc", {}),
     ("ws_block_end_midline", "{% for i in [1,2] %}{{ i }} {% endfor %}\n{% if true %}  x{% endif %}", {}),
     ("loop_vars", "{% for x in items %}{{ loop.index0 }}/{{ loop.index }}/{{ loop.revindex }}/{{ loop.revindex0 }}"
@@ -312,6 +313,37 @@ FEATURES = [
 ]
 
 
+FRAGMENTS = ["Hello", " world", "\n", "\n\n", "  ", "<think>", "</think>", "\nreasoning\n", "<tool_response>",
+             "</tool_response>", "é", "東京", "🎉", "\"q\"", "'s'", "\\", "\t", "{\"k\": 1}", "a.b", "42"]
+
+
+def random_conversations(seed, count):
+    """Seeded random conversations: odd whitespace, think tags, tool calls and tool turns in any order."""
+    import random
+    rng = random.Random(seed)
+
+    def text():
+        return "".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(0, 6)))
+
+    convs = []
+    for _ in range(count):
+        msgs = []
+        if rng.random() < 0.5:
+            msgs.append({"role": "system", "content": text()})
+        for _ in range(rng.randint(1, 6)):
+            role = rng.choice(["user", "user", "assistant", "assistant", "tool"])
+            m = {"role": role, "content": text()}
+            if role == "assistant" and rng.random() < 0.3:
+                m["tool_calls"] = [{"type": "function", "function": {
+                    "name": rng.choice(["get_weather", "search"]),
+                    "arguments": rng.choice([{"city": text()}, {}, "{\"raw\": true}", {"n": rng.randint(-5, 5), "x": 0.25}])}}]
+            if role == "assistant" and rng.random() < 0.2:
+                m["reasoning_content"] = text()
+            msgs.append(m)
+        convs.append(msgs)
+    return convs
+
+
 def main():
     cases = []
     templates = {name: ((DATA / f).read_text(), bos, eos) for name, (f, bos, eos) in TEMPLATES.items()}
@@ -347,6 +379,15 @@ def main():
         add(f"{llama}/{cname}/builtin", llama, messages,
             extra={"builtin_tools": ["brave_search", "wolfram_alpha", "code_interpreter"]})
     add(f"{llama}/custom_tools", llama, CONVERSATIONS["system_user"], extra={"custom_tools": [SEARCH_TOOL]})
+
+    for i, messages in enumerate(random_conversations(seed=20240601, count=60)):
+        tname = list(TEMPLATES)[i % len(TEMPLATES)]
+        opts = {"add_generation_prompt": i % 2 == 0}
+        if tname == "qwen3":
+            opts["enable_thinking"] = [None, True, False][i % 3]
+        if i % 5 == 0:
+            opts["tools"] = [SEARCH_TOOL]
+        add(f"random/{i}/{tname}", tname, messages, **opts)
 
     for cname, (tname, messages, opts) in ERROR_CONVERSATIONS.items():
         add(f"error/{cname}", tname, messages, **opts)

@@ -11,8 +11,6 @@
 namespace nanovllm::chat::jinja {
 namespace {
 
-bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-
 // Python str.rstrip(): removes trailing (Unicode) whitespace.
 std::string rstrip_py(const std::string& s) {
   auto cps = utf8::decode(s);
@@ -140,10 +138,22 @@ class Lexer {
     return consume_after_end(minus);
   }
 
+  // Python's \s (Unicode whitespace) starting at p: returns the first non-space offset.
+  size_t skip_space(size_t p) const {
+    while (p < src_.size()) {
+      const auto c = static_cast<unsigned char>(src_[p]);
+      const size_t len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+      const auto cps = utf8::decode(std::string_view(src_).substr(p, len));
+      if (cps.size() != 1 || !utf8::is_space(cps[0])) break;
+      p += len;
+    }
+    return p;
+  }
+
   bool consume_after_end(bool minus) {
     const size_t before = pos_;
     if (minus) {
-      while (pos_ < src_.size() && is_ws(src_[pos_])) ++pos_;
+      pos_ = skip_space(pos_);
     } else if (trim_blocks_ && pos_ < src_.size() && src_[pos_] == '\n') {
       ++pos_;
     }
@@ -153,14 +163,13 @@ class Lexer {
   bool lex_tag(bool is_var, size_t start) {
     std::vector<char> balance;
     while (true) {
-      while (pos_ < src_.size() && is_ws(src_[pos_])) ++pos_;
+      pos_ = skip_space(pos_);
       if (pos_ >= src_.size()) fail(is_var ? "unterminated '{{'" : "unterminated '{%'", start);
       if (balance.empty()) {
         const char* end = is_var ? "}}" : "%}";
         if (src_[pos_] == '-' && src_.compare(pos_ + 1, 2, end) == 0) {
           emit(is_var ? TokenType::kVarEnd : TokenType::kBlockEnd, "", pos_);
-          pos_ += 3;
-          while (pos_ < src_.size() && is_ws(src_[pos_])) ++pos_;
+          pos_ = skip_space(pos_ + 3);
           return pos_ > 0 && src_[pos_ - 1] == '\n';
         }
         if (src_.compare(pos_, 2, end) == 0) {
