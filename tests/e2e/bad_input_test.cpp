@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "nanovllm/engine/llm.h"
-#include "test_models.h"
+#include "support/test_models.h"
 
 namespace nanovllm {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "test_models.h"
+#include "support/test_models.h"
 
 namespace nanovllm {
 namespace {

@@ -3,23 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 
 #include "nanovllm/engine/llm.h"
-#include "test_models.h"
+#include "support/test_models.h"
 
 namespace nanovllm {
 namespace {
 
 constexpr double kLogprobTolerance = 1e-3;
-
-std::vector<std::string> golden_model_names() {
-  std::ifstream f(std::string(NANOVLLM_TEST_DATA) + "/golden/models.json");
-  const nlohmann::json spec = nlohmann::json::parse(f);
-  std::vector<std::string> names;
-  for (const auto& m : spec["models"]) names.push_back(m["name"]);
-  return names;
-}
 
 class HfGolden : public ::testing::TestWithParam<std::string> {};
 
@@ -68,7 +59,7 @@ TEST_P(HfGolden, GreedyTokensAndLogprobsMatchTransformers) {
   std::printf("%s: max |logprob - HF| = %.3g\n", GetParam().c_str(), max_diff);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, HfGolden, ::testing::ValuesIn(golden_model_names()),
+INSTANTIATE_TEST_SUITE_P(Models, HfGolden, ::testing::ValuesIn(testing::golden_model_names()),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -5,7 +5,7 @@
 #include <random>
 
 #include "nanovllm/engine/llm.h"
-#include "test_models.h"
+#include "support/test_models.h"
 
 namespace nanovllm {
 namespace {

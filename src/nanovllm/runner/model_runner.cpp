@@ -2,6 +2,9 @@
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/runner/cpu_model_runner.h"
+#if NANOVLLM_WITH_CUDA
+#include "nanovllm/runner/cuda/cuda_model_runner.h"
+#endif
 
 namespace nanovllm {
 
@@ -27,7 +30,11 @@ std::unique_ptr<ModelRunner> ModelRunner::create(const std::filesystem::path& mo
       NANOVLLM_CHECK(cuda_device_available(), "the cuda backend needs an NVIDIA GPU and a CUDA build",
                      " (this binary: ", NANOVLLM_WITH_CUDA ? "CUDA build, no usable GPU" : "built without CUDA",
                      "); use --backend cpu");
-      NANOVLLM_FAIL("the CUDA model runner is not available in this build yet; use --backend cpu");
+#if NANOVLLM_WITH_CUDA
+      return std::make_unique<CudaModelRunner>(model_dir, config, runner_config);
+#else
+      break;
+#endif
   }
   NANOVLLM_FAIL("unreachable backend");
 }

@@ -1,5 +1,6 @@
-#include "test_models.h"
+#include "support/test_models.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <unistd.h>
@@ -10,7 +11,7 @@
 namespace nanovllm::testing {
 namespace {
 
-const std::filesystem::path kGoldenDir = std::filesystem::path(NANOVLLM_TEST_DATA) / "golden";
+std::filesystem::path golden_dir() { return test_data_dir() / "golden"; }
 
 std::filesystem::path scratch_root() {
   static const std::filesystem::path root = [] {
@@ -31,8 +32,21 @@ std::filesystem::path write_once(const std::string& key, const nlohmann::json& c
 
 }  // namespace
 
+std::filesystem::path test_data_dir() {
+  const char* env = std::getenv("NANOVLLM_TEST_DATA");
+  return env && *env ? std::filesystem::path(env) : std::filesystem::path(NANOVLLM_TEST_DATA);
+}
+
+std::vector<std::string> golden_model_names() {
+  std::ifstream f(golden_dir() / "models.json");
+  const nlohmann::json spec = nlohmann::json::parse(f);
+  std::vector<std::string> names;
+  for (const auto& m : spec["models"]) names.push_back(m["name"]);
+  return names;
+}
+
 nlohmann::json golden_model_spec(const std::string& name) {
-  std::ifstream f(kGoldenDir / "models.json");
+  std::ifstream f(golden_dir() / "models.json");
   const auto spec = nlohmann::json::parse(f);
   for (const auto& m : spec["models"])
     if (m["name"] == name) return m;
@@ -53,7 +67,7 @@ std::filesystem::path tiny_model_dir(const std::string& key, const nlohmann::jso
 }
 
 nlohmann::json load_golden(const std::string& name) {
-  std::ifstream f(kGoldenDir / (name + ".json"));
+  std::ifstream f(golden_dir() / (name + ".json"));
   if (!f) return nullptr;
   return nlohmann::json::parse(f);
 }

@@ -4,11 +4,16 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace nanovllm::testing {
 
+// tests/data, or $NANOVLLM_TEST_DATA when set (test binaries run from a copied build tree).
+std::filesystem::path test_data_dir();
+// The names of the models in tests/data/golden/models.json.
+std::vector<std::string> golden_model_names();
 // The entry `name` of tests/data/golden/models.json.
 nlohmann::json golden_model_spec(const std::string& name);
 // Directory of the checkpoint for a models.json entry (written on first use).

@@ -1,0 +1,131 @@
+#include "nanovllm/runner/cuda/cuda_model_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "nanovllm/core/logging.h"
+#include "nanovllm/kernels/cuda/cuda_check.h"
+#include "nanovllm/kernels/cuda/cuda_memory.h"
+#include "nanovllm/model/rope.h"
+#include "nanovllm/model/weights.h"
+#include "nanovllm/runner/forward_batch.h"
+
+namespace nanovllm {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+CudaModelRunner::CudaModelRunner(const std::filesystem::path& model_dir, const ModelConfig& config,
+                                 const RunnerConfig& rc)
+    : rc_(rc), sampler_(config.eos_token_ids) {
+  NANOVLLM_CHECK(rc.block_size > 0 && rc.max_num_seqs > 0 && rc.max_num_batched_tokens > 0 && rc.max_model_len > 0,
+                 "runner config: block_size, max_num_seqs, max_num_batched_tokens and max_model_len must be > 0");
+  NANOVLLM_CHECK(rc.gpu_memory_utilization > 0 && rc.gpu_memory_utilization <= 1,
+                 "gpu_memory_utilization must be in (0, 1]");
+  CUDA_CHECK(cudaSetDevice(device_));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  load_model(model_dir, config);
+
+  // Activations for the largest step, then the KV cache from what the memory budget leaves.
+  size_t ws_bytes = 0;
+  Qwen3Model::make_workspace(config, DType::kBF16, nullptr, Device::cuda(device_), rc.max_num_batched_tokens,
+                             rc.max_num_seqs, &ws_bytes);
+  workspace_ = Buffer(cuda_allocator(device_), ws_bytes);
+  ws_ = Qwen3Model::make_workspace(config, DType::kBF16, workspace_.data(), Device::cuda(device_),
+                                   rc.max_num_batched_tokens, rc.max_num_seqs);
+
+  // Packed step inputs: ids, positions, slots [T each], cu_seqlens, context lens, sample rows, tables.
+  const int64_t max_blocks_per_seq = ceil_div(rc.max_model_len, rc.block_size);
+  max_batch_ints_ = 3 * rc.max_num_batched_tokens + 3 * rc.max_num_seqs + 1 + rc.max_num_seqs * max_blocks_per_seq;
+  batch_host_ = Buffer(pinned_host_allocator(), static_cast<size_t>(max_batch_ints_) * 4);
+  batch_device_ = Buffer(cuda_allocator(device_), static_cast<size_t>(max_batch_ints_) * 4);
+  logits_host_ = Buffer(pinned_host_allocator(), DType::kF32, Shape{rc.max_num_seqs, config.vocab_size});
+  allocate_kv_cache(config);
+}
+
+CudaModelRunner::~CudaModelRunner() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  kv_.clear();
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaModelRunner::load_model(const std::filesystem::path& model_dir, const ModelConfig& config) {
+  const auto t0 = std::chrono::steady_clock::now();
+  WeightLoadOptions opt;
+  opt.dtype = DType::kBF16;
+  opt.allocator = &cuda_allocator(device_);
+  size_t uploaded = 0;
+  opt.upload = [&uploaded](void* dst, const void* src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    uploaded += bytes;
+  };
+  ModelWeights weights = load_weights(model_dir, config, opt);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  NANOVLLM_INFO("loaded ", uploaded / 1e9, " GB of weights in ", seconds, " s (", uploaded / 1e9 / seconds, " GB/s)");
+
+  const RopeTable rope = compute_rope(config);
+  rope_inv_freq_ = Buffer(cuda_allocator(device_), DType::kF32, Shape{static_cast<int64_t>(rope.inv_freq.size())});
+  CUDA_CHECK(cudaMemcpy(rope_inv_freq_.data(), rope.inv_freq.data(), rope.inv_freq.size() * 4, cudaMemcpyHostToDevice));
+  model_ = std::make_unique<Qwen3Model>(config, std::move(weights), rope_inv_freq_.view(), rope.attention_scaling);
+}
+
+void CudaModelRunner::allocate_kv_cache(const ModelConfig& config) {
+  const int64_t layers = config.num_hidden_layers;
+  const int64_t block_elems = rc_.block_size * config.num_key_value_heads * config.head_dim;
+  const int64_t bytes_per_block = layers * 2 * block_elems * 2;  // bf16
+  if (rc_.num_kv_blocks > 0) {
+    num_kv_blocks_ = rc_.num_kv_blocks;
+  } else {
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    // Everything in use now (weights, workspace, other processes) counts against the budget; keep
+    // 256 MiB for cuBLASLt and attention workspaces created on first use.
+    const double budget = rc_.gpu_memory_utilization * static_cast<double>(total_bytes) -
+                          static_cast<double>(total_bytes - free_bytes) - 256.0 * (1 << 20);
+    const int64_t useful = rc_.max_num_seqs * ceil_div(rc_.max_model_len, rc_.block_size) + 1;
+    num_kv_blocks_ = std::min(static_cast<int64_t>(budget / static_cast<double>(bytes_per_block)), useful);
+  }
+  NANOVLLM_CHECK(num_kv_blocks_ >= 1, "no GPU memory left for the KV cache (gpu_memory_utilization ",
+                 rc_.gpu_memory_utilization, ")");
+  NANOVLLM_INFO("cuda runner: ", num_kv_blocks_, " KV blocks of ", rc_.block_size, " tokens (",
+                num_kv_blocks_ * bytes_per_block / (1 << 20), " MiB)");
+  kv_storage_ = Buffer(cuda_allocator(device_), DType::kBF16, Shape{layers, 2, num_kv_blocks_, block_elems});
+  char* base = static_cast<char*>(kv_storage_.data());
+  const Shape layer_shape{num_kv_blocks_, rc_.block_size, config.num_key_value_heads, config.head_dim};
+  const size_t layer_bytes = static_cast<size_t>(num_kv_blocks_ * block_elems * 2);
+  for (int64_t l = 0; l < layers; ++l) {
+    char* k = base + static_cast<size_t>(2 * l) * layer_bytes;
+    kv_.push_back({TensorView(k, DType::kBF16, layer_shape, Device::cuda(device_)),
+                   TensorView(k + layer_bytes, DType::kBF16, layer_shape, Device::cuda(device_))});
+  }
+}
+
+std::vector<SampledToken> CudaModelRunner::execute(const SchedulerOutput& out) {
+  if (out.empty()) return {};
+  NANOVLLM_CHECK(out.num_tokens() <= rc_.max_num_batched_tokens &&
+                     static_cast<int64_t>(out.seqs.size()) <= rc_.max_num_seqs,
+                 "step of ", out.num_tokens(), " tokens / ", out.seqs.size(), " seqs exceeds the runner's limits");
+  const ForwardBatch batch = build_forward_batch(out, rc_.block_size);
+  NANOVLLM_ASSERT(static_cast<int64_t>(batch.data.size()) <= max_batch_ints_);
+  // One H2D copy of the packed inputs. The pinned staging buffer is reused only after the previous
+  // step's stream work finished (execute() ends with a stream sync).
+  std::memcpy(batch_host_.data(), batch.data.data(), batch.data.size() * 4);
+  ops::Stream s{stream_};
+  copy_h2d(batch_device_.data(), batch_host_.data(), batch.data.size() * 4, stream_);
+  const DecoderInputs in = batch.views(batch_device_.data(), Device::cuda(device_));
+  model_->forward(in, kv_, ws_, s);
+
+  const int64_t vocab = model_->config().vocab_size;
+  copy_d2h(logits_host_.data(), ws_.logits.data(), static_cast<size_t>(batch.num_sampled * vocab) * 4, stream_);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+
+  std::vector<const Sequence*> sampled;
+  for (const ScheduledSequence& sch : out.seqs)
+    if (sch.sample) sampled.push_back(sch.seq);
+  return sampler_.sample(static_cast<const float*>(logits_host_.data()), vocab, sampled);
+}
+
+}  // namespace nanovllm
