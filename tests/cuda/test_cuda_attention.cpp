@@ -5,6 +5,7 @@
 // Tolerances: outputs are bf16 of fp32 math (one rounding, <= 2^-8 relative), attention outputs are
 // convex combinations of V rows in [-1, 1]: atol 1e-2 + rtol 5e-3 per element.
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 
 #include "cuda_test_util.h"
@@ -151,6 +152,160 @@ TEST(CudaAttention, PrefillAndMixedBatches) {
   check_attention(Batch{{1000, 3}, {1500, 3}}, 32, 8, 128, 16, seed++);          // long prefix-cached chunk
   check_attention(Batch{{40, 1}, {40, 77}}, 8, 2, 256, 16, seed++);               // D = 256
   check_attention(Batch{{9, 1}, {20, 5}}, 24, 2, 128, 16, seed++);                // G = 12: head chunks
+}
+
+// head_dim 64 / 128 with max_query_len > 1 run the tensor-core kernel (attention_prefill_tc.cu). Its CTA
+// holds 64 items = (query row, head of one GQA group) pairs, i.e. 64 / G query rows, and walks the keys in
+// tiles of 64; the sizes below sit on, under and over both tile sizes for G = 1, 4, 8 (64, 16, 8 rows).
+TEST(CudaAttention, TensorCorePrefillPartialTiles) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 400;
+  for (int64_t D : {64, 128}) {
+    for (auto [Hq, Hk] : {std::pair<int64_t, int64_t>{2, 2}, {8, 2}, {8, 1}}) {
+      // full prefills of every length around the query and key tiles (shorter than one tile too)
+      const std::vector<int32_t> lens{2, 7, 8, 9, 15, 16, 17, 63, 64, 65, 100, 128, 129};
+      Batch full{lens, lens};
+      check_attention(full, Hq, Hk, D, 16, seed++);
+      // prefix-cached chunks (the causal diagonal lands mid key tile) mixed with decodes
+      Batch mixed{{3, 1, 64, 65, 1, 130, 2}, {3 + 61, 200, 64 + 64, 65 + 1, 1, 130 + 127, 2 + 190}};
+      check_attention(mixed, Hq, Hk, D, 16, seed++);
+    }
+  }
+}
+
+TEST(CudaAttention, TensorCorePrefillBlockSizes) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 500;
+  // 64-key tiles gather 4 blocks (BS 16), 2 (32), blocks straddling tiles (48), or part of one (256);
+  // BS 8 (not a multiple of 16) works too: the gather is per key row.
+  for (int64_t BS : {8, 16, 32, 48, 256}) {
+    Batch b{{70, 1, 129, 33}, {static_cast<int32_t>(70 + BS + 3), 300, 129, 33 + 257}};
+    check_attention(b, 8, 2, 128, BS, seed++);
+    check_attention(b, 4, 4, 64, BS, seed++);
+  }
+}
+
+TEST(CudaAttention, TensorCorePrefixCachedLongChunk) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 600;
+  // a 700-token chunk after 2300 cached tokens (context 3000), beside a short chunk and a decode
+  struct Case { int64_t hq, hk, d, bs; };
+  for (const Case c : {Case{2, 2, 128, 16}, Case{4, 1, 64, 32}, Case{8, 1, 128, 256}, Case{16, 2, 64, 16}}) {
+    check_attention(Batch{{700, 20, 1}, {3000, 20 + 500, 1001}}, c.hq, c.hk, c.d, c.bs, seed++);
+  }
+}
+
+TEST(CudaAttention, TensorCorePrefillOddGroups) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 700;
+  // G = 3 (21 rows per CTA, 63 of 64 items used), G = 5 (12 rows), G = 16 (4 rows)
+  Batch b{{22, 1, 45, 5}, {22, 90, 45 + 64, 5}};
+  check_attention(b, 6, 2, 128, 16, seed++);
+  check_attention(b, 5, 1, 64, 32, seed++);
+  check_attention(b, 32, 2, 128, 16, seed++);
+}
+
+// The launch depends on the metadata only through shapes (T, S, block-table width): captured once in a
+// CUDA graph, replays follow new sequence lengths and block tables written into the same buffers.
+TEST(CudaAttention, TensorCorePrefillGraphReplayFollowsMetadata) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t Hq = 8, Hk = 2, D = 128, BS = 16;
+  const Batch first{{40, 24}, {300, 54}}, second{{10, 54}, {290, 60}};  // same T = 64, S = 2, 19 + 4 blocks
+  std::mt19937 rng(800);
+  const int64_t NB = 19 + 4 + 3;
+  BatchMeta m1 = make_meta(first, BS, NB, rng);
+  BatchMeta m2 = make_meta(second, BS, NB, rng);
+  ASSERT_EQ(m1.T, m2.T);
+  ASSERT_EQ(m1.max_blocks, m2.max_blocks);
+  auto q = random_bf16(static_cast<size_t>(m1.T * Hq * D), rng, -2.0f, 2.0f);
+  auto kc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng, -2.0f, 2.0f);
+  auto vc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng);
+  DeviceTensor d_q(DType::kBF16, {m1.T, Hq, D}, q.bits), d_out(DType::kBF16, {m1.T, Hq, D});
+  DeviceTensor d_k(DType::kBF16, {NB, BS, Hk, D}, kc.bits), d_v(DType::kBF16, {NB, BS, Hk, D}, vc.bits);
+  DeviceMeta dm(m1, BS);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  // warm-up outside capture (one-time function attributes), then capture
+  cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {st});
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {st});
+  CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int round = 0; round < 2; ++round) {
+    BatchMeta& m = round == 0 ? m1 : m2;
+    auto upload = [](const DeviceTensor& t, const std::vector<int32_t>& h) {
+      CUDA_CHECK(cudaMemcpy(t.view().data(), h.data(), h.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    };
+    upload(dm.cu, m.cu);
+    upload(dm.ctx, m.ctx);
+    upload(dm.bt, m.bt);
+    upload(dm.slots, m.slots);
+    d_out.fill_bytes(0xff);
+    CUDA_CHECK(cudaGraphLaunch(exec, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    std::vector<float> ref(static_cast<size_t>(m.T * Hq * D));
+    cpu::paged_attention(cuda_test::host_view(ref, {m.T, Hq, D}), cuda_test::host_view(q.f32, {m.T, Hq, D}),
+                         cuda_test::host_view(kc.f32, {NB, BS, Hk, D}), cuda_test::host_view(vc.f32, {NB, BS, Hk, D}),
+                         host_meta(m, BS), scale);
+    expect_close(d_out.download_f32(), ref, kAtol, kRtol, "graph replay round " + std::to_string(round));
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  CUDA_CHECK(cudaStreamDestroy(st));
+}
+
+// Timing only (run with --gtest_also_run_disabled_tests): one 8K-token causal prefill, Hq 32, Hk 8, D 128.
+// FLOPs counted as causal: 4 * T^2 / 2 * Hq * D (Q K^T and P V, half the score matrix).
+TEST(CudaAttentionBench, DISABLED_Prefill8k) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t T = 8192, Hq = 32, Hk = 8, D = 128;
+  for (int64_t BS : {16, 256}) {
+    std::mt19937 rng(900 + static_cast<uint32_t>(BS));
+    const int64_t NB = T / BS + 3;
+    BatchMeta m = make_meta(Batch{{static_cast<int32_t>(T)}, {static_cast<int32_t>(T)}}, BS, NB, rng);
+    auto q = random_bf16(static_cast<size_t>(T * Hq * D), rng, -2.0f, 2.0f);
+    auto kc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng, -2.0f, 2.0f);
+    auto vc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng);
+    DeviceTensor d_q(DType::kBF16, {T, Hq, D}, q.bits), d_out(DType::kBF16, {T, Hq, D});
+    DeviceTensor d_k(DType::kBF16, {NB, BS, Hk, D}, kc.bits), d_v(DType::kBF16, {NB, BS, Hk, D}, vc.bits);
+    DeviceMeta dm(m, BS);
+    d_out.fill_bytes(0xff);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    auto run = [&] { cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {}); };
+    for (int i = 0; i < 3; ++i) run();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    std::vector<float> ms;
+    for (int i = 0; i < 30; ++i) {
+      CUDA_CHECK(cudaEventRecord(e0));
+      run();
+      CUDA_CHECK(cudaEventRecord(e1));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      float t = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+      ms.push_back(t);
+    }
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    std::sort(ms.begin(), ms.end());
+    const double med = ms[ms.size() / 2];
+    const double flops = 4.0 * static_cast<double>(T) * static_cast<double>(T) / 2.0 * static_cast<double>(Hq * D);
+    std::printf("Prefill8k T=%lld Hq=%lld Hk=%lld D=%lld BS=%lld: median %.3f ms (min %.3f, max %.3f), %.1f TFLOP/s\n",
+                static_cast<long long>(T), static_cast<long long>(Hq), static_cast<long long>(Hk),
+                static_cast<long long>(D), static_cast<long long>(BS), med, ms.front(), ms.back(),
+                flops / (med * 1e-3) / 1e12);
+    // every element written and finite (outputs were NaN-poisoned)
+    const std::vector<float> got = d_out.download_f32();
+    size_t bad = 0;
+    for (float v : got) bad += std::isfinite(v) ? 0 : 1;
+    EXPECT_EQ(bad, 0u);
+  }
 }
 
 TEST(CudaPrologue, MatchesReference) {

@@ -141,6 +141,8 @@ __device__ __forceinline__ void attend_tile(const float* qw, const __nv_bfloat16
 
 // Launchers (attention_prefill.cu / attention_decode.cu). `smem_limit`: opt-in shared memory per block.
 void launch_prefill(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st);
+// Tensor-core prefill (attention_prefill_tc.cu); false when head_dim has no tensor-core build (64, 128).
+bool launch_prefill_tc(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st);
 void launch_decode(const Params& p, int head_dim, cudaStream_t st);
 void launch_combine(const Params& p, int head_dim, cudaStream_t st);
 

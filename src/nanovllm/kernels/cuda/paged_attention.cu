@@ -1,5 +1,6 @@
 // paged_attention dispatcher: decode kernel (split-KV) when every query length is 1
-// (meta.max_query_len == 1), the prefill/mixed kernel otherwise.
+// (meta.max_query_len == 1), the prefill/mixed kernel otherwise: tensor cores for head_dim 64 and 128
+// (attention_prefill_tc.cu), SIMT for the rest (attention_prefill.cu).
 // Split count (decode): enough CTAs for ~2 waves (S * Hk * head-chunks * splits ~ 2 x SMs), each split
 // at least 256 keys of meta.max_context_len, at most kMaxSplits. Graph capture bakes the split count in;
 // ranges are derived on the device from context_lens, so replays stay correct for any length, and
@@ -92,7 +93,7 @@ void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorVie
     attn::launch_decode(p, static_cast<int>(D), st);
     if (p.num_splits > 1) attn::launch_combine(p, static_cast<int>(D), st);
   } else {
-    attn::launch_prefill(p, static_cast<int>(D), T, st);
+    if (!attn::launch_prefill_tc(p, static_cast<int>(D), T, st)) attn::launch_prefill(p, static_cast<int>(D), T, st);
   }
 }
 
