@@ -7,5 +7,9 @@ namespace nanovllm::cli {
 
 void register_generate(CLI::App& app);
 void register_make_test_model(CLI::App& app);
+void register_tokenize(CLI::App& app);
+void register_detokenize(CLI::App& app);
+void register_chat(CLI::App& app);
+void register_bench_tokenizer(CLI::App& bench);  // `nanovllm bench tokenizer`
 
 }  // namespace nanovllm::cli

@@ -76,27 +76,27 @@ SamplingParams SamplingOptions::to_params() const {
   return p;
 }
 
-std::vector<int32_t> parse_token_ids(const std::string& text) {
+std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& option) {
   std::vector<int32_t> ids;
   size_t i = 0;
   while (i < text.size()) {
     while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
     size_t j = i;
     while (j < text.size() && text[j] >= '0' && text[j] <= '9') ++j;
-    NANOVLLM_CHECK(j > i && j - i <= 10, "--prompt-ids: expected comma-separated non-negative integers, got '", text,
+    NANOVLLM_CHECK(j > i && j - i <= 10, option, ": expected comma-separated non-negative integers, got '", text,
                    "'");
     const long long v = std::strtoll(text.substr(i, j - i).c_str(), nullptr, 10);
-    NANOVLLM_CHECK(v <= INT32_MAX, "--prompt-ids: token id ", text.substr(i, j - i), " is too large");
+    NANOVLLM_CHECK(v <= INT32_MAX, option, ": token id ", text.substr(i, j - i), " is too large");
     ids.push_back(static_cast<int32_t>(v));
     while (j < text.size() && (text[j] == ' ' || text[j] == '\t')) ++j;
     if (j < text.size()) {
-      NANOVLLM_CHECK(text[j] == ',' && j + 1 < text.size(), "--prompt-ids: expected comma-separated integers, got '",
+      NANOVLLM_CHECK(text[j] == ',' && j + 1 < text.size(), option, ": expected comma-separated integers, got '",
                      text, "'");
       ++j;
     }
     i = j;
   }
-  NANOVLLM_CHECK(!ids.empty(), "--prompt-ids: empty prompt");
+  NANOVLLM_CHECK(!ids.empty(), option, ": empty list");
   return ids;
 }
 

@@ -49,7 +49,7 @@ struct SamplingOptions {
 void add_engine_options(CLI::App& cmd, EngineOptions& o);
 void add_sampling_options(CLI::App& cmd, SamplingOptions& o);
 
-// "1, 2,3" -> {1, 2, 3}; anything else (empty, non-digits, overflow) throws nanovllm::Error.
-std::vector<int32_t> parse_token_ids(const std::string& text);
+// "1, 2,3" -> {1, 2, 3}; anything else (empty, non-digits, overflow) throws nanovllm::Error naming `option`.
+std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& option = "--prompt-ids");
 
 }  // namespace nanovllm::cli

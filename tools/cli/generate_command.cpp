@@ -1,4 +1,4 @@
-// nanovllm generate: prompts (token ids) in, generated tokens out, as text or one JSON object per prompt.
+// nanovllm generate: prompts (text or token ids) in, generated tokens out, as text or one JSON object per prompt.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -9,13 +9,14 @@
 #include "engine_options.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/engine/llm.h"
+#include "nanovllm/tokenizer/tokenizer.h"
 
 namespace nanovllm::cli {
 
 void register_generate(CLI::App& app) {
   struct Options {
     EngineOptions engine;
-    std::vector<std::string> prompt_ids;
+    std::vector<std::string> prompt_ids, prompts;
     SamplingOptions sampling;
     bool json = false;
   };
@@ -23,15 +24,35 @@ void register_generate(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("generate", "generate continuations of prompts");
   add_engine_options(*cmd, opt->engine);
   add_sampling_options(*cmd, opt->sampling);
-  cmd->add_option("--prompt-ids", opt->prompt_ids, "comma-separated token ids; repeat for a batch")->required();
-  cmd->add_flag("--json", opt->json, "print one JSON object per prompt (token_ids, finish_reason, logprobs)");
+  CLI::Option* ids_opt =
+      cmd->add_option("--prompt-ids", opt->prompt_ids, "comma-separated token ids; repeat for a batch");
+  CLI::Option* text_opt = cmd->add_option("--prompt", opt->prompts,
+                                          "a text prompt (needs the model's tokenizer.json); repeat for a batch");
+  cmd->add_flag("--json", opt->json,
+                "print one JSON object per prompt (token_ids, text, finish_reason, logprobs)");
 
-  cmd->callback([opt] {
-    std::vector<std::vector<int32_t>> prompts;
-    for (const std::string& s : opt->prompt_ids) prompts.push_back(parse_token_ids(s));
+  cmd->callback([cmd, opt, ids_opt, text_opt] {
+    NANOVLLM_CHECK(!opt->prompt_ids.empty() || !opt->prompts.empty(), "generate: give --prompt or --prompt-ids");
     const SamplingParams params = opt->sampling.to_params();
-
     LLM llm(opt->engine.to_config());
+    const bool with_text = !opt->prompts.empty() || llm.engine().has_tokenizer();
+
+    // Prompts in command-line order, --prompt and --prompt-ids interleaved as given.
+    std::vector<std::vector<int32_t>> prompts;
+    size_t next_ids = 0, next_text = 0;
+    for (const CLI::Option* o : cmd->parse_order()) {
+      if (o == ids_opt) {
+        prompts.push_back(parse_token_ids(opt->prompt_ids.at(next_ids++)));
+      } else if (o == text_opt) {
+        const size_t i = next_text++;
+        try {
+          prompts.push_back(llm.encode(opt->prompts.at(i)));
+        } catch (const Error& e) {
+          throw Error(detail::concat("--prompt ", i, ": ", e.what()));
+        }
+      }
+    }
+
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<RequestOutput> outputs = llm.generate(prompts, params);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -39,9 +60,11 @@ void register_generate(CLI::App& app) {
     int64_t generated = 0;
     for (const RequestOutput& o : outputs) {
       generated += static_cast<int64_t>(o.token_ids.size());
+      const std::string text = with_text ? llm.decode(o.token_ids) : std::string();
       if (opt->json) {
         nlohmann::json j;
         j["token_ids"] = o.token_ids;
+        if (with_text) j["text"] = text;
         j["finish_reason"] = to_string(o.finish_reason);
         j["prompt_tokens"] = o.prompt_token_ids.size();
         j["cached_tokens"] = o.num_cached_tokens;
@@ -55,6 +78,10 @@ void register_generate(CLI::App& app) {
           j["logprobs"] = std::move(steps);
         }
         std::cout << j.dump() << "\n";
+      } else if (with_text) {
+        std::cout << "[" << o.request_id << "] " << o.prompt_token_ids.size() << " prompt tokens -> "
+                  << o.token_ids.size() << " tokens (" << to_string(o.finish_reason) << "):\n"
+                  << text << "\n";
       } else {
         std::cout << "[" << o.request_id << "] " << o.prompt_token_ids.size() << " prompt tokens -> "
                   << o.token_ids.size() << " tokens (" << to_string(o.finish_reason) << "):";

@@ -11,6 +11,12 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "nanovllm 0.1.0");
   nanovllm::cli::register_generate(app);
   nanovllm::cli::register_make_test_model(app);
+  nanovllm::cli::register_tokenize(app);
+  nanovllm::cli::register_detokenize(app);
+  nanovllm::cli::register_chat(app);
+  CLI::App* bench = app.add_subcommand("bench", "benchmarks: throughput, latency, tokenizer");
+  bench->require_subcommand(1);
+  nanovllm::cli::register_bench_tokenizer(*bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,5 +1,8 @@
 #include "nanovllm/engine/llm_engine.h"
 
+#include <algorithm>
+#include <unordered_map>
+
 #include "nanovllm/core/logging.h"
 #include "nanovllm/engine/scheduler.h"
 
@@ -31,6 +34,12 @@ Backend EngineConfig::default_backend() { return cuda_device_available() ? Backe
 
 LLMEngine::LLMEngine(EngineConfig config) : config_(std::move(config)) {
   model_config_ = ModelConfig::from_model_dir(config_.model);
+  // Like vLLM, also stop at tokenizer_config.json's eos_token (chat models: <|im_end|>) when
+  // generation_config.json does not list it. Before the runner: its sampler enforces min_tokens on these.
+  if (const std::optional<int32_t> eos = tokenizer_eos_token_id()) {
+    auto& ids = model_config_.eos_token_ids;
+    if (std::find(ids.begin(), ids.end(), *eos) == ids.end()) ids.push_back(*eos);
+  }
   const int64_t model_limit = model_config_.max_model_len();
   if (config_.max_model_len <= 0) config_.max_model_len = model_limit;
   NANOVLLM_CHECK(config_.max_model_len <= model_limit, "max_model_len ", config_.max_model_len,
@@ -96,16 +105,43 @@ bool LLMEngine::has_unfinished() const { return scheduler_->has_unfinished(); }
 
 std::vector<RequestOutput> LLMEngine::step() {
   const SchedulerOutput out = scheduler_->schedule();
+  std::vector<SampledToken> sampled;
   if (!out.empty()) {
     for (const ScheduledSequence& s : out.seqs)
       if (s.seq->num_computed_tokens < s.seq->num_prompt_tokens) num_prompt_tokens_computed_ += s.num_new_tokens;
-    const std::vector<SampledToken> sampled = runner_->execute(out);
+    sampled = runner_->execute(out);
     num_generated_tokens_ += static_cast<int64_t>(sampled.size());
     scheduler_->update(out, sampled);
   }
   std::vector<RequestOutput> finished;
   for (std::unique_ptr<Sequence>& seq : scheduler_->take_finished()) finished.push_back(make_output(*seq));
+  if (delta_callback_) emit_deltas(sampled, finished);
   return finished;
+}
+
+void LLMEngine::emit_deltas(const std::vector<SampledToken>& sampled, const std::vector<RequestOutput>& finished) const {
+  std::unordered_map<int64_t, const RequestOutput*> done;
+  for (const RequestOutput& o : finished) done.emplace(o.request_id, &o);
+  for (const SampledToken& t : sampled) {
+    RequestDelta d;
+    d.request_id = t.seq_id;
+    d.new_token_ids.push_back(t.token_id);
+    if (!t.top_logprobs.empty()) d.logprobs.push_back(t.top_logprobs);
+    if (auto it = done.find(t.seq_id); it != done.end()) {
+      d.finished = true;
+      d.finish_reason = it->second->finish_reason;
+      done.erase(it);
+    }
+    delta_callback_(d);
+  }
+  for (const RequestOutput& o : finished) {  // finished without a token this step (aborted), in order
+    if (!done.contains(o.request_id)) continue;
+    RequestDelta d;
+    d.request_id = o.request_id;
+    d.finished = true;
+    d.finish_reason = o.finish_reason;
+    delta_callback_(d);
+  }
 }
 
 }  // namespace nanovllm

@@ -5,10 +5,15 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "nanovllm/engine/sampling_params.h"
+#include "nanovllm/engine/scheduler_output.h"
 #include "nanovllm/engine/sequence.h"
 #include "nanovllm/model/config.h"
 #include "nanovllm/runner/model_runner.h"
@@ -16,6 +21,12 @@
 namespace nanovllm {
 
 class Scheduler;
+namespace tokenizer {
+class Tokenizer;
+}
+namespace chat {
+class ChatTemplate;
+}
 
 struct EngineConfig {
   std::filesystem::path model;            // a Hugging Face model directory
@@ -45,7 +56,19 @@ struct RequestOutput {
   double time_to_first_token_s = 0;
   double latency_s = 0;
   bool finished = false;
+  std::string text;  // decoded token_ids (skip_special_tokens); filled by the text APIs (LLM::generate(strings))
 };
+
+// What one step() did to one request: the tokens it appended (0 or 1 today; a list so speculative decoding
+// can add more) and whether the request ended. For streaming (nanovllm chat, the server).
+struct RequestDelta {
+  int64_t request_id = 0;
+  std::vector<int32_t> new_token_ids;
+  std::vector<std::vector<TokenLogprob>> logprobs;  // per new token, when params.logprobs > 0
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+};
+using DeltaCallback = std::function<void(const RequestDelta&)>;
 
 class LLMEngine {
  public:
@@ -62,8 +85,19 @@ class LLMEngine {
   int64_t add_request(std::vector<int32_t> prompt_token_ids, const SamplingParams& params);
   void abort_request(int64_t request_id);
   bool has_unfinished() const;
-  // One scheduler + model step. Returns the requests that finished in it.
+  // One scheduler + model step. Returns the requests that finished in it. With a delta callback set, calls
+  // it (on this thread, before returning) once per request that got a token or finished in this step;
+  // an aborted request gets its finished delta (no tokens) from the next step().
   std::vector<RequestOutput> step();
+  void set_delta_callback(DeltaCallback callback) { delta_callback_ = std::move(callback); }
+
+  // The model directory's tokenizer (tokenizer.json [+ tokenizer_config.json]), loaded once on first use
+  // (thread-safe). Throws nanovllm::Error naming the directory when it has no tokenizer.json.
+  const tokenizer::Tokenizer& tokenizer() const;
+  bool has_tokenizer() const;  // the model directory has tokenizer.json
+  // The chat template of tokenizer_config.json (or chat_template.jinja), parsed once on first use.
+  // Throws nanovllm::Error when the directory has none.
+  const chat::ChatTemplate& chat_template() const;
 
   // Counters for progress and metrics.
   int64_t num_generated_tokens() const { return num_generated_tokens_; }
@@ -77,6 +111,14 @@ class LLMEngine {
   int64_t next_request_id_ = 0;
   int64_t num_generated_tokens_ = 0;
   int64_t num_prompt_tokens_computed_ = 0;
+  std::optional<int32_t> tokenizer_eos_token_id() const;  // tokenizer_config.json's eos_token, if any
+  void emit_deltas(const std::vector<SampledToken>& sampled, const std::vector<RequestOutput>& finished) const;
+
+  DeltaCallback delta_callback_;
+  // Lazily loaded text I/O (llm_text.cpp).
+  mutable std::mutex text_mu_;
+  mutable std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
+  mutable std::shared_ptr<const chat::ChatTemplate> chat_template_;
 };
 
 }  // namespace nanovllm

@@ -1,0 +1,591 @@
+// GPU sampler: one CTA of 1024 threads per row. See sampling.h for the contract and engine/sampler.cpp
+// for the semantics replicated here.
+//
+// How each CPU step maps onto passes over the row (fp32, float4 loads when the row is 16-byte aligned):
+//  * raw pass: online log-sum-exp (for logprobs), max and argmax (lowest id on ties).
+//  * top-K logprobs: count radix select of the K-th largest raw value (3 digit levels of 11/11/10 bits on
+//    the order-preserving uint32 of the float, warp-aggregated shared-memory histograms), the ties at
+//    it resolved in id order, then a gather of the <= 20 winners and a tiny sort.
+//  * penalties: applied in place to the listed ids (raw values saved, restored at the end), then one
+//    more max/argmax pass.
+//  * top-k: the same count radix select on x / T over finite values; keep x >= kth (ties kept).
+//  * top-p: radix search on the same keys weighted by fixed-point mass q = floor(exp(x - m) * 2^s)
+//    (exact integer sums, order independent): the pivot t is the largest value with mass(x >= t) >=
+//    top_p * total; all x > t are kept, and of the ties at t the first j in id order, where j is the
+//    number of j' >= 0 with mass(x > t) + j' q_t < target — exactly the CPU's sorted cumulative rule.
+//  * min-p: prob >= min_p (the kept maximum always has prob exp(0) = 1).
+//  * draw: fp64 weights exp(x - m) of the kept ids; per-warp contiguous id chunks are summed, the chunk
+//    holding u * kept_mass is found, and its warp walks it with a warp scan: the first id whose
+//    inclusive cumulative mass exceeds the draw (the CPU's `u < cum` in id order).
+#include "nanovllm/kernels/cuda/sampling.h"
+
+#include <cstdint>
+
+#include "nanovllm/core/error.h"
+#include "nanovllm/engine/rng.h"
+#include "nanovllm/kernels/cuda/cuda_check.h"
+
+namespace nanovllm::cuda_ops {
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
+constexpr unsigned kFull = 0xffffffffu;
+constexpr float kSamplingEps = 1e-5f;  // as the CPU Sampler: below this temperature is greedy
+constexpr uint32_t kNoDigit = 0xffffffffu;
+constexpr int kMaxBins = 2048;
+constexpr int kLevels = 3;
+__host__ __device__ constexpr int level_shift(int l) { return l == 0 ? 21 : (l == 1 ? 10 : 0); }
+__host__ __device__ constexpr int level_width(int l) { return l == 2 ? 10 : 11; }
+constexpr int64_t kNoCut = INT64_MAX;
+
+using u64 = unsigned long long;
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+// Order-preserving key of a float (larger float -> larger key); -0 and +0 share one key as they compare
+// equal on the CPU.
+__device__ __forceinline__ uint32_t float_key(float v) {
+  const uint32_t b = __float_as_uint(__fadd_rn(v, 0.0f));
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+struct RowRef {
+  float* p;   // [n]
+  int64_t n;
+  bool vec;   // p is 16-byte aligned: float4 loads for whole groups
+};
+
+// v[j] = row[i0 + j] for i0 + j < n, else -inf.
+__device__ __forceinline__ void load_group(const RowRef& r, int64_t i0, float (&v)[4]) {
+  if (r.vec && i0 + 3 < r.n) {
+    const float4 t = *reinterpret_cast<const float4*>(r.p + i0);
+    v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = i0 + j < r.n ? r.p[i0 + j] : neg_inf();
+  }
+}
+
+// Calls f(id, v) for every element of the row, groups of 4 strided over the block (coalesced).
+template <class F>
+__device__ __forceinline__ void for_each_elem(const RowRef& r, F&& f) {
+  const int64_t ngroups = (r.n + 3) / 4;
+  for (int64_t g = threadIdx.x; g < ngroups; g += kThreads) {
+    float v[4];
+    load_group(r, 4 * g, v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (4 * g + j < r.n) f(4 * g + j, v[j]);
+  }
+}
+
+struct Shared {
+  uint32_t cnt[kMaxBins];  // radix histogram: counts
+  u64 mass[kMaxBins];      // radix histogram: fixed-point mass
+  // block reductions / broadcasts
+  float red_m[kWarps], red_s[kWarps], red_bv[kWarps];
+  int64_t red_bi[kWarps];
+  double wsum[kWarps];
+  int64_t wlast[kWarps];
+  uint32_t b_digit, b_cnt_gt, b_cnt_eq;
+  u64 b_mass_gt, b_mass_eq;
+  double b_need;
+  int b_found;
+  int b_warp;
+  double b_cum, b_thr;
+  int64_t b_result, b_last;
+  // top-K logprob gather
+  int ntop;
+  float top_v[kMaxSampleLogprobs];
+  int64_t top_id[kMaxSampleLogprobs];
+  // row results
+  float lse, maxv;
+  int64_t argmax;
+};
+
+// ---- max / argmax (+ optional online log-sum-exp) over the row --------------------------------------
+
+__device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2) {
+  if (m2 == neg_inf()) return;
+  if (m == neg_inf()) { m = m2; s = s2; return; }
+  const float mm = fmaxf(m, m2);
+  s = s * expf(m - mm) + s2 * expf(m2 - mm);
+  m = mm;
+}
+__device__ __forceinline__ void argmax_merge(float& bv, int64_t& bi, float v2, int64_t i2) {
+  if (v2 > bv || (v2 == bv && i2 < bi)) { bv = v2; bi = i2; }
+}
+
+// Sets sh.maxv / sh.argmax (lowest id among equal maxima), and sh.lse when kLse.
+template <bool kLse>
+__device__ void max_pass(const RowRef& r, Shared& sh) {
+  float lm = neg_inf(), ls = 0.0f, bv = neg_inf();
+  int64_t bi = INT64_MAX;
+  for_each_elem(r, [&](int64_t id, float v) {
+    argmax_merge(bv, bi, v, id);
+    if (kLse && v != neg_inf()) {
+      if (v > lm) { ls = ls * expf(lm - v) + 1.0f; lm = v; }
+      else ls += expf(v - lm);
+    }
+  });
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v2 = __shfl_xor_sync(kFull, bv, o);
+    const int64_t i2 = __shfl_xor_sync(kFull, bi, o);
+    argmax_merge(bv, bi, v2, i2);
+    if (kLse) {
+      const float m2 = __shfl_xor_sync(kFull, lm, o), s2 = __shfl_xor_sync(kFull, ls, o);
+      lse_merge(lm, ls, m2, s2);
+    }
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) { sh.red_bv[warp] = bv; sh.red_bi[warp] = bi; sh.red_m[warp] = lm; sh.red_s[warp] = ls; }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w) {
+      argmax_merge(bv, bi, sh.red_bv[w], sh.red_bi[w]);
+      if (kLse) lse_merge(lm, ls, sh.red_m[w], sh.red_s[w]);
+    }
+    sh.maxv = bv;
+    sh.argmax = bi;
+    if (kLse) sh.lse = lm == neg_inf() ? neg_inf() : lm + logf(ls);
+  }
+  __syncthreads();
+}
+
+// ---- radix search ---------------------------------------------------------------------------------
+
+struct RadixResult {
+  bool found;
+  uint32_t key;       // the pivot key
+  uint32_t cnt_gt;    // elements with key > pivot
+  uint32_t cnt_eq;    // elements with key == pivot
+  u64 mass_gt, mass_eq;
+  double need;        // the mass target (kMass)
+};
+
+// elem(id, v, key&) -> bool: whether the element takes part, and its key; mass(v) -> its weight q
+// (q <= 2^46; evaluated only for elements inside the current prefix). Finds the largest key K with W(key >= K) >= need, W = count (need = need_count) or
+// mass (need = top_p * total mass). found = false when the total falls short of need.
+template <bool kMass, class Elem, class Mass>
+__device__ RadixResult radix_search(const RowRef& r, Elem&& elem, Mass&& mass, uint32_t need_count,
+                                    float top_p, Shared& sh) {
+  const int lane = threadIdx.x & 31;
+  uint32_t prefix = 0, prefix_mask = 0, cnt_above = 0;
+  u64 mass_above = 0;
+  double need = static_cast<double>(need_count);
+  RadixResult res{};
+  res.found = true;
+  for (int level = 0; level < kLevels; ++level) {
+    const int shift = level_shift(level), nb = 1 << level_width(level);
+    for (int i = threadIdx.x; i < nb; i += kThreads) {
+      sh.cnt[i] = 0;
+      if (kMass) sh.mass[i] = 0;
+    }
+    __syncthreads();
+    const int64_t ngroups = (r.n + 3) / 4;
+    for (int64_t g0 = 0; g0 < ngroups; g0 += kThreads) {  // warp-uniform trip count
+      const int64_t g = g0 + threadIdx.x;
+      float v[4];
+      load_group(r, 4 * g, v);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t id = 4 * g + j;
+        uint32_t key = 0;
+        u64 q = 0;
+        uint32_t digit = kNoDigit;
+        if (id < r.n && elem(id, v[j], key) && (key & prefix_mask) == prefix) {
+          digit = (key >> shift) & static_cast<uint32_t>(nb - 1);
+          if (kMass) q = mass(v[j]);
+        }
+        if (!__any_sync(kFull, digit != kNoDigit)) continue;
+        const unsigned peers = __match_any_sync(kFull, digit);
+        unsigned lo = 0, hi = 0;
+        if (kMass) {  // q <= 2^46: 23-bit halves, 32 lanes of either fit 32 bits
+          lo = __reduce_add_sync(peers, static_cast<unsigned>(q & 0x7FFFFFull));
+          hi = __reduce_add_sync(peers, static_cast<unsigned>(q >> 23));
+        }
+        if (digit != kNoDigit && lane == __ffs(peers) - 1) {
+          atomicAdd(&sh.cnt[digit], static_cast<uint32_t>(__popc(peers)));
+          if (kMass) atomicAdd(&sh.mass[digit], (static_cast<u64>(hi) << 23) + lo);
+        }
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      // Lane l owns bins [l * per, (l + 1) * per); suffix sums from the top bin down.
+      const int per = nb / 32;
+      uint32_t c = 0;
+      u64 m = 0;
+      for (int b = lane * per; b < (lane + 1) * per; ++b) {
+        c += sh.cnt[b];
+        if (kMass) m += sh.mass[b];
+      }
+      uint32_t sc = c;  // inclusive suffix over lanes >= lane
+      u64 sm = m;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t tc = __shfl_down_sync(kFull, sc, o);
+        const u64 tm = __shfl_down_sync(kFull, sm, o);
+        if (lane + o < 32) { sc += tc; sm += tm; }
+      }
+      if (level == 0 && kMass) {
+        need = static_cast<double>(top_p) * static_cast<double>(__shfl_sync(kFull, sm, 0));
+        if (!(need > 0.0)) need = 1e-300;  // top_p <= 0: keep only the most likely token, as the CPU does
+      }
+      auto meets = [&](uint32_t cc, u64 mm) {
+        return kMass ? static_cast<double>(mm) >= need : cc >= need_count;
+      };
+      const bool incl = meets(cnt_above + sc, mass_above + sm);
+      const bool excl = meets(cnt_above + sc - c, mass_above + sm - m);
+      if (lane == 0 && !incl) sh.b_found = 0;
+      if (lane == 0 && incl) sh.b_found = 1;
+      if (incl && !excl) {  // exactly one lane: the crossing is in its bins
+        uint32_t cc = cnt_above + sc - c;
+        u64 mm = mass_above + sm - m;
+        for (int b = (lane + 1) * per - 1; b >= lane * per; --b) {
+          const uint32_t bc = sh.cnt[b];
+          const u64 bm = kMass ? sh.mass[b] : 0;
+          if (meets(cc + bc, mm + bm)) {
+            sh.b_digit = static_cast<uint32_t>(b);
+            sh.b_cnt_gt = cc;
+            sh.b_mass_gt = mm;
+            sh.b_cnt_eq = bc;
+            sh.b_mass_eq = bm;
+            break;
+          }
+          cc += bc;
+          mm += bm;
+        }
+      }
+      if (lane == 0) sh.b_need = need;
+    }
+    __syncthreads();
+    if (!sh.b_found) {
+      res.found = false;
+      __syncthreads();  // before the next use of sh
+      return res;
+    }
+    prefix |= sh.b_digit << shift;
+    prefix_mask |= static_cast<uint32_t>(nb - 1) << shift;
+    cnt_above = sh.b_cnt_gt;
+    mass_above = sh.b_mass_gt;
+    need = sh.b_need;
+    res.cnt_eq = sh.b_cnt_eq;
+    res.mass_eq = sh.b_mass_eq;
+    __syncthreads();  // sh is reused by the next level
+  }
+  res.key = prefix;
+  res.cnt_gt = cnt_above;
+  res.mass_gt = mass_above;
+  res.need = need;
+  return res;
+}
+
+// ---- first crossing in id order ---------------------------------------------------------------------
+
+// weight(id, v) -> double >= 0. With total = sum of all weights and thr = a * total + b, returns the
+// first id whose inclusive cumulative weight (id order) exceeds thr; if none does (rounding), the last
+// id with a positive weight; -1 when no weight is positive.
+template <class W>
+__device__ int64_t find_crossing(const RowRef& r, W&& weight, double a, double b, Shared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t chunk = ((r.n + kWarps - 1) / kWarps + 127) / 128 * 128;  // ids per warp
+  const int64_t begin = warp * chunk, end = begin + chunk < r.n ? begin + chunk : r.n;
+  double s = 0.0;
+  int64_t last = -1;
+  for (int64_t base = begin; base < end; base += 128) {
+    const int64_t i0 = base + 4 * lane;
+    float v[4];
+    load_group(r, i0, v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (i0 + j >= r.n) continue;
+      const double w = weight(i0 + j, v[j]);
+      s += w;
+      if (w > 0.0) last = i0 + j;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    s += __shfl_xor_sync(kFull, s, o);
+    const int64_t l2 = __shfl_xor_sync(kFull, last, o);
+    last = l2 > last ? l2 : last;
+  }
+  if (lane == 0) { sh.wsum[warp] = s; sh.wlast[warp] = last; }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    int64_t lst = -1;
+    for (int w = 0; w < kWarps; ++w) {
+      total += sh.wsum[w];
+      lst = sh.wlast[w] > lst ? sh.wlast[w] : lst;
+    }
+    const double thr = a * total + b;
+    double cum = 0.0;
+    int found = -1;
+    for (int w = 0; w < kWarps; ++w) {
+      if (cum + sh.wsum[w] > thr) { found = w; break; }
+      cum += sh.wsum[w];
+    }
+    sh.b_warp = found;
+    sh.b_cum = cum;
+    sh.b_thr = thr;
+    sh.b_last = lst;
+    sh.b_result = lst;
+  }
+  __syncthreads();
+  if (warp == sh.b_warp) {
+    const double thr = sh.b_thr;
+    double cum = sh.b_cum;
+    for (int64_t base = begin; base < end; base += 128) {
+      const int64_t i0 = base + 4 * lane;
+      float v[4];
+      load_group(r, i0, v);
+      double w[4];
+      double s4 = 0.0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        w[j] = i0 + j < r.n ? weight(i0 + j, v[j]) : 0.0;
+        s4 += w[j];
+      }
+      double incl = s4;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const double t = __shfl_up_sync(kFull, incl, o);
+        if (lane >= o) incl += t;
+      }
+      const double step = __shfl_sync(kFull, incl, 31);
+      if (cum + step > thr) {
+        const unsigned hit = __ballot_sync(kFull, cum + incl > thr);
+        const int L = hit ? __ffs(hit) - 1 : 31;
+        if (lane == L) {
+          double c = cum + (incl - s4);
+          int64_t pick = -1;
+          for (int j = 0; j < 4; ++j) {
+            if (w[j] > 0.0) pick = i0 + j;  // fallback within the lane: its last positive weight
+            c += w[j];
+            if (c > thr && w[j] > 0.0) { pick = i0 + j; break; }
+          }
+          if (pick >= 0) sh.b_result = pick;
+        }
+        break;  // warp-uniform: step and cum are the same in every lane
+      }
+      cum += step;
+    }
+  }
+  __syncthreads();
+  const int64_t res = sh.b_result;
+  __syncthreads();  // sh reused by the caller
+  return res;
+}
+
+// ---- the kernel -----------------------------------------------------------------------------------
+
+__global__ void __launch_bounds__(kThreads, 1)
+sample_kernel(float* __restrict__ logits, int64_t vocab, const GpuSamplingParams* __restrict__ params,
+              GpuPenaltyEntry* __restrict__ entries, GpuSampleOutputs out, int mass_shift) {
+  __shared__ Shared sh;
+  const int64_t row_idx = blockIdx.x;
+  const GpuSamplingParams p = params[row_idx];
+  float* row_p = logits + row_idx * vocab;
+  const RowRef row{row_p, vocab, (reinterpret_cast<uintptr_t>(row_p) & 15u) == 0};
+  const float kNegInf = neg_inf();
+
+  // 1. Raw statistics: log-sum-exp, max, argmax.
+  max_pass<true>(row, sh);
+  const float lse = sh.lse;
+
+  // 2. Top-K raw logprobs: the K largest raw values, ties to the lower id.
+  const int K = static_cast<int>(p.num_logprobs < vocab ? p.num_logprobs : vocab);
+  if (K > 0) {
+    const RadixResult rr = radix_search<false>(
+        row, [](int64_t, float v, uint32_t& key) { key = float_key(v); return true; },
+        [](float) { return u64{0}; }, static_cast<uint32_t>(K), 0.0f, sh);
+    const uint32_t take_eq = static_cast<uint32_t>(K) - rr.cnt_gt;  // >= 1
+    int64_t tie_cut = kNoCut;
+    if (take_eq < rr.cnt_eq) {
+      tie_cut = find_crossing(
+          row, [&](int64_t, float v) { return float_key(v) == rr.key ? 1.0 : 0.0; }, 0.0,
+          static_cast<double>(take_eq) - 0.5, sh);
+    }
+    if (threadIdx.x == 0) sh.ntop = 0;
+    __syncthreads();
+    for_each_elem(row, [&](int64_t id, float v) {
+      const uint32_t key = float_key(v);
+      if (key > rr.key || (key == rr.key && id <= tie_cut)) {
+        const int slot = atomicAdd(&sh.ntop, 1);
+        if (slot < kMaxSampleLogprobs) { sh.top_v[slot] = v; sh.top_id[slot] = id; }
+      }
+    });
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const int n = sh.ntop < K ? sh.ntop : K;
+      for (int i = 1; i < n; ++i) {  // insertion sort: value desc, id asc
+        const float v = sh.top_v[i];
+        const int64_t id = sh.top_id[i];
+        int j = i - 1;
+        while (j >= 0 && (sh.top_v[j] < v || (sh.top_v[j] == v && sh.top_id[j] > id))) {
+          sh.top_v[j + 1] = sh.top_v[j];
+          sh.top_id[j + 1] = sh.top_id[j];
+          --j;
+        }
+        sh.top_v[j + 1] = v;
+        sh.top_id[j + 1] = id;
+      }
+      for (int i = 0; i < kMaxSampleLogprobs; ++i) {
+        out.top_ids[row_idx * kMaxSampleLogprobs + i] = i < n ? static_cast<int32_t>(sh.top_id[i]) : -1;
+        out.top_logprobs[row_idx * kMaxSampleLogprobs + i] = i < n ? sh.top_v[i] - lse : 0.0f;
+      }
+    }
+    __syncthreads();
+  }
+
+  // 3. Suppression and penalties, in place (ids are unique within a row's entries).
+  GpuPenaltyEntry* ent = p.entry_count > 0 ? entries + p.entry_begin : nullptr;
+  if (p.entry_count > 0) {
+    const bool rep = p.repetition_penalty != 1.0f;
+    const bool freq = p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+    for (int e = threadIdx.x; e < p.entry_count; e += kThreads) {
+      const int32_t id = ent[e].id, c = ent[e].count;
+      float v = row_p[id];
+      ent[e].saved = v;
+      if (c < 0) {
+        v = kNegInf;
+      } else {
+        // Same fp32 operations as the CPU, no contraction: the penalised logit must match bit for bit.
+        if (rep) v = v > 0.0f ? __fdiv_rn(v, p.repetition_penalty) : __fmul_rn(v, p.repetition_penalty);
+        if (freq && c > 0)
+          v = __fsub_rn(v, __fadd_rn(__fmul_rn(p.frequency_penalty, static_cast<float>(c)), p.presence_penalty));
+      }
+      row_p[id] = v;
+    }
+    __syncthreads();
+    max_pass<false>(row, sh);
+  }
+  const float maxv = sh.maxv;
+  int64_t token = sh.argmax;
+
+  // 4. Sampling.
+  const float T = p.temperature;
+  if (T >= kSamplingEps) {
+    const float m = __fdiv_rn(maxv, T);  // max of x / T: division by T > 0 is monotone
+    if (m == kNegInf) {
+      token = 0;  // no finite candidate: the CPU falls back to argmax of all -inf = id 0
+    } else {
+      const double md = m;
+      const double scale = static_cast<double>(1ull << mass_shift);
+      auto xt = [&](float v) { return __fdiv_rn(v, T); };
+
+      bool topk = p.top_k > 0;
+      uint32_t kth_key = 0;
+      if (topk) {
+        const RadixResult rk = radix_search<false>(
+            row,
+            [&](int64_t, float v, uint32_t& key) {
+              const float x = xt(v);
+              if (x == kNegInf) return false;
+              key = float_key(x);
+              return true;
+            },
+            [](float) { return u64{0}; }, static_cast<uint32_t>(p.top_k), 0.0f, sh);
+        topk = rk.found;  // top_k >= number of candidates: no filter
+        kth_key = rk.key;
+      }
+
+      const bool topp = p.top_p < 1.0f;
+      uint32_t pivot = 0;
+      int64_t tie_cut = kNoCut;
+      if (topp) {
+        const RadixResult rp = radix_search<true>(
+            row,
+            [&](int64_t, float v, uint32_t& key) {
+              const float x = xt(v);
+              if (x == kNegInf) return false;
+              key = float_key(x);
+              return !(topk && key < kth_key);
+            },
+            [&](float v) { return static_cast<u64>(exp(static_cast<double>(xt(v)) - md) * scale); }, 0, p.top_p,
+            sh);
+        // rp.found: the total always reaches top_p * total (top_p < 1).
+        pivot = rp.key;
+        // Ties at the pivot (all with mass q_t): keep the first j in id order with
+        // mass_gt + j' * q_t < need for j' < j; at least one (the CPU's cut >= 1).
+        const u64 qt = rp.cnt_eq > 0 ? rp.mass_eq / rp.cnt_eq : 0;
+        uint32_t j = rp.cnt_eq;
+        if (qt > 0) {
+          const double d = rp.need - static_cast<double>(rp.mass_gt);
+          const double jj = ceil(d / static_cast<double>(qt));
+          j = jj < 1.0 ? 1u : (jj < static_cast<double>(rp.cnt_eq) ? static_cast<uint32_t>(jj) : rp.cnt_eq);
+        }
+        if (j < rp.cnt_eq) {
+          tie_cut = find_crossing(
+              row,
+              [&](int64_t, float v) {
+                const float x = xt(v);
+                return x != kNegInf && float_key(x) == pivot ? 1.0 : 0.0;
+              },
+              0.0, static_cast<double>(j) - 0.5, sh);
+        }
+      }
+
+      const double min_p = p.min_p;
+      const double u = rng_uniform(p.rng_key, p.step);
+      const int64_t pick = find_crossing(
+          row,
+          [&](int64_t id, float v) -> double {
+            const float x = xt(v);
+            if (x == kNegInf) return 0.0;
+            const uint32_t key = float_key(x);
+            if (topk && key < kth_key) return 0.0;
+            if (topp && (key < pivot || (key == pivot && id > tie_cut))) return 0.0;
+            const double pr = exp(static_cast<double>(x) - md);
+            if (min_p > 0.0 && pr < min_p) return 0.0;
+            return pr;
+          },
+          u, 0.0, sh);
+      token = pick >= 0 ? pick : sh.argmax;
+    }
+  }
+
+  // 5. Restore the raw logits, then the chosen token's raw logprob.
+  if (p.entry_count > 0) {
+    for (int e = threadIdx.x; e < p.entry_count; e += kThreads) row_p[ent[e].id] = ent[e].saved;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    out.token_ids[row_idx] = static_cast<int32_t>(token);
+    out.token_logprobs[row_idx] = row_p[token] - lse;
+  }
+}
+
+}  // namespace
+
+GpuSampleOutputs sample_outputs_at(void* base, int64_t num_rows) {
+  auto* w = static_cast<int32_t*>(base);
+  GpuSampleOutputs o;
+  o.token_ids = w;
+  o.token_logprobs = reinterpret_cast<float*>(w + num_rows);
+  o.top_ids = w + 2 * num_rows;
+  o.top_logprobs = reinterpret_cast<float*>(w + 2 * num_rows + num_rows * kMaxSampleLogprobs);
+  return o;
+}
+
+void sample(float* logits, int64_t num_rows, int64_t vocab, const GpuSamplingParams* params,
+            GpuPenaltyEntry* entries, GpuSampleOutputs out, cudaStream_t stream) {
+  NANOVLLM_CHECK(vocab >= 1 && vocab < (int64_t{1} << 31), "cuda_ops::sample: vocab must be in [1, 2^31), got ",
+                 vocab);
+  if (num_rows == 0) return;
+  NANOVLLM_CHECK(num_rows < (int64_t{1} << 31), "cuda_ops::sample: too many rows: ", num_rows);
+  // Fixed-point mass: each q <= 2^s and the row total <= vocab * 2^s must fit 64 bits; s <= 46 keeps the
+  // 23-bit halves of the warp reduction exact.
+  int bits = 0;
+  while ((int64_t{1} << bits) <= vocab) ++bits;
+  const int mass_shift = 62 - bits < 46 ? 62 - bits : 46;
+  sample_kernel<<<static_cast<unsigned>(num_rows), kThreads, 0, stream>>>(logits, vocab, params, entries, out,
+                                                                          mass_shift);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace nanovllm::cuda_ops

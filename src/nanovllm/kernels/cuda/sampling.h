@@ -1,0 +1,73 @@
+// GPU sampling: one CTA (1024 threads) per row of fp32 logits, with the exact semantics of the CPU
+// Sampler (engine/sampler.h), so only a few bytes per sequence come back to the host.
+//
+// Per row: penalty/suppression list -> (greedy) argmax, or temperature -> top-k (count radix select on
+// the fp32 bits) -> top-p (radix search on the same bits weighted by fixed-point probability mass, ties
+// at the pivot kept in id order) -> min-p -> inverse-CDF draw in id order with
+// rng_uniform(rng_key, step) (engine/rng.h, evaluated on the device). Raw-logit log-softmax of the
+// chosen token and the top-K (K <= 20, ties: lower id first) come back too.
+//
+// Inputs with NaN or +inf logits are unspecified (as on the CPU).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace nanovllm::cuda_ops {
+
+constexpr int kMaxSampleLogprobs = 20;
+
+// One per row, packed by the host each step.
+struct GpuSamplingParams {
+  float temperature;         // < 1e-5: greedy
+  int32_t top_k;             // <= 0: off
+  float top_p;               // >= 1: off
+  float min_p;               // <= 0: off
+  float repetition_penalty;  // 1: off
+  float presence_penalty;
+  float frequency_penalty;
+  int32_t num_logprobs;      // top-K raw logprobs to return, 0..20
+  uint64_t rng_key;          // Sequence::rng_state
+  int64_t step;              // num_output_tokens(): the draw is rng_uniform(rng_key, step)
+  int32_t entry_begin;       // this row's entries: entries[entry_begin, entry_begin + entry_count)
+  int32_t entry_count;
+};
+
+// A token whose logit is changed before sampling. One per distinct id per row (ids unique in a row).
+//   count == -1: suppressed (min_tokens not reached: eos / stop id) -> -inf.
+//   count >= 0 : seen token. The repetition penalty (when != 1) applies to every entry, so a row with
+//                repetition_penalty != 1 lists all distinct prompt + output ids; frequency/presence
+//                penalties apply to entries with count (occurrences in the output) > 0.
+// `saved` is scratch written by the kernel (the raw logit, restored before the kernel ends).
+struct GpuPenaltyEntry {
+  int32_t id;
+  int32_t count;
+  float saved;
+};
+
+// Results, one contiguous block of 4-byte words for one D2H (the first 2*S words suffice without
+// logprobs):
+//   [S]      i32  sampled token ids
+//   [S]      f32  raw log-softmax of the sampled token
+//   [S, 20]  i32  top-K ids (sorted by logprob desc, ties: lower id first; -1 past K)
+//   [S, 20]  f32  their raw logprobs
+struct GpuSampleOutputs {
+  int32_t* token_ids;
+  float* token_logprobs;
+  int32_t* top_ids;
+  float* top_logprobs;
+};
+inline size_t sample_output_words(int64_t num_rows) {
+  return static_cast<size_t>(num_rows) * (2 + 2 * kMaxSampleLogprobs);
+}
+// Carves the four arrays out of `base` ([sample_output_words(S)] words, device memory).
+GpuSampleOutputs sample_outputs_at(void* base, int64_t num_rows);
+
+// logits: [S, vocab] f32 device, row-major (rows need not be 16-byte aligned). Penalised values are
+// written in place while the kernel runs and restored before it ends. params: [S] device;
+// entries: [sum of entry_count] device (may be null when no row has entries).
+void sample(float* logits, int64_t num_rows, int64_t vocab, const GpuSamplingParams* params,
+            GpuPenaltyEntry* entries, GpuSampleOutputs out, cudaStream_t stream);
+
+}  // namespace nanovllm::cuda_ops

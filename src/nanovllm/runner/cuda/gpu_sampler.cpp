@@ -1,0 +1,149 @@
+#include "nanovllm/runner/cuda/gpu_sampler.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "nanovllm/core/error.h"
+#include "nanovllm/kernels/cuda/cuda_check.h"
+#include "nanovllm/kernels/cuda/cuda_memory.h"
+#include "nanovllm/kernels/cuda/sampling.h"
+
+namespace nanovllm {
+
+namespace {
+
+using cuda_ops::GpuPenaltyEntry;
+using cuda_ops::GpuSamplingParams;
+using cuda_ops::kMaxSampleLogprobs;
+
+void check_token(int64_t id, int64_t vocab, const Sequence& seq) {
+  NANOVLLM_CHECK(id >= 0 && id < vocab, "request ", seq.seq_id, ": token id ", id,
+                 " is outside the vocabulary [0, ", vocab, ")");
+}
+
+size_t in_bytes(int64_t rows, int64_t entries) {
+  return static_cast<size_t>(rows) * sizeof(GpuSamplingParams) + static_cast<size_t>(entries) * sizeof(GpuPenaltyEntry);
+}
+
+}  // namespace
+
+GpuSampler::GpuSampler(std::vector<int64_t> eos_token_ids, int64_t vocab, int64_t max_num_seqs, int device)
+    : eos_token_ids_(std::move(eos_token_ids)), vocab_(vocab), device_(device) {
+  NANOVLLM_CHECK(vocab >= 1, "GpuSampler: vocab must be >= 1, got ", vocab);
+  reserve(std::max<int64_t>(max_num_seqs, 1), 4096);
+}
+
+void GpuSampler::reserve(int64_t rows, int64_t entries) {
+  if (rows <= cap_rows_ && entries <= cap_entries_) return;
+  // Callers have synchronised with the previous step, so the old buffers are idle.
+  if (rows > cap_rows_) {
+    cap_rows_ = std::max(rows, cap_rows_ * 2);
+    const size_t out_bytes = cuda_ops::sample_output_words(cap_rows_) * 4;
+    out_host_ = Buffer(pinned_host_allocator(), out_bytes);
+    out_dev_ = Buffer(cuda_allocator(device_), out_bytes);
+  }
+  cap_entries_ = std::max(entries, std::max<int64_t>(cap_entries_, 4096));
+  in_host_ = Buffer(pinned_host_allocator(), in_bytes(cap_rows_, cap_entries_));
+  in_dev_ = Buffer(cuda_allocator(device_), in_bytes(cap_rows_, cap_entries_));
+}
+
+std::vector<SampledToken> GpuSampler::sample(const std::vector<const Sequence*>& seqs, float* logits,
+                                             cudaStream_t stream) {
+  const int64_t S = static_cast<int64_t>(seqs.size());
+  if (S == 0) return {};
+  const int64_t V = vocab_;
+
+  // Per-row penalty/suppression entries, built on the host only for rows that need them.
+  std::vector<GpuSamplingParams> params(static_cast<size_t>(S));
+  std::vector<GpuPenaltyEntry> entries;
+  bool any_logprobs = false;
+  for (int64_t i = 0; i < S; ++i) {
+    const Sequence& seq = *seqs[i];
+    const SamplingParams& p = seq.params;
+    NANOVLLM_CHECK(p.logprobs >= 0 && p.logprobs <= kMaxSampleLogprobs, "request ", seq.seq_id,
+                   ": logprobs must be in [0, ", kMaxSampleLogprobs, "], got ", p.logprobs);
+    const int64_t num_out = seq.num_output_tokens();
+    scratch_.clear();
+    if (p.repetition_penalty != 1.0f) {  // every seen token (prompt + output)
+      for (int32_t id : seq.token_ids) {
+        check_token(id, V, seq);
+        scratch_.emplace(id, 0);
+      }
+    }
+    if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
+      for (int64_t t = seq.num_prompt_tokens; t < seq.num_tokens(); ++t) {
+        const int32_t id = seq.token_ids[t];
+        check_token(id, V, seq);
+        ++scratch_[id];
+      }
+    }
+    if (num_out < p.min_tokens) {  // suppressed ids win over penalties (-inf stays -inf on the CPU too)
+      for (int64_t id : p.stop_token_ids) {
+        check_token(id, V, seq);
+        scratch_[static_cast<int32_t>(id)] = -1;
+      }
+      if (!p.ignore_eos)
+        for (int64_t id : eos_token_ids_)
+          if (id >= 0 && id < V) scratch_[static_cast<int32_t>(id)] = -1;
+    }
+    GpuSamplingParams& g = params[i];
+    g.temperature = p.temperature;
+    // top_k >= vocab never filters on the CPU (it needs top_k < number of candidates <= vocab).
+    g.top_k = p.top_k > 0 && p.top_k < V ? static_cast<int32_t>(p.top_k) : 0;
+    g.top_p = p.top_p;
+    g.min_p = p.min_p;
+    g.repetition_penalty = p.repetition_penalty;
+    g.presence_penalty = p.presence_penalty;
+    g.frequency_penalty = p.frequency_penalty;
+    g.num_logprobs = static_cast<int32_t>(p.logprobs);
+    g.rng_key = seq.rng_state;
+    g.step = num_out;
+    NANOVLLM_CHECK(entries.size() + scratch_.size() < static_cast<size_t>(std::numeric_limits<int32_t>::max()),
+                   "GpuSampler: too many penalty entries in one step");
+    g.entry_begin = static_cast<int32_t>(entries.size());
+    g.entry_count = static_cast<int32_t>(scratch_.size());
+    for (const auto& [id, c] : scratch_) entries.push_back({id, c, 0.0f});
+    any_logprobs = any_logprobs || p.logprobs > 0;
+  }
+
+  const int64_t E = static_cast<int64_t>(entries.size());
+  reserve(S, E);
+  // One H2D: [S] params, then [E] entries.
+  auto* host = static_cast<char*>(in_host_.data());
+  const size_t params_bytes = static_cast<size_t>(S) * sizeof(GpuSamplingParams);
+  std::copy_n(reinterpret_cast<const char*>(params.data()), params_bytes, host);
+  std::copy_n(reinterpret_cast<const char*>(entries.data()), static_cast<size_t>(E) * sizeof(GpuPenaltyEntry),
+              host + params_bytes);
+  copy_h2d(in_dev_.data(), host, in_bytes(S, E), stream);
+  auto* dev = static_cast<char*>(in_dev_.data());
+  const cuda_ops::GpuSampleOutputs out = cuda_ops::sample_outputs_at(out_dev_.data(), S);
+  cuda_ops::sample(logits, S, V, reinterpret_cast<const GpuSamplingParams*>(dev),
+                   E > 0 ? reinterpret_cast<GpuPenaltyEntry*>(dev + params_bytes) : nullptr, out, stream);
+  // One D2H: token ids and their logprobs always; the top-K block only when some row asked for it.
+  const size_t words = any_logprobs ? cuda_ops::sample_output_words(S) : static_cast<size_t>(2 * S);
+  copy_d2h(out_host_.data(), out_dev_.data(), words * 4, stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  const cuda_ops::GpuSampleOutputs h = cuda_ops::sample_outputs_at(out_host_.data(), S);
+  std::vector<SampledToken> result(static_cast<size_t>(S));
+  for (int64_t i = 0; i < S; ++i) {
+    const Sequence& seq = *seqs[i];
+    SampledToken& r = result[i];
+    r.seq_id = seq.seq_id;
+    r.token_id = h.token_ids[i];
+    const int64_t k = std::min<int64_t>(seq.params.logprobs, V);
+    if (k > 0) {
+      r.top_logprobs.reserve(static_cast<size_t>(k) + 1);
+      bool present = false;
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t id = h.top_ids[i * kMaxSampleLogprobs + j];
+        r.top_logprobs.push_back({id, h.top_logprobs[i * kMaxSampleLogprobs + j]});
+        present = present || id == r.token_id;
+      }
+      if (!present) r.top_logprobs.push_back({r.token_id, h.token_logprobs[i]});
+    }
+  }
+  return result;
+}
+
+}  // namespace nanovllm

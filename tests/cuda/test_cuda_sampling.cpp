@@ -1,0 +1,387 @@
+// GpuSampler (kernels/cuda/sampling.cu) against the CPU Sampler on identical logits, sequences and RNG
+// keys: every option alone and combined, ties, -inf, vocab sizes 1, 17, 1000 and 151936.
+//
+// Chosen ids must be identical. The only allowed difference: the GPU sums probabilities in another order
+// (and with fixed-point mass for top-p), so when the draw u (or the top-p target) lies within 1e-6 (relative
+// to the mass) of a cumulative-probability boundary the two may land on neighbouring tokens. Such rows are
+// detected with an independent long-double re-computation of the distances and allowed (and counted).
+// Logprob lists: same ids in the same order, values within 1e-4.
+#include "cuda_test_util.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "nanovllm/engine/rng.h"
+#include "nanovllm/engine/sampler.h"
+#include "nanovllm/kernels/cuda/sampling.h"
+#include "nanovllm/runner/cuda/gpu_sampler.h"
+
+namespace nanovllm {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+const std::vector<int64_t> kEos = {2, 7};
+
+enum class LogitKind { kNormal, kTies, kSomeNegInf, kAllEqual, kPeaky, kOneFinite, kAllNegInf };
+
+std::vector<float> make_logits(int64_t V, LogitKind kind, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<float> x(static_cast<size_t>(V));
+  for (auto& v : x) v = nd(rng);
+  switch (kind) {
+    case LogitKind::kNormal: break;
+    case LogitKind::kTies:  // multiples of 0.5: many exact ties, incl. at the maximum
+      for (auto& v : x) v = std::round(v) * 0.5f;
+      break;
+    case LogitKind::kSomeNegInf:
+      for (auto& v : x)
+        if (rng() % 10 == 0) v = kNegInf;
+      break;
+    case LogitKind::kAllEqual: std::fill(x.begin(), x.end(), 0.25f); break;
+    case LogitKind::kPeaky:  // LLM-like: a few dominant tokens
+      for (auto& v : x) v *= 0.5f;
+      for (int i = 0; i < 5; ++i) x[rng() % V] = 8.0f + static_cast<float>(i);
+      break;
+    case LogitKind::kOneFinite:
+      std::fill(x.begin(), x.end(), kNegInf);
+      x[rng() % V] = 1.5f;
+      break;
+    case LogitKind::kAllNegInf: std::fill(x.begin(), x.end(), kNegInf); break;
+  }
+  return x;
+}
+
+SamplingParams sp(float temperature) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.max_tokens = 1000;
+  return p;
+}
+
+// Every option alone, then combinations.
+std::vector<SamplingParams> all_cases() {
+  std::vector<SamplingParams> c;
+  auto add = [&](SamplingParams p) { c.push_back(p); };
+  add(sp(0.0f));
+  { auto p = sp(0.0f); p.logprobs = 5; add(p); }
+  { auto p = sp(0.0f); p.repetition_penalty = 1.5f; p.frequency_penalty = 0.4f; p.presence_penalty = 0.3f; add(p); }
+  { auto p = sp(0.0f); p.min_tokens = 100; p.stop_token_ids = {0, 3}; p.logprobs = 20; add(p); }
+  add(sp(1.0f));
+  { auto p = sp(0.7f); p.top_k = 1; add(p); }
+  { auto p = sp(0.7f); p.top_k = 5; add(p); }
+  { auto p = sp(1.3f); p.top_k = 50; add(p); }
+  { auto p = sp(0.8f); p.top_p = 0.9f; add(p); }
+  { auto p = sp(1.0f); p.top_p = 0.5f; add(p); }
+  { auto p = sp(1.0f); p.top_p = 0.05f; add(p); }
+  { auto p = sp(1.0f); p.top_p = 0.3f; add(p); }
+  { auto p = sp(1.0f); p.min_p = 0.1f; add(p); }
+  { auto p = sp(1.0f); p.min_p = 0.5f; add(p); }
+  { auto p = sp(0.9f); p.repetition_penalty = 1.3f; add(p); }
+  { auto p = sp(0.9f); p.repetition_penalty = 0.8f; p.frequency_penalty = -0.5f; p.presence_penalty = 0.7f; add(p); }
+  { auto p = sp(0.9f); p.frequency_penalty = 1.5f; p.presence_penalty = -1.0f; add(p); }
+  { auto p = sp(1.0f); p.min_tokens = 100; p.stop_token_ids = {0, 3}; add(p); }
+  { auto p = sp(1.0f); p.min_tokens = 100; p.ignore_eos = true; p.stop_token_ids = {1}; add(p); }
+  { auto p = sp(1.0f); p.logprobs = 1; add(p); }
+  { auto p = sp(0.6f); p.logprobs = 20; add(p); }
+  { auto p = sp(0.5f); p.top_k = 20; p.top_p = 0.8f; add(p); }
+  { auto p = sp(1.1f); p.top_p = 0.95f; p.min_p = 0.02f; add(p); }
+  { auto p = sp(0.8f); p.top_k = 40; p.top_p = 0.92f; p.min_p = 0.05f; p.repetition_penalty = 1.1f;
+    p.frequency_penalty = 0.2f; p.presence_penalty = 0.1f; p.logprobs = 5; p.min_tokens = 100;
+    p.stop_token_ids = {0, 3}; add(p); }
+  { auto p = sp(2.0f); p.top_k = 3; p.repetition_penalty = 2.0f; p.logprobs = 3; add(p); }
+  return c;
+}
+
+// A sequence with a prompt and some output tokens drawn from a small id range (repeats: counts > 1).
+Sequence make_seq(int64_t id, int64_t V, const SamplingParams& p, std::mt19937& rng) {
+  Sequence s;
+  s.seq_id = id;
+  s.params = p;
+  const int64_t range = std::min<int64_t>(V, 60);
+  const int64_t prompt = 1 + static_cast<int64_t>(rng() % 30), out = static_cast<int64_t>(rng() % 12);
+  for (int64_t i = 0; i < prompt + out; ++i) s.token_ids.push_back(static_cast<int32_t>(rng() % range));
+  s.num_prompt_tokens = prompt;
+  for (auto& t : s.params.stop_token_ids) t %= V;
+  s.rng_state = (static_cast<uint64_t>(rng()) << 32) ^ rng();
+  return s;
+}
+
+// Independent long-double re-computation of the CPU semantics: the smallest relative distance between
+// the draw (or the top-p target) and a cumulative-probability boundary. +inf for greedy rows.
+double straddle_margin(const float* raw, int64_t V, const Sequence& seq) {
+  const SamplingParams& p = seq.params;
+  if (p.temperature < 1e-5f) return std::numeric_limits<double>::infinity();
+  std::vector<float> x(raw, raw + V);
+  const int64_t num_out = seq.num_output_tokens();
+  if (num_out < p.min_tokens) {
+    for (int64_t id : p.stop_token_ids) x[id] = kNegInf;
+    if (!p.ignore_eos)
+      for (int64_t id : kEos)
+        if (id < V) x[id] = kNegInf;
+  }
+  if (p.repetition_penalty != 1.0f) {
+    std::vector<bool> seen(static_cast<size_t>(V));
+    for (int32_t id : seq.token_ids) seen[id] = true;
+    for (int64_t id = 0; id < V; ++id)
+      if (seen[id]) x[id] = x[id] > 0 ? x[id] / p.repetition_penalty : x[id] * p.repetition_penalty;
+  }
+  std::vector<int64_t> cnt(static_cast<size_t>(V));
+  for (int64_t i = seq.num_prompt_tokens; i < seq.num_tokens(); ++i) ++cnt[seq.token_ids[i]];
+  for (int64_t id = 0; id < V; ++id)
+    if (cnt[id] > 0) x[id] -= p.frequency_penalty * static_cast<float>(cnt[id]) + p.presence_penalty;
+  for (auto& v : x) v /= p.temperature;
+  std::vector<int64_t> keep;
+  for (int64_t i = 0; i < V; ++i)
+    if (x[i] != kNegInf) keep.push_back(i);
+  if (keep.empty()) return std::numeric_limits<double>::infinity();
+  if (p.top_k > 0 && p.top_k < static_cast<int64_t>(keep.size())) {
+    std::vector<float> vals;
+    for (int64_t id : keep) vals.push_back(x[id]);
+    std::sort(vals.begin(), vals.end(), std::greater<float>());
+    const float kth = vals[p.top_k - 1];
+    std::erase_if(keep, [&](int64_t id) { return x[id] < kth; });
+  }
+  float m = kNegInf;
+  for (int64_t id : keep) m = std::max(m, x[id]);
+  std::vector<long double> prob(static_cast<size_t>(V), 0.0L);
+  long double total = 0;
+  for (int64_t id : keep) total += prob[id] = std::exp(static_cast<long double>(x[id]) - m);
+  double margin = std::numeric_limits<double>::infinity();
+  if (p.top_p < 1.0f) {
+    std::sort(keep.begin(), keep.end(),
+              [&](int64_t a, int64_t b) { return prob[a] > prob[b] || (prob[a] == prob[b] && a < b); });
+    const long double target = static_cast<long double>(p.top_p) * total;
+    long double cum = 0;
+    size_t i = 0;
+    while (i < keep.size() && cum < target) cum += prob[keep[i++]];
+    const size_t cut = std::max<size_t>(i, 1);
+    long double at = 0;
+    for (size_t j = 0; j < cut; ++j) at += prob[keep[j]];
+    const long double before = at - prob[keep[cut - 1]];
+    margin = static_cast<double>(std::min(std::fabs(at - target), std::fabs(before - target)) / total);
+    keep.resize(cut);
+  }
+  if (p.min_p > 0.0f) std::erase_if(keep, [&](int64_t id) { return prob[id] < static_cast<long double>(p.min_p); });
+  std::sort(keep.begin(), keep.end());
+  long double kept = 0;
+  for (int64_t id : keep) kept += prob[id];
+  const long double r = rng_uniform(seq.rng_state, num_out);
+  long double cum = 0;
+  for (int64_t id : keep) {
+    cum += prob[id];
+    margin = std::min(margin, static_cast<double>(std::fabs(cum / kept - r)));
+  }
+  return margin;
+}
+
+class DeviceLogits {
+ public:
+  explicit DeviceLogits(const std::vector<float>& h) {
+    CUDA_CHECK(cudaMalloc(&p_, h.size() * 4));
+    CUDA_CHECK(cudaMemcpy(p_, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+    n_ = h.size();
+  }
+  ~DeviceLogits() { cudaFree(p_); }
+  float* get() const { return p_; }
+  std::vector<float> download() const {
+    std::vector<float> h(n_);
+    CUDA_CHECK(cudaMemcpy(h.data(), p_, n_ * 4, cudaMemcpyDeviceToHost));
+    return h;
+  }
+
+ private:
+  float* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+// Samples rows (row i: logits[i], seqs[i]) on both samplers and compares; returns the allowed straddles.
+int compare_rows(int64_t V, const std::vector<float>& logits, const std::vector<Sequence>& seqs,
+                 const std::string& what) {
+  std::vector<const Sequence*> ptrs;
+  for (const auto& s : seqs) ptrs.push_back(&s);
+  DeviceLogits d(logits);
+  GpuSampler gpu_sampler(kEos, V, 4);  // fewer rows than the batch: the buffers must grow
+  const std::vector<SampledToken> gpu = gpu_sampler.sample(ptrs, d.get(), nullptr);
+  const std::vector<SampledToken> cpu = Sampler(kEos).sample(logits.data(), V, ptrs);
+  EXPECT_TRUE(same_bits(d.download(), logits)) << what << ": the device logits were not restored";
+  EXPECT_EQ(gpu.size(), cpu.size());
+  int allowed = 0;
+  for (size_t i = 0; i < seqs.size() && i < gpu.size(); ++i) {
+    const std::string row = what + " row " + std::to_string(i) + " (T=" + std::to_string(seqs[i].params.temperature) +
+                            " top_k=" + std::to_string(seqs[i].params.top_k) + " top_p=" +
+                            std::to_string(seqs[i].params.top_p) + " min_p=" + std::to_string(seqs[i].params.min_p) + ")";
+    EXPECT_EQ(gpu[i].seq_id, cpu[i].seq_id) << row;
+    if (gpu[i].token_id < 0 || gpu[i].token_id >= V) {
+      ADD_FAILURE() << row << ": token " << gpu[i].token_id << " outside the vocabulary";
+      continue;
+    }
+    const bool same = gpu[i].token_id == cpu[i].token_id;
+    if (!same) {
+      const double margin = straddle_margin(logits.data() + i * V, V, seqs[i]);
+      EXPECT_LT(margin, 1e-6) << row << ": gpu token " << gpu[i].token_id << " cpu token " << cpu[i].token_id;
+      ++allowed;
+    }
+    const auto& g = gpu[i].top_logprobs;
+    const auto& c = cpu[i].top_logprobs;
+    const size_t k = static_cast<size_t>(std::min<int64_t>(seqs[i].params.logprobs, V));
+    if (same ? g.size() != c.size() : (g.size() < k || c.size() < k)) {
+      ADD_FAILURE() << row << ": " << g.size() << " gpu logprobs vs " << c.size() << " cpu (k=" << k << ")";
+      continue;
+    }
+    for (size_t j = 0; j < (same ? g.size() : k); ++j) {
+      EXPECT_EQ(g[j].id, c[j].id) << row << " logprob entry " << j;
+      if (std::isnan(c[j].logprob)) {  // all-(-inf) row: -inf - (-inf) on both
+        EXPECT_TRUE(std::isnan(g[j].logprob)) << row << " logprob entry " << j;
+      } else if (std::isinf(c[j].logprob)) {
+        EXPECT_EQ(g[j].logprob, c[j].logprob) << row << " logprob entry " << j;
+      } else {
+        EXPECT_NEAR(g[j].logprob, c[j].logprob, 1e-4) << row << " logprob entry " << j;
+      }
+    }
+  }
+  return allowed;
+}
+
+void run_vocab(int64_t V, int reps, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const std::vector<SamplingParams> cases = all_cases();
+  const LogitKind kinds[] = {LogitKind::kNormal, LogitKind::kTies, LogitKind::kSomeNegInf, LogitKind::kAllEqual,
+                             LogitKind::kPeaky, LogitKind::kOneFinite, LogitKind::kAllNegInf};
+  int allowed = 0, rows = 0;
+  for (int rep = 0; rep < reps; ++rep) {
+    for (LogitKind kind : kinds) {
+      std::vector<Sequence> seqs;
+      std::vector<float> logits;
+      for (size_t c = 0; c < cases.size(); ++c) {
+        seqs.push_back(make_seq(static_cast<int64_t>(c), V, cases[c], rng));
+        const std::vector<float> row = make_logits(V, kind, rng);
+        logits.insert(logits.end(), row.begin(), row.end());
+      }
+      allowed += compare_rows(V, logits, seqs,
+                              "V=" + std::to_string(V) + " kind=" + std::to_string(static_cast<int>(kind)));
+      rows += static_cast<int>(seqs.size());
+    }
+  }
+  // Straddles are rare: the distance to a boundary is below 1e-6 with probability ~1e-6 per boundary.
+  EXPECT_LE(allowed, std::max(1, rows / 100)) << "V=" << V << ": too many straddle differences";
+  std::printf("V=%lld: %d rows, %d allowed straddle differences\n", static_cast<long long>(V), rows, allowed);
+}
+
+TEST(CudaSampling, MatchesCpuSamplerVocab1) { SKIP_WITHOUT_CUDA(); run_vocab(1, 2, 11); }
+TEST(CudaSampling, MatchesCpuSamplerVocab17) { SKIP_WITHOUT_CUDA(); run_vocab(17, 6, 12); }
+TEST(CudaSampling, MatchesCpuSamplerVocab1000) { SKIP_WITHOUT_CUDA(); run_vocab(1000, 4, 13); }
+TEST(CudaSampling, MatchesCpuSamplerVocab151936) { SKIP_WITHOUT_CUDA(); run_vocab(151936, 1, 14); }
+
+// Many steps of one seeded request: the GPU reproduces the CPU's draws step after step (the counter-based
+// RNG evaluated on the device), on a vocab whose rows are not 16-byte aligned.
+TEST(CudaSampling, SeededStepsMatchCpu) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(21);
+  const int64_t V = 1001;
+  auto p = sp(1.0f);
+  p.top_p = 0.97f;
+  std::vector<Sequence> seqs;
+  std::vector<float> logits;
+  for (int step = 0; step < 64; ++step) {
+    Sequence s = make_seq(step, V, p, rng);
+    s.rng_state = rng_key_from_seed(1234);
+    s.token_ids.resize(static_cast<size_t>(s.num_prompt_tokens));
+    for (int t = 0; t < step; ++t) s.token_ids.push_back(static_cast<int32_t>(rng() % V));
+    seqs.push_back(std::move(s));
+    const auto row = make_logits(V, LogitKind::kNormal, rng);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  EXPECT_LE(compare_rows(V, logits, seqs, "seeded steps"), 1);
+}
+
+// A token id outside the vocabulary in a penalised history is a user error, as on the CPU.
+TEST(CudaSampling, RejectsOutOfVocabHistory) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t V = 100;
+  auto p = sp(1.0f);
+  p.repetition_penalty = 1.2f;
+  Sequence s;
+  s.params = p;
+  s.token_ids = {1, 2, 150};
+  s.num_prompt_tokens = 3;
+  std::vector<float> logits(V, 0.0f);
+  DeviceLogits d(logits);
+  GpuSampler g(kEos, V, 1);
+  EXPECT_THROW(g.sample({&s}, d.get(), nullptr), Error);
+}
+
+// ---- micro-benchmark (run with --gtest_also_run_disabled_tests) -------------------------------------
+
+void bench(const char* name, const SamplingParams& p) {
+  const int64_t S = 256, V = 151936;
+  std::mt19937 rng(5);
+  std::vector<float> logits;
+  std::vector<Sequence> seqs;
+  for (int64_t i = 0; i < S; ++i) {
+    const auto row = make_logits(V, LogitKind::kPeaky, rng);
+    logits.insert(logits.end(), row.begin(), row.end());
+    seqs.push_back(make_seq(i, V, p, rng));
+  }
+  std::vector<const Sequence*> ptrs;
+  for (const auto& s : seqs) ptrs.push_back(&s);
+  DeviceLogits d(logits);
+  GpuSampler g(kEos, V, S);
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreate(&st));
+  for (int i = 0; i < 3; ++i) g.sample(ptrs, d.get(), st);
+  const int iters = 20;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) g.sample(ptrs, d.get(), st);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
+  // Kernel alone.
+  std::vector<cuda_ops::GpuSamplingParams> hp(static_cast<size_t>(S));
+  for (int64_t i = 0; i < S; ++i) {
+    hp[i] = {p.temperature, static_cast<int32_t>(p.top_k > 0 ? p.top_k : 0), p.top_p, p.min_p, 1.0f, 0.0f, 0.0f,
+             static_cast<int32_t>(p.logprobs), seqs[i].rng_state, 0, 0, 0};
+  }
+  cuda_ops::GpuSamplingParams* dp;
+  void* dout;
+  CUDA_CHECK(cudaMalloc(&dp, hp.size() * sizeof(hp[0])));
+  CUDA_CHECK(cudaMemcpy(dp, hp.data(), hp.size() * sizeof(hp[0]), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMalloc(&dout, cuda_ops::sample_output_words(S) * 4));
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  const auto out = cuda_ops::sample_outputs_at(dout, S);
+  cuda_ops::sample(d.get(), S, V, dp, nullptr, out, st);
+  CUDA_CHECK(cudaEventRecord(e0, st));
+  for (int i = 0; i < iters; ++i) cuda_ops::sample(d.get(), S, V, dp, nullptr, out, st);
+  CUDA_CHECK(cudaEventRecord(e1, st));
+  CUDA_CHECK(cudaEventSynchronize(e1));
+  float kms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&kms, e0, e1));
+  std::printf("[bench] %-28s S=%lld V=%lld: kernel %.3f ms, GpuSampler::sample %.3f ms\n", name,
+              static_cast<long long>(S), static_cast<long long>(V), kms / iters, ms);
+  cudaFree(dp);
+  cudaFree(dout);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(st);
+}
+
+TEST(CudaSampling, DISABLED_Benchmark) {
+  SKIP_WITHOUT_CUDA();
+  bench("greedy", sp(0.0f));
+  { auto p = sp(0.0f); p.logprobs = 20; bench("greedy + 20 logprobs", p); }
+  bench("T=0.8", sp(0.8f));
+  { auto p = sp(0.8f); p.top_p = 0.9f; bench("T=0.8 top_p=0.9", p); }
+  { auto p = sp(0.8f); p.top_k = 50; p.top_p = 0.9f; bench("T=0.8 top_k=50 top_p=0.9", p); }
+  { auto p = sp(0.8f); p.top_p = 0.9f; p.min_p = 0.05f; p.logprobs = 5; bench("top_p + min_p + 5 logprobs", p); }
+}
+
+}  // namespace
+}  // namespace nanovllm
