@@ -111,10 +111,15 @@ TEST(CudaVsCpu, TiedTinyModelGivesIdenticalGreedyTokens) {
   sp.ignore_eos = true;
   sp.max_tokens = 40;  // decodes cross block boundaries
   ec.backend = Backend::kCuda;
-  const auto gpu = LLM(ec).generate(prompts, sp);
+  const auto gpu = LLM(ec).generate(prompts, sp);  // decode through CUDA graphs (buckets 1..8)
+  ec.enforce_eager = true;
+  const auto gpu_eager = LLM(ec).generate(prompts, sp);
   ec.backend = Backend::kCpu;
   const auto cpu = LLM(ec).generate(prompts, sp);
-  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(gpu[i].token_ids, cpu[i].token_ids) << "prompt " << i;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(gpu[i].token_ids, cpu[i].token_ids) << "prompt " << i;
+    EXPECT_EQ(gpu_eager[i].token_ids, gpu[i].token_ids) << "prompt " << i;
+  }
 }
 
 }  // namespace

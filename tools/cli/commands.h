@@ -10,6 +10,7 @@ void register_make_test_model(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_detokenize(CLI::App& app);
 void register_chat(CLI::App& app);
+void register_bench_engine(CLI::App& bench);     // `nanovllm bench throughput|latency`
 void register_bench_tokenizer(CLI::App& bench);  // `nanovllm bench tokenizer`
 
 }  // namespace nanovllm::cli

@@ -19,6 +19,7 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option("--kv-cache-gib", o.kv_cache_gib, "CPU backend: KV cache budget in GiB")->capture_default_str();
   cmd.add_option("--gpu-memory-utilization", o.gpu_memory_utilization, "CUDA backend: share of GPU memory to use")
       ->capture_default_str();
+  cmd.add_flag("--enforce-eager", o.enforce_eager, "CUDA backend: run decode without CUDA graphs");
   cmd.add_flag("--no-prefix-caching", o.no_prefix_caching, "do not reuse KV blocks of shared prompt prefixes");
   cmd.add_flag("--no-chunked-prefill", o.no_chunked_prefill, "prefill each prompt in one step");
   cmd.add_option("--engine-seed", o.engine_seed, "seed of the engine RNG (unseeded requests)");
@@ -52,6 +53,7 @@ EngineConfig EngineOptions::to_config() const {
   NANOVLLM_CHECK(kv_cache_gib > 0, "--kv-cache-gib must be > 0");
   c.kv_cache_bytes = static_cast<int64_t>(kv_cache_gib * (1LL << 30));
   c.gpu_memory_utilization = gpu_memory_utilization;
+  c.enforce_eager = enforce_eager;
   c.enable_prefix_caching = !no_prefix_caching;
   c.enable_chunked_prefill = !no_chunked_prefill;
   c.seed = engine_seed;

@@ -21,6 +21,7 @@ struct EngineOptions {
   int64_t num_kv_blocks = 0;
   double kv_cache_gib = 2.0;
   double gpu_memory_utilization = 0.9;
+  bool enforce_eager = false;
   bool no_prefix_caching = false;
   bool no_chunked_prefill = false;
   uint64_t engine_seed = 0;

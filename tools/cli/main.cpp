@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   nanovllm::cli::register_chat(app);
   CLI::App* bench = app.add_subcommand("bench", "benchmarks: throughput, latency, tokenizer");
   bench->require_subcommand(1);
+  nanovllm::cli::register_bench_engine(*bench);
   nanovllm::cli::register_bench_tokenizer(*bench);
   try {
     app.parse(argc, argv);

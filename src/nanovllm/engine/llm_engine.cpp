@@ -59,6 +59,7 @@ LLMEngine::LLMEngine(EngineConfig config) : config_(std::move(config)) {
   rc.num_kv_blocks = config_.num_kv_blocks;
   rc.kv_cache_bytes = config_.kv_cache_bytes;
   rc.gpu_memory_utilization = config_.gpu_memory_utilization;
+  rc.enforce_eager = config_.enforce_eager;
   runner_ = ModelRunner::create(config_.model, model_config_, rc);
 
   SchedulerConfig sc;

@@ -40,6 +40,7 @@ struct EngineConfig {
   int64_t num_kv_blocks = 0;              // 0: from the memory budget
   int64_t kv_cache_bytes = 2LL << 30;     // CPU backend KV budget
   double gpu_memory_utilization = 0.9;    // CUDA backend
+  bool enforce_eager = false;             // CUDA backend: no decode CUDA graphs
   uint64_t seed = 0;
 
   static Backend default_backend();

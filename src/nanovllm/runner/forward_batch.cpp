@@ -4,18 +4,10 @@
 
 namespace nanovllm {
 
-ForwardBatch build_forward_batch(const SchedulerOutput& out, int64_t block_size) {
-  ForwardBatch b;
-  b.block_size = block_size;
-  b.num_seqs = static_cast<int64_t>(out.seqs.size());
-  b.num_tokens = out.num_tokens();
-  for (const ScheduledSequence& s : out.seqs) {
-    const int64_t context = s.seq->num_computed_tokens + s.num_new_tokens;
-    b.num_sampled += s.sample ? 1 : 0;
-    b.max_query_len = std::max(b.max_query_len, s.num_new_tokens);
-    b.max_context_len = std::max(b.max_context_len, context);
-    b.max_blocks_per_seq = std::max(b.max_blocks_per_seq, static_cast<int64_t>(s.seq->block_table.size()));
-  }
+namespace {
+
+// Offsets of the packed arrays for the sizes already set in b.
+void lay_out(ForwardBatch& b) {
   const int64_t t = b.num_tokens, n = b.num_seqs;
   b.input_ids = 0;
   b.positions = b.input_ids + t;
@@ -25,7 +17,11 @@ ForwardBatch build_forward_batch(const SchedulerOutput& out, int64_t block_size)
   b.sample_rows = b.context_lens + n;
   b.block_tables = b.sample_rows + b.num_sampled;
   b.data.assign(static_cast<size_t>(b.block_tables + n * b.max_blocks_per_seq), -1);
+}
 
+// Fills the rows of the scheduled sequences (the first out.seqs.size() sequences of b).
+void fill(ForwardBatch& b, const SchedulerOutput& out, int64_t block_size) {
+  const int64_t n = static_cast<int64_t>(out.seqs.size());
   int32_t* d = b.data.data();
   int64_t row = 0, sampled = 0;
   d[b.cu_seqlens_q] = 0;
@@ -47,6 +43,53 @@ ForwardBatch build_forward_batch(const SchedulerOutput& out, int64_t block_size)
     d[b.context_lens + i] = static_cast<int32_t>(start + s.num_new_tokens);
     if (s.sample) d[b.sample_rows + sampled++] = static_cast<int32_t>(row - 1);
     std::copy(seq.block_table.begin(), seq.block_table.end(), d + b.block_tables + i * b.max_blocks_per_seq);
+  }
+}
+
+}  // namespace
+
+ForwardBatch build_forward_batch(const SchedulerOutput& out, int64_t block_size) {
+  ForwardBatch b;
+  b.block_size = block_size;
+  b.num_seqs = static_cast<int64_t>(out.seqs.size());
+  b.num_tokens = out.num_tokens();
+  for (const ScheduledSequence& s : out.seqs) {
+    const int64_t context = s.seq->num_computed_tokens + s.num_new_tokens;
+    b.num_sampled += s.sample ? 1 : 0;
+    b.max_query_len = std::max(b.max_query_len, s.num_new_tokens);
+    b.max_context_len = std::max(b.max_context_len, context);
+    b.max_blocks_per_seq = std::max(b.max_blocks_per_seq, static_cast<int64_t>(s.seq->block_table.size()));
+  }
+  lay_out(b);
+  fill(b, out, block_size);
+  return b;
+}
+
+ForwardBatch build_padded_decode_batch(const SchedulerOutput& out, int64_t block_size, int64_t padded_seqs,
+                                       int64_t table_stride, int64_t max_context_len, int32_t pad_block) {
+  const int64_t n = static_cast<int64_t>(out.seqs.size());
+  NANOVLLM_ASSERT(n <= padded_seqs);
+  ForwardBatch b;
+  b.block_size = block_size;
+  b.num_seqs = b.num_tokens = b.num_sampled = padded_seqs;
+  b.max_query_len = 1;
+  b.max_context_len = max_context_len;
+  b.max_blocks_per_seq = table_stride;
+  for (const ScheduledSequence& s : out.seqs) {
+    NANOVLLM_ASSERT(s.num_new_tokens == 1 && s.sample, "not a decode step");
+    NANOVLLM_ASSERT(static_cast<int64_t>(s.seq->block_table.size()) <= table_stride);
+  }
+  lay_out(b);
+  fill(b, out, block_size);
+  int32_t* d = b.data.data();
+  for (int64_t i = n; i < padded_seqs; ++i) {
+    d[b.input_ids + i] = 0;
+    d[b.positions + i] = 0;
+    d[b.slot_mapping + i] = -1;
+    d[b.cu_seqlens_q + i + 1] = static_cast<int32_t>(i + 1);
+    d[b.context_lens + i] = 1;
+    d[b.sample_rows + i] = static_cast<int32_t>(i);
+    d[b.block_tables + i * table_stride] = pad_block;
   }
   return b;
 }

@@ -34,4 +34,12 @@ struct ForwardBatch {
 
 ForwardBatch build_forward_batch(const SchedulerOutput& out, int64_t block_size);
 
+// A decode-only batch (every sequence one new token, sampling) padded to `padded_seqs` sequences with
+// block tables of a fixed `table_stride`, so its layout depends only on (padded_seqs, table_stride):
+// what a CUDA graph captured for that batch size reads. Padding rows store no K/V (slot -1), attend one
+// position of block `pad_block` and are sampled into logits rows nobody reads. max_context_len is set
+// to `max_context_len` (the graph's launch sizing must hold for every context it will replay).
+ForwardBatch build_padded_decode_batch(const SchedulerOutput& out, int64_t block_size, int64_t padded_seqs,
+                                       int64_t table_stride, int64_t max_context_len, int32_t pad_block = 0);
+
 }  // namespace nanovllm

@@ -28,6 +28,7 @@ struct RunnerConfig {
   int64_t num_kv_blocks = 0;       // 0: derived from kv_cache_bytes (CPU) or gpu_memory_utilization (CUDA)
   int64_t kv_cache_bytes = 2LL << 30;
   double gpu_memory_utilization = 0.9;
+  bool enforce_eager = false;      // CUDA: no decode graphs
 };
 
 class ModelRunner {

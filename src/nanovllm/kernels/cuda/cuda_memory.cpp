@@ -12,6 +12,10 @@ namespace {
 
 constexpr int kMaxDevices = 64;
 
+// Bytes live in CudaAllocator allocations (all devices) and their high-water mark.
+std::atomic<size_t> g_allocated{0};
+std::atomic<size_t> g_peak{0};
+
 class CudaAllocator final : public Allocator {
  public:
   explicit CudaAllocator(int device) : device_(device) {}
@@ -28,10 +32,16 @@ class CudaAllocator final : public Allocator {
       NANOVLLM_FAIL("CUDA out of memory allocating ", bytes, " bytes on cuda:", device_);
     }
     CUDA_CHECK(err);
+    const size_t now = g_allocated.fetch_add(bytes) + bytes;
+    size_t peak = g_peak.load();
+    while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
+    }
     return p;
   }
-  void deallocate(void* p, size_t) override {
-    if (p != nullptr) CUDA_CHECK(cudaFree(p));
+  void deallocate(void* p, size_t bytes) override {
+    if (p == nullptr) return;
+    CUDA_CHECK(cudaFree(p));
+    g_allocated.fetch_sub(bytes);
   }
   Device device() const override { return Device::cuda(device_); }
 
@@ -69,6 +79,9 @@ Allocator& cuda_allocator(int device) {
   if (!a) a = std::make_unique<CudaAllocator>(device);
   return *a;
 }
+
+size_t cuda_allocated_bytes() { return g_allocated.load(); }
+size_t cuda_peak_allocated_bytes() { return g_peak.load(); }
 
 Allocator& pinned_host_allocator() {
   static PinnedHostAllocator alloc;

@@ -13,6 +13,11 @@ namespace nanovllm {
 // Out of memory throws nanovllm::Error naming the request; any other CUDA failure aborts.
 Allocator& cuda_allocator(int device = 0);
 
+// Bytes currently held in cuda_allocator() allocations, and their high-water mark (all devices).
+// Library workspaces taken with cudaMalloc directly (cuBLASLt, attention split-KV) are not included.
+size_t cuda_allocated_bytes();
+size_t cuda_peak_allocated_bytes();
+
 // Page-locked host memory (cudaHostAlloc), needed for truly asynchronous H2D/D2H copies. device() is CPU.
 Allocator& pinned_host_allocator();
 

@@ -20,7 +20,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 CudaModelRunner::CudaModelRunner(const std::filesystem::path& model_dir, const ModelConfig& config,
                                  const RunnerConfig& rc)
-    : rc_(rc), sampler_(config.eos_token_ids) {
+    : rc_(rc) {
   NANOVLLM_CHECK(rc.block_size > 0 && rc.max_num_seqs > 0 && rc.max_num_batched_tokens > 0 && rc.max_model_len > 0,
                  "runner config: block_size, max_num_seqs, max_num_batched_tokens and max_model_len must be > 0");
   NANOVLLM_CHECK(rc.gpu_memory_utilization > 0 && rc.gpu_memory_utilization <= 1,
@@ -42,12 +42,23 @@ CudaModelRunner::CudaModelRunner(const std::filesystem::path& model_dir, const M
   max_batch_ints_ = 3 * rc.max_num_batched_tokens + 3 * rc.max_num_seqs + 1 + rc.max_num_seqs * max_blocks_per_seq;
   batch_host_ = Buffer(pinned_host_allocator(), static_cast<size_t>(max_batch_ints_) * 4);
   batch_device_ = Buffer(cuda_allocator(device_), static_cast<size_t>(max_batch_ints_) * 4);
-  logits_host_ = Buffer(pinned_host_allocator(), DType::kF32, Shape{rc.max_num_seqs, config.vocab_size});
+  sampler_ = std::make_unique<GpuSampler>(config.eos_token_ids, config.vocab_size, rc.max_num_seqs, device_);
   allocate_kv_cache(config);
+
+  // nano-vLLM's buckets: 1, 2, 4, 8, then every 16 up to min(max_num_seqs, 512).
+  if (!rc.enforce_eager) {
+    const int64_t max_bs = std::min<int64_t>(rc.max_num_seqs, 512);
+    for (int64_t b : {1, 2, 4, 8})
+      if (b <= max_bs) graph_buckets_.push_back(b);
+    for (int64_t b = 16; b <= max_bs; b += 16) graph_buckets_.push_back(b);
+    if (graph_buckets_.empty() || graph_buckets_.back() < max_bs) graph_buckets_.push_back(max_bs);
+  }
+  graph_table_stride_ = max_blocks_per_seq;
 }
 
 CudaModelRunner::~CudaModelRunner() {
   if (stream_) cudaStreamSynchronize(stream_);
+  for (auto& [bucket, exec] : graphs_) cudaGraphExecDestroy(exec);
   kv_.clear();
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -103,29 +114,75 @@ void CudaModelRunner::allocate_kv_cache(const ModelConfig& config) {
   }
 }
 
+int64_t CudaModelRunner::graph_bucket(int64_t num_seqs) const {
+  for (int64_t b : graph_buckets_)
+    if (b >= num_seqs) return b;
+  return 0;
+}
+
+void CudaModelRunner::upload_batch(const ForwardBatch& batch) {
+  NANOVLLM_ASSERT(static_cast<int64_t>(batch.data.size()) <= max_batch_ints_);
+  // One H2D copy of the packed inputs. The pinned staging buffer is free again: the previous step
+  // ended with a stream sync.
+  std::memcpy(batch_host_.data(), batch.data.data(), batch.data.size() * 4);
+  copy_h2d(batch_device_.data(), batch_host_.data(), batch.data.size() * 4, stream_);
+}
+
+void CudaModelRunner::run_eager(const SchedulerOutput& out) {
+  const ForwardBatch batch = build_forward_batch(out, rc_.block_size);
+  upload_batch(batch);
+  model_->forward(batch.views(batch_device_.data(), Device::cuda(device_)), kv_, ws_, ops::Stream{stream_});
+}
+
+void CudaModelRunner::run_decode_graph(const SchedulerOutput& out, int64_t bucket) {
+  // Launch sizing (attention splits) must hold for any context the graph replays: max_model_len.
+  const ForwardBatch batch =
+      build_padded_decode_batch(out, rc_.block_size, bucket, graph_table_stride_, rc_.max_model_len);
+  upload_batch(batch);
+  auto it = graphs_.find(bucket);
+  if (it == graphs_.end()) {
+    // Warm-up run with the capture's exact metadata: selects GEMM algorithms and grows workspaces, so
+    // the capture itself allocates nothing. It writes the same K/V the replay writes (idempotent).
+    const DecoderInputs in = batch.views(batch_device_.data(), Device::cuda(device_));
+    model_->forward(in, kv_, ws_, ops::Stream{stream_});
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    model_->forward(in, kv_, ws_, ops::Stream{stream_});
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    it = graphs_.emplace(bucket, exec).first;
+    NANOVLLM_DEBUG("captured decode graph for batch size ", bucket);
+  }
+  CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+}
+
 std::vector<SampledToken> CudaModelRunner::execute(const SchedulerOutput& out) {
   if (out.empty()) return {};
   NANOVLLM_CHECK(out.num_tokens() <= rc_.max_num_batched_tokens &&
                      static_cast<int64_t>(out.seqs.size()) <= rc_.max_num_seqs,
                  "step of ", out.num_tokens(), " tokens / ", out.seqs.size(), " seqs exceeds the runner's limits");
-  const ForwardBatch batch = build_forward_batch(out, rc_.block_size);
-  NANOVLLM_ASSERT(static_cast<int64_t>(batch.data.size()) <= max_batch_ints_);
-  // One H2D copy of the packed inputs. The pinned staging buffer is reused only after the previous
-  // step's stream work finished (execute() ends with a stream sync).
-  std::memcpy(batch_host_.data(), batch.data.data(), batch.data.size() * 4);
-  ops::Stream s{stream_};
-  copy_h2d(batch_device_.data(), batch_host_.data(), batch.data.size() * 4, stream_);
-  const DecoderInputs in = batch.views(batch_device_.data(), Device::cuda(device_));
-  model_->forward(in, kv_, ws_, s);
+  const bool decode_only = std::all_of(out.seqs.begin(), out.seqs.end(), [](const ScheduledSequence& s) {
+    return s.num_new_tokens == 1 && s.sample;
+  });
+  const int64_t bucket = decode_only ? graph_bucket(static_cast<int64_t>(out.seqs.size())) : 0;
+  if (bucket > 0) {
+    run_decode_graph(out, bucket);
+  } else {
+    run_eager(out);
+  }
 
-  const int64_t vocab = model_->config().vocab_size;
-  copy_d2h(logits_host_.data(), ws_.logits.data(), static_cast<size_t>(batch.num_sampled * vocab) * 4, stream_);
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-
+  // Sampled rows come first in the logits (graph padding rows follow them). The sampler ends with a
+  // stream sync, which also frees the pinned input staging buffer for the next step.
   std::vector<const Sequence*> sampled;
   for (const ScheduledSequence& sch : out.seqs)
     if (sch.sample) sampled.push_back(sch.seq);
-  return sampler_.sample(static_cast<const float*>(logits_host_.data()), vocab, sampled);
+  if (sampled.empty()) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return {};
+  }
+  return sampler_->sample(sampled, ws_.logits.data_as<float>(), stream_);
 }
 
 }  // namespace nanovllm

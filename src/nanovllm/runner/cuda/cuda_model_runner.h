@@ -2,11 +2,14 @@
 // inputs moved with one host->device copy, no allocation inside a step.
 #pragma once
 
+#include <map>
+
 #include <cuda_runtime.h>
 
 #include "nanovllm/core/tensor.h"
-#include "nanovllm/engine/sampler.h"
 #include "nanovllm/model/qwen3_model.h"
+#include "nanovllm/runner/cuda/gpu_sampler.h"
+#include "nanovllm/runner/forward_batch.h"
 #include "nanovllm/runner/model_runner.h"
 
 namespace nanovllm {
@@ -22,6 +25,11 @@ class CudaModelRunner final : public ModelRunner {
  private:
   void load_model(const std::filesystem::path& model_dir, const ModelConfig& config);
   void allocate_kv_cache(const ModelConfig& config);
+  // Decode batches of up to the largest bucket replay a CUDA graph captured per bucket size.
+  int64_t graph_bucket(int64_t num_seqs) const;  // 0: no bucket fits (or graphs are off)
+  void run_decode_graph(const SchedulerOutput& out, int64_t bucket);
+  void run_eager(const SchedulerOutput& out);
+  void upload_batch(const ForwardBatch& batch);
 
   RunnerConfig rc_;
   int device_ = 0;
@@ -36,8 +44,10 @@ class CudaModelRunner final : public ModelRunner {
   int64_t max_batch_ints_ = 0;
   Buffer batch_host_;                // packed ForwardBatch ints, pinned
   Buffer batch_device_;              // its device copy
-  Buffer logits_host_;               // [S, V] f32, pinned
-  Sampler sampler_;
+  std::vector<int64_t> graph_buckets_;             // ascending decode batch sizes with a graph
+  int64_t graph_table_stride_ = 0;                 // block-table row length in graph batches
+  std::map<int64_t, cudaGraphExec_t> graphs_;      // bucket -> instantiated graph (captured lazily)
+  std::unique_ptr<GpuSampler> sampler_;  // samples on the GPU: only ids (+ logprobs) come back
 };
 
 }  // namespace nanovllm

@@ -1,0 +1,243 @@
+// nanovllm bench throughput | latency — the engine's speed next to the card's roofline, measured in the
+// same run (copy bandwidth and bf16 GEMM rate), with the workload's bytes and FLOPs counted.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "bench_cost.h"
+#include "commands.h"
+#include "engine_options.h"
+#include "nanovllm/core/error.h"
+#include "nanovllm/engine/llm.h"
+#include "nanovllm/runner/device_peaks.h"
+
+namespace nanovllm::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+void print_peaks(const DevicePeaks& p, nlohmann::json& report) {
+  if (!p.measured) {
+    std::printf("device: cpu backend (no roofline)\n");
+    return;
+  }
+  std::printf("device: %s, %.0f GiB | measured: HBM copy %.0f GB/s, H2D %.1f GB/s, D2H %.1f GB/s, bf16 GEMM %.0f TFLOP/s\n",
+              p.device_name.c_str(), p.memory_gib, p.copy_gbps, p.h2d_gbps, p.d2h_gbps, p.gemm_tflops);
+  report["device"] = {{"name", p.device_name},   {"memory_gib", p.memory_gib}, {"copy_gbps", p.copy_gbps},
+                      {"h2d_gbps", p.h2d_gbps},  {"d2h_gbps", p.d2h_gbps},     {"gemm_tflops", p.gemm_tflops}};
+}
+
+std::vector<int32_t> random_tokens(std::mt19937_64& rng, int64_t n, int64_t vocab) {
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (auto& t : p) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(std::min<int64_t>(vocab, 150000)));
+  return p;
+}
+
+void write_report(const std::string& path, const nlohmann::json& report) {
+  if (path.empty()) return;
+  std::ofstream f(path);
+  NANOVLLM_CHECK(f.good(), "cannot write ", path);
+  f << report.dump(2) << "\n";
+}
+
+struct ThroughputOptions {
+  EngineOptions engine;
+  int64_t num_seqs = 256, min_input = 100, max_input = 1024, min_output = 100, max_output = 1024;
+  uint64_t seed = 0;
+  float temperature = 0.6f;
+  std::string json_out;
+};
+
+// The nano-vLLM workload: num_seqs random prompts, lengths uniform in [min, max], ignore_eos.
+void run_throughput(const ThroughputOptions& o) {
+  nlohmann::json report;
+  const DevicePeaks peaks = measure_device_peaks();
+  print_peaks(peaks, report);
+  EngineConfig ec = o.engine.to_config();
+  LLM llm(ec);
+  const ModelConfig& mc = llm.engine().model_config();
+  std::mt19937_64 rng(o.seed);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<SamplingParams> params;
+  std::vector<int64_t> in_lens, out_lens;
+  for (int64_t i = 0; i < o.num_seqs; ++i) {
+    const int64_t in = o.min_input + static_cast<int64_t>(rng() % static_cast<uint64_t>(o.max_input - o.min_input + 1));
+    const int64_t out = o.min_output + static_cast<int64_t>(rng() % static_cast<uint64_t>(o.max_output - o.min_output + 1));
+    prompts.push_back(random_tokens(rng, in, mc.vocab_size));
+    SamplingParams sp;
+    sp.temperature = o.temperature;
+    sp.ignore_eos = true;
+    sp.max_tokens = out;
+    sp.seed = rng();
+    params.push_back(sp);
+    in_lens.push_back(in);
+    out_lens.push_back(out);
+  }
+  // Warm-up (algorithm selection, workspaces, graphs) on a small request.
+  llm.generate({random_tokens(rng, 64, mc.vocab_size)}, SamplingParams{.max_tokens = 8});
+
+  const auto t0 = Clock::now();
+  const auto outputs = llm.generate(prompts, params);
+  const double seconds = seconds_since(t0);
+  int64_t total_in = 0, total_out = 0;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    total_in += static_cast<int64_t>(outputs[i].prompt_token_ids.size());
+    total_out += static_cast<int64_t>(outputs[i].token_ids.size());
+  }
+  std::printf("throughput: %lld seqs, %lld prompt + %lld output tokens in %.2f s: %.0f output tok/s, %.0f total tok/s\n",
+              static_cast<long long>(o.num_seqs), static_cast<long long>(total_in), static_cast<long long>(total_out),
+              seconds, total_out / seconds, (total_in + total_out) / seconds);
+  report["workload"] = {{"num_seqs", o.num_seqs}, {"prompt_tokens", total_in}, {"output_tokens", total_out},
+                        {"input_range", {o.min_input, o.max_input}}, {"output_range", {o.min_output, o.max_output}},
+                        {"temperature", o.temperature}, {"seed", o.seed}};
+  report["result"] = {{"seconds", seconds}, {"output_tok_s", total_out / seconds},
+                      {"total_tok_s", (total_in + total_out) / seconds}};
+
+  if (peaks.measured) {
+    // Floor: prefill FLOP-bound at the GEMM rate; each decode step k bound by max(bytes, FLOPs) with
+    // n_k sequences alive (those with output length > k) reading weights once and their KV once.
+    const ModelCost cost(mc);
+    // A large D2D copy moves (read + write) bytes at the HBM rate; streaming reads run at about that rate.
+    const double bw = peaks.copy_gbps * 1e9;
+    const double flops_rate = peaks.gemm_tflops * 1e12;
+    double prefill_s = 0, decode_s = 0, bytes = 0, flops = 0;
+    for (int64_t in : in_lens) {
+      const double f = cost.linear_flops(static_cast<double>(in), 1) + cost.prefill_attn_flops(static_cast<double>(in));
+      prefill_s += f / flops_rate;
+      flops += f;
+    }
+    const int64_t max_out = *std::max_element(out_lens.begin(), out_lens.end());
+    for (int64_t k = 1; k < max_out; ++k) {
+      double alive = 0, ctx = 0;
+      for (size_t i = 0; i < out_lens.size(); ++i)
+        if (out_lens[i] > k) alive += 1, ctx += static_cast<double>(in_lens[i] + k);
+      const double step_bytes = cost.weight_bytes_per_step + cost.kv_bytes_per_token * ctx;
+      const double step_flops = cost.linear_flops(alive, alive) + cost.attn_flops_per_ctx * ctx;
+      decode_s += std::max(step_bytes / bw, step_flops / flops_rate);
+      bytes += step_bytes;
+      flops += step_flops;
+    }
+    const double floor_s = prefill_s + decode_s;
+    std::printf("roofline floor: %.2f s (prefill %.2f s FLOP-bound, decode %.2f s) = %.0f output tok/s; achieved %.1f%% "
+                "[%.2f TB read, %.1f PFLOP]\n",
+                floor_s, prefill_s, decode_s, total_out / floor_s, 100 * floor_s / seconds, bytes / 1e12, flops / 1e15);
+    report["roofline"] = {{"floor_seconds", floor_s}, {"floor_output_tok_s", total_out / floor_s},
+                          {"achieved_fraction", floor_s / seconds}, {"bytes", bytes}, {"flops", flops},
+                          {"read_bandwidth_gbps", bw / 1e9}};
+  }
+  write_report(o.json_out, report);
+}
+
+struct LatencyOptions {
+  EngineOptions engine;
+  int64_t context = 1024;
+  int64_t decode_tokens = 128;
+  std::vector<int64_t> prefill_lens{1024, 8192, 32768};
+  std::string json_out;
+};
+
+// bs=1: decode ms/token at a context length; prefill tok/s of single prompts.
+void run_latency(LatencyOptions o) {
+  nlohmann::json report;
+  const DevicePeaks peaks = measure_device_peaks();
+  print_peaks(peaks, report);
+  const int64_t longest = std::max(o.context, *std::max_element(o.prefill_lens.begin(), o.prefill_lens.end()));
+  EngineConfig ec = o.engine.to_config();
+  ec.max_num_batched_tokens = std::max(ec.max_num_batched_tokens, longest);
+  ec.max_num_seqs = std::min<int64_t>(ec.max_num_seqs, 8);
+  ec.enable_prefix_caching = false;  // every run must compute its prompt
+  if (ec.max_model_len == 0) ec.max_model_len = longest + o.decode_tokens + 16;
+  LLMEngine engine(ec);
+  const ModelConfig& mc = engine.model_config();
+  const ModelCost cost(mc);
+  std::mt19937_64 rng(1);
+  const double bw = peaks.copy_gbps * 1e9;
+  const double flops_rate = peaks.gemm_tflops * 1e12;
+
+  auto run_one = [&](int64_t prompt_len, int64_t max_tokens, std::vector<double>& step_times) {
+    SamplingParams sp;
+    sp.temperature = 0;
+    sp.ignore_eos = true;
+    sp.max_tokens = max_tokens;
+    engine.add_request(random_tokens(rng, prompt_len, mc.vocab_size), sp);
+    step_times.clear();
+    while (engine.has_unfinished()) {
+      const auto t = Clock::now();
+      engine.step();
+      step_times.push_back(seconds_since(t));
+    }
+  };
+  std::vector<double> times;
+  run_one(64, 4, times);  // warm-up
+
+  // Decode at `context`: the first step is the prefill, the rest are decodes.
+  run_one(o.context, o.decode_tokens + 1, times);
+  std::vector<double> decode(times.begin() + 1, times.end());
+  std::sort(decode.begin(), decode.end());
+  const double median_ms = 1e3 * decode[decode.size() / 2];
+  double mean_ms = 0;
+  for (double t : decode) mean_ms += 1e3 * t / static_cast<double>(decode.size());
+  const double floor_ms = peaks.measured
+      ? 1e3 * (cost.weight_bytes_per_step + cost.kv_bytes_per_token * static_cast<double>(o.context)) / bw : 0;
+  std::printf("decode bs=1 @ %lld context: %.3f ms/token median, %.3f mean", static_cast<long long>(o.context),
+              median_ms, mean_ms);
+  if (peaks.measured) std::printf(" | weight+KV read floor %.3f ms -> %.2fx the floor", floor_ms, median_ms / floor_ms);
+  std::printf("\n");
+  report["decode"] = {{"context", o.context}, {"tokens", decode.size()}, {"median_ms", median_ms},
+                      {"mean_ms", mean_ms}, {"floor_ms", floor_ms}};
+
+  report["prefill"] = nlohmann::json::array();
+  for (int64_t n : o.prefill_lens) {
+    run_one(n, 1, times);
+    const double s = times.front();
+    const double flops = cost.linear_flops(static_cast<double>(n), 1) + cost.prefill_attn_flops(static_cast<double>(n));
+    std::printf("prefill %lld tokens: %.1f ms, %.0f tok/s, %.0f TFLOP/s (attention counted)", static_cast<long long>(n),
+                s * 1e3, n / s, flops / s / 1e12);
+    if (peaks.measured) std::printf(" = %.1f%% of the measured GEMM rate", 100 * flops / s / flops_rate);
+    std::printf("\n");
+    report["prefill"].push_back({{"tokens", n}, {"ms", s * 1e3}, {"tok_s", n / s}, {"tflops", flops / s / 1e12}});
+  }
+  write_report(o.json_out, report);
+}
+
+}  // namespace
+
+void register_bench_engine(CLI::App& app) {
+  CLI::App* bench = &app;
+
+  auto t = std::make_shared<ThroughputOptions>();
+  CLI::App* tp = bench->add_subcommand("throughput", "offline throughput on the nano-vLLM workload");
+  add_engine_options(*tp, t->engine);
+  tp->add_option("--num-seqs", t->num_seqs)->capture_default_str();
+  tp->add_option("--min-input", t->min_input)->capture_default_str();
+  tp->add_option("--max-input", t->max_input)->capture_default_str();
+  tp->add_option("--min-output", t->min_output)->capture_default_str();
+  tp->add_option("--max-output", t->max_output)->capture_default_str();
+  tp->add_option("--seed", t->seed)->capture_default_str();
+  tp->add_option("--temperature", t->temperature)->capture_default_str();
+  tp->add_option("--json-out", t->json_out, "write the report as JSON");
+  tp->callback([t] {
+    NANOVLLM_CHECK(t->num_seqs > 0 && t->min_input >= 1 && t->min_input <= t->max_input && t->min_output >= 1 &&
+                       t->min_output <= t->max_output, "bench throughput: bad workload ranges");
+    run_throughput(*t);
+  });
+
+  auto l = std::make_shared<LatencyOptions>();
+  CLI::App* lat = bench->add_subcommand("latency", "bs=1 decode ms/token and prefill tok/s");
+  add_engine_options(*lat, l->engine);
+  lat->add_option("--context", l->context, "decode context length")->capture_default_str();
+  lat->add_option("--decode-tokens", l->decode_tokens)->capture_default_str();
+  lat->add_option("--prefill", l->prefill_lens, "prefill lengths")->delimiter(',');
+  lat->add_option("--json-out", l->json_out, "write the report as JSON");
+  lat->callback([l] {
+    NANOVLLM_CHECK(l->context >= 1 && l->decode_tokens >= 1 && !l->prefill_lens.empty(), "bench latency: bad options");
+    run_latency(*l);
+  });
+}
+
+}  // namespace nanovllm::cli
