@@ -6,6 +6,8 @@
 // convex combinations of V rows in [-1, 1]: atol 1e-2 + rtol 5e-3 per element.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <memory>
 #include <numeric>
 
 #include "cuda_test_util.h"
@@ -39,8 +41,9 @@ struct BatchMeta {
 };
 
 // Shuffled block tables over NB blocks; slot mapping and positions for this step's tokens.
-BatchMeta make_meta(const Batch& b, int64_t BS, int64_t NB, std::mt19937& rng) {
+BatchMeta make_meta(const Batch& b, int64_t BS, int64_t NB, std::mt19937& rng, int64_t min_blocks = 0) {
   BatchMeta m;
+  m.max_blocks = min_blocks;
   m.S = static_cast<int64_t>(b.qlen.size());
   m.cu.push_back(0);
   for (int64_t s = 0; s < m.S; ++s) {
@@ -84,7 +87,10 @@ AttentionMetadata host_meta(BatchMeta& m, int64_t BS) {
                            cuda_test::host_view(m.slots, {m.T}), BS};
 }
 
-void check_attention(const Batch& b, int64_t Hq, int64_t Hk, int64_t D, int64_t BS, uint32_t seed) {
+// `meta_max_ctx` > 0 overrides meta.max_context_len (CUDA graphs size launches for max_model_len);
+// `launches` > 1 runs the op again on the same inputs (split arrival counters must be back at zero).
+void check_attention(const Batch& b, int64_t Hq, int64_t Hk, int64_t D, int64_t BS, uint32_t seed,
+                     int64_t meta_max_ctx = 0, int launches = 1) {
   std::mt19937 rng(seed);
   int64_t total_blocks = 0;
   for (int32_t c : b.ctx) total_blocks += (c + BS - 1) / BS;
@@ -96,9 +102,18 @@ void check_attention(const Batch& b, int64_t Hq, int64_t Hk, int64_t D, int64_t 
   DeviceTensor d_q(DType::kBF16, {m.T, Hq, D}, q.bits), d_out(DType::kBF16, {m.T, Hq, D});
   DeviceTensor d_k(DType::kBF16, {NB, BS, Hk, D}, kc.bits), d_v(DType::kBF16, {NB, BS, Hk, D}, vc.bits);
   DeviceMeta dm(m, BS);
-  d_out.fill_bytes(0xff);
+  if (meta_max_ctx > 0) dm.meta.max_context_len = meta_max_ctx;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {});
+  std::vector<float> got;
+  for (int i = 0; i < launches; ++i) {
+    d_out.fill_bytes(0xff);
+    cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {});
+    std::vector<float> now = d_out.download_f32();
+    if (i > 0) {  // same inputs, same launch: bit-identical
+      ASSERT_EQ(std::memcmp(now.data(), got.data(), now.size() * sizeof(float)), 0) << "launch " << i << " differs";
+    }
+    got = std::move(now);
+  }
   std::vector<float> ref(static_cast<size_t>(m.T * Hq * D));
   cpu::paged_attention(cuda_test::host_view(ref, {m.T, Hq, D}), cuda_test::host_view(q.f32, {m.T, Hq, D}),
                        cuda_test::host_view(kc.f32, {NB, BS, Hk, D}), cuda_test::host_view(vc.f32, {NB, BS, Hk, D}),
@@ -106,7 +121,8 @@ void check_attention(const Batch& b, int64_t Hq, int64_t Hk, int64_t D, int64_t 
   std::string what = "attention Hq=" + std::to_string(Hq) + " Hk=" + std::to_string(Hk) + " D=" + std::to_string(D) +
                      " BS=" + std::to_string(BS) + " seqs:";
   for (size_t s = 0; s < b.qlen.size(); ++s) what += " (" + std::to_string(b.qlen[s]) + "," + std::to_string(b.ctx[s]) + ")";
-  expect_close(d_out.download_f32(), ref, kAtol, kRtol, what);
+  if (meta_max_ctx > 0) what += " max_context_len=" + std::to_string(meta_max_ctx);
+  expect_close(got, ref, kAtol, kRtol, what);
 }
 
 TEST(CudaAttention, DecodeBatchesAroundBlockBoundaries) {
@@ -134,6 +150,112 @@ TEST(CudaAttention, DecodeLongContextUsesSplits) {
   check_attention(Batch{{1}, {3000}}, 4, 4, 64, 16, 9);
   check_attention(Batch{{1}, {2049}}, 32, 2, 128, 16, 10);  // G = 16: IT 16
   check_attention(Batch{{1}, {1500}}, 16, 2, 256, 16, 11);  // D = 256
+}
+
+// Tensor-core decode (head_dim 64 / 128): GQA groups packed as MMA rows (1..16, larger groups in
+// chunks of 16), 16-key warp tiles gathered row by row through the block table (any block size),
+// context lengths around the 16-key tile, the 64-key split granule and block boundaries.
+TEST(CudaAttention, DecodeTensorCoreGroupsAndBlockSizes) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 1000;
+  const std::vector<int32_t> ctxs{1, 2, 15, 16, 17, 63, 64, 65, 127, 129, 200, 1000};
+  for (int64_t D : {64, 128}) {
+    for (int64_t G : {1, 3, 5, 12, 16, 24, 32}) {
+      check_attention(Batch{std::vector<int32_t>(ctxs.size(), 1), ctxs}, 2 * G, 2, D, 16, seed++);
+    }
+    for (int64_t BS : {1, 8, 48, 128}) {
+      check_attention(Batch{std::vector<int32_t>(ctxs.size(), 1), ctxs}, 8, 2, D, BS, seed++);
+    }
+  }
+}
+
+// Splits are chosen per sequence on the device: with meta.max_context_len far above the real lengths
+// (a graph captured for max_model_len) short sequences take few splits and the rest of the grid's split
+// slots exit; long ones in the same batch still split. Runs the op three times on the same inputs: the
+// fused combine's arrival counters must be back at zero after each launch.
+TEST(CudaAttention, DecodeSplitsFollowDeviceContextLengths) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 1100;
+  check_attention(Batch{{1}, {1024}}, 16, 8, 128, 16, seed++, 40960, 3);      // Qwen3-0.6B, bs 1
+  check_attention(Batch{{1}, {1024}}, 16, 8, 128, 16, seed++, 1024, 3);
+  check_attention(Batch{{1, 1, 1, 1, 1, 1, 1, 1}, {1, 5, 64, 65, 700, 1024, 3000, 9000}}, 16, 8, 128, 16, seed++,
+                  40960, 3);
+  check_attention(Batch{{1, 1, 1}, {4097, 33, 2500}}, 8, 1, 128, 16, seed++, 40960, 3);  // Hk 1: 32 split slots
+  check_attention(Batch{{1, 1}, {5000, 77}}, 4, 1, 64, 32, seed++, 8192, 3);
+  check_attention(Batch{{1, 1}, {3001, 129}}, 32, 1, 128, 16, seed++, 4096, 3);  // G 32: two head chunks
+  // A batch too large to split (one split slot): every sequence writes its output directly.
+  Batch big;
+  std::mt19937 rng(seed++);
+  for (int s = 0; s < 300; ++s) {
+    big.qlen.push_back(1);
+    big.ctx.push_back(1 + static_cast<int32_t>(rng() % 700));
+  }
+  check_attention(big, 16, 8, 128, 16, seed++, 40960, 2);
+}
+
+// Decode captured once in a CUDA graph (max_context_len fixed at capture, as the runner does) and
+// replayed with new context lengths and block tables written into the same buffers; each metadata set is
+// replayed twice (the fused combine's counters reset themselves inside the graph).
+TEST(CudaAttention, DecodeGraphReplayFollowsContextLengths) {
+  SKIP_WITHOUT_CUDA();
+  for (int64_t D : {64, 128}) {
+    const int64_t Hq = 16, Hk = 8, BS = 16, kMaxCtx = 8192;
+    const int64_t width = kMaxCtx / BS;  // block-table columns, fixed for the graph
+    const std::vector<Batch> rounds{Batch{{1, 1, 1, 1}, {1000, 1, 4000, 8192}},
+                                    Batch{{1, 1, 1, 1}, {64, 65, 8000, 300}},
+                                    Batch{{1, 1, 1, 1}, {1024, 1024, 1024, 1024}},
+                                    Batch{{1, 1, 1, 1}, {17, 2, 3, 129}}};
+    std::mt19937 rng(1200 + static_cast<uint32_t>(D));
+    const int64_t NB = 4 * width + 3;
+    std::vector<BatchMeta> metas;
+    for (const Batch& b : rounds) metas.push_back(make_meta(b, BS, NB, rng, width));
+    for (const BatchMeta& m : metas) ASSERT_EQ(m.max_blocks, width);
+    const int64_t T = 4;
+    auto q = random_bf16(static_cast<size_t>(T * Hq * D), rng, -2.0f, 2.0f);
+    auto kc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng, -2.0f, 2.0f);
+    auto vc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng);
+    DeviceTensor d_q(DType::kBF16, {T, Hq, D}, q.bits), d_out(DType::kBF16, {T, Hq, D});
+    DeviceTensor d_k(DType::kBF16, {NB, BS, Hk, D}, kc.bits), d_v(DType::kBF16, {NB, BS, Hk, D}, vc.bits);
+    DeviceMeta dm(metas[0], BS);
+    dm.meta.max_context_len = kMaxCtx;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    cudaStream_t st;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    // warm-up outside capture (function attributes, split workspace), then capture
+    cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {st});
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {st});
+    CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (size_t round = 0; round < metas.size(); ++round) {
+      BatchMeta& m = metas[round];
+      auto upload = [](const DeviceTensor& t, const std::vector<int32_t>& h) {
+        CUDA_CHECK(cudaMemcpy(t.view().data(), h.data(), h.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+      };
+      upload(dm.cu, m.cu);
+      upload(dm.ctx, m.ctx);
+      upload(dm.bt, m.bt);
+      upload(dm.slots, m.slots);
+      std::vector<float> ref(static_cast<size_t>(T * Hq * D));
+      cpu::paged_attention(cuda_test::host_view(ref, {T, Hq, D}), cuda_test::host_view(q.f32, {T, Hq, D}),
+                           cuda_test::host_view(kc.f32, {NB, BS, Hk, D}), cuda_test::host_view(vc.f32, {NB, BS, Hk, D}),
+                           host_meta(m, BS), scale);
+      for (int rep = 0; rep < 2; ++rep) {
+        d_out.fill_bytes(0xff);
+        CUDA_CHECK(cudaGraphLaunch(exec, st));
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        expect_close(d_out.download_f32(), ref, kAtol, kRtol,
+                     "decode graph replay D=" + std::to_string(D) + " round " + std::to_string(round) + " rep " +
+                         std::to_string(rep));
+      }
+    }
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    CUDA_CHECK(cudaStreamDestroy(st));
+  }
 }
 
 TEST(CudaAttention, PrefillAndMixedBatches) {
@@ -305,6 +427,118 @@ TEST(CudaAttentionBench, DISABLED_Prefill8k) {
     size_t bad = 0;
     for (float v : got) bad += std::isfinite(v) ? 0 : 1;
     EXPECT_EQ(bad, 0u);
+  }
+}
+
+// Timing only (run with --gtest_also_run_disabled_tests --gtest_filter='CudaAttentionBench.*Decode*'):
+// decode attention, Hk 8, D 128, BS 16, GQA 2 (Hq 16) and 4 (Hq 32). Per case R calls are captured in
+// one CUDA graph, each with its own block table over a disjoint part of one cache (R x KV >= 256 MB, so
+// small cases are not served from L2); the median graph replay / R is the per-call (per-layer) time.
+// GB/s = the K and V bytes the call must read (sum of context lengths x Hk x D x 2 x 2 B) / time.
+TEST(CudaAttentionBench, DISABLED_Decode) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t Hk = 8, D = 128, BS = 16;
+  struct Case {
+    const char* name;
+    int bs;
+    int ctx_lo, ctx_hi;  // context lengths U[lo, hi]
+    int64_t meta_max_ctx;  // 0: the real maximum
+  };
+  const Case cases[] = {{"bs1 ctx1024", 1, 1024, 1024, 0},          {"bs1 ctx1024 max40960", 1, 1024, 1024, 40960},
+                        {"bs64 ctx1000", 64, 1000, 1000, 0},        {"bs64 ctx1000 max40960", 64, 1000, 1000, 40960},
+                        {"bs256 U[100,2000]", 256, 100, 2000, 0},   {"bs256 U[100,2000] max40960", 256, 100, 2000, 40960}};
+  std::printf("%-28s %4s %10s %10s %10s\n", "case", "G", "us/call", "GB/s", "KV MB");
+  for (int64_t G : {2, 4}) {
+    const int64_t Hq = G * Hk;
+    for (const Case& c : cases) {
+      std::mt19937 rng(1300 + static_cast<uint32_t>(c.bs));
+      Batch b;
+      int64_t keys = 0, blocks = 0;
+      for (int s = 0; s < c.bs; ++s) {
+        const int32_t ctx = c.ctx_lo + static_cast<int32_t>(rng() % static_cast<uint32_t>(c.ctx_hi - c.ctx_lo + 1));
+        b.qlen.push_back(1);
+        b.ctx.push_back(ctx);
+        keys += ctx;
+        blocks += (ctx + BS - 1) / BS;
+      }
+      const double kv_bytes = static_cast<double>(keys) * static_cast<double>(Hk * D) * 2.0 * 2.0;
+      const int R = std::max(4, std::min(64, static_cast<int>(std::ceil(256e6 / kv_bytes))));
+      const int64_t NB = blocks * R + 3;
+      std::vector<BatchMeta> metas;
+      std::vector<std::unique_ptr<DeviceMeta>> dms;
+      for (int r = 0; r < R; ++r) {
+        metas.push_back(make_meta(b, BS, NB, rng));  // a fresh permutation: call r reads its own blocks
+      }
+      // Disjoint blocks across calls: remap call r's blocks into [r * blocks, (r + 1) * blocks).
+      for (int r = 0; r < R; ++r) {
+        std::vector<int32_t> ids;
+        for (int32_t v : metas[static_cast<size_t>(r)].bt) if (v >= 0) ids.push_back(v);
+        std::sort(ids.begin(), ids.end());
+        for (int32_t& v : metas[static_cast<size_t>(r)].bt) {
+          if (v >= 0) v = static_cast<int32_t>(r * blocks + (std::lower_bound(ids.begin(), ids.end(), v) - ids.begin()));
+        }
+        dms.push_back(std::make_unique<DeviceMeta>(metas[static_cast<size_t>(r)], BS));
+        if (c.meta_max_ctx > 0) dms.back()->meta.max_context_len = c.meta_max_ctx;
+      }
+      // Random cache contents: an 8 MB random pattern tiled over the caches.
+      DeviceTensor d_k(DType::kBF16, {NB, BS, Hk, D}), d_v(DType::kBF16, {NB, BS, Hk, D});
+      {
+        auto pat = random_bf16(size_t{4} << 20, rng, -2.0f, 2.0f);
+        const size_t total = static_cast<size_t>(NB * BS * Hk * D) * 2, chunk = pat.bits.size() * 2;
+        for (const DeviceTensor* t : {&d_k, &d_v}) {
+          char* dst = static_cast<char*>(t->view().data());
+          for (size_t off = 0; off < total; off += chunk)
+            CUDA_CHECK(cudaMemcpy(dst + off, pat.bits.data(), std::min(chunk, total - off), cudaMemcpyHostToDevice));
+        }
+      }
+      auto q = random_bf16(static_cast<size_t>(c.bs * Hq * D), rng, -2.0f, 2.0f);
+      DeviceTensor d_q(DType::kBF16, {c.bs, Hq, D}, q.bits), d_out(DType::kBF16, {c.bs, Hq, D});
+      d_out.fill_bytes(0xff);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+      cudaStream_t st;
+      CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+      for (int r = 0; r < R; ++r)
+        cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dms[static_cast<size_t>(r)]->meta,
+                                  scale, {st});
+      CUDA_CHECK(cudaStreamSynchronize(st));
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      for (int r = 0; r < R; ++r)
+        cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dms[static_cast<size_t>(r)]->meta,
+                                  scale, {st});
+      CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(exec, st));
+      CUDA_CHECK(cudaStreamSynchronize(st));
+      cudaEvent_t e0, e1;
+      CUDA_CHECK(cudaEventCreate(&e0));
+      CUDA_CHECK(cudaEventCreate(&e1));
+      std::vector<float> ms;
+      for (int i = 0; i < 20; ++i) {
+        CUDA_CHECK(cudaEventRecord(e0, st));
+        CUDA_CHECK(cudaGraphLaunch(exec, st));
+        CUDA_CHECK(cudaEventRecord(e1, st));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        float t = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+        ms.push_back(t / static_cast<float>(R));
+      }
+      std::sort(ms.begin(), ms.end());
+      const double us = ms[ms.size() / 2] * 1e3;
+      std::printf("%-28s %4lld %10.2f %10.1f %10.1f   (min %.2f max %.2f us, %d calls/graph)\n", c.name,
+                  static_cast<long long>(G), us, kv_bytes / (us * 1e-6) / 1e9, kv_bytes / 1e6, ms.front() * 1e3,
+                  ms.back() * 1e3, R);
+      const std::vector<float> got = d_out.download_f32();  // every element written and finite
+      size_t bad = 0;
+      for (float v : got) bad += std::isfinite(v) ? 0 : 1;
+      EXPECT_EQ(bad, 0u) << c.name;
+      CUDA_CHECK(cudaEventDestroy(e0));
+      CUDA_CHECK(cudaEventDestroy(e1));
+      CUDA_CHECK(cudaGraphExecDestroy(exec));
+      CUDA_CHECK(cudaGraphDestroy(graph));
+      CUDA_CHECK(cudaStreamDestroy(st));
+    }
   }
 }
 

@@ -37,9 +37,15 @@ struct Params {
   int hq, hk, g;                 // g = Hq / Hk
   float scale_log2;              // softmax scale * log2(e)
   // decode split-KV partials (num_splits > 1): [S, Hq, splits, D] and [S, Hq, splits] (log2 domain)
+  // (num_splits: the most splits per sequence; the tensor-core decode kernel picks each sequence's own
+  // count on the device, see attention_decode.cu)
   float* part_o;
   float* part_lse;
   int num_splits;
+  // tensor-core decode only: [S, Hk * head chunks] arrival counters of the fused split combine (zero
+  // between launches: the last CTA of a group resets its counter), and the fewest keys per split.
+  int* split_counters;
+  int min_split_keys;
 };
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -144,6 +150,9 @@ void launch_prefill(const Params& p, int head_dim, int64_t num_tokens, cudaStrea
 // Tensor-core prefill (attention_prefill_tc.cu); false when head_dim has no tensor-core build (64, 128).
 bool launch_prefill_tc(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st);
 void launch_decode(const Params& p, int head_dim, cudaStream_t st);
+// Tensor-core decode with the split combine fused in (attention_decode.cu); head_dim 64 and 128.
+bool decode_tc_supported(int head_dim);
+void launch_decode_tc(const Params& p, int head_dim, int gc, cudaStream_t st);
 void launch_combine(const Params& p, int head_dim, cudaStream_t st);
 
 }  // namespace nanovllm::cuda_ops::attn

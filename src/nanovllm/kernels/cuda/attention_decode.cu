@@ -1,4 +1,26 @@
-// Decode paged attention (every query length is 1): split-KV flash-decoding.
+// Decode paged attention (every query length is 1).
+//
+// head_dim 64 / 128: tensor-core split-KV kernel with the split combine fused in (decode_tc_kernel).
+// head_dim 256 (and any other build): the SIMT split-KV kernel + combine_kernel below.
+//
+// ---- Tensor-core decode (decode_tc_kernel) ----
+// Grid (seq, KV head x head chunk, split slot). The CTA's GQA group (<= 16 heads) forms the 16 M rows
+// of mma.sync m16n8k16 (zero rows pad small groups: decode is bound by the KV read, the padded MMA work
+// costs ~10% of the tensor pipe at full bandwidth). Splits are chosen per sequence on the device from
+// context_lens: ns = clamp(ctx / min_split_keys, 1, gridDim.z), ranges rounded to 64 keys; split slots
+// >= ns exit after reading two ints, so a grid sized for meta.max_context_len (CUDA graphs) costs
+// almost nothing for short contexts.
+// Each of the 4 warps owns 16-key tiles warp, warp + 4, ... of the split's range and runs its own
+// 3-stage cp.async pipeline in private shared memory (no block barrier in the key loop): per tile, the
+// 16 lanes' block-table lookups (one per key, fetched a tile ahead) are broadcast by shuffles, every
+// cp.async covers 2 (D 128) or 4 (D 64) whole 256 / 128-byte rows (full sectors), K fragments come by
+// ldmatrix, V fragments by ldmatrix.trans, P stays in registers (S accumulator layout == A fragment).
+// Warps merge their softmax states in shared memory. One split: bf16 output directly. Several: the
+// CTA writes its normalised fp32 partial and log2-sum-exp, bumps an arrival counter, and the last CTA
+// of the (seq, KV head) group merges all partials (read from L2) and resets the counter (no combine
+// launch; graph replays start from zero counters).
+//
+// ---- SIMT split-KV decode (decode_kernel, head_dim 256) ----
 // Grid (seq, KV head x head chunk, split). A CTA owns keys [split * chunk, ...) of its sequence for all
 // IT heads of its GQA group (queries shared in shared memory, fp32 pre-scaled). Its 4 warps take
 // alternate 32-key tiles of that range, each through its own shared-memory tile (cp.async, no block
@@ -167,6 +189,365 @@ void launch_for_group(const Params& p, cudaStream_t st) {
   else launch<D, 16>(p, 16, st);
 }
 
+
+// ---------------------------------------------------------------------------------------------------
+// Tensor-core decode.
+
+constexpr int kTcWarps = 4;
+constexpr int kTcThreads = kTcWarps * 32;
+constexpr int kTcKeys = 16;                      // keys per warp tile (one k-step of P V)
+constexpr int kTcSpan = kTcWarps * kTcKeys;      // split ranges are multiples of this (balanced warps)
+constexpr int kTcRows = 16;                      // MMA rows = heads of one chunk of the GQA group
+constexpr unsigned kFull = 0xffffffffu;
+
+template <int D, int NST>
+struct TcDec {
+  static constexpr int kStride = D + 8;                      // bf16 per shared row (+16 B: ldmatrix conflict-free)
+  static constexpr int kTileElems = kTcKeys * kStride;       // one K (or V) tile
+  static constexpr int kStageElems = 2 * kTileElems;         // K tile, V tile
+  static constexpr int kWarpBytes = NST * kStageElems * 2;   // a warp's private pipeline
+  static constexpr int kChunks = D / 8;                      // 16-byte chunks per row
+  static constexpr int kRowsPerCopy = 32 / kChunks;          // rows one warp-wide cp.async covers
+  static constexpr int kCopies = kTcKeys / kRowsPerCopy;     // cp.async per lane per K (or V) tile
+  static constexpr int kKSteps = D / 16;
+  static constexpr int kMergeStride = D + 4;                 // f32 per merge-scratch row
+  static constexpr size_t kSmem = size_t{kTcWarps} * kWarpBytes;
+  // The final merge reuses each warp's pipeline region: [16][kMergeStride] o, [16] m, [16] l.
+  static_assert(size_t{kTcRows} * (kMergeStride + 2) * 4 <= size_t{kWarpBytes}, "merge scratch must fit");
+  static_assert(32 % kChunks == 0 && kTcKeys % kRowsPerCopy == 0, "row copy layout");
+};
+
+__device__ __forceinline__ unsigned smem_u32(const void* ptr) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(ptr));
+}
+// 16-byte async copy; `valid == false` writes 16 zero bytes (src-size 0) and reads nothing.
+__device__ __forceinline__ void cp_async16_zfill(unsigned dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void ldsm_x4(unsigned addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(unsigned addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+// c += a * b  (16x16 bf16 row-major A, 16x8 bf16 col-major B, fp32 accumulators)
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // lo -> low 16 bits (the lower column)
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Keys per split for a context of `ctx` keys and at most `max_splits` splits (device and host agree).
+__device__ __forceinline__ int tc_split_chunk(int ctx, int max_splits, int min_split_keys) {
+  const int want = max(1, min(max_splits, ctx / max(min_split_keys, 1)));
+  const int chunk = (ctx + want - 1) / want;
+  return max(kTcSpan, (chunk + kTcSpan - 1) / kTcSpan * kTcSpan);
+}
+
+// Occupancy: D 128 with 3 stages = 102 KB shared -> 2 CTAs per SM on sm_90 (4 for D 64).
+template <int D, int NST>
+__global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel(Params p, int gc, int gchunks) {
+  using C = TcDec<D, NST>;
+  extern __shared__ __align__(16) unsigned char smem[];  // [warps][stages][K tile | V tile]
+  __shared__ int s_last;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int seq = static_cast<int>(blockIdx.x);
+  const int unit = static_cast<int>(blockIdx.y);
+  const int split = static_cast<int>(blockIdx.z);
+  const int t = p.cu[seq];
+  const int qlen = p.cu[seq + 1] - t;
+  const int ctx = max(p.ctx[seq], 0);
+  if (qlen != 1) return;  // no query row for this sequence in this step
+  const int chunk = tc_split_chunk(ctx, static_cast<int>(gridDim.z), p.min_split_keys);
+  const int ns = max(1, (ctx + chunk - 1) / chunk);  // splits with work (>= 1 so ctx 0 writes zeros)
+  if (split >= ns) return;
+  const int k_begin = split * chunk;
+  const int k_end = min(ctx, k_begin + chunk);
+  const int ntiles = k_end > k_begin ? (k_end - k_begin + kTcKeys - 1) / kTcKeys : 0;
+  const int my_tiles = ntiles > warp ? (ntiles - 1 - warp) / kTcWarps + 1 : 0;  // tiles warp, warp + 4, ...
+
+  const int kvh = unit / gchunks;
+  const int g0 = (unit % gchunks) * gc;
+  const int gcount = min(gc, p.g - g0);
+  const int64_t head0 = int64_t{kvh} * p.g + g0;
+  const int gq = lane >> 2, tq = lane & 3;
+
+  // Block-table lookup of key (tile ti, lane & 15): cache slot, or -1 past the range.
+  const int32_t* bt = p.bt + int64_t{seq} * p.max_blocks;
+  auto slot_of = [&](int local) -> int {
+    const int j = k_begin + (warp + local * kTcWarps) * kTcKeys + (lane & (kTcKeys - 1));
+    return local < my_tiles && j < k_end ? bt[j / p.block_size] * p.block_size + j % p.block_size : -1;
+  };
+  // Lookups for the first NST tiles together (independent loads), before anything waits on them.
+  int slot_pro[NST];
+#pragma unroll
+  for (int s = 0; s < NST; ++s) slot_pro[s] = slot_of(s);
+
+  // Q fragments (rows gq and gq + 8 = heads g0 + row; rows >= gcount are zeros), straight from global.
+  uint32_t qf[C::kKSteps][4];
+  {
+    const uint32_t* q_lo = reinterpret_cast<const uint32_t*>(p.q + (int64_t{t} * p.hq + head0 + gq) * D);
+    const uint32_t* q_hi = reinterpret_cast<const uint32_t*>(p.q + (int64_t{t} * p.hq + head0 + gq + 8) * D);
+    const bool lo_ok = gq < gcount, hi_ok = gq + 8 < gcount;
+#pragma unroll
+    for (int kk = 0; kk < C::kKSteps; ++kk) {
+      qf[kk][0] = lo_ok ? q_lo[kk * 8 + tq] : 0u;
+      qf[kk][1] = hi_ok ? q_hi[kk * 8 + tq] : 0u;
+      qf[kk][2] = lo_ok ? q_lo[kk * 8 + 4 + tq] : 0u;
+      qf[kk][3] = hi_ok ? q_hi[kk * 8 + 4 + tq] : 0u;
+    }
+  }
+
+  unsigned char* wbase = smem + warp * C::kWarpBytes;
+  const unsigned wbase_s = smem_u32(wbase);
+  // Copy the tile whose key slots lane l (mod 16) holds in `slot_reg` into `stage`.
+  const int cc = lane % C::kChunks, r0 = lane / C::kChunks;
+  auto issue = [&](int slot_reg, int stage) {
+    const unsigned kd = wbase_s + stage * C::kStageElems * 2;
+    const unsigned vd = kd + C::kTileElems * 2;
+#pragma unroll
+    for (int k = 0; k < C::kCopies; ++k) {
+      const int r = r0 + k * C::kRowsPerCopy;
+      const int slot = __shfl_sync(kFull, slot_reg, r);
+      const bool valid = slot >= 0;
+      const int64_t off = valid ? (int64_t{slot} * p.hk + kvh) * D + cc * 8 : 0;
+      const unsigned so = (r * C::kStride + cc * 8) * 2;
+      cp_async16_zfill(kd + so, p.k_cache + off, valid);
+      cp_async16_zfill(vd + so, p.v_cache + off, valid);
+    }
+  };
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const float sl2 = p.scale_log2;
+
+  // ldmatrix lane addresses (offsets inside a stage): K as the col-major B of S = Q K^T (two n-tiles of
+  // 8 keys per x4), V as the row-major B of O = P V (.trans; two n-tiles of 8 dims per x4).
+  const unsigned k_off = (((lane & 7) + ((lane >> 4) << 3)) * C::kStride + ((lane >> 3) & 1) * 8) * 2;
+  const unsigned v_off = (C::kTileElems + ((lane & 7) + (((lane >> 3) & 1) << 3)) * C::kStride + (lane >> 4) * 8) * 2;
+
+#pragma unroll
+  for (int s = 0; s < NST - 1; ++s) {
+    if (s < my_tiles) issue(slot_pro[s], s);
+    cp_async_commit();
+  }
+  int slot_next = slot_pro[NST - 1];
+  int stage = 0;
+  for (int i = 0; i < my_tiles; ++i) {
+    {
+      const int ni = i + NST - 1;  // refill the stage computed in the previous iteration
+      int st_fill = stage + NST - 1;
+      if (st_fill >= NST) st_fill -= NST;
+      if (ni < my_tiles) issue(slot_next, st_fill);
+      cp_async_commit();
+      slot_next = slot_of(ni + 1);  // consumed next iteration: latency hidden by this tile's math
+    }
+    cp_async_wait<NST - 1>();
+    __syncwarp();
+    const unsigned sb = wbase_s + stage * C::kStageElems * 2;
+
+    // S = Q K^T: [16 rows x 16 keys], two n-tiles.
+    float s[2][4];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < C::kKSteps; ++kk) {
+      uint32_t b0, b1, b2, b3;
+      ldsm_x4(sb + k_off + kk * 32, b0, b1, b2, b3);
+      mma16816(s[0], qf[kk], b0, b1);
+      mma16816(s[1], qf[kk], b2, b3);
+    }
+    const int key0 = k_begin + (warp + i * kTcWarps) * kTcKeys;
+    if (key0 + kTcKeys > k_end) {  // ragged end of the range (zero-filled keys score 0: mask them)
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (key0 + n * 8 + 2 * tq + (e & 1) >= k_end) s[n][e] = -INFINITY;
+    }
+
+    // Online softmax, base 2 (rows gq and gq + 8; a row's 16 scores live in the 4 lanes of a quad).
+    float mx[2] = {fmaxf(m[0], fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]))),
+                   fmaxf(m[1], fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3])))};
+    float mref[2], alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFull, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFull, mx[h], 2));
+      mref[h] = mx[h] == -INFINITY ? 0.0f : mx[h] * sl2;
+      alpha[h] = ex2(m[h] * sl2 - mref[h]);
+      m[h] = mx[h];
+    }
+    uint32_t pa[4];
+    float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const float p0 = ex2(fmaf(s[n][0], sl2, -mref[0])), p1 = ex2(fmaf(s[n][1], sl2, -mref[0]));
+      const float p2 = ex2(fmaf(s[n][2], sl2, -mref[1])), p3 = ex2(fmaf(s[n][3], sl2, -mref[1]));
+      rs[0] += p0 + p1;
+      rs[1] += p2 + p3;
+      pa[n * 2 + 0] = pack_bf16(p0, p1);
+      pa[n * 2 + 1] = pack_bf16(p2, p3);
+    }
+    l[0] = l[0] * alpha[0] + rs[0];
+    l[1] = l[1] * alpha[1] + rs[1];
+
+    // O = O * alpha + P V: n-tiles of 8 dims, two per ldmatrix.trans.
+#pragma unroll
+    for (int dp = 0; dp < C::kKSteps; ++dp) {
+      uint32_t b0, b1, b2, b3;
+      ldsm_x4_t(sb + v_off + dp * 32, b0, b1, b2, b3);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        o[2 * dp + h][0] *= alpha[0];
+        o[2 * dp + h][1] *= alpha[0];
+        o[2 * dp + h][2] *= alpha[1];
+        o[2 * dp + h][3] *= alpha[1];
+      }
+      mma16816(o[2 * dp], pa, b0, b1);
+      mma16816(o[2 * dp + 1], pa, b2, b3);
+    }
+    __syncwarp();  // every lane's ldmatrix of this stage is done before the stage is refilled
+    stage = stage + 1 == NST ? 0 : stage + 1;
+  }
+
+  // ---- Merge the 4 warps (their pipeline regions become [16][kMergeStride] o, [16] m, [16] l). ----
+  cp_async_wait<0>();
+  __syncthreads();
+  {
+    float* mine = reinterpret_cast<float*>(wbase);
+    float lq[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      lq[h] = l[h] + __shfl_xor_sync(kFull, l[h], 1);
+      lq[h] += __shfl_xor_sync(kFull, lq[h], 2);
+    }
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) {
+      *reinterpret_cast<float2*>(mine + gq * C::kMergeStride + d * 8 + 2 * tq) = make_float2(o[d][0], o[d][1]);
+      *reinterpret_cast<float2*>(mine + (gq + 8) * C::kMergeStride + d * 8 + 2 * tq) = make_float2(o[d][2], o[d][3]);
+    }
+    if (tq == 0) {
+      mine[kTcRows * C::kMergeStride + gq] = m[0];
+      mine[kTcRows * C::kMergeStride + gq + 8] = m[1];
+      mine[kTcRows * C::kMergeStride + kTcRows + gq] = lq[0];
+      mine[kTcRows * C::kMergeStride + kTcRows + gq + 8] = lq[1];
+    }
+  }
+  __syncthreads();
+  const int64_t part_base = (int64_t{seq} * p.hq + head0) * p.num_splits;  // + row * splits + split
+  for (int e = tid; e < gcount * D; e += kTcThreads) {
+    const int row = e / D, d = e % D;
+    float mw[kTcWarps], mxw = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w) {
+      mw[w] = reinterpret_cast<const float*>(smem + w * C::kWarpBytes)[kTcRows * C::kMergeStride + row];
+      mxw = fmaxf(mxw, mw[w]);
+    }
+    float lsum = 0.0f, acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w) {
+      const float* src = reinterpret_cast<const float*>(smem + w * C::kWarpBytes);
+      const float sc = mw[w] == -INFINITY ? 0.0f : ex2((mw[w] - mxw) * sl2);
+      lsum += src[kTcRows * C::kMergeStride + kTcRows + row] * sc;
+      acc += src[row * C::kMergeStride + d] * sc;
+    }
+    const float val = lsum > 0.0f ? acc / lsum : 0.0f;
+    if (ns == 1) {
+      p.out[(int64_t{t} * p.hq + head0 + row) * D + d] = __float2bfloat16_rn(val);
+    } else {
+      const int64_t part = part_base + int64_t{row} * p.num_splits + split;
+      p.part_o[part * D + d] = val;
+      if (d == 0) p.part_lse[part] = lsum > 0.0f ? mxw * sl2 + log2f(lsum) : -INFINITY;
+    }
+  }
+  if (ns == 1) return;
+
+  // ---- Fused combine: the last CTA of this (seq, unit) to arrive merges the ns partials. ----
+  __threadfence();  // this CTA's partials are visible device-wide before its arrival is counted
+  __syncthreads();
+  int* counter = p.split_counters + int64_t{seq} * gridDim.y + unit;
+  if (tid == 0) {
+    const int prev = atomicAdd(counter, 1);
+    s_last = prev == ns - 1;
+    if (s_last) *counter = 0;  // every split has arrived: ready for the next launch
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  for (int e = tid; e < gcount * D; e += kTcThreads) {
+    const int row = e / D, d = e % D;
+    const int64_t base = part_base + int64_t{row} * p.num_splits;
+    float mxs = -INFINITY;
+    for (int i = 0; i < ns; ++i) mxs = fmaxf(mxs, __ldcg(p.part_lse + base + i));
+    float wsum = 0.0f, acc = 0.0f;
+    for (int i = 0; i < ns; ++i) {
+      const float lse = __ldcg(p.part_lse + base + i);
+      const float w = lse == -INFINITY ? 0.0f : ex2(lse - mxs);
+      wsum += w;
+      acc += w * __ldcg(p.part_o + (base + i) * D + d);
+    }
+    p.out[(int64_t{t} * p.hq + head0 + row) * D + d] = __float2bfloat16_rn(wsum > 0.0f ? acc / wsum : 0.0f);
+  }
+}
+
+template <int D, int NST>
+void launch_tc(const Params& p, int gc, cudaStream_t st) {
+  using C = TcDec<D, NST>;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    CUDA_CHECK(cudaFuncSetAttribute(decode_tc_kernel<D, NST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(C::kSmem)));
+  });
+  const int gchunks = (p.g + gc - 1) / gc;
+  NANOVLLM_CHECK(p.num_splits >= 1 && p.num_splits <= 65535, "paged_attention (cuda): bad split count ",
+                 p.num_splits);
+  const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.hk * gchunks),
+                  static_cast<unsigned>(p.num_splits));
+  decode_tc_kernel<D, NST><<<grid, kTcThreads, C::kSmem, st>>>(p, gc, gchunks);
+  CUDA_CHECK_LAUNCH();
+}
+
+// Opt-in shared memory per block of the current device (cached per device).
+int smem_optin(int device) {
+  static std::mutex mu;
+  static int cached[64] = {};
+  std::lock_guard<std::mutex> lock(mu);
+  if (device < 0 || device >= 64) device = 0;
+  if (cached[device] == 0) {
+    CUDA_CHECK(cudaDeviceGetAttribute(&cached[device], cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  }
+  return cached[device];
+}
+
+template <int D>
+void launch_tc_for_device(const Params& p, int gc, cudaStream_t st) {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  // 3 stages (102 KB for D 128) where the device allows it (sm_80 / sm_90), else 2 (sm_86 / sm_89: 99 KB).
+  if (static_cast<size_t>(smem_optin(device)) >= TcDec<D, 3>::kSmem) launch_tc<D, 3>(p, gc, st);
+  else launch_tc<D, 2>(p, gc, st);
+}
+
 }  // namespace
 
 void launch_decode(const Params& p, int head_dim, cudaStream_t st) {
@@ -175,6 +556,17 @@ void launch_decode(const Params& p, int head_dim, cudaStream_t st) {
     case 128: launch_for_group<128>(p, st); break;
     case 256: launch_for_group<256>(p, st); break;
     default: NANOVLLM_FAIL("paged_attention (cuda): head_dim ", head_dim, " not built (64, 128, 256)");
+  }
+}
+
+bool decode_tc_supported(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+void launch_decode_tc(const Params& p, int head_dim, int gc, cudaStream_t st) {
+  NANOVLLM_CHECK(gc >= 1 && gc <= kTcRows, "paged_attention (cuda): decode head chunk ", gc, " not in [1, 16]");
+  switch (head_dim) {
+    case 64: launch_tc_for_device<64>(p, gc, st); break;
+    case 128: launch_tc_for_device<128>(p, gc, st); break;
+    default: NANOVLLM_FAIL("paged_attention (cuda): tensor-core decode for head_dim ", head_dim, " not built (64, 128)");
   }
 }
 

@@ -1,12 +1,18 @@
 // paged_attention dispatcher: decode kernel (split-KV) when every query length is 1
 // (meta.max_query_len == 1), the prefill/mixed kernel otherwise: tensor cores for head_dim 64 and 128
 // (attention_prefill_tc.cu), SIMT for the rest (attention_prefill.cu).
-// Split count (decode): enough CTAs for ~2 waves (S * Hk * head-chunks * splits ~ 2 x SMs), each split
-// at least 256 keys of meta.max_context_len, at most kMaxSplits. Graph capture bakes the split count in;
-// ranges are derived on the device from context_lens, so replays stay correct for any length, and
-// capturing with meta.max_context_len = the longest context to be served sizes it for the worst case.
-// Split partials live in a per-device workspace, grown (cudaMalloc) only when a larger decode shape is
-// first seen: run warm-up steps with the largest decode batch before graph capture.
+//
+// Decode, head_dim 64 / 128 (tensor-core kernel, fused combine): the host picks only the most splits
+// per sequence, S_max = min(kMaxSplits, ceil(max_context_len / kMinSplitKeys), ceil(kTargetCtasPerSm x
+// SMs / CTAs)) with CTAs = seqs x KV heads x head chunks; each sequence then takes
+// clamp(ctx / kMinSplitKeys, 1, S_max) splits on the device from context_lens (attention_decode.cu), so a
+// graph captured with max_context_len = max_model_len still gives short contexts few, full splits and
+// empty split slots exit at once. Single-split sequences write the output directly.
+// Decode, head_dim 256 (SIMT kernel + combine launch): ~2 waves of CTAs, each split >= 256 keys of
+// meta.max_context_len, at most kMaxSplits; ranges derived on the device from context_lens.
+// Split partials (and the fused combine's arrival counters, zeroed once) live in a per-device
+// workspace, grown (cudaMalloc) only when a larger decode shape is first seen: run warm-up steps with the
+// largest decode batch before graph capture.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -20,8 +26,12 @@ namespace nanovllm::cuda_ops {
 namespace {
 
 constexpr int kMaxSplits = 32;
-constexpr int kMinKeysPerSplit = 256;
+constexpr int kMinKeysPerSplit = 256;  // SIMT path
 constexpr int kMaxDevices = 64;
+// Tensor-core decode: splits of >= 64 keys (one 16-key tile per warp); enough CTAs for ~8 waves at
+// 2 CTAs per SM (D 128), so ragged context lengths leave a short tail.
+constexpr int kTcMinSplitKeys = 64;
+constexpr int kTcTargetCtasPerSm = 16;
 
 struct Workspace {
   std::mutex mu;
@@ -29,16 +39,20 @@ struct Workspace {
   size_t bytes = 0;
 };
 
-// Grow-only scratch for split partials on `device`; the old block is freed (cudaFree synchronises).
-void* workspace(int device, size_t bytes) {
-  static std::array<Workspace, kMaxDevices> ws;
-  Workspace& w = ws[static_cast<size_t>(device)];
+// Grow-only scratch on `device`; the old block is freed (cudaFree synchronises). `zero`: cleared on `st`
+// (ordered before the kernel that uses it) when (re)allocated: arrival counters, which the kernels leave
+// at zero.
+void* workspace(int slot, int device, size_t bytes, bool zero, cudaStream_t st) {
+  static std::array<std::array<Workspace, kMaxDevices>, 2> ws;
+  NANOVLLM_CHECK(device >= 0 && device < kMaxDevices, "paged_attention (cuda): device index ", device);
+  Workspace& w = ws[static_cast<size_t>(slot)][static_cast<size_t>(device)];
   std::lock_guard<std::mutex> lock(w.mu);
   if (w.bytes < bytes) {
     if (w.data) CUDA_CHECK(cudaFree(w.data));
     w.data = nullptr;
     CUDA_CHECK(cudaMalloc(&w.data, bytes));
     w.bytes = bytes;
+    if (zero) CUDA_CHECK(cudaMemsetAsync(w.data, 0, bytes, st));
   }
   return w.data;
 }
@@ -79,14 +93,37 @@ void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorVie
   p.scale_log2 = scale * 1.4426950408889634f;
   p.num_splits = 1;
 
-  if (meta.max_query_len == 1) {
+  if (meta.max_query_len == 1 && attn::decode_tc_supported(static_cast<int>(D))) {
+    const int device = q.device().index;
+    const int gc = p.g <= 16 ? p.g : 16;  // heads per CTA (MMA rows)
+    const int64_t units = Hk * ((p.g + gc - 1) / gc);
+    const int64_t ctas = meta.num_seqs * units;
+    const int64_t by_len = (std::max<int64_t>(meta.max_context_len, 1) + kTcMinSplitKeys - 1) / kTcMinSplitKeys;
+    const int64_t by_occupancy = (int64_t{kTcTargetCtasPerSm} * cuda_sm_count(device) + ctas - 1) / ctas;
+    p.num_splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({by_len, by_occupancy, kMaxSplits})));
+    p.min_split_keys = kTcMinSplitKeys;
+    if (p.num_splits > 1) {
+      const size_t parts = static_cast<size_t>(meta.num_seqs * Hq * p.num_splits);
+      // Sized by a bound monotone in the batch (S x splits <= S + target CTAs / units), so warm-up with
+      // the largest batch sizes it for every smaller graph captured later.
+      const int64_t bound = std::min<int64_t>(meta.num_seqs * kMaxSplits,
+                                              meta.num_seqs + (int64_t{kTcTargetCtasPerSm} * cuda_sm_count(device) + units - 1) / units);
+      const size_t cap = std::max(parts, static_cast<size_t>(bound * Hq));
+      char* w = static_cast<char*>(workspace(0, device, cap * (static_cast<size_t>(D) + 1) * sizeof(float), false, st));
+      p.part_o = reinterpret_cast<float*>(w);                                                      // [S, Hq, splits, D]
+      p.part_lse = reinterpret_cast<float*>(w + parts * static_cast<size_t>(D) * sizeof(float));  // [S, Hq, splits]
+      p.split_counters = static_cast<int*>(
+          workspace(1, device, static_cast<size_t>(ctas) * sizeof(int), true, st));  // [S, Hk * head chunks]
+    }
+    attn::launch_decode_tc(p, static_cast<int>(D), gc, st);
+  } else if (meta.max_query_len == 1) {
     const int device = q.device().index;
     const int gc = p.g <= 8 ? p.g : (D > 128 ? 8 : 16);
     const int64_t ctas = meta.num_seqs * Hk * ((p.g + gc - 1) / gc);
     p.num_splits = decode_splits(ctas, meta.max_context_len, cuda_sm_count(device));
     if (p.num_splits > 1) {
       const size_t parts = static_cast<size_t>(meta.num_seqs * Hq * p.num_splits);
-      char* w = static_cast<char*>(workspace(device, parts * (static_cast<size_t>(D) + 1) * sizeof(float)));
+      char* w = static_cast<char*>(workspace(0, device, parts * (static_cast<size_t>(D) + 1) * sizeof(float), false, st));
       p.part_o = reinterpret_cast<float*>(w);                                      // [S, Hq, splits, D]
       p.part_lse = reinterpret_cast<float*>(w + parts * static_cast<size_t>(D) * sizeof(float));  // [S, Hq, splits]
     }
