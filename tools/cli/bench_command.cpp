@@ -51,6 +51,7 @@ struct ThroughputOptions {
   uint64_t seed = 0;
   float temperature = 0.6f;
   std::string json_out;
+  std::string dump_workload;  // write prompts + output lengths as JSON (for scripts/hf_bench_throughput.py)
 };
 
 // The nano-vLLM workload: num_seqs random prompts, lengths uniform in [min, max], ignore_eos.
@@ -77,6 +78,9 @@ void run_throughput(const ThroughputOptions& o) {
     params.push_back(sp);
     in_lens.push_back(in);
     out_lens.push_back(out);
+  }
+  if (!o.dump_workload.empty()) {
+    write_report(o.dump_workload, {{"prompts", prompts}, {"output_lens", out_lens}, {"temperature", o.temperature}});
   }
   // Warm-up (algorithm selection, workspaces, graphs) on a small request.
   llm.generate({random_tokens(rng, 64, mc.vocab_size)}, SamplingParams{.max_tokens = 8});
@@ -221,6 +225,7 @@ void register_bench_engine(CLI::App& app) {
   tp->add_option("--seed", t->seed)->capture_default_str();
   tp->add_option("--temperature", t->temperature)->capture_default_str();
   tp->add_option("--json-out", t->json_out, "write the report as JSON");
+  tp->add_option("--dump-workload", t->dump_workload, "write the workload (prompts, output lengths) as JSON");
   tp->callback([t] {
     NANOVLLM_CHECK(t->num_seqs > 0 && t->min_input >= 1 && t->min_input <= t->max_input && t->min_output >= 1 &&
                        t->min_output <= t->max_output, "bench throughput: bad workload ranges");
