@@ -4,6 +4,10 @@
 // 2^-8 relative), plus fp32 reduction-order noise: atol 1e-2 + rtol 5e-3 per element.
 #include "cuda_test_util.h"
 
+#include <algorithm>
+#include <cstring>
+#include <tuple>
+
 #include "nanovllm/kernels/cpu/cpu_ops.h"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
 
@@ -41,7 +45,7 @@ TEST(CudaElementwise, RmsNormMatchesReference) {
   SKIP_WITHOUT_CUDA();
   std::mt19937 rng(2);
   for (int64_t H : {64, 1001, 4096, 40000}) {  // 1001: generic path; 40000: beyond the register path
-    for (int64_t T : {1, 15, 16, 17, 129}) {
+    for (int64_t T : {1, 15, 16, 17, 129, 300}) {  // <= 256: one chunk per thread; 300: four
       auto x = random_bf16(static_cast<size_t>(T * H), rng, -3.0f, 3.0f);
       auto w = random_bf16(static_cast<size_t>(H), rng, 0.5f, 1.5f);
       DeviceTensor d_x(DType::kBF16, {T, H}, x.bits), d_w(DType::kBF16, {H}, w.bits), d_out(DType::kBF16, {T, H});
@@ -58,8 +62,8 @@ TEST(CudaElementwise, RmsNormMatchesReference) {
 TEST(CudaElementwise, AddRmsNormKeepsBf16Residual) {
   SKIP_WITHOUT_CUDA();
   std::mt19937 rng(3);
-  for (int64_t H : {64, 1001, 4096}) {
-    for (int64_t T : {1, 17, 129}) {
+  for (int64_t H : {64, 1001, 4096, 12288}) {  // 12288: 1536 chunks, more than one per thread at 1024 threads
+    for (int64_t T : {1, 17, 129, 300}) {
       auto x = random_bf16(static_cast<size_t>(T * H), rng, -2.0f, 2.0f);
       auto r = random_bf16(static_cast<size_t>(T * H), rng, -4.0f, 4.0f);
       auto w = random_bf16(static_cast<size_t>(H), rng, 0.5f, 1.5f);
@@ -74,6 +78,53 @@ TEST(CudaElementwise, AddRmsNormKeepsBf16Residual) {
       for (size_t i = 0; i < ref_r.size(); ++i) ref_r32[i] = bf16_to_f32(ref_r[i]);
       expect_close(d_r.download_f32(), ref_r32, 0, 0, "add_rms_norm residual H=" + std::to_string(H));
       expect_close(d_x.download_f32(), ref_x, kAtol, kRtol, "add_rms_norm x H=" + std::to_string(H));
+    }
+  }
+}
+
+// The prologue at decode sizes (one block per 4 heads) and beyond kSplitHeadsMaxTokens (one block per
+// token); CudaPrologue.MatchesReference (test_cuda_attention.cpp) covers mixed batches.
+TEST(CudaElementwise, QkvPrologueSmallAndLargeBatches) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(7);
+  for (int64_t T : {1, 3, 1100}) {
+    for (auto [Hq, Hk, D] : {std::tuple<int64_t, int64_t, int64_t>{16, 8, 128}, {6, 1, 64}, {4, 2, 256}}) {
+      const int64_t BS = 16, NB = (T + 40 + BS - 1) / BS, W = (Hq + 2 * Hk) * D;
+      std::vector<int32_t> pos(static_cast<size_t>(T)), slots(static_cast<size_t>(NB * BS));
+      for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<int32_t>(i);
+      std::shuffle(slots.begin(), slots.end(), rng);  // distinct slots
+      slots.resize(static_cast<size_t>(T));
+      if (T > 2) slots[1] = -1;  // padding token
+      for (auto& p : pos) p = static_cast<int32_t>(rng() % 100000);
+      auto qkv = random_bf16(static_cast<size_t>(T * W), rng, -3.0f, 3.0f);
+      auto qn = random_bf16(static_cast<size_t>(D), rng, 0.5f, 1.5f), kn = random_bf16(static_cast<size_t>(D), rng, 0.5f, 1.5f);
+      auto kc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng), vc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng);
+      std::vector<float> inv_freq(static_cast<size_t>(D / 2));
+      for (int64_t i = 0; i < D / 2; ++i)
+        inv_freq[static_cast<size_t>(i)] = static_cast<float>(std::pow(1e6, -2.0 * static_cast<double>(i) / D));
+      DeviceTensor d_qkv(DType::kBF16, {T, W}, qkv.bits), d_qn(DType::kBF16, {D}, qn.bits), d_kn(DType::kBF16, {D}, kn.bits),
+          d_k(DType::kBF16, {NB, BS, Hk, D}, kc.bits), d_v(DType::kBF16, {NB, BS, Hk, D}, vc.bits),
+          d_pos(DType::kI32, {T}, pos), d_slots(DType::kI32, {T}, slots), d_if(DType::kF32, {D / 2}, inv_freq),
+          d_q(DType::kBF16, {T, Hq, D});
+      d_q.fill_bytes(0xff);
+      AttentionMetadata dm;
+      dm.num_tokens = T;
+      dm.block_size = BS;
+      dm.slot_mapping = d_slots.view();
+      cuda_ops::qkv_prologue(d_q.view(), d_qkv.view(), d_qn.view(), d_kn.view(), 1e-6f, d_pos.view(),
+                             ops::RopeParams{d_if.view(), 1.05f}, d_k.view(), d_v.view(), dm, {});
+      std::vector<float> ref_q(static_cast<size_t>(T * Hq * D)), ref_k = kc.f32, ref_v = vc.f32;
+      AttentionMetadata hm = dm;
+      hm.slot_mapping = cuda_test::host_view(slots, {T});
+      cpu::qkv_prologue(cuda_test::host_view(ref_q, {T, Hq, D}), cuda_test::host_view(qkv.f32, {T, W}),
+                        cuda_test::host_view(qn.f32, {D}), cuda_test::host_view(kn.f32, {D}), 1e-6f,
+                        cuda_test::host_view(pos, {T}), inv_freq.data(), 1.05f,
+                        cuda_test::host_view(ref_k, {NB, BS, Hk, D}), cuda_test::host_view(ref_v, {NB, BS, Hk, D}), hm);
+      const std::string what = "prologue T=" + std::to_string(T) + " Hq=" + std::to_string(Hq) + " Hk=" +
+                               std::to_string(Hk) + " D=" + std::to_string(D);
+      expect_close(d_q.download_f32(), ref_q, kAtol, kRtol, what + " q");
+      expect_close(d_k.download_f32(), ref_k, kAtol, kRtol, what + " k cache");
+      expect_close(d_v.download_f32(), ref_v, 0, 0, what + " v cache");
     }
   }
 }

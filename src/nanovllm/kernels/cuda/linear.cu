@@ -1,4 +1,5 @@
-// out[T, N] = in[T, K] @ W[N, K]^T (+ bias[N]) through cuBLASLt, fp32 accumulation (CUBLAS_COMPUTE_32F).
+// out[T, N] = in[T, K] @ W[N, K]^T (+ bias[N]). Small bf16 batches (T <= kGemvMaxTokens) go to gemv.cu;
+// the rest through cuBLASLt, fp32 accumulation (CUBLAS_COMPUTE_32F).
 // Column-major view: D^T[N, T] = op_T(W as col-major [K, N], ld K) * (in as col-major [K, T], ld K),
 // ld of D = N. in and W share a dtype (BF16 / F16 / F32); out is that dtype or F32 (fp32 logits).
 // Bias: cuBLASLt epilogue BIAS when bias dtype == out dtype (added in fp32 before the output rounding);
@@ -14,6 +15,7 @@
 
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
+#include "nanovllm/kernels/cuda/gemv.cuh"
 
 namespace nanovllm::cuda_ops {
 namespace {
@@ -154,7 +156,7 @@ __global__ void add_bias_kernel(void* out, int out_dt, const void* bias, int bia
 
 }  // namespace
 
-void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s) {
+void linear_cublaslt(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s) {
   const int64_t T = in.dim(0), K = in.dim(1), N = weight.dim(0);
   if (T == 0 || N == 0) return;
   NANOVLLM_CHECK(in.dtype() == weight.dtype(), "linear (cuda): input ", dtype_name(in.dtype()),
@@ -176,6 +178,14 @@ void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, o
   add_bias_kernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), 256, 0, st>>>(
       out.data(), dt(out), bias.data(), dt(bias), N, total);
   CUDA_CHECK_LAUNCH();
+}
+
+// Decode-sized bf16 batches stream the weights through gemv (cuBLASLt at M <= 16 reaches well under half
+// the memory bandwidth); everything else goes to cuBLASLt.
+void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s) {
+  if (in.dim(0) == 0 || weight.dim(0) == 0) return;
+  if (gemv_supported(out, in, weight)) return gemv(out, in, weight, bias, s);
+  linear_cublaslt(out, in, weight, bias, s);
 }
 
 }  // namespace nanovllm::cuda_ops

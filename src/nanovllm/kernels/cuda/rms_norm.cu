@@ -2,8 +2,13 @@
 // add_rms_norm: residual += x (fp32 add, stored in the residual's dtype, bf16 like HF), then the stored
 // residual is normalised into x.
 // Fast path (x/out/residual/weight all bf16, H % 8 == 0, H <= 8 * 4 * 1024): each thread keeps its
-// <= 4 16-byte chunks of the row in registers, so the row is read once and written once.
+// <= 4 16-byte chunks of the row in registers, so the row is read once and written once. Small batches
+// (T <= kWideMaxRows, decode) use one chunk per thread (up to 1024 threads): a row is one block either
+// way, and at T = 1 the latency of a thread's dependent chunk loads is the whole kernel time; larger
+// batches keep 4 chunks per thread (fewer, fuller blocks).
 // Otherwise a generic path reads the row twice with run-time dtypes.
+#include <algorithm>
+
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
 
@@ -11,6 +16,7 @@ namespace nanovllm::cuda_ops {
 namespace {
 
 constexpr int kChunksPerThread = 4;
+constexpr int64_t kWideMaxRows = 256;
 
 // kAdd: residual += x first; `out` is x itself then.
 template <bool kAdd>
@@ -19,11 +25,13 @@ __global__ void rms_norm_vec_kernel(uint4* out, const uint4* x, uint4* residual,
   __shared__ float red[32];
   const int64_t row = blockIdx.x;
   float v[kChunksPerThread][8];
+  uint4 wv[kChunksPerThread];  // weights loaded up front: their latency overlaps the row's, not the reduction's
   float ss = 0.0f;
 #pragma unroll
   for (int k = 0; k < kChunksPerThread; ++k) {
     const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
     if (c < chunks) {
+      wv[k] = w[c];
       bf16x8_to_f32(x[row * chunks + c], v[k]);
       if constexpr (kAdd) {
         float r[8];
@@ -45,7 +53,7 @@ __global__ void rms_norm_vec_kernel(uint4* out, const uint4* x, uint4* residual,
     const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
     if (c < chunks) {
       float wf[8], o[8];
-      bf16x8_to_f32(w[c], wf);
+      bf16x8_to_f32(wv[k], wf);
 #pragma unroll
       for (int i = 0; i < 8; ++i) o[i] = wf[i] * (v[k][i] * r);
       out[row * chunks + c] = f32_to_bf16x8(o);
@@ -86,8 +94,9 @@ void launch(TensorView out, TensorView x, TensorView residual, TensorView weight
              aligned16(x.data()) && aligned16(weight.data());
   if (kAdd) vec = vec && residual.dtype() == DType::kBF16 && aligned16(residual.data());
   if (vec) {
-    int64_t threads = (chunks + kChunksPerThread - 1) / kChunksPerThread;
-    threads = (threads + 31) / 32 * 32;
+    const int64_t per_thread = T <= kWideMaxRows ? 1 : kChunksPerThread;
+    int64_t threads = (chunks + per_thread - 1) / per_thread;
+    threads = std::min<int64_t>((threads + 31) / 32 * 32, 1024);  // chunks <= 4 * 1024: covered
     rms_norm_vec_kernel<kAdd><<<static_cast<unsigned>(T), static_cast<unsigned>(threads), 0, st>>>(
         out.data_as<uint4>(), x.data_as<const uint4>(), kAdd ? residual.data_as<uint4>() : nullptr,
         weight.data_as<const uint4>(), chunks, eps);

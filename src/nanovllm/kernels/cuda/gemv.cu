@@ -1,0 +1,270 @@
+// Skinny GEMM for decode: out[T, N] = in[T, K] @ W[N, K]^T (+ bias), T <= 16, bf16 in/W, fp32 accumulate.
+//
+// At small T the op is a stream over W (N K 2 bytes) and nothing else matters: every SM must keep enough
+// 16-byte weight loads in flight. Design:
+//   * A warp owns a 16-row tile of W and a contiguous range of K. Per step each lane loads 4 x 16 bytes
+//     from row g and 4 x 16 bytes from row g + 8 (g = lane / 4), the 4 lanes of a quad covering 256
+//     contiguous bytes of each row, so a warp has 4 KB of W in flight per step.
+//   * The products run on the tensor cores (mma.sync m16n8k16, W as the 16-row A operand, the tokens as
+//     the 8-wide B operand; two B tiles for T > 8). The dot product's k order is free, so each lane uses
+//     its 8 consecutive k (one 16-byte load) as its fragment k slots {2q, 2q+1, 2q+8, 2q+9} of two mma
+//     k-steps, and loads the matching 16 bytes of x for token g: no shuffles, no conversions, no shared
+//     memory on the hot path. x (T K 2 bytes) is read through L1 (ld.global.nc); tokens >= T reuse row
+//     T - 1 (their columns are discarded) and rows >= N reuse row N - 1, so nothing is predicated but K.
+//   * A CTA is 8 warps = RT row tiles x (8 / RT) K groups; K groups are summed through shared memory in
+//     a fixed order. When the row tiles are too few to fill the GPU the K range is also split across
+//     `k_split` CTAs: each writes fp32 partials [k_split, T, N] to a per-device workspace, and the last
+//     CTA of a row group (atomic counter, reset by that CTA) sums them in split order: deterministic.
+//   * W loads bypass L1 (no_allocate) with a 256-byte L2 prefetch hint (= one quad's row segment).
+// The workspace is allocated at first use (run a warm-up step before capturing CUDA graphs) and assumes
+// one stream per device runs gemv at a time, like the cuBLASLt workspace in linear.cu.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+
+#include "nanovllm/kernels/cuda/common.cuh"
+#include "nanovllm/kernels/cuda/cuda_ops.h"
+#include "nanovllm/kernels/cuda/gemv.cuh"
+
+namespace nanovllm::cuda_ops {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kU = 4;                 // 16-byte loads per lane per W row per step
+constexpr int kStepVecs = 4 * kU;     // 8-element vectors of K one warp step covers (= 128 k)
+constexpr int kMaxSplit = 16;
+constexpr size_t kWsBytes = size_t{16} << 20;  // fp32 partials [k_split, T, N]
+constexpr int kMaxCounters = 1 << 16;          // row groups that can use the split path
+constexpr int kMaxDevices = 64;
+
+std::atomic<int> g_waves{4};
+std::atomic<int> g_forced_split{0};
+std::atomic<int> g_forced_rt{0};
+
+__device__ __forceinline__ uint4 ld_weight(const uint4* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <bool kOutF32>
+__device__ __forceinline__ void store_out(void* out, int64_t i, float v) {
+  if constexpr (kOutF32) static_cast<float*>(out)[i] = v;
+  else static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
+}
+
+// kNT: 8-token B tiles (1: T <= 8, 2: T <= 16). Kv = K / 8; vpg = vectors per K group.
+template <int kNT, bool kOutF32>
+__global__ void __launch_bounds__(kThreads, 2)
+gemv_kernel(void* __restrict__ out, const uint4* __restrict__ x, const uint4* __restrict__ w,
+            const void* __restrict__ bias, int bias_dt, int T, int N, int Kv, int RT, int vpg,
+            float* __restrict__ ws, unsigned* __restrict__ counters) {
+  __shared__ float red[kWarps][16][kNT * 8];  // per-warp C tiles [rows, tokens]
+  __shared__ unsigned is_last;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, q = lane & 3;
+  const int KS = kWarps / RT;
+  const int rt = warp % RT, kg = warp / RT;
+  const int row_lo = (blockIdx.x * RT + rt) * 16 + g;
+  const int group = blockIdx.y * KS + kg;
+  const int v_begin = min(Kv, group * vpg), v_end = min(Kv, v_begin + vpg);
+  const uint4* w_lo = w + int64_t{min(row_lo, N - 1)} * Kv;
+  const uint4* w_hi = w + int64_t{min(row_lo + 8, N - 1)} * Kv;
+  const uint4* xr[kNT];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) xr[nt] = x + int64_t{min(g + 8 * nt, T - 1)} * Kv;
+
+  float acc[kNT][4];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+
+  for (int vb = v_begin; vb < v_end; vb += kStepVecs) {
+    uint4 a_lo[kU], a_hi[kU], b[kNT][kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int v = vb + q + 4 * u;
+      if (v < v_end) {
+        a_lo[u] = ld_weight(w_lo + v);
+        a_hi[u] = ld_weight(w_hi + v);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) b[nt][u] = __ldg(xr[nt] + v);
+      } else {
+        a_lo[u] = a_hi[u] = make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) b[nt][u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        mma_bf16(acc[nt], a_lo[u].x, a_hi[u].x, a_lo[u].y, a_hi[u].y, b[nt][u].x, b[nt][u].y);
+        mma_bf16(acc[nt], a_lo[u].z, a_hi[u].z, a_lo[u].w, a_hi[u].w, b[nt][u].z, b[nt][u].w);
+      }
+    }
+  }
+
+  // C fragment: acc[nt][0..1] = rows g, tokens 8 nt + 2q + {0, 1}; acc[nt][2..3] = row g + 8.
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+    red[warp][g][8 * nt + 2 * q] = acc[nt][0];
+    red[warp][g][8 * nt + 2 * q + 1] = acc[nt][1];
+    red[warp][g + 8][8 * nt + 2 * q] = acc[nt][2];
+    red[warp][g + 8][8 * nt + 2 * q + 1] = acc[nt][3];
+  }
+  __syncthreads();
+
+  const int rows_cta = RT * 16;
+  const int row_base = blockIdx.x * rows_cta;
+  const int items = rows_cta * T;  // consecutive threads take consecutive rows: coalesced stores
+  const bool split = gridDim.y > 1;
+  for (int i = threadIdx.x; i < items; i += kThreads) {
+    const int tok = i / rows_cta, r = i - tok * rows_cta;
+    const int row = row_base + r;
+    if (row >= N) continue;
+    float sum = 0.0f;
+    for (int k = 0; k < KS; ++k) sum += red[(r >> 4) + k * RT][r & 15][tok];
+    if (split) {
+      ws[(int64_t{blockIdx.y} * T + tok) * N + row] = sum;
+    } else {
+      if (bias != nullptr) sum += load_f32(bias, bias_dt, row);
+      store_out<kOutF32>(out, int64_t{tok} * N + row, sum);
+    }
+  }
+  if (!split) return;
+
+  // Split K: the last CTA of this row group to finish sums the partials in split order.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) is_last = atomicAdd(&counters[blockIdx.x], 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < items; i += kThreads) {
+    const int tok = i / rows_cta, r = i - tok * rows_cta;
+    const int row = row_base + r;
+    if (row >= N) continue;
+    float sum = 0.0f;
+    for (unsigned y = 0; y < gridDim.y; ++y) sum += __ldcg(ws + (int64_t{y} * T + tok) * N + row);
+    if (bias != nullptr) sum += load_f32(bias, bias_dt, row);
+    store_out<kOutF32>(out, int64_t{tok} * N + row, sum);
+  }
+  if (threadIdx.x == 0) counters[blockIdx.x] = 0;  // ready for the next launch (stream-ordered)
+}
+
+struct GemvContext {
+  float* ws = nullptr;            // [kWsBytes / 4]
+  unsigned* counters = nullptr;   // [kMaxCounters], zero between launches
+  int slots = 0;                  // resident CTAs on the device
+};
+
+GemvContext& context(int device) {
+  static std::array<std::unique_ptr<GemvContext>, kMaxDevices> ctxs;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& c = ctxs[static_cast<size_t>(device)];
+  if (!c) {
+    auto n = std::make_unique<GemvContext>();
+    CUDA_CHECK(cudaMalloc(&n->ws, kWsBytes));  // first use only (warm-up), never freed
+    CUDA_CHECK(cudaMalloc(&n->counters, kMaxCounters * sizeof(unsigned)));
+    CUDA_CHECK(cudaMemset(n->counters, 0, kMaxCounters * sizeof(unsigned)));
+    int sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<2, true>, kThreads, 0));
+    n->slots = std::max(1, sms * std::max(1, per_sm));
+    c = std::move(n);
+  }
+  return *c;
+}
+
+GemvConfig pick_config(int64_t T, int64_t N, int64_t K, int slots) {
+  const int64_t Kv = K / 8, row_tiles = (N + 15) / 16;
+  const int64_t target = int64_t{std::max(1, g_waves.load())} * slots;
+  GemvConfig c;
+  int RT = kWarps;
+  while (RT > 1 && (row_tiles + RT - 1) / RT < target) RT /= 2;
+  if (const int f = g_forced_rt.load(); f == 1 || f == 2 || f == 4 || f == 8) RT = f;
+  const int64_t ctas_x = (row_tiles + RT - 1) / RT;
+  const int KS = kWarps / RT;
+  int64_t split = 1;
+  if (ctas_x < target) {
+    const int64_t max_split = std::max<int64_t>(1, Kv / (int64_t{KS} * kStepVecs));  // >= 1 full step per warp
+    split = std::min<int64_t>({(target + ctas_x - 1) / ctas_x, max_split, kMaxSplit});
+  }
+  if (g_forced_split.load() > 0) split = std::min(g_forced_split.load(), 64);
+  while (split > 1 && (split * T * N * 4 > static_cast<int64_t>(kWsBytes) || ctas_x > kMaxCounters)) --split;
+  c.rows_tiles_per_cta = RT;
+  c.k_split = static_cast<int>(split);
+  c.ctas = static_cast<int>(ctas_x * split);
+  return c;
+}
+
+template <int kNT, bool kOutF32>
+void launch(const GemvConfig& c, GemvContext& ctx, TensorView out, TensorView in, TensorView weight,
+            const void* bias, int bias_dt, int64_t T, int64_t N, int64_t K, cudaStream_t st) {
+  const int64_t Kv = K / 8;
+  const int RT = c.rows_tiles_per_cta, KS = kWarps / RT;
+  const int64_t groups = int64_t{KS} * c.k_split;
+  const int64_t vpg = ((Kv + groups - 1) / groups + 3) / 4 * 4;  // whole quads
+  const dim3 grid(static_cast<unsigned>(c.ctas / c.k_split), static_cast<unsigned>(c.k_split));
+  gemv_kernel<kNT, kOutF32><<<grid, kThreads, 0, st>>>(
+      out.data(), in.data_as<const uint4>(), weight.data_as<const uint4>(), bias, bias_dt, static_cast<int>(T),
+      static_cast<int>(N), static_cast<int>(Kv), RT, static_cast<int>(vpg), ctx.ws, ctx.counters);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool gemv_supported(TensorView out, TensorView in, TensorView weight) {
+  const int64_t T = in.dim(0), K = in.dim(1), N = weight.dim(0);
+  return T >= 1 && T <= kGemvMaxTokens && N >= 1 && K >= 8 && K % 8 == 0 && N < (int64_t{1} << 31) / 16 &&
+         K < (int64_t{1} << 31) && in.dtype() == DType::kBF16 && weight.dtype() == DType::kBF16 &&
+         (out.dtype() == DType::kBF16 || out.dtype() == DType::kF32) && aligned16(in.data()) &&
+         aligned16(weight.data());
+}
+
+GemvConfig gemv_config(int64_t T, int64_t N, int64_t K, int device) {
+  return pick_config(T, N, K, context(device).slots);
+}
+
+void gemv_set_tuning(int waves, int forced_k_split, int forced_row_tiles) {
+  g_waves.store(waves);
+  g_forced_split.store(forced_k_split);
+  g_forced_rt.store(forced_row_tiles);
+}
+
+void gemv(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s) {
+  NANOVLLM_CHECK(gemv_supported(out, in, weight), "gemv (cuda): unsupported tensors: in ", in.shape().str(), " ",
+                 dtype_name(in.dtype()), ", weight ", weight.shape().str(), " ", dtype_name(weight.dtype()), ", out ",
+                 dtype_name(out.dtype()));
+  const int64_t T = in.dim(0), K = in.dim(1), N = weight.dim(0);
+  GemvContext& ctx = context(out.device().index);
+  const GemvConfig c = pick_config(T, N, K, ctx.slots);
+  const bool has_bias = bias.defined() && bias.numel() > 0 && bias.data() != nullptr;
+  const void* b = has_bias ? bias.data() : nullptr;
+  const int b_dt = has_bias ? dt(bias) : 0;
+  const cudaStream_t st = stream_of(s);
+  const bool f32 = out.dtype() == DType::kF32;
+  if (T <= 8) {
+    if (f32) launch<1, true>(c, ctx, out, in, weight, b, b_dt, T, N, K, st);
+    else launch<1, false>(c, ctx, out, in, weight, b, b_dt, T, N, K, st);
+  } else {
+    if (f32) launch<2, true>(c, ctx, out, in, weight, b, b_dt, T, N, K, st);
+    else launch<2, false>(c, ctx, out, in, weight, b, b_dt, T, N, K, st);
+  }
+}
+
+}  // namespace nanovllm::cuda_ops

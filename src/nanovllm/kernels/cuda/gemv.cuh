@@ -1,0 +1,44 @@
+// Skinny GEMM for decode-sized batches (T <= kGemvMaxTokens): out[T, N] = in[T, K] @ W[N, K]^T (+ bias[N]),
+// bf16 in and weights, fp32 accumulation, bf16 or f32 out. Weight-streaming design, see gemv.cu.
+// Plain C++ declarations (no device code) so host tests and benchmarks can include it.
+#pragma once
+
+#include <cstdint>
+
+#include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/ops.h"
+
+#if NANOVLLM_WITH_CUDA
+
+namespace nanovllm::cuda_ops {
+
+// cuda_ops::linear sends T <= this through gemv (when gemv_supported); larger T goes to cuBLASLt.
+// Measured threshold: see docs in gemv.cu / the CudaGemvBench.DISABLED_Shapes benchmark.
+inline constexpr int64_t kGemvMaxTokens = 16;
+
+// True when gemv can run these tensors: in/weight BF16, out BF16 or F32, 1 <= T <= kGemvMaxTokens,
+// K % 8 == 0, in/weight 16-byte aligned. Bias (any float dtype) is always supported.
+bool gemv_supported(TensorView out, TensorView in, TensorView weight);
+
+// Requires gemv_supported. Deterministic (fixed summation order for given shapes and device).
+void gemv(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s);
+
+// The cuBLASLt path of cuda_ops::linear, whatever T is (benchmarks compare the two).
+void linear_cublaslt(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s);
+
+// Launch shape gemv picks (exposed for the benchmark printout and tests of the split-K path).
+struct GemvConfig {
+  int rows_tiles_per_cta = 1;  // RT: 16-row tiles per CTA; the CTA's 8 warps are RT x (8 / RT) (rows x K)
+  int k_split = 1;             // CTAs along K per row group (> 1: fp32 partials + last-CTA reduction)
+  int ctas = 0;                // total CTAs
+};
+GemvConfig gemv_config(int64_t T, int64_t N, int64_t K, int device);
+
+// Benchmark/test knob: minimum CTAs per resident-CTA slot gemv aims for (default 4); forced_k_split > 0
+// forces the K split (clamped to what the workspace allows); forced_row_tiles in {1, 2, 4, 8} forces RT.
+// Not thread-safe; not for production use.
+void gemv_set_tuning(int waves, int forced_k_split, int forced_row_tiles = 0);
+
+}  // namespace nanovllm::cuda_ops
+
+#endif  // NANOVLLM_WITH_CUDA

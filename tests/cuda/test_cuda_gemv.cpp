@@ -1,0 +1,270 @@
+// CUDA gemv (small-T linear, gemv.cu) against the CPU reference linear on identical bf16 values, the
+// dispatch through cuda_ops::linear, the split-K path, determinism; plus a DISABLED_ benchmark of the
+// decode shapes (gemv vs cuBLASLt, prologue and rms_norm at T = 1).
+// Accuracy as in test_cuda_linear.cpp: bf16 products are exact in fp32, so the differences are the fp32
+// summation order and the final output rounding. NMSE <= 1e-5 (bf16 out) / 1e-9 (f32 out); per element
+// |err| <= 1e-2 rms(ref) + 5e-3 |ref| (bf16) or 1e-4 rms(ref) + 1e-5 |ref| (f32).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <tuple>
+
+#include "cuda_test_util.h"
+
+#include "nanovllm/kernels/cpu/cpu_ops.h"
+#include "nanovllm/kernels/cuda/cuda_ops.h"
+#include "nanovllm/kernels/cuda/gemv.cuh"
+
+namespace nanovllm {
+namespace {
+
+using cuda_test::DeviceTensor;
+using cuda_test::random_bf16;
+
+enum class Path { kGemv, kLinear };
+
+// bias_mode: 0 none, 1 bf16 bias, 2 f32 bias. Returns the raw output bytes (determinism checks).
+std::vector<uint8_t> check_gemv(int64_t T, int64_t N, int64_t K, DType out_t, int bias_mode, std::mt19937& rng,
+                                Path path = Path::kGemv) {
+  auto x = random_bf16(static_cast<size_t>(T * K), rng);
+  auto w = random_bf16(static_cast<size_t>(N * K), rng, -0.5f, 0.5f);
+  auto b = random_bf16(static_cast<size_t>(N), rng, -2.0f, 2.0f);
+  DeviceTensor d_x(DType::kBF16, {T, K}, x.bits), d_w(DType::kBF16, {N, K}, w.bits), d_out(out_t, {T, N});
+  d_out.fill_bytes(0xff);  // NaN poison: every element must be written
+  std::vector<float> b_f32 = b.f32;
+  DeviceTensor d_b = bias_mode == 2 ? DeviceTensor(DType::kF32, {N}, b_f32) : DeviceTensor(DType::kBF16, {N}, b.bits);
+  const TensorView bias_view = bias_mode ? d_b.view() : TensorView();
+  EXPECT_TRUE(cuda_ops::gemv_supported(d_out.view(), d_x.view(), d_w.view()));
+  if (path == Path::kGemv) cuda_ops::gemv(d_out.view(), d_x.view(), d_w.view(), bias_view, {});
+  else cuda_ops::linear(d_out.view(), d_x.view(), d_w.view(), bias_view, {});
+  CUDA_CHECK(cudaGetLastError());
+  std::vector<float> ref(static_cast<size_t>(T * N));
+  cpu::linear(cuda_test::host_view(ref, {T, N}), cuda_test::host_view(x.f32, {T, K}),
+              cuda_test::host_view(w.f32, {N, K}), bias_mode ? cuda_test::host_view(b_f32, {N}) : TensorView());
+  const std::vector<float> got = d_out.download_f32();
+  double ss = 0;
+  for (float r : ref) ss += static_cast<double>(r) * r;
+  const float rms = static_cast<float>(std::sqrt(ss / static_cast<double>(ref.size())));
+  const bool bf = out_t == DType::kBF16;
+  const cuda_ops::GemvConfig c = cuda_ops::gemv_config(T, N, K, 0);
+  const std::string what = "gemv T=" + std::to_string(T) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+                           " out=" + std::string(dtype_name(out_t)) + " bias=" + std::to_string(bias_mode) +
+                           " RT=" + std::to_string(c.rows_tiles_per_cta) + " split=" + std::to_string(c.k_split);
+  EXPECT_LE(cuda_test::nmse(got, ref), bf ? 1e-5 : 1e-9) << what;
+  cuda_test::expect_close(got, ref, (bf ? 1e-2f : 1e-4f) * rms, bf ? 5e-3f : 1e-5f, what);
+  return d_out.download<uint8_t>();
+}
+
+// Restores the default tuning when a test that changes it ends (also on failure).
+struct TuningGuard {
+  ~TuningGuard() { cuda_ops::gemv_set_tuning(4, 0); }
+};
+
+TEST(CudaGemv, MatchesReferenceSmallShapes) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(21);
+  for (int64_t T : {1, 2, 3, 4, 7, 8, 15, 16}) {
+    check_gemv(T, 1, 64, DType::kBF16, 0, rng);
+    check_gemv(T, 7, 1024, DType::kBF16, 0, rng);
+    check_gemv(T, 64, 64, DType::kBF16, 0, rng);
+    check_gemv(T, 64, 72, DType::kF32, 0, rng);     // K % 128 != 0: partial last step
+    check_gemv(T, 1000, 1024, DType::kF32, 0, rng);  // LM-head style fp32 output, N % 16 != 0
+    check_gemv(T, 1000, 1000, DType::kBF16, 0, rng);
+  }
+}
+
+TEST(CudaGemv, MatchesReferenceModelShapes) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(22);
+  for (int64_t T : {1, 4, 16}) {
+    check_gemv(T, 4096, 1024, DType::kBF16, 0, rng);
+    check_gemv(T, 6144, 1024, DType::kBF16, 0, rng);
+    check_gemv(T, 1024, 4096, DType::kBF16, 0, rng);
+    check_gemv(T, 1000, 12288, DType::kBF16, 0, rng);
+    check_gemv(T, 64, 12288, DType::kF32, 0, rng);
+  }
+  check_gemv(3, 4096, 4096, DType::kBF16, 0, rng);
+}
+
+TEST(CudaGemv, BiasInEitherDtype) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(23);
+  for (int64_t T : {1, 3, 9, 16}) {
+    for (DType out_t : {DType::kBF16, DType::kF32}) {
+      check_gemv(T, 384, 256, out_t, 1, rng);
+      check_gemv(T, 384, 256, out_t, 2, rng);
+      check_gemv(T, 1000, 4096, out_t, 1, rng);  // split-K path with bias
+    }
+  }
+}
+
+TEST(CudaGemv, ForcedSplitKAndDeterminism) {
+  SKIP_WITHOUT_CUDA();
+  TuningGuard guard;
+  for (int split : {2, 3, 7, 16}) {
+    cuda_ops::gemv_set_tuning(4, split);
+    for (int64_t T : {1, 5, 16}) {
+      const uint32_t seed = static_cast<uint32_t>(100 * split + T);
+      std::mt19937 rng_a(seed), rng_b(seed);
+      const auto a = check_gemv(T, 1000, 2048, DType::kBF16, 1, rng_a);
+      const auto b = check_gemv(T, 1000, 2048, DType::kBF16, 1, rng_b);  // same inputs, counters reused
+      EXPECT_EQ(a, b) << "split=" << split << " T=" << T << ": not bitwise reproducible";
+      std::mt19937 rng(seed + 7);
+      check_gemv(T, 33, 1024, DType::kF32, 2, rng);
+    }
+  }
+  std::mt19937 rng(24);
+  for (int rt : {2, 4, 8}) {  // several row tiles per CTA (K groups 8 / RT), with and without a K split
+    for (int split : {0, 3}) {
+      cuda_ops::gemv_set_tuning(4, split, rt);
+      for (int64_t T : {1, 9, 16}) {
+        check_gemv(T, 1000, 1024, DType::kBF16, 1, rng);
+        check_gemv(T, 200, 2056, DType::kF32, 0, rng);
+      }
+    }
+  }
+}
+
+TEST(CudaGemv, LinearDispatchesSmallBatches) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(25);
+  for (int64_t T : {1, 2, 16}) {
+    check_gemv(T, 1000, 1024, DType::kBF16, 0, rng, Path::kLinear);
+    check_gemv(T, 384, 256, DType::kF32, 1, rng, Path::kLinear);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Benchmark: graph replays of kLaunches back-to-back launches rotating over enough weight copies
+// (>= 512 MiB in all) that L2 holds none of them; reports per-launch time and weight bytes / time.
+
+template <typename F>
+double graph_us_per_launch(int launches, F&& launch_i) {
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (int i = 0; i < launches; ++i) launch_i(i, s);  // warm-up: workspaces, algorithm caches
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < launches; ++i) launch_i(i, s);
+  CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  CUDA_CHECK(cudaGraphLaunch(ge, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int r = 0; r < 15; ++r) {
+    CUDA_CHECK(cudaEventRecord(a, s));
+    CUDA_CHECK(cudaGraphLaunch(ge, s));
+    CUDA_CHECK(cudaEventRecord(b, s));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  CUDA_CHECK(cudaGraphExecDestroy(ge));
+  CUDA_CHECK(cudaGraphDestroy(g));
+  CUDA_CHECK(cudaStreamDestroy(s));
+  return ms[ms.size() / 2] * 1e3 / launches;
+}
+
+struct Shape3 {
+  const char* name;
+  int64_t N, K;
+  DType out;
+};
+
+TEST(CudaGemvBench, DISABLED_Shapes) {
+  SKIP_WITHOUT_CUDA();
+  TuningGuard guard;
+  std::mt19937 rng(7);
+  const Shape3 shapes[] = {
+      {"0.6B qkv", 4096, 1024, DType::kBF16},    {"0.6B o", 1024, 2048, DType::kBF16},
+      {"0.6B gate_up", 6144, 1024, DType::kBF16}, {"0.6B down", 1024, 3072, DType::kBF16},
+      {"0.6B lm_head", 151936, 1024, DType::kF32}, {"8B qkv", 6144, 4096, DType::kBF16},
+      {"8B o", 4096, 4096, DType::kBF16},          {"8B gate_up", 24576, 4096, DType::kBF16},
+      {"8B down", 4096, 12288, DType::kBF16},      {"8B lm_head", 151936, 4096, DType::kF32},
+  };
+  std::printf("%-14s %3s | %8s %6s %-10s | %8s %8s %8s | %8s %6s | %s\n", "shape", "T", "gemv us", "TB/s", "RT/split",
+              "w=1 us", "w=2 us", "w=8 us", "cublas", "TB/s", "speedup");
+  for (const Shape3& sh : shapes) {
+    const size_t wbytes = static_cast<size_t>(sh.N * sh.K * 2);
+    const int copies = static_cast<int>(std::max<size_t>(2, (size_t{512} << 20) / wbytes + 1));
+    // One random weight copied `copies` times (contents do not matter for timing; non-zero matters).
+    auto w = random_bf16(static_cast<size_t>(sh.N * sh.K), rng, -0.5f, 0.5f);
+    std::vector<std::unique_ptr<DeviceTensor>> ws;
+    for (int c = 0; c < copies; ++c) ws.push_back(std::make_unique<DeviceTensor>(DType::kBF16, Shape{sh.N, sh.K}, w.bits));
+    for (int64_t T : {1, 4, 16}) {
+      auto x = random_bf16(static_cast<size_t>(T * sh.K), rng);
+      DeviceTensor d_x(DType::kBF16, {T, sh.K}, x.bits), d_out(sh.out, {T, sh.N});
+      const int launches = std::max(copies, 20);
+      auto run = [&](bool gemv) {
+        return graph_us_per_launch(launches, [&](int i, cudaStream_t s) {
+          const TensorView wv = ws[static_cast<size_t>(i % copies)]->view();
+          if (gemv) cuda_ops::gemv(d_out.view(), d_x.view(), wv, TensorView(), ops::Stream{s});
+          else cuda_ops::linear_cublaslt(d_out.view(), d_x.view(), wv, TensorView(), ops::Stream{s});
+        });
+      };
+      double alt[3];
+      const int waves[3] = {1, 2, 8};
+      for (int i = 0; i < 3; ++i) {
+        cuda_ops::gemv_set_tuning(waves[i], 0);
+        alt[i] = run(true);
+      }
+      cuda_ops::gemv_set_tuning(4, 0);
+      const double g = run(true), cb = run(false);
+      const cuda_ops::GemvConfig c = cuda_ops::gemv_config(T, sh.N, sh.K, 0);
+      char cfg[32];
+      std::snprintf(cfg, sizeof cfg, "%d/%d", c.rows_tiles_per_cta, c.k_split);
+      std::printf("%-14s %3lld | %8.2f %6.2f %-10s | %8.2f %8.2f %8.2f | %8.2f %6.2f | %.2fx\n", sh.name,
+                  static_cast<long long>(T), g, wbytes / (g * 1e6), cfg, alt[0], alt[1], alt[2], cb,
+                  wbytes / (cb * 1e6), cb / g);
+      std::fflush(stdout);
+    }
+  }
+
+  // Prologue (Qwen3 0.6B / 8B heads, D = 128, q/k norms) and rms_norm / add_rms_norm at T = 1.
+  for (auto [Hq, Hk, H] : {std::tuple<int64_t, int64_t, int64_t>{16, 8, 1024}, {32, 8, 4096}}) {
+    const int64_t D = 128, T = 1, NB = 64, BS = 16, W = (Hq + 2 * Hk) * D;
+    auto qkv = random_bf16(static_cast<size_t>(T * W), rng);
+    auto nrm = random_bf16(static_cast<size_t>(D), rng, 0.5f, 1.5f);
+    std::vector<float> inv_freq(static_cast<size_t>(D / 2));
+    for (int64_t i = 0; i < D / 2; ++i)
+      inv_freq[static_cast<size_t>(i)] = static_cast<float>(std::pow(1e6, -2.0 * static_cast<double>(i) / D));
+    std::vector<int32_t> pos{1234}, slot{77};
+    DeviceTensor d_qkv(DType::kBF16, {T, W}, qkv.bits), d_n(DType::kBF16, {D}, nrm.bits),
+        d_if(DType::kF32, {D / 2}, inv_freq), d_pos(DType::kI32, {T}, pos), d_slot(DType::kI32, {T}, slot),
+        d_q(DType::kBF16, {T, Hq, D}), d_kc(DType::kBF16, {NB, BS, Hk, D}), d_vc(DType::kBF16, {NB, BS, Hk, D});
+    AttentionMetadata meta;
+    meta.num_seqs = 1;
+    meta.num_tokens = T;
+    meta.slot_mapping = d_slot.view();
+    meta.block_size = BS;
+    const ops::RopeParams rope{d_if.view(), 1.0f};
+    const double pro = graph_us_per_launch(50, [&](int, cudaStream_t s) {
+      cuda_ops::qkv_prologue(d_q.view(), d_qkv.view(), d_n.view(), d_n.view(), 1e-6f, d_pos.view(), rope, d_kc.view(),
+                             d_vc.view(), meta, ops::Stream{s});
+    });
+    auto xs = random_bf16(static_cast<size_t>(T * H), rng), wn = random_bf16(static_cast<size_t>(H), rng, 0.5f, 1.5f);
+    DeviceTensor d_xs(DType::kBF16, {T, H}, xs.bits), d_res(DType::kBF16, {T, H}, xs.bits),
+        d_wn(DType::kBF16, {H}, wn.bits), d_o(DType::kBF16, {T, H});
+    const double rn = graph_us_per_launch(50, [&](int, cudaStream_t s) {
+      cuda_ops::rms_norm(d_o.view(), d_xs.view(), d_wn.view(), 1e-6f, ops::Stream{s});
+    });
+    const double arn = graph_us_per_launch(50, [&](int, cudaStream_t s) {
+      cuda_ops::add_rms_norm(d_o.view(), d_res.view(), d_wn.view(), 1e-6f, ops::Stream{s});
+    });
+    std::printf("T=1 Hq=%lld Hk=%lld H=%lld: qkv_prologue %.2f us, rms_norm %.2f us, add_rms_norm %.2f us\n",
+                static_cast<long long>(Hq), static_cast<long long>(Hk), static_cast<long long>(H), pro, rn, arn);
+  }
+}
+
+}  // namespace
+}  // namespace nanovllm
