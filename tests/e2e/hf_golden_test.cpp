@@ -52,7 +52,9 @@ TEST_P(HfGolden, GreedyTokensAndLogprobsMatchTransformers) {
         EXPECT_LE(diff, kLogprobTolerance) << "prompt " << i << " step " << step << " rank " << k;
         const bool clear_gap = (k == 0 || top[k - 1]["logprob"].get<double>() - want_lp > 2 * kLogprobTolerance) &&
                                (k + 1 == top.size() || want_lp - top[k + 1]["logprob"].get<double>() > 2 * kLogprobTolerance);
-        if (clear_gap) EXPECT_EQ(ours[k].id, top[k]["id"].get<int64_t>()) << "prompt " << i << " step " << step;
+        if (clear_gap) {
+          EXPECT_EQ(ours[k].id, top[k]["id"].get<int64_t>()) << "prompt " << i << " step " << step;
+        }
       }
     }
   }

@@ -83,11 +83,27 @@ void run_throughput(const ThroughputOptions& o) {
     write_report(o.dump_workload, {{"prompts", prompts}, {"output_lens", out_lens}, {"temperature", o.temperature}});
   }
   // Warm-up (algorithm selection, workspaces, graphs) on a small request.
-  llm.generate({random_tokens(rng, 64, mc.vocab_size)}, SamplingParams{.max_tokens = 8});
+  SamplingParams warm_up;
+  warm_up.max_tokens = 8;
+  llm.generate({random_tokens(rng, 64, mc.vocab_size)}, warm_up);
 
+  const LLMEngine::StepStats before = llm.engine().step_stats();
   const auto t0 = Clock::now();
   const auto outputs = llm.generate(prompts, params);
   const double seconds = seconds_since(t0);
+  LLMEngine::StepStats st = llm.engine().step_stats();
+  st.schedule_s -= before.schedule_s;
+  st.prefill_steps_s -= before.prefill_steps_s;
+  st.decode_steps_s -= before.decode_steps_s;
+  st.prefill_steps -= before.prefill_steps;
+  st.decode_steps -= before.decode_steps;
+  std::printf("time split: scheduler %.2f s | %lld steps with prefill %.2f s | %lld decode-only steps %.2f s (%.2f ms/step)\n",
+              st.schedule_s, static_cast<long long>(st.prefill_steps), st.prefill_steps_s,
+              static_cast<long long>(st.decode_steps), st.decode_steps_s,
+              st.decode_steps ? 1e3 * st.decode_steps_s / static_cast<double>(st.decode_steps) : 0.0);
+  report["time_split"] = {{"scheduler_s", st.schedule_s}, {"prefill_steps", st.prefill_steps},
+                          {"prefill_steps_s", st.prefill_steps_s}, {"decode_steps", st.decode_steps},
+                          {"decode_steps_s", st.decode_steps_s}};
   int64_t total_in = 0, total_out = 0;
   for (size_t i = 0; i < outputs.size(); ++i) {
     total_in += static_cast<int64_t>(outputs[i].prompt_token_ids.size());

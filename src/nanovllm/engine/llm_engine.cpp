@@ -105,14 +105,25 @@ void LLMEngine::abort_request(int64_t request_id) { scheduler_->abort(request_id
 bool LLMEngine::has_unfinished() const { return scheduler_->has_unfinished(); }
 
 std::vector<RequestOutput> LLMEngine::step() {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
   const SchedulerOutput out = scheduler_->schedule();
   std::vector<SampledToken> sampled;
   if (!out.empty()) {
-    for (const ScheduledSequence& s : out.seqs)
+    bool has_prefill = false;
+    for (const ScheduledSequence& s : out.seqs) {
       if (s.seq->num_computed_tokens < s.seq->num_prompt_tokens) num_prompt_tokens_computed_ += s.num_new_tokens;
+      has_prefill |= s.num_new_tokens > 1 || !s.sample;
+    }
+    const auto t1 = Clock::now();
     sampled = runner_->execute(out);
+    const auto t2 = Clock::now();
     num_generated_tokens_ += static_cast<int64_t>(sampled.size());
     scheduler_->update(out, sampled);
+    const double run_s = std::chrono::duration<double>(t2 - t1).count();
+    (has_prefill ? step_stats_.prefill_steps_s : step_stats_.decode_steps_s) += run_s;
+    ++(has_prefill ? step_stats_.prefill_steps : step_stats_.decode_steps);
+    step_stats_.schedule_s += std::chrono::duration<double>(Clock::now() - t0).count() - run_s;
   }
   std::vector<RequestOutput> finished;
   for (std::unique_ptr<Sequence>& seq : scheduler_->take_finished()) finished.push_back(make_output(*seq));

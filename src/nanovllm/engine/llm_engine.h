@@ -102,6 +102,13 @@ class LLMEngine {
 
   // Counters for progress and metrics.
   int64_t num_generated_tokens() const { return num_generated_tokens_; }
+  // Where step() spends wall time (seconds since construction): the scheduler (schedule + update) and
+  // the runner, split into steps with prefill tokens and decode-only steps.
+  struct StepStats {
+    double schedule_s = 0, prefill_steps_s = 0, decode_steps_s = 0;
+    int64_t prefill_steps = 0, decode_steps = 0;
+  };
+  const StepStats& step_stats() const { return step_stats_; }
   int64_t num_prompt_tokens_computed() const { return num_prompt_tokens_computed_; }
 
  private:
@@ -111,6 +118,7 @@ class LLMEngine {
   std::unique_ptr<Scheduler> scheduler_;
   int64_t next_request_id_ = 0;
   int64_t num_generated_tokens_ = 0;
+  StepStats step_stats_;
   int64_t num_prompt_tokens_computed_ = 0;
   std::optional<int32_t> tokenizer_eos_token_id() const;  // tokenizer_config.json's eos_token, if any
   void emit_deltas(const std::vector<SampledToken>& sampled, const std::vector<RequestOutput>& finished) const;

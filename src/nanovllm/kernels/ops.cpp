@@ -43,10 +43,12 @@ void check_float_tensor(std::string_view op, std::string_view name, const Tensor
   check_shape(op, name, t, shape);
 }
 
+#if !NANOVLLM_WITH_CUDA
 [[noreturn]] void no_cuda(std::string_view op, Device dev) {
   NANOVLLM_FAIL(op, ": tensors are on ", to_string(dev),
                 " but nano-vLLM was built without CUDA (configure with -DNANOVLLM_CUDA=ON)");
 }
+#endif
 
 // Paged KV cache [NB, BS, Hk, D] pair.
 void check_kv_cache(std::string_view op, const TensorView& k_cache, const TensorView& v_cache, Device dev,

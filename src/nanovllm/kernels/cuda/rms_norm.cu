@@ -16,11 +16,14 @@ namespace nanovllm::cuda_ops {
 namespace {
 
 constexpr int kChunksPerThread = 4;
+// Block size cap: the vec kernel keeps kChunksPerThread x 8 floats + weights in registers, so 1024
+// threads would exceed the register file (seen on H200: cudaErrorLaunchOutOfResources at H = 12288).
+constexpr int kMaxThreads = 512;
 constexpr int64_t kWideMaxRows = 256;
 
 // kAdd: residual += x first; `out` is x itself then.
 template <bool kAdd>
-__global__ void rms_norm_vec_kernel(uint4* out, const uint4* x, uint4* residual, const uint4* __restrict__ w,
+__global__ void __launch_bounds__(kMaxThreads) rms_norm_vec_kernel(uint4* out, const uint4* x, uint4* residual, const uint4* __restrict__ w,
                                     int64_t chunks, float eps) {
   __shared__ float red[32];
   const int64_t row = blockIdx.x;
@@ -90,13 +93,13 @@ void launch(TensorView out, TensorView x, TensorView residual, TensorView weight
   const cudaStream_t st = stream_of(s);
   const int64_t chunks = H / 8;
   bool vec = out.dtype() == DType::kBF16 && x.dtype() == DType::kBF16 && weight.dtype() == DType::kBF16 &&
-             H % 8 == 0 && chunks <= int64_t{kChunksPerThread} * 1024 && aligned16(out.data()) &&
+             H % 8 == 0 && chunks <= int64_t{kChunksPerThread} * kMaxThreads && aligned16(out.data()) &&
              aligned16(x.data()) && aligned16(weight.data());
   if (kAdd) vec = vec && residual.dtype() == DType::kBF16 && aligned16(residual.data());
   if (vec) {
     const int64_t per_thread = T <= kWideMaxRows ? 1 : kChunksPerThread;
     int64_t threads = (chunks + per_thread - 1) / per_thread;
-    threads = std::min<int64_t>((threads + 31) / 32 * 32, 1024);  // chunks <= 4 * 1024: covered
+    threads = std::min<int64_t>((threads + 31) / 32 * 32, kMaxThreads);  // chunks <= 4 * kMaxThreads: covered
     rms_norm_vec_kernel<kAdd><<<static_cast<unsigned>(T), static_cast<unsigned>(threads), 0, st>>>(
         out.data_as<uint4>(), x.data_as<const uint4>(), kAdd ? residual.data_as<uint4>() : nullptr,
         weight.data_as<const uint4>(), chunks, eps);

@@ -53,12 +53,12 @@ CudaModelRunner::CudaModelRunner(const std::filesystem::path& model_dir, const M
     for (int64_t b = 16; b <= max_bs; b += 16) graph_buckets_.push_back(b);
     if (graph_buckets_.empty() || graph_buckets_.back() < max_bs) graph_buckets_.push_back(max_bs);
   }
-  graph_table_stride_ = max_blocks_per_seq;
+  max_table_stride_ = max_blocks_per_seq;
 }
 
 CudaModelRunner::~CudaModelRunner() {
   if (stream_) cudaStreamSynchronize(stream_);
-  for (auto& [bucket, exec] : graphs_) cudaGraphExecDestroy(exec);
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
   kv_.clear();
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -120,6 +120,15 @@ int64_t CudaModelRunner::graph_bucket(int64_t num_seqs) const {
   return 0;
 }
 
+int64_t CudaModelRunner::graph_table_stride(const SchedulerOutput& out) const {
+  int64_t longest = 1;
+  for (const ScheduledSequence& s : out.seqs)
+    longest = std::max(longest, static_cast<int64_t>(s.seq->block_table.size()));
+  int64_t stride = 16;
+  while (stride < longest) stride *= 2;
+  return std::min(stride, max_table_stride_);
+}
+
 void CudaModelRunner::upload_batch(const ForwardBatch& batch) {
   NANOVLLM_ASSERT(static_cast<int64_t>(batch.data.size()) <= max_batch_ints_);
   // One H2D copy of the packed inputs. The pinned staging buffer is free again: the previous step
@@ -134,12 +143,12 @@ void CudaModelRunner::run_eager(const SchedulerOutput& out) {
   model_->forward(batch.views(batch_device_.data(), Device::cuda(device_)), kv_, ws_, ops::Stream{stream_});
 }
 
-void CudaModelRunner::run_decode_graph(const SchedulerOutput& out, int64_t bucket) {
-  // Launch sizing (attention splits) must hold for any context the graph replays: max_model_len.
-  const ForwardBatch batch =
-      build_padded_decode_batch(out, rc_.block_size, bucket, graph_table_stride_, rc_.max_model_len);
+void CudaModelRunner::run_decode_graph(const SchedulerOutput& out, int64_t bucket, int64_t table_stride) {
+  // Launch sizing (attention splits) must hold for any context the graph replays: the stride's capacity.
+  const int64_t max_context = std::min(rc_.max_model_len, table_stride * rc_.block_size);
+  const ForwardBatch batch = build_padded_decode_batch(out, rc_.block_size, bucket, table_stride, max_context);
   upload_batch(batch);
-  auto it = graphs_.find(bucket);
+  auto it = graphs_.find({bucket, table_stride});
   if (it == graphs_.end()) {
     // Warm-up run with the capture's exact metadata: selects GEMM algorithms and grows workspaces, so
     // the capture itself allocates nothing. It writes the same K/V the replay writes (idempotent).
@@ -152,8 +161,8 @@ void CudaModelRunner::run_decode_graph(const SchedulerOutput& out, int64_t bucke
     CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     CUDA_CHECK(cudaGraphDestroy(graph));
-    it = graphs_.emplace(bucket, exec).first;
-    NANOVLLM_DEBUG("captured decode graph for batch size ", bucket);
+    it = graphs_.emplace(std::make_pair(bucket, table_stride), exec).first;
+    NANOVLLM_DEBUG("captured decode graph for batch size ", bucket, ", block-table stride ", table_stride);
   }
   CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
 }
@@ -168,7 +177,7 @@ std::vector<SampledToken> CudaModelRunner::execute(const SchedulerOutput& out) {
   });
   const int64_t bucket = decode_only ? graph_bucket(static_cast<int64_t>(out.seqs.size())) : 0;
   if (bucket > 0) {
-    run_decode_graph(out, bucket);
+    run_decode_graph(out, bucket, graph_table_stride(out));
   } else {
     run_eager(out);
   }

@@ -27,7 +27,10 @@ class CudaModelRunner final : public ModelRunner {
   void allocate_kv_cache(const ModelConfig& config);
   // Decode batches of up to the largest bucket replay a CUDA graph captured per bucket size.
   int64_t graph_bucket(int64_t num_seqs) const;  // 0: no bucket fits (or graphs are off)
-  void run_decode_graph(const SchedulerOutput& out, int64_t bucket);
+  void run_decode_graph(const SchedulerOutput& out, int64_t bucket, int64_t table_stride);
+  // Block-table row length of a graph batch: the next power of two >= the longest table (min 16), so
+  // the per-step H2D copy tracks the real contexts, not max_model_len.
+  int64_t graph_table_stride(const SchedulerOutput& out) const;
   void run_eager(const SchedulerOutput& out);
   void upload_batch(const ForwardBatch& batch);
 
@@ -45,8 +48,8 @@ class CudaModelRunner final : public ModelRunner {
   Buffer batch_host_;                // packed ForwardBatch ints, pinned
   Buffer batch_device_;              // its device copy
   std::vector<int64_t> graph_buckets_;             // ascending decode batch sizes with a graph
-  int64_t graph_table_stride_ = 0;                 // block-table row length in graph batches
-  std::map<int64_t, cudaGraphExec_t> graphs_;      // bucket -> instantiated graph (captured lazily)
+  int64_t max_table_stride_ = 0;                   // blocks of a max_model_len sequence
+  std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs_;  // (bucket, table stride) -> graph
   std::unique_ptr<GpuSampler> sampler_;  // samples on the GPU: only ids (+ logprobs) come back
 };
 
