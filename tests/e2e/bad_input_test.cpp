@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "nanovllm/engine/llm.h"
+#include "support/expect_error.h"
 #include "support/test_models.h"
 
 namespace nanovllm {
@@ -17,14 +18,6 @@ class BadInput : public ::testing::Test {
   EngineConfig ec_;
 };
 
-void expect_error_containing(const std::function<void()>& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 
 TEST_F(BadInput, RejectedRequestsLeaveTheEngineServing) {
   LLM llm(ec_);
@@ -32,15 +25,15 @@ TEST_F(BadInput, RejectedRequestsLeaveTheEngineServing) {
   sp.temperature = 0;
   sp.max_tokens = 4;
   sp.ignore_eos = true;
-  expect_error_containing([&] { llm.generate({{}}, sp); }, "empty");
-  expect_error_containing([&] { llm.generate({std::vector<int32_t>(64, 3)}, sp); }, "max_model_len");
-  expect_error_containing([&] { llm.generate({{1, 2, 100000}}, sp); }, "vocabulary");
-  expect_error_containing([&] { llm.generate({{1, -5}}, sp); }, "vocabulary");
+  testing::expect_error([&] { llm.generate({{}}, sp); }, {"empty"});
+  testing::expect_error([&] { llm.generate({std::vector<int32_t>(64, 3)}, sp); }, {"max_model_len"});
+  testing::expect_error([&] { llm.generate({{1, 2, 100000}}, sp); }, {"vocabulary"});
+  testing::expect_error([&] { llm.generate({{1, -5}}, sp); }, {"vocabulary"});
   SamplingParams bad = sp;
   bad.top_p = 0;
-  expect_error_containing([&] { llm.generate({{1, 2}}, bad); }, "top_p");
+  testing::expect_error([&] { llm.generate({{1, 2}}, bad); }, {"top_p"});
   // A batch with one bad prompt is rejected whole, then a good batch runs normally.
-  expect_error_containing([&] { llm.generate({{1, 2, 3}, {}}, sp); }, "empty");
+  testing::expect_error([&] { llm.generate({{1, 2, 3}, {}}, sp); }, {"empty"});
   EXPECT_FALSE(llm.engine().has_unfinished());
   const auto out = llm.generate({{1, 2, 3}, {4, 5}}, sp);
   ASSERT_EQ(out.size(), 2u);
@@ -51,10 +44,10 @@ TEST_F(BadInput, RejectedRequestsLeaveTheEngineServing) {
 TEST_F(BadInput, BadEngineConfigIsAnError) {
   auto ec = ec_;
   ec.max_model_len = 1 << 30;
-  expect_error_containing([&] { LLM llm(ec); }, "max_model_len");
+  testing::expect_error([&] { LLM llm(ec); }, {"max_model_len"});
   ec = ec_;
   ec.model = "/nonexistent/model/dir";
-  expect_error_containing([&] { LLM llm(ec); }, "does not exist");
+  testing::expect_error([&] { LLM llm(ec); }, {"does not exist"});
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/expect_error.h"
+
 #include "kernels/kernel_test_util.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/kernels/ops.h"
@@ -13,26 +15,18 @@ namespace {
 
 using test::HostTensor;
 
-template <typename F>
-void expect_error(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using testing::expect_error;
 
 TEST(OpsValidation, EmbeddingIdsOutOfRange) {
   std::mt19937 rng(1);
   HostTensor table = test::random_tensor(DType::kF32, {10, 4}, rng);
   HostTensor out(DType::kF32, {2, 4});
   HostTensor ids = test::i32_tensor({3, 10});
-  expect_error([&] { ops::embedding(out.v, ids.v, table.v); }, "ids[1] = 10");
+  expect_error([&] { ops::embedding(out.v, ids.v, table.v); }, {"ids[1] = 10"});
   HostTensor neg = test::i32_tensor({-1, 0});
-  expect_error([&] { ops::embedding(out.v, neg.v, table.v); }, "outside the vocabulary");
+  expect_error([&] { ops::embedding(out.v, neg.v, table.v); }, {"outside the vocabulary"});
   HostTensor wrong_dtype(DType::kF32, {2});
-  expect_error([&] { ops::embedding(out.v, wrong_dtype.v, table.v); }, "ids must be I32");
+  expect_error([&] { ops::embedding(out.v, wrong_dtype.v, table.v); }, {"ids must be I32"});
 }
 
 TEST(OpsValidation, ShapeMismatches) {
@@ -40,20 +34,20 @@ TEST(OpsValidation, ShapeMismatches) {
   HostTensor x = test::random_tensor(DType::kF32, {3, 8}, rng);
   HostTensor w7 = test::random_tensor(DType::kF32, {7}, rng);
   HostTensor out(DType::kF32, {3, 8});
-  expect_error([&] { ops::rms_norm(out.v, x.v, w7.v, 1e-6f); }, "weight has shape [7]");
+  expect_error([&] { ops::rms_norm(out.v, x.v, w7.v, 1e-6f); }, {"weight has shape [7]"});
   HostTensor lw = test::random_tensor(DType::kF32, {5, 9}, rng);
   HostTensor lout(DType::kF32, {3, 5});
-  expect_error([&] { ops::linear(lout.v, x.v, lw.v, TensorView()); }, "in-features");
+  expect_error([&] { ops::linear(lout.v, x.v, lw.v, TensorView()); }, {"in-features"});
   HostTensor lw2 = test::random_tensor(DType::kF32, {5, 8}, rng);
   HostTensor bias = test::random_tensor(DType::kF32, {4}, rng);
-  expect_error([&] { ops::linear(lout.v, x.v, lw2.v, bias.v); }, "bias has shape");
+  expect_error([&] { ops::linear(lout.v, x.v, lw2.v, bias.v); }, {"bias has shape"});
   HostTensor odd(DType::kF32, {3, 7}), half(DType::kF32, {3, 3});
-  expect_error([&] { ops::silu_mul(half.v, odd.v); }, "odd width");
+  expect_error([&] { ops::silu_mul(half.v, odd.v); }, {"odd width"});
   HostTensor rows = test::i32_tensor({0, 3});
   HostTensor g(DType::kF32, {2, 8});
-  expect_error([&] { ops::gather_rows(g.v, x.v, rows.v); }, "rows[1] = 3");
+  expect_error([&] { ops::gather_rows(g.v, x.v, rows.v); }, {"rows[1] = 3"});
   HostTensor ints(DType::kI32, {3, 8});
-  expect_error([&] { ops::convert(ints.v, x.v); }, "must be F32, BF16 or F16");
+  expect_error([&] { ops::convert(ints.v, x.v); }, {"must be F32, BF16 or F16"});
 }
 
 struct AttnFixture {
@@ -82,20 +76,20 @@ struct AttnFixture {
 
 TEST(OpsValidation, AttentionMetadata) {
   { AttnFixture f; EXPECT_NO_THROW(f.attend()); }
-  { AttnFixture f; f.bt.i32()[1] = 4; expect_error([&] { f.attend(); }, "block_tables[0][1] = 4"); }
-  { AttnFixture f; f.ctx.i32()[0] = 1; expect_error([&] { f.attend(); }, "context_lens 1 < its 2"); }
-  { AttnFixture f; f.ctx.i32()[0] = 9; expect_error([&] { f.attend(); }, "needs 3 blocks"); }
-  { AttnFixture f; f.cu.i32()[2] = 2; expect_error([&] { f.attend(); }, "cu_seqlens_q[2] = 2"); }
-  { AttnFixture f; f.meta.block_size = 8; expect_error([&] { f.attend(); }, "block_size 8"); }
+  { AttnFixture f; f.bt.i32()[1] = 4; expect_error([&] { f.attend(); }, {"block_tables[0][1] = 4"}); }
+  { AttnFixture f; f.ctx.i32()[0] = 1; expect_error([&] { f.attend(); }, {"context_lens 1 < its 2"}); }
+  { AttnFixture f; f.ctx.i32()[0] = 9; expect_error([&] { f.attend(); }, {"needs 3 blocks"}); }
+  { AttnFixture f; f.cu.i32()[2] = 2; expect_error([&] { f.attend(); }, {"cu_seqlens_q[2] = 2"}); }
+  { AttnFixture f; f.meta.block_size = 8; expect_error([&] { f.attend(); }, {"block_size 8"}); }
   {
     AttnFixture f;  // Hq % Hk != 0
     HostTensor kc3(DType::kF32, {f.NB, f.BS, 3, f.D}), vc3(DType::kF32, {f.NB, f.BS, 3, f.D});
-    expect_error([&] { ops::paged_attention(f.out.v, f.q.v, kc3.v, vc3.v, f.meta, 0.3f); }, "multiple of KV heads");
+    expect_error([&] { ops::paged_attention(f.out.v, f.q.v, kc3.v, vc3.v, f.meta, 0.3f); }, {"multiple of KV heads"});
   }
   {
     AttnFixture f;
     HostTensor vbf(DType::kBF16, {f.NB, f.BS, f.Hk, f.D});
-    expect_error([&] { ops::paged_attention(f.out.v, f.q.v, f.kc.v, vbf.v, f.meta, 0.3f); }, "v_cache is BF16");
+    expect_error([&] { ops::paged_attention(f.out.v, f.q.v, f.kc.v, vbf.v, f.meta, 0.3f); }, {"v_cache is BF16"});
   }
 }
 
@@ -110,22 +104,22 @@ TEST(OpsValidation, QkvPrologue) {
   };
   EXPECT_NO_THROW(call());
   f.slots.i32()[2] = 16;  // NB * BS = 16
-  expect_error(call, "slot_mapping[2] = 16");
+  expect_error(call, {"slot_mapping[2] = 16"});
   f.slots.i32()[2] = -1;
   pos.i32()[1] = -3;
-  expect_error(call, "positions[1] = -3");
+  expect_error(call, {"positions[1] = -3"});
   pos.i32()[1] = 1;
   // Odd head_dim.
   HostTensor q7(DType::kF32, {f.T, f.Hq, 7}), kc7(DType::kF32, {f.NB, f.BS, f.Hk, 7}), vc7(DType::kF32, {f.NB, f.BS, f.Hk, 7});
   HostTensor qkv7(DType::kF32, {f.T, (f.Hq + 2 * f.Hk) * 7}), inv3(DType::kF32, {3});
   expect_error([&] {
     ops::qkv_prologue(q7.v, qkv7.v, TensorView(), TensorView(), 1e-6f, pos.v, {inv3.v, 1.0f}, kc7.v, vc7.v, f.meta);
-  }, "must be even");
+  }, {"must be even"});
   HostTensor inv_bad(DType::kF32, {3});
   expect_error([&] {
     ops::qkv_prologue(f.q.v, qkv.v, TensorView(), TensorView(), 1e-6f, pos.v, {inv_bad.v, 1.0f}, f.kc.v, f.vc.v,
                       f.meta);
-  }, "rope.inv_freq has shape [3]");
+  }, {"rope.inv_freq has shape [3]"});
 }
 
 TEST(OpsValidation, CudaTensorsWithoutCuda) {
@@ -135,9 +129,9 @@ TEST(OpsValidation, CudaTensorsWithoutCuda) {
   std::vector<float> storage(64);  // never dereferenced: the op must refuse before touching it
   TensorView x(storage.data(), DType::kF32, {4, 8}, Device::cuda(0));
   TensorView w(storage.data(), DType::kF32, {8}, Device::cuda(0));
-  expect_error([&] { ops::rms_norm(x, x, w, 1e-6f); }, "built without CUDA");
+  expect_error([&] { ops::rms_norm(x, x, w, 1e-6f); }, {"built without CUDA"});
   TensorView w_cpu(storage.data(), DType::kF32, {8});
-  expect_error([&] { ops::rms_norm(x, x, w_cpu, 1e-6f); }, "weight is on cpu");
+  expect_error([&] { ops::rms_norm(x, x, w_cpu, 1e-6f); }, {"weight is on cpu"});
 #endif
 }
 

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "support/expect_error.h"
+
 #include <nlohmann/json.hpp>
 
 #include "model/model_test_util.h"
@@ -91,17 +93,7 @@ const char* kQwen25 = R"({
 json qwen3() { return json::parse(kQwen3_06B); }
 ModelConfig parse(const json& j) { return ModelConfig::from_json_text(j.dump(), "config.json"); }
 
-// Runs `fn`, expects nanovllm::Error whose message contains every one of `parts`.
-template <typename Fn>
-void expect_error(Fn fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  }
-}
+using nanovllm::testing::expect_error;
 
 }  // namespace
 

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "support/expect_error.h"
+
 #include <random>
 
 #include "model/model_test_util.h"
@@ -29,16 +31,7 @@ std::vector<RawTensor> sample() {
           tensor("b.f16", "F16", {129}, 3), tensor("scalar", "F32", {}, 4), tensor("empty", "BF16", {0, 4}, 5)};
 }
 
-template <typename Fn>
-void expect_error(Fn fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  }
-}
+using nanovllm::testing::expect_error;
 
 void expect_same(const TensorInfo& info, const RawTensor& t) {
   const DType want = t.dtype == "F32" ? DType::kF32 : t.dtype == "F16" ? DType::kF16 : DType::kBF16;

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "support/expect_error.h"
+
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -17,16 +19,7 @@ using nlohmann::json;
 
 namespace {
 
-template <typename Fn>
-void expect_error(Fn fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  }
-}
+using nanovllm::testing::expect_error;
 
 std::vector<float> bf16_values(const std::string& bytes) {
   std::vector<float> v(bytes.size() / 2);

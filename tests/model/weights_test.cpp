@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "support/expect_error.h"
+
 #include <cstdlib>
 
 #include "model/model_test_util.h"
@@ -14,16 +16,7 @@ using nlohmann::json;
 
 namespace {
 
-template <typename Fn>
-void expect_error(Fn fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  }
-}
+using nanovllm::testing::expect_error;
 
 // An odd-sized Qwen3: 3 layers, 3 q heads per kv head, head_dim 8, vocab 97.
 json odd_qwen3(bool tied) {
