@@ -6,6 +6,7 @@
 // convex combinations of V rows in [-1, 1]: atol 1e-2 + rtol 5e-3 per element.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -23,6 +24,25 @@ using cuda_test::expect_close;
 using cuda_test::random_bf16;
 
 constexpr float kAtol = 1e-2f, kRtol = 5e-3f;
+
+// NANOVLLM_PREFILL_WGMMA=0 for the scope: the prefill dispatch skips the sm_90a wgmma kernel and runs the
+// mma.sync kernel (attention_prefill_tc.cu), so both stay covered on Hopper. (Elsewhere the wgmma kernel
+// is never used and both settings test the mma.sync kernel.)
+struct ScopedPrefillPath {
+  explicit ScopedPrefillPath(bool wgmma) {
+    if (const char* v = std::getenv("NANOVLLM_PREFILL_WGMMA")) saved_ = v, had_ = true;
+    if (wgmma) unsetenv("NANOVLLM_PREFILL_WGMMA");
+    else setenv("NANOVLLM_PREFILL_WGMMA", "0", 1);
+  }
+  ~ScopedPrefillPath() {
+    if (had_) setenv("NANOVLLM_PREFILL_WGMMA", saved_.c_str(), 1);
+    else unsetenv("NANOVLLM_PREFILL_WGMMA");
+  }
+  ScopedPrefillPath(const ScopedPrefillPath&) = delete;
+  ScopedPrefillPath& operator=(const ScopedPrefillPath&) = delete;
+  std::string saved_;
+  bool had_ = false;
+};
 
 std::vector<float> to_f32(const std::vector<uint16_t>& bits) {
   std::vector<float> f(bits.size());
@@ -329,12 +349,10 @@ TEST(CudaAttention, TensorCorePrefillOddGroups) {
 
 // The launch depends on the metadata only through shapes (T, S, block-table width): captured once in a
 // CUDA graph, replays follow new sequence lengths and block tables written into the same buffers.
-TEST(CudaAttention, TensorCorePrefillGraphReplayFollowsMetadata) {
-  SKIP_WITHOUT_CUDA();
-  const int64_t Hq = 8, Hk = 2, D = 128, BS = 16;
-  const Batch first{{40, 24}, {300, 54}}, second{{10, 54}, {290, 60}};  // same T = 64, S = 2, 19 + 4 blocks
-  std::mt19937 rng(800);
-  const int64_t NB = 19 + 4 + 3;
+void check_prefill_graph_replay(int64_t Hq, int64_t Hk, int64_t D, int64_t BS, uint32_t seed) {
+  const Batch first{{40, 24}, {300, 54}}, second{{10, 54}, {290, 60}};  // same T = 64, S = 2
+  std::mt19937 rng(seed);
+  const int64_t NB = (300 + BS - 1) / BS + (60 + BS - 1) / BS + 3;
   BatchMeta m1 = make_meta(first, BS, NB, rng);
   BatchMeta m2 = make_meta(second, BS, NB, rng);
   ASSERT_EQ(m1.T, m2.T);
@@ -373,30 +391,115 @@ TEST(CudaAttention, TensorCorePrefillGraphReplayFollowsMetadata) {
     cpu::paged_attention(cuda_test::host_view(ref, {m.T, Hq, D}), cuda_test::host_view(q.f32, {m.T, Hq, D}),
                          cuda_test::host_view(kc.f32, {NB, BS, Hk, D}), cuda_test::host_view(vc.f32, {NB, BS, Hk, D}),
                          host_meta(m, BS), scale);
-    expect_close(d_out.download_f32(), ref, kAtol, kRtol, "graph replay round " + std::to_string(round));
+    expect_close(d_out.download_f32(), ref, kAtol, kRtol,
+                 "graph replay D=" + std::to_string(D) + " Hq=" + std::to_string(Hq) + " BS=" + std::to_string(BS) +
+                     " round " + std::to_string(round));
   }
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaGraphDestroy(graph));
   CUDA_CHECK(cudaStreamDestroy(st));
 }
 
-// Timing only (run with --gtest_also_run_disabled_tests): one 8K-token causal prefill, Hq 32, Hk 8, D 128.
-// FLOPs counted as causal: 4 * T^2 / 2 * Hq * D (Q K^T and P V, half the score matrix).
-TEST(CudaAttentionBench, DISABLED_Prefill8k) {
+TEST(CudaAttention, TensorCorePrefillGraphReplayFollowsMetadata) {
   SKIP_WITHOUT_CUDA();
-  const int64_t T = 8192, Hq = 32, Hk = 8, D = 128;
-  for (int64_t BS : {16, 256}) {
-    std::mt19937 rng(900 + static_cast<uint32_t>(BS));
-    const int64_t NB = T / BS + 3;
-    BatchMeta m = make_meta(Batch{{static_cast<int32_t>(T)}, {static_cast<int32_t>(T)}}, BS, NB, rng);
-    auto q = random_bf16(static_cast<size_t>(T * Hq * D), rng, -2.0f, 2.0f);
-    auto kc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng, -2.0f, 2.0f);
-    auto vc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng);
-    DeviceTensor d_q(DType::kBF16, {T, Hq, D}, q.bits), d_out(DType::kBF16, {T, Hq, D});
-    DeviceTensor d_k(DType::kBF16, {NB, BS, Hk, D}, kc.bits), d_v(DType::kBF16, {NB, BS, Hk, D}, vc.bits);
-    DeviceMeta dm(m, BS);
+  check_prefill_graph_replay(8, 2, 128, 16, 800);
+}
+
+// The sm_90a wgmma prefill kernel (attention_prefill_wgmma.cu; on other GPUs these run the mma.sync
+// kernel): CTAs of 128 items = 2 warpgroups x 64 (query row, GQA head) pairs, key tiles of 128. Lengths
+// sit on, under and over 64 / 128 items and 128 keys for G = 1, 4, 8 (128, 32, 16 rows per CTA); the
+// mixed batches put decode tokens (warpgroup 1 idle) beside prefix-cached chunks whose causal diagonal
+// lands mid key tile.
+TEST(CudaAttention, WgmmaPrefillTiles) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 1500;
+  for (int64_t D : {64, 128}) {
+    for (auto [Hq, Hk] : {std::pair<int64_t, int64_t>{2, 2}, {8, 2}, {16, 2}}) {
+      const std::vector<int32_t> lens{2, 15, 31, 33, 63, 64, 65, 127, 128, 129, 255, 257, 300};
+      check_attention(Batch{lens, lens}, Hq, Hk, D, 16, seed++);
+      Batch mixed{{1, 3, 128, 129, 1, 200, 64, 2},
+                  {300, 3 + 125, 128 + 128, 129 + 1, 1, 200 + 333, 64 + 64, 2 + 255}};
+      check_attention(mixed, Hq, Hk, D, 16, seed++);
+    }
+  }
+}
+
+TEST(CudaAttention, WgmmaPrefillBlockSizesAndGroups) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 1600;
+  for (int64_t BS : {16, 32, 64, 256, 8, 48}) {
+    Batch b{{130, 1, 257, 33}, {static_cast<int32_t>(130 + BS + 3), 500, 257, 33 + 513}};
+    check_attention(b, 8, 2, 128, BS, seed++);
+    check_attention(b, 4, 4, 64, BS, seed++);
+  }
+  // G = 3 (42 rows, 126 of 128 items), 5 (25 rows), 12, 16 (8 rows), 32 (4 rows), 64 (2 rows)
+  Batch b{{70, 1, 45, 5, 130}, {70, 90, 45 + 64, 5, 130 + 200}};
+  check_attention(b, 6, 2, 128, 16, seed++);
+  check_attention(b, 5, 1, 64, 32, seed++);
+  check_attention(b, 24, 2, 128, 16, seed++);
+  check_attention(b, 32, 2, 64, 64, seed++);
+  check_attention(b, 32, 1, 128, 16, seed++);
+  check_attention(b, 64, 1, 128, 256, seed++);
+}
+
+// A long prefix-cached chunk (diagonal offset by 2300 cached keys, ~24 key tiles per CTA) beside a
+// full prefill of odd length and decodes.
+TEST(CudaAttention, WgmmaPrefillLongChunks) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 1700;
+  struct Case { int64_t hq, hk, d, bs; };
+  for (const Case c : {Case{4, 4, 128, 16}, Case{8, 2, 128, 16}, Case{16, 2, 64, 32}, Case{8, 1, 128, 256}}) {
+    check_attention(Batch{{700, 1, 1111, 1}, {3000, 1001, 1111, 7}}, c.hq, c.hk, c.d, c.bs, seed++);
+  }
+}
+
+TEST(CudaAttention, WgmmaPrefillGraphReplay) {
+  SKIP_WITHOUT_CUDA();
+  check_prefill_graph_replay(8, 2, 64, 32, 1800);
+  check_prefill_graph_replay(16, 2, 128, 64, 1801);
+  check_prefill_graph_replay(2, 2, 128, 256, 1802);
+}
+
+// The mma.sync kernel stays correct on every GPU (the wgmma kernel forced off on Hopper).
+TEST(CudaAttention, MmaSyncPrefillWhenWgmmaDisabled) {
+  SKIP_WITHOUT_CUDA();
+  ScopedPrefillPath path(false);
+  uint32_t seed = 1900;
+  for (int64_t D : {64, 128}) {
+    const std::vector<int32_t> lens{2, 17, 64, 65, 129, 300};
+    check_attention(Batch{lens, lens}, 8, 2, D, 16, seed++);
+    check_attention(Batch{{1, 3, 130, 1}, {300, 3 + 125, 130 + 127, 9}}, 8, 1, D, 32, seed++);
+  }
+  check_attention(Batch{{700, 20, 1}, {3000, 20 + 500, 1001}}, 32, 8, 128, 16, seed++);
+  check_prefill_graph_replay(8, 2, 128, 16, seed++);
+}
+
+// Timing only (run with --gtest_also_run_disabled_tests --gtest_filter='CudaAttentionBench.*Prefill*'):
+// causal prefills, each timed with the wgmma kernel (sm_90a; elsewhere the same kernel twice) and with the
+// mma.sync kernel. FLOPs counted as causal: per sequence 4 * L^2 / 2 * Hq * D (Q K^T and P V, half the
+// score matrix).
+void bench_prefill(const char* name, const Batch& b, int64_t Hq, int64_t Hk, int64_t D, int64_t BS) {
+  std::mt19937 rng(900 + static_cast<uint32_t>(BS + D));
+  int64_t blocks = 0;
+  double flops = 0;
+  for (size_t s = 0; s < b.qlen.size(); ++s) {
+    blocks += (b.ctx[s] + BS - 1) / BS;
+    flops += 4.0 * static_cast<double>(b.qlen[s]) * static_cast<double>(b.qlen[s]) / 2.0 * static_cast<double>(Hq * D);
+  }
+  const int64_t NB = blocks + 3;
+  BatchMeta m = make_meta(b, BS, NB, rng);
+  const int64_t T = m.T;
+  auto q = random_bf16(static_cast<size_t>(T * Hq * D), rng, -2.0f, 2.0f);
+  auto kc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng, -2.0f, 2.0f);
+  auto vc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng);
+  DeviceTensor d_q(DType::kBF16, {T, Hq, D}, q.bits), d_out(DType::kBF16, {T, Hq, D});
+  DeviceTensor d_k(DType::kBF16, {NB, BS, Hk, D}, kc.bits), d_v(DType::kBF16, {NB, BS, Hk, D}, vc.bits);
+  DeviceMeta dm(m, BS);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  std::vector<float> first;
+  for (bool wgmma : {true, false}) {
+    ScopedPrefillPath path(wgmma);
     d_out.fill_bytes(0xff);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     auto run = [&] { cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {}); };
     for (int i = 0; i < 3; ++i) run();
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -417,17 +520,28 @@ TEST(CudaAttentionBench, DISABLED_Prefill8k) {
     CUDA_CHECK(cudaEventDestroy(e1));
     std::sort(ms.begin(), ms.end());
     const double med = ms[ms.size() / 2];
-    const double flops = 4.0 * static_cast<double>(T) * static_cast<double>(T) / 2.0 * static_cast<double>(Hq * D);
-    std::printf("Prefill8k T=%lld Hq=%lld Hk=%lld D=%lld BS=%lld: median %.3f ms (min %.3f, max %.3f), %.1f TFLOP/s\n",
-                static_cast<long long>(T), static_cast<long long>(Hq), static_cast<long long>(Hk),
-                static_cast<long long>(D), static_cast<long long>(BS), med, ms.front(), ms.back(),
-                flops / (med * 1e-3) / 1e12);
-    // every element written and finite (outputs were NaN-poisoned)
+    std::printf("%-10s %-8s T=%lld Hq=%lld Hk=%lld D=%lld BS=%lld: median %.3f ms (min %.3f, max %.3f), %.1f TFLOP/s\n",
+                name, wgmma ? "wgmma" : "mma.sync", static_cast<long long>(T), static_cast<long long>(Hq),
+                static_cast<long long>(Hk), static_cast<long long>(D), static_cast<long long>(BS), med, ms.front(),
+                ms.back(), flops / (med * 1e-3) / 1e12);
+    // every element written and finite (outputs were NaN-poisoned); both kernels agree to bf16 rounding
     const std::vector<float> got = d_out.download_f32();
     size_t bad = 0;
     for (float v : got) bad += std::isfinite(v) ? 0 : 1;
-    EXPECT_EQ(bad, 0u);
+    EXPECT_EQ(bad, 0u) << name;
+    if (first.empty()) first = got;
+    else expect_close(got, first, kAtol, kRtol, std::string(name) + " wgmma vs mma.sync");
   }
+}
+
+TEST(CudaAttentionBench, DISABLED_Prefill8k) {
+  SKIP_WITHOUT_CUDA();
+  const Batch one{{8192}, {8192}};
+  for (int64_t BS : {16, 256}) bench_prefill("8k", one, 32, 8, 128, BS);
+  bench_prefill("8k", one, 32, 8, 64, 16);
+  const Batch eight{std::vector<int32_t>(8, 1024), std::vector<int32_t>(8, 1024)};
+  bench_prefill("8x1k", eight, 32, 8, 128, 16);
+  bench_prefill("8x1k", eight, 32, 8, 64, 16);
 }
 
 // Timing only (run with --gtest_also_run_disabled_tests --gtest_filter='CudaAttentionBench.*Decode*'):

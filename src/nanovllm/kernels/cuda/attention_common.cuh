@@ -149,6 +149,9 @@ __device__ __forceinline__ void attend_tile(const float* qw, const __nv_bfloat16
 void launch_prefill(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st);
 // Tensor-core prefill (attention_prefill_tc.cu); false when head_dim has no tensor-core build (64, 128).
 bool launch_prefill_tc(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st);
+// Hopper wgmma prefill (attention_prefill_wgmma.cu); false (nothing launched) unless head_dim is 64 / 128,
+// the device is sm_90 and the binary carries sm_90a code, and NANOVLLM_PREFILL_WGMMA is not "0".
+bool launch_prefill_wgmma(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st);
 void launch_decode(const Params& p, int head_dim, cudaStream_t st);
 // Tensor-core decode with the split combine fused in (attention_decode.cu); head_dim 64 and 128.
 bool decode_tc_supported(int head_dim);

@@ -1,6 +1,7 @@
 // paged_attention dispatcher: decode kernel (split-KV) when every query length is 1
 // (meta.max_query_len == 1), the prefill/mixed kernel otherwise: tensor cores for head_dim 64 and 128
-// (attention_prefill_tc.cu), SIMT for the rest (attention_prefill.cu).
+// (wgmma on sm_90a: attention_prefill_wgmma.cu; mma.sync elsewhere: attention_prefill_tc.cu), SIMT for the
+// rest (attention_prefill.cu).
 //
 // Decode, head_dim 64 / 128 (tensor-core kernel, fused combine): the host picks only the most splits
 // per sequence, S_max = min(kMaxSplits, ceil(max_context_len / kMinSplitKeys), ceil(kTargetCtasPerSm x
@@ -130,7 +131,8 @@ void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorVie
     attn::launch_decode(p, static_cast<int>(D), st);
     if (p.num_splits > 1) attn::launch_combine(p, static_cast<int>(D), st);
   } else {
-    if (!attn::launch_prefill_tc(p, static_cast<int>(D), T, st)) attn::launch_prefill(p, static_cast<int>(D), T, st);
+    const int d = static_cast<int>(D);
+    if (!attn::launch_prefill_wgmma(p, d, T, st) && !attn::launch_prefill_tc(p, d, T, st)) attn::launch_prefill(p, d, T, st);
   }
 }
 

@@ -1,0 +1,466 @@
+// Hopper (sm_90a) prefill / mixed-batch paged attention with wgmma, head_dim 64 and 128.
+//
+// Same contract and tile mapping as attention_prefill_tc.cu (the mma.sync kernel, kept for sm_80/89 and
+// as the fallback): items = (query row, head of one GQA group) pairs packed along M, keys gathered row by
+// row through the block table with 16-byte cp.async (any block size), device-side CTA -> (sequence, query
+// tile) mapping over cu_seqlens with the heaviest tiles first, causal with the prefix offset
+// (position = ctx - qlen + row).
+//
+// CTA = 2 warpgroups (256 threads) = 128 items; warpgroup w owns items [64w, 64w + 64). Key tiles of 128.
+// Per tile and warpgroup:
+//   S = Q K^T   8 (D 128) or 4 (D 64) x wgmma m64n128k16, A = Q and B = K both from shared memory
+//               (K-major, 128-byte swizzle);
+//   softmax     online, base 2, in registers (the accumulator layout is mma.sync's C layout per warp);
+//   O += P V    P re-packed to bf16 in registers as the A operand (accumulator layout == A fragment
+//               layout), 8 x wgmma m64n{D}k16 with B = V from shared memory (MN-major: dims contiguous,
+//               trans-b), O accumulators (64 x D per warpgroup) in registers.
+// Shared memory, every operand tile in the canonical 128-byte-swizzle layout: 64-element (128-byte) rows,
+// 16-byte chunk c of row r stored at chunk c ^ (r % 8), 8-row atoms of 1024 bytes, D 128 split into two
+// 64-column halves. Q: [2 wg][D/64 halves][64 rows][128 B]; K, V: [2 stages][D/64 halves][128 keys][128 B].
+// Pipeline: 2 K/V stages; tile j+1 is gathered (all 256 threads, cp.async) while tile j is computed.
+// A warpgroup skips the tiles past its own last query position (causal early exit) and, in a CTA with
+// fewer items than 128 (decode tokens in a mixed batch), warpgroup 1 skips every tile.
+//
+// Resources (D 128): 160 KB + 2 KB shared memory -> 1 CTA per SM, 255-register cap (256 threads).
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "nanovllm/kernels/cuda/attention_common.cuh"
+
+// wgmma needs the architecture-specific sm_90a target; other targets compile a stub that traps (the host
+// side launches this kernel only when the loaded binary has sm_90a code, see wgmma_usable()).
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define NANOVLLM_WGMMA_DEVICE 1
+#endif
+
+namespace nanovllm::cuda_ops::attn {
+namespace {
+
+constexpr int kWgs = 2;               // consumer warpgroups per CTA
+constexpr int kThreads = 128 * kWgs;
+constexpr int kBM = 64 * kWgs;        // items per CTA
+constexpr int kBN = 128;              // keys per tile
+constexpr int kMaxDevices = 64;
+
+template <int D>
+struct WgCfg {
+  static constexpr int kQBytes = 64 * D * 2;          // per warpgroup
+  static constexpr int kKvBytes = kBN * D * 2;        // one K (or V) tile
+  // Q, 2 x K, 2 x V, 2 slot tables, + 1 KB so the tiles can be aligned to the 1024-byte swizzle atom
+  static constexpr size_t kSmem = size_t{kWgs} * kQBytes + size_t{4} * kKvBytes + size_t{2} * kBN * 4 + 1024;
+};
+
+#ifdef NANOVLLM_WGMMA_DEVICE
+constexpr int kHalfRowsBytes = 128;  // bytes per swizzled row (64 bf16)
+template <int D>
+struct WgDev : WgCfg<D> {
+  static constexpr int kHalfBytes = kBN * kHalfRowsBytes;  // one 64-column half of a K/V tile
+  static constexpr int kChunks = D / 8;                    // 16-byte chunks per row
+  static constexpr int kKvPasses = kBN * kChunks / kThreads;
+  static constexpr int kQPasses = kBM * kChunks / kThreads;
+};
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16_zfill(unsigned dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+// Byte offset of 16-byte chunk `c` (of D/8) in row `r` of a swizzled [rows][D] tile whose 64-column halves
+// are `half_bytes` apart.
+__device__ __forceinline__ int swz(int r, int c, int half_bytes) {
+  return (c >> 3) * half_bytes + r * kHalfRowsBytes + (((c & 7) ^ (r & 7)) << 4);
+}
+
+// Shared-memory matrix descriptor, 128-byte swizzle. lbo / sbo in bytes (see the PTX ISA "matrix
+// descriptor"): K-major operands use sbo = 1024 (8-row atoms), lbo unused; the MN-major V operand uses
+// lbo = distance between 64-column halves, sbo = 1024 (8-key groups).
+__device__ __forceinline__ uint64_t make_desc(unsigned saddr, unsigned lbo, unsigned sbo) {
+  return static_cast<uint64_t>((saddr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
+         (static_cast<uint64_t>(sbo >> 4) << 32) | (uint64_t{1} << 62);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Keeps the compiler from moving accumulator reads / writes across the async wgmma boundary.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// d (+)= A[64x16] (shared, K-major) * B[128x16]^T (shared, K-major); scale_d == 0: d = A B.
+__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+// d += A[64x16] (registers, bf16x2) * B[16x128] (shared, MN-major: N contiguous, trans-b = 1).
+__device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+// d += A[64x16] (registers, bf16x2) * B[16x64] (shared, MN-major: N contiguous, trans-b = 1).
+__device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+template <int D> struct PvMma;
+template <> struct PvMma<128> {
+  static __device__ __forceinline__ void run(float (&o)[64], const uint32_t (&a)[4], uint64_t db) {
+    wgmma_rs_n128(o, a, db);
+  }
+};
+template <> struct PvMma<64> {
+  static __device__ __forceinline__ void run(float (&o)[32], const uint32_t (&a)[4], uint64_t db) {
+    wgmma_rs_n64(o, a, db);
+  }
+};
+#endif  // NANOVLLM_WGMMA_DEVICE
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    prefill_wgmma_kernel(Params p, int rows_per_cta, int gc, int gchunks) {
+#ifdef NANOVLLM_WGMMA_DEVICE
+  using C = WgDev<D>;
+  extern __shared__ unsigned char smem_raw[];
+  // 1024-byte aligned base (swizzle atoms are addressed by absolute shared-memory address bits).
+  unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+  unsigned char* qs = smem;                               // [2 wg][halves][64][128 B]
+  unsigned char* ks = qs + kWgs * C::kQBytes;             // [2 stages][halves][128][128 B]
+  unsigned char* vs = ks + 2 * C::kKvBytes;               // [2 stages][halves][128][128 B]
+  int* slots = reinterpret_cast<int*>(vs + 2 * C::kKvBytes);  // [2][128] cache slot per key, -1 = none
+  __shared__ int tile_info[2];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2, wwarp = warp & 3;  // warpgroup, warp within it
+  const int nunits = p.hk * gchunks;
+  const int unit = static_cast<int>(blockIdx.x % static_cast<unsigned>(nunits));
+  const int rev = static_cast<int>(blockIdx.x / static_cast<unsigned>(nunits));
+  const int kvh = unit / gchunks;
+  const int g0 = (unit % gchunks) * gc;
+  const int gcount = min(gc, p.g - g0);
+
+  if (warp == 0) {  // CTA -> (sequence, query tile), heaviest first (as in attention_prefill_tc.cu)
+    int total = 0;
+    for (int s0 = 0; s0 < p.num_seqs; s0 += 32) {
+      const int s = s0 + lane;
+      if (s < p.num_seqs) total += (p.cu[s + 1] - p.cu[s] + rows_per_cta - 1) / rows_per_cta;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+    const int bx = total - 1 - rev;
+    int base = 0, found_seq = -1, found_tile = 0;
+    for (int s0 = 0; s0 < p.num_seqs && found_seq < 0 && bx >= 0; s0 += 32) {
+      const int s = s0 + lane;
+      const int qlen = s < p.num_seqs ? p.cu[s + 1] - p.cu[s] : 0;
+      const int n = (qlen + rows_per_cta - 1) / rows_per_cta;
+      int incl = n;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += y;
+      }
+      const unsigned hit = __ballot_sync(0xffffffffu, base + incl > bx && n > 0);
+      if (hit != 0) {
+        const int src = __ffs(hit) - 1;
+        const int excl = __shfl_sync(0xffffffffu, base + incl - n, src);
+        found_seq = s0 + src;
+        found_tile = bx - excl;
+      }
+      base += __shfl_sync(0xffffffffu, incl, 31);
+    }
+    if (lane == 0) {
+      tile_info[0] = found_seq;
+      tile_info[1] = found_tile * rows_per_cta;
+    }
+  }
+  __syncthreads();
+  const int seq = tile_info[0];
+  if (seq < 0) return;  // grid over-provisioned: no tile for this CTA
+  const int row0 = tile_info[1];
+  const int q_begin = p.cu[seq], q_end = p.cu[seq + 1];
+  const int ctx = p.ctx[seq];
+  const int rows = min(rows_per_cta, q_end - q_begin - row0);
+  const int pos0 = ctx - (q_end - q_begin) + row0;  // position of the CTA's first query row
+  const int last_pos = pos0 + rows - 1;
+  const int nkeys = min(last_pos + 1, ctx);
+  const int ntiles = nkeys > 0 ? (nkeys + kBN - 1) / kBN : 0;
+  const int32_t* bt = p.bt + int64_t{seq} * p.max_blocks;
+  const int64_t head_base = int64_t{kvh} * p.g + g0;
+
+  // This warpgroup's query positions: items [64 wg, 64 wg + 64) -> rows [first_row, last_row].
+  const int wg_first_row = (64 * wg) / gc;
+  const bool wg_live = wg_first_row < rows;
+  const int wg_first_pos = pos0 + wg_first_row;
+  const int wg_last_pos = pos0 + min(rows - 1, (64 * wg + 63) / gc);
+
+  auto key_slot = [&](int tile, int k) {  // cache slot of key `k` of `tile`, -1 past the visible keys
+    const int j = tile * kBN + k;
+    return j < nkeys ? bt[j / p.block_size] * p.block_size + j % p.block_size : -1;
+  };
+  const int cc = tid % C::kChunks, r_base = tid / C::kChunks;
+  constexpr int kRowsPerPass = kThreads / C::kChunks;
+  auto issue_kv = [&](int buf) {
+#pragma unroll
+    for (int k = 0; k < C::kKvPasses; ++k) {
+      const int r = r_base + k * kRowsPerPass;
+      const int slot = slots[buf * kBN + r];
+      const int64_t off = (int64_t{slot} * p.hk + kvh) * D + cc * 8;
+      const int dst = buf * C::kKvBytes + swz(r, cc, C::kHalfBytes);
+      cp_async16_zfill(smem_u32(ks + dst), slot >= 0 ? p.k_cache + off : p.k_cache, slot >= 0);
+      cp_async16_zfill(smem_u32(vs + dst), slot >= 0 ? p.v_cache + off : p.v_cache, slot >= 0);
+    }
+  };
+
+  // Slot tables of tiles 0 and 1 (threads 0-127: tile 0, 128-255: tile 1).
+  slots[tid] = key_slot(tid / kBN, tid % kBN);
+  // Queries (zero rows for unused items): item i -> query row i / gc, head g0 + i % gc.
+#pragma unroll
+  for (int k = 0; k < C::kQPasses; ++k) {
+    const int i = r_base + k * kRowsPerPass;
+    const int r = i / gc, gi = i % gc;
+    const bool valid = r < rows && gi < gcount;
+    const __nv_bfloat16* src =
+        valid ? p.q + ((int64_t{q_begin} + row0 + r) * p.hq + head_base + gi) * D + cc * 8 : p.q;
+    cp_async16_zfill(smem_u32(qs + (i >> 6) * C::kQBytes + swz(i & 63, cc, 64 * kHalfRowsBytes)), src, valid);
+  }
+  __syncthreads();  // slot tables
+  if (ntiles > 0) issue_kv(0);
+  cp_async_commit();
+
+  // This thread's two items (accumulator rows): wwarp * 16 + gq (+ 8) of the warpgroup.
+  const int gq = lane >> 2, tq = lane & 3;
+  int lim[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int i = 64 * wg + wwarp * 16 + gq + 8 * h;
+    const int r = i / gc;
+    lim[h] = (r < rows && i % gc < gcount) ? pos0 + r : last_pos;
+  }
+
+  constexpr int kON = D / 2;  // O accumulator registers per thread (64 x D per warpgroup / 128 threads)
+  float o[kON];
+#pragma unroll
+  for (int i = 0; i < kON; ++i) o[i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const float sl2 = p.scale_log2;
+  const unsigned q_base = smem_u32(qs + wg * C::kQBytes);
+  const unsigned k_base = smem_u32(ks), v_base = smem_u32(vs);
+
+  for (int tile = 0; tile < ntiles; ++tile) {
+    const int buf = tile & 1;
+    cp_async_wait<0>();
+    fence_proxy_async();  // this thread's cp.async writes -> visible to the tensor cores (async proxy)
+    __syncthreads();      // tile landed everywhere; everyone done with tile - 1 (buffer buf ^ 1, table buf)
+    if (tile + 1 < ntiles) issue_kv(buf ^ 1);
+    cp_async_commit();
+    // Slot table for tile + 2 (table buf is free: tile's copies were issued before the barrier);
+    // looked up now, stored after the MMAs.
+    const int next_slot = tid < kBN && tile + 2 < ntiles ? key_slot(tile + 2, tid) : -1;
+
+    const int key0 = tile * kBN;
+    if (wg_live && key0 <= wg_last_pos) {
+      // S = Q K^T  [64 items x 128 keys] per warpgroup
+      float s[64];
+      const unsigned kb = k_base + buf * C::kKvBytes;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint64_t da = make_desc(q_base + (kk >> 2) * (64 * kHalfRowsBytes) + (kk & 3) * 32, 16, 1024);
+        const uint64_t db = make_desc(kb + (kk >> 2) * C::kHalfBytes + (kk & 3) * 32, 16, 1024);
+        wgmma_ss_n128(s, da, db, kk > 0 ? 1 : 0);
+      }
+      wgmma_commit();
+      wgmma_wait0();
+      fence_regs(s);
+
+      if (key0 + kBN - 1 > wg_first_pos) {  // causal diagonal / ragged end: mask keys past each row's limit
+#pragma unroll
+        for (int n = 0; n < 16; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int kj = key0 + n * 8 + 2 * tq + (e & 1);
+            if (kj > lim[e >> 1]) s[4 * n + e] = -INFINITY;
+          }
+        }
+      }
+
+      float mx[2] = {m[0], m[1]};
+#pragma unroll
+      for (int n = 0; n < 16; ++n) {
+        mx[0] = fmaxf(mx[0], fmaxf(s[4 * n], s[4 * n + 1]));
+        mx[1] = fmaxf(mx[1], fmaxf(s[4 * n + 2], s[4 * n + 3]));
+      }
+      float mref[2], alpha[2], rs[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        mref[h] = mx[h] == -INFINITY ? 0.0f : mx[h] * sl2;  // a fully masked row so far: keep exp2 finite
+        alpha[h] = ex2(m[h] * sl2 - mref[h]);
+        m[h] = mx[h];
+      }
+      uint32_t pa[8][4];  // P as the A operand of 8 k-steps (16 keys each)
+#pragma unroll
+      for (int n = 0; n < 16; ++n) {
+        const float p0 = ex2(fmaf(s[4 * n + 0], sl2, -mref[0])), p1 = ex2(fmaf(s[4 * n + 1], sl2, -mref[0]));
+        const float p2 = ex2(fmaf(s[4 * n + 2], sl2, -mref[1])), p3 = ex2(fmaf(s[4 * n + 3], sl2, -mref[1]));
+        rs[0] += p0 + p1;
+        rs[1] += p2 + p3;
+        pa[n >> 1][(n & 1) * 2 + 0] = pack_bf16(p0, p1);
+        pa[n >> 1][(n & 1) * 2 + 1] = pack_bf16(p2, p3);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + rs[h];
+#pragma unroll
+      for (int d = 0; d < kON / 4; ++d) {
+        o[4 * d + 0] *= alpha[0];
+        o[4 * d + 1] *= alpha[0];
+        o[4 * d + 2] *= alpha[1];
+        o[4 * d + 3] *= alpha[1];
+      }
+
+      // O += P V: k-steps of 16 keys; V tile MN-major (lbo: 64-column halves, sbo: 8-key groups).
+      const unsigned vb = v_base + buf * C::kKvBytes;
+      fence_regs(o);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        const uint64_t db = make_desc(vb + kk * 16 * kHalfRowsBytes, C::kHalfBytes, 1024);
+        PvMma<D>::run(o, pa[kk], db);
+      }
+      wgmma_commit();
+      wgmma_wait0();
+      fence_regs(o);
+    }
+    if (tid < kBN && tile + 2 < ntiles) slots[buf * kBN + tid] = next_slot;
+  }
+
+  // Epilogue: normalise, stage each warp's 16 rows as bf16 (swizzled, in its warpgroup's Q tile), then
+  // 16-byte stores of the valid items.
+  cp_async_wait<0>();
+  __syncthreads();  // all wgmma reads of Q done (and, ntiles == 0, the Q copies landed)
+  float inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float t = l[h];
+    t += __shfl_xor_sync(0xffffffffu, t, 1);
+    t += __shfl_xor_sync(0xffffffffu, t, 2);
+    inv[h] = t > 0.0f ? 1.0f / t : 0.0f;
+  }
+  unsigned char* stage = qs + wg * C::kQBytes;
+#pragma unroll
+  for (int d = 0; d < kON / 4; ++d) {  // dims 8d + 2tq, +1
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = wwarp * 16 + gq + 8 * h;
+      *reinterpret_cast<__nv_bfloat162*>(stage + swz(r, d, 64 * kHalfRowsBytes) + tq * 4) =
+          __floats2bfloat162_rn(o[4 * d + 2 * h] * inv[h], o[4 * d + 2 * h + 1] * inv[h]);
+    }
+  }
+  __syncwarp();
+#pragma unroll
+  for (int k = 0; k < 16 * C::kChunks / 32; ++k) {
+    const int c = lane + 32 * k;
+    const int rl = wwarp * 16 + c / C::kChunks, ch = c % C::kChunks;
+    const int i = 64 * wg + rl;
+    const int r = i / gc, gi = i % gc;
+    if (r < rows && gi < gcount) {
+      const uint4 v = *reinterpret_cast<const uint4*>(stage + swz(rl, ch, 64 * kHalfRowsBytes));
+      *reinterpret_cast<uint4*>(p.out + ((int64_t{q_begin} + row0 + r) * p.hq + head_base + gi) * D + ch * 8) = v;
+    }
+  }
+#else
+  __trap();  // built without sm_90a: the host never launches this (wgmma_usable() is false)
+#endif
+}
+
+// The loaded binary of the kernel is sm_90a code (not a JIT of an older target's PTX, not a plain sm_90
+// build): its PTX / binary versions are 90 and the device is compute capability 9.0.
+template <int D>
+bool wgmma_usable(int device) {
+  static std::array<std::atomic<int>, kMaxDevices> state{};  // 0 unknown, 1 usable, 2 not
+  NANOVLLM_CHECK(device >= 0 && device < kMaxDevices, "paged_attention (cuda): device index ", device);
+  std::atomic<int>& st = state[static_cast<size_t>(device)];
+  int v = st.load(std::memory_order_acquire);
+  if (v == 0) {
+    static std::mutex mu;
+    std::lock_guard<std::mutex> lock(mu);
+    v = st.load(std::memory_order_relaxed);
+    if (v == 0) {
+      v = 2;
+      int major = 0, minor = 0, optin = 0;
+      CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+      CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+      CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+      cudaFuncAttributes attr{};
+      const cudaError_t e = cudaFuncGetAttributes(&attr, prefill_wgmma_kernel<D>);
+      if (e != cudaSuccess) (void)cudaGetLastError();
+      if (e == cudaSuccess && major == 9 && minor == 0 && attr.binaryVersion == 90 && attr.ptxVersion >= 90 &&
+          static_cast<size_t>(optin) >= WgCfg<D>::kSmem) {
+        // (the dynamic shared-memory limit is a per-function attribute of the current device's context)
+        CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(WgCfg<D>::kSmem)));
+        v = 1;
+      }
+      st.store(v, std::memory_order_release);
+    }
+  }
+  return v == 1;
+}
+
+template <int D>
+bool launch(const Params& p, int64_t num_tokens, cudaStream_t st) {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  if (!wgmma_usable<D>(device)) return false;
+  const int gc = p.g < kBM ? p.g : kBM;  // heads of the group packed along M
+  const int gchunks = (p.g + gc - 1) / gc;
+  const int rows_per_cta = kBM / gc;
+  const int64_t tiles = (num_tokens + rows_per_cta - 1) / rows_per_cta + p.num_seqs;
+  const int64_t ctas = tiles * p.hk * gchunks;
+  NANOVLLM_CHECK(ctas < (int64_t{1} << 31), "paged_attention (cuda): prefill grid too large (", ctas, " CTAs)");
+  prefill_wgmma_kernel<D><<<static_cast<unsigned>(ctas), kThreads, WgCfg<D>::kSmem, st>>>(p, rows_per_cta, gc,
+                                                                                            gchunks);
+  CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+}  // namespace
+
+// NANOVLLM_PREFILL_WGMMA=0 forces the mma.sync kernel (read on every call: tests and A/B timing flip it).
+bool launch_prefill_wgmma(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st) {
+  const char* env = std::getenv("NANOVLLM_PREFILL_WGMMA");
+  if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+  switch (head_dim) {
+    case 64: return launch<64>(p, num_tokens, st);
+    case 128: return launch<128>(p, num_tokens, st);
+    default: return false;
+  }
+}
+
+}  // namespace nanovllm::cuda_ops::attn
