@@ -252,6 +252,24 @@ void silu_mul(TensorView out, TensorView gate_up, Stream s) {
   cpu::silu_mul(out, gate_up);
 }
 
+void linear_silu_mul(TensorView out, TensorView gate_up, TensorView weight, TensorView act, Stream s) {
+  constexpr std::string_view op = "linear_silu_mul";
+  const Device dev = gate_up.device();
+  check_tensor(op, "gate_up", gate_up, dev, 2);
+  check_float(op, "gate_up", gate_up);
+  NANOVLLM_CHECK(gate_up.dim(1) % 2 == 0, op, ": gate_up ", gate_up.shape().str(), " has an odd width");
+  const int64_t T = gate_up.dim(0), I = gate_up.dim(1) / 2;
+  check_tensor(op, "weight", weight, dev, 2);
+  check_float(op, "weight", weight);
+  NANOVLLM_CHECK(weight.dim(1) == I, op, ": weight ", weight.shape().str(), " has in-features ", weight.dim(1),
+                 " but gate_up ", gate_up.shape().str(), " holds ", I);
+  check_float_tensor(op, "out", out, dev, {T, weight.dim(0)});
+  check_float_tensor(op, "act", act, dev, {T, I});
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(linear_silu_mul, dev, out, gate_up, weight, act, s);
+  cpu::silu_mul(act, gate_up);
+  cpu::linear(out, act, weight, TensorView());
+}
+
 void gather_rows(TensorView out, TensorView in, TensorView rows, Stream s) {
   constexpr std::string_view op = "gather_rows";
   const Device dev = in.device();

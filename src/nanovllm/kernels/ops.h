@@ -58,6 +58,12 @@ void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorVie
 // out = silu(gate_up[:, :I]) * gate_up[:, I:].  out [T, I], gate_up [T, 2I].
 void silu_mul(TensorView out, TensorView gate_up, Stream s = {});
 
+// out = silu_mul(gate_up) @ weight^T: the MLP down projection with the activation fused in where the
+// backend can (CUDA, decode-sized bf16 batches: one kernel); otherwise silu_mul into `act`, then linear.
+// Same values either way (the activation is rounded to act's dtype first). out [T, N], gate_up [T, 2I],
+// weight [N, I], act [T, I] scratch (contents unspecified afterwards).
+void linear_silu_mul(TensorView out, TensorView gate_up, TensorView weight, TensorView act, Stream s = {});
+
 // out[i, :] = in[rows[i], :].  out [S, H], in [T, H], rows [S] i32.
 void gather_rows(TensorView out, TensorView in, TensorView rows, Stream s = {});
 

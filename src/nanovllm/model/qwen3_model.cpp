@@ -88,8 +88,7 @@ void Qwen3Model::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& k
   // MLP block.
   ops::add_rms_norm(v.hidden, v.residual, w.post_attention_layernorm, eps, s);
   ops::linear(v.gate_up, v.hidden, w.gate_up_proj, TensorView(), s);  // [T, 2 I]
-  ops::silu_mul(v.mlp_act, v.gate_up, s);                             // [T, I]
-  ops::linear(v.hidden, v.mlp_act, w.down_proj, TensorView(), s);     // [T, H]
+  ops::linear_silu_mul(v.hidden, v.gate_up, w.down_proj, v.mlp_act, s);  // [T, H]; mlp_act [T, I] scratch
 }
 
 void Qwen3Model::head(const DecoderInputs& in, const DecoderWorkspace& ws, ops::Stream s) const {

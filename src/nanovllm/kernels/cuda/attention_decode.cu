@@ -30,6 +30,7 @@
 #include <mutex>
 
 #include "nanovllm/kernels/cuda/attention_common.cuh"
+#include "nanovllm/kernels/cuda/pdl.cuh"
 
 namespace nanovllm::cuda_ops::attn {
 namespace {
@@ -300,21 +301,6 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
 #pragma unroll
   for (int s = 0; s < NST; ++s) slot_pro[s] = slot_of(s);
 
-  // Q fragments (rows gq and gq + 8 = heads g0 + row; rows >= gcount are zeros), straight from global.
-  uint32_t qf[C::kKSteps][4];
-  {
-    const uint32_t* q_lo = reinterpret_cast<const uint32_t*>(p.q + (int64_t{t} * p.hq + head0 + gq) * D);
-    const uint32_t* q_hi = reinterpret_cast<const uint32_t*>(p.q + (int64_t{t} * p.hq + head0 + gq + 8) * D);
-    const bool lo_ok = gq < gcount, hi_ok = gq + 8 < gcount;
-#pragma unroll
-    for (int kk = 0; kk < C::kKSteps; ++kk) {
-      qf[kk][0] = lo_ok ? q_lo[kk * 8 + tq] : 0u;
-      qf[kk][1] = hi_ok ? q_hi[kk * 8 + tq] : 0u;
-      qf[kk][2] = lo_ok ? q_lo[kk * 8 + 4 + tq] : 0u;
-      qf[kk][3] = hi_ok ? q_hi[kk * 8 + 4 + tq] : 0u;
-    }
-  }
-
   unsigned char* wbase = smem + warp * C::kWarpBytes;
   const unsigned wbase_s = smem_u32(wbase);
   // Copy the tile whose key slots lane l (mod 16) holds in `slot_reg` into `stage`.
@@ -334,6 +320,39 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
     }
   };
 
+  // PDL (pdl.cuh): the metadata and block tables above are the step's host upload, and every key but the
+  // newest (ctx - 1, stored by the preceding qkv_prologue) was cached by earlier steps. So when none of
+  // this warp's first NST - 1 tiles holds key ctx - 1 (uniform per warp) their copies start before the
+  // wait; q (the predecessor's output) is read after it.
+  const int n_pro = min(my_tiles, NST - 1);
+  const bool early = n_pro == 0 || min(k_end, k_begin + (warp + (n_pro - 1) * kTcWarps + 1) * kTcKeys) - 1 < ctx - 1;
+  auto issue_prologue = [&] {
+#pragma unroll
+    for (int s = 0; s < NST - 1; ++s) {
+      if (s < my_tiles) issue(slot_pro[s], s);
+      cp_async_commit();
+    }
+  };
+  if (early) issue_prologue();
+  pdl_wait();
+  pdl_trigger();
+  if (!early) issue_prologue();
+
+  // Q fragments (rows gq and gq + 8 = heads g0 + row; rows >= gcount are zeros), straight from global.
+  uint32_t qf[C::kKSteps][4];
+  {
+    const uint32_t* q_lo = reinterpret_cast<const uint32_t*>(p.q + (int64_t{t} * p.hq + head0 + gq) * D);
+    const uint32_t* q_hi = reinterpret_cast<const uint32_t*>(p.q + (int64_t{t} * p.hq + head0 + gq + 8) * D);
+    const bool lo_ok = gq < gcount, hi_ok = gq + 8 < gcount;
+#pragma unroll
+    for (int kk = 0; kk < C::kKSteps; ++kk) {
+      qf[kk][0] = lo_ok ? q_lo[kk * 8 + tq] : 0u;
+      qf[kk][1] = hi_ok ? q_hi[kk * 8 + tq] : 0u;
+      qf[kk][2] = lo_ok ? q_lo[kk * 8 + 4 + tq] : 0u;
+      qf[kk][3] = hi_ok ? q_hi[kk * 8 + 4 + tq] : 0u;
+    }
+  }
+
   float o[D / 8][4];
 #pragma unroll
   for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
@@ -345,11 +364,6 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
   const unsigned k_off = (((lane & 7) + ((lane >> 4) << 3)) * C::kStride + ((lane >> 3) & 1) * 8) * 2;
   const unsigned v_off = (C::kTileElems + ((lane & 7) + (((lane >> 3) & 1) << 3)) * C::kStride + (lane >> 4) * 8) * 2;
 
-#pragma unroll
-  for (int s = 0; s < NST - 1; ++s) {
-    if (s < my_tiles) issue(slot_pro[s], s);
-    cp_async_commit();
-  }
   int slot_next = slot_pro[NST - 1];
   int stage = 0;
   for (int i = 0; i < my_tiles; ++i) {
@@ -523,7 +537,7 @@ void launch_tc(const Params& p, int gc, cudaStream_t st) {
                  p.num_splits);
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.hk * gchunks),
                   static_cast<unsigned>(p.num_splits));
-  decode_tc_kernel<D, NST><<<grid, kTcThreads, C::kSmem, st>>>(p, gc, gchunks);
+  launch_pdl(decode_tc_kernel<D, NST>, grid, dim3(kTcThreads), C::kSmem, st, p, gc, gchunks);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -21,6 +21,7 @@ void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorVie
 void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
                      const AttentionMetadata& meta, float scale, ops::Stream s);
 void silu_mul(TensorView out, TensorView gate_up, ops::Stream s);
+void linear_silu_mul(TensorView out, TensorView gate_up, TensorView weight, TensorView act, ops::Stream s);
 void gather_rows(TensorView out, TensorView in, TensorView rows, ops::Stream s);
 void convert(TensorView out, TensorView x, ops::Stream s);
 

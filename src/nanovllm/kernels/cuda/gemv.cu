@@ -15,7 +15,13 @@
 //     a fixed order. When the row tiles are too few to fill the GPU the K range is also split across
 //     `k_split` CTAs: each writes fp32 partials [k_split, T, N] to a per-device workspace, and the last
 //     CTA of a row group (atomic counter, reset by that CTA) sums them in split order: deterministic.
-//   * W loads bypass L1 (no_allocate) with a 256-byte L2 prefetch hint (= one quad's row segment).
+//   * W loads bypass L1 (no_allocate) with a 256-byte L2 prefetch hint (= one quad's row segment); each
+//     warp keeps the next step's W loads in flight while the current step's products run.
+//   * Launched with PDL (pdl.cuh): before waiting for the preceding kernel, each CTA requests its weight
+//     slice (up to a per-CTA budget) into L2 with bulk prefetches and loads its first W step, so the
+//     weight stream starts during the predecessor's tail.
+//   * gemv_silu: x = silu(gate) * up computed from gate_up [T, 2K] on the fly (rounded to bf16 exactly
+//     as silu_mul stores it), which removes the silu_mul launch and its round trip before down_proj.
 // The workspace is allocated at first use (run a warm-up step before capturing CUDA graphs) and assumes
 // one stream per device runs gemv at a time, like the cuBLASLt workspace in linear.cu.
 #include <algorithm>
@@ -23,10 +29,12 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
 #include "nanovllm/kernels/cuda/gemv.cuh"
+#include "nanovllm/kernels/cuda/pdl.cuh"
 
 namespace nanovllm::cuda_ops {
 namespace {
@@ -43,6 +51,8 @@ constexpr int kMaxDevices = 64;
 std::atomic<int> g_waves{4};
 std::atomic<int> g_forced_split{0};
 std::atomic<int> g_forced_rt{0};
+// L2 prefetch budget per CTA (bytes of its weight slice requested before pdl_wait); 0 disables.
+std::atomic<unsigned> g_prefetch_cta_bytes{64u << 10};
 
 __device__ __forceinline__ uint4 ld_weight(const uint4* p) {
   uint4 r;
@@ -67,11 +77,36 @@ __device__ __forceinline__ void store_out(void* out, int64_t i, float v) {
 }
 
 // kNT: 8-token B tiles (1: T <= 8, 2: T <= 16). Kv = K / 8; vpg = vectors per K group.
-template <int kNT, bool kOutF32>
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
+
+// One 16-byte x vector (8 consecutive k of one token). kSilu: x = silu(gate) * up rounded to bf16 (the
+// values silu_mul would store), gate at xr[v], up at xr[v + Kv].
+template <bool kSilu>
+__device__ __forceinline__ uint4 load_x(const uint4* xr, int v, int Kv) {
+  if constexpr (kSilu) {
+    float g[8], u[8];
+    bf16x8_to_f32(__ldg(xr + v), g);
+    bf16x8_to_f32(__ldg(xr + Kv + v), u);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) g[i] = silu(g[i]) * u[i];
+    return f32_to_bf16x8(g);
+  } else {
+    return __ldg(xr + v);
+  }
+}
+
+// kNT: 8-token B tiles (1: T <= 8, 2: T <= 16). Kv = K / 8; vpg = vectors per K group; x_pitch = vectors
+// per x row (Kv, or 2 Kv for kSilu). prefetch_row_bytes: per-row cap of the L2 prefetch (0: none).
+//
+// PDL (pdl.cuh): the weights are not produced by the preceding kernel, so before pdl_wait() each CTA
+// asks the copy engine to stream its weight slice (up to the cap) into L2 and loads its first step of
+// W into registers; x (the predecessor's output) is read only after the wait. The main loop keeps the
+// next step's W loads in flight while the current step's products run (two register buffers).
+template <int kNT, bool kOutF32, bool kSilu>
 __global__ void __launch_bounds__(kThreads, 2)
-gemv_kernel(void* __restrict__ out, const uint4* __restrict__ x, const uint4* __restrict__ w,
+gemv_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitch, const uint4* __restrict__ w,
             const void* __restrict__ bias, int bias_dt, int T, int N, int Kv, int RT, int vpg,
-            float* __restrict__ ws, unsigned* __restrict__ counters) {
+            unsigned prefetch_row_bytes, float* __restrict__ ws, unsigned* __restrict__ counters) {
   __shared__ float red[kWarps][16][kNT * 8];  // per-warp C tiles [rows, tokens]
   __shared__ unsigned is_last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -83,37 +118,77 @@ gemv_kernel(void* __restrict__ out, const uint4* __restrict__ x, const uint4* __
   const int v_begin = min(Kv, group * vpg), v_end = min(Kv, v_begin + vpg);
   const uint4* w_lo = w + int64_t{min(row_lo, N - 1)} * Kv;
   const uint4* w_hi = w + int64_t{min(row_lo + 8, N - 1)} * Kv;
-  const uint4* xr[kNT];
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) xr[nt] = x + int64_t{min(g + 8 * nt, T - 1)} * Kv;
 
-  float acc[kNT][4];
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-
-  for (int vb = v_begin; vb < v_end; vb += kStepVecs) {
-    uint4 a_lo[kU], a_hi[kU], b[kNT][kU];
+  // ---- Prologue (weights only). ----
+  if (prefetch_row_bytes != 0 && threadIdx.x < RT * 16) {
+    const int row = blockIdx.x * RT * 16 + threadIdx.x;
+    const int cv0 = min(Kv, static_cast<int>(blockIdx.y) * KS * vpg);
+    const int cv1 = min(Kv, cv0 + KS * vpg);
+    const unsigned bytes = min(static_cast<unsigned>(cv1 - cv0) * 16u, prefetch_row_bytes);
+    if (row < N && bytes != 0) prefetch_l2_bulk(w + int64_t{row} * Kv + cv0, bytes);
+  }
+  uint4 a0_lo[kU], a0_hi[kU], a1_lo[kU], a1_hi[kU];
+  auto load_w = [&](int vb, uint4 (&lo)[kU], uint4 (&hi)[kU]) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int v = vb + q + 4 * u;
       if (v < v_end) {
-        a_lo[u] = ld_weight(w_lo + v);
-        a_hi[u] = ld_weight(w_hi + v);
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) b[nt][u] = __ldg(xr[nt] + v);
+        lo[u] = ld_weight(w_lo + v);
+        hi[u] = ld_weight(w_hi + v);
       } else {
-        a_lo[u] = a_hi[u] = make_uint4(0, 0, 0, 0);
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) b[nt][u] = make_uint4(0, 0, 0, 0);
+        lo[u] = hi[u] = make_uint4(0, 0, 0, 0);
       }
+    }
+  };
+  load_w(v_begin, a0_lo, a0_hi);
+
+  pdl_wait();
+  pdl_trigger();
+
+  const uint4* xr[kNT];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) xr[nt] = x + int64_t{min(g + 8 * nt, T - 1)} * x_pitch;
+  float acc[kNT][4];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+
+  // x for step vb, then the products with W held in (lo, hi). Out-of-range k: zero W and zero x.
+  auto step = [&](int vb, const uint4 (&lo)[kU], const uint4 (&hi)[kU]) {
+    uint4 b[kNT][kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int v = vb + q + 4 * u;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) b[nt][u] = v < v_end ? load_x<kSilu>(xr[nt], v, Kv) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
-        mma_bf16(acc[nt], a_lo[u].x, a_hi[u].x, a_lo[u].y, a_hi[u].y, b[nt][u].x, b[nt][u].y);
-        mma_bf16(acc[nt], a_lo[u].z, a_hi[u].z, a_lo[u].w, a_hi[u].w, b[nt][u].z, b[nt][u].w);
+        mma_bf16(acc[nt], lo[u].x, hi[u].x, lo[u].y, hi[u].y, b[nt][u].x, b[nt][u].y);
+        mma_bf16(acc[nt], lo[u].z, hi[u].z, lo[u].w, hi[u].w, b[nt][u].z, b[nt][u].w);
       }
+    }
+  };
+  // Two W buffers, except with the fused silu where they would exceed the register budget (16 tokens; on
+  // sm_80 / sm_89 any T: ptxas spills there).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  constexpr bool kPipe = !kSilu;
+#else
+  constexpr bool kPipe = !(kNT == 2 && kSilu);
+#endif
+  if constexpr (kPipe) {
+    for (int vb = v_begin; vb < v_end; vb += 2 * kStepVecs) {
+      if (vb + kStepVecs < v_end) load_w(vb + kStepVecs, a1_lo, a1_hi);
+      step(vb, a0_lo, a0_hi);
+      if (vb + kStepVecs >= v_end) break;
+      if (vb + 2 * kStepVecs < v_end) load_w(vb + 2 * kStepVecs, a0_lo, a0_hi);
+      step(vb + kStepVecs, a1_lo, a1_hi);
+    }
+  } else {
+    for (int vb = v_begin; vb < v_end; vb += kStepVecs) {
+      if (vb != v_begin) load_w(vb, a0_lo, a0_hi);
+      step(vb, a0_lo, a0_hi);
     }
   }
 
@@ -183,16 +258,16 @@ GemvContext& context(int device) {
     CUDA_CHECK(cudaMemset(n->counters, 0, kMaxCounters * sizeof(unsigned)));
     int sms = 0, per_sm = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<2, true>, kThreads, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<2, true, false>, kThreads, 0));
     n->slots = std::max(1, sms * std::max(1, per_sm));
     c = std::move(n);
   }
   return *c;
 }
 
-GemvConfig pick_config(int64_t T, int64_t N, int64_t K, int slots) {
+GemvConfig pick_config(int64_t T, int64_t N, int64_t K, int slots, int waves) {
   const int64_t Kv = K / 8, row_tiles = (N + 15) / 16;
-  const int64_t target = int64_t{std::max(1, g_waves.load())} * slots;
+  const int64_t target = int64_t{std::max(1, waves)} * slots;
   GemvConfig c;
   int RT = kWarps;
   while (RT > 1 && (row_tiles + RT - 1) / RT < target) RT /= 2;
@@ -212,32 +287,76 @@ GemvConfig pick_config(int64_t T, int64_t N, int64_t K, int slots) {
   return c;
 }
 
-template <int kNT, bool kOutF32>
-void launch(const GemvConfig& c, GemvContext& ctx, TensorView out, TensorView in, TensorView weight,
-            const void* bias, int bias_dt, int64_t T, int64_t N, int64_t K, cudaStream_t st) {
+template <int kNT, bool kOutF32, bool kSilu>
+void launch(const GemvConfig& c, GemvContext& ctx, void* out, const void* in, int64_t in_pitch_elems,
+            const void* weight, const void* bias, int bias_dt, int64_t T, int64_t N, int64_t K, cudaStream_t st) {
   const int64_t Kv = K / 8;
   const int RT = c.rows_tiles_per_cta, KS = kWarps / RT;
   const int64_t groups = int64_t{KS} * c.k_split;
   const int64_t vpg = ((Kv + groups - 1) / groups + 3) / 4 * 4;  // whole quads
   const dim3 grid(static_cast<unsigned>(c.ctas / c.k_split), static_cast<unsigned>(c.k_split));
-  gemv_kernel<kNT, kOutF32><<<grid, kThreads, 0, st>>>(
-      out.data(), in.data_as<const uint4>(), weight.data_as<const uint4>(), bias, bias_dt, static_cast<int>(T),
-      static_cast<int>(N), static_cast<int>(Kv), RT, static_cast<int>(vpg), ctx.ws, ctx.counters);
-  CUDA_CHECK_LAUNCH();
+  // Per-row L2 prefetch cap: the CTA's budget spread over its rows, whole 16-byte vectors.
+  const unsigned per_row = g_prefetch_cta_bytes.load() / static_cast<unsigned>(RT * 16) / 16u * 16u;
+  launch_pdl(gemv_kernel<kNT, kOutF32, kSilu>, grid, dim3(kThreads), 0, st, out,
+             static_cast<const uint4*>(in), static_cast<int>(in_pitch_elems / 8), static_cast<const uint4*>(weight),
+             bias, bias_dt, static_cast<int>(T), static_cast<int>(N), static_cast<int>(Kv), RT,
+             static_cast<int>(vpg), per_row, ctx.ws, ctx.counters);
+}
+
+// in: [T, K] (x) or [T, 2K] (kSilu: gate | up).
+template <bool kSilu>
+void run(const GemvConfig* cfg, TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s) {
+  const int64_t T = in.dim(0), K = weight.dim(1), N = weight.dim(0);
+  GemvContext& ctx = context(out.device().index);
+  const GemvConfig c = cfg != nullptr ? *cfg : pick_config(T, N, K, ctx.slots, g_waves.load());
+  const bool has_bias = bias.defined() && bias.numel() > 0 && bias.data() != nullptr;
+  const void* b = has_bias ? bias.data() : nullptr;
+  const int b_dt = has_bias ? dt(bias) : 0;
+  const cudaStream_t st = stream_of(s);
+  const bool f32 = out.dtype() == DType::kF32;
+  const int64_t pitch = in.dim(1);
+  if (T <= 8) {
+    if (f32) launch<1, true, kSilu>(c, ctx, out.data(), in.data(), pitch, weight.data(), b, b_dt, T, N, K, st);
+    else launch<1, false, kSilu>(c, ctx, out.data(), in.data(), pitch, weight.data(), b, b_dt, T, N, K, st);
+  } else {
+    if (f32) launch<2, true, kSilu>(c, ctx, out.data(), in.data(), pitch, weight.data(), b, b_dt, T, N, K, st);
+    else launch<2, false, kSilu>(c, ctx, out.data(), in.data(), pitch, weight.data(), b, b_dt, T, N, K, st);
+  }
+}
+
+bool supported_common(TensorView out, TensorView in, TensorView weight, int64_t K) {
+  const int64_t T = in.dim(0), N = weight.dim(0);
+  return T >= 1 && T <= kGemvMaxTokens && N >= 1 && K >= 8 && K % 8 == 0 && N < (int64_t{1} << 31) / 16 &&
+         K < (int64_t{1} << 30) && in.dtype() == DType::kBF16 && weight.dtype() == DType::kBF16 &&
+         (out.dtype() == DType::kBF16 || out.dtype() == DType::kF32) && aligned16(in.data()) &&
+         aligned16(weight.data());
 }
 
 }  // namespace
 
 bool gemv_supported(TensorView out, TensorView in, TensorView weight) {
-  const int64_t T = in.dim(0), K = in.dim(1), N = weight.dim(0);
-  return T >= 1 && T <= kGemvMaxTokens && N >= 1 && K >= 8 && K % 8 == 0 && N < (int64_t{1} << 31) / 16 &&
-         K < (int64_t{1} << 31) && in.dtype() == DType::kBF16 && weight.dtype() == DType::kBF16 &&
-         (out.dtype() == DType::kBF16 || out.dtype() == DType::kF32) && aligned16(in.data()) &&
-         aligned16(weight.data());
+  return supported_common(out, in, weight, in.dim(1));
+}
+
+bool gemv_silu_supported(TensorView out, TensorView gate_up, TensorView weight) {
+  return gate_up.dim(1) == 2 * weight.dim(1) && supported_common(out, gate_up, weight, weight.dim(1));
 }
 
 GemvConfig gemv_config(int64_t T, int64_t N, int64_t K, int device) {
-  return pick_config(T, N, K, context(device).slots);
+  return pick_config(T, N, K, context(device).slots, g_waves.load());
+}
+
+std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int device) {
+  const int slots = context(device).slots;
+  std::vector<GemvConfig> out;
+  for (const int waves : {1, 2, 4, 8}) {
+    const GemvConfig c = pick_config(T, N, K, slots, waves);
+    const bool seen = std::any_of(out.begin(), out.end(), [&](const GemvConfig& o) {
+      return o.rows_tiles_per_cta == c.rows_tiles_per_cta && o.k_split == c.k_split;
+    });
+    if (!seen) out.push_back(c);
+  }
+  return out;
 }
 
 void gemv_set_tuning(int waves, int forced_k_split, int forced_row_tiles) {
@@ -246,25 +365,20 @@ void gemv_set_tuning(int waves, int forced_k_split, int forced_row_tiles) {
   g_forced_rt.store(forced_row_tiles);
 }
 
-void gemv(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s) {
+void gemv_set_prefetch(unsigned bytes_per_cta) { g_prefetch_cta_bytes.store(bytes_per_cta); }
+
+void gemv(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s, const GemvConfig* cfg) {
   NANOVLLM_CHECK(gemv_supported(out, in, weight), "gemv (cuda): unsupported tensors: in ", in.shape().str(), " ",
                  dtype_name(in.dtype()), ", weight ", weight.shape().str(), " ", dtype_name(weight.dtype()), ", out ",
                  dtype_name(out.dtype()));
-  const int64_t T = in.dim(0), K = in.dim(1), N = weight.dim(0);
-  GemvContext& ctx = context(out.device().index);
-  const GemvConfig c = pick_config(T, N, K, ctx.slots);
-  const bool has_bias = bias.defined() && bias.numel() > 0 && bias.data() != nullptr;
-  const void* b = has_bias ? bias.data() : nullptr;
-  const int b_dt = has_bias ? dt(bias) : 0;
-  const cudaStream_t st = stream_of(s);
-  const bool f32 = out.dtype() == DType::kF32;
-  if (T <= 8) {
-    if (f32) launch<1, true>(c, ctx, out, in, weight, b, b_dt, T, N, K, st);
-    else launch<1, false>(c, ctx, out, in, weight, b, b_dt, T, N, K, st);
-  } else {
-    if (f32) launch<2, true>(c, ctx, out, in, weight, b, b_dt, T, N, K, st);
-    else launch<2, false>(c, ctx, out, in, weight, b, b_dt, T, N, K, st);
-  }
+  run<false>(cfg, out, in, weight, bias, s);
+}
+
+void gemv_silu(TensorView out, TensorView gate_up, TensorView weight, ops::Stream s, const GemvConfig* cfg) {
+  NANOVLLM_CHECK(gemv_silu_supported(out, gate_up, weight), "gemv_silu (cuda): unsupported tensors: gate_up ",
+                 gate_up.shape().str(), " ", dtype_name(gate_up.dtype()), ", weight ", weight.shape().str(), " ",
+                 dtype_name(weight.dtype()), ", out ", dtype_name(out.dtype()));
+  run<true>(cfg, out, gate_up, weight, TensorView(), s);
 }
 
 }  // namespace nanovllm::cuda_ops

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/kernels/ops.h"
@@ -20,8 +21,18 @@ inline constexpr int64_t kGemvMaxTokens = 16;
 // K % 8 == 0, in/weight 16-byte aligned. Bias (any float dtype) is always supported.
 bool gemv_supported(TensorView out, TensorView in, TensorView weight);
 
-// Requires gemv_supported. Deterministic (fixed summation order for given shapes and device).
-void gemv(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s);
+struct GemvConfig;
+
+// Requires gemv_supported. Deterministic (fixed summation order for given shapes, config and device).
+// cfg: a launch shape from gemv_candidates (nullptr: the default pick).
+void gemv(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s,
+          const GemvConfig* cfg = nullptr);
+
+// out[T, N] = (silu(gate_up[:, :K]) * gate_up[:, K:]) @ W[N, K]^T with the activation rounded to bf16 as
+// silu_mul stores it: bitwise equal to silu_mul followed by gemv with the same config.
+// gate_up [T, 2K] BF16, weight [N, K] BF16, out BF16/F32.
+bool gemv_silu_supported(TensorView out, TensorView gate_up, TensorView weight);
+void gemv_silu(TensorView out, TensorView gate_up, TensorView weight, ops::Stream s, const GemvConfig* cfg = nullptr);
 
 // The cuBLASLt path of cuda_ops::linear, whatever T is (benchmarks compare the two).
 void linear_cublaslt(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s);
@@ -33,6 +44,12 @@ struct GemvConfig {
   int ctas = 0;                // total CTAs
 };
 GemvConfig gemv_config(int64_t T, int64_t N, int64_t K, int device);
+// Distinct launch shapes worth timing for this problem (the picks for 1, 2, 4 and 8 waves of CTAs); the
+// linear dispatch times them at a shape's first use and keeps the fastest.
+std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int device);
+// Benchmark knob: bytes of its weight slice each CTA prefetches into L2 before waiting on the previous
+// kernel (default 64 KiB; 0 disables). Not thread-safe.
+void gemv_set_prefetch(unsigned bytes_per_cta);
 
 // Benchmark/test knob: minimum CTAs per resident-CTA slot gemv aims for (default 4); forced_k_split > 0
 // forces the K split (clamped to what the workspace allows); forced_row_tiles in {1, 2, 4, 8} forces RT.

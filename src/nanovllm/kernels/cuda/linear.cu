@@ -184,17 +184,25 @@ void linear_cublaslt(TensorView out, TensorView in, TensorView weight, TensorVie
 
 // Decode-sized bf16 batches: gemv (weight streaming) or cuBLASLt, whichever ran faster for this shape on
 // its first use (measured on H200: gemv wins 1.3-2.5x on the 0.6B o/down projections, cuBLASLt wins on
-// the 8B qkv/o ones). The first use is the runner's eager warm-up, never a graph capture; a shape first
-// seen while the stream is capturing takes gemv without timing.
+// some 8B ones). gemv's launch shapes (gemv_candidates) are timed too and the fastest is kept. The first
+// use is the runner's eager warm-up, never a graph capture; a shape first seen while the stream is
+// capturing takes gemv's default shape without timing.
 namespace {
 
 struct ShapeKey {
   int64_t t, n, k;
   int out_dt;
   bool bias;
+  bool silu;  // linear_silu_mul: gemv_silu vs silu_mul + cuBLASLt
   bool operator<(const ShapeKey& o) const {
-    return std::tie(t, n, k, out_dt, bias) < std::tie(o.t, o.n, o.k, o.out_dt, o.bias);
+    return std::tie(t, n, k, out_dt, bias, silu) < std::tie(o.t, o.n, o.k, o.out_dt, o.bias, o.silu);
   }
+};
+
+struct Choice {
+  bool gemv = true;
+  bool timed = false;  // false: default gemv shape (first seen during capture)
+  GemvConfig cfg;
 };
 
 template <typename F>
@@ -214,10 +222,11 @@ float time_us(cudaStream_t st, F&& fn) {
   return ms * 1000 / 5;
 }
 
-bool gemv_is_faster(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s) {
+// `run_gemv(cfg)` and `run_other()` compute the same op; returns the faster (timed once per key).
+template <typename G, typename O>
+Choice choose(const ShapeKey& key, int device, ops::Stream s, G&& run_gemv, O&& run_other) {
   static std::mutex mu;
-  static std::map<ShapeKey, bool> choice;
-  const ShapeKey key{in.dim(0), weight.dim(0), weight.dim(1), static_cast<int>(out.dtype()), bias.defined() && bias.data()};
+  static std::map<ShapeKey, Choice> choice;
   {
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = choice.find(key); it != choice.end()) return it->second;
@@ -225,19 +234,49 @@ bool gemv_is_faster(TensorView out, TensorView in, TensorView weight, TensorView
   const cudaStream_t st = stream_of(s);
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(st, &capturing));
-  if (capturing != cudaStreamCaptureStatusNone) return true;
-  const float gemv_us = time_us(st, [&] { gemv(out, in, weight, bias, s); });
-  const float lt_us = time_us(st, [&] { linear_cublaslt(out, in, weight, bias, s); });
+  if (capturing != cudaStreamCaptureStatusNone) return Choice{};
+  Choice best;
+  best.timed = true;
+  float best_us = 1e30f;
+  for (const GemvConfig& c : gemv_candidates(key.t, key.n, key.k, device)) {
+    const float us = time_us(st, [&] { run_gemv(&c); });
+    if (us < best_us) best_us = us, best.cfg = c;
+  }
+  const float other_us = time_us(st, run_other);
+  best.gemv = best_us <= other_us;
   std::lock_guard<std::mutex> lock(mu);
-  return choice.emplace(key, gemv_us <= lt_us).first->second;
+  return choice.emplace(key, best).first->second;
 }
 
 }  // namespace
 
 void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s) {
   if (in.dim(0) == 0 || weight.dim(0) == 0) return;
-  if (gemv_supported(out, in, weight) && gemv_is_faster(out, in, weight, bias, s)) return gemv(out, in, weight, bias, s);
+  if (gemv_supported(out, in, weight)) {
+    const ShapeKey key{in.dim(0), weight.dim(0), weight.dim(1), static_cast<int>(out.dtype()),
+                       bias.defined() && bias.data() != nullptr, false};
+    const Choice c = choose(
+        key, out.device().index, s, [&](const GemvConfig* cfg) { gemv(out, in, weight, bias, s, cfg); },
+        [&] { linear_cublaslt(out, in, weight, bias, s); });
+    if (c.gemv) return gemv(out, in, weight, bias, s, c.timed ? &c.cfg : nullptr);
+  }
   linear_cublaslt(out, in, weight, bias, s);
+}
+
+void linear_silu_mul(TensorView out, TensorView gate_up, TensorView weight, TensorView act, ops::Stream s) {
+  if (gate_up.dim(0) == 0 || weight.dim(0) == 0) return;
+  if (gemv_silu_supported(out, gate_up, weight)) {
+    const ShapeKey key{gate_up.dim(0), weight.dim(0), weight.dim(1), static_cast<int>(out.dtype()), false, true};
+    const Choice c = choose(
+        key, out.device().index, s, [&](const GemvConfig* cfg) { gemv_silu(out, gate_up, weight, s, cfg); },
+        [&] {
+          cuda_ops::silu_mul(act, gate_up, s);
+          linear_cublaslt(out, act, weight, TensorView(), s);
+        });
+    if (c.gemv) return gemv_silu(out, gate_up, weight, s, c.timed ? &c.cfg : nullptr);
+  }
+  cuda_ops::silu_mul(act, gate_up, s);
+  cuda_ops::linear(out, act, weight, TensorView(), s);
 }
 
 }  // namespace nanovllm::cuda_ops

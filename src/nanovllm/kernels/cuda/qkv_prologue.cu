@@ -11,6 +11,7 @@
 // Math order matches kernels/cpu/qkv_prologue.cpp.
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
+#include "nanovllm/kernels/cuda/pdl.cuh"
 
 namespace nanovllm::cuda_ops {
 namespace {
@@ -40,6 +41,10 @@ qkv_prologue_kernel(void* q_out, int q_dt, const void* qkv, int qkv_dt, const vo
     cos_t[i] = cn * attn_scaling;
     sin_t[i] = sn * attn_scaling;
   }
+  // PDL: the table above needs only step metadata; qkv is the predecessor's output and the caches may
+  // still be read by it.
+  pdl_wait();
+  pdl_trigger();
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t slot = slots[t];
@@ -132,7 +137,8 @@ void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorVie
   const int pairs = static_cast<int>((D / 2 + 31) / 32);
   const auto kernel = pairs <= 1 ? qkv_prologue_kernel<1> : pairs <= 2 ? qkv_prologue_kernel<2>
                       : pairs <= 4 ? qkv_prologue_kernel<4> : qkv_prologue_kernel<kMaxPairsPerLane>;
-  kernel<<<grid, kWarps * 32, smem, stream_of(s)>>>(      q_out.data(), dt(q_out), qkv.data(), dt(qkv), has_qn ? q_norm.data() : nullptr, has_qn ? dt(q_norm) : 0,
+  launch_pdl(kernel, grid, dim3(kWarps * 32), smem, stream_of(s), q_out.data(), dt(q_out), qkv.data(), dt(qkv),
+      has_qn ? q_norm.data() : nullptr, has_qn ? dt(q_norm) : 0,
       has_kn ? k_norm.data() : nullptr, has_kn ? dt(k_norm) : 0, eps, positions.data_as<const int32_t>(),
       rope.inv_freq.data_as<const float>(), rope.attention_scaling, k_cache.data(), dt(k_cache), v_cache.data(),
       dt(v_cache), meta.slot_mapping.data_as<const int32_t>(), static_cast<int>(Hq), static_cast<int>(Hk),

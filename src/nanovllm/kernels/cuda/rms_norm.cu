@@ -11,6 +11,7 @@
 
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
+#include "nanovllm/kernels/cuda/pdl.cuh"
 
 namespace nanovllm::cuda_ops {
 namespace {
@@ -31,10 +32,16 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_vec_kernel(uint4* out, c
   uint4 wv[kChunksPerThread];  // weights loaded up front: their latency overlaps the row's, not the reduction's
   float ss = 0.0f;
 #pragma unroll
+  for (int k = 0; k < kChunksPerThread; ++k) {  // PDL prologue: the weights are not the predecessor's output
+    const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
+    if (c < chunks) wv[k] = w[c];
+  }
+  pdl_wait();
+  pdl_trigger();
+#pragma unroll
   for (int k = 0; k < kChunksPerThread; ++k) {
     const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
     if (c < chunks) {
-      wv[k] = w[c];
       bf16x8_to_f32(x[row * chunks + c], v[k]);
       if constexpr (kAdd) {
         float r[8];
@@ -69,6 +76,8 @@ __global__ void rms_norm_generic_kernel(void* out, int out_dt, const void* x, in
                                         int res_dt, const void* w, int w_dt, int64_t H, float eps) {
   __shared__ float red[32];
   const int64_t base = int64_t{blockIdx.x} * H;
+  pdl_wait();
+  pdl_trigger();
   float ss = 0.0f;
   for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
     float v = load_f32(x, x_dt, base + i);
@@ -100,13 +109,13 @@ void launch(TensorView out, TensorView x, TensorView residual, TensorView weight
     const int64_t per_thread = T <= kWideMaxRows ? 1 : kChunksPerThread;
     int64_t threads = (chunks + per_thread - 1) / per_thread;
     threads = std::min<int64_t>((threads + 31) / 32 * 32, kMaxThreads);  // chunks <= 4 * kMaxThreads: covered
-    rms_norm_vec_kernel<kAdd><<<static_cast<unsigned>(T), static_cast<unsigned>(threads), 0, st>>>(
-        out.data_as<uint4>(), x.data_as<const uint4>(), kAdd ? residual.data_as<uint4>() : nullptr,
-        weight.data_as<const uint4>(), chunks, eps);
+    launch_pdl(rms_norm_vec_kernel<kAdd>, dim3(static_cast<unsigned>(T)), dim3(static_cast<unsigned>(threads)), 0,
+               st, out.data_as<uint4>(), x.data_as<const uint4>(), kAdd ? residual.data_as<uint4>() : nullptr,
+               weight.data_as<const uint4>(), chunks, eps);
   } else {
-    rms_norm_generic_kernel<kAdd><<<static_cast<unsigned>(T), 256, 0, st>>>(
-        out.data(), dt(out), x.data(), dt(x), kAdd ? residual.data() : nullptr, kAdd ? dt(residual) : 0,
-        weight.data(), dt(weight), H, eps);
+    launch_pdl(rms_norm_generic_kernel<kAdd>, dim3(static_cast<unsigned>(T)), dim3(256), 0, st, out.data(), dt(out),
+               x.data(), dt(x), kAdd ? residual.data() : nullptr, kAdd ? dt(residual) : 0, weight.data(),
+               dt(weight), H, eps);
   }
   CUDA_CHECK_LAUNCH();
 }

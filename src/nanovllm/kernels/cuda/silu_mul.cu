@@ -2,6 +2,7 @@
 // bf16 with I % 8 == 0: 16-byte loads of gate and up, one 16-byte store; a 1-D grid of (row, chunk block).
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
+#include "nanovllm/kernels/cuda/pdl.cuh"
 
 namespace nanovllm::cuda_ops {
 namespace {
@@ -12,6 +13,8 @@ __global__ void silu_mul_vec_kernel(uint4* __restrict__ out, const uint4* __rest
                                     int64_t chunks, unsigned blocks_per_row) {  // chunks = I / 8
   const int64_t t = blockIdx.x / blocks_per_row;
   const int64_t c = (blockIdx.x % blocks_per_row) * int64_t{blockDim.x} + threadIdx.x;
+  pdl_wait();
+  pdl_trigger();
   if (c >= chunks) return;
   float g[8], u[8], o[8];
   bf16x8_to_f32(gate_up[t * 2 * chunks + c], g);
@@ -25,6 +28,8 @@ __global__ void silu_mul_generic_kernel(void* out, int out_dt, const void* gate_
                                         unsigned blocks_per_row) {
   const int64_t t = blockIdx.x / blocks_per_row;
   const int64_t i = (blockIdx.x % blocks_per_row) * int64_t{blockDim.x} + threadIdx.x;
+  pdl_wait();
+  pdl_trigger();
   if (i >= I) return;
   const float g = load_f32(gate_up, gu_dt, t * 2 * I + i);
   const float u = load_f32(gate_up, gu_dt, t * 2 * I + I + i);
@@ -42,12 +47,12 @@ void silu_mul(TensorView out, TensorView gate_up, ops::Stream s) {
   if (vec) {
     const int64_t chunks = I / 8;
     const unsigned bpr = ceil_div_u(chunks, 128);
-    silu_mul_vec_kernel<<<bpr * static_cast<unsigned>(T), 128, 0, st>>>(
-        out.data_as<uint4>(), gate_up.data_as<const uint4>(), chunks, bpr);
+    launch_pdl(silu_mul_vec_kernel, dim3(bpr * static_cast<unsigned>(T)), dim3(128), 0, st, out.data_as<uint4>(),
+               gate_up.data_as<const uint4>(), chunks, bpr);
   } else {
     const unsigned bpr = ceil_div_u(I, 256);
-    silu_mul_generic_kernel<<<bpr * static_cast<unsigned>(T), 256, 0, st>>>(out.data(), dt(out), gate_up.data(),
-                                                                         dt(gate_up), I, bpr);
+    launch_pdl(silu_mul_generic_kernel, dim3(bpr * static_cast<unsigned>(T)), dim3(256), 0, st, out.data(), dt(out),
+               gate_up.data(), dt(gate_up), I, bpr);
   }
   CUDA_CHECK_LAUNCH();
 }

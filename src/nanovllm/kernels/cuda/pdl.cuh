@@ -1,0 +1,63 @@
+// Programmatic Dependent Launch (PDL): device-side dependency control and the launch helper.
+//
+// Protocol every PDL-launched kernel follows (so chains of them stay correct, also inside CUDA graphs,
+// where the launches become programmatic edges):
+//   1. prologue: may read only data no kernel of the last two launches writes: weights, norm weights,
+//      the step's metadata (uploaded by a host copy before the step's first kernel) and KV-cache
+//      entries of earlier steps. It writes nothing.
+//   2. pdl_wait(): griddepcontrol.wait; returns once the preceding grid has completed and its writes
+//      are visible. Everything after it may read the predecessor's outputs and write anything.
+//   3. pdl_trigger() right after the wait: the next kernel may now be scheduled; it stays behind its own
+//      pdl_wait() until this grid completes.
+// Because a kernel triggers only after its own wait, when kernel n + 1 starts kernel n - 1 has completed:
+// that is what makes step 1's reads safe. Kernels launched without the attribute (cuBLASLt, memcpy
+// nodes, devices < sm_90) simply serialise; the instructions are no-ops below sm_90 and without it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "nanovllm/kernels/cuda/cuda_check.h"
+#include "nanovllm/kernels/cuda/pdl.h"
+
+namespace nanovllm::cuda_ops {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// Prefetch [p, p + bytes) into L2 with one bulk copy-engine request (sm_90; bytes a multiple of 16,
+// p 16-byte aligned). A hint: nothing waits on it. No-op below sm_90.
+__device__ __forceinline__ void prefetch_l2_bulk(const void* p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+
+// True when launches on the current device should carry the PDL attribute (enabled and sm_90+).
+bool pdl_use_attribute();
+
+// kernel<<<grid, block, smem, st>>>(args...), with the PDL attribute when pdl_use_attribute().
+template <typename... KArgs, typename... Args>
+void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_use_attribute() ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...));
+}
+
+}  // namespace nanovllm::cuda_ops

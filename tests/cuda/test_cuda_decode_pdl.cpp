@@ -1,0 +1,278 @@
+// Decode-latency paths: the fused down projection (ops::linear_silu_mul) against the CPU reference and
+// against the unfused GPU kernels (bitwise, every gemv launch shape), PDL-launched kernel chains inside
+// a captured CUDA graph replayed with changing inputs, and a DISABLED_ benchmark of one Qwen3-0.6B-shaped
+// decode layer (bs 1, context 1024) replayed from a graph with PDL off / on and silu fused or not.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "nanovllm/kernels/cuda/cuda_ops.h"
+#include "nanovllm/kernels/cuda/gemv.cuh"
+#include "nanovllm/kernels/cuda/pdl.h"
+#include "nanovllm/kernels/ops.h"
+
+namespace nanovllm {
+namespace {
+
+using cuda_test::DeviceTensor;
+using cuda_test::random_bf16;
+
+struct PdlGuard {
+  bool saved = cuda_ops::pdl_enabled();
+  explicit PdlGuard(bool on) { cuda_ops::set_pdl_enabled(on); }
+  ~PdlGuard() { cuda_ops::set_pdl_enabled(saved); }
+};
+
+// CPU reference: silu_mul then linear in fp32 on the bf16 inputs' exact values.
+std::vector<float> cpu_linear_silu(std::vector<float> gu, std::vector<float> w, int64_t T, int64_t N, int64_t I) {
+  std::vector<float> act(static_cast<size_t>(T * I)), out(static_cast<size_t>(T * N));
+  ops::linear_silu_mul(cuda_test::host_view(out, {T, N}), cuda_test::host_view(gu, {T, 2 * I}),
+                       cuda_test::host_view(w, {N, I}), cuda_test::host_view(act, {T, I}));
+  return out;
+}
+
+TEST(CudaDecodeFusion, LinearSiluMulMatchesCpu) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(11);
+  const int64_t N = 200, I = 392;
+  for (const int64_t T : {1, 3, 8, 9, 16, 37}) {  // 37: beyond gemv, silu_mul + cuBLASLt
+    const auto gu = random_bf16(static_cast<size_t>(T * 2 * I), rng, -3.0f, 3.0f);
+    const auto w = random_bf16(static_cast<size_t>(N * I), rng, -0.2f, 0.2f);
+    DeviceTensor d_gu(DType::kBF16, {T, 2 * I}, gu.bits), d_w(DType::kBF16, {N, I}, w.bits);
+    DeviceTensor d_act(DType::kBF16, {T, I});
+    for (const DType out_dt : {DType::kBF16, DType::kF32}) {
+      DeviceTensor d_out(out_dt, {T, N});
+      d_out.fill_bytes(0xff);  // NaN poison
+      ops::linear_silu_mul(d_out.view(), d_gu.view(), d_w.view(), d_act.view());
+      const std::vector<float> ref = cpu_linear_silu(gu.f32, w.f32, T, N, I);
+      // The GPU rounds the activation to bf16 (as silu_mul stores it); the CPU keeps fp32.
+      cuda_test::expect_close(d_out.download_f32(), ref, 2e-2f, 2e-2f, "linear_silu_mul T=" + std::to_string(T));
+      EXPECT_LT(cuda_test::nmse(d_out.download_f32(), ref), 1e-4) << "T=" << T;
+    }
+  }
+}
+
+// gemv_silu == silu_mul + gemv, bit for bit, for every launch shape the dispatch may pick.
+TEST(CudaDecodeFusion, GemvSiluBitwiseEqualsUnfused) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(12);
+  const int64_t N = 1000, I = 3072;  // K split across CTAs for some shapes
+  for (const int64_t T : {1, 4, 16}) {
+    const auto gu = random_bf16(static_cast<size_t>(T * 2 * I), rng, -4.0f, 4.0f);
+    const auto w = random_bf16(static_cast<size_t>(N * I), rng, -0.1f, 0.1f);
+    DeviceTensor d_gu(DType::kBF16, {T, 2 * I}, gu.bits), d_w(DType::kBF16, {N, I}, w.bits);
+    DeviceTensor d_act(DType::kBF16, {T, I}), d_a(DType::kBF16, {T, N}), d_b(DType::kBF16, {T, N});
+    for (const cuda_ops::GemvConfig& c : cuda_ops::gemv_candidates(T, N, I, 0)) {
+      d_a.fill_bytes(0xff);
+      d_b.fill_bytes(0x7f);
+      cuda_ops::gemv_silu(d_a.view(), d_gu.view(), d_w.view(), {}, &c);
+      cuda_ops::silu_mul(d_act.view(), d_gu.view(), {});
+      cuda_ops::gemv(d_b.view(), d_act.view(), d_w.view(), TensorView(), {}, &c);
+      EXPECT_EQ(d_a.download<uint16_t>(), d_b.download<uint16_t>())
+          << "T=" << T << " RT=" << c.rows_tiles_per_cta << " split=" << c.k_split;
+    }
+  }
+}
+
+// A PDL chain (embedding -> rms_norm -> gemv -> fused down gemv -> add_rms_norm -> gather_rows) captured
+// once and replayed with new token ids each time: every replay must match the CPU reference, so no
+// kernel read its predecessor's output before it was complete.
+TEST(CudaDecodePdl, GraphReplayWithChangingInputs) {
+  SKIP_WITHOUT_CUDA();
+  PdlGuard pdl(true);
+  std::mt19937 rng(13);
+  const int64_t V = 97, H = 264, I = 520, T = 3;
+  const auto table = random_bf16(static_cast<size_t>(V * H), rng);
+  const auto nw = random_bf16(static_cast<size_t>(H), rng, 0.5f, 1.5f);
+  const auto wgu = random_bf16(static_cast<size_t>(2 * I * H), rng, -0.2f, 0.2f);
+  const auto wd = random_bf16(static_cast<size_t>(H * I), rng, -0.1f, 0.1f);
+  DeviceTensor d_table(DType::kBF16, {V, H}, table.bits), d_nw(DType::kBF16, {H}, nw.bits);
+  DeviceTensor d_wgu(DType::kBF16, {2 * I, H}, wgu.bits), d_wd(DType::kBF16, {H, I}, wd.bits);
+  DeviceTensor d_ids(DType::kI32, {T}), d_rows(DType::kI32, {2}, std::vector<int32_t>{2, 0});
+  DeviceTensor d_x(DType::kBF16, {T, H}), d_h(DType::kBF16, {T, H}), d_gu(DType::kBF16, {T, 2 * I});
+  DeviceTensor d_act(DType::kBF16, {T, I}), d_res(DType::kBF16, {T, H}), d_out(DType::kBF16, {2, H});
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  const ops::Stream s{st};
+  auto chain = [&] {
+    ops::embedding(d_x.view(), d_ids.view(), d_table.view(), s);     // x = E[ids]
+    ops::rms_norm(d_h.view(), d_x.view(), d_nw.view(), 1e-6f, s);    // h = norm(x)
+    ops::linear(d_gu.view(), d_h.view(), d_wgu.view(), TensorView(), s);
+    ops::linear_silu_mul(d_res.view(), d_gu.view(), d_wd.view(), d_act.view(), s);  // res = mlp(h)
+    ops::add_rms_norm(d_x.view(), d_res.view(), d_nw.view(), 1e-6f, s);              // res += x; x = norm(res)
+    ops::gather_rows(d_out.view(), d_x.view(), d_rows.view(), s);
+  };
+  std::vector<int32_t> ids = {5, 17, 96};
+  CUDA_CHECK(cudaMemcpy(d_ids.view().data(), ids.data(), 12, cudaMemcpyHostToDevice));
+  chain();  // warm-up: dispatch choices and workspaces before capture
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  chain();
+  CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+
+  // CPU reference of the same chain (bf16 roundings mirrored where the GPU stores bf16).
+  auto bf = [](float v) { return bf16_to_f32(f32_to_bf16(v)); };
+  auto norm_row = [&](const float* in, float* out) {
+    double ss = 0;
+    for (int64_t i = 0; i < H; ++i) ss += static_cast<double>(in[i]) * in[i];
+    const float r = 1.0f / std::sqrt(static_cast<float>(ss / H) + 1e-6f);
+    for (int64_t i = 0; i < H; ++i) out[i] = bf(nw.f32[i] * (in[i] * r));
+  };
+  std::uniform_int_distribution<int> pick(0, static_cast<int>(V) - 1);
+  for (int round = 0; round < 6; ++round) {
+    for (auto& id : ids) id = pick(rng);
+    CUDA_CHECK(cudaMemcpyAsync(d_ids.view().data(), ids.data(), 12, cudaMemcpyHostToDevice, st));
+    d_out.fill_bytes(0xff);
+    CUDA_CHECK(cudaGraphLaunch(exec, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+
+    std::vector<float> x(T * H), h(T * H), gu(T * 2 * I), act(T * I), res(T * H), xo(T * H);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < H; ++i) x[t * H + i] = table.f32[ids[t] * H + i];
+    for (int64_t t = 0; t < T; ++t) norm_row(&x[t * H], &h[t * H]);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t n = 0; n < 2 * I; ++n) {
+        double a = 0;
+        for (int64_t k = 0; k < H; ++k) a += static_cast<double>(h[t * H + k]) * wgu.f32[n * H + k];
+        gu[t * 2 * I + n] = bf(static_cast<float>(a));
+      }
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < I; ++i) {
+        const float g = gu[t * 2 * I + i], u = gu[t * 2 * I + I + i];
+        act[t * I + i] = bf(g / (1.0f + std::exp(-g)) * u);
+      }
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t n = 0; n < H; ++n) {
+        double a = 0;
+        for (int64_t k = 0; k < I; ++k) a += static_cast<double>(act[t * I + k]) * wd.f32[n * I + k];
+        res[t * H + n] = bf(bf(static_cast<float>(a)) + x[t * H + n]);
+      }
+    for (int64_t t = 0; t < T; ++t) norm_row(&res[t * H], &xo[t * H]);
+    std::vector<float> ref;
+    for (const int64_t r : {2, 0}) ref.insert(ref.end(), xo.begin() + r * H, xo.begin() + (r + 1) * H);
+    cuda_test::expect_close(d_out.download_f32(), ref, 3e-2f, 3e-2f, "replay " + std::to_string(round));
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  CUDA_CHECK(cudaStreamDestroy(st));
+}
+
+// ---- Benchmark: one Qwen3-0.6B decode layer (T = 1, context 1024), L distinct layers per graph so the
+// weights stream from HBM as in the model (28 layers x 30 MB > L2).
+TEST(CudaDecodePdlBench, DISABLED_Layer06B) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t H = 1024, Hq = 16, Hk = 8, D = 128, I = 3072, L = 28, BS = 16, ctx = 1024;
+  const int64_t QKV = (Hq + 2 * Hk) * D, NB = ctx / BS + 1;
+  std::mt19937 rng(21);
+  struct Layer {
+    std::unique_ptr<DeviceTensor> wqkv, wo, wgu, wd, n1, n2, qn, kn, kc, vc;
+  };
+  auto rnd = [&](Shape s, float lo, float hi) {
+    const auto d = random_bf16(static_cast<size_t>(s.numel()), rng, lo, hi);
+    return std::make_unique<DeviceTensor>(DType::kBF16, s, d.bits);
+  };
+  std::vector<Layer> layers(L);
+  for (auto& l : layers) {
+    l.wqkv = rnd({QKV, H}, -0.05f, 0.05f);
+    l.wo = rnd({H, Hq * D}, -0.05f, 0.05f);
+    l.wgu = rnd({2 * I, H}, -0.05f, 0.05f);
+    l.wd = rnd({H, I}, -0.05f, 0.05f);
+    l.n1 = rnd({H}, 0.5f, 1.5f);
+    l.n2 = rnd({H}, 0.5f, 1.5f);
+    l.qn = rnd({D}, 0.5f, 1.5f);
+    l.kn = rnd({D}, 0.5f, 1.5f);
+    l.kc = rnd({NB, BS, Hk, D}, -1.0f, 1.0f);
+    l.vc = rnd({NB, BS, Hk, D}, -1.0f, 1.0f);
+  }
+  auto x = rnd({1, H}, -1.0f, 1.0f), res = rnd({1, H}, -1.0f, 1.0f);
+  DeviceTensor qkv(DType::kBF16, {1, QKV}), q(DType::kBF16, {1, Hq, D}), ao(DType::kBF16, {1, Hq, D});
+  DeviceTensor gu(DType::kBF16, {1, 2 * I}), act(DType::kBF16, {1, I});
+  std::vector<int32_t> bt_h(NB);
+  std::iota(bt_h.begin(), bt_h.end(), 0);
+  std::shuffle(bt_h.begin(), bt_h.end(), rng);
+  DeviceTensor cu(DType::kI32, {2}, std::vector<int32_t>{0, 1}), cl(DType::kI32, {1}, std::vector<int32_t>{ctx});
+  DeviceTensor bt(DType::kI32, {1, NB}, bt_h), pos(DType::kI32, {1}, std::vector<int32_t>{ctx - 1});
+  DeviceTensor slot(DType::kI32, {1}, std::vector<int32_t>{bt_h[(ctx - 1) / BS] * static_cast<int32_t>(BS) +
+                                                            static_cast<int32_t>((ctx - 1) % BS)});
+  std::vector<float> inv(D / 2);
+  for (int64_t i = 0; i < D / 2; ++i) inv[i] = std::pow(1e6f, -2.0f * i / D);
+  DeviceTensor invf(DType::kF32, {D / 2}, inv);
+  AttentionMetadata meta{1, 1, 1, ctx, cu.view(), cl.view(), bt.view(), slot.view(), BS};
+  ops::RopeParams rope{invf.view(), 1.0f};
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  const ops::Stream s{st};
+  auto forward = [&](bool fused) {
+    for (const Layer& l : layers) {
+      ops::add_rms_norm(x->view(), res->view(), l.n1->view(), 1e-6f, s);
+      ops::linear(qkv.view(), x->view(), l.wqkv->view(), TensorView(), s);
+      ops::qkv_prologue(q.view(), qkv.view(), l.qn->view(), l.kn->view(), 1e-6f, pos.view(), rope, l.kc->view(),
+                        l.vc->view(), meta, s);
+      ops::paged_attention(ao.view(), q.view(), l.kc->view(), l.vc->view(), meta, 0.088f, s);
+      ops::linear(x->view(), ao.view().reshape({1, Hq * D}), l.wo->view(), TensorView(), s);
+      ops::add_rms_norm(x->view(), res->view(), l.n2->view(), 1e-6f, s);
+      ops::linear(gu.view(), x->view(), l.wgu->view(), TensorView(), s);
+      if (fused) {
+        ops::linear_silu_mul(x->view(), gu.view(), l.wd->view(), act.view(), s);
+      } else {
+        ops::silu_mul(act.view(), gu.view(), s);
+        ops::linear(x->view(), act.view(), l.wd->view(), TensorView(), s);
+      }
+    }
+  };
+  std::printf("one Qwen3-0.6B decode layer (T=1, ctx 1024), %lld distinct layers per graph\n",
+              static_cast<long long>(L));
+  std::printf("%-6s %-7s %-10s | %10s %10s %10s\n", "PDL", "fused", "prefetch", "us/layer", "min", "max");
+  for (const unsigned prefetch : {0u, 64u << 10}) {
+    for (const bool on : {false, true}) {
+      for (const bool fused : {false, true}) {
+        PdlGuard pdl(on);
+        cuda_ops::gemv_set_prefetch(prefetch);
+        forward(fused);  // warm-up: dispatch choices
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        forward(fused);
+        CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(exec, st));
+        cudaEvent_t a, b;
+        CUDA_CHECK(cudaEventCreate(&a));
+        CUDA_CHECK(cudaEventCreate(&b));
+        std::vector<float> us;
+        for (int r = 0; r < 30; ++r) {
+          CUDA_CHECK(cudaEventRecord(a, st));
+          CUDA_CHECK(cudaGraphLaunch(exec, st));
+          CUDA_CHECK(cudaEventRecord(b, st));
+          CUDA_CHECK(cudaEventSynchronize(b));
+          float ms = 0;
+          CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+          us.push_back(ms * 1000.0f / static_cast<float>(L));
+        }
+        std::sort(us.begin(), us.end());
+        std::printf("%-6s %-7s %-10u | %10.2f %10.2f %10.2f\n", on ? "on" : "off", fused ? "yes" : "no", prefetch,
+                    us[us.size() / 2], us.front(), us.back());
+        CUDA_CHECK(cudaEventDestroy(a));
+        CUDA_CHECK(cudaEventDestroy(b));
+        CUDA_CHECK(cudaGraphExecDestroy(exec));
+        CUDA_CHECK(cudaGraphDestroy(graph));
+      }
+    }
+  }
+  cuda_ops::gemv_set_prefetch(64u << 10);
+  CUDA_CHECK(cudaStreamDestroy(st));
+}
+
+}  // namespace
+}  // namespace nanovllm
