@@ -12,5 +12,6 @@ void register_detokenize(CLI::App& app);
 void register_chat(CLI::App& app);
 void register_bench_engine(CLI::App& bench);     // `nanovllm bench throughput|latency`
 void register_bench_tokenizer(CLI::App& bench);  // `nanovllm bench tokenizer`
+void register_bench_offload(CLI::App& bench);    // `nanovllm bench offload`
 
 }  // namespace nanovllm::cli

@@ -23,6 +23,15 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_flag("--no-prefix-caching", o.no_prefix_caching, "do not reuse KV blocks of shared prompt prefixes");
   cmd.add_flag("--no-chunked-prefill", o.no_chunked_prefill, "prefill each prompt in one step");
   cmd.add_option("--engine-seed", o.engine_seed, "seed of the engine RNG (unseeded requests)");
+  cmd.add_flag("--enable-cpu-offload", o.enable_cpu_offload,
+               "long context: keep the KV cache of requests that do not fit the GPU cache in host memory "
+               "(layer-wise offload, one such request at a time)");
+  cmd.add_option("--num-kv-buffers", o.num_kv_buffers, "offload: GPU ring of whole-layer KV buffers (1-8)")
+      ->capture_default_str();
+  cmd.add_option("--offload-block-size", o.offload_block_size, "offload: host KV block in tokens")->capture_default_str();
+  cmd.add_option("--cpu-memory-limit", o.cpu_memory_limit_gib, "offload: host KV pool limit in GiB (0: available RAM)");
+  cmd.add_option("--offload-min-tokens", o.offload_min_tokens,
+                 "offload also requests with prompt + max_tokens >= this (0: only those that do not fit the GPU cache)");
 }
 
 void add_sampling_options(CLI::App& cmd, SamplingOptions& o) {
@@ -57,6 +66,12 @@ EngineConfig EngineOptions::to_config() const {
   c.enable_prefix_caching = !no_prefix_caching;
   c.enable_chunked_prefill = !no_chunked_prefill;
   c.seed = engine_seed;
+  c.enable_cpu_offload = enable_cpu_offload;
+  c.num_kv_buffers = num_kv_buffers;
+  c.offload_block_size = offload_block_size;
+  NANOVLLM_CHECK(cpu_memory_limit_gib >= 0, "--cpu-memory-limit must be >= 0");
+  c.cpu_memory_limit = static_cast<int64_t>(cpu_memory_limit_gib * (1LL << 30));
+  c.offload_min_tokens = offload_min_tokens;
   return c;
 }
 

@@ -25,6 +25,11 @@ struct EngineOptions {
   bool no_prefix_caching = false;
   bool no_chunked_prefill = false;
   uint64_t engine_seed = 0;
+  bool enable_cpu_offload = false;
+  int64_t num_kv_buffers = 4;
+  int64_t offload_block_size = 1024;
+  double cpu_memory_limit_gib = 0;
+  int64_t offload_min_tokens = 0;
 
   EngineConfig to_config() const;
 };

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "benchmarks: throughput, latency, tokenizer");
   bench->require_subcommand(1);
   nanovllm::cli::register_bench_engine(*bench);
+  nanovllm::cli::register_bench_offload(*bench);
   nanovllm::cli::register_bench_tokenizer(*bench);
   try {
     app.parse(argc, argv);

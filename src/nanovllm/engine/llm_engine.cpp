@@ -1,10 +1,12 @@
 #include "nanovllm/engine/llm_engine.h"
 
 #include <algorithm>
+#include <iterator>
 #include <unordered_map>
 
 #include "nanovllm/core/logging.h"
 #include "nanovllm/engine/scheduler.h"
+#include "nanovllm/runner/offload_runner.h"
 
 namespace nanovllm {
 namespace {
@@ -49,6 +51,13 @@ LLMEngine::LLMEngine(EngineConfig config) : config_(std::move(config)) {
   NANOVLLM_CHECK(config_.max_num_batched_tokens > 0, "max_num_batched_tokens must be > 0");
   // Each sequence gets at most one sampled row per step, and a step never has more sequences than tokens.
   config_.max_num_seqs = std::min(config_.max_num_seqs, config_.max_num_batched_tokens);
+  if (config_.enable_cpu_offload) {
+    NANOVLLM_CHECK(config_.num_kv_buffers >= 1 && config_.num_kv_buffers <= 8, "num_kv_buffers must be in [1, 8], got ",
+                   config_.num_kv_buffers);
+    NANOVLLM_CHECK(config_.offload_block_size >= 1, "offload_block_size must be >= 1, got ", config_.offload_block_size);
+    NANOVLLM_CHECK(config_.cpu_memory_limit >= 0, "cpu_memory_limit must be >= 0, got ", config_.cpu_memory_limit);
+    NANOVLLM_CHECK(config_.offload_min_tokens >= 0, "offload_min_tokens must be >= 0, got ", config_.offload_min_tokens);
+  }
 
   RunnerConfig rc;
   rc.backend = config_.backend;
@@ -60,6 +69,10 @@ LLMEngine::LLMEngine(EngineConfig config) : config_(std::move(config)) {
   rc.kv_cache_bytes = config_.kv_cache_bytes;
   rc.gpu_memory_utilization = config_.gpu_memory_utilization;
   rc.enforce_eager = config_.enforce_eager;
+  rc.enable_cpu_offload = config_.enable_cpu_offload;
+  rc.num_kv_buffers = config_.num_kv_buffers;
+  rc.offload_block_size = config_.offload_block_size;
+  rc.cpu_memory_limit = config_.cpu_memory_limit;
   runner_ = ModelRunner::create(config_.model, model_config_, rc);
 
   SchedulerConfig sc;
@@ -73,9 +86,29 @@ LLMEngine::LLMEngine(EngineConfig config) : config_(std::move(config)) {
   sc.eos_token_ids = model_config_.eos_token_ids;
   sc.seed = config_.seed;
   scheduler_ = std::make_unique<Scheduler>(sc);
+  if (config_.enable_cpu_offload) {
+    // The offload lane: one sequence at a time, its whole prompt in one (layer-wise) step; its blocks
+    // count host pool blocks, enough for one max_model_len sequence (the host memory check comes first).
+    SchedulerConfig oc = sc;
+    oc.max_num_seqs = 1;
+    oc.max_num_batched_tokens = config_.max_model_len;
+    oc.block_size = config_.offload_block_size;
+    oc.num_kv_blocks = (config_.max_model_len + config_.offload_block_size - 1) / config_.offload_block_size;
+    oc.enable_prefix_caching = false;
+    oc.enable_chunked_prefill = false;
+    oc.seed = config_.seed ^ 0x6f66666c6f616421ULL;  // its own engine RNG stream
+    offload_scheduler_ = std::make_unique<Scheduler>(oc);
+  }
 }
 
 LLMEngine::~LLMEngine() = default;
+
+bool LLMEngine::is_offloaded(int64_t prompt_len, const SamplingParams& params) const {
+  if (!offload_scheduler_) return false;
+  const int64_t reach = std::min(prompt_len + params.max_tokens, config_.max_model_len);
+  if (config_.offload_min_tokens > 0 && reach >= config_.offload_min_tokens) return true;
+  return (reach + config_.block_size - 1) / config_.block_size > runner_->num_kv_blocks();  // does not fit the GPU cache
+}
 
 void LLMEngine::validate_request(const std::vector<int32_t>& prompt, const SamplingParams& params) const {
   params.validate(model_config_.vocab_size);
@@ -86,6 +119,7 @@ void LLMEngine::validate_request(const std::vector<int32_t>& prompt, const Sampl
   for (int32_t id : prompt)
     NANOVLLM_CHECK(id >= 0 && id < model_config_.vocab_size, "prompt token id ", id, " is outside the vocabulary [0, ",
                    model_config_.vocab_size, ")");
+  if (is_offloaded(n, params)) runner_->offload()->check_host_memory(std::min(n + params.max_tokens, config_.max_model_len));
 }
 
 int64_t LLMEngine::add_request(std::vector<int32_t> prompt_token_ids, const SamplingParams& params) {
@@ -96,18 +130,42 @@ int64_t LLMEngine::add_request(std::vector<int32_t> prompt_token_ids, const Samp
   seq->token_ids = std::move(prompt_token_ids);
   seq->params = params;
   seq->arrival_time = std::chrono::steady_clock::now();
-  scheduler_->add(std::move(seq));  // validates lengths; throws before anything is queued
+  // Scheduler::add validates lengths; throws before anything is queued.
+  if (is_offloaded(seq->num_prompt_tokens, params)) {
+    offload_scheduler_->add(std::move(seq));
+  } else {
+    scheduler_->add(std::move(seq));
+  }
   return next_request_id_++;
 }
 
-void LLMEngine::abort_request(int64_t request_id) { scheduler_->abort(request_id); }
+void LLMEngine::abort_request(int64_t request_id) {
+  if (!scheduler_->abort(request_id) && offload_scheduler_) offload_scheduler_->abort(request_id);
+}
 
-bool LLMEngine::has_unfinished() const { return scheduler_->has_unfinished(); }
+bool LLMEngine::has_unfinished() const {
+  return scheduler_->has_unfinished() || (offload_scheduler_ && offload_scheduler_->has_unfinished());
+}
 
 std::vector<RequestOutput> LLMEngine::step() {
+  std::vector<SampledToken> sampled = run_step(*scheduler_, false);
+  if (offload_scheduler_) {
+    std::vector<SampledToken> more = run_step(*offload_scheduler_, true);
+    sampled.insert(sampled.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  }
+  std::vector<RequestOutput> finished;
+  for (std::unique_ptr<Sequence>& seq : scheduler_->take_finished()) finished.push_back(make_output(*seq));
+  if (offload_scheduler_)
+    for (std::unique_ptr<Sequence>& seq : offload_scheduler_->take_finished()) finished.push_back(make_output(*seq));
+  if (delta_callback_) emit_deltas(sampled, finished);
+  return finished;
+}
+
+// One schedule -> run -> update round of one lane (the paged GPU cache, or the offloaded sequence).
+std::vector<SampledToken> LLMEngine::run_step(Scheduler& scheduler, bool offloaded) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  const SchedulerOutput out = scheduler_->schedule();
+  const SchedulerOutput out = scheduler.schedule();
   std::vector<SampledToken> sampled;
   if (!out.empty()) {
     bool has_prefill = false;
@@ -116,19 +174,16 @@ std::vector<RequestOutput> LLMEngine::step() {
       has_prefill |= s.num_new_tokens > 1 || !s.sample;
     }
     const auto t1 = Clock::now();
-    sampled = runner_->execute(out);
+    sampled = offloaded ? runner_->offload()->execute(out) : runner_->execute(out);
     const auto t2 = Clock::now();
     num_generated_tokens_ += static_cast<int64_t>(sampled.size());
-    scheduler_->update(out, sampled);
+    scheduler.update(out, sampled);
     const double run_s = std::chrono::duration<double>(t2 - t1).count();
     (has_prefill ? step_stats_.prefill_steps_s : step_stats_.decode_steps_s) += run_s;
     ++(has_prefill ? step_stats_.prefill_steps : step_stats_.decode_steps);
     step_stats_.schedule_s += std::chrono::duration<double>(Clock::now() - t0).count() - run_s;
   }
-  std::vector<RequestOutput> finished;
-  for (std::unique_ptr<Sequence>& seq : scheduler_->take_finished()) finished.push_back(make_output(*seq));
-  if (delta_callback_) emit_deltas(sampled, finished);
-  return finished;
+  return sampled;
 }
 
 void LLMEngine::emit_deltas(const std::vector<SampledToken>& sampled, const std::vector<RequestOutput>& finished) const {

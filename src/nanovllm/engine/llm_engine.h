@@ -42,6 +42,14 @@ struct EngineConfig {
   double gpu_memory_utilization = 0.9;    // CUDA backend
   bool enforce_eager = false;             // CUDA backend: no decode CUDA graphs
   uint64_t seed = 0;
+  // Long context: layer-wise CPU KV offload (runner/offload_runner.h). A request is offloaded when its
+  // prompt + max_tokens (capped at max_model_len) does not fit the whole paged KV cache, or reaches
+  // offload_min_tokens when that is > 0. Offloaded requests run one at a time, next to the others.
+  bool enable_cpu_offload = false;
+  int64_t num_kv_buffers = 4;             // decode ring of whole-layer KV buffers, 1..8
+  int64_t offload_block_size = 1024;      // host KV block in tokens (decode flush granularity)
+  int64_t cpu_memory_limit = 0;           // bytes of host KV pool; 0: the machine's available memory
+  int64_t offload_min_tokens = 0;         // offload requests this long (prompt + max_tokens) or longer; 0: only those that do not fit
 
   static Backend default_backend();
 };
@@ -110,17 +118,22 @@ class LLMEngine {
   };
   const StepStats& step_stats() const { return step_stats_; }
   int64_t num_prompt_tokens_computed() const { return num_prompt_tokens_computed_; }
+  // Whether a request of this prompt length and these params takes the offload path.
+  bool is_offloaded(int64_t prompt_len, const SamplingParams& params) const;
+  ModelRunner& runner() { return *runner_; }
 
  private:
   EngineConfig config_;
   ModelConfig model_config_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<Scheduler> offload_scheduler_;  // offloaded requests: one at a time, whole-prompt prefill
   int64_t next_request_id_ = 0;
   int64_t num_generated_tokens_ = 0;
   StepStats step_stats_;
   int64_t num_prompt_tokens_computed_ = 0;
   std::optional<int32_t> tokenizer_eos_token_id() const;  // tokenizer_config.json's eos_token, if any
+  std::vector<SampledToken> run_step(Scheduler& scheduler, bool offloaded);
   void emit_deltas(const std::vector<SampledToken>& sampled, const std::vector<RequestOutput>& finished) const;
 
   DeltaCallback delta_callback_;

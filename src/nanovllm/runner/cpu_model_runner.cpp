@@ -52,6 +52,15 @@ CpuModelRunner::CpuModelRunner(const std::filesystem::path& model_dir, const Mod
   workspace_storage_ = Buffer(cpu_allocator(), ws_bytes);
   ws_ = Qwen3Model::make_workspace(config, DType::kF32, workspace_storage_.data(), Device::cpu(),
                                    rc.max_num_batched_tokens, rc.max_num_seqs);
+  if (rc.enable_cpu_offload) {
+    // The CPU offload device defers copies and checks every access against the events (CI's stand-in
+    // for CUDA streams).
+    OffloadConfig oc{rc.max_model_len, rc.num_kv_buffers, rc.offload_block_size, rc.cpu_memory_limit, 0};
+    offload_ = std::make_unique<OffloadRunner>(
+        *model_, make_cpu_offload_device(), oc, ws_, [this](const std::vector<const Sequence*>& seqs, float* logits) {
+          return sampler_.sample(logits, model_->config().vocab_size, seqs);
+        });
+  }
 }
 
 std::vector<SampledToken> CpuModelRunner::execute(const SchedulerOutput& out) {

@@ -5,6 +5,7 @@
 #include "nanovllm/engine/sampler.h"
 #include "nanovllm/model/qwen3_model.h"
 #include "nanovllm/runner/model_runner.h"
+#include "nanovllm/runner/offload_runner.h"
 
 namespace nanovllm {
 
@@ -14,6 +15,7 @@ class CpuModelRunner final : public ModelRunner {
 
   int64_t num_kv_blocks() const override { return num_kv_blocks_; }
   std::vector<SampledToken> execute(const SchedulerOutput& out) override;
+  OffloadRunner* offload() override { return offload_.get(); }
 
  private:
   RunnerConfig rc_;
@@ -25,6 +27,7 @@ class CpuModelRunner final : public ModelRunner {
   Buffer workspace_storage_;
   DecoderWorkspace ws_;
   Sampler sampler_;
+  std::unique_ptr<OffloadRunner> offload_;  // RunnerConfig::enable_cpu_offload
 };
 
 }  // namespace nanovllm

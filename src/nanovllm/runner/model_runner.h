@@ -29,7 +29,14 @@ struct RunnerConfig {
   int64_t kv_cache_bytes = 2LL << 30;
   double gpu_memory_utilization = 0.9;
   bool enforce_eager = false;      // CUDA: no decode graphs
+  // Layer-wise CPU KV offload (offload_runner.h): allocated before the paged KV cache when enabled.
+  bool enable_cpu_offload = false;
+  int64_t num_kv_buffers = 4;        // decode ring of whole-layer KV buffers, 1..8
+  int64_t offload_block_size = 1024; // host KV block in tokens (decode flush granularity)
+  int64_t cpu_memory_limit = 0;      // bytes of host KV pool; 0: the machine's available memory
 };
+
+class OffloadRunner;
 
 class ModelRunner {
  public:
@@ -42,6 +49,9 @@ class ModelRunner {
   // Runs one step: writes the scheduled tokens' K/V into the cache and samples the next token of every
   // sequence with sample == true (in SchedulerOutput order).
   virtual std::vector<SampledToken> execute(const SchedulerOutput& out) = 0;
+  // The long-context path (RunnerConfig::enable_cpu_offload), on the same model, stream and workspace;
+  // nullptr when offload is off.
+  virtual OffloadRunner* offload() { return nullptr; }
 };
 
 }  // namespace nanovllm

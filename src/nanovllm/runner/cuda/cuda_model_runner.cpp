@@ -9,6 +9,7 @@
 #include "nanovllm/kernels/cuda/cuda_memory.h"
 #include "nanovllm/model/rope.h"
 #include "nanovllm/model/weights.h"
+#include "nanovllm/runner/cuda/cuda_offload_device.h"
 #include "nanovllm/runner/forward_batch.h"
 
 namespace nanovllm {
@@ -43,6 +44,12 @@ CudaModelRunner::CudaModelRunner(const std::filesystem::path& model_dir, const M
   batch_host_ = Buffer(pinned_host_allocator(), static_cast<size_t>(max_batch_ints_) * 4);
   batch_device_ = Buffer(cuda_allocator(device_), static_cast<size_t>(max_batch_ints_) * 4);
   sampler_ = std::make_unique<GpuSampler>(config.eos_token_ids, config.vocab_size, rc.max_num_seqs, device_);
+  if (rc.enable_cpu_offload) {  // before the paged KV cache, which takes what the budget leaves
+    OffloadConfig oc{rc.max_model_len, rc.num_kv_buffers, rc.offload_block_size, rc.cpu_memory_limit, 0};
+    offload_ = std::make_unique<OffloadRunner>(
+        *model_, make_cuda_offload_device(device_, stream_), oc, ws_,
+        [this](const std::vector<const Sequence*>& seqs, float* logits) { return sampler_->sample(seqs, logits, stream_); });
+  }
   allocate_kv_cache(config);
 
   // nano-vLLM's buckets: 1, 2, 4, 8, then every 16 up to min(max_num_seqs, 512).
@@ -59,6 +66,7 @@ CudaModelRunner::CudaModelRunner(const std::filesystem::path& model_dir, const M
 CudaModelRunner::~CudaModelRunner() {
   if (stream_) cudaStreamSynchronize(stream_);
   for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  offload_.reset();  // synchronizes its copy streams, destroys them; before the compute stream goes
   kv_.clear();
   if (stream_) cudaStreamDestroy(stream_);
 }

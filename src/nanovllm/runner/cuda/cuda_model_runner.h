@@ -11,6 +11,7 @@
 #include "nanovllm/runner/cuda/gpu_sampler.h"
 #include "nanovllm/runner/forward_batch.h"
 #include "nanovllm/runner/model_runner.h"
+#include "nanovllm/runner/offload_runner.h"
 
 namespace nanovllm {
 
@@ -21,6 +22,7 @@ class CudaModelRunner final : public ModelRunner {
 
   int64_t num_kv_blocks() const override { return num_kv_blocks_; }
   std::vector<SampledToken> execute(const SchedulerOutput& out) override;
+  OffloadRunner* offload() override { return offload_.get(); }
 
  private:
   void load_model(const std::filesystem::path& model_dir, const ModelConfig& config);
@@ -51,6 +53,7 @@ class CudaModelRunner final : public ModelRunner {
   int64_t max_table_stride_ = 0;                   // blocks of a max_model_len sequence
   std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs_;  // (bucket, table stride) -> graph
   std::unique_ptr<GpuSampler> sampler_;  // samples on the GPU: only ids (+ logprobs) come back
+  std::unique_ptr<OffloadRunner> offload_;  // RunnerConfig::enable_cpu_offload; its buffers precede the KV cache
 };
 
 }  // namespace nanovllm

@@ -1,0 +1,137 @@
+// OffloadRunner: long context on one device through layer-wise CPU KV offload, exact and asynchronous.
+// Backend-neutral: it drives Qwen3Model layer by layer over an OffloadDevice (CPU: memcpy + checked
+// events; CUDA: streams + events). One offloaded sequence at a time; its KV cache lives in a host pool.
+//
+// Prefill (the whole prompt, one layer at a time): only hidden + residual [T, H] persist across layers.
+// Each layer runs in token chunks of C rows (the runner's workspace): the chunk's qkv prologue writes
+// its K/V into a GPU layer buffer at positions [start, start + C) and attends positions 0..start+C-1 of
+// that buffer (chunked prefill with the layer buffer as a paged cache whose block table is 0, 1, 2, ...).
+// The finished layer buffer goes to the host pool on the D2H queue while the next layer computes into
+// the next buffer; a buffer is reused only after its D2H event.
+//
+// Decode: a ring of num_kv_buffers whole-layer buffers. Slot s = l % num_kv_buffers holds, for layer l,
+//   [0, F)       tokens flushed to the host pool, loaded on slot s's queue (after slot s's compute-done),
+//   [F, n)       tokens still in the layer's decode buffer (a small device-to-device copy),
+//   n            the new token, written by the qkv prologue,
+// and layers l+1 .. l+num_kv_buffers-1 load while layer l computes. The new token's K/V is appended to
+// the layer's decode buffer; when position n + 1 closes a host block (multiple of host_block_size) the
+// decode buffers [F, n] go to the host pool and F = n + 1. The prompt's partial last block stays in the
+// host pool (F = prompt length after prefill), so the first flush writes only the block's remainder.
+//
+// GPU memory: num_kv_buffers x one layer's KV at max_model_len + decode buffers (L x host_block_size
+// tokens) + hidden and residual [max_model_len, H] + the runner's workspace (bounded by its rows).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "nanovllm/core/tensor.h"
+#include "nanovllm/engine/scheduler_output.h"
+#include "nanovllm/model/qwen3_model.h"
+#include "nanovllm/runner/offload_device.h"
+#include "nanovllm/runner/offload_host_pool.h"
+
+namespace nanovllm {
+
+struct OffloadConfig {
+  int64_t max_model_len = 0;       // longest sequence: sizes the layer buffers and the prefill hidden state
+  int64_t num_kv_buffers = 4;      // decode ring of whole-layer buffers (and prefill ping-pong), 1..8
+  int64_t host_block_size = 1024;  // tokens per host block: decode buffer length, flush granularity
+  int64_t cpu_memory_limit = 0;    // bytes the host KV pool may take; 0: the machine's available memory
+  int64_t chunk_tokens = 0;        // prefill token chunk; 0 (or more than the workspace): workspace rows
+};
+
+struct OffloadStats {
+  int64_t prefills = 0, prefill_tokens = 0, decode_steps = 0;
+  int64_t h2d_bytes = 0, d2h_bytes = 0;  // host pool <-> device KV bytes issued since construction
+  int64_t last_step_h2d_bytes = 0, last_step_d2h_bytes = 0;
+  double host_alloc_s = 0;               // allocating (pinning) the host pool
+};
+
+// Device memory the offload path holds, by term (the peak-memory formula).
+struct OffloadFootprint {
+  size_t ring = 0;            // num_kv_buffers x 2 x capacity x Hk x D
+  size_t decode_buffers = 0;  // L x 2 x host_block_size x Hk x D
+  size_t hidden = 0;          // hidden + residual [max_model_len, H]
+  size_t metadata = 0;        // index arrays
+  size_t total() const { return ring + decode_buffers + hidden + metadata; }
+};
+
+class OffloadRunner {
+ public:
+  // Samples rows [0, seqs.size()) of device logits [S, V] f32 (the backend runner's sampler).
+  using SampleFn = std::function<std::vector<SampledToken>(const std::vector<const Sequence*>& seqs, float* logits)>;
+
+  // `ws` is the backend runner's workspace (shared: the lanes run one after the other on one stream);
+  // its rows bound the prefill chunk.
+  OffloadRunner(const Qwen3Model& model, std::unique_ptr<OffloadDevice> device, OffloadConfig config,
+                const DecoderWorkspace& ws, SampleFn sample);
+  ~OffloadRunner();
+  OffloadRunner(const OffloadRunner&) = delete;
+  OffloadRunner& operator=(const OffloadRunner&) = delete;
+
+  // One step of one offloaded sequence: its whole prompt (num_computed_tokens == 0) or one decode token.
+  std::vector<SampledToken> execute(const SchedulerOutput& out);
+
+  // Host KV bytes for a sequence of `tokens` tokens (rounded up to host blocks, all layers, K and V).
+  int64_t host_bytes_for(int64_t tokens) const;
+  // Throws nanovllm::Error when such a sequence would exceed cpu_memory_limit or the available memory.
+  void check_host_memory(int64_t tokens) const;
+
+  const OffloadConfig& config() const { return cfg_; }
+  const OffloadStats& stats() const { return stats_; }
+  OffloadFootprint footprint() const { return footprint_; }
+  int64_t kv_bytes_per_token_per_layer() const { return 2 * token_bytes_; }  // K + V
+  OffloadDevice& device() { return *dev_; }
+
+ private:
+  struct Slot {
+    char* k = nullptr;  // [capacity, Hk, D]
+    char* v = nullptr;  // [capacity, Hk, D]
+  };
+  void prefill(const Sequence& seq, int64_t num_tokens);
+  void decode(const Sequence& seq);
+  void issue_load(int64_t layer);  // host pool [0, F) of `layer` -> its ring slot, on the slot's queue
+  void flush_decode_buffers(int64_t end);  // decode buffers [0, end - F) -> host pool [F, end)
+  LayerKvCache slot_cache(int64_t s) const;  // the slot as a paged cache [capacity / kViewBlock, kViewBlock, Hk, D]
+  TensorView index_view(int64_t offset, int64_t n) const;  // iota_[offset, offset + n) as [n] i32
+  AttentionMetadata attention(int64_t start, int64_t query_len, TensorView cu, TensorView ctx) const;
+  void upload_ints(const int32_t* data, int64_t n);  // -> meta_dev_[0, n), on the compute queue
+
+  const Qwen3Model& model_;
+  std::unique_ptr<OffloadDevice> dev_;
+  OffloadConfig cfg_;
+  DecoderWorkspace ws_;
+  SampleFn sample_;
+  int64_t num_layers_ = 0, num_slots_ = 0, chunk_ = 0, capacity_ = 0;
+  int64_t token_bytes_ = 0;  // one token of one layer's K: Hk * D * element size
+  DType act_;
+
+  Buffer ring_;            // [num_slots, 2, capacity, Hk, D] device
+  Buffer decode_buf_;      // [L, 2, host_block_size, Hk, D] device
+  Buffer hidden_, residual_;  // [max_model_len, H] device
+  Buffer iota_;            // [capacity + 2] i32 device: 0, 1, 2, ... (positions, slots, block tables)
+  Buffer meta_dev_;        // [max_model_len + 4 x chunks] i32 device: input ids, per-chunk cu/ctx/sample row
+  Buffer meta_host_;       // its host staging
+  std::vector<Slot> slots_;
+  OffloadHostPool host_;
+  OffloadFootprint footprint_;
+
+  OffloadDevice::Queue d2h_q_ = 0;
+  std::vector<OffloadDevice::Queue> load_q_;     // [num_slots]
+  std::vector<OffloadDevice::Event> slot_loaded_, slot_computed_, slot_drained_;  // [num_slots]
+  std::vector<OffloadDevice::Event> host_ready_;  // [L]: the layer's host region is written
+  OffloadDevice::Event flush_done_ = 0, decode_written_ = 0;
+
+  // The sequence in the pool.
+  int64_t seq_id_ = -1;
+  int64_t len_ = 0;      // tokens whose K/V exist (host pool [0, F) + decode buffers [F, len))
+  int64_t flushed_ = 0;  // F
+  int64_t seq_capacity_ = 0;  // tokens this sequence may reach (host pool reserved for it)
+
+  OffloadStats stats_;
+};
+
+}  // namespace nanovllm
