@@ -10,8 +10,10 @@ void register_make_test_model(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_detokenize(CLI::App& app);
 void register_chat(CLI::App& app);
+void register_serve(CLI::App& app);
 void register_bench_engine(CLI::App& bench);     // `nanovllm bench throughput|latency`
 void register_bench_tokenizer(CLI::App& bench);  // `nanovllm bench tokenizer`
 void register_bench_offload(CLI::App& bench);    // `nanovllm bench offload`
+void register_bench_serve(CLI::App& bench);      // `nanovllm bench serve`
 
 }  // namespace nanovllm::cli

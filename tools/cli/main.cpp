@@ -14,11 +14,13 @@ int main(int argc, char** argv) {
   nanovllm::cli::register_tokenize(app);
   nanovllm::cli::register_detokenize(app);
   nanovllm::cli::register_chat(app);
+  nanovllm::cli::register_serve(app);
   CLI::App* bench = app.add_subcommand("bench", "benchmarks: throughput, latency, tokenizer");
   bench->require_subcommand(1);
   nanovllm::cli::register_bench_engine(*bench);
   nanovllm::cli::register_bench_offload(*bench);
   nanovllm::cli::register_bench_tokenizer(*bench);
+  nanovllm::cli::register_bench_serve(*bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -147,6 +147,16 @@ bool LLMEngine::has_unfinished() const {
   return scheduler_->has_unfinished() || (offload_scheduler_ && offload_scheduler_->has_unfinished());
 }
 
+LLMEngine::LoadStats LLMEngine::load_stats() const {
+  const BlockManager& blocks = scheduler_->block_manager();
+  LoadStats s{scheduler_->num_waiting(), scheduler_->num_running(), blocks.num_blocks(), blocks.num_used_blocks()};
+  if (offload_scheduler_) {  // offloaded requests count as requests; their KV lives in the host pool
+    s.num_waiting += offload_scheduler_->num_waiting();
+    s.num_running += offload_scheduler_->num_running();
+  }
+  return s;
+}
+
 std::vector<RequestOutput> LLMEngine::step() {
   std::vector<SampledToken> sampled = run_step(*scheduler_, false);
   if (offload_scheduler_) {

@@ -121,6 +121,12 @@ class LLMEngine {
   // Whether a request of this prompt length and these params takes the offload path.
   bool is_offloaded(int64_t prompt_len, const SamplingParams& params) const;
   ModelRunner& runner() { return *runner_; }
+  // Scheduler and KV cache occupancy (for /metrics). Read on the thread that calls step().
+  struct LoadStats {
+    int64_t num_waiting = 0, num_running = 0;
+    int64_t kv_blocks_total = 0, kv_blocks_used = 0;  // used: ref count > 0 (cached-but-free blocks are free)
+  };
+  LoadStats load_stats() const;
 
  private:
   EngineConfig config_;

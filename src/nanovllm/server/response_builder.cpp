@@ -1,0 +1,128 @@
+#include "nanovllm/server/response_builder.h"
+
+namespace nanovllm::server {
+
+using nlohmann::json;
+
+ResponseBuilder::ResponseBuilder(const GenerationRequest& request, const tokenizer::Tokenizer& tok, std::string id,
+                                 int64_t created)
+    : request_(request), tok_(tok), id_(std::move(id)), created_(created),
+      choices_(static_cast<size_t>(request.num_choices())) {
+  for (const auto& p : request.prompts) prompt_tokens_ += static_cast<int64_t>(p.size());
+  for (ChoiceState& c : choices_)
+    c.logprobs = request.endpoint == Endpoint::kChat ? json::array() : empty_completion_logprobs();
+}
+
+json ResponseBuilder::usage() const {
+  int64_t completion = 0;
+  for (const ChoiceState& c : choices_) completion += c.num_tokens;
+  return {{"prompt_tokens", prompt_tokens_}, {"completion_tokens", completion},
+          {"total_tokens", prompt_tokens_ + completion}};
+}
+
+json ResponseBuilder::chunk_base() const {
+  json j = {{"id", id_},
+            {"object", request_.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created_},
+            {"model", request_.model},
+            {"choices", json::array()}};
+  if (request_.include_usage) j["usage"] = nullptr;
+  return j;
+}
+
+json ResponseBuilder::absorb(const ChoiceEvent& e) {
+  ChoiceState& c = choices_.at(static_cast<size_t>(e.index));
+  json lp = nullptr;
+  if (request_.want_logprobs && !e.token_ids.empty()) {
+    const bool chat = request_.endpoint == Endpoint::kChat;
+    lp = chat ? json{{"content", json::array()}} : empty_completion_logprobs();
+    for (size_t i = 0; i < e.token_ids.size(); ++i) {
+      const std::vector<TokenLogprob> none;
+      const auto& lps = i < e.logprobs.size() ? e.logprobs[i] : none;
+      if (chat) {
+        json entry = chat_logprob_entry(tok_, e.token_ids[i], lps, request_.top_logprobs);
+        lp["content"].push_back(entry);
+        c.logprobs.push_back(std::move(entry));
+      } else {
+        const auto offset = static_cast<int64_t>(c.text.size());
+        append_completion_logprob(lp, tok_, e.token_ids[i], lps, request_.top_logprobs, offset);
+        append_completion_logprob(c.logprobs, tok_, e.token_ids[i], lps, request_.top_logprobs, offset);
+      }
+    }
+  }
+  c.text += e.text;
+  c.num_tokens += static_cast<int64_t>(e.token_ids.size());
+  if (e.finished) c.finish_reason = e.finish_reason;
+  return lp;
+}
+
+std::vector<json> ResponseBuilder::start_chunks() {
+  std::vector<json> out;
+  if (request_.endpoint != Endpoint::kChat) return out;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    json j = chunk_base();
+    j["choices"].push_back({{"index", i},
+                            {"delta", {{"role", "assistant"}, {"content", ""}}},
+                            {"logprobs", nullptr},
+                            {"finish_reason", nullptr}});
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::vector<json> ResponseBuilder::chunks(const std::vector<ChoiceEvent>& events) {
+  const bool chat = request_.endpoint == Endpoint::kChat;
+  std::vector<json> out;
+  for (const ChoiceEvent& e : events) {
+    json lp = absorb(e);
+    if (!e.text.empty() || !lp.is_null()) {
+      json j = chunk_base();
+      json choice = {{"index", e.index}, {"logprobs", lp}, {"finish_reason", nullptr}};
+      if (chat) choice["delta"] = {{"content", e.text}};
+      else choice["text"] = e.text;
+      j["choices"].push_back(std::move(choice));
+      out.push_back(std::move(j));
+    }
+    if (e.finished) {
+      json j = chunk_base();
+      json choice = {{"index", e.index}, {"logprobs", nullptr}, {"finish_reason", finish_reason_string(e.finish_reason)}};
+      if (chat) choice["delta"] = json::object();
+      else choice["text"] = "";
+      j["choices"].push_back(std::move(choice));
+      out.push_back(std::move(j));
+    }
+  }
+  return out;
+}
+
+json ResponseBuilder::usage_chunk() const {
+  json j = chunk_base();
+  j["usage"] = usage();
+  return j;
+}
+
+void ResponseBuilder::add(const std::vector<ChoiceEvent>& events) {
+  for (const ChoiceEvent& e : events) absorb(e);
+}
+
+json ResponseBuilder::final_response() const {
+  const bool chat = request_.endpoint == Endpoint::kChat;
+  json choices = json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const ChoiceState& c = choices_[i];
+    json lp = nullptr;
+    if (request_.want_logprobs) lp = chat ? json{{"content", c.logprobs}} : c.logprobs;
+    json choice = {{"index", i}, {"logprobs", lp}, {"finish_reason", finish_reason_string(c.finish_reason)}};
+    if (chat) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    else choice["text"] = c.text;
+    choices.push_back(std::move(choice));
+  }
+  return {{"id", id_},
+          {"object", chat ? "chat.completion" : "text_completion"},
+          {"created", created_},
+          {"model", request_.model},
+          {"choices", std::move(choices)},
+          {"usage", usage()}};
+}
+
+}  // namespace nanovllm::server

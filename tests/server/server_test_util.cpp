@@ -1,0 +1,118 @@
+#include "server/server_test_util.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "support/test_models.h"
+
+namespace nanovllm::testing {
+
+std::filesystem::path server_model_dir() {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto tok_dir = test_data_dir() / "qwen3-tokenizer";
+  // eos: the tokenizer's <|im_end|>, as `make-test-model --tokenizer` sets it.
+  const auto dir = tiny_model_dir("server-qwen3-tokenizer",
+                                  {{"vocab_size", 151936}, {"tie_word_embeddings", false}, {"eos_token_id", 151645}}, 21);
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"})
+    if (!std::filesystem::exists(dir / name)) std::filesystem::copy_file(tok_dir / name, dir / name);
+  return dir;
+}
+
+EngineConfig server_engine_config() {
+  EngineConfig c;
+  c.model = server_model_dir();
+  c.backend = Backend::kCpu;
+  c.num_kv_blocks = 512;
+  c.block_size = 16;
+  c.max_model_len = 256;
+  c.max_num_seqs = 128;
+  c.max_num_batched_tokens = 2048;
+  return c;
+}
+
+TestServer::TestServer(server::ServerConfig config) {
+  engine = std::make_unique<LLMEngine>(server_engine_config());
+  config.port = 0;
+  api_key = config.api_key;
+  server = std::make_unique<server::Server>(*engine, config);
+  port = server->start();
+}
+
+TestServer::~TestServer() {
+  server.reset();  // shuts down before the engine goes
+  engine.reset();
+}
+
+namespace {
+
+HttpResult to_result(const httplib::Result& r) {
+  HttpResult out;
+  if (!r) return out;
+  out.status = r->status;
+  out.body = r->body;
+  out.json = nlohmann::json::parse(out.body, nullptr, /*allow_exceptions=*/false);
+  if (out.json.is_discarded()) out.json = nullptr;
+  return out;
+}
+
+httplib::Headers auth(const std::string& api_key) {
+  httplib::Headers h;
+  if (!api_key.empty()) h.emplace("Authorization", "Bearer " + api_key);
+  return h;
+}
+
+}  // namespace
+
+HttpResult http_get(int port, const std::string& path, const std::string& api_key) {
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_read_timeout(60, 0);
+  return to_result(cli.Get(path, auth(api_key)));
+}
+
+HttpResult http_post(int port, const std::string& path, const std::string& body, const std::string& api_key,
+                     const std::string& content_type) {
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_read_timeout(60, 0);
+  return to_result(cli.Post(path, auth(api_key), body, content_type));
+}
+
+double metric(int port, const std::string& name) {
+  const HttpResult r = http_get(port, "/metrics");
+  size_t pos = 0;
+  while ((pos = r.body.find(name, pos)) != std::string::npos) {
+    const bool line_start = pos == 0 || r.body[pos - 1] == '\n';
+    const char next = pos + name.size() < r.body.size() ? r.body[pos + name.size()] : '\0';
+    if (line_start && (next == ' ' || next == '{')) {
+      const size_t sp = r.body.find(' ', r.body.find_first_of(" }", pos));
+      return std::stod(r.body.substr(sp + 1, r.body.find('\n', sp) - sp - 1));
+    }
+    pos += name.size();
+  }
+  return -1;
+}
+
+double wait_metric(int port, const std::string& name, double value, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  double v = metric(port, name);
+  while (v != value && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    v = metric(port, name);
+  }
+  return v;
+}
+
+Stream post_stream(int port, const std::string& path, const nlohmann::json& body, const std::string& api_key) {
+  const server::SseResult r = server::post_sse("127.0.0.1", port, path, body.dump(), {}, api_key);
+  Stream s;
+  s.status = r.status;
+  s.done = r.done;
+  s.body = r.body;
+  for (const std::string& e : r.events) s.chunks.push_back(nlohmann::json::parse(e));
+  return s;
+}
+
+}  // namespace nanovllm::testing

@@ -1,0 +1,65 @@
+// nanovllm serve: the OpenAI-compatible HTTP server (src/nanovllm/server). Prints the address it listens on
+// ("serving MODEL on http://HOST:PORT", to stdout, flushed: --port 0 picks a free port) and runs until
+// SIGINT/SIGTERM, then shuts down gracefully (new requests get 503, in-flight ones finish within
+// --shutdown-grace seconds or are aborted, the listener closes).
+#include <csignal>
+#include <cstdio>
+#include <pthread.h>
+
+#include "commands.h"
+#include "engine_options.h"
+#include "nanovllm/core/error.h"
+#include "nanovllm/engine/llm_engine.h"
+#include "nanovllm/server/server.h"
+
+namespace nanovllm::cli {
+
+void register_serve(CLI::App& app) {
+  struct Options {
+    EngineOptions engine;
+    server::ServerConfig server;
+    double max_body_mib = 8;
+  };
+  auto opt = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, "
+                                     "/v1/chat/completions, /v1/models, /health, /metrics)");
+  add_engine_options(*cmd, opt->engine);
+  cmd->add_option("--host", opt->server.host, "address to bind (use 0.0.0.0 to accept remote clients)")
+      ->capture_default_str();
+  cmd->add_option("--port", opt->server.port, "TCP port; 0 picks a free one (printed)")->capture_default_str();
+  cmd->add_option("--api-key", opt->server.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
+  cmd->add_option("--served-model-name", opt->server.served_model_names,
+                  "model name(s) clients use (default: the --model path and its last component)");
+  cmd->add_option("--max-concurrent-requests", opt->server.max_concurrent_requests,
+                  "generation requests served at once; more get 429")->capture_default_str();
+  cmd->add_option("--max-body-mib", opt->max_body_mib, "request body limit (413 beyond)")->capture_default_str();
+  cmd->add_option("--shutdown-grace", opt->server.shutdown_grace_s,
+                  "seconds in-flight requests get to finish on SIGINT/SIGTERM")->capture_default_str();
+  cmd->add_option("--max-n", opt->server.limits.max_n, "largest 'n' accepted")->capture_default_str();
+
+  cmd->callback([opt] {
+    NANOVLLM_CHECK(opt->max_body_mib > 0 && opt->max_body_mib <= 1024, "--max-body-mib must be in (0, 1024]");
+    NANOVLLM_CHECK(opt->server.port >= 0 && opt->server.port <= 65535, "--port must be in [0, 65535]");
+    opt->server.max_body_bytes = static_cast<size_t>(opt->max_body_mib * (1 << 20));
+    // Every thread started from here on inherits the blocked signals; this thread takes them with sigwait.
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+
+    LLMEngine engine(opt->engine.to_config());
+    server::Server srv(engine, opt->server);
+    const int port = srv.start();
+    std::printf("serving %s on http://%s:%d\n", opt->engine.model.c_str(), opt->server.host.c_str(), port);
+    std::fflush(stdout);
+    int sig = 0;
+    sigwait(&signals, &sig);
+    std::fprintf(stderr, "%s: shutting down (in-flight requests get %.0f s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                 opt->server.shutdown_grace_s);
+    srv.shutdown();
+  });
+}
+
+}  // namespace nanovllm::cli
