@@ -2,6 +2,9 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "nanovllm/core/error.h"
 
@@ -115,6 +118,30 @@ std::vector<int32_t> parse_token_ids(const std::string& text, const std::string&
   }
   NANOVLLM_CHECK(!ids.empty(), option, ": empty list");
   return ids;
+}
+
+std::vector<std::vector<int32_t>> read_token_id_lists(const std::string& path) {
+  std::ifstream f(path);
+  NANOVLLM_CHECK(f.good(), "cannot read ", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    NANOVLLM_FAIL(path, ": invalid JSON: ", e.what());
+  }
+  NANOVLLM_CHECK(j.is_array(), path, ": expected a JSON list of token-id lists");
+  std::vector<std::vector<int32_t>> lists;
+  for (const auto& item : j) {
+    NANOVLLM_CHECK(item.is_array(), path, ": entry ", lists.size(), " is not a list of token ids");
+    std::vector<int32_t> ids;
+    for (const auto& id : item) {
+      NANOVLLM_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX, path,
+                     ": entry ", lists.size(), " holds a value that is not a token id: ", id.dump());
+      ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+    lists.push_back(std::move(ids));
+  }
+  return lists;
 }
 
 }  // namespace nanovllm::cli

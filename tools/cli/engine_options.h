@@ -58,4 +58,7 @@ void add_sampling_options(CLI::App& cmd, SamplingOptions& o);
 // "1, 2,3" -> {1, 2, 3}; anything else (empty, non-digits, overflow) throws nanovllm::Error naming `option`.
 std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& option = "--prompt-ids");
 
+// A JSON file holding a list of token-id lists; a clear error for anything else.
+std::vector<std::vector<int32_t>> read_token_id_lists(const std::string& path);
+
 }  // namespace nanovllm::cli

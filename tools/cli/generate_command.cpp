@@ -17,6 +17,7 @@ void register_generate(CLI::App& app) {
   struct Options {
     EngineOptions engine;
     std::vector<std::string> prompt_ids, prompts;
+    std::string prompt_ids_file;
     SamplingOptions sampling;
     bool json = false;
   };
@@ -28,11 +29,14 @@ void register_generate(CLI::App& app) {
       cmd->add_option("--prompt-ids", opt->prompt_ids, "comma-separated token ids; repeat for a batch");
   CLI::Option* text_opt = cmd->add_option("--prompt", opt->prompts,
                                           "a text prompt (needs the model's tokenizer.json); repeat for a batch");
+  cmd->add_option("--prompt-ids-file", opt->prompt_ids_file,
+                  "a JSON file holding a list of token-id lists (after any --prompt/--prompt-ids)");
   cmd->add_flag("--json", opt->json,
                 "print one JSON object per prompt (token_ids, text, finish_reason, logprobs)");
 
   cmd->callback([cmd, opt, ids_opt, text_opt] {
-    NANOVLLM_CHECK(!opt->prompt_ids.empty() || !opt->prompts.empty(), "generate: give --prompt or --prompt-ids");
+    NANOVLLM_CHECK(!opt->prompt_ids.empty() || !opt->prompts.empty() || !opt->prompt_ids_file.empty(),
+                   "generate: give --prompt, --prompt-ids or --prompt-ids-file");
     const SamplingParams params = opt->sampling.to_params();
     LLM llm(opt->engine.to_config());
     const bool with_text = !opt->prompts.empty() || llm.engine().has_tokenizer();
@@ -51,6 +55,10 @@ void register_generate(CLI::App& app) {
           throw Error(detail::concat("--prompt ", i, ": ", e.what()));
         }
       }
+    }
+
+    if (!opt->prompt_ids_file.empty()) {
+      for (std::vector<int32_t>& p : read_token_id_lists(opt->prompt_ids_file)) prompts.push_back(std::move(p));
     }
 
     const auto t0 = std::chrono::steady_clock::now();

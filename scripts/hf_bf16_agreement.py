@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""nano-vLLM (CUDA, bf16) against HF transformers (bf16) on a make-test-model checkpoint (GPU machine).
+
+HF greedily continues N random prompts for S steps. nano-vLLM is then teacher-forced along HF's sequence:
+for every step k it gets prompt + HF's first k tokens (one request each, prefix caching shares the work)
+and picks one greedy token. Reported: top-1 agreement over all N*S steps, and the largest difference
+between nano-vLLM's and HF's logprob of HF's token.
+
+  python3 scripts/hf_bf16_agreement.py --nanovllm .carry/nanovllm --model /tmp/q06 [--prompts 32 --steps 64]
+"""
+import argparse
+import json
+import subprocess
+import tempfile
+
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nanovllm", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--prompts", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json-out", default="")
+    args = ap.parse_args()
+
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16, attn_implementation="sdpa").cuda()
+    model.eval()
+    vocab = model.config.vocab_size
+    gen = torch.Generator().manual_seed(args.seed)
+    hf = []  # (prompt, tokens, logprobs of the tokens)
+    with torch.no_grad():
+        for _ in range(args.prompts):
+            n = int(torch.randint(16, 257, (1,), generator=gen))
+            prompt = torch.randint(0, min(vocab, 150000), (n,), generator=gen).tolist()
+            out = model.generate(torch.tensor([prompt]).cuda(), max_new_tokens=args.steps, min_new_tokens=args.steps,
+                                 do_sample=False, output_logits=True, return_dict_in_generate=True,
+                                 pad_token_id=0, eos_token_id=None)
+            tokens = out.sequences[0, n:].tolist()
+            lps = [float(torch.log_softmax(l[0].float(), -1)[t]) for l, t in zip(out.logits, tokens)]
+            hf.append((prompt, tokens, lps))
+
+    forced = [p + t[:k] for p, t, _ in hf for k in range(args.steps)]
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(forced, f)
+    res = subprocess.run([args.nanovllm, "generate", "--backend", "cuda", "--model", args.model,
+                          "--prompt-ids-file", f.name, "--max-tokens", "1", "--temperature", "0",
+                          "--ignore-eos", "--logprobs", "20", "--json"], capture_output=True, text=True, check=True)
+    ours = [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
+    assert len(ours) == len(forced), (len(ours), len(forced))
+
+    agree, max_diff, missing = 0, 0.0, 0
+    for i, (p, t, lps) in enumerate(hf):
+        for k in range(args.steps):
+            o = ours[i * args.steps + k]
+            agree += o["token_ids"][0] == t[k]
+            ours_lp = {e["id"]: e["logprob"] for e in o["logprobs"][0]}
+            if t[k] in ours_lp:
+                max_diff = max(max_diff, abs(ours_lp[t[k]] - lps[k]))
+            else:
+                missing += 1
+    total = args.prompts * args.steps
+    print(f"{args.model}: top-1 agreement {agree}/{total} = {100 * agree / total:.2f}% (teacher-forced on HF bf16 "
+          f"greedy continuations), max |logprob diff| of HF's token {max_diff:.4f} ({missing} steps where it is "
+          f"outside nano-vLLM's top-20)")
+    if args.json_out:
+        json.dump({"model": args.model, "agree": agree, "total": total, "max_logprob_diff": max_diff,
+                   "missing": missing}, open(args.json_out, "w"))
+
+
+if __name__ == "__main__":
+    main()
