@@ -149,7 +149,7 @@ TEST_F(ServerBadInput, TooManyConcurrentRequestsGet429) {
   for (int i = 0; i < 4; ++i)
     holders.emplace_back([&] {
       server::post_sse("127.0.0.1", port(), "/v1/completions",
-                       json{{"prompt", "slow"}, {"max_tokens", 120}, {"ignore_eos", true}, {"stream", true}}.dump(),
+                       json{{"prompt", "slow"}, {"max_tokens", 60}, {"ignore_eos", true}, {"stream", true}}.dump(),
                        [&](const std::string&) {
                          ++started;
                          return true;
@@ -158,7 +158,7 @@ TEST_F(ServerBadInput, TooManyConcurrentRequestsGet429) {
     });
   for (int i = 0; i < 5000 && started < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   ASSERT_GE(started, 4);
-  // Every holder got a chunk, so all 4 are in flight (120 tokens each take far longer than this request).
+  // Every holder got a chunk, so all 4 are in flight (60 tokens each take far longer than this request).
   const HttpResult r = http_post(port(), "/v1/completions", json{{"prompt", "x"}, {"max_tokens", 1}}.dump(), kKey);
   expect_error(r, 429);
   for (std::thread& t : holders) t.join();

@@ -54,7 +54,10 @@ struct Server::Impl {
   std::atomic<int> in_flight{0};  // generation requests being served
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> next_id{0};
-  uint64_t id_salt = std::random_device{}();
+  uint64_t id_salt = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }();
   std::mutex shutdown_mu;
   bool shut_down = false;
   int64_t created = unix_time();
