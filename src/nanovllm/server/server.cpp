@@ -186,16 +186,7 @@ struct Server::Impl {
         stream_response(res, request, stream, builder, guard);
         return;
       }
-      // Not streamed: the client's disconnect is not visible here (httplib 0.11); the request is bounded
-      // by max_tokens.
-      std::vector<ChoiceEvent> events;
-      while (true) {
-        events.clear();
-        const RequestStream::Poll p = stream->poll(events, std::chrono::seconds(1));
-        builder->add(events);
-        if (p.done) break;
-      }
-      res.set_content(dump_json(builder->final_response()), "application/json");
+      whole_response(res, stream, builder, guard);
     } catch (const ApiException& e) {
       send_error(res, e.error());
     } catch (const std::exception& e) {
@@ -204,6 +195,42 @@ struct Server::Impl {
     } catch (...) {
       send_error(res, ApiError::internal("internal server error"));
     }
+  }
+
+  // Not streamed: the body is written once, when the request is done. It still goes through a chunked
+  // content provider so a client that disconnects while it waits is noticed (is_writable() peeks EOF)
+  // and its request cancelled, as for streams.
+  void whole_response(httplib::Response& res, std::shared_ptr<RequestStream> stream,
+                      std::shared_ptr<ResponseBuilder> builder, std::shared_ptr<InFlight> guard) {
+    struct State {
+      std::shared_ptr<RequestStream> stream;
+      std::shared_ptr<ResponseBuilder> builder;
+      std::shared_ptr<InFlight> guard;
+      bool done = false;
+    };
+    auto st = std::make_shared<State>(State{std::move(stream), std::move(builder), std::move(guard)});
+    res.set_chunked_content_provider(
+        "application/json",
+        [st](size_t, httplib::DataSink& sink) noexcept -> bool {
+          try {
+            std::vector<ChoiceEvent> events;
+            const RequestStream::Poll p = st->stream->poll(events, kStreamPoll);
+            st->builder->add(events);
+            if (!p.done) return sink.is_writable();
+            const std::string body = dump_json(st->builder->final_response());
+            if (!sink.write(body.data(), body.size())) return false;
+            st->done = true;
+            sink.done();
+            return true;
+          } catch (...) {
+            return false;
+          }
+        },
+        [this, st](bool) noexcept {
+          if (st->done) return;
+          metrics.client_disconnects += 1;
+          loop.cancel(st->stream);
+        });
   }
 
   void stream_response(httplib::Response& res, std::shared_ptr<GenerationRequest> request,
