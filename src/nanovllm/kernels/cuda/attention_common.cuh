@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 
 #include "nanovllm/kernels/cuda/common.cuh"
+#include "nanovllm/kernels/cuda/mma_utils.cuh"
 
 namespace nanovllm::cuda_ops::attn {
 
@@ -48,13 +49,22 @@ struct Params {
   int min_split_keys;
 };
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+// Paged KV cache: the block table of sequence `seq` ([max_blocks] cache block ids).
+__device__ __forceinline__ const int32_t* block_table(const Params& p, int seq) {
+  return p.bt + int64_t{seq} * p.max_blocks;
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+// Paged KV cache: cache slot (row of [NB * BS]) of key j of a sequence with block table `bt`. I: the
+// integer type of the product (int64_t where slot * Hk * D is formed in 64 bits anyway).
+template <class I = int>
+__device__ __forceinline__ I paged_slot(const int32_t* bt, int j, int block_size) {
+  return I{bt[j / block_size]} * block_size + j % block_size;
+}
+
+// 8 query values -> shared fp32 (16-byte aligned dst), pre-scaled by `scale` (softmax scale * log2 e).
+__device__ __forceinline__ void store_scaled_q8(float* dst, const float (&f)[8], float scale) {
+  float4* d = reinterpret_cast<float4*>(dst);
+  d[0] = make_float4(f[0] * scale, f[1] * scale, f[2] * scale, f[3] * scale);
+  d[1] = make_float4(f[4] * scale, f[5] * scale, f[6] * scale, f[7] * scale);
 }
 
 // Threads [tid, tid + nthr, ...) copy keys [key0, key0 + 32) of seq `seq` (KV head kvh) into ks/vs;
@@ -63,14 +73,14 @@ template <int D>
 __device__ __forceinline__ void load_tile(const Params& p, int seq, int kvh, int key0, int key_end,
                                           __nv_bfloat16* ks, __nv_bfloat16* vs, int tid, int nthr) {
   using Dm = Dims<D>;
-  const int32_t* bt = p.bt + int64_t{seq} * p.max_blocks;
+  const int32_t* bt = block_table(p, seq);
   for (int c = tid; c < kTileKeys * Dm::kChunks; c += nthr) {
     const int r = c / Dm::kChunks, cc = c % Dm::kChunks;
     const int j = key0 + r;
     __nv_bfloat16* dk = ks + r * Dm::kRowPad + cc * 8;
     __nv_bfloat16* dv = vs + r * Dm::kRowPad + cc * 8;
     if (j < key_end) {
-      const int64_t slot = int64_t{bt[j / p.block_size]} * p.block_size + j % p.block_size;
+      const int64_t slot = paged_slot<int64_t>(bt, j, p.block_size);
       const int64_t off = (slot * p.hk + kvh) * D + cc * 8;
       cp_async16(dk, p.k_cache + off);
       cp_async16(dv, p.v_cache + off);

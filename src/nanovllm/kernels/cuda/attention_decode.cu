@@ -30,6 +30,7 @@
 #include <mutex>
 
 #include "nanovllm/kernels/cuda/attention_common.cuh"
+#include "nanovllm/kernels/cuda/attention_softmax.cuh"
 #include "nanovllm/kernels/cuda/pdl.cuh"
 
 namespace nanovllm::cuda_ops::attn {
@@ -77,9 +78,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_kernel(Params p, int gc) {
       const int64_t h = int64_t{kvh} * p.g + g0 + i;
       bf16x8_to_f32(*reinterpret_cast<const uint4*>(p.q + (t * p.hq + h) * D + cc * 8), f);
     }
-    float4* dst = reinterpret_cast<float4*>(qs + i * D + cc * 8);
-    dst[0] = make_float4(f[0] * p.scale_log2, f[1] * p.scale_log2, f[2] * p.scale_log2, f[3] * p.scale_log2);
-    dst[1] = make_float4(f[4] * p.scale_log2, f[5] * p.scale_log2, f[6] * p.scale_log2, f[7] * p.scale_log2);
+    store_scaled_q8(qs + i * D + cc * 8, f, p.scale_log2);
   }
   __syncthreads();
 
@@ -218,42 +217,6 @@ struct TcDec {
   static_assert(32 % kChunks == 0 && kTcKeys % kRowsPerCopy == 0, "row copy layout");
 };
 
-__device__ __forceinline__ unsigned smem_u32(const void* ptr) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(ptr));
-}
-// 16-byte async copy; `valid == false` writes 16 zero bytes (src-size 0) and reads nothing.
-__device__ __forceinline__ void cp_async16_zfill(unsigned dst, const void* src, bool valid) {
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void ldsm_x4(unsigned addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_t(unsigned addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-// c += a * b  (16x16 bf16 row-major A, 16x8 bf16 col-major B, fp32 accumulators)
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // lo -> low 16 bits (the lower column)
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 // Keys per split for a context of `ctx` keys and at most `max_splits` splits (device and host agree).
 __device__ __forceinline__ int tc_split_chunk(int ctx, int max_splits, int min_split_keys) {
   const int want = max(1, min(max_splits, ctx / max(min_split_keys, 1)));
@@ -291,10 +254,10 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
   const int gq = lane >> 2, tq = lane & 3;
 
   // Block-table lookup of key (tile ti, lane & 15): cache slot, or -1 past the range.
-  const int32_t* bt = p.bt + int64_t{seq} * p.max_blocks;
+  const int32_t* bt = block_table(p, seq);
   auto slot_of = [&](int local) -> int {
     const int j = k_begin + (warp + local * kTcWarps) * kTcKeys + (lane & (kTcKeys - 1));
-    return local < my_tiles && j < k_end ? bt[j / p.block_size] * p.block_size + j % p.block_size : -1;
+    return local < my_tiles && j < k_end ? paged_slot(bt, j, p.block_size) : -1;
   };
   // Lookups for the first NST tiles together (independent loads), before anything waits on them.
   int slot_pro[NST];
@@ -361,9 +324,10 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
 
   // ldmatrix lane addresses (offsets inside a stage): K as the col-major B of S = Q K^T (two n-tiles of
   // 8 keys per x4), V as the row-major B of O = P V (.trans; two n-tiles of 8 dims per x4).
-  const unsigned k_off = (((lane & 7) + ((lane >> 4) << 3)) * C::kStride + ((lane >> 3) & 1) * 8) * 2;
-  const unsigned v_off = (C::kTileElems + ((lane & 7) + (((lane >> 3) & 1) << 3)) * C::kStride + (lane >> 4) * 8) * 2;
+  const unsigned k_off = ldsm_b_offset(lane, C::kStride) * 2;
+  const unsigned v_off = (C::kTileElems + ldsm_bt_offset(lane, C::kStride)) * 2;
 
+  const int last_key[2] = {k_end - 1, k_end - 1};  // both rows see the split's whole range
   int slot_next = slot_pro[NST - 1];
   int stage = 0;
   for (int i = 0; i < my_tiles; ++i) {
@@ -391,39 +355,12 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
       mma16816(s[1], qf[kk], b2, b3);
     }
     const int key0 = k_begin + (warp + i * kTcWarps) * kTcKeys;
-    if (key0 + kTcKeys > k_end) {  // ragged end of the range (zero-filled keys score 0: mask them)
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (key0 + n * 8 + 2 * tq + (e & 1) >= k_end) s[n][e] = -INFINITY;
-    }
+    if (key0 + kTcKeys > k_end) mask_scores(s, key0, tq, last_key);  // ragged end (zero-filled keys score 0)
 
     // Online softmax, base 2 (rows gq and gq + 8; a row's 16 scores live in the 4 lanes of a quad).
-    float mx[2] = {fmaxf(m[0], fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]))),
-                   fmaxf(m[1], fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3])))};
-    float mref[2], alpha[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFull, mx[h], 1));
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFull, mx[h], 2));
-      mref[h] = mx[h] == -INFINITY ? 0.0f : mx[h] * sl2;
-      alpha[h] = ex2(m[h] * sl2 - mref[h]);
-      m[h] = mx[h];
-    }
-    uint32_t pa[4];
-    float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      const float p0 = ex2(fmaf(s[n][0], sl2, -mref[0])), p1 = ex2(fmaf(s[n][1], sl2, -mref[0]));
-      const float p2 = ex2(fmaf(s[n][2], sl2, -mref[1])), p3 = ex2(fmaf(s[n][3], sl2, -mref[1]));
-      rs[0] += p0 + p1;
-      rs[1] += p2 + p3;
-      pa[n * 2 + 0] = pack_bf16(p0, p1);
-      pa[n * 2 + 1] = pack_bf16(p2, p3);
-    }
-    l[0] = l[0] * alpha[0] + rs[0];
-    l[1] = l[1] * alpha[1] + rs[1];
+    float alpha[2];
+    uint32_t pa[1][4];  // P: the A operand of the tile's one k-step
+    online_softmax(s, sl2, m, l, alpha, pa);
 
     // O = O * alpha + P V: n-tiles of 8 dims, two per ldmatrix.trans.
 #pragma unroll
@@ -437,8 +374,8 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
         o[2 * dp + h][2] *= alpha[1];
         o[2 * dp + h][3] *= alpha[1];
       }
-      mma16816(o[2 * dp], pa, b0, b1);
-      mma16816(o[2 * dp + 1], pa, b2, b3);
+      mma16816(o[2 * dp], pa[0], b0, b1);
+      mma16816(o[2 * dp + 1], pa[0], b2, b3);
     }
     __syncwarp();  // every lane's ldmatrix of this stage is done before the stage is refilled
     stage = stage + 1 == NST ? 0 : stage + 1;
@@ -449,12 +386,7 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
   __syncthreads();
   {
     float* mine = reinterpret_cast<float*>(wbase);
-    float lq[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      lq[h] = l[h] + __shfl_xor_sync(kFull, l[h], 1);
-      lq[h] += __shfl_xor_sync(kFull, lq[h], 2);
-    }
+    const float lq[2] = {quad_sum(l[0]), quad_sum(l[1])};
 #pragma unroll
     for (int d = 0; d < D / 8; ++d) {
       *reinterpret_cast<float2*>(mine + gq * C::kMergeStride + d * 8 + 2 * tq) = make_float2(o[d][0], o[d][1]);

@@ -7,7 +7,7 @@
 // by a warp-parallel scan over cu_seqlens (no host-side metadata needed, graph-capturable).
 #include <mutex>
 
-#include "nanovllm/kernels/cuda/attention_common.cuh"
+#include "nanovllm/kernels/cuda/attention_tiles.cuh"
 
 namespace nanovllm::cuda_ops::attn {
 namespace {
@@ -36,81 +36,42 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_kernel(Params p, int rows
   const int g0 = blockIdx.z * gc;
   const int gcount = min(gc, p.g - g0);
 
-  if (warp == 0) {
-    // Find the (seq, tile) whose running tile index equals blockIdx.x.
-    int base = 0, found_seq = -1, found_tile = 0;
-    for (int s0 = 0; s0 < p.num_seqs && found_seq < 0; s0 += 32) {
-      const int s = s0 + lane;
-      const int qlen = s < p.num_seqs ? p.cu[s + 1] - p.cu[s] : 0;
-      const int n = (qlen + rows_per_cta - 1) / rows_per_cta;
-      int incl = n;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += y;
-      }
-      const int bx = static_cast<int>(blockIdx.x);
-      const unsigned hit = __ballot_sync(0xffffffffu, base + incl > bx && n > 0);
-      if (hit != 0) {
-        const int src = __ffs(hit) - 1;
-        const int excl = __shfl_sync(0xffffffffu, base + incl - n, src);
-        found_seq = s0 + src;
-        found_tile = bx - excl;
-      }
-      base += __shfl_sync(0xffffffffu, incl, 31);
-    }
-    if (lane == 0) {
-      tile_info[0] = found_seq;
-      tile_info[1] = found_tile * rows_per_cta;
-    }
-  }
-  __syncthreads();
-  const int seq = tile_info[0];
-  if (seq < 0) return;  // grid over-provisioned: no tile for this CTA
-  const int row0 = tile_info[1];
-  const int q_begin = p.cu[seq], q_end = p.cu[seq + 1];
-  const int ctx = p.ctx[seq];
-  const int rows = min(rows_per_cta, q_end - q_begin - row0);
-  const int last_pos = ctx - (q_end - (q_begin + row0 + rows - 1));  // position of the tile's last row
-  const int nkeys = last_pos + 1;
+  // CTA -> (sequence, query tile): the tile with running index blockIdx.x; none: grid over-provisioned.
+  if (!find_cta_tile<false>(p, rows_per_cta, static_cast<int>(blockIdx.x), warp, lane, tile_info)) return;
+  const QueryTile qt = query_tile(p, tile_info, rows_per_cta);
 
   // Queries -> shared fp32, pre-scaled. Item i = (row i / gc, head g0 + i % gc); unused items are zero.
   for (int c = tid; c < Cfg::kItems * Dm::kChunks; c += blockDim.x) {
     const int i = c / Dm::kChunks, cc = c % Dm::kChunks;
     const int r = i / gc, gi = i % gc;
     float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (r < rows && gi < gcount) {
-      const int64_t t = q_begin + row0 + r;
+    if (r < qt.rows && gi < gcount) {
+      const int64_t t = qt.q_begin + qt.row0 + r;
       const int64_t h = int64_t{kvh} * p.g + g0 + gi;
       bf16x8_to_f32(*reinterpret_cast<const uint4*>(p.q + (t * p.hq + h) * D + cc * 8), f);
     }
-    float4* dst = reinterpret_cast<float4*>(qs + i * D + cc * 8);
-    dst[0] = make_float4(f[0] * p.scale_log2, f[1] * p.scale_log2, f[2] * p.scale_log2, f[3] * p.scale_log2);
-    dst[1] = make_float4(f[4] * p.scale_log2, f[5] * p.scale_log2, f[6] * p.scale_log2, f[7] * p.scale_log2);
+    store_scaled_q8(qs + i * D + cc * 8, f, p.scale_log2);
   }
 
   int lim[IT];
   float m[IT], l[IT], acc[IT][Dm::kVpl];
 #pragma unroll
   for (int it = 0; it < IT; ++it) {
-    const int i = warp * IT + it;
-    const int r = i / gc;
-    const bool valid = r < rows && (i % gc) < gcount;
-    lim[it] = valid ? ctx - (q_end - (q_begin + row0 + r)) : last_pos;
+    lim[it] = item_key_limit(qt, warp * IT + it, gc, gcount);
     m[it] = -INFINITY;
     l[it] = 0.0f;
 #pragma unroll
     for (int v = 0; v < Dm::kVpl; ++v) acc[it][v] = 0.0f;
   }
 
-  const int ntiles = (nkeys + kTileKeys - 1) / kTileKeys;
-  load_tile<D>(p, seq, kvh, 0, nkeys, kv, kv + Dm::kTileElems, tid, blockDim.x);
+  const int ntiles = (qt.nkeys + kTileKeys - 1) / kTileKeys;
+  load_tile<D>(p, qt.seq, kvh, 0, qt.nkeys, kv, kv + Dm::kTileElems, tid, blockDim.x);
   cp_async_commit();
   for (int tile = 0; tile < ntiles; ++tile) {
     const int stage = tile & 1;
     if (tile + 1 < ntiles) {
       __nv_bfloat16* nk = kv + (stage ^ 1) * 2 * Dm::kTileElems;
-      load_tile<D>(p, seq, kvh, (tile + 1) * kTileKeys, nkeys, nk, nk + Dm::kTileElems, tid, blockDim.x);
+      load_tile<D>(p, qt.seq, kvh, (tile + 1) * kTileKeys, qt.nkeys, nk, nk + Dm::kTileElems, tid, blockDim.x);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -128,9 +89,9 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_kernel(Params p, int rows
     const int i = warp * IT + it;
     const int r = i / gc, gi = i % gc;
     const float lsum = warp_sum(l[it]);
-    if (r < rows && gi < gcount) {
+    if (r < qt.rows && gi < gcount) {
       const float inv = 1.0f / lsum;
-      const int64_t t = q_begin + row0 + r;
+      const int64_t t = qt.q_begin + qt.row0 + r;
       const int64_t h = int64_t{kvh} * p.g + g0 + gi;
       __nv_bfloat16* o = p.out + (t * p.hq + h) * D + lane * Dm::kVpl;
 #pragma unroll

@@ -23,7 +23,8 @@
 // flattened; surplus CTAs exit.
 #include <mutex>
 
-#include "nanovllm/kernels/cuda/attention_common.cuh"
+#include "nanovllm/kernels/cuda/attention_softmax.cuh"
+#include "nanovllm/kernels/cuda/attention_tiles.cuh"
 
 namespace nanovllm::cuda_ops::attn {
 namespace {
@@ -42,42 +43,6 @@ struct TcCfg {
   static constexpr int kKSteps = D / 16;               // k-steps of Q K^T; also 16-dim pairs of P V
   static constexpr size_t kSmem = size_t{3} * kTile * 2 + size_t{2} * kBN * 4;  // Q, K, V + 2 slot tables
 };
-
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-// 16-byte async copy; `valid == false` writes 16 zero bytes (src-size 0) and reads nothing.
-__device__ __forceinline__ void cp_async16_zfill(unsigned dst, const void* src, bool valid) {
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void ldsm_x4(unsigned addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_t(unsigned addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-// c += a * b  (16x16 bf16 row-major A, 16x8 bf16 col-major B, fp32 accumulators)
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // lo -> low 16 bits (the lower column)
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 // Occupancy target: on sm_90 3 (D 128: 168 registers, 53 KB shared) or 4 (D 64) CTAs per SM; older
 // targets (smaller register budget after ptxas's choices, less shared memory) are left at 2 to avoid spills.
@@ -99,67 +64,19 @@ __global__ void __launch_bounds__(kThreads, NANOVLLM_TC_MIN_CTAS(D))
   __shared__ int tile_info[2];                                  // seq (-1: no work), first query row (in the seq)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int nunits = p.hk * gchunks;
-  const int unit = static_cast<int>(blockIdx.x % static_cast<unsigned>(nunits));
-  const int rev = static_cast<int>(blockIdx.x / static_cast<unsigned>(nunits));
-  const int kvh = unit / gchunks;
-  const int g0 = (unit % gchunks) * gc;
-  const int gcount = min(gc, p.g - g0);
+  const PackedUnit u = packed_unit(p, gc, gchunks);
 
-  if (warp == 0) {
-    // Total tiles, then the tile with running index total - 1 - rev (heaviest first).
-    int total = 0;
-    for (int s0 = 0; s0 < p.num_seqs; s0 += 32) {
-      const int s = s0 + lane;
-      if (s < p.num_seqs) total += (p.cu[s + 1] - p.cu[s] + rows_per_cta - 1) / rows_per_cta;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
-    const int bx = total - 1 - rev;
-    int base = 0, found_seq = -1, found_tile = 0;
-    for (int s0 = 0; s0 < p.num_seqs && found_seq < 0 && bx >= 0; s0 += 32) {
-      const int s = s0 + lane;
-      const int qlen = s < p.num_seqs ? p.cu[s + 1] - p.cu[s] : 0;
-      const int n = (qlen + rows_per_cta - 1) / rows_per_cta;
-      int incl = n;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += y;
-      }
-      const unsigned hit = __ballot_sync(0xffffffffu, base + incl > bx && n > 0);
-      if (hit != 0) {
-        const int src = __ffs(hit) - 1;
-        const int excl = __shfl_sync(0xffffffffu, base + incl - n, src);
-        found_seq = s0 + src;
-        found_tile = bx - excl;
-      }
-      base += __shfl_sync(0xffffffffu, incl, 31);
-    }
-    if (lane == 0) {
-      tile_info[0] = found_seq;
-      tile_info[1] = found_tile * rows_per_cta;
-    }
-  }
-  __syncthreads();
-  const int seq = tile_info[0];
-  if (seq < 0) return;  // grid over-provisioned: no tile for this CTA
-  const int row0 = tile_info[1];
-  const int q_begin = p.cu[seq], q_end = p.cu[seq + 1];
-  const int ctx = p.ctx[seq];
-  const int rows = min(rows_per_cta, q_end - q_begin - row0);
-  const int pos0 = ctx - (q_end - q_begin) + row0;  // position of the tile's first query row
-  const int last_pos = pos0 + rows - 1;
-  const int nkeys = min(last_pos + 1, ctx);
-  const int ntiles = nkeys > 0 ? (nkeys + kBN - 1) / kBN : 0;
-  const int32_t* bt = p.bt + int64_t{seq} * p.max_blocks;
-  const int64_t head_base = int64_t{kvh} * p.g + g0;
+  // CTA -> (sequence, query tile), heaviest first; none: the grid is over-provisioned.
+  if (!find_cta_tile<true>(p, rows_per_cta, u.rev, warp, lane, tile_info)) return;
+  const QueryTile qt = query_tile(p, tile_info, rows_per_cta);
+  const int ntiles = qt.nkeys > 0 ? (qt.nkeys + kBN - 1) / kBN : 0;
+  const int32_t* bt = block_table(p, qt.seq);
 
   // Cache slot of key (tile * 64 + tid) for tid < 64 (-1: past the keys this tile may see): one
   // block-table lookup per key, shared by the K and the V copy.
   auto key_slot = [&](int tile) {
     const int j = tile * kBN + tid;
-    return tid < kBN && j < nkeys ? bt[j / p.block_size] * p.block_size + j % p.block_size : -1;
+    return tid < kBN && j < qt.nkeys ? paged_slot(bt, j, p.block_size) : -1;
   };
   const int cc = tid % C::kChunks, r_base = tid / C::kChunks;
   auto issue_kv = [&](const __nv_bfloat16* cache, __nv_bfloat16* dst, int buf) {
@@ -167,7 +84,7 @@ __global__ void __launch_bounds__(kThreads, NANOVLLM_TC_MIN_CTAS(D))
     for (int k = 0; k < C::kPasses; ++k) {
       const int r = r_base + k * C::kRowsPerPass;
       const int slot = slots[buf * kBN + r];
-      const __nv_bfloat16* src = slot >= 0 ? cache + (int64_t{slot} * p.hk + kvh) * D + cc * 8 : cache;
+      const __nv_bfloat16* src = slot >= 0 ? cache + (int64_t{slot} * p.hk + u.kvh) * D + cc * 8 : cache;
       cp_async16_zfill(smem_u32(dst + r * C::kStride + cc * 8), src, slot >= 0);
     }
   };
@@ -178,9 +95,8 @@ __global__ void __launch_bounds__(kThreads, NANOVLLM_TC_MIN_CTAS(D))
   for (int k = 0; k < C::kPasses; ++k) {
     const int i = r_base + k * C::kRowsPerPass;
     const int r = i / gc, gi = i % gc;
-    const bool valid = r < rows && gi < gcount;
-    const __nv_bfloat16* src =
-        valid ? p.q + ((int64_t{q_begin} + row0 + r) * p.hq + head_base + gi) * D + cc * 8 : p.q;
+    const bool valid = r < qt.rows && gi < u.gcount;
+    const __nv_bfloat16* src = valid ? p.q + packed_row(p, qt, u, r, gi) * D + cc * 8 : p.q;
     cp_async16_zfill(smem_u32(qs + i * C::kStride + cc * 8), src, valid);
   }
   __syncthreads();  // slot table 0
@@ -191,15 +107,11 @@ __global__ void __launch_bounds__(kThreads, NANOVLLM_TC_MIN_CTAS(D))
   const int gq = lane >> 2, tq = lane & 3;
   int lim[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int i = warp * 16 + gq + 8 * h;
-    const int r = i / gc;
-    lim[h] = (r < rows && i % gc < gcount) ? pos0 + r : last_pos;
-  }
+  for (int h = 0; h < 2; ++h) lim[h] = item_key_limit(qt, warp * 16 + gq + 8 * h, gc, u.gcount);
 
   const unsigned q_addr = smem_u32(qs + (warp * 16 + (lane & 15)) * C::kStride + (lane >> 4) * 8);
-  const unsigned k_addr = smem_u32(ks + ((lane & 7) + ((lane >> 4) << 3)) * C::kStride + ((lane >> 3) & 1) * 8);
-  const unsigned v_addr = smem_u32(vs + ((lane & 7) + (((lane >> 3) & 1) << 3)) * C::kStride + (lane >> 4) * 8);
+  const unsigned k_addr = smem_u32(ks + ldsm_b_offset(lane, C::kStride));
+  const unsigned v_addr = smem_u32(vs + ldsm_bt_offset(lane, C::kStride));
 
   uint32_t qf[C::kKSteps][4];
   float o[D / 8][4];
@@ -237,52 +149,14 @@ __global__ void __launch_bounds__(kThreads, NANOVLLM_TC_MIN_CTAS(D))
     }
 
     const int key0 = tile * kBN;
-    if (key0 + kBN - 1 > pos0) {  // causal diagonal (or the ragged end): mask keys past each row's limit
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int kj = key0 + n * 8 + 2 * tq + (e & 1);
-          if (kj > lim[e >> 1]) s[n][e] = -INFINITY;
-        }
-      }
-    }
+    // causal diagonal (or the ragged end): mask keys past each row's limit
+    if (key0 + kBN - 1 > qt.pos0) mask_scores(s, key0, tq, lim);
 
     // Online softmax (rows gq and gq + 8; each row's 64 scores live in the 4 lanes of a quad).
-    float mx[2] = {m[0], m[1]};
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
-      mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
-    }
-    float mref[2], alpha[2], rs[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-      mref[h] = mx[h] == -INFINITY ? 0.0f : mx[h] * sl2;  // a fully masked row so far: keep exp2 finite
-      alpha[h] = ex2(m[h] * sl2 - mref[h]);
-      m[h] = mx[h];
-    }
+    float alpha[2];
     uint32_t pa[4][4];  // P as the A operand of 4 k-steps (16 keys each)
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      const float p0 = ex2(fmaf(s[n][0], sl2, -mref[0])), p1 = ex2(fmaf(s[n][1], sl2, -mref[0]));
-      const float p2 = ex2(fmaf(s[n][2], sl2, -mref[1])), p3 = ex2(fmaf(s[n][3], sl2, -mref[1]));
-      rs[0] += p0 + p1;
-      rs[1] += p2 + p3;
-      pa[n >> 1][(n & 1) * 2 + 0] = pack_bf16(p0, p1);
-      pa[n >> 1][(n & 1) * 2 + 1] = pack_bf16(p2, p3);
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + rs[h];
-#pragma unroll
-    for (int d = 0; d < D / 8; ++d) {
-      o[d][0] *= alpha[0];
-      o[d][1] *= alpha[0];
-      o[d][2] *= alpha[1];
-      o[d][3] *= alpha[1];
-    }
+    online_softmax(s, sl2, m, l, alpha, pa);
+    scale_rows(o, alpha);
 
     if (tid < kBN) slots[(buf ^ 1) * kBN + tid] = next_slot;
     cp_async_wait<0>();
@@ -307,13 +181,7 @@ __global__ void __launch_bounds__(kThreads, NANOVLLM_TC_MIN_CTAS(D))
   cp_async_wait<0>();
   __syncthreads();  // (ntiles == 0: the Q copies must land before the staging overwrites them)
   float inv[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float t = l[h];
-    t += __shfl_xor_sync(0xffffffffu, t, 1);
-    t += __shfl_xor_sync(0xffffffffu, t, 2);
-    inv[h] = t > 0.0f ? 1.0f / t : 0.0f;
-  }
+  inv_row_sums(l, inv);
   __nv_bfloat16* stage = qs + (warp * 16 + gq) * C::kStride + 2 * tq;
 #pragma unroll
   for (int d = 0; d < D / 8; ++d) {
@@ -327,9 +195,9 @@ __global__ void __launch_bounds__(kThreads, NANOVLLM_TC_MIN_CTAS(D))
     const int c = lane + 32 * k;
     const int i = warp * 16 + c / C::kChunks, ch = c % C::kChunks;
     const int r = i / gc, gi = i % gc;
-    if (r < rows && gi < gcount) {
+    if (r < qt.rows && gi < u.gcount) {
       const uint4 v = *reinterpret_cast<const uint4*>(qs + i * C::kStride + ch * 8);
-      *reinterpret_cast<uint4*>(p.out + ((int64_t{q_begin} + row0 + r) * p.hq + head_base + gi) * D + ch * 8) = v;
+      *reinterpret_cast<uint4*>(p.out + packed_row(p, qt, u, r, gi) * D + ch * 8) = v;
     }
   }
 }
@@ -342,13 +210,8 @@ void launch(const Params& p, int64_t num_tokens, cudaStream_t st) {
     CUDA_CHECK(cudaFuncSetAttribute(prefill_tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(C::kSmem)));
   });
-  const int gc = p.g < kBM ? p.g : kBM;  // heads of the group packed along M
-  const int gchunks = (p.g + gc - 1) / gc;
-  const int rows_per_cta = kBM / gc;
-  const int64_t tiles = (num_tokens + rows_per_cta - 1) / rows_per_cta + p.num_seqs;
-  const int64_t ctas = tiles * p.hk * gchunks;
-  NANOVLLM_CHECK(ctas < (int64_t{1} << 31), "paged_attention (cuda): prefill grid too large (", ctas, " CTAs)");
-  prefill_tc_kernel<D><<<static_cast<unsigned>(ctas), kThreads, C::kSmem, st>>>(p, rows_per_cta, gc, gchunks);
+  const PackedGrid g = packed_grid(p, num_tokens, kBM);
+  prefill_tc_kernel<D><<<g.ctas, kThreads, C::kSmem, st>>>(p, g.rows_per_cta, g.gc, g.gchunks);
   CUDA_CHECK_LAUNCH();
 }
 

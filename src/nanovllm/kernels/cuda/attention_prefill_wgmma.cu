@@ -28,7 +28,8 @@
 #include <cstring>
 #include <mutex>
 
-#include "nanovllm/kernels/cuda/attention_common.cuh"
+#include "nanovllm/kernels/cuda/attention_softmax.cuh"
+#include "nanovllm/kernels/cuda/attention_tiles.cuh"
 
 // wgmma needs the architecture-specific sm_90a target; other targets compile a stub that traps (the host
 // side launches this kernel only when the loaded binary has sm_90a code, see wgmma_usable()).
@@ -63,22 +64,6 @@ struct WgDev : WgCfg<D> {
   static constexpr int kQPasses = kBM * kChunks / kThreads;
 };
 
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16_zfill(unsigned dst, const void* src, bool valid) {
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 // Byte offset of 16-byte chunk `c` (of D/8) in row `r` of a swizzled [rows][D] tile whose 64-column halves
 // are `half_bytes` apart.
 __device__ __forceinline__ int swz(int r, int c, int half_bytes) {
@@ -157,70 +142,23 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2, wwarp = warp & 3;  // warpgroup, warp within it
-  const int nunits = p.hk * gchunks;
-  const int unit = static_cast<int>(blockIdx.x % static_cast<unsigned>(nunits));
-  const int rev = static_cast<int>(blockIdx.x / static_cast<unsigned>(nunits));
-  const int kvh = unit / gchunks;
-  const int g0 = (unit % gchunks) * gc;
-  const int gcount = min(gc, p.g - g0);
+  const PackedUnit u = packed_unit(p, gc, gchunks);
 
-  if (warp == 0) {  // CTA -> (sequence, query tile), heaviest first (as in attention_prefill_tc.cu)
-    int total = 0;
-    for (int s0 = 0; s0 < p.num_seqs; s0 += 32) {
-      const int s = s0 + lane;
-      if (s < p.num_seqs) total += (p.cu[s + 1] - p.cu[s] + rows_per_cta - 1) / rows_per_cta;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
-    const int bx = total - 1 - rev;
-    int base = 0, found_seq = -1, found_tile = 0;
-    for (int s0 = 0; s0 < p.num_seqs && found_seq < 0 && bx >= 0; s0 += 32) {
-      const int s = s0 + lane;
-      const int qlen = s < p.num_seqs ? p.cu[s + 1] - p.cu[s] : 0;
-      const int n = (qlen + rows_per_cta - 1) / rows_per_cta;
-      int incl = n;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += y;
-      }
-      const unsigned hit = __ballot_sync(0xffffffffu, base + incl > bx && n > 0);
-      if (hit != 0) {
-        const int src = __ffs(hit) - 1;
-        const int excl = __shfl_sync(0xffffffffu, base + incl - n, src);
-        found_seq = s0 + src;
-        found_tile = bx - excl;
-      }
-      base += __shfl_sync(0xffffffffu, incl, 31);
-    }
-    if (lane == 0) {
-      tile_info[0] = found_seq;
-      tile_info[1] = found_tile * rows_per_cta;
-    }
-  }
-  __syncthreads();
-  const int seq = tile_info[0];
-  if (seq < 0) return;  // grid over-provisioned: no tile for this CTA
-  const int row0 = tile_info[1];
-  const int q_begin = p.cu[seq], q_end = p.cu[seq + 1];
-  const int ctx = p.ctx[seq];
-  const int rows = min(rows_per_cta, q_end - q_begin - row0);
-  const int pos0 = ctx - (q_end - q_begin) + row0;  // position of the CTA's first query row
-  const int last_pos = pos0 + rows - 1;
-  const int nkeys = min(last_pos + 1, ctx);
-  const int ntiles = nkeys > 0 ? (nkeys + kBN - 1) / kBN : 0;
-  const int32_t* bt = p.bt + int64_t{seq} * p.max_blocks;
-  const int64_t head_base = int64_t{kvh} * p.g + g0;
+  // CTA -> (sequence, query tile), heaviest first; none: the grid is over-provisioned.
+  if (!find_cta_tile<true>(p, rows_per_cta, u.rev, warp, lane, tile_info)) return;
+  const QueryTile qt = query_tile(p, tile_info, rows_per_cta);
+  const int ntiles = qt.nkeys > 0 ? (qt.nkeys + kBN - 1) / kBN : 0;
+  const int32_t* bt = block_table(p, qt.seq);
 
   // This warpgroup's query positions: items [64 wg, 64 wg + 64) -> rows [first_row, last_row].
   const int wg_first_row = (64 * wg) / gc;
-  const bool wg_live = wg_first_row < rows;
-  const int wg_first_pos = pos0 + wg_first_row;
-  const int wg_last_pos = pos0 + min(rows - 1, (64 * wg + 63) / gc);
+  const bool wg_live = wg_first_row < qt.rows;
+  const int wg_first_pos = qt.pos0 + wg_first_row;
+  const int wg_last_pos = qt.pos0 + min(qt.rows - 1, (64 * wg + 63) / gc);
 
   auto key_slot = [&](int tile, int k) {  // cache slot of key `k` of `tile`, -1 past the visible keys
     const int j = tile * kBN + k;
-    return j < nkeys ? bt[j / p.block_size] * p.block_size + j % p.block_size : -1;
+    return j < qt.nkeys ? paged_slot(bt, j, p.block_size) : -1;
   };
   const int cc = tid % C::kChunks, r_base = tid / C::kChunks;
   constexpr int kRowsPerPass = kThreads / C::kChunks;
@@ -229,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int k = 0; k < C::kKvPasses; ++k) {
       const int r = r_base + k * kRowsPerPass;
       const int slot = slots[buf * kBN + r];
-      const int64_t off = (int64_t{slot} * p.hk + kvh) * D + cc * 8;
+      const int64_t off = (int64_t{slot} * p.hk + u.kvh) * D + cc * 8;
       const int dst = buf * C::kKvBytes + swz(r, cc, C::kHalfBytes);
       cp_async16_zfill(smem_u32(ks + dst), slot >= 0 ? p.k_cache + off : p.k_cache, slot >= 0);
       cp_async16_zfill(smem_u32(vs + dst), slot >= 0 ? p.v_cache + off : p.v_cache, slot >= 0);
@@ -243,9 +181,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int k = 0; k < C::kQPasses; ++k) {
     const int i = r_base + k * kRowsPerPass;
     const int r = i / gc, gi = i % gc;
-    const bool valid = r < rows && gi < gcount;
-    const __nv_bfloat16* src =
-        valid ? p.q + ((int64_t{q_begin} + row0 + r) * p.hq + head_base + gi) * D + cc * 8 : p.q;
+    const bool valid = r < qt.rows && gi < u.gcount;
+    const __nv_bfloat16* src = valid ? p.q + packed_row(p, qt, u, r, gi) * D + cc * 8 : p.q;
     cp_async16_zfill(smem_u32(qs + (i >> 6) * C::kQBytes + swz(i & 63, cc, 64 * kHalfRowsBytes)), src, valid);
   }
   __syncthreads();  // slot tables
@@ -256,11 +193,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int gq = lane >> 2, tq = lane & 3;
   int lim[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int i = 64 * wg + wwarp * 16 + gq + 8 * h;
-    const int r = i / gc;
-    lim[h] = (r < rows && i % gc < gcount) ? pos0 + r : last_pos;
-  }
+  for (int h = 0; h < 2; ++h) lim[h] = item_key_limit(qt, 64 * wg + wwarp * 16 + gq + 8 * h, gc, u.gcount);
 
   constexpr int kON = D / 2;  // O accumulator registers per thread (64 x D per warpgroup / 128 threads)
   float o[kON];
@@ -298,51 +231,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait0();
       fence_regs(s);
 
-      if (key0 + kBN - 1 > wg_first_pos) {  // causal diagonal / ragged end: mask keys past each row's limit
-#pragma unroll
-        for (int n = 0; n < 16; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int kj = key0 + n * 8 + 2 * tq + (e & 1);
-            if (kj > lim[e >> 1]) s[4 * n + e] = -INFINITY;
-          }
-        }
-      }
+      // causal diagonal / ragged end: mask keys past each row's limit
+      if (key0 + kBN - 1 > wg_first_pos) mask_scores(s, key0, tq, lim);
 
-      float mx[2] = {m[0], m[1]};
-#pragma unroll
-      for (int n = 0; n < 16; ++n) {
-        mx[0] = fmaxf(mx[0], fmaxf(s[4 * n], s[4 * n + 1]));
-        mx[1] = fmaxf(mx[1], fmaxf(s[4 * n + 2], s[4 * n + 3]));
-      }
-      float mref[2], alpha[2], rs[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        mref[h] = mx[h] == -INFINITY ? 0.0f : mx[h] * sl2;  // a fully masked row so far: keep exp2 finite
-        alpha[h] = ex2(m[h] * sl2 - mref[h]);
-        m[h] = mx[h];
-      }
+      float alpha[2];
       uint32_t pa[8][4];  // P as the A operand of 8 k-steps (16 keys each)
-#pragma unroll
-      for (int n = 0; n < 16; ++n) {
-        const float p0 = ex2(fmaf(s[4 * n + 0], sl2, -mref[0])), p1 = ex2(fmaf(s[4 * n + 1], sl2, -mref[0]));
-        const float p2 = ex2(fmaf(s[4 * n + 2], sl2, -mref[1])), p3 = ex2(fmaf(s[4 * n + 3], sl2, -mref[1]));
-        rs[0] += p0 + p1;
-        rs[1] += p2 + p3;
-        pa[n >> 1][(n & 1) * 2 + 0] = pack_bf16(p0, p1);
-        pa[n >> 1][(n & 1) * 2 + 1] = pack_bf16(p2, p3);
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + rs[h];
-#pragma unroll
-      for (int d = 0; d < kON / 4; ++d) {
-        o[4 * d + 0] *= alpha[0];
-        o[4 * d + 1] *= alpha[0];
-        o[4 * d + 2] *= alpha[1];
-        o[4 * d + 3] *= alpha[1];
-      }
+      online_softmax(s, sl2, m, l, alpha, pa);
+      scale_rows(o, alpha);
 
       // O += P V: k-steps of 16 keys; V tile MN-major (lbo: 64-column halves, sbo: 8-key groups).
       const unsigned vb = v_base + buf * C::kKvBytes;
@@ -365,13 +260,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   cp_async_wait<0>();
   __syncthreads();  // all wgmma reads of Q done (and, ntiles == 0, the Q copies landed)
   float inv[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float t = l[h];
-    t += __shfl_xor_sync(0xffffffffu, t, 1);
-    t += __shfl_xor_sync(0xffffffffu, t, 2);
-    inv[h] = t > 0.0f ? 1.0f / t : 0.0f;
-  }
+  inv_row_sums(l, inv);
   unsigned char* stage = qs + wg * C::kQBytes;
 #pragma unroll
   for (int d = 0; d < kON / 4; ++d) {  // dims 8d + 2tq, +1
@@ -389,9 +278,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int rl = wwarp * 16 + c / C::kChunks, ch = c % C::kChunks;
     const int i = 64 * wg + rl;
     const int r = i / gc, gi = i % gc;
-    if (r < rows && gi < gcount) {
+    if (r < qt.rows && gi < u.gcount) {
       const uint4 v = *reinterpret_cast<const uint4*>(stage + swz(rl, ch, 64 * kHalfRowsBytes));
-      *reinterpret_cast<uint4*>(p.out + ((int64_t{q_begin} + row0 + r) * p.hq + head_base + gi) * D + ch * 8) = v;
+      *reinterpret_cast<uint4*>(p.out + packed_row(p, qt, u, r, gi) * D + ch * 8) = v;
     }
   }
 #else
@@ -438,14 +327,8 @@ bool launch(const Params& p, int64_t num_tokens, cudaStream_t st) {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   if (!wgmma_usable<D>(device)) return false;
-  const int gc = p.g < kBM ? p.g : kBM;  // heads of the group packed along M
-  const int gchunks = (p.g + gc - 1) / gc;
-  const int rows_per_cta = kBM / gc;
-  const int64_t tiles = (num_tokens + rows_per_cta - 1) / rows_per_cta + p.num_seqs;
-  const int64_t ctas = tiles * p.hk * gchunks;
-  NANOVLLM_CHECK(ctas < (int64_t{1} << 31), "paged_attention (cuda): prefill grid too large (", ctas, " CTAs)");
-  prefill_wgmma_kernel<D><<<static_cast<unsigned>(ctas), kThreads, WgCfg<D>::kSmem, st>>>(p, rows_per_cta, gc,
-                                                                                            gchunks);
+  const PackedGrid g = packed_grid(p, num_tokens, kBM);
+  prefill_wgmma_kernel<D><<<g.ctas, kThreads, WgCfg<D>::kSmem, st>>>(p, g.rows_per_cta, g.gc, g.gchunks);
   CUDA_CHECK_LAUNCH();
   return true;
 }
