@@ -8,7 +8,7 @@ B=.carry/nanovllm
 T=.carry/test_cuda
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 echo "== test_cuda"; $T 2>&1 > $OUT/test_cuda.log; grep -E "FAILED|PASSED|Failure|CUDA vs" $OUT/test_cuda.log | head -30
-echo "== micro-benchmarks"; $T --gtest_also_run_disabled_tests --gtest_filter="*DISABLED_*" > $OUT/micro.log 2>&1; grep -E "PASSED|FAILED" $OUT/micro.log
+echo "== micro-benchmarks"; $T --gtest_also_run_disabled_tests --gtest_filter="${MICRO:-*DISABLED_*}" > $OUT/micro.log 2>&1; grep -E "PASSED|FAILED" $OUT/micro.log
 if [ "${SANITIZE:-0}" = 1 ]; then
   /usr/local/cuda/bin/compute-sanitizer --tool memcheck $T --gtest_filter='-*Golden*:CudaVsCpu*' > $OUT/memcheck.log 2>&1; tail -2 $OUT/memcheck.log
 fi
