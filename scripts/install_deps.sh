@@ -2,7 +2,7 @@
 # Installs the Debian packages nano-vLLM C++ builds with. Idempotent: installs only what is missing.
 set -euo pipefail
 packages=(cmake ninja-build ccache g++ pkg-config nlohmann-json3-dev libxxhash-dev libcli11-dev libgtest-dev
-          libgmock-dev libbenchmark-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev)
+          libpcre2-dev libutf8proc-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
