@@ -186,7 +186,7 @@ struct Server::Impl {
         stream_response(res, request, stream, builder, guard);
         return;
       }
-      whole_response(res, stream, builder, guard);
+      whole_response(res, request, stream, builder, guard);
     } catch (const ApiException& e) {
       send_error(res, e.error());
     } catch (const std::exception& e) {
@@ -200,15 +200,19 @@ struct Server::Impl {
   // Not streamed: the body is written once, when the request is done. It still goes through a chunked
   // content provider so a client that disconnects while it waits is noticed (is_writable() peeks EOF)
   // and its request cancelled, as for streams.
-  void whole_response(httplib::Response& res, std::shared_ptr<RequestStream> stream,
-                      std::shared_ptr<ResponseBuilder> builder, std::shared_ptr<InFlight> guard) {
+  // The state keeps the request alive: the builder refers to it until the body is written.
+  void whole_response(httplib::Response& res, std::shared_ptr<GenerationRequest> request,
+                      std::shared_ptr<RequestStream> stream, std::shared_ptr<ResponseBuilder> builder,
+                      std::shared_ptr<InFlight> guard) {
     struct State {
+      std::shared_ptr<GenerationRequest> request;
       std::shared_ptr<RequestStream> stream;
       std::shared_ptr<ResponseBuilder> builder;
       std::shared_ptr<InFlight> guard;
       bool done = false;
     };
-    auto st = std::make_shared<State>(State{std::move(stream), std::move(builder), std::move(guard)});
+    auto st = std::make_shared<State>(State{std::move(request), std::move(stream), std::move(builder),
+                                            std::move(guard)});
     res.set_chunked_content_provider(
         "application/json",
         [st](size_t, httplib::DataSink& sink) noexcept -> bool {
