@@ -19,16 +19,7 @@
 namespace nanovllm {
 namespace {
 
-std::vector<std::vector<int32_t>> random_prompts(const std::vector<int>& lens, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::vector<int32_t>> prompts;
-  for (int n : lens) {
-    std::vector<int32_t> p(static_cast<size_t>(n));
-    for (auto& t : p) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
-    prompts.push_back(p);
-  }
-  return prompts;
-}
+using testing::random_prompts;
 
 // Greedy with the top-5 logprobs of every step: a wrong key somewhere in a long context rarely flips
 // a greedy token of a tiny random model, but it always moves the logprobs.

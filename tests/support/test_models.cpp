@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <random>
 #include <unistd.h>
 
 #include "nanovllm/core/error.h"
@@ -64,6 +65,17 @@ std::filesystem::path tiny_model_dir(const std::string& key, const nlohmann::jso
   nlohmann::json config = test_model_config("tiny");
   config.merge_patch(override);
   return write_once("tiny-" + key, config, seed);
+}
+
+std::vector<std::vector<int32_t>> random_prompts(const std::vector<int>& lens, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int n : lens) {
+    std::vector<int32_t> p(static_cast<size_t>(n));
+    for (auto& t : p) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+    prompts.push_back(std::move(p));
+  }
+  return prompts;
 }
 
 nlohmann::json load_golden(const std::string& name) {

@@ -197,6 +197,16 @@ struct Server::Impl {
     }
   }
 
+  // The content provider's releaser: a response that did not finish lost its client; cancel its request.
+  template <typename State>
+  std::function<void(bool)> cancel_unless_done(std::shared_ptr<State> st) {
+    return [this, st](bool) noexcept {
+      if (st->done) return;
+      metrics.client_disconnects += 1;
+      loop.cancel(st->stream);
+    };
+  }
+
   // Not streamed: the body is written once, when the request is done. It still goes through a chunked
   // content provider so a client that disconnects while it waits is noticed (is_writable() peeks EOF)
   // and its request cancelled, as for streams.
@@ -230,11 +240,7 @@ struct Server::Impl {
             return false;
           }
         },
-        [this, st](bool) noexcept {
-          if (st->done) return;
-          metrics.client_disconnects += 1;
-          loop.cancel(st->stream);
-        });
+        cancel_unless_done(st));
   }
 
   void stream_response(httplib::Response& res, std::shared_ptr<GenerationRequest> request,
@@ -281,11 +287,7 @@ struct Server::Impl {
             return false;
           }
         },
-        [this, st](bool) noexcept {
-          if (st->done) return;
-          metrics.client_disconnects += 1;
-          loop.cancel(st->stream);
-        });
+        cancel_unless_done(st));
   }
 
   int start() {
