@@ -1,7 +1,7 @@
 // Decode-latency paths: the fused down projection (ops::linear_silu_mul) against the CPU reference and
 // against the unfused GPU kernels (bitwise, every gemv launch shape), PDL-launched kernel chains inside
-// a captured CUDA graph replayed with changing inputs, and a DISABLED_ benchmark of one Qwen3-0.6B-shaped
-// decode layer (bs 1, context 1024) replayed from a graph with PDL off / on and silu fused or not.
+// a captured CUDA graph replayed with changing inputs, and a DISABLED_ benchmark of Qwen3-0.6B- and
+// 8B-shaped decode layers (bs 1, context 1024) replayed from a graph, with ablations.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -170,21 +170,45 @@ TEST(CudaDecodePdl, GraphReplayWithChangingInputs) {
   CUDA_CHECK(cudaStreamDestroy(st));
 }
 
-// ---- Benchmark: one Qwen3-0.6B decode layer (T = 1, context 1024), L distinct layers per graph so the
-// weights stream from HBM as in the model (28 layers x 30 MB > L2).
-TEST(CudaDecodePdlBench, DISABLED_Layer06B) {
-  SKIP_WITHOUT_CUDA();
-  const int64_t H = 1024, Hq = 16, Hk = 8, D = 128, I = 3072, L = 28, BS = 16, ctx = 1024;
+// ---- Benchmark: one decode layer (T = 1, context 1024) of the Qwen3-0.6B and Qwen3-8B shapes, L distinct
+// layers per graph so the weights stream from HBM as in the model (more than L2 in total). Rows: PDL off /
+// on, then ablations with PDL on (the layer without attention, without the norms, ...) whose differences
+// are each part's in-graph cost, and the decode attention's minimum keys per split swept.
+struct LayerShape {
+  const char* name;
+  int64_t H, Hq, Hk, I, L;
+};
+
+// Cheap uniform bf16 fill for GBs of benchmark weights (no reference needs the fp32 values).
+std::vector<uint16_t> fast_random_bf16(size_t n, uint64_t seed, float lo, float hi) {
+  std::vector<uint16_t> bits(n);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < n; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    const float u = static_cast<float>(x >> 40) * (1.0f / 16777216.0f);
+    bits[i] = f32_to_bf16(lo + (hi - lo) * (u + 1e-3f));
+  }
+  return bits;
+}
+
+struct Ablation {
+  const char* name;
+  bool pdl = true, attention = true, norms = true, fused_silu = true;
+  int min_split_keys = 0;  // 0: default
+};
+
+void bench_decode_layers(const LayerShape& sh) {
+  const int64_t H = sh.H, Hq = sh.Hq, Hk = sh.Hk, D = 128, I = sh.I, L = sh.L, BS = 16, ctx = 1024;
   const int64_t QKV = (Hq + 2 * Hk) * D, NB = ctx / BS + 1;
-  std::mt19937 rng(21);
+  uint64_t seed = 21;
   struct Layer {
     std::unique_ptr<DeviceTensor> wqkv, wo, wgu, wd, n1, n2, qn, kn, kc, vc;
   };
   auto rnd = [&](Shape s, float lo, float hi) {
-    const auto d = random_bf16(static_cast<size_t>(s.numel()), rng, lo, hi);
-    return std::make_unique<DeviceTensor>(DType::kBF16, s, d.bits);
+    return std::make_unique<DeviceTensor>(DType::kBF16, s,
+                                          fast_random_bf16(static_cast<size_t>(s.numel()), ++seed, lo, hi));
   };
-  std::vector<Layer> layers(L);
+  std::vector<Layer> layers(static_cast<size_t>(L));
   for (auto& l : layers) {
     l.wqkv = rnd({QKV, H}, -0.05f, 0.05f);
     l.wo = rnd({H, Hq * D}, -0.05f, 0.05f);
@@ -200,6 +224,7 @@ TEST(CudaDecodePdlBench, DISABLED_Layer06B) {
   auto x = rnd({1, H}, -1.0f, 1.0f), res = rnd({1, H}, -1.0f, 1.0f);
   DeviceTensor qkv(DType::kBF16, {1, QKV}), q(DType::kBF16, {1, Hq, D}), ao(DType::kBF16, {1, Hq, D});
   DeviceTensor gu(DType::kBF16, {1, 2 * I}), act(DType::kBF16, {1, I});
+  std::mt19937 rng(21);
   std::vector<int32_t> bt_h(NB);
   std::iota(bt_h.begin(), bt_h.end(), 0);
   std::shuffle(bt_h.begin(), bt_h.end(), rng);
@@ -215,17 +240,19 @@ TEST(CudaDecodePdlBench, DISABLED_Layer06B) {
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   const ops::Stream s{st};
-  auto forward = [&](bool fused) {
+  auto forward = [&](const Ablation& a) {
     for (const Layer& l : layers) {
-      ops::add_rms_norm(x->view(), res->view(), l.n1->view(), 1e-6f, s);
+      if (a.norms) ops::add_rms_norm(x->view(), res->view(), l.n1->view(), 1e-6f, s);
       ops::linear(qkv.view(), x->view(), l.wqkv->view(), TensorView(), s);
-      ops::qkv_prologue(q.view(), qkv.view(), l.qn->view(), l.kn->view(), 1e-6f, pos.view(), rope, l.kc->view(),
-                        l.vc->view(), meta, s);
-      ops::paged_attention(ao.view(), q.view(), l.kc->view(), l.vc->view(), meta, 0.088f, s);
+      if (a.attention) {
+        ops::qkv_prologue(q.view(), qkv.view(), l.qn->view(), l.kn->view(), 1e-6f, pos.view(), rope, l.kc->view(),
+                          l.vc->view(), meta, s);
+        ops::paged_attention(ao.view(), q.view(), l.kc->view(), l.vc->view(), meta, 0.088f, s);
+      }
       ops::linear(x->view(), ao.view().reshape({1, Hq * D}), l.wo->view(), TensorView(), s);
-      ops::add_rms_norm(x->view(), res->view(), l.n2->view(), 1e-6f, s);
+      if (a.norms) ops::add_rms_norm(x->view(), res->view(), l.n2->view(), 1e-6f, s);
       ops::linear(gu.view(), x->view(), l.wgu->view(), TensorView(), s);
-      if (fused) {
+      if (a.fused_silu) {
         ops::linear_silu_mul(x->view(), gu.view(), l.wd->view(), act.view(), s);
       } else {
         ops::silu_mul(act.view(), gu.view(), s);
@@ -233,48 +260,67 @@ TEST(CudaDecodePdlBench, DISABLED_Layer06B) {
       }
     }
   };
-  std::printf("one Qwen3-0.6B decode layer (T=1, ctx 1024), %lld distinct layers per graph\n",
-              static_cast<long long>(L));
-  std::printf("%-6s %-7s %-10s | %10s %10s %10s\n", "PDL", "fused", "prefetch", "us/layer", "min", "max");
-  for (const unsigned prefetch : {0u, 64u << 10}) {
-    for (const bool on : {false, true}) {
-      for (const bool fused : {false, true}) {
-        PdlGuard pdl(on);
-        cuda_ops::gemv_set_prefetch(prefetch);
-        forward(fused);  // warm-up: dispatch choices
-        CUDA_CHECK(cudaStreamSynchronize(st));
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        forward(fused);
-        CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(exec, st));
-        cudaEvent_t a, b;
-        CUDA_CHECK(cudaEventCreate(&a));
-        CUDA_CHECK(cudaEventCreate(&b));
-        std::vector<float> us;
-        for (int r = 0; r < 30; ++r) {
-          CUDA_CHECK(cudaEventRecord(a, st));
-          CUDA_CHECK(cudaGraphLaunch(exec, st));
-          CUDA_CHECK(cudaEventRecord(b, st));
-          CUDA_CHECK(cudaEventSynchronize(b));
-          float ms = 0;
-          CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-          us.push_back(ms * 1000.0f / static_cast<float>(L));
-        }
-        std::sort(us.begin(), us.end());
-        std::printf("%-6s %-7s %-10u | %10.2f %10.2f %10.2f\n", on ? "on" : "off", fused ? "yes" : "no", prefetch,
-                    us[us.size() / 2], us.front(), us.back());
-        CUDA_CHECK(cudaEventDestroy(a));
-        CUDA_CHECK(cudaEventDestroy(b));
-        CUDA_CHECK(cudaGraphExecDestroy(exec));
-        CUDA_CHECK(cudaGraphDestroy(graph));
-      }
-    }
+  const double weight_mb =
+      static_cast<double>((QKV * H + H * Hq * D + 2 * I * H + H * I) * 2) / 1e6;
+  std::printf("%s decode layer (T=1, ctx 1024, %.1f MB of weights), %lld distinct layers per graph\n", sh.name,
+              weight_mb, static_cast<long long>(L));
+  std::printf("%-34s | %10s %10s %10s\n", "variant", "us/layer", "min", "max");
+  std::vector<Ablation> rows = {
+      {"PDL off", false},
+      {"PDL on (the model's layer)"},
+      {"  without qkv_prologue + attention", true, false},
+      {"  without the two add_rms_norm", true, true, false},
+      {"  unfused silu_mul + down", true, true, true, false},
+      {"  gemvs only", true, false, false},
+  };
+  for (const int k : {128, 256, 512}) {
+    Ablation a{"  attention min split keys"};
+    a.min_split_keys = k;
+    rows.push_back(a);
   }
-  cuda_ops::gemv_set_prefetch(64u << 10);
+  for (const Ablation& a : rows) {
+    PdlGuard pdl(a.pdl);
+    cuda_ops::decode_attention_set_tuning(a.min_split_keys, 0);
+    forward(a);  // warm-up: dispatch choices
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    forward(a);
+    CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(exec, st));
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    std::vector<float> us;
+    for (int r = 0; r < 30; ++r) {
+      CUDA_CHECK(cudaEventRecord(e0, st));
+      CUDA_CHECK(cudaGraphLaunch(exec, st));
+      CUDA_CHECK(cudaEventRecord(e1, st));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      us.push_back(ms * 1000.0f / static_cast<float>(L));
+    }
+    std::sort(us.begin(), us.end());
+    char label[64];
+    if (a.min_split_keys > 0) std::snprintf(label, sizeof label, "%s %d", a.name, a.min_split_keys);
+    else std::snprintf(label, sizeof label, "%s", a.name);
+    std::printf("%-34s | %10.2f %10.2f %10.2f\n", label, us[us.size() / 2], us.front(), us.back());
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+  }
+  cuda_ops::decode_attention_set_tuning(0, 0);
   CUDA_CHECK(cudaStreamDestroy(st));
+}
+
+TEST(CudaDecodePdlBench, DISABLED_DecodeLayers) {
+  SKIP_WITHOUT_CUDA();
+  bench_decode_layers({"Qwen3-0.6B", 1024, 16, 8, 3072, 28});
+  bench_decode_layers({"Qwen3-8B", 4096, 32, 8, 12288, 6});  // 6 x 385 MB: far beyond L2
 }
 
 }  // namespace

@@ -318,10 +318,68 @@ TEST(CudaSampling, RejectsOutOfVocabHistory) {
   EXPECT_THROW(g.sample({&s}, d.get(), nullptr), Error);
 }
 
+// The multi-CTA raw pass (scratch given) against the one-CTA pass (no scratch) on the same rows: token
+// ids and top-K ids identical, logprobs within 1e-5 (only the log-sum-exp's fp32 order differs).
+// Vocab 4097: a last chunk of one logit; 10001: rows not 16-byte aligned; 151936: the real vocab.
+TEST(CudaSampling, ChunkedRawPassMatchesOneCtaPass) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(31);
+  const LogitKind kinds[] = {LogitKind::kNormal, LogitKind::kTies, LogitKind::kSomeNegInf, LogitKind::kAllEqual,
+                             LogitKind::kPeaky, LogitKind::kOneFinite, LogitKind::kAllNegInf};
+  for (const int64_t V : {4097, 10001, 151936}) {
+    std::vector<float> logits;
+    std::vector<cuda_ops::GpuSamplingParams> hp;
+    for (const LogitKind kind : kinds) {
+      for (const float T : {0.0f, 0.8f}) {
+        const auto row = make_logits(V, kind, rng);
+        logits.insert(logits.end(), row.begin(), row.end());
+        hp.push_back({T, 0, T > 0 ? 0.9f : 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 5, rng(), 3, 0, 0});
+      }
+    }
+    const int64_t S = static_cast<int64_t>(hp.size());
+    DeviceLogits d(logits);
+    cuda_ops::GpuSamplingParams* dp;
+    void *out_a, *out_b, *scratch;
+    const size_t out_bytes = cuda_ops::sample_output_words(S) * 4;
+    CUDA_CHECK(cudaMalloc(&dp, hp.size() * sizeof(hp[0])));
+    CUDA_CHECK(cudaMemcpy(dp, hp.data(), hp.size() * sizeof(hp[0]), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMalloc(&out_a, out_bytes));
+    CUDA_CHECK(cudaMalloc(&out_b, out_bytes));
+    CUDA_CHECK(cudaMalloc(&scratch, cuda_ops::sample_scratch_bytes(S, V)));
+    CUDA_CHECK(cudaMemset(out_a, 0xff, out_bytes));
+    CUDA_CHECK(cudaMemset(out_b, 0x7f, out_bytes));
+    cuda_ops::sample(d.get(), S, V, dp, nullptr, cuda_ops::sample_outputs_at(out_a, S), nullptr);
+    cuda_ops::sample(d.get(), S, V, dp, nullptr, cuda_ops::sample_outputs_at(out_b, S), nullptr, scratch);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint32_t> a(out_bytes / 4), b(out_bytes / 4);
+    CUDA_CHECK(cudaMemcpy(a.data(), out_a, out_bytes, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(b.data(), out_b, out_bytes, cudaMemcpyDeviceToHost));
+    const auto ha = cuda_ops::sample_outputs_at(a.data(), S), hb = cuda_ops::sample_outputs_at(b.data(), S);
+    auto near = [](float x, float y) {
+      return (std::isnan(x) && std::isnan(y)) || x == y || std::fabs(x - y) <= 1e-5f;
+    };
+    for (int64_t i = 0; i < S; ++i) {
+      EXPECT_EQ(ha.token_ids[i], hb.token_ids[i]) << "V=" << V << " row " << i;
+      EXPECT_PRED2(near, ha.token_logprobs[i], hb.token_logprobs[i]) << "V=" << V << " row " << i;
+      for (int j = 0; j < 5; ++j) {
+        EXPECT_EQ(ha.top_ids[i * cuda_ops::kMaxSampleLogprobs + j], hb.top_ids[i * cuda_ops::kMaxSampleLogprobs + j])
+            << "V=" << V << " row " << i << " top " << j;
+        EXPECT_PRED2(near, ha.top_logprobs[i * cuda_ops::kMaxSampleLogprobs + j],
+                     hb.top_logprobs[i * cuda_ops::kMaxSampleLogprobs + j])
+            << "V=" << V << " row " << i << " top " << j;
+      }
+    }
+    cudaFree(dp);
+    cudaFree(out_a);
+    cudaFree(out_b);
+    cudaFree(scratch);
+  }
+}
+
 // ---- micro-benchmark (run with --gtest_also_run_disabled_tests) -------------------------------------
 
-void bench(const char* name, const SamplingParams& p) {
-  const int64_t S = 256, V = 151936;
+void bench(const char* name, const SamplingParams& p, int64_t S = 256) {
+  const int64_t V = 151936;
   std::mt19937 rng(5);
   std::vector<float> logits;
   std::vector<Sequence> seqs;
@@ -356,10 +414,12 @@ void bench(const char* name, const SamplingParams& p) {
   cudaEvent_t e0, e1;
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
+  void* scratch;
+  CUDA_CHECK(cudaMalloc(&scratch, cuda_ops::sample_scratch_bytes(S, V)));
   const auto out = cuda_ops::sample_outputs_at(dout, S);
-  cuda_ops::sample(d.get(), S, V, dp, nullptr, out, st);
+  cuda_ops::sample(d.get(), S, V, dp, nullptr, out, st, scratch);
   CUDA_CHECK(cudaEventRecord(e0, st));
-  for (int i = 0; i < iters; ++i) cuda_ops::sample(d.get(), S, V, dp, nullptr, out, st);
+  for (int i = 0; i < iters; ++i) cuda_ops::sample(d.get(), S, V, dp, nullptr, out, st, scratch);
   CUDA_CHECK(cudaEventRecord(e1, st));
   CUDA_CHECK(cudaEventSynchronize(e1));
   float kms = 0;
@@ -368,6 +428,7 @@ void bench(const char* name, const SamplingParams& p) {
               static_cast<long long>(S), static_cast<long long>(V), kms / iters, ms);
   cudaFree(dp);
   cudaFree(dout);
+  cudaFree(scratch);
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   cudaStreamDestroy(st);
@@ -375,6 +436,8 @@ void bench(const char* name, const SamplingParams& p) {
 
 TEST(CudaSampling, DISABLED_Benchmark) {
   SKIP_WITHOUT_CUDA();
+  bench("greedy", sp(0.0f), 1);
+  bench("T=0.8", sp(0.8f), 1);
   bench("greedy", sp(0.0f));
   { auto p = sp(0.0f); p.logprobs = 20; bench("greedy + 20 logprobs", p); }
   bench("T=0.8", sp(0.8f));

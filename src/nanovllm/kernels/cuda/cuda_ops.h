@@ -25,6 +25,10 @@ void linear_silu_mul(TensorView out, TensorView gate_up, TensorView weight, Tens
 void gather_rows(TensorView out, TensorView in, TensorView rows, ops::Stream s);
 void convert(TensorView out, TensorView x, ops::Stream s);
 
+// Benchmark knob (not thread-safe, not for production): the tensor-core decode attention's minimum keys
+// per split (rounded up to 64) and CTAs per SM it aims for; 0 restores the defaults.
+void decode_attention_set_tuning(int min_split_keys, int target_ctas_per_sm);
+
 }  // namespace nanovllm::cuda_ops
 
 #endif  // NANOVLLM_WITH_CUDA

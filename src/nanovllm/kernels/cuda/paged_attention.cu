@@ -16,6 +16,7 @@
 // largest decode batch before graph capture.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <mutex>
 
@@ -33,6 +34,8 @@ constexpr int kMaxDevices = 64;
 // 2 CTAs per SM (D 128), so ragged context lengths leave a short tail.
 constexpr int kTcMinSplitKeys = 64;
 constexpr int kTcTargetCtasPerSm = 16;
+std::atomic<int> g_tc_min_split_keys{kTcMinSplitKeys};    // benchmark knobs (decode_attention_set_tuning)
+std::atomic<int> g_tc_target_ctas_per_sm{kTcTargetCtasPerSm};
 
 struct Workspace {
   std::mutex mu;
@@ -99,16 +102,17 @@ void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorVie
     const int gc = p.g <= 16 ? p.g : 16;  // heads per CTA (MMA rows)
     const int64_t units = Hk * ((p.g + gc - 1) / gc);
     const int64_t ctas = meta.num_seqs * units;
-    const int64_t by_len = (std::max<int64_t>(meta.max_context_len, 1) + kTcMinSplitKeys - 1) / kTcMinSplitKeys;
-    const int64_t by_occupancy = (int64_t{kTcTargetCtasPerSm} * cuda_sm_count(device) + ctas - 1) / ctas;
+    const int64_t min_keys = g_tc_min_split_keys.load(), target_per_sm = g_tc_target_ctas_per_sm.load();
+    const int64_t by_len = (std::max<int64_t>(meta.max_context_len, 1) + min_keys - 1) / min_keys;
+    const int64_t by_occupancy = (target_per_sm * cuda_sm_count(device) + ctas - 1) / ctas;
     p.num_splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({by_len, by_occupancy, kMaxSplits})));
-    p.min_split_keys = kTcMinSplitKeys;
+    p.min_split_keys = static_cast<int>(min_keys);
     if (p.num_splits > 1) {
       const size_t parts = static_cast<size_t>(meta.num_seqs * Hq * p.num_splits);
       // Sized by a bound monotone in the batch (S x splits <= S + target CTAs / units), so warm-up with
       // the largest batch sizes it for every smaller graph captured later.
       const int64_t bound = std::min<int64_t>(meta.num_seqs * kMaxSplits,
-                                              meta.num_seqs + (int64_t{kTcTargetCtasPerSm} * cuda_sm_count(device) + units - 1) / units);
+                                              meta.num_seqs + (target_per_sm * cuda_sm_count(device) + units - 1) / units);
       const size_t cap = std::max(parts, static_cast<size_t>(bound * Hq));
       char* w = static_cast<char*>(workspace(0, device, cap * (static_cast<size_t>(D) + 1) * sizeof(float), false, st));
       p.part_o = reinterpret_cast<float*>(w);                                                      // [S, Hq, splits, D]
@@ -134,6 +138,11 @@ void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorVie
     const int d = static_cast<int>(D);
     if (!attn::launch_prefill_wgmma(p, d, T, st) && !attn::launch_prefill_tc(p, d, T, st)) attn::launch_prefill(p, d, T, st);
   }
+}
+
+void decode_attention_set_tuning(int min_split_keys, int target_ctas_per_sm) {
+  g_tc_min_split_keys.store(min_split_keys > 0 ? (min_split_keys + 63) / 64 * 64 : kTcMinSplitKeys);
+  g_tc_target_ctas_per_sm.store(target_ctas_per_sm > 0 ? target_ctas_per_sm : kTcTargetCtasPerSm);
 }
 
 }  // namespace nanovllm::cuda_ops

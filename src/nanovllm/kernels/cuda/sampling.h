@@ -1,5 +1,6 @@
-// GPU sampling: one CTA (1024 threads) per row of fp32 logits, with the exact semantics of the CPU
-// Sampler (engine/sampler.h), so only a few bytes per sequence come back to the host.
+// GPU sampling: one CTA (1024 threads) per row of fp32 logits (after a multi-CTA raw pass when given
+// scratch), with the exact semantics of the CPU Sampler (engine/sampler.h), so only a few bytes per
+// sequence come back to the host.
 //
 // Per row: penalty/suppression list -> (greedy) argmax, or temperature -> top-k (count radix select on
 // the fp32 bits) -> top-p (radix search on the same bits weighted by fixed-point probability mass, ties
@@ -67,7 +68,12 @@ GpuSampleOutputs sample_outputs_at(void* base, int64_t num_rows);
 // logits: [S, vocab] f32 device, row-major (rows need not be 16-byte aligned). Penalised values are
 // written in place while the kernel runs and restored before it ends. params: [S] device;
 // entries: [sum of entry_count] device (may be null when no row has entries).
+// scratch: [sample_scratch_bytes(num_rows, vocab)] device bytes, or null. With scratch and at most 128
+// rows the raw pass (max, argmax, log-sum-exp) runs first on many CTAs per row (row_stats_kernel), which
+// is what makes sampling fast at small batch; without it each row's CTA reads the row alone. Token choices are
+// identical either way; logprobs agree to fp32 rounding of the log-sum-exp.
+size_t sample_scratch_bytes(int64_t num_rows, int64_t vocab);
 void sample(float* logits, int64_t num_rows, int64_t vocab, const GpuSamplingParams* params,
-            GpuPenaltyEntry* entries, GpuSampleOutputs out, cudaStream_t stream);
+            GpuPenaltyEntry* entries, GpuSampleOutputs out, cudaStream_t stream, void* scratch = nullptr);
 
 }  // namespace nanovllm::cuda_ops

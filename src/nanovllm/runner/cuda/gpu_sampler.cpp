@@ -41,6 +41,7 @@ void GpuSampler::reserve(int64_t rows, int64_t entries) {
     const size_t out_bytes = cuda_ops::sample_output_words(cap_rows_) * 4;
     out_host_ = Buffer(pinned_host_allocator(), out_bytes);
     out_dev_ = Buffer(cuda_allocator(device_), out_bytes);
+    stats_dev_ = Buffer(cuda_allocator(device_), cuda_ops::sample_scratch_bytes(cap_rows_, vocab_));
   }
   cap_entries_ = std::max(entries, std::max<int64_t>(cap_entries_, 4096));
   in_host_ = Buffer(pinned_host_allocator(), in_bytes(cap_rows_, cap_entries_));
@@ -118,7 +119,8 @@ std::vector<SampledToken> GpuSampler::sample(const std::vector<const Sequence*>&
   auto* dev = static_cast<char*>(in_dev_.data());
   const cuda_ops::GpuSampleOutputs out = cuda_ops::sample_outputs_at(out_dev_.data(), S);
   cuda_ops::sample(logits, S, V, reinterpret_cast<const GpuSamplingParams*>(dev),
-                   E > 0 ? reinterpret_cast<GpuPenaltyEntry*>(dev + params_bytes) : nullptr, out, stream);
+                   E > 0 ? reinterpret_cast<GpuPenaltyEntry*>(dev + params_bytes) : nullptr, out, stream,
+                   stats_dev_.data());
   // One D2H: token ids and their logprobs always; the top-K block only when some row asked for it.
   const size_t words = any_logprobs ? cuda_ops::sample_output_words(S) : static_cast<size_t>(2 * S);
   copy_d2h(out_host_.data(), out_dev_.data(), words * 4, stream);
