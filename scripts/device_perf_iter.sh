@@ -15,7 +15,7 @@ $B make-test-model --out /tmp/q06 --preset qwen3-0.6b --seed 1 >/dev/null 2>&1 &
 $B make-test-model --out /tmp/q8 --preset qwen3-8b --seed 1 >/dev/null 2>&1 &
 echo "== micro-benchmarks"
 .carry/test_cuda --gtest_also_run_disabled_tests \
-  --gtest_filter='CudaDecodePdlBench.DISABLED_DecodeLayers:CudaSampling.DISABLED_Benchmark:CudaGemvBench.DISABLED_Shapes' > $OUT/micro.log 2>&1
+  --gtest_filter="${MICRO:-CudaDecodePdlBench.DISABLED_DecodeLayers:CudaGemvBench.DISABLED_Shapes}" > $OUT/micro.log 2>&1
 grep -vE "^\[|^Running|^Note" $OUT/micro.log
 wait
 echo "== latency"

@@ -22,6 +22,8 @@
 //     weight stream starts during the predecessor's tail.
 //   * gemv_silu: x = silu(gate) * up computed from gate_up [T, 2K] on the fly (rounded to bf16 exactly
 //     as silu_mul stores it), which removes the silu_mul launch and its round trip before down_proj.
+//   * gemv_stream.cuh: a stream-K variant of the same warp step that cuts the work into equal per-warp
+//     step ranges (one even wave whatever the shape); the linear dispatch times both kinds per shape.
 // The workspace is allocated at first use (run a warm-up step before capturing CUDA graphs) and assumes
 // one stream per device runs gemv at a time, like the cuBLASLt workspace in linear.cu.
 #include <algorithm>
@@ -34,15 +36,14 @@
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
 #include "nanovllm/kernels/cuda/gemv.cuh"
+#include "nanovllm/kernels/cuda/gemv_device.cuh"
+#include "nanovllm/kernels/cuda/gemv_stream.cuh"
 #include "nanovllm/kernels/cuda/pdl.cuh"
 
 namespace nanovllm::cuda_ops {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
-constexpr int kU = 4;                 // 16-byte loads per lane per W row per step
-constexpr int kStepVecs = 4 * kU;     // 8-element vectors of K one warp step covers (= 128 k)
+using namespace gemv_detail;
 constexpr int kMaxSplit = 16;
 constexpr size_t kWsBytes = size_t{16} << 20;  // fp32 partials [k_split, T, N]
 constexpr int kMaxCounters = 1 << 16;          // row groups that can use the split path
@@ -51,49 +52,9 @@ constexpr int kMaxDevices = 64;
 std::atomic<int> g_waves{4};
 std::atomic<int> g_forced_split{0};
 std::atomic<int> g_forced_rt{0};
+std::atomic<int> g_forced_stream{0};
 // L2 prefetch budget per CTA (bytes of its weight slice requested before pdl_wait); 0 disables.
 std::atomic<unsigned> g_prefetch_cta_bytes{64u << 10};
-
-__device__ __forceinline__ uint4 ld_weight(const uint4* p) {
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
-  return r;
-}
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-template <bool kOutF32>
-__device__ __forceinline__ void store_out(void* out, int64_t i, float v) {
-  if constexpr (kOutF32) static_cast<float*>(out)[i] = v;
-  else static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
-}
-
-// kNT: 8-token B tiles (1: T <= 8, 2: T <= 16). Kv = K / 8; vpg = vectors per K group.
-__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
-
-// One 16-byte x vector (8 consecutive k of one token). kSilu: x = silu(gate) * up rounded to bf16 (the
-// values silu_mul would store), gate at xr[v], up at xr[v + Kv].
-template <bool kSilu>
-__device__ __forceinline__ uint4 load_x(const uint4* xr, int v, int Kv) {
-  if constexpr (kSilu) {
-    float g[8], u[8];
-    bf16x8_to_f32(__ldg(xr + v), g);
-    bf16x8_to_f32(__ldg(xr + Kv + v), u);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) g[i] = silu(g[i]) * u[i];
-    return f32_to_bf16x8(g);
-  } else {
-    return __ldg(xr + v);
-  }
-}
 
 // kNT: 8-token B tiles (1: T <= 8, 2: T <= 16). Kv = K / 8; vpg = vectors per K group; x_pitch = vectors
 // per x row (Kv, or 2 Kv for kSilu). prefetch_row_bytes: per-row cap of the L2 prefetch (0: none).
@@ -265,6 +226,18 @@ GemvContext& context(int device) {
   return *c;
 }
 
+// Stream-K launch with `steps_per_warp` (raised until the fp32 fragment slots fit the workspace).
+GemvConfig stream_config(int64_t T, int64_t N, int64_t K, int64_t steps_per_warp) {
+  const int64_t spt = (K / 8 + kStepVecs - 1) / kStepVecs, total = (N + 15) / 16 * spt;
+  const int64_t slot_bytes = int64_t{T > 8 ? 2 : 1} * 32 * 4 * 4;
+  int64_t spw = std::max<int64_t>(1, std::min(steps_per_warp, total));
+  while ((total + spw - 1) / spw * 2 * slot_bytes > static_cast<int64_t>(kWsBytes)) ++spw;
+  GemvConfig c;
+  c.stream_steps = static_cast<int>(spw);
+  c.ctas = static_cast<int>(((total + spw - 1) / spw + kWarps - 1) / kWarps);
+  return c;
+}
+
 GemvConfig pick_config(int64_t T, int64_t N, int64_t K, int slots, int waves) {
   const int64_t Kv = K / 8, row_tiles = (N + 15) / 16;
   const int64_t target = int64_t{std::max(1, waves)} * slots;
@@ -284,6 +257,7 @@ GemvConfig pick_config(int64_t T, int64_t N, int64_t K, int slots, int waves) {
   c.rows_tiles_per_cta = RT;
   c.k_split = static_cast<int>(split);
   c.ctas = static_cast<int>(ctas_x * split);
+  if (const int f = g_forced_stream.load(); f > 0) c = stream_config(T, N, K, f);
   return c;
 }
 
@@ -291,6 +265,20 @@ template <int kNT, bool kOutF32, bool kSilu>
 void launch(const GemvConfig& c, GemvContext& ctx, void* out, const void* in, int64_t in_pitch_elems,
             const void* weight, const void* bias, int bias_dt, int64_t T, int64_t N, int64_t K, cudaStream_t st) {
   const int64_t Kv = K / 8;
+  if (c.stream_steps > 0) {
+    const int64_t spt = (Kv + kStepVecs - 1) / kStepVecs, total = (N + 15) / 16 * spt;
+    NANOVLLM_CHECK(total < (int64_t{1} << 31) && (N + 15) / 16 <= kMaxCounters &&
+                       (total + c.stream_steps - 1) / c.stream_steps * 2 * kSlotFloats<kNT> * 4 <=
+                           static_cast<int64_t>(kWsBytes),
+                   "gemv (cuda): stream-K shape out of range: N=", N, " K=", K, " steps/warp=", c.stream_steps);
+    const int64_t warps = (total + c.stream_steps - 1) / c.stream_steps;
+    launch_pdl(gemv_stream_kernel<kNT, kOutF32, kSilu>, dim3(static_cast<unsigned>((warps + kWarps - 1) / kWarps)),
+               dim3(kThreads), 0, st, out, static_cast<const uint4*>(in), static_cast<int>(in_pitch_elems / 8),
+               static_cast<const uint4*>(weight), bias, bias_dt, static_cast<int>(T), static_cast<int>(N),
+               static_cast<int>(Kv), static_cast<int>(spt), c.stream_steps, static_cast<int>(total), ctx.ws,
+               ctx.counters);
+    return;
+  }
   const int RT = c.rows_tiles_per_cta, KS = kWarps / RT;
   const int64_t groups = int64_t{KS} * c.k_split;
   const int64_t vpg = ((Kv + groups - 1) / groups + 3) / 4 * 4;  // whole quads
@@ -356,13 +344,24 @@ std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int dev
     });
     if (!seen) out.push_back(c);
   }
+  // Stream-K: the fewest steps per warp that keep every warp of one wave busy, and 2x / 4x that.
+  const int64_t spt = (K / 8 + kStepVecs - 1) / kStepVecs, total = (N + 15) / 16 * spt;
+  const int64_t one_wave = std::max<int64_t>(1, (total + int64_t{slots} * kWarps - 1) / (int64_t{slots} * kWarps));
+  for (const int64_t f : {1, 2, 4}) {
+    const GemvConfig c = stream_config(T, N, K, one_wave * f);
+    const bool seen = std::any_of(out.begin(), out.end(), [&](const GemvConfig& o) {
+      return o.stream_steps == c.stream_steps;
+    });
+    if (!seen) out.push_back(c);
+  }
   return out;
 }
 
-void gemv_set_tuning(int waves, int forced_k_split, int forced_row_tiles) {
+void gemv_set_tuning(int waves, int forced_k_split, int forced_row_tiles, int forced_stream_steps) {
   g_waves.store(waves);
   g_forced_split.store(forced_k_split);
   g_forced_rt.store(forced_row_tiles);
+  g_forced_stream.store(forced_stream_steps);
 }
 
 void gemv_set_prefetch(unsigned bytes_per_cta) { g_prefetch_cta_bytes.store(bytes_per_cta); }

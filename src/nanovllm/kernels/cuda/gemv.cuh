@@ -42,19 +42,22 @@ struct GemvConfig {
   int rows_tiles_per_cta = 1;  // RT: 16-row tiles per CTA; the CTA's 8 warps are RT x (8 / RT) (rows x K)
   int k_split = 1;             // CTAs along K per row group (> 1: fp32 partials + last-CTA reduction)
   int ctas = 0;                // total CTAs
+  int stream_steps = 0;        // > 0: stream-K kernel (gemv_stream.cuh), this many 128-k steps per warp
 };
 GemvConfig gemv_config(int64_t T, int64_t N, int64_t K, int device);
-// Distinct launch shapes worth timing for this problem (the picks for 1, 2, 4 and 8 waves of CTAs); the
-// linear dispatch times them at a shape's first use and keeps the fastest.
+// Distinct launch shapes worth timing for this problem (the picks for 1, 2, 4 and 8 waves of CTAs, and
+// stream-K with 1, 2 and 4 times the fewest steps per warp that fit one wave); the linear dispatch times
+// them at a shape's first use and keeps the fastest.
 std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int device);
 // Benchmark knob: bytes of its weight slice each CTA prefetches into L2 before waiting on the previous
 // kernel (default 64 KiB; 0 disables). Not thread-safe.
 void gemv_set_prefetch(unsigned bytes_per_cta);
 
 // Benchmark/test knob: minimum CTAs per resident-CTA slot gemv aims for (default 4); forced_k_split > 0
-// forces the K split (clamped to what the workspace allows); forced_row_tiles in {1, 2, 4, 8} forces RT.
-// Not thread-safe; not for production use.
-void gemv_set_tuning(int waves, int forced_k_split, int forced_row_tiles = 0);
+// forces the K split (clamped to what the workspace allows); forced_row_tiles in {1, 2, 4, 8} forces RT;
+// forced_stream_steps > 0 makes the default pick the stream-K kernel with that many steps per warp
+// (raised where the workspace needs it). Not thread-safe; not for production use.
+void gemv_set_tuning(int waves, int forced_k_split, int forced_row_tiles = 0, int forced_stream_steps = 0);
 
 }  // namespace nanovllm::cuda_ops
 

@@ -1,0 +1,60 @@
+// Device helpers shared by the gemv kernels (gemv.cu: row-tile / split-K kernel; gemv_stream.cuh:
+// stream-K kernel). See gemv.cu for the operand layout: W rows as the 16-row A operand of mma.sync
+// m16n8k16, the tokens as the 8-wide B operand, each lane's 16-byte load = 8 consecutive k.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+#include "nanovllm/kernels/cuda/common.cuh"
+
+namespace nanovllm::cuda_ops::gemv_detail {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kU = 4;                 // 16-byte loads per lane per W row per step
+constexpr int kStepVecs = 4 * kU;     // 8-element vectors of K one warp step covers (= 128 k)
+
+__device__ __forceinline__ uint4 ld_weight(const uint4* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <bool kOutF32>
+__device__ __forceinline__ void store_out(void* out, int64_t i, float v) {
+  if constexpr (kOutF32) static_cast<float*>(out)[i] = v;
+  else static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
+}
+
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
+
+// One 16-byte x vector (8 consecutive k of one token). kSilu: x = silu(gate) * up rounded to bf16 (the
+// values silu_mul would store), gate at xr[v], up at xr[v + Kv].
+template <bool kSilu>
+__device__ __forceinline__ uint4 load_x(const uint4* xr, int v, int Kv) {
+  if constexpr (kSilu) {
+    float g[8], u[8];
+    bf16x8_to_f32(__ldg(xr + v), g);
+    bf16x8_to_f32(__ldg(xr + Kv + v), u);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) g[i] = silu(g[i]) * u[i];
+    return f32_to_bf16x8(g);
+  } else {
+    return __ldg(xr + v);
+  }
+}
+
+
+}  // namespace nanovllm::cuda_ops::gemv_detail
