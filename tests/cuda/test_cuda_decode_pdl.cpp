@@ -194,6 +194,7 @@ std::vector<uint16_t> fast_random_bf16(size_t n, uint64_t seed, float lo, float 
 struct Ablation {
   const char* name;
   bool pdl = true, attention = true, norms = true, fused_silu = true;
+  int gemv_cta_cap = 0;  // != 0: gemv_set_cta_cap(max(0, this)) and the shapes re-timed
   int min_split_keys = 0;  // 0: default
 };
 
@@ -278,9 +279,16 @@ void bench_decode_layers(const LayerShape& sh) {
     a.min_split_keys = k;
     rows.push_back(a);
   }
+  // Last: they change the gemv choices for the rest of the process.
+  rows.push_back({"  gemv shapes uncapped (re-timed)", true, true, true, true, -1});
+  rows.push_back({"  gemv shapes uncapped, gemvs only", true, false, false, true, -1});
   for (const Ablation& a : rows) {
     PdlGuard pdl(a.pdl);
     cuda_ops::decode_attention_set_tuning(a.min_split_keys, 0);
+    if (a.gemv_cta_cap != 0) {
+      cuda_ops::gemv_set_cta_cap(std::max(0, a.gemv_cta_cap));
+      cuda_ops::linear_clear_choices();
+    }
     forward(a);  // warm-up: dispatch choices
     CUDA_CHECK(cudaStreamSynchronize(st));
     cudaGraph_t graph;
@@ -314,6 +322,8 @@ void bench_decode_layers(const LayerShape& sh) {
     CUDA_CHECK(cudaGraphDestroy(graph));
   }
   cuda_ops::decode_attention_set_tuning(0, 0);
+  cuda_ops::gemv_set_cta_cap(1);
+  cuda_ops::linear_clear_choices();
   CUDA_CHECK(cudaStreamDestroy(st));
 }
 

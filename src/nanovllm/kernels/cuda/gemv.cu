@@ -53,6 +53,14 @@ std::atomic<int> g_waves{4};
 std::atomic<int> g_forced_split{0};
 std::atomic<int> g_forced_rt{0};
 std::atomic<int> g_forced_stream{0};
+// Weights of at least kCapMinBytes take candidates of at most g_cta_cap_per_sm CTAs per SM (one resident
+// wave of them). Measured on the H200 in decode-layer graphs with PDL: on the Qwen3-8B shapes (34-201 MB)
+// 1 CTA/SM beat the best uncapped shapes by 6 us/layer (127 -> 120.5 us) although each gemv alone looks
+// no faster: the next kernel's CTAs find room on every SM while the stream runs. On the Qwen3-0.6B
+// shapes (4-13 MB, a few us each) the full resident count won by 2 us/layer: short streams need every
+// load in flight from the start.
+constexpr int64_t kCapMinBytes = int64_t{16} << 20;
+std::atomic<int> g_cta_cap_per_sm{1};
 // L2 prefetch budget per CTA (bytes of its weight slice requested before pdl_wait); 0 disables.
 std::atomic<unsigned> g_prefetch_cta_bytes{64u << 10};
 
@@ -335,9 +343,12 @@ GemvConfig gemv_config(int64_t T, int64_t N, int64_t K, int device) {
 }
 
 std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int device) {
-  const int slots = context(device).slots;
+  int slots = context(device).slots;
+  const int cap = N * K * 2 >= kCapMinBytes ? g_cta_cap_per_sm.load() : 0;
+  if (cap > 0) slots = std::max(1, std::min(slots, slots / 2 * cap));  // slots: 2 resident CTAs per SM
   std::vector<GemvConfig> out;
   for (const int waves : {1, 2, 4, 8}) {
+    if (cap > 0 && waves > 1) break;
     const GemvConfig c = pick_config(T, N, K, slots, waves);
     const bool seen = std::any_of(out.begin(), out.end(), [&](const GemvConfig& o) {
       return o.rows_tiles_per_cta == c.rows_tiles_per_cta && o.k_split == c.k_split;
@@ -363,6 +374,8 @@ void gemv_set_tuning(int waves, int forced_k_split, int forced_row_tiles, int fo
   g_forced_rt.store(forced_row_tiles);
   g_forced_stream.store(forced_stream_steps);
 }
+
+void gemv_set_cta_cap(int per_sm) { g_cta_cap_per_sm.store(per_sm); }
 
 void gemv_set_prefetch(unsigned bytes_per_cta) { g_prefetch_cta_bytes.store(bytes_per_cta); }
 

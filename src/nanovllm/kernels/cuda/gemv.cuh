@@ -34,6 +34,12 @@ void gemv(TensorView out, TensorView in, TensorView weight, TensorView bias, ops
 bool gemv_silu_supported(TensorView out, TensorView gate_up, TensorView weight);
 void gemv_silu(TensorView out, TensorView gate_up, TensorView weight, ops::Stream s, const GemvConfig* cfg = nullptr);
 
+// Benchmark knobs: for weights of 16 MiB and more gemv_candidates aim at one wave of per_sm CTAs per SM
+// (default 1; 0: the full resident count, as for smaller weights); linear_clear_choices forgets the
+// timed choices so the next use times again. Not thread-safe.
+void gemv_set_cta_cap(int per_sm);
+void linear_clear_choices();
+
 // The cuBLASLt path of cuda_ops::linear, whatever T is (benchmarks compare the two).
 void linear_cublaslt(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s);
 

@@ -223,10 +223,13 @@ float time_us(cudaStream_t st, F&& fn) {
 }
 
 // `run_gemv(cfg)` and `run_other()` compute the same op; returns the faster (timed once per key).
+std::mutex g_choice_mu;
+std::map<ShapeKey, Choice> g_choices;
+
 template <typename G, typename O>
 Choice choose(const ShapeKey& key, int device, ops::Stream s, G&& run_gemv, O&& run_other) {
-  static std::mutex mu;
-  static std::map<ShapeKey, Choice> choice;
+  std::mutex& mu = g_choice_mu;
+  std::map<ShapeKey, Choice>& choice = g_choices;
   {
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = choice.find(key); it != choice.end()) return it->second;
@@ -249,6 +252,11 @@ Choice choose(const ShapeKey& key, int device, ops::Stream s, G&& run_gemv, O&& 
 }
 
 }  // namespace
+
+void linear_clear_choices() {
+  std::lock_guard<std::mutex> lock(g_choice_mu);
+  g_choices.clear();
+}
 
 void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s) {
   if (in.dim(0) == 0 || weight.dim(0) == 0) return;
