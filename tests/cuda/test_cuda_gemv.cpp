@@ -26,7 +26,7 @@ enum class Path { kGemv, kLinear };
 
 // bias_mode: 0 none, 1 bf16 bias, 2 f32 bias. Returns the raw output bytes (determinism checks).
 std::vector<uint8_t> check_gemv(int64_t T, int64_t N, int64_t K, DType out_t, int bias_mode, std::mt19937& rng,
-                                Path path = Path::kGemv) {
+                                Path path = Path::kGemv, const cuda_ops::GemvConfig* cfg = nullptr) {
   auto x = random_bf16(static_cast<size_t>(T * K), rng);
   auto w = random_bf16(static_cast<size_t>(N * K), rng, -0.5f, 0.5f);
   auto b = random_bf16(static_cast<size_t>(N), rng, -2.0f, 2.0f);
@@ -36,7 +36,7 @@ std::vector<uint8_t> check_gemv(int64_t T, int64_t N, int64_t K, DType out_t, in
   DeviceTensor d_b = bias_mode == 2 ? DeviceTensor(DType::kF32, {N}, b_f32) : DeviceTensor(DType::kBF16, {N}, b.bits);
   const TensorView bias_view = bias_mode ? d_b.view() : TensorView();
   EXPECT_TRUE(cuda_ops::gemv_supported(d_out.view(), d_x.view(), d_w.view()));
-  if (path == Path::kGemv) cuda_ops::gemv(d_out.view(), d_x.view(), d_w.view(), bias_view, {});
+  if (path == Path::kGemv) cuda_ops::gemv(d_out.view(), d_x.view(), d_w.view(), bias_view, {}, cfg);
   else cuda_ops::linear(d_out.view(), d_x.view(), d_w.view(), bias_view, {});
   CUDA_CHECK(cudaGetLastError());
   std::vector<float> ref(static_cast<size_t>(T * N));
@@ -47,7 +47,7 @@ std::vector<uint8_t> check_gemv(int64_t T, int64_t N, int64_t K, DType out_t, in
   for (float r : ref) ss += static_cast<double>(r) * r;
   const float rms = static_cast<float>(std::sqrt(ss / static_cast<double>(ref.size())));
   const bool bf = out_t == DType::kBF16;
-  const cuda_ops::GemvConfig c = cuda_ops::gemv_config(T, N, K, 0);
+  const cuda_ops::GemvConfig c = cfg != nullptr ? *cfg : cuda_ops::gemv_config(T, N, K, 0);
   const std::string what = "gemv T=" + std::to_string(T) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
                            " out=" + std::string(dtype_name(out_t)) + " bias=" + std::to_string(bias_mode) +
                            " RT=" + std::to_string(c.rows_tiles_per_cta) + " split=" + std::to_string(c.k_split) +
@@ -144,6 +144,21 @@ TEST(CudaGemv, ForcedStreamKAndDeterminism) {
       check_gemv(T, 33, 1024, DType::kF32, 2, rng);
       check_gemv(T, 200, 2056, DType::kF32, 0, rng);
       check_gemv(T, 7, 72, DType::kBF16, 0, rng);
+    }
+  }
+}
+
+// Every launch shape the dispatch may time (row tiles, split-K, stream-K) against the CPU reference, on
+// shapes with ragged K / N and the 8B qkv shape.
+TEST(CudaGemv, EveryCandidateMatchesReference) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(26);
+  struct Case { int64_t N, K; DType out; int bias; };
+  for (const Case c : {Case{1000, 2048, DType::kBF16, 1}, Case{33, 1024, DType::kF32, 2}, Case{200, 2056, DType::kF32, 0},
+                       Case{7, 72, DType::kBF16, 0}, Case{6144, 4096, DType::kBF16, 0}}) {
+    for (const int64_t T : {1, 5, 16}) {
+      for (const cuda_ops::GemvConfig& g : cuda_ops::gemv_candidates(T, c.N, c.K, 0))
+        check_gemv(T, c.N, c.K, c.out, c.bias, rng, Path::kGemv, &g);
     }
   }
 }

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "nanovllm/core/logging.h"
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
 #include "nanovllm/kernels/cuda/gemv.cuh"
@@ -247,6 +248,10 @@ Choice choose(const ShapeKey& key, int device, ops::Stream s, G&& run_gemv, O&& 
   }
   const float other_us = time_us(st, run_other);
   best.gemv = best_us <= other_us;
+  NANOVLLM_DEBUG("linear T=", key.t, " N=", key.n, " K=", key.k, key.silu ? " (silu)" : "", ": gemv RT ",
+                 best.cfg.rows_tiles_per_cta, " split ", best.cfg.k_split, " stream ", best.cfg.stream_steps, " ",
+                 best_us, " us vs ", key.silu ? "silu_mul + linear " : "cuBLASLt ", other_us, " us -> ",
+                 best.gemv ? "gemv" : "other");
   std::lock_guard<std::mutex> lock(mu);
   return choice.emplace(key, best).first->second;
 }
