@@ -234,9 +234,13 @@ GemvContext& context(int device) {
   return *c;
 }
 
+// Stream-K work: warp steps per 16-row tile (ceil(K / 128)) and in all (row tiles x that).
+int64_t stream_steps_per_tile(int64_t K) { return (K / 8 + kStepVecs - 1) / kStepVecs; }
+int64_t stream_total_steps(int64_t N, int64_t K) { return (N + 15) / 16 * stream_steps_per_tile(K); }
+
 // Stream-K launch with `steps_per_warp` (raised until the fp32 fragment slots fit the workspace).
 GemvConfig stream_config(int64_t T, int64_t N, int64_t K, int64_t steps_per_warp) {
-  const int64_t spt = (K / 8 + kStepVecs - 1) / kStepVecs, total = (N + 15) / 16 * spt;
+  const int64_t total = stream_total_steps(N, K);
   const int64_t slot_bytes = int64_t{T > 8 ? 2 : 1} * 32 * 4 * 4;
   int64_t spw = std::max<int64_t>(1, std::min(steps_per_warp, total));
   while ((total + spw - 1) / spw * 2 * slot_bytes > static_cast<int64_t>(kWsBytes)) ++spw;
@@ -274,7 +278,7 @@ void launch(const GemvConfig& c, GemvContext& ctx, void* out, const void* in, in
             const void* weight, const void* bias, int bias_dt, int64_t T, int64_t N, int64_t K, cudaStream_t st) {
   const int64_t Kv = K / 8;
   if (c.stream_steps > 0) {
-    const int64_t spt = (Kv + kStepVecs - 1) / kStepVecs, total = (N + 15) / 16 * spt;
+    const int64_t spt = stream_steps_per_tile(K), total = stream_total_steps(N, K);
     NANOVLLM_CHECK(total < (int64_t{1} << 31) && (N + 15) / 16 <= kMaxCounters &&
                        (total + c.stream_steps - 1) / c.stream_steps * 2 * kSlotFloats<kNT> * 4 <=
                            static_cast<int64_t>(kWsBytes),
@@ -356,7 +360,7 @@ std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int dev
     if (!seen) out.push_back(c);
   }
   // Stream-K: the fewest steps per warp that keep every warp of one wave busy, and 2x / 4x that.
-  const int64_t spt = (K / 8 + kStepVecs - 1) / kStepVecs, total = (N + 15) / 16 * spt;
+  const int64_t total = stream_total_steps(N, K);
   const int64_t one_wave = std::max<int64_t>(1, (total + int64_t{slots} * kWarps - 1) / (int64_t{slots} * kWarps));
   for (const int64_t f : {1, 2, 4}) {
     const GemvConfig c = stream_config(T, N, K, one_wave * f);

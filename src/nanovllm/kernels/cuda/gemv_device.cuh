@@ -56,5 +56,4 @@ __device__ __forceinline__ uint4 load_x(const uint4* xr, int v, int Kv) {
   }
 }
 
-
 }  // namespace nanovllm::cuda_ops::gemv_detail

@@ -117,27 +117,19 @@ __device__ __forceinline__ void argmax_merge(float& bv, int64_t& bi, float v2, i
   if (v2 > bv || (v2 == bv && i2 < bi)) { bv = v2; bi = i2; }
 }
 
+// One logit into a running (max, argmax) and, when kLse, online log-sum-exp (lm, ls) over finite values.
 template <bool kLse>
-__device__ void reduce_stats(float bv, int64_t bi, float lm, float ls, Shared& sh);
-
-// Sets sh.maxv / sh.argmax (lowest id among equal maxima), and sh.lse when kLse.
-template <bool kLse>
-__device__ void max_pass(const RowRef& r, Shared& sh) {
-  float lm = neg_inf(), ls = 0.0f, bv = neg_inf();
-  int64_t bi = INT64_MAX;
-  for_each_elem(r, [&](int64_t id, float v) {
-    argmax_merge(bv, bi, v, id);
-    if (kLse && v != neg_inf()) {
-      if (v > lm) { ls = ls * expf(lm - v) + 1.0f; lm = v; }
-      else ls += expf(v - lm);
-    }
-  });
-  reduce_stats<kLse>(bv, bi, lm, ls, sh);
+__device__ __forceinline__ void add_stat(float& bv, int64_t& bi, float& lm, float& ls, float v, int64_t id) {
+  argmax_merge(bv, bi, v, id);
+  if (kLse && v != neg_inf()) {
+    if (v > lm) { ls = ls * expf(lm - v) + 1.0f; lm = v; }
+    else ls += expf(v - lm);
+  }
 }
 
-// Block-wide merge of every thread's (max, argmax, lse max, lse sum) into sh.maxv / sh.argmax / sh.lse.
+// Warp-wide merge of the running statistics (every lane ends with the warp's).
 template <bool kLse>
-__device__ void reduce_stats(float bv, int64_t bi, float lm, float ls, Shared& sh) {
+__device__ __forceinline__ void warp_reduce_stats(float& bv, int64_t& bi, float& lm, float& ls) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     const float v2 = __shfl_xor_sync(kFull, bv, o);
@@ -148,6 +140,24 @@ __device__ void reduce_stats(float bv, int64_t bi, float lm, float ls, Shared& s
       lse_merge(lm, ls, m2, s2);
     }
   }
+}
+
+template <bool kLse>
+__device__ void reduce_stats(float bv, int64_t bi, float lm, float ls, Shared& sh);
+
+// Sets sh.maxv / sh.argmax (lowest id among equal maxima), and sh.lse when kLse.
+template <bool kLse>
+__device__ void max_pass(const RowRef& r, Shared& sh) {
+  float lm = neg_inf(), ls = 0.0f, bv = neg_inf();
+  int64_t bi = INT64_MAX;
+  for_each_elem(r, [&](int64_t id, float v) { add_stat<kLse>(bv, bi, lm, ls, v, id); });
+  reduce_stats<kLse>(bv, bi, lm, ls, sh);
+}
+
+// Block-wide merge of every thread's (max, argmax, lse max, lse sum) into sh.maxv / sh.argmax / sh.lse.
+template <bool kLse>
+__device__ void reduce_stats(float bv, int64_t bi, float lm, float ls, Shared& sh) {
+  warp_reduce_stats<kLse>(bv, bi, lm, ls);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) { sh.red_bv[warp] = bv; sh.red_bi[warp] = bi; sh.red_m[warp] = lm; sh.red_s[warp] = ls; }
   __syncthreads();
@@ -204,22 +214,10 @@ __global__ void __launch_bounds__(kStatsThreads) row_stats_kernel(float* __restr
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int64_t id = 4 * (g0 + int64_t{k} * kStatsThreads) + j;
-      if (id >= vocab) continue;
-      argmax_merge(bv, bi, v[k][j], id);
-      if (v[k][j] != neg_inf()) {
-        if (v[k][j] > lm) { ls = ls * expf(lm - v[k][j]) + 1.0f; lm = v[k][j]; }
-        else ls += expf(v[k][j] - lm);
-      }
+      if (id < vocab) add_stat<true>(bv, bi, lm, ls, v[k][j], id);
     }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float v2 = __shfl_xor_sync(kFull, bv, o);
-    const int64_t i2 = __shfl_xor_sync(kFull, bi, o);
-    argmax_merge(bv, bi, v2, i2);
-    const float m2 = __shfl_xor_sync(kFull, lm, o), s2 = __shfl_xor_sync(kFull, ls, o);
-    lse_merge(lm, ls, m2, s2);
-  }
+  warp_reduce_stats<true>(bv, bi, lm, ls);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) red[warp] = {bv, static_cast<int32_t>(bi < vocab ? bi : INT32_MAX), lm, ls};
   __syncthreads();
