@@ -20,10 +20,8 @@
 //   * Launched with PDL (pdl.cuh): before waiting for the preceding kernel, each CTA requests its weight
 //     slice (up to a per-CTA budget) into L2 with bulk prefetches and loads its first W step, so the
 //     weight stream starts during the predecessor's tail.
-//   * gemv_silu: x = silu(gate) * up computed from gate_up [T, 2K] (rounded to bf16 exactly as silu_mul
-//     stores it), which removes the silu_mul launch and its round trip before down_proj. Each CTA stages
-//     its K range of activations in shared memory once after the wait when it fits (48 KB); otherwise
-//     every warp computes them at every step.
+//   * gemv_silu: x = silu(gate) * up computed from gate_up [T, 2K] on the fly (rounded to bf16 exactly
+//     as silu_mul stores it), which removes the silu_mul launch and its round trip before down_proj.
 //   * gemv_stream.cuh: a stream-K variant of the same warp step that cuts the work into equal per-warp
 //     step ranges (one even wave whatever the shape); the linear dispatch times both kinds per shape.
 // The workspace is allocated at first use (run a warm-up step before capturing CUDA graphs) and assumes
@@ -49,7 +47,6 @@ using namespace gemv_detail;
 constexpr int kMaxSplit = 16;
 constexpr size_t kWsBytes = size_t{16} << 20;  // fp32 partials [k_split, T, N]
 constexpr int kMaxCounters = 1 << 16;          // row groups that can use the split path
-constexpr int64_t kMaxStageBytes = 48 << 10;   // gemv_silu: staged activations (dynamic shared memory)
 constexpr int kMaxDevices = 64;
 
 std::atomic<int> g_waves{4};
@@ -78,9 +75,7 @@ template <int kNT, bool kOutF32, bool kSilu>
 __global__ void __launch_bounds__(kThreads, 2)
 gemv_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitch, const uint4* __restrict__ w,
             const void* __restrict__ bias, int bias_dt, int T, int N, int Kv, int RT, int vpg,
-            unsigned prefetch_row_bytes, float* __restrict__ ws, unsigned* __restrict__ counters,
-            int stage_vecs) {
-  extern __shared__ uint4 x_stage[];          // kSilu, stage_vecs > 0: [T, stage_vecs] activation vectors
+            unsigned prefetch_row_bytes, float* __restrict__ ws, unsigned* __restrict__ counters) {
   __shared__ float red[kWarps][16][kNT * 8];  // per-warp C tiles [rows, tokens]
   __shared__ unsigned is_last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -119,30 +114,9 @@ gemv_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitch, co
   pdl_wait();
   pdl_trigger();
 
-  // Staged silu: the CTA's K range of silu(gate) * up, computed once here instead of by every warp at
-  // every step (each activation would otherwise be recomputed for all N / 16 row tiles).
-  const int cv0 = min(Kv, static_cast<int>(blockIdx.y) * KS * vpg);
-  if constexpr (kSilu) {
-    if (stage_vecs > 0) {
-      const int n = min(Kv, cv0 + KS * vpg) - cv0;
-      for (int i = threadIdx.x; i < T * n; i += kThreads) {
-        const int t = i / n, v = i - t * n;
-        x_stage[t * stage_vecs + v] = load_x<true>(x + int64_t{t} * x_pitch, cv0 + v, Kv);
-      }
-      __syncthreads();
-    }
-  }
   const uint4* xr[kNT];
-  int xt[kNT];  // the B rows' tokens (rows past T repeat the last token; their columns are dropped)
 #pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) {
-    xt[nt] = min(g + 8 * nt, T - 1);
-    xr[nt] = x + int64_t{xt[nt]} * x_pitch;
-  }
-  auto x_vec = [&](int nt, int v) {
-    if (kSilu && stage_vecs > 0) return x_stage[xt[nt] * stage_vecs + (v - cv0)];
-    return load_x<kSilu>(xr[nt], v, Kv);
-  };
+  for (int nt = 0; nt < kNT; ++nt) xr[nt] = x + int64_t{min(g + 8 * nt, T - 1)} * x_pitch;
   float acc[kNT][4];
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
@@ -154,7 +128,7 @@ gemv_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitch, co
     for (int u = 0; u < kU; ++u) {
       const int v = vb + q + 4 * u;
 #pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) b[nt][u] = v < v_end ? x_vec(nt, v) : make_uint4(0, 0, 0, 0);
+      for (int nt = 0; nt < kNT; ++nt) b[nt][u] = v < v_end ? load_x<kSilu>(xr[nt], v, Kv) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
@@ -323,13 +297,10 @@ void launch(const GemvConfig& c, GemvContext& ctx, void* out, const void* in, in
   const dim3 grid(static_cast<unsigned>(c.ctas / c.k_split), static_cast<unsigned>(c.k_split));
   // Per-row L2 prefetch cap: the CTA's budget spread over its rows, whole 16-byte vectors.
   const unsigned per_row = g_prefetch_cta_bytes.load() / static_cast<unsigned>(RT * 16) / 16u * 16u;
-  // Silu activations staged in shared memory when the CTA's range fits the default 48 KB.
-  const int64_t range = std::min<int64_t>(Kv, int64_t{KS} * vpg);
-  const int stage_vecs = kSilu && T * range * 16 <= kMaxStageBytes ? static_cast<int>(range) : 0;
-  launch_pdl(gemv_kernel<kNT, kOutF32, kSilu>, grid, dim3(kThreads), static_cast<size_t>(T * stage_vecs * 16), st,
-             out, static_cast<const uint4*>(in), static_cast<int>(in_pitch_elems / 8),
-             static_cast<const uint4*>(weight), bias, bias_dt, static_cast<int>(T), static_cast<int>(N),
-             static_cast<int>(Kv), RT, static_cast<int>(vpg), per_row, ctx.ws, ctx.counters, stage_vecs);
+  launch_pdl(gemv_kernel<kNT, kOutF32, kSilu>, grid, dim3(kThreads), 0, st, out,
+             static_cast<const uint4*>(in), static_cast<int>(in_pitch_elems / 8), static_cast<const uint4*>(weight),
+             bias, bias_dt, static_cast<int>(T), static_cast<int>(N), static_cast<int>(Kv), RT,
+             static_cast<int>(vpg), per_row, ctx.ws, ctx.counters);
 }
 
 // in: [T, K] (x) or [T, 2K] (kSilu: gate | up).
