@@ -98,16 +98,7 @@ gemv_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitch, co
   }
   uint4 a0_lo[kU], a0_hi[kU], a1_lo[kU], a1_hi[kU];
   auto load_w = [&](int vb, uint4 (&lo)[kU], uint4 (&hi)[kU]) {
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int v = vb + q + 4 * u;
-      if (v < v_end) {
-        lo[u] = ld_weight(w_lo + v);
-        hi[u] = ld_weight(w_hi + v);
-      } else {
-        lo[u] = hi[u] = make_uint4(0, 0, 0, 0);
-      }
-    }
+    load_w_step(w_lo, w_hi, vb, v_end, q, lo, hi);
   };
   load_w(v_begin, a0_lo, a0_hi);
 
@@ -123,21 +114,7 @@ gemv_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitch, co
 
   // x for step vb, then the products with W held in (lo, hi). Out-of-range k: zero W and zero x.
   auto step = [&](int vb, const uint4 (&lo)[kU], const uint4 (&hi)[kU]) {
-    uint4 b[kNT][kU];
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int v = vb + q + 4 * u;
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) b[nt][u] = v < v_end ? load_x<kSilu>(xr[nt], v, Kv) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        mma_bf16(acc[nt], lo[u].x, hi[u].x, lo[u].y, hi[u].y, b[nt][u].x, b[nt][u].y);
-        mma_bf16(acc[nt], lo[u].z, hi[u].z, lo[u].w, hi[u].w, b[nt][u].z, b[nt][u].w);
-      }
-    }
+    mma_step<kNT, kSilu>(acc, lo, hi, xr, vb, v_end, q, Kv);
   };
   // Two W buffers, except with the fused silu where they would exceed the register budget (16 tokens; on
   // sm_80 / sm_89 any T: ptxas spills there).

@@ -56,4 +56,42 @@ __device__ __forceinline__ uint4 load_x(const uint4* xr, int v, int Kv) {
   }
 }
 
+// One warp step's W: rows w_lo / w_hi (rows g and g + 8 of the tile), vectors vb + q + 4 u (zero at or
+// past v_end).
+__device__ __forceinline__ void load_w_step(const uint4* w_lo, const uint4* w_hi, int vb, int v_end, int q,
+                                            uint4 (&lo)[kU], uint4 (&hi)[kU]) {
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int v = vb + q + 4 * u;
+    if (v < v_end) {
+      lo[u] = ld_weight(w_lo + v);
+      hi[u] = ld_weight(w_hi + v);
+    } else {
+      lo[u] = hi[u] = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+// One warp step's products: x of the step's vectors (token rows xr, zero at or past v_end) times the W
+// held in (lo, hi), accumulated into acc.
+template <int kNT, bool kSilu>
+__device__ __forceinline__ void mma_step(float (&acc)[kNT][4], const uint4 (&lo)[kU], const uint4 (&hi)[kU],
+                                         const uint4* const (&xr)[kNT], int vb, int v_end, int q, int Kv) {
+  uint4 b[kNT][kU];
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int v = vb + q + 4 * u;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) b[nt][u] = v < v_end ? load_x<kSilu>(xr[nt], v, Kv) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      mma_bf16(acc[nt], lo[u].x, hi[u].x, lo[u].y, hi[u].y, b[nt][u].x, b[nt][u].y);
+      mma_bf16(acc[nt], lo[u].z, hi[u].z, lo[u].w, hi[u].w, b[nt][u].z, b[nt][u].w);
+    }
+  }
+}
+
 }  // namespace nanovllm::cuda_ops::gemv_detail

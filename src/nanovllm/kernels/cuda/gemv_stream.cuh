@@ -43,16 +43,7 @@ gemv_stream_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pi
     const int tile = s / spt, vb = (s - tile * spt) * kStepVecs;
     const uint4* w_lo = w + int64_t{min(tile * 16 + g, N - 1)} * Kv;
     const uint4* w_hi = w + int64_t{min(tile * 16 + g + 8, N - 1)} * Kv;
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int v = vb + q + 4 * u;
-      if (v < Kv) {
-        lo[u] = ld_weight(w_lo + v);
-        hi[u] = ld_weight(w_hi + v);
-      } else {
-        lo[u] = hi[u] = make_uint4(0, 0, 0, 0);
-      }
-    }
+    load_w_step(w_lo, w_hi, vb, Kv, q, lo, hi);
   };
   uint4 a0_lo[kU], a0_hi[kU], a1_lo[kU], a1_hi[kU];
   load_w(s_begin, a0_lo, a0_hi);
@@ -69,21 +60,7 @@ gemv_stream_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pi
 
   auto step = [&](int s, const uint4 (&lo)[kU], const uint4 (&hi)[kU]) {
     const int vb = (s % spt) * kStepVecs;
-    uint4 b[kNT][kU];
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int v = vb + q + 4 * u;
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) b[nt][u] = v < Kv ? load_x<kSilu>(xr[nt], v, Kv) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        mma_bf16(acc[nt], lo[u].x, hi[u].x, lo[u].y, hi[u].y, b[nt][u].x, b[nt][u].y);
-        mma_bf16(acc[nt], lo[u].z, hi[u].z, lo[u].w, hi[u].w, b[nt][u].z, b[nt][u].w);
-      }
-    }
+    mma_step<kNT, kSilu>(acc, lo, hi, xr, vb, Kv, q, Kv);
   };
 
   // C fragment -> out: acc[nt][0..1] = row g, tokens 8 nt + 2q + {0, 1}; acc[nt][2..3] = row g + 8.
