@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <numeric>
 
@@ -551,109 +552,128 @@ TEST(CudaAttentionBench, DISABLED_Prefill8k) {
 // GB/s = the K and V bytes the call must read (sum of context lengths x Hk x D x 2 x 2 B) / time.
 TEST(CudaAttentionBench, DISABLED_Decode) {
   SKIP_WITHOUT_CUDA();
-  const int64_t Hk = 8, D = 128, BS = 16;
+  const int64_t Hk = 8, D = 128;
   struct Case {
     const char* name;
     int bs;
     int ctx_lo, ctx_hi;  // context lengths U[lo, hi]
     int64_t meta_max_ctx;  // 0: the real maximum
+    int64_t block_size;
+    bool longest_first;    // sequences in decreasing context order
   };
-  const Case cases[] = {{"bs1 ctx1024", 1, 1024, 1024, 0},          {"bs1 ctx1024 max40960", 1, 1024, 1024, 40960},
-                        {"bs64 ctx1000", 64, 1000, 1000, 0},        {"bs64 ctx1000 max40960", 64, 1000, 1000, 40960},
-                        {"bs256 U[100,2000]", 256, 100, 2000, 0},   {"bs256 U[100,2000] max40960", 256, 100, 2000, 40960}};
+  const Case cases[] = {{"bs1 ctx1024", 1, 1024, 1024, 0, 16, false},
+                        {"bs1 ctx1024 max40960", 1, 1024, 1024, 40960, 16, false},
+                        {"bs64 ctx1000", 64, 1000, 1000, 0, 16, false},
+                        {"bs64 ctx1000 max40960", 64, 1000, 1000, 40960, 16, false},
+                        {"bs256 U[100,2000]", 256, 100, 2000, 0, 16, false},
+                        {"bs256 U[100,2000] max40960", 256, 100, 2000, 40960, 16, false},
+                        {"bs256 U[100,2000] B256", 256, 100, 2000, 0, 256, false},
+                        {"bs256 U[100,2000] B256 desc", 256, 100, 2000, 0, 256, true}};
+  // Split tuning (min keys per split, target CTAs per SM); NANOVLLM_BENCH_DECODE_SWEEP=1 adds variants.
+  std::vector<std::pair<int, int>> tunings = {{0, 0}};
+  if (std::getenv("NANOVLLM_BENCH_DECODE_SWEEP")) tunings = {{0, 0}, {64, 16}, {64, 8}, {128, 4}, {256, 4}};
   std::printf("%-28s %4s %10s %10s %10s\n", "case", "G", "us/call", "GB/s", "KV MB");
-  for (int64_t G : {2, 4}) {
-    const int64_t Hq = G * Hk;
-    for (const Case& c : cases) {
-      std::mt19937 rng(1300 + static_cast<uint32_t>(c.bs));
-      Batch b;
-      int64_t keys = 0, blocks = 0;
-      for (int s = 0; s < c.bs; ++s) {
-        const int32_t ctx = c.ctx_lo + static_cast<int32_t>(rng() % static_cast<uint32_t>(c.ctx_hi - c.ctx_lo + 1));
-        b.qlen.push_back(1);
-        b.ctx.push_back(ctx);
-        keys += ctx;
-        blocks += (ctx + BS - 1) / BS;
-      }
-      const double kv_bytes = static_cast<double>(keys) * static_cast<double>(Hk * D) * 2.0 * 2.0;
-      const int R = std::max(4, std::min(64, static_cast<int>(std::ceil(256e6 / kv_bytes))));
-      const int64_t NB = blocks * R + 3;
-      std::vector<BatchMeta> metas;
-      std::vector<std::unique_ptr<DeviceMeta>> dms;
-      for (int r = 0; r < R; ++r) {
-        metas.push_back(make_meta(b, BS, NB, rng));  // a fresh permutation: call r reads its own blocks
-      }
-      // Disjoint blocks across calls: remap call r's blocks into [r * blocks, (r + 1) * blocks).
-      for (int r = 0; r < R; ++r) {
-        std::vector<int32_t> ids;
-        for (int32_t v : metas[static_cast<size_t>(r)].bt) if (v >= 0) ids.push_back(v);
-        std::sort(ids.begin(), ids.end());
-        for (int32_t& v : metas[static_cast<size_t>(r)].bt) {
-          if (v >= 0) v = static_cast<int32_t>(r * blocks + (std::lower_bound(ids.begin(), ids.end(), v) - ids.begin()));
+  for (const auto& [min_keys, per_sm] : tunings) {
+    cuda_ops::decode_attention_set_tuning(min_keys, per_sm);
+    if (tunings.size() > 1) std::printf("-- tuning: min split keys %d, target CTAs/SM %d (0: default)\n", min_keys, per_sm);
+    for (int64_t G : {2, 4}) {
+      const int64_t Hq = G * Hk;
+      for (const Case& c : cases) {
+        const int64_t BS = c.block_size;
+        std::mt19937 rng(1300 + static_cast<uint32_t>(c.bs));
+        Batch b;
+        int64_t keys = 0, blocks = 0;
+        for (int s = 0; s < c.bs; ++s) {
+          const int32_t ctx = c.ctx_lo + static_cast<int32_t>(rng() % static_cast<uint32_t>(c.ctx_hi - c.ctx_lo + 1));
+          b.qlen.push_back(1);
+          b.ctx.push_back(ctx);
         }
-        dms.push_back(std::make_unique<DeviceMeta>(metas[static_cast<size_t>(r)], BS));
-        if (c.meta_max_ctx > 0) dms.back()->meta.max_context_len = c.meta_max_ctx;
-      }
-      // Random cache contents: an 8 MB random pattern tiled over the caches.
-      DeviceTensor d_k(DType::kBF16, {NB, BS, Hk, D}), d_v(DType::kBF16, {NB, BS, Hk, D});
-      {
-        auto pat = random_bf16(size_t{4} << 20, rng, -2.0f, 2.0f);
-        const size_t total = static_cast<size_t>(NB * BS * Hk * D) * 2, chunk = pat.bits.size() * 2;
-        for (const DeviceTensor* t : {&d_k, &d_v}) {
-          char* dst = static_cast<char*>(t->view().data());
-          for (size_t off = 0; off < total; off += chunk)
-            CUDA_CHECK(cudaMemcpy(dst + off, pat.bits.data(), std::min(chunk, total - off), cudaMemcpyHostToDevice));
+        if (c.longest_first) std::sort(b.ctx.begin(), b.ctx.end(), std::greater<int32_t>());
+        for (int32_t ctx : b.ctx) {
+          keys += ctx;
+          blocks += (ctx + BS - 1) / BS;
         }
+        const double kv_bytes = static_cast<double>(keys) * static_cast<double>(Hk * D) * 2.0 * 2.0;
+        const int R = std::max(4, std::min(64, static_cast<int>(std::ceil(256e6 / kv_bytes))));
+        const int64_t NB = blocks * R + 3;
+        std::vector<BatchMeta> metas;
+        std::vector<std::unique_ptr<DeviceMeta>> dms;
+        for (int r = 0; r < R; ++r) {
+          metas.push_back(make_meta(b, BS, NB, rng));  // a fresh permutation: call r reads its own blocks
+        }
+        // Disjoint blocks across calls: remap call r's blocks into [r * blocks, (r + 1) * blocks).
+        for (int r = 0; r < R; ++r) {
+          std::vector<int32_t> ids;
+          for (int32_t v : metas[static_cast<size_t>(r)].bt) if (v >= 0) ids.push_back(v);
+          std::sort(ids.begin(), ids.end());
+          for (int32_t& v : metas[static_cast<size_t>(r)].bt) {
+            if (v >= 0) v = static_cast<int32_t>(r * blocks + (std::lower_bound(ids.begin(), ids.end(), v) - ids.begin()));
+          }
+          dms.push_back(std::make_unique<DeviceMeta>(metas[static_cast<size_t>(r)], BS));
+          if (c.meta_max_ctx > 0) dms.back()->meta.max_context_len = c.meta_max_ctx;
+        }
+        // Random cache contents: an 8 MB random pattern tiled over the caches.
+        DeviceTensor d_k(DType::kBF16, {NB, BS, Hk, D}), d_v(DType::kBF16, {NB, BS, Hk, D});
+        {
+          auto pat = random_bf16(size_t{4} << 20, rng, -2.0f, 2.0f);
+          const size_t total = static_cast<size_t>(NB * BS * Hk * D) * 2, chunk = pat.bits.size() * 2;
+          for (const DeviceTensor* t : {&d_k, &d_v}) {
+            char* dst = static_cast<char*>(t->view().data());
+            for (size_t off = 0; off < total; off += chunk)
+              CUDA_CHECK(cudaMemcpy(dst + off, pat.bits.data(), std::min(chunk, total - off), cudaMemcpyHostToDevice));
+          }
+        }
+        auto q = random_bf16(static_cast<size_t>(c.bs * Hq * D), rng, -2.0f, 2.0f);
+        DeviceTensor d_q(DType::kBF16, {c.bs, Hq, D}, q.bits), d_out(DType::kBF16, {c.bs, Hq, D});
+        d_out.fill_bytes(0xff);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+        cudaStream_t st;
+        CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        for (int r = 0; r < R; ++r)
+          cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dms[static_cast<size_t>(r)]->meta,
+                                    scale, {st});
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        for (int r = 0; r < R; ++r)
+          cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dms[static_cast<size_t>(r)]->meta,
+                                    scale, {st});
+        CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(exec, st));
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        cudaEvent_t e0, e1;
+        CUDA_CHECK(cudaEventCreate(&e0));
+        CUDA_CHECK(cudaEventCreate(&e1));
+        std::vector<float> ms;
+        for (int i = 0; i < 20; ++i) {
+          CUDA_CHECK(cudaEventRecord(e0, st));
+          CUDA_CHECK(cudaGraphLaunch(exec, st));
+          CUDA_CHECK(cudaEventRecord(e1, st));
+          CUDA_CHECK(cudaEventSynchronize(e1));
+          float t = 0;
+          CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+          ms.push_back(t / static_cast<float>(R));
+        }
+        std::sort(ms.begin(), ms.end());
+        const double us = ms[ms.size() / 2] * 1e3;
+        std::printf("%-28s %4lld %10.2f %10.1f %10.1f   (min %.2f max %.2f us, %d calls/graph)\n", c.name,
+                    static_cast<long long>(G), us, kv_bytes / (us * 1e-6) / 1e9, kv_bytes / 1e6, ms.front() * 1e3,
+                    ms.back() * 1e3, R);
+        const std::vector<float> got = d_out.download_f32();  // every element written and finite
+        size_t bad = 0;
+        for (float v : got) bad += std::isfinite(v) ? 0 : 1;
+        EXPECT_EQ(bad, 0u) << c.name;
+        CUDA_CHECK(cudaEventDestroy(e0));
+        CUDA_CHECK(cudaEventDestroy(e1));
+        CUDA_CHECK(cudaGraphExecDestroy(exec));
+        CUDA_CHECK(cudaGraphDestroy(graph));
+        CUDA_CHECK(cudaStreamDestroy(st));
       }
-      auto q = random_bf16(static_cast<size_t>(c.bs * Hq * D), rng, -2.0f, 2.0f);
-      DeviceTensor d_q(DType::kBF16, {c.bs, Hq, D}, q.bits), d_out(DType::kBF16, {c.bs, Hq, D});
-      d_out.fill_bytes(0xff);
-      const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-      cudaStream_t st;
-      CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-      for (int r = 0; r < R; ++r)
-        cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dms[static_cast<size_t>(r)]->meta,
-                                  scale, {st});
-      CUDA_CHECK(cudaStreamSynchronize(st));
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-      for (int r = 0; r < R; ++r)
-        cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dms[static_cast<size_t>(r)]->meta,
-                                  scale, {st});
-      CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(exec, st));
-      CUDA_CHECK(cudaStreamSynchronize(st));
-      cudaEvent_t e0, e1;
-      CUDA_CHECK(cudaEventCreate(&e0));
-      CUDA_CHECK(cudaEventCreate(&e1));
-      std::vector<float> ms;
-      for (int i = 0; i < 20; ++i) {
-        CUDA_CHECK(cudaEventRecord(e0, st));
-        CUDA_CHECK(cudaGraphLaunch(exec, st));
-        CUDA_CHECK(cudaEventRecord(e1, st));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        float t = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-        ms.push_back(t / static_cast<float>(R));
-      }
-      std::sort(ms.begin(), ms.end());
-      const double us = ms[ms.size() / 2] * 1e3;
-      std::printf("%-28s %4lld %10.2f %10.1f %10.1f   (min %.2f max %.2f us, %d calls/graph)\n", c.name,
-                  static_cast<long long>(G), us, kv_bytes / (us * 1e-6) / 1e9, kv_bytes / 1e6, ms.front() * 1e3,
-                  ms.back() * 1e3, R);
-      const std::vector<float> got = d_out.download_f32();  // every element written and finite
-      size_t bad = 0;
-      for (float v : got) bad += std::isfinite(v) ? 0 : 1;
-      EXPECT_EQ(bad, 0u) << c.name;
-      CUDA_CHECK(cudaEventDestroy(e0));
-      CUDA_CHECK(cudaEventDestroy(e1));
-      CUDA_CHECK(cudaGraphExecDestroy(exec));
-      CUDA_CHECK(cudaGraphDestroy(graph));
-      CUDA_CHECK(cudaStreamDestroy(st));
     }
-  }
+    }
+  cuda_ops::decode_attention_set_tuning(0, 0);
 }
 
 TEST(CudaPrologue, MatchesReference) {

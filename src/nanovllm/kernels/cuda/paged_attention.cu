@@ -30,10 +30,13 @@ namespace {
 constexpr int kMaxSplits = 32;
 constexpr int kMinKeysPerSplit = 256;  // SIMT path
 constexpr int kMaxDevices = 64;
-// Tensor-core decode: splits of >= 64 keys (one 16-key tile per warp); enough CTAs for ~8 waves at
-// 2 CTAs per SM (D 128), so ragged context lengths leave a short tail.
+// Tensor-core decode: splits of >= 64 keys (one 16-key tile per warp), and only as many as it takes to
+// reach ~4 CTAs per SM (2 waves at 2 CTAs per SM, D 128). A CTA's start (metadata and block-table round
+// trips before its first KV load) and its partial write and merge cost ~1.5 us, so few long CTAs beat
+// many short ones even with ragged lengths (H200, 256 seqs U[100, 2000]: 16 per SM 287 us, 4 per SM
+// 270 us; 64 seqs x 1000: 86 -> 81 us); the runner orders a decode batch longest first for the tail.
 constexpr int kTcMinSplitKeys = 64;
-constexpr int kTcTargetCtasPerSm = 16;
+constexpr int kTcTargetCtasPerSm = 4;
 std::atomic<int> g_tc_min_split_keys{kTcMinSplitKeys};    // benchmark knobs (decode_attention_set_tuning)
 std::atomic<int> g_tc_target_ctas_per_sm{kTcTargetCtasPerSm};
 

@@ -38,6 +38,7 @@ constexpr int kLevels = 3;
 __host__ __device__ constexpr int level_shift(int l) { return l == 0 ? 21 : (l == 1 ? 10 : 0); }
 __host__ __device__ constexpr int level_width(int l) { return l == 2 ? 10 : 11; }
 constexpr int64_t kNoCut = INT64_MAX;
+constexpr int kMaxSegs = 64;  // find_crossing: segment sums kept per warp
 
 using u64 = unsigned long long;
 
@@ -48,6 +49,70 @@ __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); 
 __device__ __forceinline__ uint32_t float_key(float v) {
   const uint32_t b = __float_as_uint(__fadd_rn(v, 0.0f));
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// ---- exp in fp64 for the sampling weights --------------------------------------------------------
+// The draw weighs every id by exp(x - m) in fp64, as the CPU sampler does. CUDA's exp() costs ~19 fp64
+// and ~50 other instructions, which made the weight pass issue-bound (~85 us per 151,936-logit row).
+// exp_nonpos splits d = (64 n + j) ln2 / 64 + r with |r| <= ln2 / 128, so exp(d) = 2^n 2^(j/64) e^r with a
+// degree-7 Taylor polynomial for e^r - 1 (truncation < 2e-19) and 2^(j/64) from a shared table: about
+// 1 ulp, like CUDA's exp (the CPU's std::exp is within 1 ulp too), in ~14 operations.
+
+// 2^(j/64), j = 0..63, correctly rounded.
+__constant__ double kExp2Table[64] = {
+    1.0, 1.0108892860517005, 1.0218971486541166, 1.0330248790212284,
+    1.0442737824274138, 1.0556451783605572, 1.0671404006768237, 1.0787607977571199,
+    1.0905077326652577, 1.102382583307841, 1.1143867425958924, 1.1265216186082418,
+    1.1387886347566916, 1.1511892299529827, 1.1637248587775775, 1.1763969916502812,
+    1.189207115002721, 1.202156731452703, 1.215247359980469, 1.22848053610687,
+    1.241857812073484, 1.255380757024691, 1.2690509571917332, 1.2828700160787783,
+    1.2968395546510096, 1.3109612115247644, 1.3252366431597413, 1.339667524053303,
+    1.3542555469368927, 1.3690024229745905, 1.383909881963832, 1.3989796725383112,
+    1.4142135623730951, 1.42961333839197, 1.4451808069770467, 1.460917794180647,
+    1.4768261459394993, 1.4929077282912648, 1.5091644275934228, 1.5255981507445384,
+    1.5422108254079407, 1.559004400237837, 1.5759808451078865, 1.593142151342267,
+    1.6104903319492543, 1.6280274218573478, 1.645755478153965, 1.6636765803267364,
+    1.681792830507429, 1.7001063537185235, 1.718619298122478, 1.7373338352737062,
+    1.7562521603732995, 1.7753764925265212, 1.7947090750031072, 1.8142521755003989,
+    1.8340080864093424, 1.8539791250833855, 1.8741676341103, 1.8945759815869656,
+    1.9152065613971474, 1.9360617934922943, 1.9571441241754002, 1.978456026387951,
+};
+
+// exp(d) for d <= 0 (0 below the smallest subnormal, and for -inf and NaN), branch-free. tbl:
+// kExp2Table in shared memory (lanes index it with different j).
+__device__ __forceinline__ double exp_nonpos(double d, const double* tbl) {
+  constexpr double kInvStep = 92.33248261689366;         // 64 / ln 2
+  constexpr double kStepHi = 0.010830424696223417;       // ln 2 / 64, 36 significant bits: t * hi is exact
+  constexpr double kStepLo = 2.572804622327669e-14;      // ln 2 / 64 - kStepHi
+  const bool underflow = !(d > -745.2);
+  const double dc = underflow ? -745.0 : d;
+  const double t = rint(dc * kInvStep);
+  const double r = fma(-t, kStepLo, fma(-t, kStepHi, dc));
+  double q = 1.0 / 5040.0;  // (e^r - 1) / r, Horner
+  q = fma(q, r, 1.0 / 720.0);
+  q = fma(q, r, 1.0 / 120.0);
+  q = fma(q, r, 1.0 / 24.0);
+  q = fma(q, r, 1.0 / 6.0);
+  q = fma(q, r, 0.5);
+  q = fma(q, r, 1.0);
+  q *= r;  // e^r - 1
+  const int k = static_cast<int>(t);
+  const double b = tbl[k & 63];
+  const double v = fma(b, q, b);  // 2^(j/64) e^r
+  // 2^n, n = floor(k / 64) in [-1076, 0], as two normal factors (the product rounds only when subnormal).
+  const int n = k >> 6, n1 = n >> 1, n2 = n - n1;
+  const double e = (v * __hiloint2double((n1 + 1023) << 20, 0)) * __hiloint2double((n2 + 1023) << 20, 0);
+  return underflow ? 0.0 : e;
+}
+
+// exp(x - m) in fp64 for a kept x <= m (m: the row's maximum, md: m as a double). Most of a real row
+// lies far below its maximum, so weights under e^-30 of the maximum's come from fp32 expf (2 ulp:
+// absolute error < 3e-20 of the maximum weight, summed over the row still below the fp64 rounding of
+// the row's sums, whose order already differs from the CPU's); the rest from exp_nonpos.
+__device__ __forceinline__ double sampling_weight(float x, float m, double md, const double* tbl) {
+  const float df = x - m;  // fp32 only picks the path
+  if (df < -30.0f) return static_cast<double>(expf(df));
+  return exp_nonpos(static_cast<double>(x) - md, tbl);
 }
 
 struct RowRef {
@@ -67,16 +132,26 @@ __device__ __forceinline__ void load_group(const RowRef& r, int64_t i0, float (&
   }
 }
 
-// Calls f(id, v) for every element of the row, groups of 4 strided over the block (coalesced).
+// Loads in flight per thread: one CTA streams a whole row, so a pass is bound by how many bytes it keeps
+// in flight (one float4 per thread: ~37 dependent round trips over a 151,936-logit row).
+constexpr int kPrefetch = 4;
+
+// Calls f(id, v) for every element of the row, groups of 4 strided over the block (coalesced). Each
+// thread visits its groups in the same order as a one-group-at-a-time loop; only the loads run ahead.
 template <class F>
 __device__ __forceinline__ void for_each_elem(const RowRef& r, F&& f) {
   const int64_t ngroups = (r.n + 3) / 4;
-  for (int64_t g = threadIdx.x; g < ngroups; g += kThreads) {
-    float v[4];
-    load_group(r, 4 * g, v);
+  for (int64_t g0 = threadIdx.x; g0 < ngroups; g0 += int64_t{kThreads} * kPrefetch) {
+    float v[kPrefetch][4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      if (4 * g + j < r.n) f(4 * g + j, v[j]);
+    for (int k = 0; k < kPrefetch; ++k) load_group(r, 4 * (g0 + int64_t{k} * kThreads), v[k]);
+#pragma unroll
+    for (int k = 0; k < kPrefetch; ++k) {
+      const int64_t g = g0 + int64_t{k} * kThreads;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (4 * g + j < r.n) f(4 * g + j, v[k][j]);
+    }
   }
 }
 
@@ -88,17 +163,19 @@ struct Shared {
   int64_t red_bi[kWarps];
   double wsum[kWarps];
   int64_t wlast[kWarps];
+  double seg[kWarps][kMaxSegs];  // find_crossing: each warp's segment sums, in id order
   uint32_t b_digit, b_cnt_gt, b_cnt_eq;
   u64 b_mass_gt, b_mass_eq;
   double b_need;
   int b_found;
-  int b_warp;
+  int b_warp, b_seg;
   double b_cum, b_thr;
   int64_t b_result, b_last;
   // top-K logprob gather
   int ntop;
   float top_v[kMaxSampleLogprobs];
   int64_t top_id[kMaxSampleLogprobs];
+  double exp2_tbl[64];  // kExp2Table
   // row results
   float lse, maxv;
   int64_t argmax;
@@ -375,32 +452,58 @@ __device__ RadixResult radix_search(const RowRef& r, Elem&& elem, Mass&& mass, u
 // weight(id, v) -> double >= 0. With total = sum of all weights and thr = a * total + b, returns the
 // first id whose inclusive cumulative weight (id order) exceeds thr; if none does (rounding), the last
 // id with a positive weight; -1 when no weight is positive.
+// Warp w sums the contiguous ids [w * chunk, (w + 1) * chunk) in steps of 128 (a float4 per lane),
+// keeping the sum of every `seg_steps` steps (one step up to vocab 262,144). The crossing's warp and
+// segment follow from those sums, so only one segment is read again and walked with a warp scan.
 template <class W>
 __device__ int64_t find_crossing(const RowRef& r, W&& weight, double a, double b, Shared& sh) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t chunk = ((r.n + kWarps - 1) / kWarps + 127) / 128 * 128;  // ids per warp
-  const int64_t begin = warp * chunk, end = begin + chunk < r.n ? begin + chunk : r.n;
-  double s = 0.0;
-  int64_t last = -1;
-  for (int64_t base = begin; base < end; base += 128) {
-    const int64_t i0 = base + 4 * lane;
-    float v[4];
-    load_group(r, i0, v);
+  const int n = static_cast<int>(r.n);  // ids in 32 bits (vocab < 2^31): fewer instructions per element
+  const int steps = ((n + 127) / 128 + kWarps - 1) / kWarps;  // 128-id steps per warp
+  const int seg_steps = steps > kMaxSegs ? (steps + kMaxSegs - 1) / kMaxSegs : 1;
+  const int begin = min(warp * steps * 128, n), end = min(begin + steps * 128, n);
+  // Inclusive prefix weights of lane's 4 ids at i0 (ids past the row weigh 0); returns their sum.
+  auto lane_weights = [&](int i0, const float (&v)[4], double (&w)[4]) {
+    double s4 = 0.0;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      if (i0 + j >= r.n) continue;
-      const double w = weight(i0 + j, v[j]);
-      s += w;
-      if (w > 0.0) last = i0 + j;
+      w[j] = i0 + j < n ? weight(i0 + j, v[j]) : 0.0;
+      s4 += w[j];
+    }
+    return s4;
+  };
+  double lane_acc = 0.0, warp_total = 0.0;  // lane's sum in the current segment; the warp's sum so far
+  int last = -1;
+  int step = 0;
+  for (int base = begin; base < end; base += 128 * kPrefetch) {
+    float v[kPrefetch][4];
+#pragma unroll
+    for (int k = 0; k < kPrefetch; ++k) load_group(r, base + k * 128 + 4 * lane, v[k]);
+#pragma unroll
+    for (int k = 0; k < kPrefetch; ++k) {
+      const int i0 = base + k * 128 + 4 * lane;
+      if (base + k * 128 >= end) break;  // warp-uniform
+      double w[4];
+      lane_acc += lane_weights(i0, v[k], w);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (w[j] > 0.0) last = i0 + j;
+      ++step;
+      if (step % seg_steps == 0 || base + (k + 1) * 128 >= end) {  // segment complete: warp sum, kept
+        double seg = lane_acc;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) seg += __shfl_xor_sync(kFull, seg, o);
+        if (lane == 0) sh.seg[warp][(step - 1) / seg_steps] = seg;
+        warp_total += seg;
+        lane_acc = 0.0;
+      }
     }
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
-    s += __shfl_xor_sync(kFull, s, o);
-    const int64_t l2 = __shfl_xor_sync(kFull, last, o);
-    last = l2 > last ? l2 : last;
+    last = max(last, __shfl_xor_sync(kFull, last, o));
   }
-  if (lane == 0) { sh.wsum[warp] = s; sh.wlast[warp] = last; }
+  if (lane == 0) { sh.wsum[warp] = warp_total; sh.wlast[warp] = last; }
   __syncthreads();
   if (threadIdx.x == 0) {
     double total = 0.0;
@@ -411,56 +514,76 @@ __device__ int64_t find_crossing(const RowRef& r, W&& weight, double a, double b
     }
     const double thr = a * total + b;
     double cum = 0.0;
-    int found = -1;
-    for (int w = 0; w < kWarps; ++w) {
-      if (cum + sh.wsum[w] > thr) { found = w; break; }
+    int found = -1, found_seg = -1;
+    for (int w = 0; w < kWarps && found < 0; ++w) {
+      if (cum + sh.wsum[w] > thr) {
+        // Its segments, summed in the same order as wsum; rounding may leave no crossing: then the
+        // last segment with weight (its walk falls back to its last positive id).
+        const int wb = min(w * steps * 128, n);
+        const int nseg = (min(n - wb, steps * 128) + 128 * seg_steps - 1) / (128 * seg_steps);
+        double c = cum;
+        for (int k = 0; k < nseg; ++k) {
+          if (sh.seg[w][k] > 0.0) { found_seg = k; cum = c; }
+          if (c + sh.seg[w][k] > thr) break;
+          c += sh.seg[w][k];
+        }
+        found = found_seg >= 0 ? w : -1;
+        break;
+      }
       cum += sh.wsum[w];
     }
     sh.b_warp = found;
+    sh.b_seg = found_seg;
     sh.b_cum = cum;
     sh.b_thr = thr;
-    sh.b_last = lst;
     sh.b_result = lst;
   }
   __syncthreads();
   if (warp == sh.b_warp) {
     const double thr = sh.b_thr;
     double cum = sh.b_cum;
-    for (int64_t base = begin; base < end; base += 128) {
-      const int64_t i0 = base + 4 * lane;
+    const int sb = begin + sh.b_seg * seg_steps * 128;
+    const int se = min(sb + seg_steps * 128, end);
+    int seg_last = -1;  // fallback: the segment's last positive id
+    for (int base = sb; base < se; base += 128) {
+      const int i0 = base + 4 * lane;
       float v[4];
       load_group(r, i0, v);
       double w[4];
-      double s4 = 0.0;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        w[j] = i0 + j < r.n ? weight(i0 + j, v[j]) : 0.0;
-        s4 += w[j];
-      }
+      const double s4 = lane_weights(i0, v, w);
       double incl = s4;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
         const double t = __shfl_up_sync(kFull, incl, o);
         if (lane >= o) incl += t;
       }
-      const double step = __shfl_sync(kFull, incl, 31);
-      if (cum + step > thr) {
+      int lane_last = -1;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (w[j] > 0.0) lane_last = i0 + j;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) lane_last = max(lane_last, __shfl_xor_sync(kFull, lane_last, o));
+      seg_last = max(seg_last, lane_last);
+      const double step_sum = __shfl_sync(kFull, incl, 31);
+      if (cum + step_sum > thr) {
         const unsigned hit = __ballot_sync(kFull, cum + incl > thr);
         const int L = hit ? __ffs(hit) - 1 : 31;
         if (lane == L) {
           double c = cum + (incl - s4);
-          int64_t pick = -1;
+          int pick = -1;
           for (int j = 0; j < 4; ++j) {
             if (w[j] > 0.0) pick = i0 + j;  // fallback within the lane: its last positive weight
             c += w[j];
             if (c > thr && w[j] > 0.0) { pick = i0 + j; break; }
           }
-          if (pick >= 0) sh.b_result = pick;
+          sh.b_result = pick >= 0 ? pick : seg_last;
         }
-        break;  // warp-uniform: step and cum are the same in every lane
+        seg_last = -2;  // found
+        break;  // warp-uniform: step_sum and cum are the same in every lane
       }
-      cum += step;
+      cum += step_sum;
     }
+    if (lane == 0 && seg_last >= 0) sh.b_result = seg_last;
   }
   __syncthreads();
   const int64_t res = sh.b_result;
@@ -475,6 +598,7 @@ sample_kernel(float* __restrict__ logits, int64_t vocab, const GpuSamplingParams
               GpuPenaltyEntry* __restrict__ entries, GpuSampleOutputs out, int mass_shift,
               const ChunkStats* __restrict__ chunk_stats, int num_chunks) {
   __shared__ Shared sh;
+  if (threadIdx.x < 64) sh.exp2_tbl[threadIdx.x] = kExp2Table[threadIdx.x];  // read after the first barrier
   const int64_t row_idx = blockIdx.x;
   const GpuSamplingParams p = params[row_idx];
   float* row_p = logits + row_idx * vocab;
@@ -595,7 +719,7 @@ sample_kernel(float* __restrict__ logits, int64_t vocab, const GpuSamplingParams
               key = float_key(x);
               return !(topk && key < kth_key);
             },
-            [&](float v) { return static_cast<u64>(exp(static_cast<double>(xt(v)) - md) * scale); }, 0, p.top_p,
+            [&](float v) { return static_cast<u64>(sampling_weight(xt(v), m, md, sh.exp2_tbl) * scale); }, 0, p.top_p,
             sh);
         // rp.found: the total always reaches top_p * total (top_p < 1).
         pivot = rp.key;
@@ -621,7 +745,12 @@ sample_kernel(float* __restrict__ logits, int64_t vocab, const GpuSamplingParams
 
       const double min_p = p.min_p;
       const double u = rng_uniform(p.rng_key, p.step);
-      const int64_t pick = find_crossing(
+      const double* tbl = sh.exp2_tbl;
+      // Plain temperature sampling (the common case) weighs every id without the filter checks: -inf
+      // (and NaN) logits weigh 0 in sampling_weight.
+      const int64_t pick = !topk && !topp && !(min_p > 0.0)
+          ? find_crossing(row, [&](int64_t, float v) { return sampling_weight(xt(v), m, md, tbl); }, u, 0.0, sh)
+          : find_crossing(
           row,
           [&](int64_t id, float v) -> double {
             const float x = xt(v);
@@ -629,7 +758,7 @@ sample_kernel(float* __restrict__ logits, int64_t vocab, const GpuSamplingParams
             const uint32_t key = float_key(x);
             if (topk && key < kth_key) return 0.0;
             if (topp && (key < pivot || (key == pivot && id > tie_cut))) return 0.0;
-            const double pr = exp(static_cast<double>(x) - md);
+            const double pr = sampling_weight(x, m, md, sh.exp2_tbl);
             if (min_p > 0.0 && pr < min_p) return 0.0;
             return pr;
           },

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <numeric>
 
 #include "nanovllm/core/logging.h"
 #include "nanovllm/kernels/cuda/cuda_check.h"
@@ -185,11 +186,27 @@ std::vector<SampledToken> CudaModelRunner::execute(const SchedulerOutput& out) {
   });
   const int64_t bucket = decode_only ? graph_bucket(static_cast<int64_t>(out.seqs.size())) : 0;
   if (bucket > 0) {
-    run_decode_graph(out, bucket, graph_table_stride(out));
-  } else {
-    run_eager(out);
+    // Longest context first: decode attention's CTAs are dispatched in sequence order, so the last
+    // ones to start (the tail of the kernel) are the shortest (H200, 256 seqs U[100, 2000]: -2%).
+    std::vector<size_t> order(out.seqs.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return out.seqs[a].seq->num_tokens() > out.seqs[b].seq->num_tokens();
+    });
+    SchedulerOutput sorted;
+    sorted.seqs.reserve(out.seqs.size());
+    for (size_t i : order) sorted.seqs.push_back(out.seqs[i]);
+    run_decode_graph(sorted, bucket, graph_table_stride(sorted));
+    std::vector<SampledToken> tokens = sample(sorted);
+    std::vector<SampledToken> in_order(tokens.size());  // every decode row samples: back to `out` order
+    for (size_t k = 0; k < order.size(); ++k) in_order[order[k]] = std::move(tokens[k]);
+    return in_order;
   }
+  run_eager(out);
+  return sample(out);
+}
 
+std::vector<SampledToken> CudaModelRunner::sample(const SchedulerOutput& out) {
   // Sampled rows come first in the logits (graph padding rows follow them). The sampler ends with a
   // stream sync, which also frees the pinned input staging buffer for the next step.
   std::vector<const Sequence*> sampled;

@@ -35,6 +35,8 @@ class CudaModelRunner final : public ModelRunner {
   int64_t graph_table_stride(const SchedulerOutput& out) const;
   void run_eager(const SchedulerOutput& out);
   void upload_batch(const ForwardBatch& batch);
+  // Samples the rows of `out` with sample == true (in `out` order) from the step's logits; syncs.
+  std::vector<SampledToken> sample(const SchedulerOutput& out);
 
   RunnerConfig rc_;
   int device_ = 0;

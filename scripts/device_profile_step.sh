@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Per-kernel GPU time of a few mid-run decode steps of `bench throughput` (Qwen3-0.6B shape), by ncu.
+# Usage (device): bash scripts/device_profile_step.sh [launch-skip] [launch-count]
+# Writes $OUT/step_kernels.csv (ncu raw) and prints the time per kernel name, summed over the window.
+set -uo pipefail
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+SKIP=${1:-60000}
+COUNT=${2:-600}
+B=.carry/nanovllm
+[ -d /tmp/q06 ] || $B make-test-model --out /tmp/q06 --preset qwen3-0.6b --seed 1 >/dev/null 2>&1
+ncu --clock-control none --graph-profiling node --launch-skip "$SKIP" --launch-count "$COUNT" \
+    --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu.log" \
+    $B bench throughput --backend cuda --model /tmp/q06 > "$OUT/step_kernels.csv" 2> "$OUT/bench_stderr.log"
+python3 - "$OUT/step_kernels.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+hdr = rows[0]; rows = rows[1:]
+ki, vi, ui = hdr.index("Kernel Name"), hdr.index("Metric Value"), hdr.index("Metric Unit")
+tot = collections.defaultdict(float); cnt = collections.Counter()
+for r in rows:
+    v = float(r[vi].replace(",", "")); v = v / 1e3 if r[ui] == "nsecond" else (v * 1e3 if r[ui] == "msecond" else v)
+    name = r[ki].split("(")[0][:90]
+    tot[name] += v; cnt[name] += 1
+s = sum(tot.values())
+print(f"{len(rows)} kernels, {s:.1f} us of GPU time")
+for k, v in sorted(tot.items(), key=lambda x: -x[1]):
+    print(f"{v:10.1f} us {100*v/s:5.1f}%  x{cnt[k]:4d}  {k}")
+PY
