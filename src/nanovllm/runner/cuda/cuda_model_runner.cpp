@@ -62,6 +62,21 @@ CudaModelRunner::CudaModelRunner(const std::filesystem::path& model_dir, const M
     if (graph_buckets_.empty() || graph_buckets_.back() < max_bs) graph_buckets_.push_back(max_bs);
   }
   max_table_stride_ = max_blocks_per_seq;
+  capture_decode_graphs();
+}
+
+void CudaModelRunner::capture_decode_graphs() {
+  if (graph_buckets_.empty()) return;
+  // Every bucket at the shortest block-table stride, before the first request (as vLLM and nano-vLLM
+  // do): otherwise the first step at each batch size pays its warm-up forward, capture and GEMM/gemv
+  // timing mid-run (~0.3 s over a 256-sequence run whose batch shrinks through every bucket). Longer
+  // contexts still capture their stride's graph on first use. Padding rows store no K/V.
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t stride = std::min<int64_t>(kMinGraphTableStride, max_table_stride_);
+  for (auto it = graph_buckets_.rbegin(); it != graph_buckets_.rend(); ++it) run_decode_graph({}, *it, stride);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  NANOVLLM_INFO("captured ", graph_buckets_.size(), " decode graphs (batch sizes 1-", graph_buckets_.back(), ") in ",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), " s");
 }
 
 CudaModelRunner::~CudaModelRunner() {
@@ -133,7 +148,7 @@ int64_t CudaModelRunner::graph_table_stride(const SchedulerOutput& out) const {
   int64_t longest = 1;
   for (const ScheduledSequence& s : out.seqs)
     longest = std::max(longest, static_cast<int64_t>(s.seq->block_table.size()));
-  int64_t stride = 16;
+  int64_t stride = kMinGraphTableStride;
   while (stride < longest) stride *= 2;
   return std::min(stride, max_table_stride_);
 }

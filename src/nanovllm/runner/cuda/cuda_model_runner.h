@@ -33,6 +33,8 @@ class CudaModelRunner final : public ModelRunner {
   // Block-table row length of a graph batch: the next power of two >= the longest table (min 16), so
   // the per-step H2D copy tracks the real contexts, not max_model_len.
   int64_t graph_table_stride(const SchedulerOutput& out) const;
+  static constexpr int64_t kMinGraphTableStride = 16;
+  void capture_decode_graphs();  // every bucket's graph at the shortest stride (constructor)
   void run_eager(const SchedulerOutput& out);
   void upload_batch(const ForwardBatch& batch);
   // Samples the rows of `out` with sample == true (in `out` order) from the step's logits; syncs.
