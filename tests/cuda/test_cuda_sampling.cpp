@@ -279,6 +279,8 @@ TEST(CudaSampling, MatchesCpuSamplerVocab1) { SKIP_WITHOUT_CUDA(); run_vocab(1, 
 TEST(CudaSampling, MatchesCpuSamplerVocab17) { SKIP_WITHOUT_CUDA(); run_vocab(17, 6, 12); }
 TEST(CudaSampling, MatchesCpuSamplerVocab1000) { SKIP_WITHOUT_CUDA(); run_vocab(1000, 4, 13); }
 TEST(CudaSampling, MatchesCpuSamplerVocab151936) { SKIP_WITHOUT_CUDA(); run_vocab(151936, 1, 14); }
+// Above 262,144 ids the draw's segments span several 128-id steps (walked step by step).
+TEST(CudaSampling, MatchesCpuSamplerVocab300001) { SKIP_WITHOUT_CUDA(); run_vocab(300001, 1, 15); }
 
 // Many steps of one seeded request: the GPU reproduces the CPU's draws step after step (the counter-based
 // RNG evaluated on the device), on a vocab whose rows are not 16-byte aligned.
