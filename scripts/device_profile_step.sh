@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Per-kernel GPU time of a few mid-run decode steps of `bench throughput` (Qwen3-0.6B shape), by ncu.
 # Usage (device): bash scripts/device_profile_step.sh [launch-skip] [launch-count]
-# Writes $OUT/step_kernels.csv (ncu raw) and prints the time per kernel name, summed over the window.
+# Writes $OUT/ncu.log (ncu's CSV) and prints the time per kernel name, summed over the window. The
+# default window is ~2 decode steps at batch ~224; --launch-skip 2336 --launch-count 300 lands on the
+# first real prefill step (8,192 tokens).
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 SKIP=${1:-60000}
@@ -10,15 +12,15 @@ B=.carry/nanovllm
 [ -d /tmp/q06 ] || $B make-test-model --out /tmp/q06 --preset qwen3-0.6b --seed 1 >/dev/null 2>&1
 ncu --clock-control none --graph-profiling node --launch-skip "$SKIP" --launch-count "$COUNT" \
     --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu.log" \
-    $B bench throughput --backend cuda --model /tmp/q06 > "$OUT/step_kernels.csv" 2> "$OUT/bench_stderr.log"
-python3 - "$OUT/step_kernels.csv" <<'PY'
+    $B bench throughput --backend cuda --model /tmp/q06 > "$OUT/bench_stdout.log" 2>&1
+python3 - "$OUT/ncu.log" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 hdr = rows[0]; rows = rows[1:]
 ki, vi, ui = hdr.index("Kernel Name"), hdr.index("Metric Value"), hdr.index("Metric Unit")
 tot = collections.defaultdict(float); cnt = collections.Counter()
 for r in rows:
-    v = float(r[vi].replace(",", "")); v = v / 1e3 if r[ui] == "nsecond" else (v * 1e3 if r[ui] == "msecond" else v)
+    v = float(r[vi].replace(",", "")); v = v / 1e3 if r[ui] in ("ns", "nsecond") else (v * 1e3 if r[ui] in ("ms", "msecond") else v)
     name = r[ki].split("(")[0][:90]
     tot[name] += v; cnt[name] += 1
 s = sum(tot.values())
