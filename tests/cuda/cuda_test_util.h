@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -26,6 +27,34 @@
   } while (0)
 
 namespace nanovllm::cuda_test {
+
+// Times `reps` calls of `fn` (which enqueues work on `st`), one event pair each: the times in ms, sorted
+// (median at [size / 2]). Benchmarks only.
+template <class F>
+std::vector<float> time_each_ms(cudaStream_t st, int reps, F&& fn) {
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    CUDA_CHECK(cudaEventRecord(e0, st));
+    fn();
+    CUDA_CHECK(cudaEventRecord(e1, st));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  CUDA_CHECK(cudaEventDestroy(e0));
+  CUDA_CHECK(cudaEventDestroy(e1));
+  std::sort(ms.begin(), ms.end());
+  return ms;
+}
+
+// time_each_ms of replays of a captured graph.
+inline std::vector<float> graph_replay_ms(cudaGraphExec_t exec, cudaStream_t st, int reps) {
+  return time_each_ms(st, reps, [&] { CUDA_CHECK(cudaGraphLaunch(exec, st)); });
+}
 
 // Random bf16 values in [lo, hi) that are never exactly zero; `f32` gets their exact fp32 values.
 struct Bf16Data {

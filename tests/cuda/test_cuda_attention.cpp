@@ -21,6 +21,8 @@ namespace nanovllm {
 namespace {
 
 using cuda_test::DeviceTensor;
+using cuda_test::graph_replay_ms;
+using cuda_test::time_each_ms;
 using cuda_test::expect_close;
 using cuda_test::random_bf16;
 
@@ -504,22 +506,7 @@ void bench_prefill(const char* name, const Batch& b, int64_t Hq, int64_t Hk, int
     auto run = [&] { cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {}); };
     for (int i = 0; i < 3; ++i) run();
     CUDA_CHECK(cudaDeviceSynchronize());
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    std::vector<float> ms;
-    for (int i = 0; i < 30; ++i) {
-      CUDA_CHECK(cudaEventRecord(e0));
-      run();
-      CUDA_CHECK(cudaEventRecord(e1));
-      CUDA_CHECK(cudaEventSynchronize(e1));
-      float t = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-      ms.push_back(t);
-    }
-    CUDA_CHECK(cudaEventDestroy(e0));
-    CUDA_CHECK(cudaEventDestroy(e1));
-    std::sort(ms.begin(), ms.end());
+    const std::vector<float> ms = time_each_ms(nullptr, 30, run);
     const double med = ms[ms.size() / 2];
     std::printf("%-10s %-8s T=%lld Hq=%lld Hk=%lld D=%lld BS=%lld: median %.3f ms (min %.3f, max %.3f), %.1f TFLOP/s\n",
                 name, wgmma ? "wgmma" : "mma.sync", static_cast<long long>(T), static_cast<long long>(Hq),
@@ -643,20 +630,8 @@ TEST(CudaAttentionBench, DISABLED_Decode) {
         CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
         for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(exec, st));
         CUDA_CHECK(cudaStreamSynchronize(st));
-        cudaEvent_t e0, e1;
-        CUDA_CHECK(cudaEventCreate(&e0));
-        CUDA_CHECK(cudaEventCreate(&e1));
-        std::vector<float> ms;
-        for (int i = 0; i < 20; ++i) {
-          CUDA_CHECK(cudaEventRecord(e0, st));
-          CUDA_CHECK(cudaGraphLaunch(exec, st));
-          CUDA_CHECK(cudaEventRecord(e1, st));
-          CUDA_CHECK(cudaEventSynchronize(e1));
-          float t = 0;
-          CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-          ms.push_back(t / static_cast<float>(R));
-        }
-        std::sort(ms.begin(), ms.end());
+        std::vector<float> ms = graph_replay_ms(exec, st, 20);
+        for (float& t : ms) t /= static_cast<float>(R);
         const double us = ms[ms.size() / 2] * 1e3;
         std::printf("%-28s %4lld %10.2f %10.1f %10.1f   (min %.2f max %.2f us, %d calls/graph)\n", c.name,
                     static_cast<long long>(G), us, kv_bytes / (us * 1e-6) / 1e9, kv_bytes / 1e6, ms.front() * 1e3,
@@ -665,8 +640,6 @@ TEST(CudaAttentionBench, DISABLED_Decode) {
         size_t bad = 0;
         for (float v : got) bad += std::isfinite(v) ? 0 : 1;
         EXPECT_EQ(bad, 0u) << c.name;
-        CUDA_CHECK(cudaEventDestroy(e0));
-        CUDA_CHECK(cudaEventDestroy(e1));
         CUDA_CHECK(cudaGraphExecDestroy(exec));
         CUDA_CHECK(cudaGraphDestroy(graph));
         CUDA_CHECK(cudaStreamDestroy(st));

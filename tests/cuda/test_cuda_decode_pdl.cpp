@@ -22,6 +22,7 @@ namespace nanovllm {
 namespace {
 
 using cuda_test::DeviceTensor;
+using cuda_test::graph_replay_ms;
 using cuda_test::random_bf16;
 
 struct PdlGuard {
@@ -298,26 +299,12 @@ void bench_decode_layers(const LayerShape& sh) {
     CUDA_CHECK(cudaStreamEndCapture(st, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(exec, st));
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    std::vector<float> us;
-    for (int r = 0; r < 30; ++r) {
-      CUDA_CHECK(cudaEventRecord(e0, st));
-      CUDA_CHECK(cudaGraphLaunch(exec, st));
-      CUDA_CHECK(cudaEventRecord(e1, st));
-      CUDA_CHECK(cudaEventSynchronize(e1));
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      us.push_back(ms * 1000.0f / static_cast<float>(L));
-    }
-    std::sort(us.begin(), us.end());
+    std::vector<float> us = graph_replay_ms(exec, st, 30);
+    for (float& t : us) t *= 1000.0f / static_cast<float>(L);
     char label[64];
     if (a.min_split_keys > 0) std::snprintf(label, sizeof label, "%s %d", a.name, a.min_split_keys);
     else std::snprintf(label, sizeof label, "%s", a.name);
     std::printf("%-34s | %10.2f %10.2f %10.2f\n", label, us[us.size() / 2], us.front(), us.back());
-    CUDA_CHECK(cudaEventDestroy(e0));
-    CUDA_CHECK(cudaEventDestroy(e1));
     CUDA_CHECK(cudaGraphExecDestroy(exec));
     CUDA_CHECK(cudaGraphDestroy(graph));
   }

@@ -20,6 +20,7 @@ namespace nanovllm {
 namespace {
 
 using cuda_test::DeviceTensor;
+using cuda_test::graph_replay_ms;
 using cuda_test::random_bf16;
 
 enum class Path { kGemv, kLinear };
@@ -190,22 +191,7 @@ double graph_us_per_launch(int launches, F&& launch_i) {
   CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
   CUDA_CHECK(cudaGraphLaunch(ge, s));
   CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int r = 0; r < 15; ++r) {
-    CUDA_CHECK(cudaEventRecord(a, s));
-    CUDA_CHECK(cudaGraphLaunch(ge, s));
-    CUDA_CHECK(cudaEventRecord(b, s));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
+  const std::vector<float> ms = graph_replay_ms(ge, s, 15);
   CUDA_CHECK(cudaGraphExecDestroy(ge));
   CUDA_CHECK(cudaGraphDestroy(g));
   CUDA_CHECK(cudaStreamDestroy(s));
