@@ -9,17 +9,11 @@
 #include "nanovllm/runner/forward_batch.h"
 
 namespace nanovllm {
-namespace {
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-}  // namespace
 
 CpuModelRunner::CpuModelRunner(const std::filesystem::path& model_dir, const ModelConfig& config,
                                const RunnerConfig& rc)
     : rc_(rc), sampler_(config.eos_token_ids) {
-  NANOVLLM_CHECK(rc.block_size > 0 && rc.max_num_seqs > 0 && rc.max_num_batched_tokens > 0 && rc.max_model_len > 0,
-                 "runner config: block_size, max_num_seqs, max_num_batched_tokens and max_model_len must be > 0");
+  check_runner_config(rc);
   const RopeTable rope = compute_rope(config);
   rope_inv_freq_ = rope.inv_freq;
   const TensorView inv_freq(rope_inv_freq_.data(), DType::kF32, Shape{static_cast<int64_t>(rope_inv_freq_.size())});
@@ -29,7 +23,7 @@ CpuModelRunner::CpuModelRunner(const std::filesystem::path& model_dir, const Mod
   const int64_t layers = config.num_hidden_layers;
   const int64_t block_elems = rc.block_size * config.num_key_value_heads * config.head_dim;
   const int64_t bytes_per_block = layers * 2 * block_elems * 4;
-  const int64_t blocks_per_seq = ceil_div(rc.max_model_len, rc.block_size);
+  const int64_t blocks_per_seq = blocks_per_max_len_seq(rc);
   num_kv_blocks_ = rc.num_kv_blocks > 0
                        ? rc.num_kv_blocks
                        : std::min(rc.kv_cache_bytes / bytes_per_block, rc.max_num_seqs * blocks_per_seq);

@@ -16,6 +16,13 @@ Backend parse_backend(const std::string& name) {
 
 const char* to_string(Backend b) { return b == Backend::kCpu ? "cpu" : "cuda"; }
 
+void check_runner_config(const RunnerConfig& rc) {
+  NANOVLLM_CHECK(rc.block_size > 0 && rc.max_num_seqs > 0 && rc.max_num_batched_tokens > 0 && rc.max_model_len > 0,
+                 "runner config: block_size, max_num_seqs, max_num_batched_tokens and max_model_len must be > 0");
+}
+
+int64_t blocks_per_max_len_seq(const RunnerConfig& rc) { return (rc.max_model_len + rc.block_size - 1) / rc.block_size; }
+
 #ifndef NANOVLLM_WITH_CUDA
 #define NANOVLLM_WITH_CUDA 0
 bool cuda_device_available() { return false; }  // the CUDA build defines it in kernels/cuda

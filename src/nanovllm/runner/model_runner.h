@@ -38,6 +38,11 @@ struct RunnerConfig {
 
 class OffloadRunner;
 
+// Fails with a clear error unless block_size, max_num_seqs, max_num_batched_tokens and max_model_len are > 0.
+void check_runner_config(const RunnerConfig& rc);
+// KV blocks a max_model_len sequence needs.
+int64_t blocks_per_max_len_seq(const RunnerConfig& rc);
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;

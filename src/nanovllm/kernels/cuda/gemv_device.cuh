@@ -24,6 +24,18 @@ __device__ __forceinline__ uint4 ld_weight(const uint4* p) {
   return r;
 }
 
+// Lane's x rows (token g + 8 nt of each 8-token B tile, clamped to T - 1: padding tokens reread the
+// last row, their products are never stored) and zeroed accumulators.
+template <int kNT>
+__device__ __forceinline__ void start_tiles(const uint4* x, int x_pitch, int g, int T, const uint4* (&xr)[kNT],
+                                            float (&acc)[kNT][4]) {
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+    xr[nt] = x + int64_t{min(g + 8 * nt, T - 1)} * x_pitch;
+    acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+  }
+}
+
 __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "

@@ -52,11 +52,8 @@ gemv_stream_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pi
   pdl_trigger();
 
   const uint4* xr[kNT];
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) xr[nt] = x + int64_t{min(g + 8 * nt, T - 1)} * x_pitch;
   float acc[kNT][4];
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+  start_tiles<kNT>(x, x_pitch, g, T, xr, acc);
 
   auto step = [&](int s, const uint4 (&lo)[kU], const uint4 (&hi)[kU]) {
     const int vb = (s % spt) * kStepVecs;

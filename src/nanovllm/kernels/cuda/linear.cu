@@ -18,6 +18,7 @@
 #include "nanovllm/core/logging.h"
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
+#include "nanovllm/kernels/cuda/event_timing.h"
 #include "nanovllm/kernels/cuda/gemv.cuh"
 
 namespace nanovllm::cuda_ops {
@@ -206,23 +207,6 @@ struct Choice {
   GemvConfig cfg;
 };
 
-template <typename F>
-float time_us(cudaStream_t st, F&& fn) {
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  fn();  // warm-up (algorithm selection, workspaces)
-  CUDA_CHECK(cudaEventRecord(a, st));
-  for (int i = 0; i < 5; ++i) fn();
-  CUDA_CHECK(cudaEventRecord(b, st));
-  CUDA_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  return ms * 1000 / 5;
-}
-
 // `run_gemv(cfg)` and `run_other()` compute the same op; returns the faster (timed once per key).
 std::mutex g_choice_mu;
 std::map<ShapeKey, Choice> g_choices;
@@ -243,10 +227,10 @@ Choice choose(const ShapeKey& key, int device, ops::Stream s, G&& run_gemv, O&& 
   best.timed = true;
   float best_us = 1e30f;
   for (const GemvConfig& c : gemv_candidates(key.t, key.n, key.k, device)) {
-    const float us = time_us(st, [&] { run_gemv(&c); });
+    const float us = static_cast<float>(average_ms(st, 5, [&] { run_gemv(&c); }) * 1e3);
     if (us < best_us) best_us = us, best.cfg = c;
   }
-  const float other_us = time_us(st, run_other);
+  const float other_us = static_cast<float>(average_ms(st, 5, run_other) * 1e3);
   best.gemv = best_us <= other_us;
   NANOVLLM_DEBUG("linear T=", key.t, " N=", key.n, " K=", key.k, key.silu ? " (silu)" : "", ": gemv RT ",
                  best.cfg.rows_tiles_per_cta, " split ", best.cfg.k_split, " stream ", best.cfg.stream_steps, " ",

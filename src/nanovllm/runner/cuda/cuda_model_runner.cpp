@@ -14,17 +14,11 @@
 #include "nanovllm/runner/forward_batch.h"
 
 namespace nanovllm {
-namespace {
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-}  // namespace
 
 CudaModelRunner::CudaModelRunner(const std::filesystem::path& model_dir, const ModelConfig& config,
                                  const RunnerConfig& rc)
     : rc_(rc) {
-  NANOVLLM_CHECK(rc.block_size > 0 && rc.max_num_seqs > 0 && rc.max_num_batched_tokens > 0 && rc.max_model_len > 0,
-                 "runner config: block_size, max_num_seqs, max_num_batched_tokens and max_model_len must be > 0");
+  check_runner_config(rc);
   NANOVLLM_CHECK(rc.gpu_memory_utilization > 0 && rc.gpu_memory_utilization <= 1,
                  "gpu_memory_utilization must be in (0, 1]");
   CUDA_CHECK(cudaSetDevice(device_));
@@ -40,7 +34,7 @@ CudaModelRunner::CudaModelRunner(const std::filesystem::path& model_dir, const M
                                    rc.max_num_batched_tokens, rc.max_num_seqs);
 
   // Packed step inputs: ids, positions, slots [T each], cu_seqlens, context lens, sample rows, tables.
-  const int64_t max_blocks_per_seq = ceil_div(rc.max_model_len, rc.block_size);
+  const int64_t max_blocks_per_seq = blocks_per_max_len_seq(rc);
   max_batch_ints_ = 3 * rc.max_num_batched_tokens + 3 * rc.max_num_seqs + 1 + rc.max_num_seqs * max_blocks_per_seq;
   batch_host_ = Buffer(pinned_host_allocator(), static_cast<size_t>(max_batch_ints_) * 4);
   batch_device_ = Buffer(cuda_allocator(device_), static_cast<size_t>(max_batch_ints_) * 4);
@@ -120,7 +114,7 @@ void CudaModelRunner::allocate_kv_cache(const ModelConfig& config) {
     // 256 MiB for cuBLASLt and attention workspaces created on first use.
     const double budget = rc_.gpu_memory_utilization * static_cast<double>(total_bytes) -
                           static_cast<double>(total_bytes - free_bytes) - 256.0 * (1 << 20);
-    const int64_t useful = rc_.max_num_seqs * ceil_div(rc_.max_model_len, rc_.block_size) + 1;
+    const int64_t useful = rc_.max_num_seqs * blocks_per_max_len_seq(rc_) + 1;
     num_kv_blocks_ = std::min(static_cast<int64_t>(budget / static_cast<double>(bytes_per_block)), useful);
   }
   NANOVLLM_CHECK(num_kv_blocks_ >= 1, "no GPU memory left for the KV cache (gpu_memory_utilization ",

@@ -6,31 +6,11 @@
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/kernels/cuda/cuda_check.h"
 #include "nanovllm/kernels/cuda/cuda_memory.h"
+#include "nanovllm/kernels/cuda/event_timing.h"
 #include "nanovllm/kernels/ops.h"
 #include "nanovllm/runner/device_peaks.h"
 
 namespace nanovllm {
-namespace {
-
-// Median-free simple timing: warm up once, then time `reps` launches with events.
-template <typename F>
-double time_ms(cudaStream_t s, int reps, F&& fn) {
-  fn();
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  CUDA_CHECK(cudaEventRecord(a, s));
-  for (int i = 0; i < reps; ++i) fn();
-  CUDA_CHECK(cudaEventRecord(b, s));
-  CUDA_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  return ms / reps;
-}
-
-}  // namespace
 
 DevicePeaks measure_device_peaks() {
   DevicePeaks p;
@@ -47,12 +27,12 @@ DevicePeaks measure_device_peaks() {
   CUDA_CHECK(cudaMalloc(&a, copy_bytes));
   CUDA_CHECK(cudaMalloc(&b, copy_bytes));
   CUDA_CHECK(cudaMemsetAsync(a, 1, copy_bytes, s));
-  const double d2d = time_ms(s, 10, [&] { CUDA_CHECK(cudaMemcpyAsync(b, a, copy_bytes, cudaMemcpyDeviceToDevice, s)); });
+  const double d2d = cuda_ops::average_ms(s, 10, [&] { CUDA_CHECK(cudaMemcpyAsync(b, a, copy_bytes, cudaMemcpyDeviceToDevice, s)); });
   p.copy_gbps = 2.0 * copy_bytes / (d2d * 1e6);  // each byte read once and written once
   const size_t host_bytes = size_t{256} << 20;
   CUDA_CHECK(cudaHostAlloc(&h, host_bytes, cudaHostAllocDefault));
-  const double h2d = time_ms(s, 5, [&] { CUDA_CHECK(cudaMemcpyAsync(a, h, host_bytes, cudaMemcpyHostToDevice, s)); });
-  const double d2h = time_ms(s, 5, [&] { CUDA_CHECK(cudaMemcpyAsync(h, a, host_bytes, cudaMemcpyDeviceToHost, s)); });
+  const double h2d = cuda_ops::average_ms(s, 5, [&] { CUDA_CHECK(cudaMemcpyAsync(a, h, host_bytes, cudaMemcpyHostToDevice, s)); });
+  const double d2h = cuda_ops::average_ms(s, 5, [&] { CUDA_CHECK(cudaMemcpyAsync(h, a, host_bytes, cudaMemcpyDeviceToHost, s)); });
   p.h2d_gbps = host_bytes / (h2d * 1e6);
   p.d2h_gbps = host_bytes / (d2h * 1e6);
 
@@ -66,7 +46,7 @@ DevicePeaks measure_device_peaks() {
   // Small random-ish bf16 values (0x3c01 patterns would be 1.0x): fill with a byte pattern = finite bf16.
   CUDA_CHECK(cudaMemsetAsync(a, 0x3c, static_cast<size_t>(n * n * 2), s));
   CUDA_CHECK(cudaMemsetAsync(b, 0x3c, static_cast<size_t>(n * n * 2), s));
-  const double gemm = time_ms(s, 10, [&] { ops::linear(out, in, w, TensorView(), ops::Stream{s}); });
+  const double gemm = cuda_ops::average_ms(s, 10, [&] { ops::linear(out, in, w, TensorView(), ops::Stream{s}); });
   p.gemm_tflops = 2.0 * n * n * n / (gemm * 1e9);
 
   CUDA_CHECK(cudaStreamSynchronize(s));
