@@ -82,13 +82,14 @@ TEST(CudaElementwise, AddRmsNormKeepsBf16Residual) {
   }
 }
 
-// The prologue at decode sizes (one block per 4 heads) and beyond kSplitHeadsMaxTokens (one block per
-// token); CudaPrologue.MatchesReference (test_cuda_attention.cpp) covers mixed batches.
+// The prologue at decode sizes (a few heads per block) and beyond kSplitHeadsMaxTokens (one block per
+// token); D = 64 / 128 / 256 take the 16-byte kernel (D = 64 with heads of mixed kinds in one warp), D = 96
+// the generic one. CudaPrologue.MatchesReference (test_cuda_attention.cpp) covers mixed batches.
 TEST(CudaElementwise, QkvPrologueSmallAndLargeBatches) {
   SKIP_WITHOUT_CUDA();
   std::mt19937 rng(7);
   for (int64_t T : {1, 3, 1100}) {
-    for (auto [Hq, Hk, D] : {std::tuple<int64_t, int64_t, int64_t>{16, 8, 128}, {6, 1, 64}, {4, 2, 256}}) {
+    for (auto [Hq, Hk, D] : {std::tuple<int64_t, int64_t, int64_t>{16, 8, 128}, {6, 1, 64}, {4, 2, 256}, {3, 1, 96}}) {
       const int64_t BS = 16, NB = (T + 40 + BS - 1) / BS, W = (Hq + 2 * Hk) * D;
       std::vector<int32_t> pos(static_cast<size_t>(T)), slots(static_cast<size_t>(NB * BS));
       for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<int32_t>(i);

@@ -1,6 +1,6 @@
 // CUDA gemv (small-T linear, gemv.cu) against the CPU reference linear on identical bf16 values, the
 // dispatch through cuda_ops::linear, the split-K path, determinism; plus a DISABLED_ benchmark of the
-// decode shapes (gemv vs cuBLASLt, prologue and rms_norm at T = 1).
+// decode shapes (gemv vs cuBLASLt) and one of the prologue and rms_norm at decode and prefill sizes.
 // Accuracy as in test_cuda_linear.cpp: bf16 products are exact in fp32, so the differences are the fp32
 // summation order and the final output rounding. NMSE <= 1e-5 (bf16 out) / 1e-9 (f32 out); per element
 // |err| <= 1e-2 rms(ref) + 5e-3 |ref| (bf16) or 1e-4 rms(ref) + 1e-5 |ref| (f32).
@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <numeric>
 #include <tuple>
 
 #include "cuda_test_util.h"
@@ -261,39 +262,57 @@ TEST(CudaGemvBench, DISABLED_Shapes) {
     }
   }
 
-  // Prologue (Qwen3 0.6B / 8B heads, D = 128, q/k norms) and rms_norm / add_rms_norm at T = 1.
+}
+
+TEST(CudaElementwiseBench, DISABLED_PrologueAndNorms) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(8);
+  // Prologue (Qwen3 0.6B / 8B heads, D = 128, q/k norms) and rms_norm / add_rms_norm: decode (T = 1, a
+  // batch-224 decode step) and a prefill chunk (T = 8192); GB/s counts the bytes read and written once.
   for (auto [Hq, Hk, H] : {std::tuple<int64_t, int64_t, int64_t>{16, 8, 1024}, {32, 8, 4096}}) {
-    const int64_t D = 128, T = 1, NB = 64, BS = 16, W = (Hq + 2 * Hk) * D;
-    auto qkv = random_bf16(static_cast<size_t>(T * W), rng);
-    auto nrm = random_bf16(static_cast<size_t>(D), rng, 0.5f, 1.5f);
-    std::vector<float> inv_freq(static_cast<size_t>(D / 2));
-    for (int64_t i = 0; i < D / 2; ++i)
-      inv_freq[static_cast<size_t>(i)] = static_cast<float>(std::pow(1e6, -2.0 * static_cast<double>(i) / D));
-    std::vector<int32_t> pos{1234}, slot{77};
-    DeviceTensor d_qkv(DType::kBF16, {T, W}, qkv.bits), d_n(DType::kBF16, {D}, nrm.bits),
-        d_if(DType::kF32, {D / 2}, inv_freq), d_pos(DType::kI32, {T}, pos), d_slot(DType::kI32, {T}, slot),
-        d_q(DType::kBF16, {T, Hq, D}), d_kc(DType::kBF16, {NB, BS, Hk, D}), d_vc(DType::kBF16, {NB, BS, Hk, D});
-    AttentionMetadata meta;
-    meta.num_seqs = 1;
-    meta.num_tokens = T;
-    meta.slot_mapping = d_slot.view();
-    meta.block_size = BS;
-    const ops::RopeParams rope{d_if.view(), 1.0f};
-    const double pro = graph_us_per_launch(50, [&](int, cudaStream_t s) {
-      cuda_ops::qkv_prologue(d_q.view(), d_qkv.view(), d_n.view(), d_n.view(), 1e-6f, d_pos.view(), rope, d_kc.view(),
-                             d_vc.view(), meta, ops::Stream{s});
-    });
-    auto xs = random_bf16(static_cast<size_t>(T * H), rng), wn = random_bf16(static_cast<size_t>(H), rng, 0.5f, 1.5f);
-    DeviceTensor d_xs(DType::kBF16, {T, H}, xs.bits), d_res(DType::kBF16, {T, H}, xs.bits),
-        d_wn(DType::kBF16, {H}, wn.bits), d_o(DType::kBF16, {T, H});
-    const double rn = graph_us_per_launch(50, [&](int, cudaStream_t s) {
-      cuda_ops::rms_norm(d_o.view(), d_xs.view(), d_wn.view(), 1e-6f, ops::Stream{s});
-    });
-    const double arn = graph_us_per_launch(50, [&](int, cudaStream_t s) {
-      cuda_ops::add_rms_norm(d_o.view(), d_res.view(), d_wn.view(), 1e-6f, ops::Stream{s});
-    });
-    std::printf("T=1 Hq=%lld Hk=%lld H=%lld: qkv_prologue %.2f us, rms_norm %.2f us, add_rms_norm %.2f us\n",
-                static_cast<long long>(Hq), static_cast<long long>(Hk), static_cast<long long>(H), pro, rn, arn);
+    for (int64_t T : {1, 224, 8192}) {
+      const int64_t D = 128, BS = 16, NB = T / BS + 64, W = (Hq + 2 * Hk) * D;
+      auto qkv = random_bf16(static_cast<size_t>(T * W), rng);
+      auto nrm = random_bf16(static_cast<size_t>(D), rng, 0.5f, 1.5f);
+      std::vector<float> inv_freq(static_cast<size_t>(D / 2));
+      for (int64_t i = 0; i < D / 2; ++i)
+        inv_freq[static_cast<size_t>(i)] = static_cast<float>(std::pow(1e6, -2.0 * static_cast<double>(i) / D));
+      std::vector<int32_t> pos(static_cast<size_t>(T)), slot(static_cast<size_t>(NB * BS));
+      std::iota(slot.begin(), slot.end(), 0);
+      std::shuffle(slot.begin(), slot.end(), rng);
+      slot.resize(static_cast<size_t>(T));
+      for (auto& p : pos) p = static_cast<int32_t>(rng() % 4096);
+      DeviceTensor d_qkv(DType::kBF16, {T, W}, qkv.bits), d_n(DType::kBF16, {D}, nrm.bits),
+          d_if(DType::kF32, {D / 2}, inv_freq), d_pos(DType::kI32, {T}, pos), d_slot(DType::kI32, {T}, slot),
+          d_q(DType::kBF16, {T, Hq, D}), d_kc(DType::kBF16, {NB, BS, Hk, D}), d_vc(DType::kBF16, {NB, BS, Hk, D});
+      AttentionMetadata meta;
+      meta.num_seqs = 1;
+      meta.num_tokens = T;
+      meta.slot_mapping = d_slot.view();
+      meta.block_size = BS;
+      const ops::RopeParams rope{d_if.view(), 1.0f};
+      const double pro = graph_us_per_launch(50, [&](int, cudaStream_t s) {
+        cuda_ops::qkv_prologue(d_q.view(), d_qkv.view(), d_n.view(), d_n.view(), 1e-6f, d_pos.view(), rope,
+                               d_kc.view(), d_vc.view(), meta, ops::Stream{s});
+      });
+      auto xs = random_bf16(static_cast<size_t>(T * H), rng), wn = random_bf16(static_cast<size_t>(H), rng, 0.5f, 1.5f);
+      DeviceTensor d_xs(DType::kBF16, {T, H}, xs.bits), d_res(DType::kBF16, {T, H}, xs.bits),
+          d_wn(DType::kBF16, {H}, wn.bits), d_o(DType::kBF16, {T, H});
+      const double rn = graph_us_per_launch(50, [&](int, cudaStream_t s) {
+        cuda_ops::rms_norm(d_o.view(), d_xs.view(), d_wn.view(), 1e-6f, ops::Stream{s});
+      });
+      const double arn = graph_us_per_launch(50, [&](int, cudaStream_t s) {
+        cuda_ops::add_rms_norm(d_xs.view(), d_res.view(), d_wn.view(), 1e-6f, ops::Stream{s});
+      });
+      const double pro_gb = static_cast<double>(T * W * 2 * 2) / (pro * 1e3);  // qkv in, q + k/v out
+      const double rn_gb = static_cast<double>(T * H * 2 * 2) / (rn * 1e3);
+      const double arn_gb = static_cast<double>(T * H * 2 * 4) / (arn * 1e3);
+      std::printf("T=%-5lld Hq=%lld Hk=%lld H=%lld: qkv_prologue %8.2f us (%6.0f GB/s), rms_norm %7.2f us (%6.0f GB/s), "
+                  "add_rms_norm %7.2f us (%6.0f GB/s)\n",
+                  static_cast<long long>(T), static_cast<long long>(Hq), static_cast<long long>(Hk),
+                  static_cast<long long>(H), pro, pro_gb, rn, rn_gb, arn, arn_gb);
+      std::fflush(stdout);
+    }
   }
 }
 

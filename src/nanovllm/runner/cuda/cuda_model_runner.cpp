@@ -61,15 +61,25 @@ CudaModelRunner::CudaModelRunner(const std::filesystem::path& model_dir, const M
 
 void CudaModelRunner::capture_decode_graphs() {
   if (graph_buckets_.empty()) return;
-  // Every bucket at the shortest block-table stride, before the first request (as vLLM and nano-vLLM
-  // do): otherwise the first step at each batch size pays its warm-up forward, capture and GEMM/gemv
-  // timing mid-run (~0.3 s over a 256-sequence run whose batch shrinks through every bucket). Longer
-  // contexts still capture their stride's graph on first use. Padding rows store no K/V.
+  // Every bucket at every block-table stride up to kMaxPrecapturedContext tokens, before the first
+  // request (as vLLM and nano-vLLM do): otherwise a step that first meets a (batch size, stride) pair
+  // pays a warm-up forward, capture and instantiation (~3 ms) mid-run. Measured on H200: the throughput
+  // bench's contexts grow through strides 16-128 while its batch shrinks through every bucket, ~20 such
+  // stalls = 1% of the run. Longer contexts capture their stride's graph on first use. Largest batch
+  // and stride first, so workspaces grow once. Padding rows store no K/V.
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t stride = std::min<int64_t>(kMinGraphTableStride, max_table_stride_);
-  for (auto it = graph_buckets_.rbegin(); it != graph_buckets_.rend(); ++it) run_decode_graph({}, *it, stride);
+  std::vector<int64_t> strides;
+  for (int64_t s = kMinGraphTableStride;; s *= 2) {
+    const int64_t capped = std::min(s, max_table_stride_);
+    if (!strides.empty() && capped * rc_.block_size > kMaxPrecapturedContext) break;
+    strides.push_back(capped);
+    if (capped == max_table_stride_) break;
+  }
+  for (auto st = strides.rbegin(); st != strides.rend(); ++st)
+    for (auto it = graph_buckets_.rbegin(); it != graph_buckets_.rend(); ++it) run_decode_graph({}, *it, *st);
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  NANOVLLM_INFO("captured ", graph_buckets_.size(), " decode graphs (batch sizes 1-", graph_buckets_.back(), ") in ",
+  NANOVLLM_INFO("captured ", graphs_.size(), " decode graphs (batch sizes 1-", graph_buckets_.back(),
+                ", block tables of ", strides.front(), "-", strides.back(), " blocks) in ",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), " s");
 }
 

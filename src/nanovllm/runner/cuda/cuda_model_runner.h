@@ -34,7 +34,8 @@ class CudaModelRunner final : public ModelRunner {
   // the per-step H2D copy tracks the real contexts, not max_model_len.
   int64_t graph_table_stride(const SchedulerOutput& out) const;
   static constexpr int64_t kMinGraphTableStride = 16;
-  void capture_decode_graphs();  // every bucket's graph at the shortest stride (constructor)
+  static constexpr int64_t kMaxPrecapturedContext = 32768;  // tokens; longer strides capture on first use
+  void capture_decode_graphs();  // every bucket at each stride up to kMaxPrecapturedContext (constructor)
   void run_eager(const SchedulerOutput& out);
   void upload_batch(const ForwardBatch& batch);
   // Samples the rows of `out` with sample == true (in `out` order) from the step's logits; syncs.
