@@ -320,8 +320,9 @@ TEST(CudaSampling, RejectsOutOfVocabHistory) {
   EXPECT_THROW(g.sample({&s}, d.get(), nullptr), Error);
 }
 
-// The multi-CTA raw pass (scratch given) against the one-CTA pass (no scratch) on the same rows: token
-// ids and top-K ids identical, logprobs within 1e-5 (only the log-sum-exp's fp32 order differs).
+// The multi-CTA passes (scratch given: raw statistics, and the weight sums of plain temperature rows)
+// against the one-CTA passes (no scratch) on the same rows: token ids and top-K ids identical (the
+// weight sums differ only in fp64 order), logprobs within 1e-5 (the log-sum-exp's fp32 order).
 // Vocab 4097: a last chunk of one logit; 10001: rows not 16-byte aligned; 151936: the real vocab.
 TEST(CudaSampling, ChunkedRawPassMatchesOneCtaPass) {
   SKIP_WITHOUT_CUDA();
@@ -332,10 +333,10 @@ TEST(CudaSampling, ChunkedRawPassMatchesOneCtaPass) {
     std::vector<float> logits;
     std::vector<cuda_ops::GpuSamplingParams> hp;
     for (const LogitKind kind : kinds) {
-      for (const float T : {0.0f, 0.8f}) {
+      for (const auto& [T, top_p] : {std::pair{0.0f, 1.0f}, {0.8f, 0.9f}, {0.8f, 1.0f}, {1.7f, 1.0f}}) {
         const auto row = make_logits(V, kind, rng);
         logits.insert(logits.end(), row.begin(), row.end());
-        hp.push_back({T, 0, T > 0 ? 0.9f : 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 5, rng(), 3, 0, 0});
+        hp.push_back({T, 0, top_p, 0.0f, 1.0f, 0.0f, 0.0f, 5, rng(), 3, 0, 0});
       }
     }
     const int64_t S = static_cast<int64_t>(hp.size());
@@ -351,7 +352,7 @@ TEST(CudaSampling, ChunkedRawPassMatchesOneCtaPass) {
     CUDA_CHECK(cudaMemset(out_a, 0xff, out_bytes));
     CUDA_CHECK(cudaMemset(out_b, 0x7f, out_bytes));
     cuda_ops::sample(d.get(), S, V, dp, nullptr, cuda_ops::sample_outputs_at(out_a, S), nullptr);
-    cuda_ops::sample(d.get(), S, V, dp, nullptr, cuda_ops::sample_outputs_at(out_b, S), nullptr, scratch);
+    cuda_ops::sample(d.get(), S, V, dp, nullptr, cuda_ops::sample_outputs_at(out_b, S), nullptr, scratch, true);
     CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<uint32_t> a(out_bytes / 4), b(out_bytes / 4);
     CUDA_CHECK(cudaMemcpy(a.data(), out_a, out_bytes, cudaMemcpyDeviceToHost));
@@ -419,9 +420,10 @@ void bench(const char* name, const SamplingParams& p, int64_t S = 256) {
   void* scratch;
   CUDA_CHECK(cudaMalloc(&scratch, cuda_ops::sample_scratch_bytes(S, V)));
   const auto out = cuda_ops::sample_outputs_at(dout, S);
-  cuda_ops::sample(d.get(), S, V, dp, nullptr, out, st, scratch);
+  const bool plain = cuda_ops::plain_temperature(hp[0]);  // every row has the same params
+  cuda_ops::sample(d.get(), S, V, dp, nullptr, out, st, scratch, plain);
   CUDA_CHECK(cudaEventRecord(e0, st));
-  for (int i = 0; i < iters; ++i) cuda_ops::sample(d.get(), S, V, dp, nullptr, out, st, scratch);
+  for (int i = 0; i < iters; ++i) cuda_ops::sample(d.get(), S, V, dp, nullptr, out, st, scratch, plain);
   CUDA_CHECK(cudaEventRecord(e1, st));
   CUDA_CHECK(cudaEventSynchronize(e1));
   float kms = 0;
@@ -443,6 +445,9 @@ TEST(CudaSampling, DISABLED_Benchmark) {
   bench("greedy", sp(0.0f));
   { auto p = sp(0.0f); p.logprobs = 20; bench("greedy + 20 logprobs", p); }
   bench("T=0.8", sp(0.8f));
+  bench("T=0.8", sp(0.8f), 224);
+  bench("T=0.8", sp(0.8f), 140);
+  bench("T=0.8", sp(0.8f), 64);
   { auto p = sp(0.8f); p.top_p = 0.9f; bench("T=0.8 top_p=0.9", p); }
   { auto p = sp(0.8f); p.top_k = 50; p.top_p = 0.9f; bench("T=0.8 top_k=50 top_p=0.9", p); }
   { auto p = sp(0.8f); p.top_p = 0.9f; p.min_p = 0.05f; p.logprobs = 5; bench("top_p + min_p + 5 logprobs", p); }

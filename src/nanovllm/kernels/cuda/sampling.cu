@@ -31,7 +31,6 @@ namespace {
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 constexpr unsigned kFull = 0xffffffffu;
-constexpr float kSamplingEps = 1e-5f;  // as the CPU Sampler: below this temperature is greedy
 constexpr uint32_t kNoDigit = 0xffffffffu;
 constexpr int kMaxBins = 2048;
 constexpr int kLevels = 3;
@@ -55,8 +54,8 @@ __device__ __forceinline__ uint32_t float_key(float v) {
 // The draw weighs every id by exp(x - m) in fp64, as the CPU sampler does. CUDA's exp() costs ~19 fp64
 // and ~50 other instructions, which made the weight pass issue-bound (~85 us per 151,936-logit row).
 // exp_nonpos splits d = (64 n + j) ln2 / 64 + r with |r| <= ln2 / 128, so exp(d) = 2^n 2^(j/64) e^r with a
-// degree-7 Taylor polynomial for e^r - 1 (truncation < 2e-19) and 2^(j/64) from a shared table: about
-// 1 ulp, like CUDA's exp (the CPU's std::exp is within 1 ulp too), in ~14 operations.
+// degree-6 Taylor polynomial for e^r - 1 (truncation < 3e-20) and 2^(j/64) from a shared table: about
+// 1 ulp, like CUDA's exp (the CPU's std::exp is within 1 ulp too), in ~13 operations.
 
 // 2^(j/64), j = 0..63, correctly rounded.
 __constant__ double kExp2Table[64] = {
@@ -84,19 +83,21 @@ __device__ __forceinline__ double exp_nonpos(double d, const double* tbl) {
   constexpr double kInvStep = 92.33248261689366;         // 64 / ln 2
   constexpr double kStepHi = 0.010830424696223417;       // ln 2 / 64, 36 significant bits: t * hi is exact
   constexpr double kStepLo = 2.572804622327669e-14;      // ln 2 / 64 - kStepHi
+  constexpr double kShifter = 6755399441055744.0;         // 1.5 * 2^52: adding it rounds to an integer
   const bool underflow = !(d > -745.2);
   const double dc = underflow ? -745.0 : d;
-  const double t = rint(dc * kInvStep);
+  // t = nearest integer to dc * 64 / ln 2, left in tt's low mantissa bits (no fp64 round / convert ops).
+  const double tt = fma(dc, kInvStep, kShifter);
+  const double t = tt - kShifter;
   const double r = fma(-t, kStepLo, fma(-t, kStepHi, dc));
-  double q = 1.0 / 5040.0;  // (e^r - 1) / r, Horner
-  q = fma(q, r, 1.0 / 720.0);
+  double q = 1.0 / 720.0;  // (e^r - 1) / r, Horner; the dropped r^7 / 5040 term is < 3e-20
   q = fma(q, r, 1.0 / 120.0);
   q = fma(q, r, 1.0 / 24.0);
   q = fma(q, r, 1.0 / 6.0);
   q = fma(q, r, 0.5);
   q = fma(q, r, 1.0);
   q *= r;  // e^r - 1
-  const int k = static_cast<int>(t);
+  const int k = __double2loint(tt);  // == t
   const double b = tbl[k & 63];
   const double v = fma(b, q, b);  // 2^(j/64) e^r
   // 2^n, n = floor(k / 64) in [-1076, 0], as two normal factors (the product rounds only when subnormal).
@@ -171,6 +172,7 @@ struct Shared {
   int b_warp, b_seg;
   double b_cum, b_thr;
   int64_t b_result, b_last;
+  int b_chunk;  // crossing_from_chunks: the chunk holding the draw (-1: none)
   // top-K logprob gather
   int ntop;
   float top_v[kMaxSampleLogprobs];
@@ -284,16 +286,26 @@ __global__ void __launch_bounds__(kStatsThreads) row_stats_kernel(float* __restr
   float v[kStatsGroupsPerThread][4];
 #pragma unroll
   for (int k = 0; k < kStatsGroupsPerThread; ++k) load_group(row, 4 * (g0 + int64_t{k} * kStatsThreads), v[k]);
-  float lm = neg_inf(), ls = 0.0f, bv = neg_inf();
+  // The thread's 16 values (ids past the row load as -inf): max first, then the lowest id holding it and
+  // the exp-sum relative to it, without add_stat's per-element branch and rescaling.
+  float bv = neg_inf();
+#pragma unroll
+  for (int k = 0; k < kStatsGroupsPerThread; ++k)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) bv = fmaxf(bv, v[k][j]);
   int64_t bi = INT64_MAX;
+  float ls = 0.0f;
 #pragma unroll
-  for (int k = 0; k < kStatsGroupsPerThread; ++k) {
+  for (int k = kStatsGroupsPerThread - 1; k >= 0; --k) {  // descending ids: the last hit is the lowest
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 3; j >= 0; --j) {
       const int64_t id = 4 * (g0 + int64_t{k} * kStatsThreads) + j;
-      if (id < vocab) add_stat<true>(bv, bi, lm, ls, v[k][j], id);
+      if (id < vocab && v[k][j] == bv) bi = id;
+      ls += expf(v[k][j] - bv);  // 0 for -inf (bv finite)
     }
   }
+  float lm = bv;
+  if (bv == neg_inf()) ls = 0.0f;  // no finite value: the empty log-sum-exp
   warp_reduce_stats<true>(bv, bi, lm, ls);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) red[warp] = {bv, static_cast<int32_t>(bi < vocab ? bi : INT32_MAX), lm, ls};
@@ -316,6 +328,81 @@ __device__ void merge_chunk_stats(const ChunkStats* __restrict__ chunks, int64_t
     lse_merge(lm, ls, cs.lse_m, cs.lse_s);
   }
   reduce_stats<true>(bv, bi, lm, ls, sh);
+}
+
+// ---- multi-CTA sampling weights (plain temperature sampling) -----------------------------------------
+// The draw's weight pass for rows without filters or penalties: chunk_weights_kernel gives each
+// kStatsChunk-logit chunk its own CTA, which sums the fp64 weights exp(x / T - m) of its ids (m from the
+// chunks' raw maxima); sample_kernel then finds the chunk holding u * total from these sums and walks
+// that chunk alone. One CTA per row walking the whole row was issue-bound and, at 133-264 rows, ran two
+// rows on most SMs (H200, 224 rows: ~225 us).
+
+struct __align__(16) ChunkWeights {
+  double sum;     // fp64 weight sum of the chunk's ids
+  int32_t last;   // last id of the chunk with a positive weight, -1 if none
+};
+
+// Grid (chunks, rows). stats: [rows, chunks] from row_stats_kernel; weights: [rows, chunks] (written
+// for plain_temperature rows only).
+__global__ void __launch_bounds__(kStatsThreads) chunk_weights_kernel(const float* __restrict__ logits, int64_t vocab,
+                                                                      const GpuSamplingParams* __restrict__ params,
+                                                                      const ChunkStats* __restrict__ stats,
+                                                                      ChunkWeights* __restrict__ weights) {
+  __shared__ double tbl[64];  // kExp2Table
+  __shared__ double red_sum[kStatsThreads / 32];
+  __shared__ int red_last[kStatsThreads / 32];
+  __shared__ float row_max;
+  const int64_t row_idx = blockIdx.y;
+  const GpuSamplingParams p = params[row_idx];
+  if (!plain_temperature(p)) return;  // block-uniform
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (threadIdx.x < 64) tbl[threadIdx.x] = kExp2Table[threadIdx.x];
+  if (warp == 0) {  // the row's raw maximum, as merge_chunk_stats finds it
+    float mx = neg_inf();
+    for (int c = lane; c < static_cast<int>(gridDim.x); c += 32) mx = fmaxf(mx, stats[row_idx * gridDim.x + c].maxv);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, o));
+    if (lane == 0) row_max = mx;
+  }
+  const float* row_p = logits + row_idx * vocab;
+  const RowRef row{const_cast<float*>(row_p), vocab, (reinterpret_cast<uintptr_t>(row_p) & 15u) == 0};
+  const int64_t g0 = int64_t{blockIdx.x} * (kStatsChunk / 4) + threadIdx.x;  // first float4 group
+  float v[kStatsGroupsPerThread][4];
+#pragma unroll
+  for (int k = 0; k < kStatsGroupsPerThread; ++k) load_group(row, 4 * (g0 + int64_t{k} * kStatsThreads), v[k]);
+  __syncthreads();
+  const float T = p.temperature;
+  const float m = __fdiv_rn(row_max, T);  // max of x / T, as in sample_kernel
+  double acc = 0.0;
+  int last = -1;
+  if (m != neg_inf()) {  // else every weight is 0 (the CPU's all -inf fallback)
+    const double md = m;
+#pragma unroll
+    for (int k = 0; k < kStatsGroupsPerThread; ++k) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t id = 4 * (g0 + int64_t{k} * kStatsThreads) + j;
+        if (id < vocab) {
+          const double w = sampling_weight(__fdiv_rn(v[k][j], T), m, md, tbl);
+          acc += w;
+          if (w > 0.0) last = static_cast<int>(id);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    acc += __shfl_xor_sync(kFull, acc, o);
+    last = max(last, __shfl_xor_sync(kFull, last, o));
+  }
+  if (lane == 0) { red_sum[warp] = acc; red_last[warp] = last; }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < kStatsThreads / 32; ++w) {
+    acc += red_sum[w];
+    last = max(last, red_last[w]);
+  }
+  weights[row_idx * gridDim.x + blockIdx.x] = {acc, last};
 }
 
 // ---- radix search ---------------------------------------------------------------------------------
@@ -591,12 +678,50 @@ __device__ int64_t find_crossing(const RowRef& r, W&& weight, double a, double b
   return res;
 }
 
+// find_crossing(row, weight, u, 0) from chunk_weights_kernel's sums: the chunk where the cumulative
+// weight first exceeds u * total, then find_crossing on that chunk alone (threshold less the weight
+// before it). As in find_crossing, rounding that leaves no crossing falls back to the last positive id.
+template <class W>
+__device__ int64_t crossing_from_chunks(const RowRef& r, const ChunkWeights* __restrict__ cw, int num_chunks,
+                                        W&& weight, double u, Shared& sh) {
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    int64_t lst = -1;
+    for (int c = 0; c < num_chunks; ++c) {
+      total += cw[c].sum;
+      lst = cw[c].last > lst ? cw[c].last : lst;
+    }
+    const double thr = u * total;
+    double cum = 0.0;
+    int found = -1;
+    for (int c = 0; c < num_chunks; ++c) {
+      if (cum + cw[c].sum > thr) { found = c; break; }
+      cum += cw[c].sum;
+    }
+    sh.b_chunk = found;
+    sh.b_cum = thr - cum;  // the threshold within the chunk
+    sh.b_last = lst;
+  }
+  __syncthreads();
+  const int c = sh.b_chunk;
+  const double chunk_thr = sh.b_cum;
+  const int64_t lst = sh.b_last;
+  __syncthreads();  // sh reused by find_crossing
+  if (c < 0) return lst;
+  const int64_t begin = int64_t{c} * kStatsChunk;
+  float* p = r.p + begin;
+  const RowRef chunk{p, min(int64_t{kStatsChunk}, r.n - begin), (reinterpret_cast<uintptr_t>(p) & 15u) == 0};
+  const int64_t local = find_crossing(chunk, weight, 0.0, chunk_thr, sh);
+  return local >= 0 ? begin + local : lst;
+}
+
 // ---- the kernel -----------------------------------------------------------------------------------
 
 __global__ void __launch_bounds__(kThreads, 1)
 sample_kernel(float* __restrict__ logits, int64_t vocab, const GpuSamplingParams* __restrict__ params,
               GpuPenaltyEntry* __restrict__ entries, GpuSampleOutputs out, int mass_shift,
-              const ChunkStats* __restrict__ chunk_stats, int num_chunks) {
+              const ChunkStats* __restrict__ chunk_stats, const ChunkWeights* __restrict__ chunk_weights,
+              int num_chunks) {
   __shared__ Shared sh;
   if (threadIdx.x < 64) sh.exp2_tbl[threadIdx.x] = kExp2Table[threadIdx.x];  // read after the first barrier
   const int64_t row_idx = blockIdx.x;
@@ -748,8 +873,12 @@ sample_kernel(float* __restrict__ logits, int64_t vocab, const GpuSamplingParams
       const double* tbl = sh.exp2_tbl;
       // Plain temperature sampling (the common case) weighs every id without the filter checks: -inf
       // (and NaN) logits weigh 0 in sampling_weight.
-      const int64_t pick = !topk && !topp && !(min_p > 0.0)
-          ? find_crossing(row, [&](int64_t, float v) { return sampling_weight(xt(v), m, md, tbl); }, u, 0.0, sh)
+      const auto plain_weight = [&](int64_t, float v) { return sampling_weight(xt(v), m, md, tbl); };
+      const bool plain = !topk && !topp && !(min_p > 0.0);
+      const int64_t pick =
+          plain && chunk_weights != nullptr && plain_temperature(p)
+          ? crossing_from_chunks(row, chunk_weights + row_idx * num_chunks, num_chunks, plain_weight, u, sh)
+          : plain ? find_crossing(row, plain_weight, u, 0.0, sh)
           : find_crossing(
           row,
           [&](int64_t id, float v) -> double {
@@ -791,11 +920,13 @@ GpuSampleOutputs sample_outputs_at(void* base, int64_t num_rows) {
 }
 
 size_t sample_scratch_bytes(int64_t num_rows, int64_t vocab) {
-  return static_cast<size_t>(num_rows) * static_cast<size_t>(stats_chunks(vocab)) * sizeof(ChunkStats);
+  return static_cast<size_t>(num_rows) * static_cast<size_t>(stats_chunks(vocab)) *
+         (sizeof(ChunkStats) + sizeof(ChunkWeights));
 }
 
 void sample(float* logits, int64_t num_rows, int64_t vocab, const GpuSamplingParams* params,
-            GpuPenaltyEntry* entries, GpuSampleOutputs out, cudaStream_t stream, void* scratch) {
+            GpuPenaltyEntry* entries, GpuSampleOutputs out, cudaStream_t stream, void* scratch,
+            bool any_plain_temperature) {
   NANOVLLM_CHECK(vocab >= 1 && vocab < (int64_t{1} << 31), "cuda_ops::sample: vocab must be in [1, 2^31), got ",
                  vocab);
   if (num_rows == 0) return;
@@ -806,16 +937,21 @@ void sample(float* logits, int64_t num_rows, int64_t vocab, const GpuSamplingPar
   while ((int64_t{1} << bits) <= vocab) ++bits;
   const int mass_shift = 62 - bits < 46 ? 62 - bits : 46;
   ChunkStats* stats = nullptr;
+  ChunkWeights* weights = nullptr;
   const int64_t chunks = stats_chunks(vocab);
-  if (scratch != nullptr && chunks > 1 && num_rows <= kStatsMaxRows) {
-    NANOVLLM_CHECK(num_rows <= 65535, "cuda_ops::sample: scratch statistics take at most 65535 rows, got ", num_rows);
+  if (scratch != nullptr && chunks > 1 && num_rows <= 65535 && (num_rows <= kStatsMaxRows || any_plain_temperature)) {
+    const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(num_rows));
     stats = static_cast<ChunkStats*>(scratch);
-    row_stats_kernel<<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(num_rows)), kStatsThreads, 0,
-                       stream>>>(logits, vocab, stats);
+    row_stats_kernel<<<grid, kStatsThreads, 0, stream>>>(logits, vocab, stats);
     CUDA_CHECK_LAUNCH();
+    if (any_plain_temperature) {
+      weights = reinterpret_cast<ChunkWeights*>(stats + num_rows * chunks);
+      chunk_weights_kernel<<<grid, kStatsThreads, 0, stream>>>(logits, vocab, params, stats, weights);
+      CUDA_CHECK_LAUNCH();
+    }
   }
-  sample_kernel<<<static_cast<unsigned>(num_rows), kThreads, 0, stream>>>(logits, vocab, params, entries, out,
-                                                                          mass_shift, stats, static_cast<int>(chunks));
+  sample_kernel<<<static_cast<unsigned>(num_rows), kThreads, 0, stream>>>(
+      logits, vocab, params, entries, out, mass_shift, stats, weights, static_cast<int>(chunks));
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,5 @@
-// GPU sampling: one CTA (1024 threads) per row of fp32 logits (after a multi-CTA raw pass when given
-// scratch), with the exact semantics of the CPU Sampler (engine/sampler.h), so only a few bytes per
+// GPU sampling: one CTA (1024 threads) per row of fp32 logits (after multi-CTA passes over the row when
+// given scratch), with the exact semantics of the CPU Sampler (engine/sampler.h), so only a few bytes per
 // sequence come back to the host.
 //
 // Per row: penalty/suppression list -> (greedy) argmax, or temperature -> top-k (count radix select on
@@ -35,6 +35,15 @@ struct GpuSamplingParams {
   int32_t entry_count;
 };
 
+constexpr float kSamplingEps = 1e-5f;  // as the CPU Sampler: below this temperature is greedy
+
+// Temperature sampling without top-k / top-p / min-p and without penalty entries: the rows the chunked
+// weight pass serves (see sample()).
+__host__ __device__ inline bool plain_temperature(const GpuSamplingParams& p) {
+  return p.temperature >= kSamplingEps && p.top_k <= 0 && !(p.top_p < 1.0f) && !(p.min_p > 0.0f) &&
+         p.entry_count == 0;
+}
+
 // A token whose logit is changed before sampling. One per distinct id per row (ids unique in a row).
 //   count == -1: suppressed (min_tokens not reached: eos / stop id) -> -inf.
 //   count >= 0 : seen token. The repetition penalty (when != 1) applies to every entry, so a row with
@@ -68,12 +77,17 @@ GpuSampleOutputs sample_outputs_at(void* base, int64_t num_rows);
 // logits: [S, vocab] f32 device, row-major (rows need not be 16-byte aligned). Penalised values are
 // written in place while the kernel runs and restored before it ends. params: [S] device;
 // entries: [sum of entry_count] device (may be null when no row has entries).
-// scratch: [sample_scratch_bytes(num_rows, vocab)] device bytes, or null. With scratch and at most 128
-// rows the raw pass (max, argmax, log-sum-exp) runs first on many CTAs per row (row_stats_kernel), which
-// is what makes sampling fast at small batch; without it each row's CTA reads the row alone. Token choices are
-// identical either way; logprobs agree to fp32 rounding of the log-sum-exp.
+// scratch: [sample_scratch_bytes(num_rows, vocab)] device bytes, or null. With scratch, rows are read by
+// many CTAs each (4,096-logit chunks) before the one-CTA-per-row kernel:
+//  * the raw pass (max, argmax, log-sum-exp; row_stats_kernel) when at most 128 rows or any plain row;
+//  * when any_plain_temperature (some row is plain_temperature, as the host knows from the params it
+//    packed), the fp64 weight sums of the draw (chunk_weights_kernel), so the row's CTA walks one chunk.
+// Without scratch each row's CTA reads the whole row alone. Token choices agree either way up to the
+// fp64 order of the weight sums (a draw within ~1e-16 of a boundary); logprobs to fp32 rounding of the
+// log-sum-exp.
 size_t sample_scratch_bytes(int64_t num_rows, int64_t vocab);
 void sample(float* logits, int64_t num_rows, int64_t vocab, const GpuSamplingParams* params,
-            GpuPenaltyEntry* entries, GpuSampleOutputs out, cudaStream_t stream, void* scratch = nullptr);
+            GpuPenaltyEntry* entries, GpuSampleOutputs out, cudaStream_t stream, void* scratch = nullptr,
+            bool any_plain_temperature = false);
 
 }  // namespace nanovllm::cuda_ops

@@ -118,9 +118,10 @@ std::vector<SampledToken> GpuSampler::sample(const std::vector<const Sequence*>&
   copy_h2d(in_dev_.data(), host, in_bytes(S, E), stream);
   auto* dev = static_cast<char*>(in_dev_.data());
   const cuda_ops::GpuSampleOutputs out = cuda_ops::sample_outputs_at(out_dev_.data(), S);
+  const bool any_plain = std::any_of(params.begin(), params.end(), cuda_ops::plain_temperature);
   cuda_ops::sample(logits, S, V, reinterpret_cast<const GpuSamplingParams*>(dev),
                    E > 0 ? reinterpret_cast<GpuPenaltyEntry*>(dev + params_bytes) : nullptr, out, stream,
-                   stats_dev_.data());
+                   stats_dev_.data(), any_plain);
   // One D2H: token ids and their logprobs always; the top-K block only when some row asked for it.
   const size_t words = any_logprobs ? cuda_ops::sample_output_words(S) : static_cast<size_t>(2 * S);
   copy_d2h(out_host_.data(), out_dev_.data(), words * 4, stream);
