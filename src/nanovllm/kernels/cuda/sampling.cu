@@ -339,7 +339,7 @@ __device__ void merge_chunk_stats(const ChunkStats* __restrict__ chunks, int64_t
 
 struct __align__(16) ChunkWeights {
   double sum;     // fp64 weight sum of the chunk's ids
-  int32_t last;   // last id of the chunk with a positive weight, -1 if none
+  int32_t last;   // the highest row id in the chunk with a positive weight, -1 if none
 };
 
 // Grid (chunks, rows). stats: [rows, chunks] from row_stats_kernel; weights: [rows, chunks] (written
