@@ -182,11 +182,9 @@ struct Server::Impl {
         return;
       }
       auto builder = std::make_shared<ResponseBuilder>(*request, engine.tokenizer(), new_id(ep), unix_time());
-      if (request->stream) {
-        stream_response(res, request, stream, builder, guard);
-        return;
-      }
-      whole_response(res, request, stream, builder, guard);
+      auto st = std::make_shared<ResponseState>(ResponseState{request, stream, builder, guard});
+      if (request->stream) stream_response(res, st);
+      else whole_response(res, st);
     } catch (const ApiException& e) {
       send_error(res, e.error());
     } catch (const std::exception& e) {
@@ -197,9 +195,19 @@ struct Server::Impl {
     }
   }
 
+  // What a response's content provider keeps alive until the body is written: the request (the builder
+  // refers to it), its stream, builder and in-flight guard.
+  struct ResponseState {
+    std::shared_ptr<GenerationRequest> request;
+    std::shared_ptr<RequestStream> stream;
+    std::shared_ptr<ResponseBuilder> builder;
+    std::shared_ptr<InFlight> guard;
+    bool started = false;  // streams: the first chunks were sent
+    bool done = false;     // the whole body was written
+  };
+
   // The content provider's releaser: a response that did not finish lost its client; cancel its request.
-  template <typename State>
-  std::function<void(bool)> cancel_unless_done(std::shared_ptr<State> st) {
+  std::function<void(bool)> cancel_unless_done(std::shared_ptr<ResponseState> st) {
     return [this, st](bool) noexcept {
       if (st->done) return;
       metrics.client_disconnects += 1;
@@ -210,19 +218,7 @@ struct Server::Impl {
   // Not streamed: the body is written once, when the request is done. It still goes through a chunked
   // content provider so a client that disconnects while it waits is noticed (is_writable() peeks EOF)
   // and its request cancelled, as for streams.
-  // The state keeps the request alive: the builder refers to it until the body is written.
-  void whole_response(httplib::Response& res, std::shared_ptr<GenerationRequest> request,
-                      std::shared_ptr<RequestStream> stream, std::shared_ptr<ResponseBuilder> builder,
-                      std::shared_ptr<InFlight> guard) {
-    struct State {
-      std::shared_ptr<GenerationRequest> request;
-      std::shared_ptr<RequestStream> stream;
-      std::shared_ptr<ResponseBuilder> builder;
-      std::shared_ptr<InFlight> guard;
-      bool done = false;
-    };
-    auto st = std::make_shared<State>(State{std::move(request), std::move(stream), std::move(builder),
-                                            std::move(guard)});
+  void whole_response(httplib::Response& res, std::shared_ptr<ResponseState> st) {
     res.set_chunked_content_provider(
         "application/json",
         [st](size_t, httplib::DataSink& sink) noexcept -> bool {
@@ -243,19 +239,7 @@ struct Server::Impl {
         cancel_unless_done(st));
   }
 
-  void stream_response(httplib::Response& res, std::shared_ptr<GenerationRequest> request,
-                       std::shared_ptr<RequestStream> stream, std::shared_ptr<ResponseBuilder> builder,
-                       std::shared_ptr<InFlight> guard) {
-    struct State {
-      std::shared_ptr<GenerationRequest> request;
-      std::shared_ptr<RequestStream> stream;
-      std::shared_ptr<ResponseBuilder> builder;
-      std::shared_ptr<InFlight> guard;
-      bool started = false;
-      bool done = false;
-    };
-    auto st = std::make_shared<State>(State{std::move(request), std::move(stream), std::move(builder),
-                                            std::move(guard)});
+  void stream_response(httplib::Response& res, std::shared_ptr<ResponseState> st) {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
