@@ -197,6 +197,8 @@ struct Ablation {
   bool pdl = true, attention = true, norms = true, fused_silu = true;
   int gemv_cta_cap = 0;  // != 0: gemv_set_cta_cap(max(0, this)) and the shapes re-timed
   int min_split_keys = 0;  // 0: default
+  bool prologue = true;  // with attention: false leaves qkv_prologue out (attention reads last replay's q)
+  bool gemvs = true;     // false: no projections (with norms off: attention alone, back to back)
 };
 
 void bench_decode_layers(const LayerShape& sh) {
@@ -245,12 +247,13 @@ void bench_decode_layers(const LayerShape& sh) {
   auto forward = [&](const Ablation& a) {
     for (const Layer& l : layers) {
       if (a.norms) ops::add_rms_norm(x->view(), res->view(), l.n1->view(), 1e-6f, s);
-      ops::linear(qkv.view(), x->view(), l.wqkv->view(), TensorView(), s);
-      if (a.attention) {
+      if (a.gemvs) ops::linear(qkv.view(), x->view(), l.wqkv->view(), TensorView(), s);
+      if (a.attention && a.prologue) {
         ops::qkv_prologue(q.view(), qkv.view(), l.qn->view(), l.kn->view(), 1e-6f, pos.view(), rope, l.kc->view(),
                           l.vc->view(), meta, s);
-        ops::paged_attention(ao.view(), q.view(), l.kc->view(), l.vc->view(), meta, 0.088f, s);
       }
+      if (a.attention) ops::paged_attention(ao.view(), q.view(), l.kc->view(), l.vc->view(), meta, 0.088f, s);
+      if (!a.gemvs) continue;
       ops::linear(x->view(), ao.view().reshape({1, Hq * D}), l.wo->view(), TensorView(), s);
       if (a.norms) ops::add_rms_norm(x->view(), res->view(), l.n2->view(), 1e-6f, s);
       ops::linear(gu.view(), x->view(), l.wgu->view(), TensorView(), s);
@@ -271,6 +274,9 @@ void bench_decode_layers(const LayerShape& sh) {
       {"PDL off", false},
       {"PDL on (the model's layer)"},
       {"  without qkv_prologue + attention", true, false},
+      {"  without qkv_prologue only", true, true, true, true, 0, 0, false},
+      {"  attention alone (back to back)", true, true, false, true, 0, 0, false, false},
+      {"  qkv_prologue + attention alone", true, true, false, true, 0, 0, true, false},
       {"  without the two add_rms_norm", true, true, false},
       {"  unfused silu_mul + down", true, true, true, false},
       {"  gemvs only", true, false, false},

@@ -199,6 +199,7 @@ constexpr int kTcKeys = 16;                      // keys per warp tile (one k-st
 constexpr int kTcSpan = kTcWarps * kTcKeys;      // split ranges are multiples of this (balanced warps)
 constexpr int kTcRows = 16;                      // MMA rows = heads of one chunk of the GQA group
 constexpr unsigned kFull = 0xffffffffu;
+constexpr int kTcMaxSplits = 32;                 // split slots (gridDim.z) the fused combine can merge
 
 template <int D, int NST>
 struct TcDec {
@@ -212,8 +213,10 @@ struct TcDec {
   static constexpr int kKSteps = D / 16;
   static constexpr int kMergeStride = D + 4;                 // f32 per merge-scratch row
   static constexpr size_t kSmem = size_t{kTcWarps} * kWarpBytes;
-  // The final merge reuses each warp's pipeline region: [16][kMergeStride] o, [16] m, [16] l.
+  // The final merge reuses each warp's pipeline region: [16][kMergeStride] o, [16] m, [16] l; the
+  // fused combine then the whole: [16][kTcMaxSplits] split weights, [16] their sums.
   static_assert(size_t{kTcRows} * (kMergeStride + 2) * 4 <= size_t{kWarpBytes}, "merge scratch must fit");
+  static_assert(size_t{kTcRows} * (kTcMaxSplits + 1) * 4 <= kTcWarps * size_t{kWarpBytes}, "combine scratch");
   static_assert(32 % kChunks == 0 && kTcKeys % kRowsPerCopy == 0, "row copy layout");
 };
 
@@ -440,18 +443,34 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
   __syncthreads();
   if (!s_last) return;
   __threadfence();
+  // The split weights 2^(lse_i - max) once per row (not per output element), in the now unused pipeline
+  // shared memory: sw [16][kTcMaxSplits] weights, swsum [16] their sums. Then every element's ns partial
+  // loads are independent, so they are in flight together.
+  float* sw = reinterpret_cast<float*>(smem);
+  float* swsum = sw + kTcRows * kTcMaxSplits;
+  for (int e = tid; e < gcount * ns; e += kTcThreads)
+    sw[(e / ns) * kTcMaxSplits + e % ns] = __ldcg(p.part_lse + part_base + int64_t{e / ns} * p.num_splits + e % ns);
+  __syncthreads();
+  if (tid < gcount) {
+    float* w = sw + tid * kTcMaxSplits;
+    float mxs = -INFINITY;
+    for (int i = 0; i < ns; ++i) mxs = fmaxf(mxs, w[i]);
+    float wsum = 0.0f;
+    for (int i = 0; i < ns; ++i) {
+      w[i] = w[i] == -INFINITY ? 0.0f : ex2(w[i] - mxs);
+      wsum += w[i];
+    }
+    swsum[tid] = wsum;
+  }
+  __syncthreads();
   for (int e = tid; e < gcount * D; e += kTcThreads) {
     const int row = e / D, d = e % D;
-    const int64_t base = part_base + int64_t{row} * p.num_splits;
-    float mxs = -INFINITY;
-    for (int i = 0; i < ns; ++i) mxs = fmaxf(mxs, __ldcg(p.part_lse + base + i));
-    float wsum = 0.0f, acc = 0.0f;
-    for (int i = 0; i < ns; ++i) {
-      const float lse = __ldcg(p.part_lse + base + i);
-      const float w = lse == -INFINITY ? 0.0f : ex2(lse - mxs);
-      wsum += w;
-      acc += w * __ldcg(p.part_o + (base + i) * D + d);
-    }
+    const float* po = p.part_o + (part_base + int64_t{row} * p.num_splits) * D + d;
+    const float* w = sw + row * kTcMaxSplits;
+    float acc = 0.0f;
+#pragma unroll 8
+    for (int i = 0; i < ns; ++i) acc += w[i] * __ldcg(po + int64_t{i} * D);
+    const float wsum = swsum[row];
     p.out[(int64_t{t} * p.hq + head0 + row) * D + d] = __float2bfloat16_rn(wsum > 0.0f ? acc / wsum : 0.0f);
   }
 }
@@ -465,8 +484,8 @@ void launch_tc(const Params& p, int gc, cudaStream_t st) {
                                     static_cast<int>(C::kSmem)));
   });
   const int gchunks = (p.g + gc - 1) / gc;
-  NANOVLLM_CHECK(p.num_splits >= 1 && p.num_splits <= 65535, "paged_attention (cuda): bad split count ",
-                 p.num_splits);
+  NANOVLLM_CHECK(p.num_splits >= 1 && p.num_splits <= kTcMaxSplits, "paged_attention (cuda): split count ",
+                 p.num_splits, " not in [1, ", kTcMaxSplits, "]");
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.hk * gchunks),
                   static_cast<unsigned>(p.num_splits));
   launch_pdl(decode_tc_kernel<D, NST>, grid, dim3(kTcThreads), C::kSmem, st, p, gc, gchunks);

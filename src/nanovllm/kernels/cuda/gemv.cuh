@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "nanovllm/core/tensor.h"
@@ -42,6 +43,11 @@ void linear_clear_choices();
 
 // The cuBLASLt path of cuda_ops::linear, whatever T is (benchmarks compare the two).
 void linear_cublaslt(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s);
+// Benchmark: the same matmul (no bias) with cuBLASLt's heuristic algorithm of this rank (0 = its first
+// choice); false when the heuristic offers fewer. desc (optional): the algorithm's tile, split-K,
+// reduction scheme, stages and workspace.
+bool linear_cublaslt_ranked(TensorView out, TensorView in, TensorView weight, int rank, ops::Stream s,
+                            std::string* desc = nullptr);
 
 // Launch shape gemv picks (exposed for the benchmark printout and tests of the split-K path).
 struct GemvConfig {

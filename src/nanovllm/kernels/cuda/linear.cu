@@ -12,6 +12,7 @@
 #include <tuple>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <mutex>
 #include <unordered_map>
 
@@ -93,11 +94,9 @@ struct Descs {
   }
 };
 
-// Returns false if cuBLASLt has no algorithm for this configuration (only possible with the epilogue).
-bool run_matmul(LtContext& ctx, void* out, DType out_t, const void* in, const void* w, DType in_t,
-                const void* bias, int64_t T, int64_t N, int64_t K, cudaStream_t st) {
+// The matmul's descriptors: D^T[N, T] = W^T-op * in, fp32 compute, optional BIAS epilogue.
+void make_descs(Descs& d, DType in_t, DType out_t, const void* bias, int64_t T, int64_t N, int64_t K) {
   const cudaDataType_t ab = cuda_type(in_t), cd = cuda_type(out_t);
-  Descs d;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -112,7 +111,30 @@ bool run_matmul(LtContext& ctx, void* out, DType out_t, const void* in, const vo
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, ab, static_cast<uint64_t>(K), static_cast<uint64_t>(N), K));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, ab, static_cast<uint64_t>(K), static_cast<uint64_t>(T), K));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, cd, static_cast<uint64_t>(N), static_cast<uint64_t>(T), N));
+}
 
+// Heuristic preference: the workspace bound and the operands' actual alignments.
+struct Pref {
+  cublasLtMatmulPreference_t p = nullptr;
+  Pref(uint32_t al_a, uint32_t al_b, uint32_t al_c) {
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&p));
+    const uint64_t ws = kWorkspaceBytes;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
+  }
+  ~Pref() { cublasLtMatmulPreferenceDestroy(p); }
+  Pref(const Pref&) = delete;
+  Pref& operator=(const Pref&) = delete;
+};
+
+// Returns false if cuBLASLt has no algorithm for this configuration (only possible with the epilogue).
+bool run_matmul(LtContext& ctx, void* out, DType out_t, const void* in, const void* w, DType in_t,
+                const void* bias, int64_t T, int64_t N, int64_t K, cudaStream_t st) {
+  Descs d;
+  make_descs(d, in_t, out_t, bias, T, N, K);
   const AlgoKey key{T, N, K, static_cast<int>(in_t), static_cast<int>(out_t),
                     bias ? static_cast<int>(out_t) : -1, alignment(w), alignment(in), alignment(out)};
   AlgoEntry entry;
@@ -122,21 +144,12 @@ bool run_matmul(LtContext& ctx, void* out, DType out_t, const void* in, const vo
     if (it != ctx.algos.end()) {
       entry = it->second;
     } else {
-      cublasLtMatmulPreference_t pref = nullptr;
-      CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-      const uint64_t ws = kWorkspaceBytes;
-      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-      const uint32_t al_a = static_cast<uint32_t>(key.align_a), al_b = static_cast<uint32_t>(key.align_b),
-                     al_c = static_cast<uint32_t>(key.align_c);
-      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
-      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
+      const Pref pref(static_cast<uint32_t>(key.align_a), static_cast<uint32_t>(key.align_b),
+                      static_cast<uint32_t>(key.align_c));
       cublasLtMatmulHeuristicResult_t res{};
       int found = 0;
       const cublasStatus_t stt =
-          cublasLtMatmulAlgoGetHeuristic(ctx.handle, d.op, d.a, d.b, d.c, d.c, pref, 1, &res, &found);
-      cublasLtMatmulPreferenceDestroy(pref);
+          cublasLtMatmulAlgoGetHeuristic(ctx.handle, d.op, d.a, d.b, d.c, d.c, pref.p, 1, &res, &found);
       entry.ok = stt == CUBLAS_STATUS_SUCCESS && found > 0;
       if (entry.ok) entry.algo = res.algo;
       ctx.algos.emplace(key, entry);
@@ -159,6 +172,38 @@ __global__ void add_bias_kernel(void* out, int out_dt, const void* bias, int bia
 }
 
 }  // namespace
+
+bool linear_cublaslt_ranked(TensorView out, TensorView in, TensorView weight, int rank, ops::Stream s,
+                            std::string* desc) {
+  const int64_t T = in.dim(0), K = in.dim(1), N = weight.dim(0);
+  LtContext& ctx = context(out.device().index);
+  Descs d;
+  make_descs(d, in.dtype(), out.dtype(), nullptr, T, N, K);
+  const Pref pref(static_cast<uint32_t>(alignment(weight.data())), static_cast<uint32_t>(alignment(in.data())),
+                  static_cast<uint32_t>(alignment(out.data())));
+  constexpr int kMaxRanks = 32;
+  cublasLtMatmulHeuristicResult_t res[kMaxRanks] = {};
+  int found = 0;
+  if (rank < 0 || rank >= kMaxRanks ||
+      cublasLtMatmulAlgoGetHeuristic(ctx.handle, d.op, d.a, d.b, d.c, d.c, pref.p, kMaxRanks, res, &found) !=
+          CUBLAS_STATUS_SUCCESS ||
+      rank >= found)
+    return false;
+  if (desc != nullptr) {
+    int tile = 0, splitk = 0, stages = 0, red = 0;
+    size_t n = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&res[rank].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &n);
+    cublasLtMatmulAlgoConfigGetAttribute(&res[rank].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &n);
+    cublasLtMatmulAlgoConfigGetAttribute(&res[rank].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &n);
+    cublasLtMatmulAlgoConfigGetAttribute(&res[rank].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red, &n);
+    *desc = "tile " + std::to_string(tile) + " splitK " + std::to_string(splitk) + " red " + std::to_string(red) +
+            " stages " + std::to_string(stages) + " ws " + std::to_string(res[rank].workspaceSize >> 10) + "K";
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  CUBLAS_CHECK(cublasLtMatmul(ctx.handle, d.op, &alpha, weight.data(), d.a, in.data(), d.b, &beta, out.data(), d.c,
+                              out.data(), d.c, &res[rank].algo, ctx.workspace, kWorkspaceBytes, stream_of(s)));
+  return true;
+}
 
 void linear_cublaslt(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s) {
   const int64_t T = in.dim(0), K = in.dim(1), N = weight.dim(0);
