@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The closing device run: CUDA tests, HF bf16 agreement (0.6B/4B shapes), latency, throughput next to HF
-# transformers in the same run, and the server's saturated throughput next to the offline engine's.
+# transformers in the same run.
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export NANOVLLM_TEST_DATA=$PWD/tests/data
@@ -16,6 +16,3 @@ echo "== latency"
 $B bench latency --backend cuda --model /tmp/q06 --context 1024 --decode-tokens 64 --prefill 1024,8192 --json-out $OUT/lat06.json 2>&1 | grep -v warn
 $B bench latency --backend cuda --model /tmp/q8 --context 1024 --decode-tokens 64 --prefill 1024,8192,32768 --json-out $OUT/lat8.json 2>&1 | grep -v warn
 echo "== throughput vs HF (same run)"; HF_TIMEOUT=300 bash scripts/device_hf_compare.sh
-echo "== server vs offline (greedy, 512 requests of 512 + 512 tokens)"
-$B bench throughput --backend cuda --model /tmp/q06 --num-seqs 512 --min-input 512 --max-input 512 --min-output 512 --max-output 512 --temperature 0 2>&1 | grep -E "^throughput"
-$B bench serve --backend cuda --model /tmp/q06 --num-clients 256 --num-requests 512 --input-len 512 --output-len 512 --json-out $OUT/serve.json 2>&1 | grep -v warn | tail -8
