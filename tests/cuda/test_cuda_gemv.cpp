@@ -228,6 +228,17 @@ struct Shape3 {
   DType out;
 };
 
+// One random [N, K] bf16 weight copied until the copies exceed `total` bytes (at least 2), so launches
+// rotating over them find none in L2. Contents do not matter for timing; non-zero matters.
+std::vector<std::unique_ptr<DeviceTensor>> weight_copies(const Shape3& sh, size_t total, std::mt19937& rng) {
+  const size_t wbytes = static_cast<size_t>(sh.N * sh.K * 2);
+  const size_t copies = std::max<size_t>(2, total / wbytes + 1);
+  const auto w = random_bf16(static_cast<size_t>(sh.N * sh.K), rng, -0.5f, 0.5f);
+  std::vector<std::unique_ptr<DeviceTensor>> ws;
+  for (size_t c = 0; c < copies; ++c) ws.push_back(std::make_unique<DeviceTensor>(DType::kBF16, Shape{sh.N, sh.K}, w.bits));
+  return ws;
+}
+
 TEST(CudaGemvBench, DISABLED_Shapes) {
   SKIP_WITHOUT_CUDA();
   TuningGuard guard;
@@ -244,11 +255,8 @@ TEST(CudaGemvBench, DISABLED_Shapes) {
               "cublas", "TB/s", "speedup");
   for (const Shape3& sh : shapes) {
     const size_t wbytes = static_cast<size_t>(sh.N * sh.K * 2);
-    const int copies = static_cast<int>(std::max<size_t>(2, (size_t{512} << 20) / wbytes + 1));
-    // One random weight copied `copies` times (contents do not matter for timing; non-zero matters).
-    auto w = random_bf16(static_cast<size_t>(sh.N * sh.K), rng, -0.5f, 0.5f);
-    std::vector<std::unique_ptr<DeviceTensor>> ws;
-    for (int c = 0; c < copies; ++c) ws.push_back(std::make_unique<DeviceTensor>(DType::kBF16, Shape{sh.N, sh.K}, w.bits));
+    const auto ws = weight_copies(sh, size_t{512} << 20, rng);
+    const int copies = static_cast<int>(ws.size());
     for (int64_t T : {1, 4, 16}) {
       auto x = random_bf16(static_cast<size_t>(T * sh.K), rng);
       DeviceTensor d_x(DType::kBF16, {T, sh.K}, x.bits), d_out(sh.out, {T, sh.N});
@@ -283,11 +291,8 @@ TEST(CudaGemvBench, DISABLED_DecodeBatchCublasAlgos) {
                            {"0.6B gate_up", 6144, 1024, DType::kBF16}, {"0.6B down", 1024, 3072, DType::kBF16}};
   std::printf("%-14s %3s | %8s | %8s %4s %s\n", "shape", "T", "rank0 us", "best us", "rank", "best algorithm");
   for (const Shape3& sh : shapes) {
-    const size_t wbytes = static_cast<size_t>(sh.N * sh.K * 2);
-    const int copies = static_cast<int>(std::max<size_t>(2, (size_t{256} << 20) / wbytes + 1));
-    auto w = random_bf16(static_cast<size_t>(sh.N * sh.K), rng, -0.5f, 0.5f);
-    std::vector<std::unique_ptr<DeviceTensor>> ws;
-    for (int c = 0; c < copies; ++c) ws.push_back(std::make_unique<DeviceTensor>(DType::kBF16, Shape{sh.N, sh.K}, w.bits));
+    const auto ws = weight_copies(sh, size_t{256} << 20, rng);
+    const int copies = static_cast<int>(ws.size());
     for (int64_t T : {32, 64, 128, 224, 256}) {
       auto x = random_bf16(static_cast<size_t>(T * sh.K), rng);
       DeviceTensor d_x(DType::kBF16, {T, sh.K}, x.bits), d_out(sh.out, {T, sh.N});
