@@ -241,7 +241,6 @@ std::vector<std::unique_ptr<DeviceTensor>> weight_copies(const Shape3& sh, size_
 
 TEST(CudaGemvBench, DISABLED_Shapes) {
   SKIP_WITHOUT_CUDA();
-  TuningGuard guard;
   std::mt19937 rng(7);
   const Shape3 shapes[] = {
       {"0.6B qkv", 4096, 1024, DType::kBF16},    {"0.6B o", 1024, 2048, DType::kBF16},
