@@ -271,15 +271,15 @@ void bench_decode_layers(const LayerShape& sh) {
               weight_mb, static_cast<long long>(L));
   std::printf("%-34s | %10s %10s %10s\n", "variant", "us/layer", "min", "max");
   std::vector<Ablation> rows = {
-      {"PDL off", false},
-      {"PDL on (the model's layer)"},
-      {"  without qkv_prologue + attention", true, false},
-      {"  without qkv_prologue only", true, true, true, true, 0, 0, false},
-      {"  attention alone (back to back)", true, true, false, true, 0, 0, false, false},
-      {"  qkv_prologue + attention alone", true, true, false, true, 0, 0, true, false},
-      {"  without the two add_rms_norm", true, true, false},
-      {"  unfused silu_mul + down", true, true, true, false},
-      {"  gemvs only", true, false, false},
+      {.name = "PDL off", .pdl = false},
+      {.name = "PDL on (the model's layer)"},
+      {.name = "  without qkv_prologue + attention", .attention = false},
+      {.name = "  without qkv_prologue only", .prologue = false},
+      {.name = "  attention alone (back to back)", .norms = false, .prologue = false, .gemvs = false},
+      {.name = "  qkv_prologue + attention alone", .norms = false, .gemvs = false},
+      {.name = "  without the two add_rms_norm", .norms = false},
+      {.name = "  unfused silu_mul + down", .fused_silu = false},
+      {.name = "  gemvs only", .attention = false, .norms = false},
   };
   for (const int k : {128, 256, 512}) {
     Ablation a{"  attention min split keys"};
@@ -287,8 +287,8 @@ void bench_decode_layers(const LayerShape& sh) {
     rows.push_back(a);
   }
   // Last: they change the gemv choices for the rest of the process.
-  rows.push_back({"  gemv shapes uncapped (re-timed)", true, true, true, true, -1});
-  rows.push_back({"  gemv shapes uncapped, gemvs only", true, false, false, true, -1});
+  rows.push_back({.name = "  gemv shapes uncapped (re-timed)", .gemv_cta_cap = -1});
+  rows.push_back({.name = "  gemv shapes uncapped, gemvs only", .attention = false, .norms = false, .gemv_cta_cap = -1});
   for (const Ablation& a : rows) {
     PdlGuard pdl(a.pdl);
     cuda_ops::decode_attention_set_tuning(a.min_split_keys, 0);
