@@ -88,8 +88,9 @@ TEST(CudaDecodeFusion, GemvSiluBitwiseEqualsUnfused) {
 // A PDL chain (embedding -> rms_norm -> gemv -> fused down gemv -> add_rms_norm -> gather_rows) captured
 // once and replayed with new token ids each time: every replay must match the CPU reference, so no
 // kernel read its predecessor's output before it was complete.
-TEST(CudaDecodePdl, GraphReplayWithChangingInputs) {
-  SKIP_WITHOUT_CUDA();
+// bulk: the two projections run the bulk-copy gemv (its producer copies weights before pdl_wait) with
+// one unit per CTA (the down projection's tiles split across CTAs) instead of the dispatch's pick.
+void check_graph_replay_with_changing_inputs(bool bulk) {
   PdlGuard pdl(true);
   std::mt19937 rng(13);
   const int64_t V = 97, H = 264, I = 520, T = 3;
@@ -108,8 +109,14 @@ TEST(CudaDecodePdl, GraphReplayWithChangingInputs) {
   auto chain = [&] {
     ops::embedding(d_x.view(), d_ids.view(), d_table.view(), s);     // x = E[ids]
     ops::rms_norm(d_h.view(), d_x.view(), d_nw.view(), 1e-6f, s);    // h = norm(x)
-    ops::linear(d_gu.view(), d_h.view(), d_wgu.view(), TensorView(), s);
-    ops::linear_silu_mul(d_res.view(), d_gu.view(), d_wd.view(), d_act.view(), s);  // res = mlp(h)
+    if (bulk) {
+      const cuda_ops::GemvConfig gu_cfg = cuda_ops::gemv_bulk_config(2 * I, H, 1), d_cfg = cuda_ops::gemv_bulk_config(H, I, 1);
+      cuda_ops::gemv(d_gu.view(), d_h.view(), d_wgu.view(), TensorView(), s, &gu_cfg);
+      cuda_ops::gemv_silu(d_res.view(), d_gu.view(), d_wd.view(), s, &d_cfg);  // res = mlp(h)
+    } else {
+      ops::linear(d_gu.view(), d_h.view(), d_wgu.view(), TensorView(), s);
+      ops::linear_silu_mul(d_res.view(), d_gu.view(), d_wd.view(), d_act.view(), s);  // res = mlp(h)
+    }
     ops::add_rms_norm(d_x.view(), d_res.view(), d_nw.view(), 1e-6f, s);              // res += x; x = norm(res)
     ops::gather_rows(d_out.view(), d_x.view(), d_rows.view(), s);
   };
@@ -171,6 +178,17 @@ TEST(CudaDecodePdl, GraphReplayWithChangingInputs) {
   CUDA_CHECK(cudaStreamDestroy(st));
 }
 
+TEST(CudaDecodePdl, GraphReplayWithChangingInputs) {
+  SKIP_WITHOUT_CUDA();
+  check_graph_replay_with_changing_inputs(false);
+}
+
+TEST(CudaDecodePdl, GraphReplayWithChangingInputsBulkGemv) {
+  SKIP_WITHOUT_CUDA();
+  if (!cuda_ops::gemv_bulk_available(0)) GTEST_SKIP() << "bulk-copy gemv needs sm_90";
+  check_graph_replay_with_changing_inputs(true);
+}
+
 // ---- Benchmark: one decode layer (T = 1, context 1024) of the Qwen3-0.6B and Qwen3-8B shapes, L distinct
 // layers per graph so the weights stream from HBM as in the model (more than L2 in total). Rows: PDL off /
 // on, then ablations with PDL on (the layer without attention, without the norms, ...) whose differences
@@ -199,6 +217,7 @@ struct Ablation {
   int min_split_keys = 0;  // 0: default
   bool prologue = true;  // with attention: false leaves qkv_prologue out (attention reads last replay's q)
   bool gemvs = true;     // false: no projections (with norms off: attention alone, back to back)
+  bool bulk_gemv = true;  // false: the bulk-copy gemv is not a candidate (shapes re-timed)
 };
 
 void bench_decode_layers(const LayerShape& sh) {
@@ -287,13 +306,15 @@ void bench_decode_layers(const LayerShape& sh) {
     rows.push_back(a);
   }
   // Last: they change the gemv choices for the rest of the process.
+  rows.push_back({.name = "  without the bulk-copy gemv (re-timed)", .bulk_gemv = false});
   rows.push_back({.name = "  gemv shapes uncapped (re-timed)", .gemv_cta_cap = -1});
   rows.push_back({.name = "  gemv shapes uncapped, gemvs only", .attention = false, .norms = false, .gemv_cta_cap = -1});
   for (const Ablation& a : rows) {
     PdlGuard pdl(a.pdl);
     cuda_ops::decode_attention_set_tuning(a.min_split_keys, 0);
-    if (a.gemv_cta_cap != 0) {
-      cuda_ops::gemv_set_cta_cap(std::max(0, a.gemv_cta_cap));
+    if (a.gemv_cta_cap != 0) cuda_ops::gemv_set_cta_cap(std::max(0, a.gemv_cta_cap));
+    if (a.gemv_cta_cap != 0 || a.bulk_gemv != cuda_ops::gemv_bulk_enabled()) {
+      cuda_ops::gemv_set_bulk_enabled(a.bulk_gemv);
       cuda_ops::linear_clear_choices();
     }
     forward(a);  // warm-up: dispatch choices

@@ -55,12 +55,21 @@ struct GemvConfig {
   int k_split = 1;             // CTAs along K per row group (> 1: fp32 partials + last-CTA reduction)
   int ctas = 0;                // total CTAs
   int stream_steps = 0;        // > 0: stream-K kernel (gemv_stream.cuh), this many 128-k steps per warp
+  int bulk_units = 0;          // > 0: bulk-copy kernel (gemv_bulk.cuh, sm_90), this many 16-row x 512-k units per CTA
 };
 GemvConfig gemv_config(int64_t T, int64_t N, int64_t K, int device);
-// Distinct launch shapes worth timing for this problem (the picks for 1, 2, 4 and 8 waves of CTAs, and
-// stream-K with 1, 2 and 4 times the fewest steps per warp that fit one wave); the linear dispatch times
-// them at a shape's first use and keeps the fastest.
+// Distinct launch shapes worth timing for this problem (the picks for 1, 2, 4 and 8 waves of CTAs,
+// stream-K with 1, 2 and 4 times the fewest steps per warp that fit one wave, and on sm_90 for weights
+// under 16 MiB the bulk-copy kernel with one and two CTAs per SM); the linear dispatch times them at a
+// shape's first use and keeps the fastest.
 std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int device);
+// The bulk-copy launch with `units_per_cta` (raised until the partial slots fit the workspace).
+GemvConfig gemv_bulk_config(int64_t N, int64_t K, int64_t units_per_cta);
+// True when the bulk-copy kernel can run on this device (sm_90+ and built for it).
+bool gemv_bulk_available(int device);
+// Benchmark knob: whether gemv_candidates offers the bulk-copy kernel (default true). Not thread-safe.
+void gemv_set_bulk_enabled(bool on);
+bool gemv_bulk_enabled();
 // Benchmark knob: bytes of its weight slice each CTA prefetches into L2 before waiting on the previous
 // kernel (default 64 KiB; 0 disables). Not thread-safe.
 void gemv_set_prefetch(unsigned bytes_per_cta);
