@@ -151,7 +151,7 @@ TEST(CudaGemv, ForcedStreamKAndDeterminism) {
 }
 
 // Bulk-copy kernel (gemv_bulk.cuh): tiles whole in one CTA, split across 2..many CTAs, CTAs spanning
-// several tiles, more units than the 6-stage ring, ragged K (K % 512 != 0) and N, bias, the fused silu;
+// several tiles, more units than the 3-stage ring, ragged K (K % 1024 != 0) and N, bias, the fused silu;
 // bitwise reproducible with counters reused.
 TEST(CudaGemv, BulkUnitsPerCtaAndDeterminism) {
   SKIP_WITHOUT_CUDA();
