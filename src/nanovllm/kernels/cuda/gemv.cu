@@ -256,6 +256,15 @@ GemvConfig stream_config(int64_t T, int64_t N, int64_t K, int64_t steps_per_warp
 int64_t bulk_units_per_tile(int64_t K) { return (K / 8 + kBulkUnitVecs - 1) / kBulkUnitVecs; }
 int64_t bulk_total_units(int64_t N, int64_t K) { return (N + 15) / 16 * bulk_units_per_tile(K); }
 
+// Appends c unless an identical launch shape is already listed (different tunings can pick the same one).
+void add_unique(std::vector<GemvConfig>& out, const GemvConfig& c) {
+  const bool seen = std::any_of(out.begin(), out.end(), [&](const GemvConfig& o) {
+    return o.rows_tiles_per_cta == c.rows_tiles_per_cta && o.k_split == c.k_split && o.ctas == c.ctas &&
+           o.stream_steps == c.stream_steps && o.bulk_units == c.bulk_units;
+  });
+  if (!seen) out.push_back(c);
+}
+
 GemvConfig pick_config(int64_t T, int64_t N, int64_t K, int slots, int waves) {
   const int64_t Kv = K / 8, row_tiles = (N + 15) / 16;
   const int64_t target = int64_t{std::max(1, waves)} * slots;
@@ -373,22 +382,12 @@ std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int dev
   std::vector<GemvConfig> out;
   for (const int waves : {1, 2, 4, 8}) {
     if (cap > 0 && waves > 1) break;
-    const GemvConfig c = pick_config(T, N, K, slots, waves);
-    const bool seen = std::any_of(out.begin(), out.end(), [&](const GemvConfig& o) {
-      return o.rows_tiles_per_cta == c.rows_tiles_per_cta && o.k_split == c.k_split;
-    });
-    if (!seen) out.push_back(c);
+    add_unique(out, pick_config(T, N, K, slots, waves));
   }
   // Stream-K: the fewest steps per warp that keep every warp of one wave busy, and 2x / 4x that.
   const int64_t total = stream_total_steps(N, K);
   const int64_t one_wave = std::max<int64_t>(1, (total + int64_t{slots} * kWarps - 1) / (int64_t{slots} * kWarps));
-  for (const int64_t f : {1, 2, 4}) {
-    const GemvConfig c = stream_config(T, N, K, one_wave * f);
-    const bool seen = std::any_of(out.begin(), out.end(), [&](const GemvConfig& o) {
-      return o.stream_steps == c.stream_steps;
-    });
-    if (!seen) out.push_back(c);
-  }
+  for (const int64_t f : {1, 2, 4}) add_unique(out, stream_config(T, N, K, one_wave * f));
   // Bulk copies, one and two CTAs per SM, for weights under kCapMinBytes. On the Qwen3-8B shapes the
   // bulk kernel won some shapes alone (gate_up 47.7 vs cuBLASLt 47.8 us) yet cost 0.3 ms per 8B decode
   // token whenever the dispatch picked it for gate_up (4.99 vs 4.67-4.70 ms, H200, three runs each). Not
@@ -396,13 +395,8 @@ std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int dev
   // kernels' CTAs off the SM (no PDL overlap) and needs a different L1/shared carveout.
   if (context(device).bulk && g_bulk_enabled.load() && N * K * 2 < kCapMinBytes) {
     const int64_t units = bulk_total_units(N, K), sms = context(device).sms;
-    for (const int64_t per_sm : {1, 2}) {
-      const GemvConfig c = gemv_bulk_config(N, K, (units + per_sm * sms - 1) / (per_sm * sms));
-      const bool seen = std::any_of(out.begin(), out.end(), [&](const GemvConfig& o) {
-        return o.bulk_units == c.bulk_units;
-      });
-      if (!seen) out.push_back(c);
-    }
+    for (const int64_t per_sm : {1, 2})
+      add_unique(out, gemv_bulk_config(N, K, (units + per_sm * sms - 1) / (per_sm * sms)));
   }
   return out;
 }

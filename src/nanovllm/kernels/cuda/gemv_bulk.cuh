@@ -39,8 +39,9 @@ constexpr int kBulkStageBytes = 16 * kBulkRowPitch;
 template <int kNT>
 constexpr int kBulkTileFloats = 16 * kNT * 8;
 template <int kNT>
-constexpr size_t kBulkSmemBytes = size_t{kBulkStages} * kBulkStageBytes + size_t{kBulkConsumers} * kBulkTileFloats<kNT> * 4 +
-                                  2 * kBulkStages * sizeof(uint64_t) + 16;
+constexpr size_t kBulkSmemBytes = size_t{kBulkStages} * kBulkStageBytes +
+                                  size_t{kBulkConsumers} * kBulkTileFloats<kNT> * 4 +  // red
+                                  2 * kBulkStages * sizeof(uint64_t) + 16;           // barriers, is_last
 
 // Kv = K / 8; x_pitch = vectors per x row (Kv, or 2 Kv for kSilu); cpt = units per tile; upc = units per
 // CTA; units = row tiles x cpt. ws: [2 x CTAs, kBulkTileFloats] fp32; counters: [row tiles], zero
