@@ -25,7 +25,7 @@
 //   * gemv_stream.cuh: a stream-K variant of the same warp step that cuts the work into equal per-warp
 //     step ranges (one even wave whatever the shape).
 //   * gemv_bulk.cuh (sm_90): the same products with W brought into a shared-memory ring by bulk copies
-//     in 2 KB row pieces (weights under 16 MiB). The linear dispatch times all kinds per shape.
+//     in 2 KB row pieces (weights under 64 MiB). The linear dispatch times all kinds per shape.
 // The workspace is allocated at first use (run a warm-up step before capturing CUDA graphs) and assumes
 // one stream per device runs gemv at a time, like the cuBLASLt workspace in linear.cu.
 #include <algorithm>
@@ -63,6 +63,8 @@ std::atomic<int> g_forced_stream{0};
 // shapes (4-13 MB, a few us each) the full resident count won by 2 us/layer: short streams need every
 // load in flight from the start.
 constexpr int64_t kCapMinBytes = int64_t{16} << 20;
+// The bulk-copy kernel is a candidate for weights under kBulkMaxBytes (see gemv_candidates).
+constexpr int64_t kBulkMaxBytes = int64_t{64} << 20;
 std::atomic<int> g_cta_cap_per_sm{1};
 std::atomic<bool> g_bulk_enabled{true};
 // L2 prefetch budget per CTA (bytes of its weight slice requested before pdl_wait); 0 disables.
@@ -388,15 +390,20 @@ std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int dev
   const int64_t total = stream_total_steps(N, K);
   const int64_t one_wave = std::max<int64_t>(1, (total + int64_t{slots} * kWarps - 1) / (int64_t{slots} * kWarps));
   for (const int64_t f : {1, 2, 4}) add_unique(out, stream_config(T, N, K, one_wave * f));
-  // Bulk copies, one and two CTAs per SM, for weights under kCapMinBytes. On the Qwen3-8B shapes the
-  // bulk kernel won some shapes alone (gate_up 47.7 vs cuBLASLt 47.8 us) yet cost 0.3 ms per 8B decode
-  // token whenever the dispatch picked it for gate_up (4.99 vs 4.67-4.70 ms, H200, three runs each). Not
-  // profiled; the likely cause is its ~210 KB of shared memory per SM, which keeps the neighbouring
-  // kernels' CTAs off the SM (no PDL overlap) and needs a different L1/shared carveout.
-  if (context(device).bulk && g_bulk_enabled.load() && N * K * 2 < kCapMinBytes) {
+  // Bulk copies: one and two CTAs per SM for weights under kCapMinBytes, one per SM up to kBulkMaxBytes.
+  // Measured on the H200 in Qwen3-8B decode (same machine, two runs each):
+  //  * with two per SM offered for every 8B shape the dispatch picked it for gate_up (201 MB) and decode
+  //    went 4.67-4.70 -> 4.99 ms/token, although the kernel was as fast as cuBLASLt alone. Not profiled;
+  //    the likely cause is ~210 KB of shared memory per SM keeping the neighbours' CTAs off the SM;
+  //  * one per SM for qkv and o (50 and 34 MB): picked for both, 4.77 -> 4.68 ms/token (the decode
+  //    layer 120.3 -> 118.4 us);
+  //  * one per SM up to 256 MiB (also down and gate_up): no further gain (4.67-4.69 vs 4.68-4.73 ms).
+  if (context(device).bulk && g_bulk_enabled.load() && N * K * 2 < kBulkMaxBytes) {
     const int64_t units = bulk_total_units(N, K), sms = context(device).sms;
-    for (const int64_t per_sm : {1, 2})
+    for (const int64_t per_sm : {1, 2}) {
+      if (per_sm > 1 && N * K * 2 >= kCapMinBytes) break;
       add_unique(out, gemv_bulk_config(N, K, (units + per_sm * sms - 1) / (per_sm * sms)));
+    }
   }
   return out;
 }
