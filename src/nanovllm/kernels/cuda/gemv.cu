@@ -391,11 +391,11 @@ std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int dev
   const int64_t one_wave = std::max<int64_t>(1, (total + int64_t{slots} * kWarps - 1) / (int64_t{slots} * kWarps));
   for (const int64_t f : {1, 2, 4}) add_unique(out, stream_config(T, N, K, one_wave * f));
   // Bulk copies: one and two CTAs per SM for weights under kCapMinBytes, one per SM up to kBulkMaxBytes.
-  // Measured on the H200 in Qwen3-8B decode (same machine, two runs each):
+  // Measured on the H200 in Qwen3-8B decode (each comparison on one machine, 2-3 runs per side):
   //  * with two per SM offered for every 8B shape the dispatch picked it for gate_up (201 MB) and decode
   //    went 4.67-4.70 -> 4.99 ms/token, although the kernel was as fast as cuBLASLt alone. Not profiled;
   //    the likely cause is ~210 KB of shared memory per SM keeping the neighbours' CTAs off the SM;
-  //  * one per SM for qkv and o (50 and 34 MB): picked for both, 4.77 -> 4.68 ms/token (the decode
+  //  * one per SM for qkv and o (50 and 34 MB): picked for both, 4.73-4.78 -> 4.67-4.68 ms/token (the decode
   //    layer 120.3 -> 118.4 us);
   //  * one per SM up to 256 MiB (also down and gate_up): no further gain (4.67-4.69 vs 4.68-4.73 ms).
   if (context(device).bulk && g_bulk_enabled.load() && N * K * 2 < kBulkMaxBytes) {
