@@ -6,16 +6,14 @@
 
 #include <cstdint>
 
-namespace nanovllm::cuda_ops {
+#include "nanovllm/kernels/cuda/mma_utils.cuh"  // smem_u32
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+namespace nanovllm::cuda_ops {
 
 // One-time init by one thread, then fence + __syncthreads before any other thread uses the barrier.
 __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned arrivals) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(arrivals) : "memory");
 #endif
 }
 __device__ __forceinline__ void mbar_fence_init() {
@@ -27,21 +25,21 @@ __device__ __forceinline__ void mbar_fence_init() {
 // Arrive and add `bytes` to the transaction count the current phase waits for.
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, unsigned bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
                : "memory");
 #endif
 }
 
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 #endif
 }
 
 // Blocks until the phase with this parity (0, 1, 0, ... for phases 0, 1, 2, ...) has completed.
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uint32_t a = smem_addr(bar);
+  const uint32_t a = smem_u32(bar);
   uint32_t done = 0;
   while (!done) {
     asm volatile(
@@ -66,8 +64,8 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                   smem_u32(dst)),
+               "l"(src), "r"(bytes), "r"(smem_u32(bar))
                : "memory");
 #endif
 }

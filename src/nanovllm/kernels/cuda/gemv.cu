@@ -164,8 +164,7 @@ gemv_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitch, co
     if (split) {
       ws[(int64_t{blockIdx.y} * T + tok) * N + row] = sum;
     } else {
-      if (bias != nullptr) sum += load_f32(bias, bias_dt, row);
-      store_out<kOutF32>(out, int64_t{tok} * N + row, sum);
+      store_result<kOutF32>(out, tok, N, row, sum, bias, bias_dt);
     }
   }
   if (!split) return;
@@ -183,8 +182,7 @@ gemv_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitch, co
     if (row >= N) continue;
     float sum = 0.0f;
     for (unsigned y = 0; y < gridDim.y; ++y) sum += __ldcg(ws + (int64_t{y} * T + tok) * N + row);
-    if (bias != nullptr) sum += load_f32(bias, bias_dt, row);
-    store_out<kOutF32>(out, int64_t{tok} * N + row, sum);
+    store_result<kOutF32>(out, tok, N, row, sum, bias, bias_dt);
   }
   if (threadIdx.x == 0) counters[blockIdx.x] = 0;  // ready for the next launch (stream-ordered)
 }

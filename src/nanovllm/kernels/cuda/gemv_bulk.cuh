@@ -119,8 +119,7 @@ gemv_bulk_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitc
       if (!whole) {
         slot[r * kTok + tok] = s;
       } else if (row < N) {
-        if (bias != nullptr) s += load_f32(bias, bias_dt, row);
-        store_out<kOutF32>(out, int64_t{tok} * N + row, s);
+        store_result<kOutF32>(out, tok, N, row, s, bias, bias_dt);
       }
     }
     if (whole) return;
@@ -138,10 +137,7 @@ gemv_bulk_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitc
         const int which = tile == (c * upc) / cpt ? 0 : 1;
         s += __ldcg(ws + (int64_t{c} * 2 + which) * kBulkTileFloats<kNT> + r * kTok + tok);
       }
-      if (row < N) {
-        if (bias != nullptr) s += load_f32(bias, bias_dt, row);
-        store_out<kOutF32>(out, int64_t{tok} * N + row, s);
-      }
+      if (row < N) store_result<kOutF32>(out, tok, N, row, s, bias, bias_dt);
     }
     if (threadIdx.x == 0) counters[tile] = 0;  // ready for the next launch (stream-ordered)
   };

@@ -50,6 +50,14 @@ __device__ __forceinline__ void store_out(void* out, int64_t i, float v) {
   else static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
 }
 
+// out[tok, row] = sum (+ bias[row] when there is a bias): the final store of every gemv kind.
+template <bool kOutF32>
+__device__ __forceinline__ void store_result(void* out, int tok, int N, int row, float sum, const void* bias,
+                                             int bias_dt) {
+  if (bias != nullptr) sum += load_f32(bias, bias_dt, row);
+  store_out<kOutF32>(out, int64_t{tok} * N + row, sum);
+}
+
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
 // One 16-byte x vector (8 consecutive k of one token). kSilu: x = silu(gate) * up rounded to bf16 (the

@@ -69,9 +69,7 @@ gemv_stream_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pi
         const int row = tile * 16 + g + (e >= 2 ? 8 : 0);
         const int tok = 8 * nt + 2 * q + (e & 1);
         if (row >= N || tok >= T) continue;
-        float v = c[nt][e];
-        if (bias != nullptr) v += load_f32(bias, bias_dt, row);
-        store_out<kOutF32>(out, int64_t{tok} * N + row, v);
+        store_result<kOutF32>(out, tok, N, row, c[nt][e], bias, bias_dt);
       }
     }
   };

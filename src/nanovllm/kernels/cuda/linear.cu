@@ -279,8 +279,8 @@ Choice choose(const ShapeKey& key, int device, ops::Stream s, G&& run_gemv, O&& 
   best.gemv = best_us <= other_us;
   NANOVLLM_DEBUG("linear T=", key.t, " N=", key.n, " K=", key.k, key.silu ? " (silu)" : "", ": gemv RT ",
                  best.cfg.rows_tiles_per_cta, " split ", best.cfg.k_split, " stream ", best.cfg.stream_steps,
-                 " bulk ", best.cfg.bulk_units, " ", best_us, " us vs ", key.silu ? "silu_mul + linear " : "cuBLASLt ", other_us, " us -> ",
-                 best.gemv ? "gemv" : "other");
+                 " bulk ", best.cfg.bulk_units, " ", best_us, " us vs ",
+                 key.silu ? "silu_mul + linear " : "cuBLASLt ", other_us, " us -> ", best.gemv ? "gemv" : "other");
   std::lock_guard<std::mutex> lock(mu);
   return choice.emplace(key, best).first->second;
 }
