@@ -9,6 +9,7 @@
 #include "cuda_test_util.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -320,62 +321,140 @@ TEST(CudaSampling, RejectsOutOfVocabHistory) {
   EXPECT_THROW(g.sample({&s}, d.get(), nullptr), Error);
 }
 
-// The multi-CTA passes (scratch given: raw statistics, and the weight sums of plain temperature rows)
-// against the one-CTA passes (no scratch) on the same rows: token ids and top-K ids identical (the
-// weight sums differ only in fp64 order), logprobs within 1e-5 (the log-sum-exp's fp32 order).
+// The chunk pass (scratch given: raw statistics of every row, and the whole draw of greedy and plain
+// temperature rows) against the one-CTA kernel alone (no scratch) on the same rows: token ids and top-K
+// ids identical (the weight sums differ only in fp64 order), logprobs within 1e-5 (the log-sum-exp's fp32
+// order and __expf). With 5 logprobs every row also runs the one-CTA kernel after the chunk pass; with
+// none only the top-p rows do. The chunked call runs twice on the same scratch (its arrival counters
+// must be reset) and then on the first half of the rows (the scratch layout must not depend on the row
+// count), both with identical results.
 // Vocab 4097: a last chunk of one logit; 10001: rows not 16-byte aligned; 151936: the real vocab.
-TEST(CudaSampling, ChunkedRawPassMatchesOneCtaPass) {
+TEST(CudaSampling, ChunkPassMatchesOneCtaPass) {
   SKIP_WITHOUT_CUDA();
   std::mt19937 rng(31);
   const LogitKind kinds[] = {LogitKind::kNormal, LogitKind::kTies, LogitKind::kSomeNegInf, LogitKind::kAllEqual,
                              LogitKind::kPeaky, LogitKind::kOneFinite, LogitKind::kAllNegInf};
   for (const int64_t V : {4097, 10001, 151936}) {
-    std::vector<float> logits;
-    std::vector<cuda_ops::GpuSamplingParams> hp;
+    for (const int32_t num_logprobs : {5, 0}) {
+      std::vector<float> logits;
+      std::vector<cuda_ops::GpuSamplingParams> hp;
+      for (const LogitKind kind : kinds) {
+        for (const auto& [T, top_p] : {std::pair{0.0f, 1.0f}, {0.8f, 0.9f}, {0.8f, 1.0f}, {1.7f, 1.0f}}) {
+          const auto row = make_logits(V, kind, rng);
+          logits.insert(logits.end(), row.begin(), row.end());
+          hp.push_back({T, 0, top_p, 0.0f, 1.0f, 0.0f, 0.0f, num_logprobs, rng(), 3, 0, 0});
+        }
+      }
+      const int64_t S = static_cast<int64_t>(hp.size());
+      const std::string what = "V=" + std::to_string(V) + " logprobs=" + std::to_string(num_logprobs);
+      DeviceLogits d(logits);
+      cuda_ops::GpuSamplingParams* dp;
+      const size_t out_bytes = cuda_ops::sample_output_words(S) * 4;
+      const size_t scratch_bytes = cuda_ops::sample_scratch_bytes(S, V);
+      void *out_one_cta, *out_chunked, *out_again, *out_half, *scratch;
+      CUDA_CHECK(cudaMalloc(&dp, hp.size() * sizeof(hp[0])));
+      CUDA_CHECK(cudaMemcpy(dp, hp.data(), hp.size() * sizeof(hp[0]), cudaMemcpyHostToDevice));
+      for (void** o : {&out_one_cta, &out_chunked, &out_again, &out_half}) {
+        CUDA_CHECK(cudaMalloc(o, out_bytes));
+        CUDA_CHECK(cudaMemset(*o, 0x7f, out_bytes));
+      }
+      CUDA_CHECK(cudaMalloc(&scratch, scratch_bytes));
+      CUDA_CHECK(cudaMemset(scratch, 0, scratch_bytes));
+      const auto outs = [&](void* o, int64_t rows) { return cuda_ops::sample_outputs_at(o, rows); };
+      cuda_ops::sample(d.get(), S, V, dp, hp.data(), nullptr, outs(out_one_cta, S), nullptr);
+      cuda_ops::sample(d.get(), S, V, dp, hp.data(), nullptr, outs(out_chunked, S), nullptr, scratch);
+      cuda_ops::sample(d.get(), S, V, dp, hp.data(), nullptr, outs(out_again, S), nullptr, scratch);
+      cuda_ops::sample(d.get(), S / 2, V, dp, nullptr, nullptr, outs(out_half, S / 2), nullptr, scratch);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      const auto download = [&](void* o) {
+        std::vector<uint32_t> h(out_bytes / 4);
+        CUDA_CHECK(cudaMemcpy(h.data(), o, out_bytes, cudaMemcpyDeviceToHost));
+        return h;
+      };
+      const auto one_cta = download(out_one_cta), chunked = download(out_chunked), again = download(out_again),
+                 half = download(out_half);
+      EXPECT_EQ(chunked, again) << what << ": a second chunk pass on the same scratch differs";
+      const auto a = outs(const_cast<uint32_t*>(one_cta.data()), S), b = outs(const_cast<uint32_t*>(chunked.data()), S);
+      auto near = [](float x, float y) {
+        return (std::isnan(x) && std::isnan(y)) || x == y || std::fabs(x - y) <= 1e-5f;
+      };
+      for (int64_t i = 0; i < S; ++i) {
+        EXPECT_EQ(a.token_ids[i], b.token_ids[i]) << what << " row " << i;
+        EXPECT_PRED2(near, a.token_logprobs[i], b.token_logprobs[i]) << what << " row " << i;
+        if (i < S / 2) {  // bit for bit: the same chunk pass
+          EXPECT_EQ(half[i], chunked[i]) << what << " half, token of row " << i;
+          EXPECT_EQ(half[S / 2 + i], chunked[S + i]) << what << " half, logprob of row " << i;
+        }
+        for (int j = 0; j < num_logprobs; ++j) {
+          const int64_t k = i * cuda_ops::kMaxSampleLogprobs + j;
+          EXPECT_EQ(a.top_ids[k], b.top_ids[k]) << what << " row " << i << " top " << j;
+          EXPECT_PRED2(near, a.top_logprobs[k], b.top_logprobs[k]) << what << " row " << i << " top " << j;
+        }
+      }
+      cudaFree(dp);
+      for (void* o : {out_one_cta, out_chunked, out_again, out_half}) cudaFree(o);
+      cudaFree(scratch);
+    }
+  }
+}
+
+// Batches of only greedy and plain temperature rows without logprobs: the chunk pass draws every token
+// and the one-CTA kernel does not run at all. Against the CPU sampler, on several logit kinds.
+TEST(CudaSampling, ChunkPassAloneMatchesCpu) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(41);
+  const LogitKind kinds[] = {LogitKind::kNormal, LogitKind::kTies, LogitKind::kSomeNegInf, LogitKind::kPeaky,
+                             LogitKind::kOneFinite, LogitKind::kAllNegInf};
+  int allowed = 0;
+  for (const int64_t V : {4097, 10001, 151936}) {
     for (const LogitKind kind : kinds) {
-      for (const auto& [T, top_p] : {std::pair{0.0f, 1.0f}, {0.8f, 0.9f}, {0.8f, 1.0f}, {1.7f, 1.0f}}) {
+      std::vector<Sequence> seqs;
+      std::vector<float> logits;
+      for (const float T : {0.0f, 0.6f, 1.0f, 1.7f, 0.05f}) {
+        seqs.push_back(make_seq(static_cast<int64_t>(seqs.size()), V, sp(T), rng));
         const auto row = make_logits(V, kind, rng);
         logits.insert(logits.end(), row.begin(), row.end());
-        hp.push_back({T, 0, top_p, 0.0f, 1.0f, 0.0f, 0.0f, 5, rng(), 3, 0, 0});
       }
+      allowed += compare_rows(V, logits, seqs, "V=" + std::to_string(V) + " kind=" + std::to_string(static_cast<int>(kind)));
     }
-    const int64_t S = static_cast<int64_t>(hp.size());
-    DeviceLogits d(logits);
-    cuda_ops::GpuSamplingParams* dp;
-    void *out_a, *out_b, *scratch;
-    const size_t out_bytes = cuda_ops::sample_output_words(S) * 4;
-    CUDA_CHECK(cudaMalloc(&dp, hp.size() * sizeof(hp[0])));
-    CUDA_CHECK(cudaMemcpy(dp, hp.data(), hp.size() * sizeof(hp[0]), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMalloc(&out_a, out_bytes));
-    CUDA_CHECK(cudaMalloc(&out_b, out_bytes));
-    CUDA_CHECK(cudaMalloc(&scratch, cuda_ops::sample_scratch_bytes(S, V)));
-    CUDA_CHECK(cudaMemset(out_a, 0xff, out_bytes));
-    CUDA_CHECK(cudaMemset(out_b, 0x7f, out_bytes));
-    cuda_ops::sample(d.get(), S, V, dp, nullptr, cuda_ops::sample_outputs_at(out_a, S), nullptr);
-    cuda_ops::sample(d.get(), S, V, dp, nullptr, cuda_ops::sample_outputs_at(out_b, S), nullptr, scratch, true);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<uint32_t> a(out_bytes / 4), b(out_bytes / 4);
-    CUDA_CHECK(cudaMemcpy(a.data(), out_a, out_bytes, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(b.data(), out_b, out_bytes, cudaMemcpyDeviceToHost));
-    const auto ha = cuda_ops::sample_outputs_at(a.data(), S), hb = cuda_ops::sample_outputs_at(b.data(), S);
-    auto near = [](float x, float y) {
-      return (std::isnan(x) && std::isnan(y)) || x == y || std::fabs(x - y) <= 1e-5f;
-    };
-    for (int64_t i = 0; i < S; ++i) {
-      EXPECT_EQ(ha.token_ids[i], hb.token_ids[i]) << "V=" << V << " row " << i;
-      EXPECT_PRED2(near, ha.token_logprobs[i], hb.token_logprobs[i]) << "V=" << V << " row " << i;
-      for (int j = 0; j < 5; ++j) {
-        EXPECT_EQ(ha.top_ids[i * cuda_ops::kMaxSampleLogprobs + j], hb.top_ids[i * cuda_ops::kMaxSampleLogprobs + j])
-            << "V=" << V << " row " << i << " top " << j;
-        EXPECT_PRED2(near, ha.top_logprobs[i * cuda_ops::kMaxSampleLogprobs + j],
-                     hb.top_logprobs[i * cuda_ops::kMaxSampleLogprobs + j])
-            << "V=" << V << " row " << i << " top " << j;
-      }
+  }
+  EXPECT_LE(allowed, 1);
+}
+
+// The sampler's x / T (a reciprocal kept per row and Markstein's correction, __fdiv_rn outside the safe
+// range) against the CPU's IEEE division, bit for bit: random bit patterns (every binade, denormals,
+// +-inf, NaN), logit-like values, and edges (0, -0, the fast path's bounds, all-ones mantissas), for
+// temperatures in use, all-ones-mantissa ones, the fast path's bounds and beyond, and random ones.
+TEST(CudaSampling, DividerMatchesCpuDivision) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(51);
+  std::vector<float> x;
+  for (int i = 0; i < (1 << 21); ++i) x.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng())));
+  std::normal_distribution<float> logit(0.0f, 5.0f);
+  for (int i = 0; i < (1 << 21); ++i) x.push_back(logit(rng));
+  for (float e : {0.0f, -0.0f, 0x1p-60f, 0x1p60f, 0x1.fffffep-61f, 0x1.000002p60f, 0x1.fffffep0f, 0x1.fffffep-1f,
+                  0x1p-126f, 0x1p-149f, std::numeric_limits<float>::infinity(), kNegInf,
+                  std::numeric_limits<float>::max(), std::numeric_limits<float>::quiet_NaN()}) {
+    x.push_back(e);
+    x.push_back(-e);
+  }
+  std::vector<float> temps = {0.6f, 0.7f, 0.8f, 1.0f, 1.3f, 1.7f, 0.05f, 1e-5f, 3.0f, 0x1.fffffep-1f, 0x1.fffffep0f,
+                              0x1p-20f, 0x1p20f, 0x1.fffffep-21f, 0x1.000002p20f, 1e7f};
+  std::uniform_real_distribution<float> log_t(std::log(1e-5f), std::log(100.0f));
+  for (int i = 0; i < 16; ++i) temps.push_back(std::exp(log_t(rng)));
+  DeviceLogits dx(x);
+  DeviceLogits dout(x);  // same size: the output buffer
+  for (const float t : temps) {
+    cuda_ops::divide_like_sampler(dx.get(), static_cast<int64_t>(x.size()), t, dout.get(), nullptr);
+    const std::vector<float> got = dout.download();
+    int bad = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float want = x[i] / t;
+      const bool same = std::isnan(want) ? std::isnan(got[i]) : std::bit_cast<uint32_t>(want) == std::bit_cast<uint32_t>(got[i]);
+      if (!same && ++bad <= 5)
+        ADD_FAILURE() << "T=" << t << " x=" << x[i] << ": got " << got[i] << ", the CPU " << want;
     }
-    cudaFree(dp);
-    cudaFree(out_a);
-    cudaFree(out_b);
-    cudaFree(scratch);
+    EXPECT_EQ(bad, 0) << "T=" << t;
   }
 }
 
@@ -420,10 +499,10 @@ void bench(const char* name, const SamplingParams& p, int64_t S = 256) {
   void* scratch;
   CUDA_CHECK(cudaMalloc(&scratch, cuda_ops::sample_scratch_bytes(S, V)));
   const auto out = cuda_ops::sample_outputs_at(dout, S);
-  const bool plain = cuda_ops::plain_temperature(hp[0]);  // every row has the same params
-  cuda_ops::sample(d.get(), S, V, dp, nullptr, out, st, scratch, plain);
+  CUDA_CHECK(cudaMemset(scratch, 0, cuda_ops::sample_scratch_bytes(S, V)));
+  cuda_ops::sample(d.get(), S, V, dp, hp.data(), nullptr, out, st, scratch);
   CUDA_CHECK(cudaEventRecord(e0, st));
-  for (int i = 0; i < iters; ++i) cuda_ops::sample(d.get(), S, V, dp, nullptr, out, st, scratch, plain);
+  for (int i = 0; i < iters; ++i) cuda_ops::sample(d.get(), S, V, dp, hp.data(), nullptr, out, st, scratch);
   CUDA_CHECK(cudaEventRecord(e1, st));
   CUDA_CHECK(cudaEventSynchronize(e1));
   float kms = 0;

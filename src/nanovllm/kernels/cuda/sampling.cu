@@ -1,5 +1,6 @@
-// GPU sampler: one CTA of 1024 threads per row. See sampling.h for the contract and engine/sampler.cpp
-// for the semantics replicated here.
+// GPU sampler: one CTA of 1024 threads per row (after the chunk pass, sampling_chunk_pass.cu, when there
+// is scratch: then only for rows with filters, penalties or top-K logprobs). See sampling.h for the
+// contract and engine/sampler.cpp for the semantics replicated here.
 //
 // How each CPU step maps onto passes over the row (fp32, float4 loads when the row is 16-byte aligned):
 //  * raw pass: online log-sum-exp (for logprobs), max and argmax (lowest id on ties).
@@ -19,18 +20,21 @@
 //    inclusive cumulative mass exceeds the draw (the CPU's `u < cum` in id order).
 #include "nanovllm/kernels/cuda/sampling.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/engine/rng.h"
 #include "nanovllm/kernels/cuda/cuda_check.h"
+#include "nanovllm/kernels/cuda/sampling_device.cuh"
 
 namespace nanovllm::cuda_ops {
 namespace {
 
+using namespace sampling_detail;  // NOLINT(google-build-using-namespace): the sampler's shared device pieces
+
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
-constexpr unsigned kFull = 0xffffffffu;
 constexpr uint32_t kNoDigit = 0xffffffffu;
 constexpr int kMaxBins = 2048;
 constexpr int kLevels = 3;
@@ -40,98 +44,6 @@ constexpr int64_t kNoCut = INT64_MAX;
 constexpr int kMaxSegs = 64;  // find_crossing: segment sums kept per warp
 
 using u64 = unsigned long long;
-
-__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
-
-// Order-preserving key of a float (larger float -> larger key); -0 and +0 share one key as they compare
-// equal on the CPU.
-__device__ __forceinline__ uint32_t float_key(float v) {
-  const uint32_t b = __float_as_uint(__fadd_rn(v, 0.0f));
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-
-// ---- exp in fp64 for the sampling weights --------------------------------------------------------
-// The draw weighs every id by exp(x - m) in fp64, as the CPU sampler does. CUDA's exp() costs ~19 fp64
-// and ~50 other instructions, which made the weight pass issue-bound (~85 us per 151,936-logit row).
-// exp_nonpos splits d = (64 n + j) ln2 / 64 + r with |r| <= ln2 / 128, so exp(d) = 2^n 2^(j/64) e^r with a
-// degree-6 Taylor polynomial for e^r - 1 (truncation < 3e-20) and 2^(j/64) from a shared table: about
-// 1 ulp, like CUDA's exp (the CPU's std::exp is within 1 ulp too), in ~13 operations.
-
-// 2^(j/64), j = 0..63, correctly rounded.
-__constant__ double kExp2Table[64] = {
-    1.0, 1.0108892860517005, 1.0218971486541166, 1.0330248790212284,
-    1.0442737824274138, 1.0556451783605572, 1.0671404006768237, 1.0787607977571199,
-    1.0905077326652577, 1.102382583307841, 1.1143867425958924, 1.1265216186082418,
-    1.1387886347566916, 1.1511892299529827, 1.1637248587775775, 1.1763969916502812,
-    1.189207115002721, 1.202156731452703, 1.215247359980469, 1.22848053610687,
-    1.241857812073484, 1.255380757024691, 1.2690509571917332, 1.2828700160787783,
-    1.2968395546510096, 1.3109612115247644, 1.3252366431597413, 1.339667524053303,
-    1.3542555469368927, 1.3690024229745905, 1.383909881963832, 1.3989796725383112,
-    1.4142135623730951, 1.42961333839197, 1.4451808069770467, 1.460917794180647,
-    1.4768261459394993, 1.4929077282912648, 1.5091644275934228, 1.5255981507445384,
-    1.5422108254079407, 1.559004400237837, 1.5759808451078865, 1.593142151342267,
-    1.6104903319492543, 1.6280274218573478, 1.645755478153965, 1.6636765803267364,
-    1.681792830507429, 1.7001063537185235, 1.718619298122478, 1.7373338352737062,
-    1.7562521603732995, 1.7753764925265212, 1.7947090750031072, 1.8142521755003989,
-    1.8340080864093424, 1.8539791250833855, 1.8741676341103, 1.8945759815869656,
-    1.9152065613971474, 1.9360617934922943, 1.9571441241754002, 1.978456026387951,
-};
-
-// exp(d) for d <= 0 (0 below the smallest subnormal, and for -inf and NaN), branch-free. tbl:
-// kExp2Table in shared memory (lanes index it with different j).
-__device__ __forceinline__ double exp_nonpos(double d, const double* tbl) {
-  constexpr double kInvStep = 92.33248261689366;         // 64 / ln 2
-  constexpr double kStepHi = 0.010830424696223417;       // ln 2 / 64, 36 significant bits: t * hi is exact
-  constexpr double kStepLo = 2.572804622327669e-14;      // ln 2 / 64 - kStepHi
-  constexpr double kShifter = 6755399441055744.0;         // 1.5 * 2^52: adding it rounds to an integer
-  const bool underflow = !(d > -745.2);
-  const double dc = underflow ? -745.0 : d;
-  // t = nearest integer to dc * 64 / ln 2, left in tt's low mantissa bits (no fp64 round / convert ops).
-  const double tt = fma(dc, kInvStep, kShifter);
-  const double t = tt - kShifter;
-  const double r = fma(-t, kStepLo, fma(-t, kStepHi, dc));
-  double q = 1.0 / 720.0;  // (e^r - 1) / r, Horner; the dropped r^7 / 5040 term is < 3e-20
-  q = fma(q, r, 1.0 / 120.0);
-  q = fma(q, r, 1.0 / 24.0);
-  q = fma(q, r, 1.0 / 6.0);
-  q = fma(q, r, 0.5);
-  q = fma(q, r, 1.0);
-  q *= r;  // e^r - 1
-  const int k = __double2loint(tt);  // == t
-  const double b = tbl[k & 63];
-  const double v = fma(b, q, b);  // 2^(j/64) e^r
-  // 2^n, n = floor(k / 64) in [-1076, 0], as two normal factors (the product rounds only when subnormal).
-  const int n = k >> 6, n1 = n >> 1, n2 = n - n1;
-  const double e = (v * __hiloint2double((n1 + 1023) << 20, 0)) * __hiloint2double((n2 + 1023) << 20, 0);
-  return underflow ? 0.0 : e;
-}
-
-// exp(x - m) in fp64 for a kept x <= m (m: the row's maximum, md: m as a double). Most of a real row
-// lies far below its maximum, so weights under e^-30 of the maximum's come from fp32 expf (2 ulp:
-// absolute error < 3e-20 of the maximum weight, summed over the row still below the fp64 rounding of
-// the row's sums, whose order already differs from the CPU's); the rest from exp_nonpos.
-__device__ __forceinline__ double sampling_weight(float x, float m, double md, const double* tbl) {
-  const float df = x - m;  // fp32 only picks the path
-  if (df < -30.0f) return static_cast<double>(expf(df));
-  return exp_nonpos(static_cast<double>(x) - md, tbl);
-}
-
-struct RowRef {
-  float* p;   // [n]
-  int64_t n;
-  bool vec;   // p is 16-byte aligned: float4 loads for whole groups
-};
-
-// v[j] = row[i0 + j] for i0 + j < n, else -inf.
-__device__ __forceinline__ void load_group(const RowRef& r, int64_t i0, float (&v)[4]) {
-  if (r.vec && i0 + 3 < r.n) {
-    const float4 t = *reinterpret_cast<const float4*>(r.p + i0);
-    v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
-  } else {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) v[j] = i0 + j < r.n ? r.p[i0 + j] : neg_inf();
-  }
-}
 
 // Loads in flight per thread: one CTA streams a whole row, so a pass is bound by how many bytes it keeps
 // in flight (one float4 per thread: ~37 dependent round trips over a 151,936-logit row).
@@ -172,7 +84,6 @@ struct Shared {
   int b_warp, b_seg;
   double b_cum, b_thr;
   int64_t b_result, b_last;
-  int b_chunk;  // crossing_from_chunks: the chunk holding the draw (-1: none)
   // top-K logprob gather
   int ntop;
   float top_v[kMaxSampleLogprobs];
@@ -185,17 +96,6 @@ struct Shared {
 
 // ---- max / argmax (+ optional online log-sum-exp) over the row --------------------------------------
 
-__device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2) {
-  if (m2 == neg_inf()) return;
-  if (m == neg_inf()) { m = m2; s = s2; return; }
-  const float mm = fmaxf(m, m2);
-  s = s * expf(m - mm) + s2 * expf(m2 - mm);
-  m = mm;
-}
-__device__ __forceinline__ void argmax_merge(float& bv, int64_t& bi, float v2, int64_t i2) {
-  if (v2 > bv || (v2 == bv && i2 < bi)) { bv = v2; bi = i2; }
-}
-
 // One logit into a running (max, argmax) and, when kLse, online log-sum-exp (lm, ls) over finite values.
 template <bool kLse>
 __device__ __forceinline__ void add_stat(float& bv, int64_t& bi, float& lm, float& ls, float v, int64_t id) {
@@ -203,21 +103,6 @@ __device__ __forceinline__ void add_stat(float& bv, int64_t& bi, float& lm, floa
   if (kLse && v != neg_inf()) {
     if (v > lm) { ls = ls * expf(lm - v) + 1.0f; lm = v; }
     else ls += expf(v - lm);
-  }
-}
-
-// Warp-wide merge of the running statistics (every lane ends with the warp's).
-template <bool kLse>
-__device__ __forceinline__ void warp_reduce_stats(float& bv, int64_t& bi, float& lm, float& ls) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float v2 = __shfl_xor_sync(kFull, bv, o);
-    const int64_t i2 = __shfl_xor_sync(kFull, bi, o);
-    argmax_merge(bv, bi, v2, i2);
-    if (kLse) {
-      const float m2 = __shfl_xor_sync(kFull, lm, o), s2 = __shfl_xor_sync(kFull, ls, o);
-      lse_merge(lm, ls, m2, s2);
-    }
   }
 }
 
@@ -250,159 +135,6 @@ __device__ void reduce_stats(float bv, int64_t bi, float lm, float ls, Shared& s
     if (kLse) sh.lse = lm == neg_inf() ? neg_inf() : lm + logf(ls);
   }
   __syncthreads();
-}
-
-// ---- multi-CTA raw statistics (the raw pass for few rows) -------------------------------------------
-// One CTA reading a 151,936-logit row alone is latency-bound (~40 us at bs 1), so with scratch the raw
-// pass is split: row_stats_kernel gives each chunk of kStatsChunk logits its own CTA, and sample_kernel
-// merges the chunks' (max, argmax, lse) instead of reading the row. Same results up to the fp32 order of
-// the log-sum-exp (argmax ties still resolve to the lowest id).
-
-struct __align__(16) ChunkStats {
-  float maxv;      // raw max (-inf when every logit is -inf)
-  int32_t argmax;  // lowest id holding maxv
-  float lse_m;     // log-sum-exp over the finite logits: exp-sum lse_s relative to lse_m
-  float lse_s;
-};
-
-constexpr int kStatsThreads = 256;
-constexpr int kStatsGroupsPerThread = 4;  // float4 groups per thread, all loads issued before any math
-constexpr int kStatsChunk = kStatsThreads * kStatsGroupsPerThread * 4;
-
-// Above this many rows the one-CTA-per-row pass already fills the GPU and the extra launch loses (H200,
-// vocab 151,936: 1 row 42 -> 10 us; 256 rows 85 -> 96 us).
-constexpr int64_t kStatsMaxRows = 128;
-
-int64_t stats_chunks(int64_t vocab) { return (vocab + kStatsChunk - 1) / kStatsChunk; }
-
-// Grid (chunks, rows). stats: [rows, chunks].
-__global__ void __launch_bounds__(kStatsThreads) row_stats_kernel(float* __restrict__ logits, int64_t vocab,
-                                                                  ChunkStats* __restrict__ stats) {
-  __shared__ ChunkStats red[kStatsThreads / 32];
-  const int64_t row_idx = blockIdx.y;
-  float* row_p = logits + row_idx * vocab;
-  const RowRef row{row_p, vocab, (reinterpret_cast<uintptr_t>(row_p) & 15u) == 0};
-  const int64_t g0 = int64_t{blockIdx.x} * (kStatsChunk / 4) + threadIdx.x;  // first float4 group
-  float v[kStatsGroupsPerThread][4];
-#pragma unroll
-  for (int k = 0; k < kStatsGroupsPerThread; ++k) load_group(row, 4 * (g0 + int64_t{k} * kStatsThreads), v[k]);
-  // The thread's 16 values (ids past the row load as -inf): max first, then the lowest id holding it and
-  // the exp-sum relative to it, without add_stat's per-element branch and rescaling.
-  float bv = neg_inf();
-#pragma unroll
-  for (int k = 0; k < kStatsGroupsPerThread; ++k)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) bv = fmaxf(bv, v[k][j]);
-  int64_t bi = INT64_MAX;
-  float ls = 0.0f;
-#pragma unroll
-  for (int k = kStatsGroupsPerThread - 1; k >= 0; --k) {  // descending ids: the last hit is the lowest
-#pragma unroll
-    for (int j = 3; j >= 0; --j) {
-      const int64_t id = 4 * (g0 + int64_t{k} * kStatsThreads) + j;
-      if (id < vocab && v[k][j] == bv) bi = id;
-      ls += expf(v[k][j] - bv);  // 0 for -inf (bv finite)
-    }
-  }
-  float lm = bv;
-  if (bv == neg_inf()) ls = 0.0f;  // no finite value: the empty log-sum-exp
-  warp_reduce_stats<true>(bv, bi, lm, ls);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) red[warp] = {bv, static_cast<int32_t>(bi < vocab ? bi : INT32_MAX), lm, ls};
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  for (int w = 1; w < kStatsThreads / 32; ++w) {
-    argmax_merge(bv, bi, red[w].maxv, red[w].argmax);
-    lse_merge(lm, ls, red[w].lse_m, red[w].lse_s);
-  }
-  stats[row_idx * gridDim.x + blockIdx.x] = {bv, static_cast<int32_t>(bi < vocab ? bi : INT32_MAX), lm, ls};
-}
-
-// The raw pass from the chunks' statistics: sets sh.maxv, sh.argmax and sh.lse like max_pass<true>.
-__device__ void merge_chunk_stats(const ChunkStats* __restrict__ chunks, int64_t n, Shared& sh) {
-  float lm = neg_inf(), ls = 0.0f, bv = neg_inf();
-  int64_t bi = INT64_MAX;
-  for (int64_t c = threadIdx.x; c < n; c += kThreads) {
-    const ChunkStats cs = chunks[c];
-    argmax_merge(bv, bi, cs.maxv, cs.argmax);
-    lse_merge(lm, ls, cs.lse_m, cs.lse_s);
-  }
-  reduce_stats<true>(bv, bi, lm, ls, sh);
-}
-
-// ---- multi-CTA sampling weights (plain temperature sampling) -----------------------------------------
-// The draw's weight pass for rows without filters or penalties: chunk_weights_kernel gives each
-// kStatsChunk-logit chunk its own CTA, which sums the fp64 weights exp(x / T - m) of its ids (m from the
-// chunks' raw maxima); sample_kernel then finds the chunk holding u * total from these sums and walks
-// that chunk alone. One CTA per row walking the whole row was issue-bound and, at 133-264 rows, ran two
-// rows on most SMs (H200, 224 rows: ~225 us).
-
-struct __align__(16) ChunkWeights {
-  double sum;     // fp64 weight sum of the chunk's ids
-  int32_t last;   // the highest row id in the chunk with a positive weight, -1 if none
-};
-
-// Grid (chunks, rows). stats: [rows, chunks] from row_stats_kernel; weights: [rows, chunks] (written
-// for plain_temperature rows only).
-__global__ void __launch_bounds__(kStatsThreads) chunk_weights_kernel(const float* __restrict__ logits, int64_t vocab,
-                                                                      const GpuSamplingParams* __restrict__ params,
-                                                                      const ChunkStats* __restrict__ stats,
-                                                                      ChunkWeights* __restrict__ weights) {
-  __shared__ double tbl[64];  // kExp2Table
-  __shared__ double red_sum[kStatsThreads / 32];
-  __shared__ int red_last[kStatsThreads / 32];
-  __shared__ float row_max;
-  const int64_t row_idx = blockIdx.y;
-  const GpuSamplingParams p = params[row_idx];
-  if (!plain_temperature(p)) return;  // block-uniform
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (threadIdx.x < 64) tbl[threadIdx.x] = kExp2Table[threadIdx.x];
-  if (warp == 0) {  // the row's raw maximum, as merge_chunk_stats finds it
-    float mx = neg_inf();
-    for (int c = lane; c < static_cast<int>(gridDim.x); c += 32) mx = fmaxf(mx, stats[row_idx * gridDim.x + c].maxv);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, o));
-    if (lane == 0) row_max = mx;
-  }
-  const float* row_p = logits + row_idx * vocab;
-  const RowRef row{const_cast<float*>(row_p), vocab, (reinterpret_cast<uintptr_t>(row_p) & 15u) == 0};
-  const int64_t g0 = int64_t{blockIdx.x} * (kStatsChunk / 4) + threadIdx.x;  // first float4 group
-  float v[kStatsGroupsPerThread][4];
-#pragma unroll
-  for (int k = 0; k < kStatsGroupsPerThread; ++k) load_group(row, 4 * (g0 + int64_t{k} * kStatsThreads), v[k]);
-  __syncthreads();
-  const float T = p.temperature;
-  const float m = __fdiv_rn(row_max, T);  // max of x / T, as in sample_kernel
-  double acc = 0.0;
-  int last = -1;
-  if (m != neg_inf()) {  // else every weight is 0 (the CPU's all -inf fallback)
-    const double md = m;
-#pragma unroll
-    for (int k = 0; k < kStatsGroupsPerThread; ++k) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int64_t id = 4 * (g0 + int64_t{k} * kStatsThreads) + j;
-        if (id < vocab) {
-          const double w = sampling_weight(__fdiv_rn(v[k][j], T), m, md, tbl);
-          acc += w;
-          if (w > 0.0) last = static_cast<int>(id);
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    acc += __shfl_xor_sync(kFull, acc, o);
-    last = max(last, __shfl_xor_sync(kFull, last, o));
-  }
-  if (lane == 0) { red_sum[warp] = acc; red_last[warp] = last; }
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  for (int w = 1; w < kStatsThreads / 32; ++w) {
-    acc += red_sum[w];
-    last = max(last, red_last[w]);
-  }
-  weights[row_idx * gridDim.x + blockIdx.x] = {acc, last};
 }
 
 // ---- radix search ---------------------------------------------------------------------------------
@@ -678,65 +410,40 @@ __device__ int64_t find_crossing(const RowRef& r, W&& weight, double a, double b
   return res;
 }
 
-// find_crossing(row, weight, u, 0) from chunk_weights_kernel's sums: the chunk where the cumulative
-// weight first exceeds u * total, then find_crossing on that chunk alone (threshold less the weight
-// before it). As in find_crossing, rounding that leaves no crossing falls back to the last positive id.
-template <class W>
-__device__ int64_t crossing_from_chunks(const RowRef& r, const ChunkWeights* __restrict__ cw, int num_chunks,
-                                        W&& weight, double u, Shared& sh) {
-  if (threadIdx.x == 0) {
-    double total = 0.0;
-    int64_t lst = -1;
-    for (int c = 0; c < num_chunks; ++c) {
-      total += cw[c].sum;
-      lst = cw[c].last > lst ? cw[c].last : lst;
-    }
-    const double thr = u * total;
-    double cum = 0.0;
-    int found = -1;
-    for (int c = 0; c < num_chunks; ++c) {
-      if (cum + cw[c].sum > thr) { found = c; break; }
-      cum += cw[c].sum;
-    }
-    sh.b_chunk = found;
-    sh.b_cum = thr - cum;  // the threshold within the chunk
-    sh.b_last = lst;
-  }
-  __syncthreads();
-  const int c = sh.b_chunk;
-  const double chunk_thr = sh.b_cum;
-  const int64_t lst = sh.b_last;
-  __syncthreads();  // sh reused by find_crossing
-  if (c < 0) return lst;
-  const int64_t begin = int64_t{c} * kStatsChunk;
-  float* p = r.p + begin;
-  const RowRef chunk{p, min(int64_t{kStatsChunk}, r.n - begin), (reinterpret_cast<uintptr_t>(p) & 15u) == 0};
-  const int64_t local = find_crossing(chunk, weight, 0.0, chunk_thr, sh);
-  return local >= 0 ? begin + local : lst;
-}
-
 // ---- the kernel -----------------------------------------------------------------------------------
 
 __global__ void __launch_bounds__(kThreads, 1)
 sample_kernel(float* __restrict__ logits, int64_t vocab, const GpuSamplingParams* __restrict__ params,
               GpuPenaltyEntry* __restrict__ entries, GpuSampleOutputs out, int mass_shift,
-              const ChunkStats* __restrict__ chunk_stats, const ChunkWeights* __restrict__ chunk_weights,
-              int num_chunks) {
+              void* chunk_pass_scratch, int num_chunks) {
   __shared__ Shared sh;
   if (threadIdx.x < 64) sh.exp2_tbl[threadIdx.x] = kExp2Table[threadIdx.x];  // read after the first barrier
   const int64_t row_idx = blockIdx.x;
   const GpuSamplingParams p = params[row_idx];
   float* row_p = logits + row_idx * vocab;
-  const RowRef row{row_p, vocab, (reinterpret_cast<uintptr_t>(row_p) & 15u) == 0};
+  const RowRef row = row_ref(row_p, vocab);
   const float kNegInf = neg_inf();
+  const int K = static_cast<int>(p.num_logprobs < vocab ? p.num_logprobs : vocab);
+  // The chunk pass ran before: it drew the token of chunk_pass_draws rows already.
+  const bool drawn = chunk_pass_scratch != nullptr && chunk_pass_draws(p);
+  if (drawn && K == 0) return;  // block-uniform
 
-  // 1. Raw statistics: log-sum-exp, max, argmax (from row_stats_kernel's chunks when it ran).
-  if (chunk_stats != nullptr) merge_chunk_stats(chunk_stats + row_idx * num_chunks, num_chunks, sh);
-  else max_pass<true>(row, sh);
-  const float lse = sh.lse;
+  // 1. Raw statistics: log-sum-exp, max, argmax (the chunk pass's when it ran).
+  float lse, maxv;
+  int64_t token;  // the argmax until step 4
+  if (chunk_pass_scratch != nullptr) {
+    const RowStats rs = *row_scratch(chunk_pass_scratch, row_idx, num_chunks).row;
+    lse = rs.lse;
+    maxv = rs.maxv;
+    token = rs.argmax;
+  } else {
+    max_pass<true>(row, sh);
+    lse = sh.lse;
+    maxv = sh.maxv;
+    token = sh.argmax;
+  }
 
   // 2. Top-K raw logprobs: the K largest raw values, ties to the lower id.
-  const int K = static_cast<int>(p.num_logprobs < vocab ? p.num_logprobs : vocab);
   if (K > 0) {
     const RadixResult rr = radix_search<false>(
         row, [](int64_t, float v, uint32_t& key) { key = float_key(v); return true; },
@@ -779,6 +486,7 @@ sample_kernel(float* __restrict__ logits, int64_t vocab, const GpuSamplingParams
     }
     __syncthreads();
   }
+  if (drawn) return;
 
   // 3. Suppression and penalties, in place (ids are unique within a row's entries).
   GpuPenaltyEntry* ent = p.entry_count > 0 ? entries + p.entry_begin : nullptr;
@@ -801,20 +509,21 @@ sample_kernel(float* __restrict__ logits, int64_t vocab, const GpuSamplingParams
     }
     __syncthreads();
     max_pass<false>(row, sh);
+    maxv = sh.maxv;
+    token = sh.argmax;
   }
-  const float maxv = sh.maxv;
-  int64_t token = sh.argmax;
+  const int64_t argmax = token;
 
   // 4. Sampling.
-  const float T = p.temperature;
-  if (T >= kSamplingEps) {
-    const float m = __fdiv_rn(maxv, T);  // max of x / T: division by T > 0 is monotone
+  if (!greedy(p)) {
+    const Divider div = make_divider(p.temperature);
+    const float m = divide(maxv, div);  // max of x / T: division by T > 0 is monotone
     if (m == kNegInf) {
       token = 0;  // no finite candidate: the CPU falls back to argmax of all -inf = id 0
     } else {
       const double md = m;
       const double scale = static_cast<double>(1ull << mass_shift);
-      auto xt = [&](float v) { return __fdiv_rn(v, T); };
+      auto xt = [&](float v) { return divide(v, div); };
 
       bool topk = p.top_k > 0;
       uint32_t kth_key = 0;
@@ -876,9 +585,7 @@ sample_kernel(float* __restrict__ logits, int64_t vocab, const GpuSamplingParams
       const auto plain_weight = [&](int64_t, float v) { return sampling_weight(xt(v), m, md, tbl); };
       const bool plain = !topk && !topp && !(min_p > 0.0);
       const int64_t pick =
-          plain && chunk_weights != nullptr && plain_temperature(p)
-          ? crossing_from_chunks(row, chunk_weights + row_idx * num_chunks, num_chunks, plain_weight, u, sh)
-          : plain ? find_crossing(row, plain_weight, u, 0.0, sh)
+          plain ? find_crossing(row, plain_weight, u, 0.0, sh)
           : find_crossing(
           row,
           [&](int64_t id, float v) -> double {
@@ -892,7 +599,7 @@ sample_kernel(float* __restrict__ logits, int64_t vocab, const GpuSamplingParams
             return pr;
           },
           u, 0.0, sh);
-      token = pick >= 0 ? pick : sh.argmax;
+      token = pick >= 0 ? pick : argmax;
     }
   }
 
@@ -907,7 +614,20 @@ sample_kernel(float* __restrict__ logits, int64_t vocab, const GpuSamplingParams
   }
 }
 
+// out[i] = x[i] / t by the sampler's Divider.
+__global__ void divide_kernel(const float* __restrict__ x, int64_t n, float t, float* __restrict__ out) {
+  const Divider div = make_divider(t);
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = divide(x[i], div);
+}
+
 }  // namespace
+
+void divide_like_sampler(const float* x, int64_t n, float t, float* out, cudaStream_t stream) {
+  if (n == 0) return;
+  divide_kernel<<<static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096)), 256, 0, stream>>>(x, n, t, out);
+  CUDA_CHECK_LAUNCH();
+}
 
 GpuSampleOutputs sample_outputs_at(void* base, int64_t num_rows) {
   auto* w = static_cast<int32_t*>(base);
@@ -920,13 +640,12 @@ GpuSampleOutputs sample_outputs_at(void* base, int64_t num_rows) {
 }
 
 size_t sample_scratch_bytes(int64_t num_rows, int64_t vocab) {
-  return static_cast<size_t>(num_rows) * static_cast<size_t>(stats_chunks(vocab)) *
-         (sizeof(ChunkStats) + sizeof(ChunkWeights));
+  return static_cast<size_t>(num_rows) * row_scratch_bytes(num_chunks(vocab));
 }
 
 void sample(float* logits, int64_t num_rows, int64_t vocab, const GpuSamplingParams* params,
-            GpuPenaltyEntry* entries, GpuSampleOutputs out, cudaStream_t stream, void* scratch,
-            bool any_plain_temperature) {
+            const GpuSamplingParams* host_params, GpuPenaltyEntry* entries, GpuSampleOutputs out,
+            cudaStream_t stream, void* scratch) {
   NANOVLLM_CHECK(vocab >= 1 && vocab < (int64_t{1} << 31), "cuda_ops::sample: vocab must be in [1, 2^31), got ",
                  vocab);
   if (num_rows == 0) return;
@@ -936,23 +655,18 @@ void sample(float* logits, int64_t num_rows, int64_t vocab, const GpuSamplingPar
   int bits = 0;
   while ((int64_t{1} << bits) <= vocab) ++bits;
   const int mass_shift = 62 - bits < 46 ? 62 - bits : 46;
-  ChunkStats* stats = nullptr;
-  ChunkWeights* weights = nullptr;
-  const int64_t chunks = stats_chunks(vocab);
-  if (scratch != nullptr && chunks > 1 && num_rows <= 65535 && (num_rows <= kStatsMaxRows || any_plain_temperature)) {
-    const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(num_rows));
-    stats = static_cast<ChunkStats*>(scratch);
-    row_stats_kernel<<<grid, kStatsThreads, 0, stream>>>(logits, vocab, stats);
-    CUDA_CHECK_LAUNCH();
-    if (any_plain_temperature) {
-      weights = reinterpret_cast<ChunkWeights*>(stats + num_rows * chunks);
-      chunk_weights_kernel<<<grid, kStatsThreads, 0, stream>>>(logits, vocab, params, stats, weights);
-      CUDA_CHECK_LAUNCH();
-    }
+  const bool chunk_pass = scratch != nullptr && num_rows <= 65535;  // grid.y limit
+  bool row_kernel = true;
+  if (chunk_pass) {
+    launch_chunk_pass(logits, num_rows, vocab, params, scratch, out, stream);
+    row_kernel = host_params == nullptr || std::any_of(host_params, host_params + num_rows, needs_row_kernel);
   }
-  sample_kernel<<<static_cast<unsigned>(num_rows), kThreads, 0, stream>>>(
-      logits, vocab, params, entries, out, mass_shift, stats, weights, static_cast<int>(chunks));
-  CUDA_CHECK_LAUNCH();
+  if (row_kernel) {
+    sample_kernel<<<static_cast<unsigned>(num_rows), kThreads, 0, stream>>>(
+        logits, vocab, params, entries, out, mass_shift, chunk_pass ? scratch : nullptr,
+        static_cast<int>(num_chunks(vocab)));
+    CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace nanovllm::cuda_ops

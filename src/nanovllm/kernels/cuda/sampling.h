@@ -37,8 +37,8 @@ struct GpuSamplingParams {
 
 constexpr float kSamplingEps = 1e-5f;  // as the CPU Sampler: below this temperature is greedy
 
-// Temperature sampling without top-k / top-p / min-p and without penalty entries: the rows the chunked
-// weight pass serves (see sample()).
+// Temperature sampling without top-k / top-p / min-p and without penalty entries: rows the chunk pass
+// draws itself (see sample()).
 __host__ __device__ inline bool plain_temperature(const GpuSamplingParams& p) {
   return p.temperature >= kSamplingEps && p.top_k <= 0 && !(p.top_p < 1.0f) && !(p.min_p > 0.0f) &&
          p.entry_count == 0;
@@ -76,18 +76,23 @@ GpuSampleOutputs sample_outputs_at(void* base, int64_t num_rows);
 
 // logits: [S, vocab] f32 device, row-major (rows need not be 16-byte aligned). Penalised values are
 // written in place while the kernel runs and restored before it ends. params: [S] device;
+// host_params: the same [S] on the host, or null (then the one-CTA-per-row kernel always runs);
 // entries: [sum of entry_count] device (may be null when no row has entries).
-// scratch: [sample_scratch_bytes(num_rows, vocab)] device bytes, or null. With scratch, rows are read by
-// many CTAs each (4,096-logit chunks) before the one-CTA-per-row kernel:
-//  * the raw pass (max, argmax, log-sum-exp; row_stats_kernel) when at most 128 rows or any plain row;
-//  * when any_plain_temperature (some row is plain_temperature, as the host knows from the params it
-//    packed), the fp64 weight sums of the draw (chunk_weights_kernel), so the row's CTA walks one chunk.
-// Without scratch each row's CTA reads the whole row alone. Token choices agree either way up to the
-// fp64 order of the weight sums (a draw within ~1e-16 of a boundary); logprobs to fp32 rounding of the
+// scratch: [sample_scratch_bytes(S, vocab)] device bytes, zero-filled once before its first use (each
+// call leaves it so), or null. With scratch (and S <= 65,535), a chunk pass reads every row once with one
+// CTA per 4,096 logits: the raw max, argmax and log-sum-exp of every row, and the whole draw of rows
+// without penalties that are greedy or plain temperature (plain_temperature). The one-CTA-per-row kernel
+// then runs only if some row has filters, penalties or top-K logprobs (as host_params shows). Without
+// scratch each row's CTA reads the whole row alone. Token choices agree either way up to the fp64 order
+// of the weight sums (a draw within ~1e-16 of a boundary); logprobs to the fp32 rounding of the
 // log-sum-exp.
 size_t sample_scratch_bytes(int64_t num_rows, int64_t vocab);
 void sample(float* logits, int64_t num_rows, int64_t vocab, const GpuSamplingParams* params,
-            GpuPenaltyEntry* entries, GpuSampleOutputs out, cudaStream_t stream, void* scratch = nullptr,
-            bool any_plain_temperature = false);
+            const GpuSamplingParams* host_params, GpuPenaltyEntry* entries, GpuSampleOutputs out,
+            cudaStream_t stream, void* scratch = nullptr);
+
+// For tests: out[i] = x[i] / t as the sampler divides logits by the temperature (x, out: [n] device).
+// It must equal the IEEE (CPU) division bit for bit.
+void divide_like_sampler(const float* x, int64_t n, float t, float* out, cudaStream_t stream);
 
 }  // namespace nanovllm::cuda_ops

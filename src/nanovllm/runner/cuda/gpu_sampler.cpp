@@ -41,7 +41,12 @@ void GpuSampler::reserve(int64_t rows, int64_t entries) {
     const size_t out_bytes = cuda_ops::sample_output_words(cap_rows_) * 4;
     out_host_ = Buffer(pinned_host_allocator(), out_bytes);
     out_dev_ = Buffer(cuda_allocator(device_), out_bytes);
-    stats_dev_ = Buffer(cuda_allocator(device_), cuda_ops::sample_scratch_bytes(cap_rows_, vocab_));
+    const size_t scratch_bytes = cuda_ops::sample_scratch_bytes(cap_rows_, vocab_);
+    stats_dev_ = Buffer(cuda_allocator(device_), scratch_bytes);
+    // The chunk pass's counters start at 0. The memset is on the legacy stream, which need not order
+    // with the caller's stream: wait for it.
+    CUDA_CHECK(cudaMemset(stats_dev_.data(), 0, scratch_bytes));
+    CUDA_CHECK(cudaDeviceSynchronize());
   }
   cap_entries_ = std::max(entries, std::max<int64_t>(cap_entries_, 4096));
   in_host_ = Buffer(pinned_host_allocator(), in_bytes(cap_rows_, cap_entries_));
@@ -118,10 +123,9 @@ std::vector<SampledToken> GpuSampler::sample(const std::vector<const Sequence*>&
   copy_h2d(in_dev_.data(), host, in_bytes(S, E), stream);
   auto* dev = static_cast<char*>(in_dev_.data());
   const cuda_ops::GpuSampleOutputs out = cuda_ops::sample_outputs_at(out_dev_.data(), S);
-  const bool any_plain = std::any_of(params.begin(), params.end(), cuda_ops::plain_temperature);
-  cuda_ops::sample(logits, S, V, reinterpret_cast<const GpuSamplingParams*>(dev),
+  cuda_ops::sample(logits, S, V, reinterpret_cast<const GpuSamplingParams*>(dev), params.data(),
                    E > 0 ? reinterpret_cast<GpuPenaltyEntry*>(dev + params_bytes) : nullptr, out, stream,
-                   stats_dev_.data(), any_plain);
+                   stats_dev_.data());
   // One D2H: token ids and their logprobs always; the top-K block only when some row asked for it.
   const size_t words = any_logprobs ? cuda_ops::sample_output_words(S) : static_cast<size_t>(2 * S);
   copy_d2h(out_host_.data(), out_dev_.data(), words * 4, stream);

@@ -40,7 +40,7 @@ class GpuSampler {
   int64_t cap_rows_ = 0, cap_entries_ = 0;
   Buffer in_host_, in_dev_;    // [cap_rows] GpuSamplingParams, then [cap_entries] GpuPenaltyEntry
   Buffer out_host_, out_dev_;  // [sample_output_words(cap_rows)] words (see cuda_ops::GpuSampleOutputs)
-  Buffer stats_dev_;           // [sample_scratch_bytes(cap_rows, vocab)]: the multi-CTA raw pass
+  Buffer stats_dev_;           // [sample_scratch_bytes(cap_rows, vocab)]: the chunk pass's scratch
   std::unordered_map<int32_t, int32_t> scratch_;  // id -> count, reused per row
 };
 
