@@ -417,7 +417,6 @@ sample_kernel(float* __restrict__ logits, int64_t vocab, const GpuSamplingParams
               GpuPenaltyEntry* __restrict__ entries, GpuSampleOutputs out, int mass_shift,
               void* chunk_pass_scratch, int num_chunks) {
   __shared__ Shared sh;
-  if (threadIdx.x < 64) sh.exp2_tbl[threadIdx.x] = kExp2Table[threadIdx.x];  // read after the first barrier
   const int64_t row_idx = blockIdx.x;
   const GpuSamplingParams p = params[row_idx];
   float* row_p = logits + row_idx * vocab;
@@ -427,6 +426,8 @@ sample_kernel(float* __restrict__ logits, int64_t vocab, const GpuSamplingParams
   // The chunk pass ran before: it drew the token of chunk_pass_draws rows already.
   const bool drawn = chunk_pass_scratch != nullptr && chunk_pass_draws(p);
   if (drawn && K == 0) return;  // block-uniform
+  if (threadIdx.x < 64) sh.exp2_tbl[threadIdx.x] = kExp2Table[threadIdx.x];
+  __syncthreads();  // the table before any weight (a min-p row after the chunk pass weighs first)
 
   // 1. Raw statistics: log-sum-exp, max, argmax (the chunk pass's when it ran).
   float lse, maxv;
@@ -655,7 +656,8 @@ void sample(float* logits, int64_t num_rows, int64_t vocab, const GpuSamplingPar
   int bits = 0;
   while ((int64_t{1} << bits) <= vocab) ++bits;
   const int mass_shift = 62 - bits < 46 ? 62 - bits : 46;
-  const bool chunk_pass = scratch != nullptr && num_rows <= 65535;  // grid.y limit
+  // grid.y bounds the rows; block_crossing's per-thread share bounds the chunks.
+  const bool chunk_pass = scratch != nullptr && num_rows <= 65535 && num_chunks(vocab) <= kMaxChunks;
   bool row_kernel = true;
   if (chunk_pass) {
     launch_chunk_pass(logits, num_rows, vocab, params, scratch, out, stream);

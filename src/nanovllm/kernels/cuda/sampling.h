@@ -79,13 +79,13 @@ GpuSampleOutputs sample_outputs_at(void* base, int64_t num_rows);
 // host_params: the same [S] on the host, or null (then the one-CTA-per-row kernel always runs);
 // entries: [sum of entry_count] device (may be null when no row has entries).
 // scratch: [sample_scratch_bytes(S, vocab)] device bytes, zero-filled once before its first use (each
-// call leaves it so), or null. With scratch (and S <= 65,535), a chunk pass reads every row once with one
-// CTA per 4,096 logits: the raw max, argmax and log-sum-exp of every row, and the whole draw of rows
-// without penalties that are greedy or plain temperature (plain_temperature). The one-CTA-per-row kernel
-// then runs only if some row has filters, penalties or top-K logprobs (as host_params shows). Without
-// scratch each row's CTA reads the whole row alone. Token choices agree either way up to the fp64 order
-// of the weight sums (a draw within ~1e-16 of a boundary); logprobs to the fp32 rounding of the
-// log-sum-exp.
+// call leaves it so), or null. With scratch (S <= 65,535, vocab <= 4,194,304), a chunk pass reads every
+// row once with one CTA per 4,096 logits: the raw max, argmax and log-sum-exp of every row, and the
+// whole draw of rows without penalties that are greedy or plain temperature (plain_temperature). The
+// one-CTA-per-row kernel then runs only if some row has filters, penalties or top-K logprobs (as
+// host_params shows). Without scratch each row's CTA reads the whole row alone. Token choices agree
+// either way up to the fp64 order of the weight sums (a draw within ~1e-16 of a boundary); logprobs to
+// the fp32 rounding of the log-sum-exp.
 size_t sample_scratch_bytes(int64_t num_rows, int64_t vocab);
 void sample(float* logits, int64_t num_rows, int64_t vocab, const GpuSamplingParams* params,
             const GpuSamplingParams* host_params, GpuPenaltyEntry* entries, GpuSampleOutputs out,

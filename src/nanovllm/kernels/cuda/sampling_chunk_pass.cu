@@ -66,22 +66,25 @@ struct Crossing {
   double rest;  // thr less the cumulative weight before item (+inf for the fallback)
 };
 
-// Among n items of weight weight(i) >= 0 in order, with thr = a * total + b: the first item whose
-// inclusive cumulative weight exceeds thr, counting only items of positive weight. Thread t sums the
-// contiguous items [t * per, (t + 1) * per); the sums are scanned across the block in a fixed order,
-// and the first thread whose range ends past thr walks it again. If rounding leaves no crossing, the
-// last item with a positive weight (rest = +inf).
-template <class W>
+// Among n <= kPer * kChunkThreads items of weight weight(i) >= 0 in order, with thr = a * total + b: the
+// first item whose inclusive cumulative weight exceeds thr, counting only items of positive weight.
+// Thread t weighs the contiguous items [t * kPer, (t + 1) * kPer) at once (their loads in flight
+// together) and keeps the weights; the sums are scanned across the block in a fixed order, and the first
+// thread whose range ends past thr walks its weights. If rounding leaves no crossing, the last item with
+// a positive weight (rest = +inf).
+template <int kPer, class W>
 __device__ Crossing block_crossing(int n, W&& weight, double a, double b, Shared& sh) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int per = (n + kChunkThreads - 1) / kChunkThreads;
-  const int begin = min(static_cast<int>(threadIdx.x) * per, n), end = min(begin + per, n);
+  const int begin = static_cast<int>(threadIdx.x) * kPer;
+  double w[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) w[i] = begin + i < n ? weight(begin + i) : 0.0;
   double sum = 0.0;
   int last = -1;
-  for (int i = begin; i < end; ++i) {
-    const double w = weight(i);
-    sum += w;
-    if (w > 0.0) last = i;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    sum += w[i];
+    if (w[i] > 0.0) last = begin + i;
   }
   double incl = sum;  // inclusive scan over the warp's lanes
 #pragma unroll
@@ -113,11 +116,13 @@ __device__ Crossing block_crossing(int n, W&& weight, double a, double b, Shared
     double cum = before_warp + excl;
     int pick = -1;
     double pick_rest = 0.0;
-    for (int i = begin; i < end; ++i) {
-      const double w = weight(i);
-      if (w > 0.0) { pick = i; pick_rest = thr - cum; }  // rounding fallback: the range's last positive
-      cum += w;
-      if (w > 0.0 && cum > thr) break;
+    bool crossed = false;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      if (crossed) continue;
+      if (w[i] > 0.0) { pick = begin + i; pick_rest = thr - cum; }  // rounding fallback: the last positive
+      cum += w[i];
+      crossed = w[i] > 0.0 && cum > thr;
     }
     sh.pick = pick;
     sh.pick_rest = pick_rest;
@@ -175,13 +180,13 @@ __device__ void finish_row(const RowRef& row, int64_t row_idx, const GpuSampling
         if (cmax == neg_inf()) return 0.0;
         return __ldcg(rs.weights + c) * exp(static_cast<double>(divide(cmax, div)) - md);
       };
-      const Crossing in_row = block_crossing(chunks, chunk_weight, u, 0.0, sh);
+      const Crossing in_row = block_crossing<kMaxChunks / kChunkThreads>(chunks, chunk_weight, u, 0.0, sh);
       if (in_row.item >= 0) {
         const int64_t begin = int64_t{in_row.item} * kChunk;
         const float* p0 = row.p + begin;
         const int n = static_cast<int>(min(int64_t{kChunk}, row.n - begin));
         const auto elem_weight = [&](int i) { return sampling_weight(divide(p0[i], div), m, md, sh.tbl); };
-        const Crossing in_chunk = block_crossing(n, elem_weight, 0.0, in_row.rest, sh);
+        const Crossing in_chunk = block_crossing<kChunk / kChunkThreads>(n, elem_weight, 0.0, in_row.rest, sh);
         // No positive exact weight in the chunk (its sum came from weights under fp32 expf's range):
         // keep the argmax, whose weight is 1.
         if (in_chunk.item >= 0) token = begin + in_chunk.item;
@@ -255,10 +260,10 @@ __device__ double chunk_weight_sum(const float (&v)[kChunkGroups][4], float cmax
   return ws;
 }
 
-// Grid (chunks, rows).
-__global__ void __launch_bounds__(kChunkThreads) chunk_pass_kernel(const float* __restrict__ logits, int64_t vocab,
-                                                                   const GpuSamplingParams* __restrict__ params,
-                                                                   void* scratch, int chunks, GpuSampleOutputs out) {
+// Grid (chunks, rows). 4 CTAs per SM: caps the registers at 64 (the finisher's kept weights would take 80).
+__global__ void __launch_bounds__(kChunkThreads, 4)
+    chunk_pass_kernel(const float* __restrict__ logits, int64_t vocab, const GpuSamplingParams* __restrict__ params,
+                      void* scratch, int chunks, GpuSampleOutputs out) {
   __shared__ Shared sh;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t row_idx = blockIdx.y;

@@ -195,6 +195,8 @@ constexpr int kChunkThreads = 256;
 constexpr int kChunkGroups = 4;                            // float4 groups per thread
 constexpr int kChunk = kChunkThreads * kChunkGroups * 4;  // logits per chunk: 4,096
 
+constexpr int kMaxChunks = 4 * kChunkThreads;           // the chunk pass serves vocabs up to 4,194,304
+
 __host__ __device__ inline int64_t num_chunks(int64_t vocab) { return (vocab + kChunk - 1) / kChunk; }
 
 // Greedy as sample_kernel reads the temperature (a NaN temperature is greedy too).
