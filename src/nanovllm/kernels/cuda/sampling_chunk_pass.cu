@@ -134,6 +134,32 @@ __device__ Crossing block_crossing(int n, W&& weight, double a, double b, Shared
   return res;
 }
 
+// The token of a plain temperature row, from its merged statistics in sh.
+__device__ int64_t draw(const RowRef& row, const GpuSamplingParams& p, const RowScratch& rs, int chunks,
+                        Shared& sh) {
+  const Divider div = make_divider(p.temperature);
+  const float m = divide(sh.row_max, div);  // max of x / T: division by T > 0 is monotone
+  if (m == neg_inf()) return 0;  // no finite candidate: the CPU falls back to argmax of all -inf = id 0
+  const double md = m;
+  const double u = rng_uniform(p.rng_key, p.step);
+  // Chunk c weighs its sum relative to its own max of x / T, times exp(that max - m).
+  const auto chunk_weight = [&](int c) {
+    const float cmax = __ldcg(&rs.chunks[c].maxv);
+    if (cmax == neg_inf()) return 0.0;
+    return __ldcg(rs.weights + c) * exp(static_cast<double>(divide(cmax, div)) - md);
+  };
+  const Crossing in_row = block_crossing<kMaxChunks / kChunkThreads>(chunks, chunk_weight, u, 0.0, sh);
+  if (in_row.item < 0) return sh.row_argmax;
+  const int64_t begin = int64_t{in_row.item} * kChunk;
+  const float* p0 = row.p + begin;
+  const int n = static_cast<int>(min(int64_t{kChunk}, row.n - begin));
+  const auto elem_weight = [&](int i) { return sampling_weight(divide(p0[i], div), m, md, sh.tbl); };
+  const Crossing in_chunk = block_crossing<kChunk / kChunkThreads>(n, elem_weight, 0.0, in_row.rest, sh);
+  // No positive exact weight in the chunk (its sum came from weights under fp32 expf's range): the
+  // argmax, whose weight is 1.
+  return in_chunk.item >= 0 ? begin + in_chunk.item : sh.row_argmax;
+}
+
 // The row's last CTA: RowStats from the chunks, then the token of a chunk_pass_draws row.
 __device__ void finish_row(const RowRef& row, int64_t row_idx, const GpuSamplingParams& p, const RowScratch& rs,
                            int chunks, GpuSampleOutputs out, Shared& sh) {
@@ -166,32 +192,8 @@ __device__ void finish_row(const RowRef& row, int64_t row_idx, const GpuSampling
 
   // 2. The token.
   if (chunk_pass_draws(p)) {
-    int64_t token = sh.row_argmax;
-    const Divider div = make_divider(p.temperature);
-    const float m = greedy(p) ? 0.0f : divide(sh.row_max, div);  // max of x / T: division by T > 0 is monotone
-    if (!greedy(p) && m == neg_inf()) {
-      token = 0;  // no finite candidate: the CPU falls back to argmax of all -inf = id 0
-    } else if (!greedy(p)) {
-      const double md = m;
-      const double u = rng_uniform(p.rng_key, p.step);
-      // Chunk c weighs its sum relative to its own max of x / T, times exp(that max - m).
-      const auto chunk_weight = [&](int c) {
-        const float cmax = __ldcg(&rs.chunks[c].maxv);
-        if (cmax == neg_inf()) return 0.0;
-        return __ldcg(rs.weights + c) * exp(static_cast<double>(divide(cmax, div)) - md);
-      };
-      const Crossing in_row = block_crossing<kMaxChunks / kChunkThreads>(chunks, chunk_weight, u, 0.0, sh);
-      if (in_row.item >= 0) {
-        const int64_t begin = int64_t{in_row.item} * kChunk;
-        const float* p0 = row.p + begin;
-        const int n = static_cast<int>(min(int64_t{kChunk}, row.n - begin));
-        const auto elem_weight = [&](int i) { return sampling_weight(divide(p0[i], div), m, md, sh.tbl); };
-        const Crossing in_chunk = block_crossing<kChunk / kChunkThreads>(n, elem_weight, 0.0, in_row.rest, sh);
-        // No positive exact weight in the chunk (its sum came from weights under fp32 expf's range):
-        // keep the argmax, whose weight is 1.
-        if (in_chunk.item >= 0) token = begin + in_chunk.item;
-      }
-    }
+    int64_t token = sh.row_argmax;  // greedy
+    if (!greedy(p)) token = draw(row, p, rs, chunks, sh);
     if (threadIdx.x == 0) {
       out.token_ids[row_idx] = static_cast<int32_t>(token);
       out.token_logprobs[row_idx] = row.p[token] - sh.row_lse;
