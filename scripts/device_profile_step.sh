@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Per-kernel GPU time of a few mid-run decode steps of `bench throughput` (Qwen3-0.6B shape), by ncu.
-# Usage (device): bash scripts/device_profile_step.sh [launch-skip] [launch-count]
-# Writes $OUT/ncu.log (ncu's CSV) and prints the time per kernel name, summed over the window. The
-# default window is ~2 decode steps at batch ~224; --launch-skip 2336 --launch-count 300 lands on the
-# first real prefill step (8,192 tokens).
+# Per-kernel GPU time of a few steps of `bench throughput` (Qwen3-0.6B shape), by ncu.
+# Usage (device): bash scripts/device_profile_step.sh [decode|prefill] [launch-skip] [launch-count]
+# Only kernels inside the runner's NVTX range of that step kind count (launch-skip included). Writes
+# $OUT/ncu.log (ncu's CSV) and prints the time per kernel name, summed over the window. The default
+# window is ~2 decode steps at batch ~224; `prefill 640 320` is about one prefill step of ~8K tokens.
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-SKIP=${1:-60000}
-COUNT=${2:-600}
+KIND=${1:-decode}
+SKIP=${2:-35000}
+COUNT=${3:-600}
 B=.carry/nanovllm
 [ -d /tmp/q06 ] || $B make-test-model --out /tmp/q06 --preset qwen3-0.6b --seed 1 >/dev/null 2>&1
-ncu --clock-control none --graph-profiling node --launch-skip "$SKIP" --launch-count "$COUNT" \
+ncu --clock-control none --graph-profiling node --nvtx --nvtx-include "$KIND/" --launch-skip "$SKIP" --launch-count "$COUNT" \
     --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu.log" \
     $B bench throughput --backend cuda --model /tmp/q06 > "$OUT/bench_stdout.log" 2>&1
 python3 - "$OUT/ncu.log" <<'PY'

@@ -60,6 +60,7 @@ struct Batch {
 
 struct BatchMeta {
   int64_t T = 0, S = 0, max_blocks = 0, max_q = 0, max_ctx = 0;
+  int64_t leading_decodes = 0;  // sequences before the first one with query length != 1
   std::vector<int32_t> cu, ctx, bt, slots, positions;
 };
 
@@ -77,6 +78,7 @@ BatchMeta make_meta(const Batch& b, int64_t BS, int64_t NB, std::mt19937& rng, i
   }
   m.T = m.cu.back();
   m.ctx = b.ctx;
+  while (m.leading_decodes < m.S && b.qlen[static_cast<size_t>(m.leading_decodes)] == 1) ++m.leading_decodes;
   std::vector<int32_t> perm(static_cast<size_t>(NB));
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng);
@@ -101,13 +103,14 @@ struct DeviceMeta {
   DeviceMeta(BatchMeta& m, int64_t BS)
       : cu(DType::kI32, {m.S + 1}, m.cu), ctx(DType::kI32, {m.S}, m.ctx), bt(DType::kI32, {m.S, m.max_blocks}, m.bt),
         slots(DType::kI32, {m.T}, m.slots) {
-    meta = AttentionMetadata{m.S, m.T, m.max_q, m.max_ctx, cu.view(), ctx.view(), bt.view(), slots.view(), BS};
+    meta = AttentionMetadata{m.S, m.T, m.max_q, m.max_ctx, cu.view(), ctx.view(), bt.view(), slots.view(), BS,
+                             m.leading_decodes};
   }
 };
 AttentionMetadata host_meta(BatchMeta& m, int64_t BS) {
   return AttentionMetadata{m.S, m.T, m.max_q, m.max_ctx, cuda_test::host_view(m.cu, {m.S + 1}),
                            cuda_test::host_view(m.ctx, {m.S}), cuda_test::host_view(m.bt, {m.S, m.max_blocks}),
-                           cuda_test::host_view(m.slots, {m.T}), BS};
+                           cuda_test::host_view(m.slots, {m.T}), BS, m.leading_decodes};
 }
 
 // `meta_max_ctx` > 0 overrides meta.max_context_len (CUDA graphs size launches for max_model_len);
@@ -127,16 +130,6 @@ void check_attention(const Batch& b, int64_t Hq, int64_t Hk, int64_t D, int64_t 
   DeviceMeta dm(m, BS);
   if (meta_max_ctx > 0) dm.meta.max_context_len = meta_max_ctx;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  std::vector<float> got;
-  for (int i = 0; i < launches; ++i) {
-    d_out.fill_bytes(0xff);
-    cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {});
-    std::vector<float> now = d_out.download_f32();
-    if (i > 0) {  // same inputs, same launch: bit-identical
-      ASSERT_EQ(std::memcmp(now.data(), got.data(), now.size() * sizeof(float)), 0) << "launch " << i << " differs";
-    }
-    got = std::move(now);
-  }
   std::vector<float> ref(static_cast<size_t>(m.T * Hq * D));
   cpu::paged_attention(cuda_test::host_view(ref, {m.T, Hq, D}), cuda_test::host_view(q.f32, {m.T, Hq, D}),
                        cuda_test::host_view(kc.f32, {NB, BS, Hk, D}), cuda_test::host_view(vc.f32, {NB, BS, Hk, D}),
@@ -145,7 +138,24 @@ void check_attention(const Batch& b, int64_t Hq, int64_t Hk, int64_t D, int64_t 
                      " BS=" + std::to_string(BS) + " seqs:";
   for (size_t s = 0; s < b.qlen.size(); ++s) what += " (" + std::to_string(b.qlen[s]) + "," + std::to_string(b.ctx[s]) + ")";
   if (meta_max_ctx > 0) what += " max_context_len=" + std::to_string(meta_max_ctx);
-  expect_close(got, ref, kAtol, kRtol, what);
+  // A mixed batch that starts with decodes runs both ways: leading decodes through the decode kernel,
+  // and (num_leading_decodes = 0) everything through the prefill kernel.
+  std::vector<int64_t> leading{m.leading_decodes};
+  if (m.leading_decodes > 0 && m.max_q > 1) leading.push_back(0);
+  for (const int64_t lead : leading) {
+    dm.meta.num_leading_decodes = lead;
+    std::vector<float> got;
+    for (int i = 0; i < launches; ++i) {
+      d_out.fill_bytes(0xff);
+      cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {});
+      std::vector<float> now = d_out.download_f32();
+      if (i > 0) {  // same inputs, same launch: bit-identical
+        ASSERT_EQ(std::memcmp(now.data(), got.data(), now.size() * sizeof(float)), 0) << "launch " << i << " differs";
+      }
+      got = std::move(now);
+    }
+    expect_close(got, ref, kAtol, kRtol, what + " num_leading_decodes=" + std::to_string(lead));
+  }
 }
 
 TEST(CudaAttention, DecodeBatchesAroundBlockBoundaries) {
@@ -297,6 +307,23 @@ TEST(CudaAttention, PrefillAndMixedBatches) {
   check_attention(Batch{{1000, 3}, {1500, 3}}, 32, 8, 128, 16, seed++);          // long prefix-cached chunk
   check_attention(Batch{{40, 1}, {40, 77}}, 8, 2, 256, 16, seed++);               // D = 256
   check_attention(Batch{{9, 1}, {20, 5}}, 24, 2, 128, 16, seed++);                // G = 12: head chunks
+}
+
+// A chunked-prefill step as the scheduler lays it out: decodes first (contexts around the 16-key tile,
+// the 64-key split granule and block boundaries, and long enough to split), then prefill chunks, full
+// and prefix-cached, and one more decode among them. The leading decodes take the decode kernel (split
+// counts from their own contexts on the device), the rest the prefill kernel.
+TEST(CudaAttention, MixedStepLeadingDecodesTakeTheDecodeKernel) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 2100;
+  const Batch b{{1, 1, 1, 1, 1, 1, 1, 1, 1, 37, 1, 200, 129},
+                {1, 15, 16, 17, 63, 65, 256, 1000, 3000, 37, 400, 200, 129 + 300}};
+  for (int64_t BS : {16, 256})
+    for (int64_t D : {64, 128})
+      for (int64_t G : {1, 2, 4, 8}) check_attention(b, 2 * G, 2, D, BS, seed++);
+  check_attention(b, 32, 2, 128, 16, seed++);              // G = 16: the decode kernel's largest group
+  check_attention(b, 16, 8, 128, 16, seed++, 0, 3);        // Qwen3-0.6B heads, repeat launches (counters)
+  check_attention(Batch{{1, 1, 5}, {700, 9, 5}}, 16, 2, 256, 16, seed++);  // D 256: prefill kernel only
 }
 
 // head_dim 64 / 128 with max_query_len > 1 run the tensor-core kernel (attention_prefill_tc.cu). Its CTA
@@ -530,6 +557,57 @@ TEST(CudaAttentionBench, DISABLED_Prefill8k) {
   const Batch eight{std::vector<int32_t>(8, 1024), std::vector<int32_t>(8, 1024)};
   bench_prefill("8x1k", eight, 32, 8, 128, 16);
   bench_prefill("8x1k", eight, 32, 8, 64, 16);
+}
+
+// Timing only (run with --gtest_also_run_disabled_tests --gtest_filter='CudaAttentionBench.*Mixed*'):
+// chunked-prefill steps of the throughput bench's shape (Qwen3-0.6B heads: Hq 16, Hk 8, D 128, BS 16):
+// `decodes` leading decode rows with contexts U[100, 1024], then prefills of U[100, 1024] tokens up to
+// 8,192 rows in all. Timed with the leading decodes through the decode kernel and (num_leading_decodes
+// = 0) through the prefill kernel; both outputs must agree.
+TEST(CudaAttentionBench, DISABLED_MixedStep) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t Hq = 16, Hk = 8, D = 128, BS = 16;
+  for (int decodes : {16, 64, 128, 240}) {
+    std::mt19937 rng(2200 + static_cast<uint32_t>(decodes));
+    Batch b;
+    for (int i = 0; i < decodes; ++i) {
+      b.qlen.push_back(1);
+      b.ctx.push_back(100 + static_cast<int32_t>(rng() % 925));
+    }
+    int64_t rows = decodes;
+    while (rows < 8192) {
+      const int32_t len = static_cast<int32_t>(std::min<int64_t>(100 + rng() % 925, 8192 - rows));
+      b.qlen.push_back(len);
+      b.ctx.push_back(len);
+      rows += len;
+    }
+    int64_t blocks = 0;
+    for (int32_t c : b.ctx) blocks += (c + BS - 1) / BS;
+    const int64_t NB = blocks + 3;
+    BatchMeta m = make_meta(b, BS, NB, rng);
+    auto q = random_bf16(static_cast<size_t>(m.T * Hq * D), rng, -2.0f, 2.0f);
+    auto kc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng, -2.0f, 2.0f);
+    auto vc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng);
+    DeviceTensor d_q(DType::kBF16, {m.T, Hq, D}, q.bits), d_out(DType::kBF16, {m.T, Hq, D});
+    DeviceTensor d_k(DType::kBF16, {NB, BS, Hk, D}, kc.bits), d_v(DType::kBF16, {NB, BS, Hk, D}, vc.bits);
+    DeviceMeta dm(m, BS);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    std::vector<float> first;
+    for (const int64_t lead : {m.leading_decodes, int64_t{0}}) {
+      dm.meta.num_leading_decodes = lead;
+      d_out.fill_bytes(0xff);
+      auto run = [&] { cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {}); };
+      for (int i = 0; i < 3; ++i) run();
+      CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<float> ms = time_each_ms(nullptr, 30, run);
+      std::printf("mixed step: %3d decodes + %zu prefills (%lld rows), num_leading_decodes %3lld: median %.1f us (min %.1f)\n",
+                  decodes, b.qlen.size() - static_cast<size_t>(decodes), static_cast<long long>(m.T),
+                  static_cast<long long>(lead), ms[ms.size() / 2] * 1e3, ms.front() * 1e3);
+      const std::vector<float> got = d_out.download_f32();
+      if (first.empty()) first = got;
+      else expect_close(got, first, kAtol, kRtol, "mixed step, split vs prefill kernel only");
+    }
+  }
 }
 
 // Timing only (run with --gtest_also_run_disabled_tests --gtest_filter='CudaAttentionBench.*Decode*'):

@@ -81,6 +81,9 @@ TEST(OpsValidation, AttentionMetadata) {
   { AttnFixture f; f.ctx.i32()[0] = 9; expect_error([&] { f.attend(); }, {"needs 3 blocks"}); }
   { AttnFixture f; f.cu.i32()[2] = 2; expect_error([&] { f.attend(); }, {"cu_seqlens_q[2] = 2"}); }
   { AttnFixture f; f.meta.block_size = 8; expect_error([&] { f.attend(); }, {"block_size 8"}); }
+  // num_leading_decodes promises one-token queries (the CUDA backend runs those through its decode kernel).
+  { AttnFixture f; f.meta.num_leading_decodes = 1; expect_error([&] { f.attend(); }, {"sequence 0 has 2 query tokens"}); }
+  { AttnFixture f; f.meta.num_leading_decodes = 3; expect_error([&] { f.attend(); }, {"num_leading_decodes 3 is outside [0, 2]"}); }
   {
     AttnFixture f;  // Hq % Hk != 0
     HostTensor kc3(DType::kF32, {f.NB, f.BS, 3, f.D}), vc3(DType::kF32, {f.NB, f.BS, 3, f.D});

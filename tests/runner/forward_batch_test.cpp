@@ -41,6 +41,25 @@ TEST(ForwardBatch, MixedPrefillChunkAndDecode) {
   EXPECT_EQ(view_ints(in.attn.block_tables), (std::vector<int32_t>{7, 3, 5, 2, 8, 6}));
   EXPECT_EQ(in.attn.max_query_len, 5);
   EXPECT_EQ(in.attn.max_context_len, 10);
+  EXPECT_EQ(in.attn.num_leading_decodes, 1);
+}
+
+TEST(ForwardBatch, LeadingDecodesStopAtTheFirstLongerQuery) {
+  // decode, decode, prefill chunk, decode: only the first two lead (the CUDA decode kernel takes them).
+  Sequence a = make_seq(0, 10, 9, {7, 3, 5});
+  Sequence b = make_seq(1, 5, 4, {1, 4});
+  Sequence c = make_seq(2, 8, 0, {2, 8});
+  Sequence d = make_seq(3, 3, 2, {6});
+  SchedulerOutput out;
+  out.seqs = {{&a, 1, true}, {&b, 1, true}, {&c, 8, true}, {&d, 1, true}};
+  ForwardBatch fb = build_forward_batch(out, /*block_size=*/4);
+  EXPECT_EQ(fb.views(fb.data.data(), Device::cpu()).attn.num_leading_decodes, 2);
+  out.seqs = {{&c, 8, true}, {&a, 1, true}};  // a prefill first: none lead
+  fb = build_forward_batch(out, 4);
+  EXPECT_EQ(fb.views(fb.data.data(), Device::cpu()).attn.num_leading_decodes, 0);
+  out.seqs = {{&a, 1, true}, {&d, 1, true}};
+  fb = build_forward_batch(out, 4);
+  EXPECT_EQ(fb.views(fb.data.data(), Device::cpu()).attn.num_leading_decodes, 2);
 }
 
 TEST(ForwardBatch, PaddedDecodeHasFixedLayoutAndHarmlessPadding) {
@@ -53,6 +72,7 @@ TEST(ForwardBatch, PaddedDecodeHasFixedLayoutAndHarmlessPadding) {
   EXPECT_EQ(in.attn.num_seqs, 4);
   EXPECT_EQ(in.attn.num_tokens, 4);
   EXPECT_EQ(in.attn.max_context_len, 20);
+  EXPECT_EQ(in.attn.num_leading_decodes, 4);
   EXPECT_EQ(view_ints(in.input_ids), (std::vector<int32_t>{5, 102, 0, 0}));
   EXPECT_EQ(view_ints(in.attn.slot_mapping), (std::vector<int32_t>{1 * 4 + 1, 9 * 4 + 2, -1, -1}));
   EXPECT_EQ(view_ints(in.attn.cu_seqlens_q), (std::vector<int32_t>{0, 1, 2, 3, 4}));

@@ -18,6 +18,10 @@ struct AttentionMetadata {
   TensorView block_tables;       // [num_seqs, max_blocks_per_seq] i32: physical block ids, -1 padded
   TensorView slot_mapping;       // [num_tokens] i32: block * block_size + offset where token's K/V go; -1 skip
   int64_t block_size = 0;
+  // Leading sequences whose query is one token (a mixed step puts its decodes first). The CUDA backend
+  // runs them through the decode kernel, which reads each KV head once per GQA group with split-KV, and
+  // only the rest through the prefill kernel. 0 is always valid (everything takes the prefill path).
+  int64_t num_leading_decodes = 0;
 };
 
 }  // namespace nanovllm

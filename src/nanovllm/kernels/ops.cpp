@@ -94,6 +94,8 @@ void check_seq_metadata(std::string_view op, const AttentionMetadata& meta, int6
   check_i32(op, "meta.block_tables", meta.block_tables);
   NANOVLLM_CHECK(meta.block_tables.dim(0) == S, op, ": meta.block_tables has ", meta.block_tables.dim(0),
                  " rows for ", S, " sequences");
+  NANOVLLM_CHECK(meta.num_leading_decodes >= 0 && meta.num_leading_decodes <= S, op,
+                 ": meta.num_leading_decodes ", meta.num_leading_decodes, " is outside [0, ", S, "]");
   if (!dev.is_cpu()) return;
   const int32_t* cu = meta.cu_seqlens_q.data_as<const int32_t>();
   const int32_t* ctx = meta.context_lens.data_as<const int32_t>();
@@ -104,6 +106,8 @@ void check_seq_metadata(std::string_view op, const AttentionMetadata& meta, int6
   for (int64_t s = 0; s < S; ++s) {
     const int64_t qlen = int64_t{cu[s + 1]} - cu[s];
     NANOVLLM_CHECK(qlen >= 0, op, ": meta.cu_seqlens_q decreases at sequence ", s);
+    NANOVLLM_CHECK(s >= meta.num_leading_decodes || qlen == 1, op, ": sequence ", s, " has ", qlen,
+                   " query tokens but is one of meta.num_leading_decodes = ", meta.num_leading_decodes);
     if (qlen == 0) continue;
     NANOVLLM_CHECK(ctx[s] >= qlen, op, ": sequence ", s, " has context_lens ", ctx[s], " < its ", qlen,
                    " query tokens");

@@ -53,8 +53,11 @@ ForwardBatch build_forward_batch(const SchedulerOutput& out, int64_t block_size)
   b.block_size = block_size;
   b.num_seqs = static_cast<int64_t>(out.seqs.size());
   b.num_tokens = out.num_tokens();
+  bool leading = true;
   for (const ScheduledSequence& s : out.seqs) {
     const int64_t context = s.seq->num_computed_tokens + s.num_new_tokens;
+    leading = leading && s.num_new_tokens == 1;
+    b.num_leading_decodes += leading ? 1 : 0;
     b.num_sampled += s.sample ? 1 : 0;
     b.max_query_len = std::max(b.max_query_len, s.num_new_tokens);
     b.max_context_len = std::max(b.max_context_len, context);
@@ -74,6 +77,7 @@ ForwardBatch build_padded_decode_batch(const SchedulerOutput& out, int64_t block
   b.num_seqs = b.num_tokens = b.num_sampled = padded_seqs;
   b.max_query_len = 1;
   b.max_context_len = max_context_len;
+  b.num_leading_decodes = padded_seqs;
   b.max_blocks_per_seq = table_stride;
   for (const ScheduledSequence& s : out.seqs) {
     NANOVLLM_ASSERT(s.num_new_tokens == 1 && s.sample, "not a decode step");
@@ -106,6 +110,7 @@ DecoderInputs ForwardBatch::views(void* base, Device device) const {
   a.num_tokens = num_tokens;
   a.max_query_len = max_query_len;
   a.max_context_len = max_context_len;
+  a.num_leading_decodes = num_leading_decodes;
   a.block_size = block_size;
   a.cu_seqlens_q = view(cu_seqlens_q, {num_seqs + 1});
   a.context_lens = view(context_lens, {num_seqs});

@@ -18,6 +18,7 @@ struct ForwardBatch {
   int64_t max_blocks_per_seq = 0;
   int64_t max_query_len = 0;
   int64_t max_context_len = 0;
+  int64_t num_leading_decodes = 0;  // AttentionMetadata::num_leading_decodes
   int64_t block_size = 0;
   // Offsets (in int32 elements) into data:
   int64_t input_ids = 0;      // [T]

@@ -1,7 +1,9 @@
 // paged_attention dispatcher: decode kernel (split-KV) when every query length is 1
 // (meta.max_query_len == 1), the prefill/mixed kernel otherwise: tensor cores for head_dim 64 and 128
 // (wgmma on sm_90a: attention_prefill_wgmma.cu; mma.sync elsewhere: attention_prefill_tc.cu), SIMT for the
-// rest (attention_prefill.cu).
+// rest (attention_prefill.cu). A mixed step's leading one-token queries (meta.num_leading_decodes, head_dim
+// 64 / 128) take the decode kernel and only the rest the prefill kernel: the prefill kernel's 64-item
+// CTA would hold one decode row's G heads (H200, 240 decodes + 8,192 rows of 0.6B heads: 382 -> 269 us).
 //
 // Decode, head_dim 64 / 128 (tensor-core kernel, fused combine): the host picks only the most splits
 // per sequence, S_max = min(kMaxSplits, ceil(max_context_len / kMinSplitKeys), ceil(kTargetCtasPerSm x
@@ -71,6 +73,47 @@ int decode_splits(int64_t ctas, int64_t max_ctx, int sms) {
   return static_cast<int>(std::max<int64_t>(n, 1));
 }
 
+// Decode attention over p.num_seqs one-token queries; max_context bounds their context lengths (launch
+// sizing: a CUDA graph replays the launch for any context up to it).
+void launch_decode_attention(attn::Params p, int D, int64_t max_context, int device, cudaStream_t st) {
+  const int64_t S = p.num_seqs, Hq = p.hq, Hk = p.hk;
+  if (attn::decode_tc_supported(D)) {
+    const int gc = p.g <= 16 ? p.g : 16;  // heads per CTA (MMA rows)
+    const int64_t units = Hk * ((p.g + gc - 1) / gc);
+    const int64_t ctas = S * units;
+    const int64_t min_keys = g_tc_min_split_keys.load(), target_per_sm = g_tc_target_ctas_per_sm.load();
+    const int64_t by_len = (std::max<int64_t>(max_context, 1) + min_keys - 1) / min_keys;
+    const int64_t by_occupancy = (target_per_sm * cuda_sm_count(device) + ctas - 1) / ctas;
+    p.num_splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({by_len, by_occupancy, kMaxSplits})));
+    p.min_split_keys = static_cast<int>(min_keys);
+    if (p.num_splits > 1) {
+      const size_t parts = static_cast<size_t>(S * Hq * p.num_splits);
+      // Sized by a bound monotone in the batch (S x splits <= S + target CTAs / units), so warm-up with
+      // the largest batch sizes it for every smaller graph captured later.
+      const int64_t bound = std::min<int64_t>(S * kMaxSplits, S + (target_per_sm * cuda_sm_count(device) + units - 1) / units);
+      const size_t cap = std::max(parts, static_cast<size_t>(bound * Hq));
+      char* w = static_cast<char*>(workspace(0, device, cap * (static_cast<size_t>(D) + 1) * sizeof(float), false, st));
+      p.part_o = reinterpret_cast<float*>(w);                                                      // [S, Hq, splits, D]
+      p.part_lse = reinterpret_cast<float*>(w + parts * static_cast<size_t>(D) * sizeof(float));  // [S, Hq, splits]
+      p.split_counters = static_cast<int*>(
+          workspace(1, device, static_cast<size_t>(ctas) * sizeof(int), true, st));  // [S, Hk * head chunks]
+    }
+    attn::launch_decode_tc(p, D, gc, st);
+    return;
+  }
+  const int gc = p.g <= 8 ? p.g : (D > 128 ? 8 : 16);
+  const int64_t ctas = S * Hk * ((p.g + gc - 1) / gc);
+  p.num_splits = decode_splits(ctas, max_context, cuda_sm_count(device));
+  if (p.num_splits > 1) {
+    const size_t parts = static_cast<size_t>(S * Hq * p.num_splits);
+    char* w = static_cast<char*>(workspace(0, device, parts * (static_cast<size_t>(D) + 1) * sizeof(float), false, st));
+    p.part_o = reinterpret_cast<float*>(w);                                      // [S, Hq, splits, D]
+    p.part_lse = reinterpret_cast<float*>(w + parts * static_cast<size_t>(D) * sizeof(float));  // [S, Hq, splits]
+  }
+  attn::launch_decode(p, D, st);
+  if (p.num_splits > 1) attn::launch_combine(p, D, st);
+}
+
 }  // namespace
 
 void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
@@ -100,47 +143,30 @@ void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorVie
   p.scale_log2 = scale * 1.4426950408889634f;
   p.num_splits = 1;
 
-  if (meta.max_query_len == 1 && attn::decode_tc_supported(static_cast<int>(D))) {
-    const int device = q.device().index;
-    const int gc = p.g <= 16 ? p.g : 16;  // heads per CTA (MMA rows)
-    const int64_t units = Hk * ((p.g + gc - 1) / gc);
-    const int64_t ctas = meta.num_seqs * units;
-    const int64_t min_keys = g_tc_min_split_keys.load(), target_per_sm = g_tc_target_ctas_per_sm.load();
-    const int64_t by_len = (std::max<int64_t>(meta.max_context_len, 1) + min_keys - 1) / min_keys;
-    const int64_t by_occupancy = (target_per_sm * cuda_sm_count(device) + ctas - 1) / ctas;
-    p.num_splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({by_len, by_occupancy, kMaxSplits})));
-    p.min_split_keys = static_cast<int>(min_keys);
-    if (p.num_splits > 1) {
-      const size_t parts = static_cast<size_t>(meta.num_seqs * Hq * p.num_splits);
-      // Sized by a bound monotone in the batch (S x splits <= S + target CTAs / units), so warm-up with
-      // the largest batch sizes it for every smaller graph captured later.
-      const int64_t bound = std::min<int64_t>(meta.num_seqs * kMaxSplits,
-                                              meta.num_seqs + (target_per_sm * cuda_sm_count(device) + units - 1) / units);
-      const size_t cap = std::max(parts, static_cast<size_t>(bound * Hq));
-      char* w = static_cast<char*>(workspace(0, device, cap * (static_cast<size_t>(D) + 1) * sizeof(float), false, st));
-      p.part_o = reinterpret_cast<float*>(w);                                                      // [S, Hq, splits, D]
-      p.part_lse = reinterpret_cast<float*>(w + parts * static_cast<size_t>(D) * sizeof(float));  // [S, Hq, splits]
-      p.split_counters = static_cast<int*>(
-          workspace(1, device, static_cast<size_t>(ctas) * sizeof(int), true, st));  // [S, Hk * head chunks]
-    }
-    attn::launch_decode_tc(p, static_cast<int>(D), gc, st);
-  } else if (meta.max_query_len == 1) {
-    const int device = q.device().index;
-    const int gc = p.g <= 8 ? p.g : (D > 128 ? 8 : 16);
-    const int64_t ctas = meta.num_seqs * Hk * ((p.g + gc - 1) / gc);
-    p.num_splits = decode_splits(ctas, meta.max_context_len, cuda_sm_count(device));
-    if (p.num_splits > 1) {
-      const size_t parts = static_cast<size_t>(meta.num_seqs * Hq * p.num_splits);
-      char* w = static_cast<char*>(workspace(0, device, parts * (static_cast<size_t>(D) + 1) * sizeof(float), false, st));
-      p.part_o = reinterpret_cast<float*>(w);                                      // [S, Hq, splits, D]
-      p.part_lse = reinterpret_cast<float*>(w + parts * static_cast<size_t>(D) * sizeof(float));  // [S, Hq, splits]
-    }
-    attn::launch_decode(p, static_cast<int>(D), st);
-    if (p.num_splits > 1) attn::launch_combine(p, static_cast<int>(D), st);
-  } else {
-    const int d = static_cast<int>(D);
-    if (!attn::launch_prefill_wgmma(p, d, T, st) && !attn::launch_prefill_tc(p, d, T, st)) attn::launch_prefill(p, d, T, st);
+  const int d = static_cast<int>(D);
+  const int device = q.device().index;
+  if (meta.max_query_len == 1) {
+    launch_decode_attention(p, d, meta.max_context_len, device, st);
+    return;
   }
+  // A mixed step: its leading decodes through the decode kernel (each KV head read once per GQA group,
+  // split-KV), the rest through the prefill kernel. Both index rows through cu_seqlens, so the prefill
+  // part is the same arrays from sequence nd on. The decode tensor-core kernel needs head_dim 64 / 128.
+  const int nd = attn::decode_tc_supported(d) ? static_cast<int>(meta.num_leading_decodes) : 0;
+  if (nd > 0) {
+    attn::Params dp = p;
+    dp.num_seqs = nd;
+    launch_decode_attention(dp, d, meta.max_context_len, device, st);
+  }
+  if (nd == p.num_seqs) return;
+  attn::Params pp = p;
+  pp.cu += nd;
+  pp.ctx += nd;
+  pp.bt += int64_t{nd} * p.max_blocks;
+  pp.num_seqs = p.num_seqs - nd;
+  const int64_t prefill_rows = T - nd;
+  if (!attn::launch_prefill_wgmma(pp, d, prefill_rows, st) && !attn::launch_prefill_tc(pp, d, prefill_rows, st))
+    attn::launch_prefill(pp, d, prefill_rows, st);
 }
 
 void decode_attention_set_tuning(int min_split_keys, int target_ctas_per_sm) {

@@ -11,6 +11,7 @@
 #include "nanovllm/model/rope.h"
 #include "nanovllm/model/weights.h"
 #include "nanovllm/runner/cuda/cuda_offload_device.h"
+#include "nanovllm/runner/cuda/nvtx_range.h"
 #include "nanovllm/runner/forward_batch.h"
 
 namespace nanovllm {
@@ -205,6 +206,7 @@ std::vector<SampledToken> CudaModelRunner::execute(const SchedulerOutput& out) {
   });
   const int64_t bucket = decode_only ? graph_bucket(static_cast<int64_t>(out.seqs.size())) : 0;
   if (bucket > 0) {
+    NvtxRange range("decode");
     // Longest context first: decode attention's CTAs are dispatched in sequence order, so the last
     // ones to start (the tail of the kernel) are the shortest (H200, 256 seqs U[100, 2000]: -2%).
     std::vector<size_t> order(out.seqs.size());
@@ -221,6 +223,7 @@ std::vector<SampledToken> CudaModelRunner::execute(const SchedulerOutput& out) {
     for (size_t k = 0; k < order.size(); ++k) in_order[order[k]] = std::move(tokens[k]);
     return in_order;
   }
+  NvtxRange range(decode_only ? "decode" : "prefill");
   run_eager(out);
   return sample(out);
 }
