@@ -115,24 +115,47 @@ AttentionMetadata host_meta(BatchMeta& m, int64_t BS) {
 
 // `meta_max_ctx` > 0 overrides meta.max_context_len (CUDA graphs size launches for max_model_len);
 // `launches` > 1 runs the op again on the same inputs (split arrival counters must be back at zero).
+// Random q / K / V for batch `b` (host copies for the CPU reference, device tensors for the op) and its
+// metadata: blocks shuffled over a cache of NB = the batch's blocks + 3 spare ones the tables never name.
+struct AttentionCase {
+  int64_t NB;
+  BatchMeta m;
+  cuda_test::Bf16Data q, kc, vc;  // [T, Hq, D], [NB, BS, Hk, D] x 2
+  DeviceTensor d_q, d_out, d_k, d_v;
+  DeviceMeta dm;
+  AttentionCase(const Batch& b, int64_t Hq, int64_t Hk, int64_t D, int64_t BS, std::mt19937& rng)
+      : NB(cache_blocks(b, BS)),
+        m(make_meta(b, BS, NB, rng)),
+        q(random_bf16(static_cast<size_t>(m.T * Hq * D), rng, -2.0f, 2.0f)),
+        kc(random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng, -2.0f, 2.0f)),
+        vc(random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng)),
+        d_q(DType::kBF16, {m.T, Hq, D}, q.bits),
+        d_out(DType::kBF16, {m.T, Hq, D}),
+        d_k(DType::kBF16, {NB, BS, Hk, D}, kc.bits),
+        d_v(DType::kBF16, {NB, BS, Hk, D}, vc.bits),
+        dm(m, BS) {}
+  static int64_t cache_blocks(const Batch& b, int64_t BS) {
+    int64_t blocks = 0;
+    for (int32_t c : b.ctx) blocks += (c + BS - 1) / BS;
+    return blocks + 3;
+  }
+  void run(float scale) {
+    cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {});
+  }
+};
+
 void check_attention(const Batch& b, int64_t Hq, int64_t Hk, int64_t D, int64_t BS, uint32_t seed,
                      int64_t meta_max_ctx = 0, int launches = 1) {
   std::mt19937 rng(seed);
-  int64_t total_blocks = 0;
-  for (int32_t c : b.ctx) total_blocks += (c + BS - 1) / BS;
-  const int64_t NB = total_blocks + 3;  // spare blocks the tables never name
-  BatchMeta m = make_meta(b, BS, NB, rng);
-  auto q = random_bf16(static_cast<size_t>(m.T * Hq * D), rng, -2.0f, 2.0f);
-  auto kc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng, -2.0f, 2.0f);
-  auto vc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng);
-  DeviceTensor d_q(DType::kBF16, {m.T, Hq, D}, q.bits), d_out(DType::kBF16, {m.T, Hq, D});
-  DeviceTensor d_k(DType::kBF16, {NB, BS, Hk, D}, kc.bits), d_v(DType::kBF16, {NB, BS, Hk, D}, vc.bits);
-  DeviceMeta dm(m, BS);
+  AttentionCase c(b, Hq, Hk, D, BS, rng);
+  const int64_t NB = c.NB;
+  BatchMeta& m = c.m;
+  DeviceMeta& dm = c.dm;
   if (meta_max_ctx > 0) dm.meta.max_context_len = meta_max_ctx;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   std::vector<float> ref(static_cast<size_t>(m.T * Hq * D));
-  cpu::paged_attention(cuda_test::host_view(ref, {m.T, Hq, D}), cuda_test::host_view(q.f32, {m.T, Hq, D}),
-                       cuda_test::host_view(kc.f32, {NB, BS, Hk, D}), cuda_test::host_view(vc.f32, {NB, BS, Hk, D}),
+  cpu::paged_attention(cuda_test::host_view(ref, {m.T, Hq, D}), cuda_test::host_view(c.q.f32, {m.T, Hq, D}),
+                       cuda_test::host_view(c.kc.f32, {NB, BS, Hk, D}), cuda_test::host_view(c.vc.f32, {NB, BS, Hk, D}),
                        host_meta(m, BS), scale);
   std::string what = "attention Hq=" + std::to_string(Hq) + " Hk=" + std::to_string(Hk) + " D=" + std::to_string(D) +
                      " BS=" + std::to_string(BS) + " seqs:";
@@ -146,9 +169,9 @@ void check_attention(const Batch& b, int64_t Hq, int64_t Hk, int64_t D, int64_t 
     dm.meta.num_leading_decodes = lead;
     std::vector<float> got;
     for (int i = 0; i < launches; ++i) {
-      d_out.fill_bytes(0xff);
-      cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {});
-      std::vector<float> now = d_out.download_f32();
+      c.d_out.fill_bytes(0xff);
+      c.run(scale);
+      std::vector<float> now = c.d_out.download_f32();
       if (i > 0) {  // same inputs, same launch: bit-identical
         ASSERT_EQ(std::memcmp(now.data(), got.data(), now.size() * sizeof(float)), 0) << "launch " << i << " differs";
       }
@@ -510,27 +533,17 @@ TEST(CudaAttention, MmaSyncPrefillWhenWgmmaDisabled) {
 // score matrix).
 void bench_prefill(const char* name, const Batch& b, int64_t Hq, int64_t Hk, int64_t D, int64_t BS) {
   std::mt19937 rng(900 + static_cast<uint32_t>(BS + D));
-  int64_t blocks = 0;
   double flops = 0;
-  for (size_t s = 0; s < b.qlen.size(); ++s) {
-    blocks += (b.ctx[s] + BS - 1) / BS;
+  for (size_t s = 0; s < b.qlen.size(); ++s)
     flops += 4.0 * static_cast<double>(b.qlen[s]) * static_cast<double>(b.qlen[s]) / 2.0 * static_cast<double>(Hq * D);
-  }
-  const int64_t NB = blocks + 3;
-  BatchMeta m = make_meta(b, BS, NB, rng);
-  const int64_t T = m.T;
-  auto q = random_bf16(static_cast<size_t>(T * Hq * D), rng, -2.0f, 2.0f);
-  auto kc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng, -2.0f, 2.0f);
-  auto vc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng);
-  DeviceTensor d_q(DType::kBF16, {T, Hq, D}, q.bits), d_out(DType::kBF16, {T, Hq, D});
-  DeviceTensor d_k(DType::kBF16, {NB, BS, Hk, D}, kc.bits), d_v(DType::kBF16, {NB, BS, Hk, D}, vc.bits);
-  DeviceMeta dm(m, BS);
+  AttentionCase c(b, Hq, Hk, D, BS, rng);
+  const int64_t T = c.m.T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   std::vector<float> first;
   for (bool wgmma : {true, false}) {
     ScopedPrefillPath path(wgmma);
-    d_out.fill_bytes(0xff);
-    auto run = [&] { cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {}); };
+    c.d_out.fill_bytes(0xff);
+    auto run = [&] { c.run(scale); };
     for (int i = 0; i < 3; ++i) run();
     CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<float> ms = time_each_ms(nullptr, 30, run);
@@ -540,7 +553,7 @@ void bench_prefill(const char* name, const Batch& b, int64_t Hq, int64_t Hk, int
                 static_cast<long long>(Hk), static_cast<long long>(D), static_cast<long long>(BS), med, ms.front(),
                 ms.back(), flops / (med * 1e-3) / 1e12);
     // every element written and finite (outputs were NaN-poisoned); both kernels agree to bf16 rounding
-    const std::vector<float> got = d_out.download_f32();
+    const std::vector<float> got = c.d_out.download_f32();
     size_t bad = 0;
     for (float v : got) bad += std::isfinite(v) ? 0 : 1;
     EXPECT_EQ(bad, 0u) << name;
@@ -557,6 +570,16 @@ TEST(CudaAttentionBench, DISABLED_Prefill8k) {
   const Batch eight{std::vector<int32_t>(8, 1024), std::vector<int32_t>(8, 1024)};
   bench_prefill("8x1k", eight, 32, 8, 128, 16);
   bench_prefill("8x1k", eight, 32, 8, 64, 16);
+  // A prefill step of the throughput bench (Qwen3-0.6B heads): prompts U[100, 1024] up to 8,192 rows.
+  std::mt19937 rng(2300);
+  Batch prompts;
+  for (int64_t rows = 0; rows < 8192;) {
+    const int32_t len = static_cast<int32_t>(std::min<int64_t>(100 + rng() % 925, 8192 - rows));
+    prompts.qlen.push_back(len);
+    prompts.ctx.push_back(len);
+    rows += len;
+  }
+  bench_prefill("U[100,1k]", prompts, 16, 8, 128, 16);
 }
 
 // Timing only (run with --gtest_also_run_disabled_tests --gtest_filter='CudaAttentionBench.*Mixed*'):
@@ -581,29 +604,20 @@ TEST(CudaAttentionBench, DISABLED_MixedStep) {
       b.ctx.push_back(len);
       rows += len;
     }
-    int64_t blocks = 0;
-    for (int32_t c : b.ctx) blocks += (c + BS - 1) / BS;
-    const int64_t NB = blocks + 3;
-    BatchMeta m = make_meta(b, BS, NB, rng);
-    auto q = random_bf16(static_cast<size_t>(m.T * Hq * D), rng, -2.0f, 2.0f);
-    auto kc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng, -2.0f, 2.0f);
-    auto vc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng);
-    DeviceTensor d_q(DType::kBF16, {m.T, Hq, D}, q.bits), d_out(DType::kBF16, {m.T, Hq, D});
-    DeviceTensor d_k(DType::kBF16, {NB, BS, Hk, D}, kc.bits), d_v(DType::kBF16, {NB, BS, Hk, D}, vc.bits);
-    DeviceMeta dm(m, BS);
+    AttentionCase c(b, Hq, Hk, D, BS, rng);
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     std::vector<float> first;
-    for (const int64_t lead : {m.leading_decodes, int64_t{0}}) {
-      dm.meta.num_leading_decodes = lead;
-      d_out.fill_bytes(0xff);
-      auto run = [&] { cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {}); };
+    for (const int64_t lead : {c.m.leading_decodes, int64_t{0}}) {
+      c.dm.meta.num_leading_decodes = lead;
+      c.d_out.fill_bytes(0xff);
+      auto run = [&] { c.run(scale); };
       for (int i = 0; i < 3; ++i) run();
       CUDA_CHECK(cudaDeviceSynchronize());
       const std::vector<float> ms = time_each_ms(nullptr, 30, run);
       std::printf("mixed step: %3d decodes + %zu prefills (%lld rows), num_leading_decodes %3lld: median %.1f us (min %.1f)\n",
-                  decodes, b.qlen.size() - static_cast<size_t>(decodes), static_cast<long long>(m.T),
+                  decodes, b.qlen.size() - static_cast<size_t>(decodes), static_cast<long long>(c.m.T),
                   static_cast<long long>(lead), ms[ms.size() / 2] * 1e3, ms.front() * 1e3);
-      const std::vector<float> got = d_out.download_f32();
+      const std::vector<float> got = c.d_out.download_f32();
       if (first.empty()) first = got;
       else expect_close(got, first, kAtol, kRtol, "mixed step, split vs prefill kernel only");
     }
