@@ -51,6 +51,9 @@ class Qwen3Model {
   const ModelConfig& config() const { return config_; }
   int64_t num_layers() const { return config_.num_hidden_layers; }
   DType activation_dtype() const { return act_dtype_; }
+  const ModelWeights& weights() const { return weights_; }
+  const ops::RopeParams& rope() const { return rope_; }
+  float attention_scale() const { return attn_scale_; }
 
   // Workspace views carved from one arena for max_tokens tokens and max_seqs sampled rows.
   // With arena == nullptr only `bytes_out` is meaningful (the arena size to allocate).

@@ -8,6 +8,7 @@
 #include "nanovllm/core/logging.h"
 #include "nanovllm/kernels/cuda/cuda_check.h"
 #include "nanovllm/kernels/cuda/cuda_memory.h"
+#include "nanovllm/kernels/cuda/persistent_decode.h"
 #include "nanovllm/model/rope.h"
 #include "nanovllm/model/weights.h"
 #include "nanovllm/runner/cuda/cuda_offload_device.h"
@@ -47,6 +48,7 @@ CudaModelRunner::CudaModelRunner(const std::filesystem::path& model_dir, const M
         [this](const std::vector<const Sequence*>& seqs, float* logits) { return sampler_->sample(seqs, logits, stream_); });
   }
   allocate_kv_cache(config);
+  make_persistent_decoder(config);
 
   // nano-vLLM's buckets: 1, 2, 4, 8, then every 16 up to min(max_num_seqs, 512).
   if (!rc.enforce_eager) {
@@ -166,6 +168,48 @@ void CudaModelRunner::upload_batch(const ForwardBatch& batch) {
   copy_h2d(batch_device_.data(), batch_host_.data(), batch.data.size() * 4, stream_);
 }
 
+void CudaModelRunner::make_persistent_decoder(const ModelConfig& config) {
+  if (!cuda_ops::persistent_decode_enabled()) return;
+  cuda_ops::PersistentDecodeModel m;
+  m.hidden = config.hidden_size;
+  m.heads = config.num_attention_heads;
+  m.kv_heads = config.num_key_value_heads;
+  m.head_dim = config.head_dim;
+  m.intermediate = config.intermediate_size;
+  m.rms_norm_eps = static_cast<float>(config.rms_norm_eps);
+  m.attn_scale = model_->attention_scale();
+  m.rope_inv_freq = model_->rope().inv_freq;
+  m.rope_attention_scaling = model_->rope().attention_scaling;
+  for (size_t l = 0; l < kv_.size(); ++l) {
+    const LayerWeights& w = model_->weights().layers[l];
+    if (w.qkv_bias.defined() || w.o_bias.defined()) {
+      NANOVLLM_INFO("persistent decode: off (attention biases)");
+      return;
+    }
+    m.layers.push_back({w.input_layernorm, w.qkv_proj, w.q_norm, w.k_norm, w.o_proj, w.post_attention_layernorm,
+                        w.gate_up_proj, w.down_proj, kv_[l].k, kv_[l].v});
+  }
+  const std::string why = cuda_ops::persistent_decode_unsupported(m, device_);
+  if (!why.empty()) {
+    NANOVLLM_INFO("persistent decode: off (", why, ")");
+    return;
+  }
+  persistent_ = std::make_unique<cuda_ops::PersistentDecoder>(m, device_);
+  NANOVLLM_INFO("persistent decode: on for batch size 1 (", persistent_->grid_size(), " CTAs)");
+}
+
+// A decode step's forward: batch 1 through the persistent kernel when it is on, else the layer loop.
+void CudaModelRunner::decode_forward(const DecoderInputs& in) {
+  const ops::Stream s{stream_};
+  if (persistent_ == nullptr || in.attn.num_seqs != 1 || in.attn.num_tokens != 1) {
+    model_->forward(in, kv_, ws_, s);
+    return;
+  }
+  model_->embed(in, ws_, s);
+  persistent_->run(ws_.hidden.slice_rows(0, 1), ws_.residual.slice_rows(0, 1), in.positions, in.attn, stream_);
+  model_->head(in, ws_, s);
+}
+
 void CudaModelRunner::run_eager(const SchedulerOutput& out) {
   const ForwardBatch batch = build_forward_batch(out, rc_.block_size);
   upload_batch(batch);
@@ -182,11 +226,11 @@ void CudaModelRunner::run_decode_graph(const SchedulerOutput& out, int64_t bucke
     // Warm-up run with the capture's exact metadata: selects GEMM algorithms and grows workspaces, so
     // the capture itself allocates nothing. It writes the same K/V the replay writes (idempotent).
     const DecoderInputs in = batch.views(batch_device_.data(), Device::cuda(device_));
-    model_->forward(in, kv_, ws_, ops::Stream{stream_});
+    decode_forward(in);
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    model_->forward(in, kv_, ws_, ops::Stream{stream_});
+    decode_forward(in);
     CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     CUDA_CHECK(cudaGraphDestroy(graph));

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/cuda/persistent_decode.h"
 #include "nanovllm/model/qwen3_model.h"
 #include "nanovllm/runner/cuda/gpu_sampler.h"
 #include "nanovllm/runner/forward_batch.h"
@@ -37,6 +38,10 @@ class CudaModelRunner final : public ModelRunner {
   static constexpr int64_t kMaxPrecapturedContext = 32768;  // tokens; longer strides capture on first use
   void capture_decode_graphs();  // every bucket at each stride up to kMaxPrecapturedContext (constructor)
   void run_eager(const SchedulerOutput& out);
+  // NANOVLLM_PERSISTENT_DECODE=1: batch-1 decode graphs run all layers as one persistent kernel
+  // (kernels/cuda/persistent_decode.h) where the model allows it.
+  void make_persistent_decoder(const ModelConfig& config);
+  void decode_forward(const DecoderInputs& in);
   void upload_batch(const ForwardBatch& batch);
   // Samples the rows of `out` with sample == true (in `out` order) from the step's logits; syncs.
   std::vector<SampledToken> sample(const SchedulerOutput& out);
@@ -59,6 +64,7 @@ class CudaModelRunner final : public ModelRunner {
   std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs_;  // (bucket, table stride) -> graph
   std::unique_ptr<GpuSampler> sampler_;  // samples on the GPU: only ids (+ logprobs) come back
   std::unique_ptr<OffloadRunner> offload_;  // RunnerConfig::enable_cpu_offload; its buffers precede the KV cache
+  std::unique_ptr<cuda_ops::PersistentDecoder> persistent_;  // null: off or unsupported
 };
 
 }  // namespace nanovllm
