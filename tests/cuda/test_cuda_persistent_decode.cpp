@@ -2,7 +2,7 @@
 // layer loop of CUDA ops (Qwen3Model::layer; each op is checked against its CPU reference in the other
 // op tests), on random weights and caches: hidden, residual and both KV caches after two consecutive
 // decode steps (the second also proves the grid-barrier counters reset between launches), for head_dim
-// 64/128/256, GQA 2-4, block sizes 16/256 and contexts on and around block and split boundaries,
+// 64/128/256, GQA 2-8, block sizes 16/256 and contexts on and around block and split boundaries,
 // including contexts long enough for several key batches per warp. Plus a DISABLED_ benchmark of the
 // Qwen3-0.6B and 8B shapes at context 1024 (graph replays, persistent vs layer loop).
 #include <cuda_runtime.h>
@@ -43,7 +43,7 @@ struct RandomStack {
   // random = false (benchmarks): every weight and cache byte 0x3c (bf16 0.0115), much faster to make.
   RandomStack(const Shape5& s, int64_t max_ctx, std::mt19937& rng, bool random = true) {
     cfg.model_type = "qwen3";
-    cfg.vocab_size = 64;
+    cfg.vocab_size = random ? 64 : 151936;  // benchmarks: the real LM head
     cfg.hidden_size = s.H;
     cfg.intermediate_size = s.I;
     cfg.num_hidden_layers = s.L;
@@ -254,9 +254,14 @@ TEST(CudaPersistentDecode, HeadDim128Gqa4OddWidths) {
   check_against_layer_loop({520, 8, 2, 128, 1368, 3, 16}, {2, 31, 33, 500}, 23);
 }
 
-TEST(CudaPersistentDecode, HeadDim256Gqa4) {
+TEST(CudaPersistentDecode, HeadDim256Gqa2) {
   SKIP_WITHOUT_CUDA();
-  check_against_layer_loop({512, 8, 2, 256, 1000, 1, 16}, {5, 16, 300}, 24);
+  check_against_layer_loop({512, 4, 2, 256, 1000, 1, 16}, {5, 16, 300}, 24);
+}
+
+TEST(CudaPersistentDecode, HeadDim64Gqa8) {
+  SKIP_WITHOUT_CUDA();
+  check_against_layer_loop({384, 16, 2, 64, 1032, 2, 16}, {3, 64, 700}, 27);
 }
 
 TEST(CudaPersistentDecode, UnsupportedShapesSayWhy) {
@@ -266,6 +271,10 @@ TEST(CudaPersistentDecode, UnsupportedShapesSayWhy) {
   cuda_ops::PersistentDecodeModel m = stack.persistent_model();
   m.head_dim = 96;
   EXPECT_FALSE(cuda_ops::persistent_decode_unsupported(m, 0).empty());
+  m = stack.persistent_model();
+  m.heads = 16;  // GQA group 8 at head_dim 128: the attention scratch does not fit
+  m.head_dim = 128;
+  EXPECT_NE(cuda_ops::persistent_decode_unsupported(m, 0).find("attention scratch"), std::string::npos);
   m = stack.persistent_model();
   m.layers[0].qkv_proj = m.layers[0].o_proj;  // wrong shape
   EXPECT_NE(cuda_ops::persistent_decode_unsupported(m, 0).find("shapes"), std::string::npos);
@@ -290,6 +299,9 @@ void bench_shape(const char* name, const Shape5& s) {
   DecoderInputs in;
   in.positions = step.positions.view();
   in.attn = step.meta;
+  DeviceTensor ids(DType::kI32, {1}, std::vector<int32_t>{7}), rows(DType::kI32, {1}, std::vector<int32_t>{0});
+  in.input_ids = ids.view();
+  in.sample_rows = rows.view();
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   auto capture = [&](auto&& body) {
@@ -309,32 +321,52 @@ void bench_shape(const char* name, const Shape5& s) {
   });
   cudaGraphExec_t persistent =
       capture([&] { decoder.run(ws.hidden.slice_rows(0, 1), ws.residual.slice_rows(0, 1), step.positions.view(), step.meta, st); });
+  // The whole step (embedding, layers, final norm, LM head) both ways: what the runner's graph holds.
+  cudaGraphExec_t step_loop = capture([&] { stack.model->forward(in, kv, ws, ops::Stream{st}); });
+  cudaGraphExec_t step_persistent = capture([&] {
+    stack.model->embed(in, ws, ops::Stream{st});
+    decoder.run(ws.hidden.slice_rows(0, 1), ws.residual.slice_rows(0, 1), step.positions.view(), step.meta, st);
+    stack.model->head(in, ws, ops::Stream{st});
+  });
+  for (int round = 0; round < 2; ++round) {
+    const auto a = cuda_test::graph_replay_ms(step_loop, st, 50), b = cuda_test::graph_replay_ms(step_persistent, st, 50);
+    std::printf("%s whole step: layer loop %.1f us, persistent %.1f us\n", name, a[a.size() / 2] * 1e3, b[b.size() / 2] * 1e3);
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(step_loop));
+  CUDA_CHECK(cudaGraphExecDestroy(step_persistent));
   for (int round = 0; round < 2; ++round) {
     const auto a = cuda_test::graph_replay_ms(loop, st, 50), b = cuda_test::graph_replay_ms(persistent, st, 50);
     std::printf("%s, %lld layers, ctx %d: layer loop %.1f us (%.2f us/layer), persistent %.1f us (%.2f us/layer)\n",
                 name, static_cast<long long>(s.L), ctx, a[a.size() / 2] * 1e3, a[a.size() / 2] * 1e3 / s.L,
                 b[b.size() / 2] * 1e3, b[b.size() / 2] * 1e3 / s.L);
   }
-  // CTA 0's phase trace of one eager launch: mean work and barrier-wait time per phase over the layers.
-  const size_t n_stamps = static_cast<size_t>(1 + 12 * s.L);
+  // CTA 0's trace of one eager launch: mean time per step of a layer (and, in brackets, of it waiting
+  // for weight pieces), over the layers.
+  constexpr int kMarks = cuda_ops::PersistentDecoder::kTraceMarks;
+  const size_t n_stamps = static_cast<size_t>(1 + 2 * kMarks * s.L);
   DeviceTensor stamps(DType::kU8, {static_cast<int64_t>(n_stamps * 8)});
   decoder.set_trace(static_cast<unsigned long long*>(stamps.view().data()));
   decoder.run(ws.hidden.slice_rows(0, 1), ws.residual.slice_rows(0, 1), step.positions.view(), step.meta, st);
   CUDA_CHECK(cudaStreamSynchronize(st));
   decoder.set_trace(nullptr);
   const std::vector<unsigned long long> t = stamps.download<unsigned long long>();
-  const char* phase_names[6] = {"qkv", "attention", "combine", "o", "gate_up", "down"};
-  std::printf("%s CTA-0 trace, mean over layers (work / barrier wait, us):", name);
-  for (int f = 0; f < 6; ++f) {
-    double work = 0, wait = 0;
+  const char* names[kMarks] = {"norm", "qkv", "keys", "bar", "attention", "bar", "o-in", "o", "bar",
+                               "norm", "gate_up", "bar", "down-in", "down", "bar"};
+  std::printf("%s CTA-0 trace, us per layer:", name);
+  double layer_total = 0;
+  for (int m = 0; m < kMarks; ++m) {
+    double dt = 0, starved = 0;
     for (int64_t l = 0; l < s.L; ++l) {
-      const size_t k = static_cast<size_t>(6 * l + f);
-      work += static_cast<double>(t[1 + 2 * k] - t[2 * k]);
-      wait += static_cast<double>(t[2 + 2 * k] - t[1 + 2 * k]);
+      const size_t k = 1 + 2 * static_cast<size_t>(kMarks * l + m);
+      dt += static_cast<double>(t[k] - (k == 1 ? t[0] : t[k - 2]));
+      starved += static_cast<double>(t[k + 1]);
     }
-    std::printf(" %s %.2f / %.2f;", phase_names[f], work / s.L / 1e3, wait / s.L / 1e3);
+    layer_total += dt / s.L;
+    std::printf(" %s %.2f", names[m], dt / s.L / 1e3);
+    if (starved > 0) std::printf(" [%.2f]", starved / s.L / 1.98e3);  // SM cycles at ~1.98 GHz
+    std::printf(";");
   }
-  std::printf(" total %.1f us\n", static_cast<double>(t[n_stamps - 1] - t[0]) / 1e3);
+  std::printf(" = %.1f; launch total %.1f us\n", layer_total / 1e3, static_cast<double>(t[n_stamps - 2] - t[0]) / 1e3);
   CUDA_CHECK(cudaGraphExecDestroy(loop));
   CUDA_CHECK(cudaGraphExecDestroy(persistent));
   CUDA_CHECK(cudaStreamDestroy(st));
@@ -343,6 +375,8 @@ void bench_shape(const char* name, const Shape5& s) {
 TEST(CudaPersistentDecodeBench, DISABLED_Layers) {
   SKIP_WITHOUT_CUDA();
   bench_shape("Qwen3-0.6B", {1024, 16, 8, 128, 3072, 28, 256});
+  // One layer: its 31.5 MB of weights stay in L2 across replays (what a perfect L2 prefetch would give).
+  bench_shape("Qwen3-0.6B, 1 layer, L2-resident", {1024, 16, 8, 128, 3072, 1, 256});
   bench_shape("Qwen3-8B", {4096, 32, 8, 128, 12288, 36, 256});
 }
 

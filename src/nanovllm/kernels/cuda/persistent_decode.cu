@@ -1,6 +1,6 @@
 // Persistent decode kernel (see persistent_decode.h for why). One CTA per SM, cooperative launch.
 //
-// CTA roles: 8 consumer warps run the phases; 1 producer lane streams weights.
+// CTA roles: 8 consumer warps run the phases; 1 producer warp streams weights.
 //
 // Weight stream. Every matrix of a layer is split by rows into G contiguous slices (CTA c: rows
 // [N c / G, N (c + 1) / G)), so a CTA's slice is one contiguous byte range. The producer walks the
@@ -11,16 +11,24 @@
 // Phases of a layer (each ends with a grid barrier; numerics as the layer loop's kernels: fp32 math,
 // bf16 wherever the loop stores bf16):
 //   A  x = rmsnorm(residual) (every CTA, redundantly: H elements); qkv rows of the CTA's slice.
-//   C  attention split-KV: unit (kv head h, split s) per CTA. Its warps load their keys' K/V rows into
-//      registers *before* phase A's barrier (old keys do not depend on this step), then q/k norm + RoPE
-//      of the group's heads, the new key's K/V stored to the cache by the unit that owns it, online
-//      softmax over the keys, the 8 warps merged, partial (o, lse) written.
-//   D  combine the splits into the attention output (all threads of all CTAs over Hq x D).
-//   E  o rows: residual[j] += o_j (each j owned by one CTA: in-place is safe).
+//   C  attention split-KV: unit (kv head h, split s) per CTA. Its warps stage their keys' K/V rows in
+//      shared memory (cp.async) *before* phase A's barrier (old keys do not depend on this step), then
+//      q/k norm + RoPE of the group's heads, the new key's K/V stored to the cache by the unit that
+//      owns it, online softmax over the keys, the 8 warps merged, partial (o, lse) written; the last
+//      split of the kv head to finish (arrival counter) merges the S partials into the attention output.
+//   E  o rows: residual[j] += o_j. o and down share the H-row partition, so each CTA owns its rows of
+//      the residual stream and keeps them in shared memory too.
 //   F  x = rmsnorm(residual); gate rows then up rows of the slice: act_j = silu(gate_j) * up_j.
 //   G  down rows: residual[j] += down_j; the last layer writes hidden[j] = down_j instead (the layer
 //      loop's hand-over to head()).
 // Data written inside the kernel by other CTAs is read with ld.global.cg (L1 is not coherent).
+//
+// Where the time goes (H200, Qwen3-0.6B, context 1024; the DISABLED_ benchmark's trace): ~33 us per
+// layer, the same as the layer loop. Five grid barriers cost ~1.5-3.5 us each; the weight phases run
+// at the SM's share of HBM (~34 GB/s) as the 144 KB ring cannot hold a layer's 238 KB slice, so the
+// stream stalls while attention and the barriers run. Tried and slower: L2 prefetch of the stream
+// (copy-engine prefetches delay the ring's copies; load-path prefetches delay the phases' loads),
+// 12 KB pieces, x held in registers, loading rows into registers to release slots early (spills).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -43,11 +51,17 @@ constexpr int kSlots = 6;
 constexpr int kSlotBytes = 24 * 1024;       // a piece: whole rows; rows of up to 12,288 bf16
 constexpr int kMaxK = kSlotBytes / 2;
 constexpr int kCopyBytes = 2048;            // one bulk copy
-constexpr int kXBytes = 40 * 1024;          // phase input vector (bf16), or the attention scratch
-constexpr int kMaxCtaRows = 512;            // gate results a CTA keeps for its up rows
+constexpr int kXBytes = 24 * 1024;          // phase input vector (bf16), or the attention scratch
+constexpr int kMaxCtaRows = 192;            // rows of a CTA's slice (partial sums, gate results, residual)
 constexpr int kMinSplitKeys = 16;
-constexpr int kKeyBatch = 8;                // keys per warp loaded together
-constexpr size_t kSmemBytes = size_t{kSlots} * kSlotBytes + kXBytes + kMaxCtaRows * 4 +
+constexpr int kKvStageBytes = 32 * 1024;    // every warp's batch of K/V rows (cp.async staging)
+// Keys per warp staged together (8 warps x batch x (K + V) x D bf16 fit the staging area; at most 8:
+// the batch's scores live in registers).
+template <int D>
+constexpr int key_batch() {
+  return kKvStageBytes / (kConsumerWarps * 2 * D * 2) < 8 ? kKvStageBytes / (kConsumerWarps * 2 * D * 2) : 8;
+}
+constexpr size_t kSmemBytes = size_t{kSlots} * kSlotBytes + kXBytes + kKvStageBytes + kMaxCtaRows * 4 +
                               size_t{kMaxCtaRows} * kConsumerWarps * 4 + kMaxCtaRows * 4 + 32 * 4 + 256 * 4 + 2 * kSlots * 8;
 
 struct LayerPtrs {
@@ -66,7 +80,8 @@ struct Params {
   float* part_o;   // [Hq, s_max, D]
   float* part_lse; // [Hq, s_max] (log2 domain, scale folded in)
   unsigned* bar;   // [2]: barrier arrivals, exits (zero between launches)
-  unsigned long long* trace;  // null, or [1 + 12 L] globaltimer stamps of CTA 0 (see PersistentDecoder::set_trace)
+  unsigned* head_count;  // [Hk]: attention splits done per kv head (zero between phases)
+  unsigned long long* trace;  // null, or CTA 0's phase trace (see PersistentDecoder::set_trace)
   const int32_t* positions;
   const int32_t* context_lens;
   const int32_t* block_table;
@@ -92,9 +107,9 @@ __device__ __forceinline__ float consumer_sum(float v, float* red) {
   return s;
 }
 
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+__device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
   unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
 
@@ -107,8 +122,10 @@ __device__ __forceinline__ void grid_sync(unsigned* count, unsigned& index) {
     // Release: this CTA's writes (ordered before by the bar.sync above) are visible before the arrival.
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(count) : "memory");
     const unsigned target = index * gridDim.x;
-    while (ld_acquire(count) < target) {
+    // Relaxed polls (an acquire load invalidates L1 on every poll), one acquire fence after.
+    while (ld_relaxed(count) < target) {
     }
+    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
   }
   consumer_sync();
 }
@@ -209,6 +226,12 @@ __device__ void produce(const Params& p, int D, unsigned char* ring, uint64_t* f
   }
 }
 
+__device__ __forceinline__ unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+
 // Consumers: out_j = W[j, :] . x for the CTA's rows of slice s (x: K bf16 in shared memory). A piece of
 // n rows is cut into n x P tasks (P = max(1, 8 / n) K-parts per row, so pieces of 1-3 long rows still
 // keep every warp busy); a warp sums a task's vectors and stores the partial in `partial` [row][part].
@@ -220,7 +243,8 @@ __device__ __forceinline__ int parts_per_row(int n) { return n >= kConsumerWarps
 
 template <class Result>
 __device__ __forceinline__ void consume(const Slice& s, const unsigned char* ring, uint64_t* full, uint64_t* empty,
-                                        uint32_t& i, const bf16* xs, float* partial, Result&& result) {
+                                        uint32_t& i, const bf16* xs, float* partial, unsigned long long* wait_cycles,
+                                        Result&& result) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int rpp = rows_per_piece(s.K), kv = s.K / 8;
   const int rows = static_cast<int>(s.r1 - s.r0);
@@ -229,7 +253,9 @@ __device__ __forceinline__ void consume(const Slice& s, const unsigned char* rin
     const int n = rows - r < rpp ? rows - r : rpp;
     const int P = parts_per_row(n), per = (kv + P - 1) / P;
     const int slot = static_cast<int>(i % kSlots);
+    const long long t0 = wait_cycles != nullptr ? clock64() : 0;
     mbar_wait(&full[slot], (i / kSlots) & 1u);
+    if (wait_cycles != nullptr) *wait_cycles += static_cast<unsigned long long>(clock64() - t0);
     const uint4* base = reinterpret_cast<const uint4*>(ring + slot * kSlotBytes);
     for (int task = warp; task < n * P; task += kConsumerWarps) {
       const int row = task / P, part = task - row * P;
@@ -245,7 +271,11 @@ __device__ __forceinline__ void consume(const Slice& s, const unsigned char* rin
       const float sum = warp_sum(a0 + a1);
       if (lane == 0) partial[(r + row) * kConsumerWarps + part] = sum;
     }
-    mbar_arrive(&empty[slot]);  // this thread's reads of the slot are done
+    // One arrival per warp: 256 arrivals on one barrier serialise (measured: ~1.2 us per 24 KB piece).
+    // The lanes' slot reads have all been consumed by the sums above, and __syncwarp orders them
+    // before lane 0's release.
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[slot]);
     ++i;
   }
   consumer_sync();
@@ -338,11 +368,12 @@ __device__ __forceinline__ int num_splits(int ctx, int s_max) {
 struct Unit {
   bool active;
   int h, s, kb, ke;
+  int S;  // splits per kv head this step
 };
 __device__ __forceinline__ Unit my_unit(const Params& p, int ctx) {
   const int S = num_splits(ctx, p.s_max);
   const int u = blockIdx.x;
-  Unit un{u < p.Hk * S, 0, 0, 0, 0};
+  Unit un{u < p.Hk * S, 0, 0, 0, 0, S};
   if (!un.active) return un;
   un.h = u / S;
   un.s = u % S;
@@ -352,33 +383,41 @@ __device__ __forceinline__ Unit my_unit(const Params& p, int ctx) {
   return un;
 }
 
-// Warp's first batch of keys: kb + warp + 8 j (j < kKeyBatch), K/V lanes of kv head h.
+// Cache slots of a warp's batch of keys k0 + 8 j (-1 past ke): the block table is the same for every
+// layer, so the first batch's slots are looked up once per launch.
 template <int D>
-struct KeyBatch {
-  typename LaneVec<D / 32>::T k[kKeyBatch], v[kKeyBatch];
+struct KeyRows {
+  int32_t slot[key_batch<D>()];
 };
 
 template <int D>
-__device__ __forceinline__ void load_keys(const Params& p, const LayerPtrs& L, int h, int k0, int ke, KeyBatch<D>& b) {
-  const int lane = threadIdx.x & 31;
-  using V = typename LaneVec<D / 32>::T;
-  int64_t row[kKeyBatch];
+__device__ __forceinline__ KeyRows<D> key_rows(const Params& p, int k0, int ke) {
+  KeyRows<D> r;
 #pragma unroll
-  for (int j = 0; j < kKeyBatch; ++j) {
+  for (int j = 0; j < key_batch<D>(); ++j) {
     const int key = k0 + j * kConsumerWarps;
-    row[j] = -1;
-    if (key < ke) {
-      const int64_t blk = __ldg(p.block_table + key / p.block_size);
-      row[j] = ((blk * p.block_size + key % p.block_size) * p.Hk + h) * D + lane * (D / 32);
-    }
+    r.slot[j] = key < ke ? __ldg(p.block_table + key / p.block_size) * p.block_size + key % p.block_size : -1;
   }
+  return r;
+}
+
+// The warp's K/V rows of kv head h for the batch's keys into its staging area [batch][K | V][D]
+// (cp.async, zero-filled past ke; no registers held, so the copies can be in flight across a grid
+// barrier). The caller waits (cp_async_wait<0> + __syncwarp) before reading.
+template <int D>
+__device__ __forceinline__ void stage_keys(const LayerPtrs& L, int Hk, int h, const KeyRows<D>& r, bf16* stage) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int j = 0; j < kKeyBatch; ++j) {
-    if (row[j] >= 0) {
-      b.k[j] = *reinterpret_cast<const V*>(L.k_cache + row[j]);
-      b.v[j] = *reinterpret_cast<const V*>(L.v_cache + row[j]);
+  for (int j = 0; j < key_batch<D>(); ++j) {
+    for (int c = lane; c < 2 * kChunks; c += 32) {
+      const int is_v = c / kChunks, ch = c - is_v * kChunks;
+      const bool valid = r.slot[j] >= 0;
+      const int64_t off = valid ? (int64_t{r.slot[j]} * Hk + h) * D + ch * 8 : 0;
+      cp_async16_zfill(smem_u32(stage + (j * 2 + is_v) * D + ch * 8), (is_v ? L.v_cache : L.k_cache) + off, valid);
     }
   }
+  cp_async_commit();
 }
 
 // q/k: RMSNorm over D (when the weight is present) and RoPE at `pos`; v as is. Values rounded to bf16
@@ -432,9 +471,9 @@ __device__ __forceinline__ void prologue_head(const Params& p, const bf16* src, 
   }
 }
 
-// Phase C for the CTA's unit; `b` holds the warp's first key batch (loaded before the barrier).
+// Phase C for the CTA's unit; `stage` (this warp's) holds the first key batch, staged before the barrier.
 template <int D, int kG>
-__device__ void attention_unit(const Params& p, const LayerPtrs& L, const Unit& un, int ctx, KeyBatch<D>& b,
+__device__ void attention_unit(const Params& p, const LayerPtrs& L, const Unit& un, int ctx, bf16* stage,
                                const float* rope_cs, float* scratch) {
   constexpr int E = D / 32;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -472,8 +511,14 @@ __device__ void attention_unit(const Params& p, const LayerPtrs& L, const Unit& 
   }
   // Per batch of kKeyBatch keys: all scores first (independent warp reductions), then one online-softmax
   // update per head.
+  constexpr int kKeyBatch = key_batch<D>();
   for (int k0 = un.kb + warp; k0 < un.ke; k0 += kKeyBatch * kConsumerWarps) {
-    if (k0 != un.kb + warp) load_keys<D>(p, L, un.h, k0, un.ke, b);  // later batches (long contexts)
+    if (k0 != un.kb + warp) {  // later batches (long contexts)
+      __syncwarp();            // every lane is done with the previous batch
+      stage_keys<D>(L, p.Hk, un.h, key_rows<D>(p, k0, un.ke), stage);
+    }
+    cp_async_wait<0>();
+    __syncwarp();
     float sc[kKeyBatch][kG];
 #pragma unroll
     for (int j = 0; j < kKeyBatch; ++j) {
@@ -482,7 +527,7 @@ __device__ void attention_unit(const Params& p, const LayerPtrs& L, const Unit& 
 #pragma unroll
         for (int e = 0; e < E; ++e) kf[e] = kn[lane * E + e];
       } else {
-        lane_to_f32<E>(b.k[j], kf);
+        lane_to_f32<E>(*reinterpret_cast<const typename LaneVec<E>::T*>(stage + (j * 2) * D + lane * E), kf);
       }
 #pragma unroll
       for (int i = 0; i < kG; ++i) {
@@ -524,7 +569,7 @@ __device__ void attention_unit(const Params& p, const LayerPtrs& L, const Unit& 
 #pragma unroll
         for (int e = 0; e < E; ++e) vf[e] = vn[lane * E + e];
       } else {
-        lane_to_f32<E>(b.v[j], vf);
+        lane_to_f32<E>(*reinterpret_cast<const typename LaneVec<E>::T*>(stage + (j * 2 + 1) * D + lane * E), vf);
       }
 #pragma unroll
       for (int i = 0; i < kG; ++i)
@@ -563,36 +608,53 @@ __device__ void attention_unit(const Params& p, const LayerPtrs& L, const Unit& 
     p.part_o[part * D + d] = lsum > 0.0f ? o / lsum : 0.0f;
     if (d == 0) p.part_lse[part] = lsum > 0.0f ? mx + log2f(lsum) : -INFINITY;
   }
-}
 
-// Phase D: attn[head, d] = the splits' partials weighted by 2^lse.
-template <int D>
-__device__ void combine_splits(const Params& p, int ctx) {
-  const int S = num_splits(ctx, p.s_max);
-  const int total = p.Hq * D;
-  for (int e = blockIdx.x * kConsumers + threadIdx.x; e < total; e += gridDim.x * kConsumers) {
-    const int head = e / D, d = e % D;
-    const float* lse = p.part_lse + int64_t{head} * p.s_max;
+  // The last split of this kv head to finish merges the group's S partials (weights 2^lse) into attn.
+  __threadfence();  // this CTA's partials are visible device-wide before its arrival is counted
+  consumer_sync();
+  int* is_last = reinterpret_cast<int*>(merge);
+  if (threadIdx.x == 0) {
+    const unsigned prev = atomicAdd(p.head_count + un.h, 1u);
+    *is_last = prev == static_cast<unsigned>(un.S) - 1u;
+    if (*is_last) p.head_count[un.h] = 0;  // ready for the next layer (a grid barrier comes first)
+  }
+  consumer_sync();
+  if (!*is_last) return;
+  __threadfence();
+  // Split weights 2^(lse_s - max) once per head (not per element), in the now unused merge scratch:
+  // sw [g][S], swsum [g]. Then every element's S partial loads are independent, so they are in flight
+  // together.
+  float* sw = merge + 4;  // past is_last
+  float* swsum = sw + g * un.S;
+  for (int e = threadIdx.x; e < g * un.S; e += kConsumers)
+    sw[e] = __ldcg(p.part_lse + int64_t{un.h * g + e / un.S} * p.s_max + e % un.S);
+  consumer_sync();
+  if (threadIdx.x < g) {
+    float* w = sw + threadIdx.x * un.S;
     float mx = -INFINITY;
-    for (int s = 0; s < S; ++s) mx = fmaxf(mx, __ldcg(lse + s));
-    float wsum = 0.0f, o = 0.0f;
-    for (int s = 0; s < S; ++s) {
-      const float ls = __ldcg(lse + s);
-      const float w = ls == -INFINITY ? 0.0f : exp2f(ls - mx);
-      wsum += w;
-      o += w * __ldcg(p.part_o + (int64_t{head} * p.s_max + s) * D + d);
+    for (int s = 0; s < un.S; ++s) mx = fmaxf(mx, w[s]);
+    float wsum = 0.0f;
+    for (int s = 0; s < un.S; ++s) {
+      w[s] = w[s] == -INFINITY ? 0.0f : exp2f(w[s] - mx);
+      wsum += w[s];
     }
-    p.attn[e] = __float2bfloat16_rn(wsum > 0.0f ? o / wsum : 0.0f);
+    swsum[threadIdx.x] = wsum;
+  }
+  consumer_sync();
+  for (int e = threadIdx.x; e < g * D; e += kConsumers) {
+    const int i = e / D, d = e % D;
+    const int64_t head = int64_t{un.h} * g + i;
+    const float* po = p.part_o + head * p.s_max * D + d;
+    const float* w = sw + i * un.S;
+    float o = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < un.S; ++s) o += w[s] * __ldcg(po + int64_t{s} * D);
+    p.attn[head * D + d] = __float2bfloat16_rn(swsum[i] > 0.0f ? o / swsum[i] : 0.0f);
   }
 }
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
-__device__ __forceinline__ unsigned long long globaltimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
-  return t;
-}
 
 // kG: the GQA group rounded up to a power of two (padding heads have zero queries and are never written).
 template <int D, int kG>
@@ -601,7 +663,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(Params p
   extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* ring = smem;                                                    // [kSlots][kSlotBytes]
   bf16* xs = reinterpret_cast<bf16*>(smem + kSlots * kSlotBytes);                // [kXBytes / 2]
-  float* gate_s = reinterpret_cast<float*>(smem + kSlots * kSlotBytes + kXBytes);  // [kMaxCtaRows]
+  bf16* kv_stage = reinterpret_cast<bf16*>(smem + kSlots * kSlotBytes + kXBytes);  // [warps][batch][2][D]
+  float* gate_s = reinterpret_cast<float*>(smem + kSlots * kSlotBytes + kXBytes + kKvStageBytes);  // [kMaxCtaRows]
   float* partial = gate_s + kMaxCtaRows;                                         // [kMaxCtaRows][warps]
   float* res_s = partial + kMaxCtaRows * kConsumerWarps;                         // [kMaxCtaRows]
   float* red = res_s + kMaxCtaRows;                                              // [32]
@@ -613,7 +676,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(Params p
   if (threadIdx.x == 0) {
     for (int s = 0; s < kSlots; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], kConsumers);
+      mbar_init(&empty[s], kConsumerWarps);
     }
     mbar_fence_init();
   }
@@ -639,60 +702,74 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(Params p
   const Unit un = my_unit(p, ctx);
   uint32_t piece = 0;
   unsigned barrier = 0;
-  // Trace: stamps at the start, then per phase when CTA 0's work is done and when its barrier is passed.
-  int stamp_index = 0;
-  auto stamp = [&] {
-    if (p.trace != nullptr && blockIdx.x == 0 && threadIdx.x == 0) p.trace[stamp_index] = globaltimer();
-    ++stamp_index;
+  // Trace (CTA 0, thread 0): the start, then PersistentDecoder::kTraceMarks marks per layer, each the
+  // time (globaltimer ns) and the SM cycles spent waiting for weight pieces since the previous mark.
+  const bool tracing = p.trace != nullptr && blockIdx.x == 0 && threadIdx.x == 0;
+  unsigned long long waited = 0;
+  unsigned long long* wait_cycles = tracing ? &waited : nullptr;
+  int mark_index = 0;
+  auto mark = [&] {
+    if (tracing) {
+      p.trace[1 + 2 * mark_index] = globaltimer();
+      p.trace[2 + 2 * mark_index] = waited;
+      waited = 0;
+    }
+    ++mark_index;
   };
-  auto end_phase = [&](bool sync) {
-    stamp();
+  auto barrier_mark = [&](bool sync) {
     if (sync) grid_sync(p.bar, barrier);
-    stamp();
+    mark();
   };
-  stamp();
-  KeyBatch<D> kb;
+  if (tracing) p.trace[0] = globaltimer();
+  bf16* stage = kv_stage + warp * (kKvStageBytes / 2 / kConsumerWarps);  // this warp's K/V staging
+  KeyRows<D> first_rows{};
+  if (un.active) first_rows = key_rows<D>(p, un.kb + warp, un.ke);
   for (int l = 0; l < p.num_layers; ++l) {
     const LayerPtrs L = p.layers[l];
     const bool last = l == p.num_layers - 1;
 
     // A: qkv = rmsnorm(residual) @ Wqkv^T (the slice's rows).
     norm_to_x(p, l == 0, L.in_norm, xs, red);
-    consume(layer_slice(p, L, 0, D), ring, full, empty, piece, xs, partial,
+    mark();
+    consume(layer_slice(p, L, 0, D), ring, full, empty, piece, xs, partial, wait_cycles,
             [&](int64_t row, float sum) { p.qkv[row] = __float2bfloat16_rn(sum); });
-    if (un.active) load_keys<D>(p, L, un.h, un.kb + warp, un.ke, kb);  // old keys: independent of phase A
-    end_phase(true);
+    mark();
+    if (un.active) stage_keys<D>(L, p.Hk, un.h, first_rows, stage);  // old keys: independent of phase A
+    mark();
+    barrier_mark(true);
 
-    // C: attention partials.
-    if (un.active) attention_unit<D, kG>(p, L, un, ctx, kb, rope_cs, reinterpret_cast<float*>(xs));
-    end_phase(true);
-
-    // D: combine.
-    combine_splits<D>(p, ctx);
-    end_phase(true);
+    // C: attention partials; the last split of each kv head combines them.
+    if (un.active) attention_unit<D, kG>(p, L, un, ctx, stage, rope_cs, reinterpret_cast<float*>(xs));
+    mark();
+    barrier_mark(true);
 
     // E: residual += attn @ Wo^T (layer 0: the residual starts as the embedding in `hidden`).
     load_vector(xs, p.attn, p.Hq * D);
-    consume(layer_slice(p, L, 1, D), ring, full, empty, piece, xs, partial, [&](int64_t j, float sum) {
+    mark();
+    consume(layer_slice(p, L, 1, D), ring, full, empty, piece, xs, partial, wait_cycles, [&](int64_t j, float sum) {
       const float r = bf(res_s[j - own.r0] + bf(sum));
       res_s[j - own.r0] = r;
       p.residual[j] = __float2bfloat16_rn(r);
     });
-    end_phase(true);
+    mark();
+    barrier_mark(true);
 
     // F: act = silu(gate) * up, gate and up from rmsnorm(residual).
     norm_to_x(p, false, L.post_norm, xs, red);
+    mark();
     const Slice gate = layer_slice(p, L, 2, D);
-    consume(gate, ring, full, empty, piece, xs, partial, [&](int64_t row, float sum) { gate_s[row - gate.r0] = bf(sum); });
-    consume(layer_slice(p, L, 3, D), ring, full, empty, piece, xs, partial, [&](int64_t row, float sum) {
+    consume(gate, ring, full, empty, piece, xs, partial, wait_cycles, [&](int64_t row, float sum) { gate_s[row - gate.r0] = bf(sum); });
+    consume(layer_slice(p, L, 3, D), ring, full, empty, piece, xs, partial, wait_cycles, [&](int64_t row, float sum) {
       const int64_t j = row - p.I;
       p.act[j] = __float2bfloat16_rn(silu(gate_s[j - gate.r0]) * bf(sum));
     });
-    end_phase(true);
+    mark();
+    barrier_mark(true);
 
     // G: residual += act @ Wdown^T; the last layer hands (hidden, residual) over as the layer loop does.
     load_vector(xs, p.act, p.I);
-    consume(layer_slice(p, L, 4, D), ring, full, empty, piece, xs, partial, [&](int64_t j, float sum) {
+    mark();
+    consume(layer_slice(p, L, 4, D), ring, full, empty, piece, xs, partial, wait_cycles, [&](int64_t j, float sum) {
       if (last) {
         p.hidden[j] = __float2bfloat16_rn(sum);
       } else {
@@ -701,7 +778,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(Params p
         p.residual[j] = __float2bfloat16_rn(r);
       }
     });
-    end_phase(!last);
+    mark();
+    barrier_mark(!last);
   }
   // Every CTA has passed every barrier once all have counted their exit: the last one resets the
   // counters for the next launch (stream order makes the reset visible to it).
@@ -720,17 +798,16 @@ int sm_count(int device) {
 
 int group_bucket(int64_t g) { return g <= 2 ? 2 : g <= 4 ? 4 : 8; }
 
-// The instantiation for (head_dim, GQA group).
+// The instantiation for (head_dim, GQA group); persistent_decode_unsupported() keeps the group within
+// what the attention scratch holds (D 64: <= 8, D 128: <= 4, D 256: <= 2).
 void* kernel_for(int64_t d, int64_t g) {
   const int kg = group_bucket(g);
   if (d == 64) return kg == 2 ? reinterpret_cast<void*>(persistent_decode_kernel<64, 2>)
                     : kg == 4 ? reinterpret_cast<void*>(persistent_decode_kernel<64, 4>)
                               : reinterpret_cast<void*>(persistent_decode_kernel<64, 8>);
   if (d == 128) return kg == 2 ? reinterpret_cast<void*>(persistent_decode_kernel<128, 2>)
-                     : kg == 4 ? reinterpret_cast<void*>(persistent_decode_kernel<128, 4>)
-                               : reinterpret_cast<void*>(persistent_decode_kernel<128, 8>);
-  return kg == 2 ? reinterpret_cast<void*>(persistent_decode_kernel<256, 2>)
-                 : reinterpret_cast<void*>(persistent_decode_kernel<256, 4>);
+                               : reinterpret_cast<void*>(persistent_decode_kernel<128, 4>);
+  return reinterpret_cast<void*>(persistent_decode_kernel<256, 2>);
 }
 
 bool is_bf16_matrix(const TensorView& t, int64_t rows, int64_t cols) {
@@ -811,7 +888,7 @@ PersistentDecoder::PersistentDecoder(const PersistentDecodeModel& m, int device)
   auto align = [](size_t b) { return (b + 255) / 256 * 256; };
   scratch_bytes_ = align(static_cast<size_t>((Hq + 2 * m.kv_heads) * D * 2)) + align(static_cast<size_t>(Hq * D * 2)) +
                    align(static_cast<size_t>(m.intermediate * 2)) + align(static_cast<size_t>(Hq * s_max * D * 4)) +
-                   align(static_cast<size_t>(Hq * s_max * 4)) + 256;
+                   align(static_cast<size_t>(Hq * s_max * 4)) + 256 + align(static_cast<size_t>(m.kv_heads * 4));
   CUDA_CHECK(cudaMalloc(&scratch_, scratch_bytes_));
   CUDA_CHECK(cudaMemset(scratch_, 0, scratch_bytes_));  // the barrier counters start at zero
 }
@@ -851,6 +928,7 @@ void PersistentDecoder::run(TensorView hidden, TensorView residual, TensorView p
   p.part_lse = reinterpret_cast<float*>(base);
   base += align(static_cast<size_t>(Hq * s_max * 4));
   p.bar = reinterpret_cast<unsigned*>(base);
+  p.head_count = p.bar + 64;  // after the two barrier counters, in the zeroed tail
   p.trace = static_cast<unsigned long long*>(trace_);
   p.positions = positions.data_as<const int32_t>();
   p.context_lens = meta.context_lens.data_as<const int32_t>();

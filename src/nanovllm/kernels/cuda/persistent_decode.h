@@ -64,10 +64,12 @@ class PersistentDecoder {
            cudaStream_t st);
 
   int grid_size() const { return grid_; }
-  // Benchmarks: launches that follow record CTA 0's globaltimer (ns) into `stamps` [1 + 12 L] on the
-  // device: [0] the start, then for layer l and phase f in 0..5 (qkv, attention, combine, o, gate_up,
-  // down) [1 + 2 (6 l + f)] when its work is done and [2 + 2 (6 l + f)] when its grid barrier is passed.
-  // nullptr stops recording.
+  // Benchmarks: launches that follow record CTA 0's trace into `stamps` [1 + 2 kTraceMarks L] on the
+  // device: [0] the start, then for mark m of layer l at 1 + 2 (kTraceMarks l + m) the time (globaltimer
+  // ns) and the SM cycles (clock64) its thread 0 waited for weight pieces since the previous mark. The marks, in order:
+  // norm, qkv, keys, barrier, attention, barrier, o input, o, barrier, norm, gate_up, barrier, down
+  // input, down, barrier (the last layer's last one without a barrier). nullptr stops recording.
+  static constexpr int kTraceMarks = 15;
   void set_trace(unsigned long long* stamps) { trace_ = stamps; }
 
  private:
