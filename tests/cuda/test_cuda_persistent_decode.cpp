@@ -249,6 +249,12 @@ TEST(CudaPersistentDecode, HeadDim128Gqa2Block256Qwen3Small) {
   check_against_layer_loop({1024, 16, 8, 128, 3072, 2, 256}, {1, 255, 256, 257, 1024, 3000}, 22);
 }
 
+TEST(CudaPersistentDecode, Qwen3_8BWidthsOneLayer) {
+  SKIP_WITHOUT_CUDA();
+  // Slices of many pieces (rows of 4,096 and 12,288: 1-3 rows per piece, 11-32 pieces per slice).
+  check_against_layer_loop({4096, 32, 8, 128, 12288, 1, 256}, {1, 1024}, 28);
+}
+
 TEST(CudaPersistentDecode, HeadDim128Gqa4OddWidths) {
   SKIP_WITHOUT_CUDA();
   check_against_layer_loop({520, 8, 2, 128, 1368, 3, 16}, {2, 31, 33, 500}, 23);
