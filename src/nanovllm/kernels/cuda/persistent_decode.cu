@@ -23,12 +23,13 @@
 //      loop's hand-over to head()).
 // Data written inside the kernel by other CTAs is read with ld.global.cg (L1 is not coherent).
 //
-// Where the time goes (H200, Qwen3-0.6B, context 1024; the DISABLED_ benchmark's trace): ~33 us per
-// layer, the same as the layer loop. Five grid barriers cost ~1.5-3.5 us each; the weight phases run
-// at the SM's share of HBM (~34 GB/s) as the 144 KB ring cannot hold a layer's 238 KB slice, so the
-// stream stalls while attention and the barriers run. Tried and slower: L2 prefetch of the stream
-// (copy-engine prefetches delay the ring's copies; load-path prefetches delay the phases' loads),
-// 12 KB pieces, x held in registers, loading rows into registers to release slots early (spills).
+// Where the time goes (H200, context 1024; the DISABLED_ benchmark's trace and
+// bench/results/2026-11-24-h200-cuda-perf-session10.md): Qwen3-0.6B ~33 us per layer, the same as the
+// layer loop; Qwen3-8B ~154 vs ~121. Five grid barriers cost ~11 us per 0.6B layer. The weight phases
+// do not wait for the stream (the pieces are in shared memory when the consumers reach them; with the
+// weights L2-resident the times are the same): the cost is the consumers walking each piece together,
+// ~1,700 cycles per piece whatever the math. Whole pieces per warp made the 8B 136 us per layer but
+// the 0.6B slower; tensor-core consumers, L2 prefetch of the stream and smaller pieces were slower.
 #include <cuda_bf16.h>
 
 #include <algorithm>
