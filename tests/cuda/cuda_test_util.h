@@ -51,6 +51,22 @@ std::vector<float> time_each_ms(cudaStream_t st, int reps, F&& fn) {
   return ms;
 }
 
+// Runs `body` (which enqueues work on `st`) once eagerly, so one-time choices and workspaces happen
+// outside the capture, then captures it into a graph: the instantiated graph.
+template <class F>
+cudaGraphExec_t warm_up_and_capture(cudaStream_t st, F&& body) {
+  body();
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  body();
+  CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  return exec;
+}
+
 // time_each_ms of replays of a captured graph.
 inline std::vector<float> graph_replay_ms(cudaGraphExec_t exec, cudaStream_t st, int reps) {
   return time_each_ms(st, reps, [&] { CUDA_CHECK(cudaGraphLaunch(exec, st)); });

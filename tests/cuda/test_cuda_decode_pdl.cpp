@@ -122,14 +122,7 @@ void check_graph_replay_with_changing_inputs(bool bulk) {
   };
   std::vector<int32_t> ids = {5, 17, 96};
   CUDA_CHECK(cudaMemcpy(d_ids.view().data(), ids.data(), 12, cudaMemcpyHostToDevice));
-  chain();  // warm-up: dispatch choices and workspaces before capture
-  CUDA_CHECK(cudaStreamSynchronize(st));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  chain();
-  CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaGraphExec_t exec = cuda_test::warm_up_and_capture(st, chain);
 
   // CPU reference of the same chain (bf16 roundings mirrored where the GPU stores bf16).
   auto bf = [](float v) { return bf16_to_f32(f32_to_bf16(v)); };
@@ -174,7 +167,6 @@ void check_graph_replay_with_changing_inputs(bool bulk) {
     cuda_test::expect_close(d_out.download_f32(), ref, 3e-2f, 3e-2f, "replay " + std::to_string(round));
   }
   CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
   CUDA_CHECK(cudaStreamDestroy(st));
 }
 

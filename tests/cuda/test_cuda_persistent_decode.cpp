@@ -20,6 +20,7 @@
 #include "nanovllm/kernels/cuda/persistent_decode.h"
 #include "nanovllm/model/qwen3_model.h"
 #include "nanovllm/model/rope.h"
+#include "nanovllm/runner/cuda/persistent_decode_model.h"
 
 namespace nanovllm {
 namespace {
@@ -36,7 +37,6 @@ struct RandomStack {
   ModelConfig cfg;
   std::unique_ptr<Qwen3Model> model;
   Buffer inv_freq;
-  float rope_scaling = 1.0f;
   std::vector<Buffer> caches;  // [L] x (k, v) for the layer loop, then [L] x (k, v) for the persistent kernel
   int64_t num_blocks = 0;
 
@@ -86,7 +86,6 @@ struct RandomStack {
       w.layers.push_back(lw);
     }
     const RopeTable rope = compute_rope(cfg);
-    rope_scaling = rope.attention_scaling;
     inv_freq = Buffer(cuda_allocator(0), DType::kF32, Shape{static_cast<int64_t>(rope.inv_freq.size())});
     CUDA_CHECK(cudaMemcpy(inv_freq.data(), rope.inv_freq.data(), inv_freq.nbytes(), cudaMemcpyHostToDevice));
     model = std::make_unique<Qwen3Model>(cfg, std::move(w), inv_freq.view(), rope.attention_scaling);
@@ -111,31 +110,15 @@ struct RandomStack {
     for (Buffer& b : persistent_copies) caches.push_back(std::move(b));
   }
 
-  std::vector<LayerKvCache> loop_kv() const {
+  // The layer loop's caches (copy 0) or the persistent kernel's (copy 1).
+  std::vector<LayerKvCache> kv_copy(int64_t copy) const {
+    const int64_t L = cfg.num_hidden_layers;
     std::vector<LayerKvCache> kv;
-    for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) kv.push_back({caches[2 * l].view(), caches[2 * l + 1].view()});
+    for (int64_t l = 0; l < L; ++l) kv.push_back({caches[2 * (copy * L + l)].view(), caches[2 * (copy * L + l) + 1].view()});
     return kv;
   }
 
-  cuda_ops::PersistentDecodeModel persistent_model() const {
-    cuda_ops::PersistentDecodeModel m;
-    m.hidden = cfg.hidden_size;
-    m.heads = cfg.num_attention_heads;
-    m.kv_heads = cfg.num_key_value_heads;
-    m.head_dim = cfg.head_dim;
-    m.intermediate = cfg.intermediate_size;
-    m.rms_norm_eps = static_cast<float>(cfg.rms_norm_eps);
-    m.attn_scale = 1.0f / std::sqrt(static_cast<float>(cfg.head_dim));
-    m.rope_inv_freq = inv_freq.view();
-    m.rope_attention_scaling = rope_scaling;
-    const int64_t L = cfg.num_hidden_layers;
-    for (int64_t l = 0; l < L; ++l) {
-      const LayerWeights& w = model->weights().layers[static_cast<size_t>(l)];
-      m.layers.push_back({w.input_layernorm, w.qkv_proj, w.q_norm, w.k_norm, w.o_proj, w.post_attention_layernorm,
-                          w.gate_up_proj, w.down_proj, caches[2 * (L + l)].view(), caches[2 * (L + l) + 1].view()});
-    }
-    return m;
-  }
+  cuda_ops::PersistentDecodeModel persistent_model() const { return persistent_decode_model(*model, kv_copy(1)); }
 };
 
 // One sequence decoding one token at position ctx - 1 (its K/V go to the table's slot for it).
@@ -191,7 +174,7 @@ void check_against_layer_loop(const Shape5& s, const std::vector<int32_t>& conte
   Buffer arena(cuda_allocator(0), ws_bytes);
   const DecoderWorkspace ws = Qwen3Model::make_workspace(stack.cfg, DType::kBF16, arena.data(), Device::cuda(0), 1, 1);
   DeviceTensor hidden(DType::kBF16, {1, s.H}), residual(DType::kBF16, {1, s.H});
-  const std::vector<LayerKvCache> kv = stack.loop_kv();
+  const std::vector<LayerKvCache> kv = stack.kv_copy(0);
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
@@ -298,7 +281,7 @@ void bench_shape(const char* name, const Shape5& s) {
   Qwen3Model::make_workspace(stack.cfg, DType::kBF16, nullptr, Device::cuda(0), 1, 1, &ws_bytes);
   Buffer arena(cuda_allocator(0), ws_bytes);
   const DecoderWorkspace ws = Qwen3Model::make_workspace(stack.cfg, DType::kBF16, arena.data(), Device::cuda(0), 1, 1);
-  const std::vector<LayerKvCache> kv = stack.loop_kv();
+  const std::vector<LayerKvCache> kv = stack.kv_copy(0);
   std::vector<int32_t> table(static_cast<size_t>(stack.num_blocks));
   std::iota(table.begin(), table.end(), 0);
   DecodeStep step(table, s.block_size, ctx);
@@ -310,18 +293,7 @@ void bench_shape(const char* name, const Shape5& s) {
   in.sample_rows = rows.view();
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  auto capture = [&](auto&& body) {
-    body();  // warm-up (dispatch choices) outside the capture
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    cudaGraph_t g;
-    cudaGraphExec_t e;
-    CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    body();
-    CUDA_CHECK(cudaStreamEndCapture(st, &g));
-    CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
-    CUDA_CHECK(cudaGraphDestroy(g));
-    return e;
-  };
+  auto capture = [&](auto&& body) { return cuda_test::warm_up_and_capture(st, body); };
   cudaGraphExec_t loop = capture([&] {
     for (int64_t l = 0; l < s.L; ++l) stack.model->layer(l, in, kv[static_cast<size_t>(l)], ws, ops::Stream{st});
   });

@@ -821,6 +821,11 @@ bool is_bf16_vector(const TensorView& t, int64_t n) {
 
 }  // namespace
 
+struct PersistentDecoder::Layout {
+  Params params;            // everything but the step's tensors
+  void* kernel = nullptr;   // the (head_dim, GQA group) instantiation
+};
+
 bool persistent_decode_enabled() {
   const char* e = std::getenv("NANOVLLM_PERSISTENT_DECODE");
   return e != nullptr && std::strcmp(e, "1") == 0;
@@ -851,6 +856,7 @@ std::string persistent_decode_unsupported(const PersistentDecodeModel& m, int de
   if (!m.rope_inv_freq.defined() || m.rope_inv_freq.dtype() != DType::kF32 || m.rope_inv_freq.numel() != D / 2)
     return "rope table missing";
   for (const PersistentDecodeLayer& L : m.layers) {
+    if (L.qkv_bias.defined() || L.o_bias.defined()) return "attention biases";
     if (!is_bf16_vector(L.input_layernorm, H) || !is_bf16_vector(L.post_attention_layernorm, H) ||
         !is_bf16_matrix(L.qkv_proj, (Hq + 2 * Hk) * D, H) || !is_bf16_matrix(L.o_proj, H, Hq * D) ||
         !is_bf16_matrix(L.gate_up_proj, 2 * I, H) || !is_bf16_matrix(L.down_proj, H, I))
@@ -885,13 +891,39 @@ PersistentDecoder::PersistentDecoder(const PersistentDecodeModel& m, int device)
   CUDA_CHECK(cudaMalloc(&layers_dev_, host.size() * sizeof(LayerPtrs)));
   CUDA_CHECK(cudaMemcpy(layers_dev_, host.data(), host.size() * sizeof(LayerPtrs), cudaMemcpyHostToDevice));
 
-  const int64_t Hq = m.heads, D = m.head_dim, s_max = std::max<int64_t>(1, grid_ / m.kv_heads);
-  auto align = [](size_t b) { return (b + 255) / 256 * 256; };
-  scratch_bytes_ = align(static_cast<size_t>((Hq + 2 * m.kv_heads) * D * 2)) + align(static_cast<size_t>(Hq * D * 2)) +
-                   align(static_cast<size_t>(m.intermediate * 2)) + align(static_cast<size_t>(Hq * s_max * D * 4)) +
-                   align(static_cast<size_t>(Hq * s_max * 4)) + 256 + align(static_cast<size_t>(m.kv_heads * 4));
-  CUDA_CHECK(cudaMalloc(&scratch_, scratch_bytes_));
-  CUDA_CHECK(cudaMemset(scratch_, 0, scratch_bytes_));  // the barrier counters start at zero
+  // Scratch: qkv [(Hq + 2 Hk) D] bf16, attention output [Hq D] bf16, MLP activation [I] bf16, split
+  // partials [Hq, s_max, D] and [Hq, s_max] f32, then the barrier counters (2) and per-kv-head arrival
+  // counters, zeroed once: the kernel leaves them zero.
+  const int64_t Hq = m.heads, Hk = m.kv_heads, D = m.head_dim, s_max = std::max<int64_t>(1, grid_ / Hk);
+  auto align = [](int64_t b) { return static_cast<size_t>((b + 255) / 256 * 256); };
+  const size_t qkv_at = 0, attn_at = qkv_at + align((Hq + 2 * Hk) * D * 2), act_at = attn_at + align(Hq * D * 2),
+               part_o_at = act_at + align(m.intermediate * 2), lse_at = part_o_at + align(Hq * s_max * D * 4),
+               bar_at = lse_at + align(Hq * s_max * 4), bytes = bar_at + 256 + align(Hk * 4);
+  CUDA_CHECK(cudaMalloc(&scratch_, bytes));
+  CUDA_CHECK(cudaMemset(scratch_, 0, bytes));
+  char* base = static_cast<char*>(scratch_);
+
+  fixed_ = std::make_unique<Layout>();
+  Params& p = fixed_->params;
+  p.layers = static_cast<const LayerPtrs*>(layers_dev_);
+  p.num_layers = static_cast<int>(m.layers.size());
+  p.qkv = reinterpret_cast<bf16*>(base + qkv_at);
+  p.attn = reinterpret_cast<bf16*>(base + attn_at);
+  p.act = reinterpret_cast<bf16*>(base + act_at);
+  p.part_o = reinterpret_cast<float*>(base + part_o_at);
+  p.part_lse = reinterpret_cast<float*>(base + lse_at);
+  p.bar = reinterpret_cast<unsigned*>(base + bar_at);
+  p.head_count = p.bar + 64;  // after the two barrier counters, in the zeroed tail
+  p.inv_freq = m.rope_inv_freq.data_as<const float>();
+  p.rope_scaling = m.rope_attention_scaling;
+  p.H = static_cast<int>(m.hidden);
+  p.Hq = static_cast<int>(Hq);
+  p.Hk = static_cast<int>(Hk);
+  p.I = static_cast<int>(m.intermediate);
+  p.s_max = static_cast<int>(s_max);
+  p.eps = m.rms_norm_eps;
+  p.scale_log2 = m.attn_scale * 1.4426950408889634f;
+  fixed_->kernel = kernel;
 }
 
 PersistentDecoder::~PersistentDecoder() {
@@ -901,7 +933,7 @@ PersistentDecoder::~PersistentDecoder() {
 
 void PersistentDecoder::run(TensorView hidden, TensorView residual, TensorView positions, const AttentionMetadata& meta,
                             cudaStream_t st) {
-  const int64_t H = model_.hidden, Hq = model_.heads, Hk = model_.kv_heads, D = model_.head_dim;
+  const int64_t H = model_.hidden;
   NANOVLLM_CHECK(is_bf16_vector(hidden, H) && is_bf16_vector(residual, H),
                  "persistent decode: hidden and residual must be bf16 [1, ", H, "]");
   NANOVLLM_CHECK(meta.num_seqs == 1 && meta.num_tokens == 1, "persistent decode: one sequence with one token, got ",
@@ -910,41 +942,15 @@ void PersistentDecoder::run(TensorView hidden, TensorView residual, TensorView p
   NANOVLLM_CHECK(meta.block_size >= 1 && meta.block_size == model_.layers[0].k_cache.dim(1),
                  "persistent decode: block size ", meta.block_size, " does not match the cache");
 
-  const int64_t s_max = std::max<int64_t>(1, grid_ / Hk);
-  auto align = [](size_t b) { return (b + 255) / 256 * 256; };
-  char* base = static_cast<char*>(scratch_);
-  Params p{};
-  p.layers = static_cast<const LayerPtrs*>(layers_dev_);
-  p.num_layers = static_cast<int>(model_.layers.size());
+  Params p = fixed_->params;  // + this step's tensors
   p.hidden = static_cast<bf16*>(hidden.data());
   p.residual = static_cast<bf16*>(residual.data());
-  p.qkv = reinterpret_cast<bf16*>(base);
-  base += align(static_cast<size_t>((Hq + 2 * Hk) * D * 2));
-  p.attn = reinterpret_cast<bf16*>(base);
-  base += align(static_cast<size_t>(Hq * D * 2));
-  p.act = reinterpret_cast<bf16*>(base);
-  base += align(static_cast<size_t>(model_.intermediate * 2));
-  p.part_o = reinterpret_cast<float*>(base);
-  base += align(static_cast<size_t>(Hq * s_max * D * 4));
-  p.part_lse = reinterpret_cast<float*>(base);
-  base += align(static_cast<size_t>(Hq * s_max * 4));
-  p.bar = reinterpret_cast<unsigned*>(base);
-  p.head_count = p.bar + 64;  // after the two barrier counters, in the zeroed tail
   p.trace = static_cast<unsigned long long*>(trace_);
   p.positions = positions.data_as<const int32_t>();
   p.context_lens = meta.context_lens.data_as<const int32_t>();
   p.block_table = meta.block_tables.data_as<const int32_t>();
   p.slot_mapping = meta.slot_mapping.data_as<const int32_t>();
-  p.inv_freq = model_.rope_inv_freq.data_as<const float>();
-  p.rope_scaling = model_.rope_attention_scaling;
-  p.H = static_cast<int>(H);
-  p.Hq = static_cast<int>(Hq);
-  p.Hk = static_cast<int>(Hk);
-  p.I = static_cast<int>(model_.intermediate);
   p.block_size = static_cast<int>(meta.block_size);
-  p.s_max = static_cast<int>(s_max);
-  p.eps = model_.rms_norm_eps;
-  p.scale_log2 = model_.attn_scale * 1.4426950408889634f;
 
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(grid_));
@@ -957,7 +963,7 @@ void PersistentDecoder::run(TensorView hidden, TensorView residual, TensorView p
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   void* args[] = {&p};
-  CUDA_CHECK(cudaLaunchKernelExC(&cfg, kernel_for(D, Hq / Hk), args));
+  CUDA_CHECK(cudaLaunchKernelExC(&cfg, fixed_->kernel, args));
   CUDA_CHECK_LAUNCH();
 }
 

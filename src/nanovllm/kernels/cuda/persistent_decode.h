@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,9 +24,11 @@
 
 namespace nanovllm::cuda_ops {
 
-// One layer's weights (bf16, the shapes of LayerWeights) and KV cache ([NB, BS, Hk, D] bf16 each).
+// One layer's weights (bf16, the shapes of LayerWeights; the biases must be undefined) and KV cache
+// ([NB, BS, Hk, D] bf16 each).
 struct PersistentDecodeLayer {
-  TensorView input_layernorm, qkv_proj, q_norm, k_norm, o_proj, post_attention_layernorm, gate_up_proj, down_proj;
+  TensorView input_layernorm, qkv_proj, qkv_bias, q_norm, k_norm, o_proj, o_bias, post_attention_layernorm,
+      gate_up_proj, down_proj;
   TensorView k_cache, v_cache;
 };
 
@@ -77,7 +80,8 @@ class PersistentDecoder {
   int grid_ = 0;
   void* layers_dev_ = nullptr;  // [L] device layer descriptors
   void* scratch_ = nullptr;     // qkv, attention output, MLP activation, split partials, barrier counters
-  size_t scratch_bytes_ = 0;
+  struct Layout;                // the launch parameters that do not change between steps (the .cu)
+  std::unique_ptr<Layout> fixed_;
   unsigned long long* trace_ = nullptr;
 };
 

@@ -8,11 +8,11 @@
 #include "nanovllm/core/logging.h"
 #include "nanovllm/kernels/cuda/cuda_check.h"
 #include "nanovllm/kernels/cuda/cuda_memory.h"
-#include "nanovllm/kernels/cuda/persistent_decode.h"
 #include "nanovllm/model/rope.h"
 #include "nanovllm/model/weights.h"
 #include "nanovllm/runner/cuda/cuda_offload_device.h"
 #include "nanovllm/runner/cuda/nvtx_range.h"
+#include "nanovllm/runner/cuda/persistent_decode_model.h"
 #include "nanovllm/runner/forward_batch.h"
 
 namespace nanovllm {
@@ -48,7 +48,7 @@ CudaModelRunner::CudaModelRunner(const std::filesystem::path& model_dir, const M
         [this](const std::vector<const Sequence*>& seqs, float* logits) { return sampler_->sample(seqs, logits, stream_); });
   }
   allocate_kv_cache(config);
-  make_persistent_decoder(config);
+  make_persistent_decoder();
 
   // nano-vLLM's buckets: 1, 2, 4, 8, then every 16 up to min(max_num_seqs, 512).
   if (!rc.enforce_eager) {
@@ -168,27 +168,9 @@ void CudaModelRunner::upload_batch(const ForwardBatch& batch) {
   copy_h2d(batch_device_.data(), batch_host_.data(), batch.data.size() * 4, stream_);
 }
 
-void CudaModelRunner::make_persistent_decoder(const ModelConfig& config) {
+void CudaModelRunner::make_persistent_decoder() {
   if (!cuda_ops::persistent_decode_enabled()) return;
-  cuda_ops::PersistentDecodeModel m;
-  m.hidden = config.hidden_size;
-  m.heads = config.num_attention_heads;
-  m.kv_heads = config.num_key_value_heads;
-  m.head_dim = config.head_dim;
-  m.intermediate = config.intermediate_size;
-  m.rms_norm_eps = static_cast<float>(config.rms_norm_eps);
-  m.attn_scale = model_->attention_scale();
-  m.rope_inv_freq = model_->rope().inv_freq;
-  m.rope_attention_scaling = model_->rope().attention_scaling;
-  for (size_t l = 0; l < kv_.size(); ++l) {
-    const LayerWeights& w = model_->weights().layers[l];
-    if (w.qkv_bias.defined() || w.o_bias.defined()) {
-      NANOVLLM_INFO("persistent decode: off (attention biases)");
-      return;
-    }
-    m.layers.push_back({w.input_layernorm, w.qkv_proj, w.q_norm, w.k_norm, w.o_proj, w.post_attention_layernorm,
-                        w.gate_up_proj, w.down_proj, kv_[l].k, kv_[l].v});
-  }
+  const cuda_ops::PersistentDecodeModel m = persistent_decode_model(*model_, kv_);
   const std::string why = cuda_ops::persistent_decode_unsupported(m, device_);
   if (!why.empty()) {
     NANOVLLM_INFO("persistent decode: off (", why, ")");

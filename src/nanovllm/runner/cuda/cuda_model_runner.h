@@ -40,7 +40,7 @@ class CudaModelRunner final : public ModelRunner {
   void run_eager(const SchedulerOutput& out);
   // NANOVLLM_PERSISTENT_DECODE=1: batch-1 decode graphs run all layers as one persistent kernel
   // (kernels/cuda/persistent_decode.h) where the model allows it.
-  void make_persistent_decoder(const ModelConfig& config);
+  void make_persistent_decoder();
   void decode_forward(const DecoderInputs& in);
   void upload_batch(const ForwardBatch& batch);
   // Samples the rows of `out` with sample == true (in `out` order) from the step's logits; syncs.
