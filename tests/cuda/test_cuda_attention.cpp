@@ -227,10 +227,10 @@ TEST(CudaAttention, DecodeTensorCoreGroupsAndBlockSizes) {
 
 // Splits are chosen per sequence on the device: with meta.max_context_len far above the real lengths
 // (a graph captured for max_model_len) short sequences take few splits and the rest of the grid's split
-// slots exit; long ones in the same batch still split. Runs the op three times on the same inputs: the
-// fused combine's arrival counters must be back at zero after each launch.
-TEST(CudaAttention, DecodeSplitsFollowDeviceContextLengths) {
-  SKIP_WITHOUT_CUDA();
+// slots exit (or, in a combining cluster, idle through the combine); long ones in the same batch still
+// split. Runs the op three times on the same inputs: bit-identical outputs, and the global combine's
+// arrival counters must be back at zero after each launch.
+void check_device_chosen_splits() {
   uint32_t seed = 1100;
   check_attention(Batch{{1}, {1024}}, 16, 8, 128, 16, seed++, 40960, 3);      // Qwen3-0.6B, bs 1
   check_attention(Batch{{1}, {1024}}, 16, 8, 128, 16, seed++, 1024, 3);
@@ -247,6 +247,59 @@ TEST(CudaAttention, DecodeSplitsFollowDeviceContextLengths) {
     big.ctx.push_back(1 + static_cast<int32_t>(rng() % 700));
   }
   check_attention(big, 16, 8, 128, 16, seed++, 40960, 2);
+}
+
+struct ClusterCombineGuard {
+  explicit ClusterCombineGuard(bool on) { cuda_ops::decode_attention_set_cluster_combine(on); }
+  ~ClusterCombineGuard() { cuda_ops::decode_attention_set_cluster_combine(true); }
+};
+
+// Default: on sm_90 the splits combine in a thread-block cluster (distributed shared memory).
+TEST(CudaAttention, DecodeSplitsFollowDeviceContextLengths) {
+  SKIP_WITHOUT_CUDA();
+  check_device_chosen_splits();
+}
+
+// The same batches with the splits combined through global memory (partials, arrival counter, last CTA
+// merges): the path of devices without clusters, kept tested on sm_90.
+TEST(CudaAttention, DecodeSplitsGlobalCombine) {
+  SKIP_WITHOUT_CUDA();
+  ClusterCombineGuard guard(false);
+  check_device_chosen_splits();
+  check_attention(Batch{{1}, {5000}}, 8, 1, 128, 16, 7);  // up to 32 split slots
+}
+
+// Both combines merge the same partials in the same order, so with the same split count (<= 16, the
+// cluster limit) their outputs are bit-identical. Without clusters (before sm_90) both runs take the
+// global path, so the test only means something on sm_90.
+TEST(CudaAttention, DecodeClusterCombineMatchesGlobalBitwise) {
+  SKIP_WITHOUT_CUDA();
+  int major = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  if (major < 9) GTEST_SKIP() << "thread-block clusters need sm_90";
+  struct Shape {
+    Batch b;
+    int64_t Hq, Hk, D, BS;
+  };
+  // Split counts: 16 (bs 1 @ 1024, Hk 8), 16 / 1-16 per sequence (bs 4), 11 (D 64), 16 (G 4, BS 256).
+  const std::vector<Shape> shapes{{Batch{{1}, {1024}}, 16, 8, 128, 16},
+                                  {Batch{{1, 1, 1, 1}, {1000, 1, 65, 999}}, 16, 8, 128, 16},
+                                  {Batch{{1, 1}, {700, 300}}, 16, 8, 64, 16},
+                                  {Batch{{1}, {1023}}, 32, 8, 128, 256}};
+  std::mt19937 rng(1300);
+  for (const Shape& sh : shapes) {
+    AttentionCase c(sh.b, sh.Hq, sh.Hk, sh.D, sh.BS, rng);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(sh.D));
+    std::vector<float> out[2];
+    for (const bool cluster : {true, false}) {
+      ClusterCombineGuard guard(cluster);
+      c.d_out.fill_bytes(0xff);
+      c.run(scale);
+      out[cluster ? 0 : 1] = c.d_out.download_f32();
+    }
+    ASSERT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)), 0)
+        << "Hq=" << sh.Hq << " Hk=" << sh.Hk << " D=" << sh.D << " BS=" << sh.BS;
+  }
 }
 
 // Decode captured once in a CUDA graph (max_context_len fixed at capture, as the runner does) and

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "kernel_timeline.h"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
 #include "nanovllm/kernels/cuda/gemv.cuh"
 #include "nanovllm/kernels/cuda/pdl.h"
@@ -212,74 +213,99 @@ struct Ablation {
   bool bulk_gemv = true;  // false: the bulk-copy gemv is not a candidate (shapes re-timed)
 };
 
-void bench_decode_layers(const LayerShape& sh) {
-  const int64_t H = sh.H, Hq = sh.Hq, Hk = sh.Hk, D = 128, I = sh.I, L = sh.L, BS = 16, ctx = 1024;
-  const int64_t QKV = (Hq + 2 * Hk) * D, NB = ctx / BS + 1;
-  uint64_t seed = 21;
+// L distinct decode layers of one shape with their weights, KV caches (context 1024, block size 16,
+// shuffled block table) and step buffers; forward() enqueues one token through all of them.
+struct DecodeLayerStack {
   struct Layer {
     std::unique_ptr<DeviceTensor> wqkv, wo, wgu, wd, n1, n2, qn, kn, kc, vc;
   };
-  auto rnd = [&](Shape s, float lo, float hi) {
+  static constexpr int64_t D = 128, BS = 16, ctx = 1024;
+  int64_t H, Hq, Hk, I, L, QKV, NB;
+  uint64_t seed = 21;
+  std::vector<Layer> layers;
+  std::unique_ptr<DeviceTensor> x, res, qkv, q, ao, gu, act, cu, cl, bt, pos, slot, invf;
+  AttentionMetadata meta{};
+  ops::RopeParams rope{};
+
+  std::unique_ptr<DeviceTensor> rnd(Shape s, float lo, float hi) {
     return std::make_unique<DeviceTensor>(DType::kBF16, s,
                                           fast_random_bf16(static_cast<size_t>(s.numel()), ++seed, lo, hi));
-  };
-  std::vector<Layer> layers(static_cast<size_t>(L));
-  for (auto& l : layers) {
-    l.wqkv = rnd({QKV, H}, -0.05f, 0.05f);
-    l.wo = rnd({H, Hq * D}, -0.05f, 0.05f);
-    l.wgu = rnd({2 * I, H}, -0.05f, 0.05f);
-    l.wd = rnd({H, I}, -0.05f, 0.05f);
-    l.n1 = rnd({H}, 0.5f, 1.5f);
-    l.n2 = rnd({H}, 0.5f, 1.5f);
-    l.qn = rnd({D}, 0.5f, 1.5f);
-    l.kn = rnd({D}, 0.5f, 1.5f);
-    l.kc = rnd({NB, BS, Hk, D}, -1.0f, 1.0f);
-    l.vc = rnd({NB, BS, Hk, D}, -1.0f, 1.0f);
   }
-  auto x = rnd({1, H}, -1.0f, 1.0f), res = rnd({1, H}, -1.0f, 1.0f);
-  DeviceTensor qkv(DType::kBF16, {1, QKV}), q(DType::kBF16, {1, Hq, D}), ao(DType::kBF16, {1, Hq, D});
-  DeviceTensor gu(DType::kBF16, {1, 2 * I}), act(DType::kBF16, {1, I});
-  std::mt19937 rng(21);
-  std::vector<int32_t> bt_h(NB);
-  std::iota(bt_h.begin(), bt_h.end(), 0);
-  std::shuffle(bt_h.begin(), bt_h.end(), rng);
-  DeviceTensor cu(DType::kI32, {2}, std::vector<int32_t>{0, 1}), cl(DType::kI32, {1}, std::vector<int32_t>{ctx});
-  DeviceTensor bt(DType::kI32, {1, NB}, bt_h), pos(DType::kI32, {1}, std::vector<int32_t>{ctx - 1});
-  DeviceTensor slot(DType::kI32, {1}, std::vector<int32_t>{bt_h[(ctx - 1) / BS] * static_cast<int32_t>(BS) +
-                                                            static_cast<int32_t>((ctx - 1) % BS)});
-  std::vector<float> inv(D / 2);
-  for (int64_t i = 0; i < D / 2; ++i) inv[i] = std::pow(1e6f, -2.0f * i / D);
-  DeviceTensor invf(DType::kF32, {D / 2}, inv);
-  AttentionMetadata meta{1, 1, 1, ctx, cu.view(), cl.view(), bt.view(), slot.view(), BS};
-  ops::RopeParams rope{invf.view(), 1.0f};
+
+  explicit DecodeLayerStack(const LayerShape& sh)
+      : H(sh.H), Hq(sh.Hq), Hk(sh.Hk), I(sh.I), L(sh.L), QKV((sh.Hq + 2 * sh.Hk) * D), NB(ctx / BS + 1) {
+    layers.resize(static_cast<size_t>(L));
+    for (auto& l : layers) {
+      l.wqkv = rnd({QKV, H}, -0.05f, 0.05f);
+      l.wo = rnd({H, Hq * D}, -0.05f, 0.05f);
+      l.wgu = rnd({2 * I, H}, -0.05f, 0.05f);
+      l.wd = rnd({H, I}, -0.05f, 0.05f);
+      l.n1 = rnd({H}, 0.5f, 1.5f);
+      l.n2 = rnd({H}, 0.5f, 1.5f);
+      l.qn = rnd({D}, 0.5f, 1.5f);
+      l.kn = rnd({D}, 0.5f, 1.5f);
+      l.kc = rnd({NB, BS, Hk, D}, -1.0f, 1.0f);
+      l.vc = rnd({NB, BS, Hk, D}, -1.0f, 1.0f);
+    }
+    x = rnd({1, H}, -1.0f, 1.0f);
+    res = rnd({1, H}, -1.0f, 1.0f);
+    qkv = std::make_unique<DeviceTensor>(DType::kBF16, Shape{1, QKV});
+    q = std::make_unique<DeviceTensor>(DType::kBF16, Shape{1, Hq, D});
+    ao = std::make_unique<DeviceTensor>(DType::kBF16, Shape{1, Hq, D});
+    gu = std::make_unique<DeviceTensor>(DType::kBF16, Shape{1, 2 * I});
+    act = std::make_unique<DeviceTensor>(DType::kBF16, Shape{1, I});
+    std::mt19937 rng(21);
+    std::vector<int32_t> bt_h(static_cast<size_t>(NB));
+    std::iota(bt_h.begin(), bt_h.end(), 0);
+    std::shuffle(bt_h.begin(), bt_h.end(), rng);
+    cu = std::make_unique<DeviceTensor>(DType::kI32, Shape{2}, std::vector<int32_t>{0, 1});
+    cl = std::make_unique<DeviceTensor>(DType::kI32, Shape{1}, std::vector<int32_t>{ctx});
+    bt = std::make_unique<DeviceTensor>(DType::kI32, Shape{1, NB}, bt_h);
+    pos = std::make_unique<DeviceTensor>(DType::kI32, Shape{1}, std::vector<int32_t>{ctx - 1});
+    slot = std::make_unique<DeviceTensor>(
+        DType::kI32, Shape{1},
+        std::vector<int32_t>{bt_h[(ctx - 1) / BS] * static_cast<int32_t>(BS) + static_cast<int32_t>((ctx - 1) % BS)});
+    std::vector<float> inv(D / 2);
+    for (int64_t i = 0; i < D / 2; ++i) inv[i] = std::pow(1e6f, -2.0f * i / D);
+    invf = std::make_unique<DeviceTensor>(DType::kF32, Shape{D / 2}, inv);
+    meta = AttentionMetadata{1, 1, 1, ctx, cu->view(), cl->view(), bt->view(), slot->view(), BS};
+    rope = ops::RopeParams{invf->view(), 1.0f};
+  }
+
+  double weight_mb() const { return static_cast<double>((QKV * H + H * Hq * D + 2 * I * H + H * I) * 2) / 1e6; }
+
+  void forward(const Ablation& a, ops::Stream s) {
+    for (const Layer& l : layers) {
+      if (a.norms) ops::add_rms_norm(x->view(), res->view(), l.n1->view(), 1e-6f, s);
+      if (a.gemvs) ops::linear(qkv->view(), x->view(), l.wqkv->view(), TensorView(), s);
+      if (a.attention && a.prologue) {
+        ops::qkv_prologue(q->view(), qkv->view(), l.qn->view(), l.kn->view(), 1e-6f, pos->view(), rope,
+                          l.kc->view(), l.vc->view(), meta, s);
+      }
+      if (a.attention) ops::paged_attention(ao->view(), q->view(), l.kc->view(), l.vc->view(), meta, 0.088f, s);
+      if (!a.gemvs) continue;
+      ops::linear(x->view(), ao->view().reshape({1, Hq * D}), l.wo->view(), TensorView(), s);
+      if (a.norms) ops::add_rms_norm(x->view(), res->view(), l.n2->view(), 1e-6f, s);
+      ops::linear(gu->view(), x->view(), l.wgu->view(), TensorView(), s);
+      if (a.fused_silu) {
+        ops::linear_silu_mul(x->view(), gu->view(), l.wd->view(), act->view(), s);
+      } else {
+        ops::silu_mul(act->view(), gu->view(), s);
+        ops::linear(x->view(), act->view(), l.wd->view(), TensorView(), s);
+      }
+    }
+  }
+};
+
+void bench_decode_layers(const LayerShape& sh) {
+  DecodeLayerStack stack(sh);
+  const int64_t L = sh.L;
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   const ops::Stream s{st};
-  auto forward = [&](const Ablation& a) {
-    for (const Layer& l : layers) {
-      if (a.norms) ops::add_rms_norm(x->view(), res->view(), l.n1->view(), 1e-6f, s);
-      if (a.gemvs) ops::linear(qkv.view(), x->view(), l.wqkv->view(), TensorView(), s);
-      if (a.attention && a.prologue) {
-        ops::qkv_prologue(q.view(), qkv.view(), l.qn->view(), l.kn->view(), 1e-6f, pos.view(), rope, l.kc->view(),
-                          l.vc->view(), meta, s);
-      }
-      if (a.attention) ops::paged_attention(ao.view(), q.view(), l.kc->view(), l.vc->view(), meta, 0.088f, s);
-      if (!a.gemvs) continue;
-      ops::linear(x->view(), ao.view().reshape({1, Hq * D}), l.wo->view(), TensorView(), s);
-      if (a.norms) ops::add_rms_norm(x->view(), res->view(), l.n2->view(), 1e-6f, s);
-      ops::linear(gu.view(), x->view(), l.wgu->view(), TensorView(), s);
-      if (a.fused_silu) {
-        ops::linear_silu_mul(x->view(), gu.view(), l.wd->view(), act.view(), s);
-      } else {
-        ops::silu_mul(act.view(), gu.view(), s);
-        ops::linear(x->view(), act.view(), l.wd->view(), TensorView(), s);
-      }
-    }
-  };
-  const double weight_mb =
-      static_cast<double>((QKV * H + H * Hq * D + 2 * I * H + H * I) * 2) / 1e6;
+  auto forward = [&](const Ablation& a) { stack.forward(a, s); };
   std::printf("%s decode layer (T=1, ctx 1024, %.1f MB of weights), %lld distinct layers per graph\n", sh.name,
-              weight_mb, static_cast<long long>(L));
+              stack.weight_mb(), static_cast<long long>(L));
   std::printf("%-34s | %10s %10s %10s\n", "variant", "us/layer", "min", "max");
   std::vector<Ablation> rows = {
       {.name = "PDL off", .pdl = false},
@@ -331,6 +357,76 @@ void bench_decode_layers(const LayerShape& sh) {
   cuda_ops::gemv_set_cta_cap(1);
   cuda_ops::linear_clear_choices();
   CUDA_CHECK(cudaStreamDestroy(st));
+}
+
+// ---- Timeline: each kernel of a decode layer against its predecessor, from CUPTI records of graph
+// replays. Per position in the layer (medians over layers 1.. of every replay): "lead" = its start -
+// the predecessor's end (negative: its CTAs started while the predecessor ran, PDL), "adds" = its end -
+// the predecessor's end (its share of the layer's critical path), and its own duration.
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+void timeline_decode_layers(const LayerShape& sh, const Ablation& a) {
+  DecodeLayerStack stack(sh);
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  const ops::Stream s{st};
+  cudaGraphExec_t exec = cuda_test::warm_up_and_capture(st, [&] { stack.forward(a, s); });
+  for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(exec, st));
+  const std::vector<float> plain = graph_replay_ms(exec, st, 20);
+  constexpr int kReplays = 5;
+  cuda_test::KernelTimeline tl;
+  tl.start();
+  for (int r = 0; r < kReplays; ++r) CUDA_CHECK(cudaGraphLaunch(exec, st));
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  const std::vector<cuda_test::KernelRecord> recs = tl.stop();
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaStreamDestroy(st));
+  const size_t per_replay = recs.size() / kReplays, L = static_cast<size_t>(sh.L);
+  ASSERT_EQ(recs.size() % kReplays, 0u);
+  ASSERT_EQ(per_replay % L, 0u) << per_replay << " kernels per replay for " << L << " layers";
+  const size_t k = per_replay / L;
+  std::vector<std::vector<double>> lead(k), adds(k), dur(k);
+  std::vector<double> layer_us;
+  for (size_t r = 0; r < kReplays; ++r) {
+    for (size_t l = 1; l < L; ++l) {
+      const size_t first = r * per_replay + l * k;
+      layer_us.push_back(static_cast<double>(recs[first + k - 1].end_ns - recs[first - 1].end_ns) / 1e3);
+      for (size_t j = 0; j < k; ++j) {
+        const auto &cur = recs[first + j], &prev = recs[first + j - 1];
+        lead[j].push_back((static_cast<double>(cur.start_ns) - static_cast<double>(prev.end_ns)) / 1e3);
+        adds[j].push_back((static_cast<double>(cur.end_ns) - static_cast<double>(prev.end_ns)) / 1e3);
+        dur[j].push_back(static_cast<double>(cur.end_ns - cur.start_ns) / 1e3);
+      }
+    }
+  }
+  std::printf("%s decode layer timeline (%s): %.2f us/layer traced, %.2f untraced (graph replay median)\n", sh.name,
+              a.name, median_of(layer_us), plain[plain.size() / 2] * 1000.0 / static_cast<double>(L));
+  std::printf("  %-24s %6s %8s | %8s %8s %8s\n", "kernel", "CTAs", "smem KB", "lead us", "adds us", "dur us");
+  double sum_adds = 0.0;
+  for (size_t j = 0; j < k; ++j) {
+    const auto& r0 = recs[k + j];  // replay 0, layer 1
+    const double ad = median_of(adds[j]);
+    sum_adds += ad;
+    std::printf("  %-24s %6d %8.1f | %8.2f %8.2f %8.2f\n", cuda_test::short_kernel_name(r0.name).c_str(), r0.grid,
+                r0.dyn_smem / 1024.0, median_of(lead[j]), ad, median_of(dur[j]));
+  }
+  std::printf("  %-24s %6s %8s | %8s %8.2f\n", "sum", "", "", "", sum_adds);
+}
+
+TEST(CudaDecodePdlBench, DISABLED_LayerTimeline) {
+  SKIP_WITHOUT_CUDA();
+  if (!cuda_test::KernelTimeline::available()) GTEST_SKIP() << "CUPTI not loadable (set NANOVLLM_CUPTI_LIB)";
+  for (const LayerShape& sh : {LayerShape{"Qwen3-0.6B", 1024, 16, 8, 3072, 28}, LayerShape{"Qwen3-8B", 4096, 32, 8, 12288, 6}}) {
+    for (const bool cluster : {true, false}) {
+      cuda_ops::decode_attention_set_cluster_combine(cluster);
+      timeline_decode_layers(sh, Ablation{cluster ? "the model's layer" : "the model's layer, global split combine"});
+    }
+    cuda_ops::decode_attention_set_cluster_combine(true);
+    timeline_decode_layers(sh, Ablation{.name = "gemvs only", .attention = false, .norms = false});
+  }
 }
 
 TEST(CudaDecodePdlBench, DISABLED_DecodeLayers) {

@@ -164,8 +164,12 @@ bool launch_prefill_tc(const Params& p, int head_dim, int64_t num_tokens, cudaSt
 bool launch_prefill_wgmma(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st);
 void launch_decode(const Params& p, int head_dim, cudaStream_t st);
 // Tensor-core decode with the split combine fused in (attention_decode.cu); head_dim 64 and 128.
+// cluster: the split slots (p.num_splits <= kMaxDecodeClusterSplits, > 1) combine as one thread-block
+// cluster; only where decode_cluster_available(device). Otherwise p.part_o / part_lse / split_counters.
+constexpr int kMaxDecodeClusterSplits = 16;
 bool decode_tc_supported(int head_dim);
-void launch_decode_tc(const Params& p, int head_dim, int gc, cudaStream_t st);
+bool decode_cluster_available(int device);
+void launch_decode_tc(const Params& p, int head_dim, int gc, bool cluster, cudaStream_t st);
 void launch_combine(const Params& p, int head_dim, cudaStream_t st);
 
 }  // namespace nanovllm::cuda_ops::attn

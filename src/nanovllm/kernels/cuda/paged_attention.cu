@@ -22,6 +22,9 @@
 #include <cmath>
 #include <mutex>
 
+#include <cstdlib>
+#include <string>
+
 #include "nanovllm/kernels/cuda/attention_common.cuh"
 #include "nanovllm/kernels/cuda/cuda_memory.h"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
@@ -41,6 +44,11 @@ constexpr int kTcMinSplitKeys = 64;
 constexpr int kTcTargetCtasPerSm = 4;
 std::atomic<int> g_tc_min_split_keys{kTcMinSplitKeys};    // benchmark knobs (decode_attention_set_tuning)
 std::atomic<int> g_tc_target_ctas_per_sm{kTcTargetCtasPerSm};
+// decode_attention_set_cluster_combine; NANOVLLM_DECODE_CLUSTER=0 starts it off (A/B runs of the CLI).
+std::atomic<bool> g_cluster_combine{[] {
+  const char* v = std::getenv("NANOVLLM_DECODE_CLUSTER");
+  return v == nullptr || std::string(v) != "0";
+}()};
 
 struct Workspace {
   std::mutex mu;
@@ -84,9 +92,11 @@ void launch_decode_attention(attn::Params p, int D, int64_t max_context, int dev
     const int64_t min_keys = g_tc_min_split_keys.load(), target_per_sm = g_tc_target_ctas_per_sm.load();
     const int64_t by_len = (std::max<int64_t>(max_context, 1) + min_keys - 1) / min_keys;
     const int64_t by_occupancy = (target_per_sm * cuda_sm_count(device) + ctas - 1) / ctas;
-    p.num_splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({by_len, by_occupancy, kMaxSplits})));
+    const bool cluster = g_cluster_combine.load() && attn::decode_cluster_available(device);
+    const int64_t max_splits = cluster ? attn::kMaxDecodeClusterSplits : kMaxSplits;
+    p.num_splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({by_len, by_occupancy, max_splits})));
     p.min_split_keys = static_cast<int>(min_keys);
-    if (p.num_splits > 1) {
+    if (p.num_splits > 1 && !cluster) {
       const size_t parts = static_cast<size_t>(S * Hq * p.num_splits);
       // Sized by a bound monotone in the batch (S x splits <= S + target CTAs / units), so warm-up with
       // the largest batch sizes it for every smaller graph captured later.
@@ -98,7 +108,7 @@ void launch_decode_attention(attn::Params p, int D, int64_t max_context, int dev
       p.split_counters = static_cast<int*>(
           workspace(1, device, static_cast<size_t>(ctas) * sizeof(int), true, st));  // [S, Hk * head chunks]
     }
-    attn::launch_decode_tc(p, D, gc, st);
+    attn::launch_decode_tc(p, D, gc, cluster && p.num_splits > 1, st);
     return;
   }
   const int gc = p.g <= 8 ? p.g : (D > 128 ? 8 : 16);
@@ -168,6 +178,8 @@ void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorVie
   if (!attn::launch_prefill_wgmma(pp, d, prefill_rows, st) && !attn::launch_prefill_tc(pp, d, prefill_rows, st))
     attn::launch_prefill(pp, d, prefill_rows, st);
 }
+
+void decode_attention_set_cluster_combine(bool on) { g_cluster_combine.store(on); }
 
 void decode_attention_set_tuning(int min_split_keys, int target_ctas_per_sm) {
   g_tc_min_split_keys.store(min_split_keys > 0 ? (min_split_keys + 63) / 64 * 64 : kTcMinSplitKeys);
