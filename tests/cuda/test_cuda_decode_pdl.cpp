@@ -69,12 +69,12 @@ TEST(CudaDecodeFusion, GemvSiluBitwiseEqualsUnfused) {
   SKIP_WITHOUT_CUDA();
   std::mt19937 rng(12);
   const int64_t N = 1000, I = 3072;  // K split across CTAs for some shapes
-  for (const int64_t T : {1, 4, 16}) {
+  for (const int64_t T : {1, 2, 4, 16}) {  // the bulk kernel stages the activation for T 1 and 2
     const auto gu = random_bf16(static_cast<size_t>(T * 2 * I), rng, -4.0f, 4.0f);
     const auto w = random_bf16(static_cast<size_t>(N * I), rng, -0.1f, 0.1f);
     DeviceTensor d_gu(DType::kBF16, {T, 2 * I}, gu.bits), d_w(DType::kBF16, {N, I}, w.bits);
     DeviceTensor d_act(DType::kBF16, {T, I}), d_a(DType::kBF16, {T, N}), d_b(DType::kBF16, {T, N});
-    for (const cuda_ops::GemvConfig& c : cuda_ops::gemv_candidates(T, N, I, 0)) {
+    for (const cuda_ops::GemvConfig& c : cuda_ops::gemv_candidates(T, N, I, 0, /*silu=*/true)) {
       d_a.fill_bytes(0xff);
       d_b.fill_bytes(0x7f);
       cuda_ops::gemv_silu(d_a.view(), d_gu.view(), d_w.view(), {}, &c);

@@ -117,7 +117,7 @@ gemv_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitch, co
 
   // x for step vb, then the products with W held in (lo, hi). Out-of-range k: zero W and zero x.
   auto step = [&](int vb, const uint4 (&lo)[kU], const uint4 (&hi)[kU]) {
-    mma_step<kNT, kSilu>(acc, lo, hi, xr, vb, v_end, q, Kv);
+    mma_step<kNT, kSilu ? kXSilu : kXGlobal>(acc, lo, hi, xr, vb, v_end, q, Kv);
   };
   // Two W buffers, except with the fused silu where they would exceed the register budget (16 tokens; on
   // sm_80 / sm_89 any T: ptxas spills there).
@@ -198,7 +198,7 @@ struct GemvContext {
 template <int kNT, bool kOutF32, bool kSilu>
 void allow_bulk_smem() {
   CUDA_CHECK(cudaFuncSetAttribute(gemv_bulk_kernel<kNT, kOutF32, kSilu>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(kBulkSmemBytes<kNT>)));
+                                  static_cast<int>(kBulkSmemBytes<kNT> + (kSilu ? kBulkStageMaxBytes : 0))));
 }
 
 // Opts every bulk-kernel instance into its shared memory; false when the kernel has no sm_90 code here.
@@ -296,11 +296,14 @@ void launch(const GemvConfig& c, GemvContext& ctx, void* out, const void* in, in
     const int64_t cpt = bulk_units_per_tile(K), total = bulk_total_units(N, K);
     const int64_t ctas = (total + c.bulk_units - 1) / c.bulk_units;
     NANOVLLM_CHECK(ctx.bulk, "gemv (cuda): the bulk-copy kernel needs sm_90 code and device");
+    const int64_t stage = kSilu ? T * K * 2 : 0;  // the staged activation
+    NANOVLLM_CHECK(stage <= kBulkStageMaxBytes, "gemv_silu (cuda): bulk-copy kernel with T=", T, " K=", K,
+                   " (activation over ", kBulkStageMaxBytes, " bytes)");
     NANOVLLM_CHECK(total < (int64_t{1} << 31) && (N + 15) / 16 <= kMaxCounters &&
                        ctas * 2 * kBulkTileFloats<kNT> * 4 <= static_cast<int64_t>(kWsBytes),
                    "gemv (cuda): bulk shape out of range: N=", N, " K=", K, " units/CTA=", c.bulk_units);
     launch_pdl(gemv_bulk_kernel<kNT, kOutF32, kSilu>, dim3(static_cast<unsigned>(ctas)), dim3(kBulkThreads),
-               kBulkSmemBytes<kNT>, st, out, static_cast<const uint4*>(in), static_cast<int>(in_pitch_elems / 8),
+               kBulkSmemBytes<kNT> + stage, st, out, static_cast<const uint4*>(in), static_cast<int>(in_pitch_elems / 8),
                static_cast<const uint4*>(weight), bias, bias_dt, static_cast<int>(T), static_cast<int>(N),
                static_cast<int>(Kv), static_cast<int>(cpt), c.bulk_units, static_cast<int>(total), ctx.ws,
                ctx.counters);
@@ -375,7 +378,7 @@ GemvConfig gemv_config(int64_t T, int64_t N, int64_t K, int device) {
   return pick_config(T, N, K, context(device).slots, g_waves.load());
 }
 
-std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int device) {
+std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int device, bool silu) {
   int slots = context(device).slots;
   const int cap = N * K * 2 >= kCapMinBytes ? g_cta_cap_per_sm.load() : 0;
   if (cap > 0) slots = std::max(1, std::min(slots, slots / 2 * cap));  // slots: 2 resident CTAs per SM
@@ -396,7 +399,8 @@ std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int dev
   //  * one per SM for qkv and o (50 and 34 MB): picked for both, 4.73-4.78 -> 4.67-4.68 ms/token (the decode
   //    layer 120.3 -> 118.4 us);
   //  * one per SM up to 256 MiB (also down and gate_up): no further gain (4.67-4.69 vs 4.68-4.73 ms).
-  if (context(device).bulk && g_bulk_enabled.load() && N * K * 2 < kBulkMaxBytes) {
+  if (context(device).bulk && g_bulk_enabled.load() && N * K * 2 < kBulkMaxBytes &&
+      (!silu || T * K * 2 <= kBulkStageMaxBytes)) {
     const int64_t units = bulk_total_units(N, K), sms = context(device).sms;
     for (const int64_t per_sm : {1, 2}) {
       if (per_sm > 1 && N * K * 2 >= kCapMinBytes) break;

@@ -35,6 +35,10 @@ constexpr int kBulkStages = 3;
 constexpr int kBulkUnitVecs = kBulkConsumers * kBulkWarpSteps * kStepVecs;  // 16-byte vectors per row per unit
 constexpr int kBulkRowPitch = kBulkUnitVecs * 16 + 64;      // bytes per stage row
 constexpr int kBulkStageBytes = 16 * kBulkRowPitch;
+// kSilu: x = silu(gate) * up of every token is computed once into shared memory after the ring
+// ([T][K] bf16, at most kBulkStageMaxBytes; larger T x K take the other gemv kinds) rather than per W
+// step from global gate_up: that made the fused down projection slower than silu_mul + gemv.
+constexpr int kBulkStageMaxBytes = 16 * 1024;
 // Floats of one tile's sums: [16 rows, kNT x 8 tokens] (also one workspace slot).
 template <int kNT>
 constexpr int kBulkTileFloats = 16 * kNT * 8;
@@ -42,6 +46,7 @@ template <int kNT>
 constexpr size_t kBulkSmemBytes = size_t{kBulkStages} * kBulkStageBytes +
                                   size_t{kBulkConsumers} * kBulkTileFloats<kNT> * 4 +  // red
                                   2 * kBulkStages * sizeof(uint64_t) + 16;           // barriers, is_last
+static_assert(kBulkSmemBytes<1> % 16 == 0 && kBulkSmemBytes<2> % 16 == 0, "the kSilu stage is 16-byte aligned");
 
 // Kv = K / 8; x_pitch = vectors per x row (Kv, or 2 Kv for kSilu); cpt = units per tile; upc = units per
 // CTA; units = row tiles x cpt. ws: [2 x CTAs, kBulkTileFloats] fp32; counters: [row tiles], zero
@@ -99,11 +104,44 @@ gemv_bulk_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitc
   // ---- Consumer warps. ----
   pdl_wait();
   pdl_trigger();
+  auto consumer_sync = [] { asm volatile("bar.sync 1, %0;\n" ::"n"(kBulkConsumers * 32) : "memory"); };
+  const uint4* xin = x;
+  int xin_pitch = x_pitch;
+  if constexpr (kSilu) {
+    // Stage x = silu(gate) * up into [T][Kv] vectors after the ring, only the K chunks of this CTA's
+    // units (chunks c0, c0 + 1, ... mod cpt): every CTA reading all of gate_up at the same moment made
+    // the kernel slower than silu_mul + gemv. Loads first (one L2 round trip per batch), then products.
+    constexpr int kPer = 4;  // vectors per thread per batch
+    constexpr int kThreadsC = kBulkConsumers * 32;
+    uint4* xs = reinterpret_cast<uint4*>(smem + kBulkSmemBytes<kNT>);
+    const int c0 = u_begin % cpt, per_tok = min(n, cpt) * kBulkUnitVecs, total = T * per_tok;
+    for (int base = 0; base < total; base += kPer * kThreadsC) {
+      uint4 gate[kPer], up[kPer];
+      int dst[kPer];
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int i = base + threadIdx.x + j * kThreadsC, tok = i / per_tok, r = i - tok * per_tok;
+        int c = c0 + r / kBulkUnitVecs;
+        if (c >= cpt) c -= cpt;
+        const int v = c * kBulkUnitVecs + r % kBulkUnitVecs;
+        dst[j] = i < total && v < Kv ? tok * Kv + v : -1;
+        if (dst[j] >= 0) {
+          gate[j] = __ldg(x + int64_t{tok} * x_pitch + v);
+          up[j] = __ldg(x + int64_t{tok} * x_pitch + Kv + v);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kPer; ++j)
+        if (dst[j] >= 0) xs[dst[j]] = silu_mul8(gate[j], up[j]);
+    }
+    consumer_sync();
+    xin = xs;
+    xin_pitch = Kv;
+  }
   const int g = lane >> 2, q = lane & 3;
   const uint4* xr[kNT];
   float acc[kNT][4];
-  start_tiles<kNT>(x, x_pitch, g, T, xr, acc);
-  auto consumer_sync = [] { asm volatile("bar.sync 1, %0;\n" ::"n"(kBulkConsumers * 32) : "memory"); };
+  start_tiles<kNT>(xin, xin_pitch, g, T, xr, acc);
   const int first_tile = u_begin / cpt;
 
   // The CTA's sums of `tile` are in red: write them out, or publish a partial and let the last CTA sum.
@@ -163,7 +201,7 @@ gemv_bulk_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitc
     mbar_arrive(&empty[stage]);  // the stage is in registers: the producer may refill it
 #pragma unroll
     for (int ws = 0; ws < kBulkWarpSteps; ++ws)
-      mma_step<kNT, kSilu>(acc, lo[ws], hi[ws], xr, vb + ws * kStepVecs, Kv, q, Kv);
+      mma_step<kNT, kSilu ? kXShared : kXGlobal>(acc, lo[ws], hi[ws], xr, vb + ws * kStepVecs, Kv, q, Kv);
     if (chunk == cpt - 1 || i == n - 1) {
       float* mine = red + warp * kBulkTileFloats<kNT>;  // C fragment -> [16 rows][kTok]
 #pragma unroll

@@ -60,17 +60,31 @@ __device__ __forceinline__ void store_result(void* out, int tok, int N, int row,
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
-// One 16-byte x vector (8 consecutive k of one token). kSilu: x = silu(gate) * up rounded to bf16 (the
-// values silu_mul would store), gate at xr[v], up at xr[v + Kv].
-template <bool kSilu>
-__device__ __forceinline__ uint4 load_x(const uint4* xr, int v, int Kv) {
-  if constexpr (kSilu) {
-    float g[8], u[8];
-    bf16x8_to_f32(__ldg(xr + v), g);
-    bf16x8_to_f32(__ldg(xr + Kv + v), u);
+// silu(gate) * up of 8 bf16 pairs, rounded to bf16 (the values silu_mul stores).
+__device__ __forceinline__ uint4 silu_mul8(const uint4& gate, const uint4& up) {
+  float g[8], u[8];
+  bf16x8_to_f32(gate, g);
+  bf16x8_to_f32(up, u);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) g[i] = silu(g[i]) * u[i];
-    return f32_to_bf16x8(g);
+  for (int i = 0; i < 8; ++i) g[i] = silu(g[i]) * u[i];
+  return f32_to_bf16x8(g);
+}
+
+// Where a kernel's x vectors come from: global memory (read through L1), silu(gate) * up computed from
+// global gate_up on the fly, or shared memory (a copy the kernel staged there).
+enum XSource : int { kXGlobal = 0, kXSilu = 1, kXShared = 2 };
+
+// One 16-byte x vector (8 consecutive k of one token). kXSilu: x = silu(gate) * up rounded to bf16 (the
+// values silu_mul would store), gate at xr[v], up at xr[v + Kv].
+template <int kX>
+__device__ __forceinline__ uint4 load_x(const uint4* xr, int v, int Kv) {
+  if constexpr (kX == kXShared) {
+    uint4 r;
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(xr + v));
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(a));
+    return r;
+  } else if constexpr (kX == kXSilu) {
+    return silu_mul8(__ldg(xr + v), __ldg(xr + Kv + v));
   } else {
     return __ldg(xr + v);
   }
@@ -94,7 +108,7 @@ __device__ __forceinline__ void load_w_step(const uint4* w_lo, const uint4* w_hi
 
 // One warp step's products: x of the step's vectors (token rows xr, zero at or past v_end) times the W
 // held in (lo, hi), accumulated into acc.
-template <int kNT, bool kSilu>
+template <int kNT, int kX>
 __device__ __forceinline__ void mma_step(float (&acc)[kNT][4], const uint4 (&lo)[kU], const uint4 (&hi)[kU],
                                          const uint4* const (&xr)[kNT], int vb, int v_end, int q, int Kv) {
   uint4 b[kNT][kU];
@@ -102,7 +116,7 @@ __device__ __forceinline__ void mma_step(float (&acc)[kNT][4], const uint4 (&lo)
   for (int u = 0; u < kU; ++u) {
     const int v = vb + q + 4 * u;
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) b[nt][u] = v < v_end ? load_x<kSilu>(xr[nt], v, Kv) : make_uint4(0, 0, 0, 0);
+    for (int nt = 0; nt < kNT; ++nt) b[nt][u] = v < v_end ? load_x<kX>(xr[nt], v, Kv) : make_uint4(0, 0, 0, 0);
   }
 #pragma unroll
   for (int u = 0; u < kU; ++u) {

@@ -57,7 +57,7 @@ gemv_stream_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pi
 
   auto step = [&](int s, const uint4 (&lo)[kU], const uint4 (&hi)[kU]) {
     const int vb = (s % spt) * kStepVecs;
-    mma_step<kNT, kSilu>(acc, lo, hi, xr, vb, Kv, q, Kv);
+    mma_step<kNT, kSilu ? kXSilu : kXGlobal>(acc, lo, hi, xr, vb, Kv, q, Kv);
   };
 
   // C fragment -> out: acc[nt][0..1] = row g, tokens 8 nt + 2q + {0, 1}; acc[nt][2..3] = row g + 8.

@@ -287,7 +287,7 @@ Choice choose(const ShapeKey& key, int device, ops::Stream s, G&& run_gemv, O&& 
   Choice best;
   best.timed = true;
   float best_us = 1e30f;
-  for (const GemvConfig& c : gemv_candidates(key.t, key.n, key.k, device)) {
+  for (const GemvConfig& c : gemv_candidates(key.t, key.n, key.k, device, key.silu)) {
     const float us = time_us([&] { run_gemv(&c, timing); });
     if (us < best_us) best_us = us, best.cfg = c;
   }
