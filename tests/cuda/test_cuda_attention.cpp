@@ -845,5 +845,99 @@ TEST(CudaPrologue, MatchesReference) {
   }
 }
 
+// Decode steps through ops::qkv_prologue_attention with the prologue fused into the attention kernel
+// (sm_90) against the same op run as two kernels (qkv_prologue, then the attention): attention output and
+// both caches bit for bit (the fused kernel rounds q and the new K exactly as qkv_prologue does and reads
+// the same cached values), with the cluster combine and with the global one; and against the CPU
+// reference (tolerance as the decode tests). Covers GQA 1-16, head_dim 64 / 128, with and without q/k
+// norms, contexts around the 16-key tiles and the splits, a graph-sized max_context_len, block size 256,
+// and a padding token (slot -1: nothing cached, the stale row attended as in the unfused path).
+struct FusedPrologueGuard {
+  explicit FusedPrologueGuard(bool on) { cuda_ops::decode_attention_set_fused_prologue(on); }
+  ~FusedPrologueGuard() { cuda_ops::decode_attention_set_fused_prologue(true); }
+};
+
+TEST(CudaAttention, DecodeFusedPrologueMatchesTwoKernels) {
+  SKIP_WITHOUT_CUDA();
+  int major = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  if (major < 9) GTEST_SKIP() << "the fused prologue runs on sm_90";
+  struct Case {
+    int64_t D, Hq, Hk, BS;
+    std::vector<int32_t> ctx;
+    int64_t graph_max_ctx;
+  };
+  const std::vector<int32_t> ctxs{1, 15, 16, 17, 64, 65, 300, 1024, 5000};
+  const std::vector<Case> cases{{128, 16, 8, 16, ctxs, 0},        {128, 32, 8, 16, ctxs, 40960},
+                                {128, 8, 1, 16, {1000, 17}, 0},   {128, 32, 2, 256, {2049, 255, 256, 257}, 0},
+                                {64, 8, 8, 16, ctxs, 0},          {64, 16, 2, 32, {1, 700, 129}, 8192}};
+  uint32_t seed = 1400;
+  for (const Case& c : cases) {
+    for (const bool norms : {true, false}) {
+      std::mt19937 rng(seed++);
+      const int64_t D = c.D, Hq = c.Hq, Hk = c.Hk, BS = c.BS;
+      Batch b{std::vector<int32_t>(c.ctx.size(), 1), c.ctx};
+      int64_t NB = 3;
+      for (int32_t x : c.ctx) NB += (x + BS - 1) / BS;
+      BatchMeta m = make_meta(b, BS, NB, rng);
+      if (m.T > 1) m.slots[1] = -1;  // a padding token
+      const int64_t T = m.T, W = (Hq + 2 * Hk) * D;
+      auto qkv = random_bf16(static_cast<size_t>(T * W), rng, -3.0f, 3.0f);
+      auto qn = random_bf16(static_cast<size_t>(D), rng, 0.5f, 1.5f);
+      auto kn = random_bf16(static_cast<size_t>(D), rng, 0.5f, 1.5f);
+      auto kc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng, -2.0f, 2.0f);
+      auto vc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng);
+      std::vector<float> inv_freq(static_cast<size_t>(D / 2));
+      for (int64_t i = 0; i < D / 2; ++i)
+        inv_freq[static_cast<size_t>(i)] = static_cast<float>(std::pow(1e6, -2.0 * static_cast<double>(i) / D));
+      DeviceTensor d_qkv(DType::kBF16, {T, W}, qkv.bits), d_qn(DType::kBF16, {D}, qn.bits),
+          d_kn(DType::kBF16, {D}, kn.bits), d_pos(DType::kI32, {T}, m.positions), d_if(DType::kF32, {D / 2}, inv_freq);
+      DeviceMeta dm(m, BS);
+      if (c.graph_max_ctx > 0) dm.meta.max_context_len = c.graph_max_ctx;
+      const ops::RopeParams rope{d_if.view(), 1.0f};
+      const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+      const std::string what = "fused prologue D=" + std::to_string(D) + " Hq=" + std::to_string(Hq) +
+                               " Hk=" + std::to_string(Hk) + " BS=" + std::to_string(BS) + (norms ? " norms" : "");
+      // [fused x cluster]: out, k cache, v cache
+      std::vector<uint16_t> got[2][2][3];
+      for (const bool fused : {true, false}) {
+        for (const bool cluster : {true, false}) {
+          FusedPrologueGuard fg(fused);
+          ClusterCombineGuard cg(cluster);
+          DeviceTensor d_k(DType::kBF16, {NB, BS, Hk, D}, kc.bits), d_v(DType::kBF16, {NB, BS, Hk, D}, vc.bits);
+          DeviceTensor d_q(DType::kBF16, {T, Hq, D}), d_out(DType::kBF16, {T, Hq, D});
+          d_out.fill_bytes(0xff);
+          ops::qkv_prologue_attention(d_out.view(), d_q.view(), d_qkv.view(), norms ? d_qn.view() : TensorView(),
+                                      norms ? d_kn.view() : TensorView(), 1e-6f, d_pos.view(), rope, d_k.view(),
+                                      d_v.view(), dm.meta, scale);
+          got[fused][cluster][0] = d_out.download<uint16_t>();
+          got[fused][cluster][1] = d_k.download<uint16_t>();
+          got[fused][cluster][2] = d_v.download<uint16_t>();
+        }
+      }
+      for (const bool cluster : {true, false})
+        for (int i = 0; i < 3; ++i)
+          EXPECT_EQ(got[1][cluster][i], got[0][cluster][i])
+              << what << (cluster ? " cluster" : " global") << " combine, " << (i == 0 ? "out" : i == 1 ? "k cache" : "v cache");
+      // CPU reference of the two ops.
+      std::vector<float> hq(static_cast<size_t>(T * Hq * D)), hout(hq.size()), hk = kc.f32, hv = vc.f32;
+      cpu::qkv_prologue(cuda_test::host_view(hq, {T, Hq, D}), cuda_test::host_view(qkv.f32, {T, W}),
+                        norms ? cuda_test::host_view(qn.f32, {D}) : TensorView(),
+                        norms ? cuda_test::host_view(kn.f32, {D}) : TensorView(), 1e-6f,
+                        cuda_test::host_view(m.positions, {T}), inv_freq.data(), 1.0f,
+                        cuda_test::host_view(hk, {NB, BS, Hk, D}), cuda_test::host_view(hv, {NB, BS, Hk, D}),
+                        host_meta(m, BS));
+      for (float& x : hq) x = bf16_to_f32(f32_to_bf16(x));  // q is bf16 on the GPU
+      for (float& x : hk) x = bf16_to_f32(f32_to_bf16(x));
+      cpu::paged_attention(cuda_test::host_view(hout, {T, Hq, D}), cuda_test::host_view(hq, {T, Hq, D}),
+                           cuda_test::host_view(hk, {NB, BS, Hk, D}), cuda_test::host_view(hv, {NB, BS, Hk, D}),
+                           host_meta(m, BS), scale);
+      std::vector<float> out_f32(got[1][1][0].size());
+      for (size_t i = 0; i < out_f32.size(); ++i) out_f32[i] = bf16_to_f32(got[1][1][0][i]);
+      expect_close(out_f32, hout, kAtol, kRtol, what + " vs CPU");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace nanovllm

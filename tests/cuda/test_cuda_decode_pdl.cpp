@@ -278,11 +278,12 @@ struct DecodeLayerStack {
     for (const Layer& l : layers) {
       if (a.norms) ops::add_rms_norm(x->view(), res->view(), l.n1->view(), 1e-6f, s);
       if (a.gemvs) ops::linear(qkv->view(), x->view(), l.wqkv->view(), TensorView(), s);
-      if (a.attention && a.prologue) {
-        ops::qkv_prologue(q->view(), qkv->view(), l.qn->view(), l.kn->view(), 1e-6f, pos->view(), rope,
-                          l.kc->view(), l.vc->view(), meta, s);
+      if (a.attention && a.prologue) {  // as Qwen3Model::layer (the prologue fused in where it can be)
+        ops::qkv_prologue_attention(ao->view(), q->view(), qkv->view(), l.qn->view(), l.kn->view(), 1e-6f,
+                                    pos->view(), rope, l.kc->view(), l.vc->view(), meta, 0.088f, s);
+      } else if (a.attention) {
+        ops::paged_attention(ao->view(), q->view(), l.kc->view(), l.vc->view(), meta, 0.088f, s);
       }
-      if (a.attention) ops::paged_attention(ao->view(), q->view(), l.kc->view(), l.vc->view(), meta, 0.088f, s);
       if (!a.gemvs) continue;
       ops::linear(x->view(), ao->view().reshape({1, Hq * D}), l.wo->view(), TensorView(), s);
       if (a.norms) ops::add_rms_norm(x->view(), res->view(), l.n2->view(), 1e-6f, s);
@@ -420,11 +421,13 @@ TEST(CudaDecodePdlBench, DISABLED_LayerTimeline) {
   SKIP_WITHOUT_CUDA();
   if (!cuda_test::KernelTimeline::available()) GTEST_SKIP() << "CUPTI not loadable (set NANOVLLM_CUPTI_LIB)";
   for (const LayerShape& sh : {LayerShape{"Qwen3-0.6B", 1024, 16, 8, 3072, 28}, LayerShape{"Qwen3-8B", 4096, 32, 8, 12288, 6}}) {
-    for (const bool cluster : {true, false}) {
-      cuda_ops::decode_attention_set_cluster_combine(cluster);
-      timeline_decode_layers(sh, Ablation{cluster ? "the model's layer" : "the model's layer, global split combine"});
-    }
+    timeline_decode_layers(sh, Ablation{"the model's layer"});
+    cuda_ops::decode_attention_set_fused_prologue(false);
+    timeline_decode_layers(sh, Ablation{"prologue not fused"});
+    cuda_ops::decode_attention_set_cluster_combine(false);
+    timeline_decode_layers(sh, Ablation{"prologue not fused, global split combine"});
     cuda_ops::decode_attention_set_cluster_combine(true);
+    cuda_ops::decode_attention_set_fused_prologue(true);
     timeline_decode_layers(sh, Ablation{.name = "gemvs only", .attention = false, .norms = false});
   }
 }

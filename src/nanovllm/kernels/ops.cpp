@@ -191,10 +191,11 @@ void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, S
   cpu::linear(out, in, weight, bias);
 }
 
-void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
-                  TensorView positions, const RopeParams& rope, TensorView k_cache, TensorView v_cache,
-                  const AttentionMetadata& meta, Stream s) {
-  constexpr std::string_view op = "qkv_prologue";
+namespace {
+
+void check_qkv_prologue(std::string_view op, TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm,
+                        float eps, TensorView positions, const RopeParams& rope, TensorView k_cache,
+                        TensorView v_cache, const AttentionMetadata& meta) {
   const Device dev = q_out.device();
   check_tensor(op, "q_out", q_out, dev, 3);
   check_float(op, "q_out", q_out);
@@ -216,19 +217,10 @@ void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorVie
                  dtype_name(rope.inv_freq.dtype()));
   check_shape(op, "rope.inv_freq", rope.inv_freq, {D / 2});
   check_slot_mapping(op, meta, T, NB * BS, dev);
-  if (dev.is_cuda())
-    NANOVLLM_DISPATCH_CUDA(qkv_prologue, dev, q_out, qkv, q_norm, k_norm, eps, positions, rope, k_cache, v_cache,
-                           meta, s);
-  const int32_t* pos = positions.data_as<const int32_t>();
-  for (int64_t t = 0; t < T; ++t)
-    NANOVLLM_CHECK(pos[t] >= 0, op, ": positions[", t, "] = ", pos[t], " is negative");
-  cpu::qkv_prologue(q_out, qkv, q_norm, k_norm, eps, positions, rope.inv_freq.data_as<const float>(),
-                    rope.attention_scaling, k_cache, v_cache, meta);
 }
 
-void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                     const AttentionMetadata& meta, float scale, Stream s) {
-  constexpr std::string_view op = "paged_attention";
+void check_paged_attention(std::string_view op, TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                           const AttentionMetadata& meta, float scale) {
   const Device dev = q.device();
   check_tensor(op, "q", q, dev, 3);
   check_float(op, "q", q);
@@ -241,8 +233,49 @@ void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorVie
   NANOVLLM_CHECK(Hq > 0 && Hq % Hk == 0, op, ": query heads ", Hq, " must be a multiple of KV heads ", Hk);
   NANOVLLM_CHECK(std::isfinite(scale), op, ": scale must be finite, got ", scale);
   check_seq_metadata(op, meta, T, NB, BS, dev);
+}
+
+}  // namespace
+
+void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
+                  TensorView positions, const RopeParams& rope, TensorView k_cache, TensorView v_cache,
+                  const AttentionMetadata& meta, Stream s) {
+  constexpr std::string_view op = "qkv_prologue";
+  const Device dev = q_out.device();
+  check_qkv_prologue(op, q_out, qkv, q_norm, k_norm, eps, positions, rope, k_cache, v_cache, meta);
+  if (dev.is_cuda())
+    NANOVLLM_DISPATCH_CUDA(qkv_prologue, dev, q_out, qkv, q_norm, k_norm, eps, positions, rope, k_cache, v_cache,
+                           meta, s);
+  const int64_t T = q_out.dim(0);
+  const int32_t* pos = positions.data_as<const int32_t>();
+  for (int64_t t = 0; t < T; ++t)
+    NANOVLLM_CHECK(pos[t] >= 0, op, ": positions[", t, "] = ", pos[t], " is negative");
+  cpu::qkv_prologue(q_out, qkv, q_norm, k_norm, eps, positions, rope.inv_freq.data_as<const float>(),
+                    rope.attention_scaling, k_cache, v_cache, meta);
+}
+
+void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                     const AttentionMetadata& meta, float scale, Stream s) {
+  constexpr std::string_view op = "paged_attention";
+  const Device dev = q.device();
+  check_paged_attention(op, out, q, k_cache, v_cache, meta, scale);
   if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(paged_attention, dev, out, q, k_cache, v_cache, meta, scale, s);
   cpu::paged_attention(out, q, k_cache, v_cache, meta, scale);
+}
+
+void qkv_prologue_attention(TensorView out, TensorView q, TensorView qkv, TensorView q_norm, TensorView k_norm,
+                            float eps, TensorView positions, const RopeParams& rope, TensorView k_cache,
+                            TensorView v_cache, const AttentionMetadata& meta, float scale, Stream s) {
+  constexpr std::string_view op = "qkv_prologue_attention";
+  const Device dev = q.device();
+  if (dev.is_cuda()) {
+    check_qkv_prologue(op, q, qkv, q_norm, k_norm, eps, positions, rope, k_cache, v_cache, meta);
+    check_paged_attention(op, out, q, k_cache, v_cache, meta, scale);
+    NANOVLLM_DISPATCH_CUDA(qkv_prologue_attention, dev, out, q, qkv, q_norm, k_norm, eps, positions, rope, k_cache,
+                           v_cache, meta, scale, s);
+  }
+  qkv_prologue(q, qkv, q_norm, k_norm, eps, positions, rope, k_cache, v_cache, meta, s);
+  paged_attention(out, q, k_cache, v_cache, meta, scale, s);
 }
 
 void silu_mul(TensorView out, TensorView gate_up, Stream s) {

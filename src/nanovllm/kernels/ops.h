@@ -55,6 +55,13 @@ void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorVie
 void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
                      const AttentionMetadata& meta, float scale, Stream s = {});
 
+// qkv_prologue (q into `q`, K / V into the caches) then paged_attention, as one kernel where the backend
+// can: CUDA decode steps (every query one token) on sm_90 with head_dim 64 / 128, where the attention
+// kernel makes q and the new K / V itself (then `q` is not written). Same values either way.
+void qkv_prologue_attention(TensorView out, TensorView q, TensorView qkv, TensorView q_norm, TensorView k_norm,
+                            float eps, TensorView positions, const RopeParams& rope, TensorView k_cache,
+                            TensorView v_cache, const AttentionMetadata& meta, float scale, Stream s = {});
+
 // out = silu(gate_up[:, :I]) * gate_up[:, I:].  out [T, I], gate_up [T, 2I].
 void silu_mul(TensorView out, TensorView gate_up, Stream s = {});
 

@@ -47,6 +47,17 @@ struct Params {
   // between launches: the last CTA of a group resets its counter), and the fewest keys per split.
   int* split_counters;
   int min_split_keys;
+  // Tensor-core decode with the attention prologue fused in (launch_decode_tc's `prologue`): q is made
+  // from qkv [T, (Hq + 2 Hk) D] (q_norm / k_norm [D] or null, RoPE at positions[t] with inv_freq
+  // [D / 2] and rope_scaling), and the token's K / V go to the caches at slots[t] (-1: not cached).
+  const __nv_bfloat16* qkv = nullptr;
+  const __nv_bfloat16* q_norm = nullptr;
+  const __nv_bfloat16* k_norm = nullptr;
+  float eps = 0.0f;
+  const int32_t* positions = nullptr;
+  const float* inv_freq = nullptr;
+  float rope_scaling = 1.0f;
+  const int32_t* slots = nullptr;
 };
 
 // Paged KV cache: the block table of sequence `seq` ([max_blocks] cache block ids).
@@ -169,7 +180,8 @@ void launch_decode(const Params& p, int head_dim, cudaStream_t st);
 constexpr int kMaxDecodeClusterSplits = 16;
 bool decode_tc_supported(int head_dim);
 bool decode_cluster_available(int device);
-void launch_decode_tc(const Params& p, int head_dim, int gc, bool cluster, cudaStream_t st);
+// prologue: the qkv_prologue fused in (the Params' qkv fields; sm_90, D % 8 == 0).
+void launch_decode_tc(const Params& p, int head_dim, int gc, bool cluster, bool prologue, cudaStream_t st);
 void launch_combine(const Params& p, int head_dim, cudaStream_t st);
 
 }  // namespace nanovllm::cuda_ops::attn

@@ -37,6 +37,7 @@
 #include "nanovllm/kernels/cuda/attention_common.cuh"
 #include "nanovllm/kernels/cuda/attention_softmax.cuh"
 #include "nanovllm/kernels/cuda/pdl.cuh"
+#include "nanovllm/kernels/cuda/qkv_rope.cuh"
 
 namespace nanovllm::cuda_ops::attn {
 namespace {
@@ -257,11 +258,20 @@ __device__ __forceinline__ int tc_split_chunk(int ctx, int max_splits, int min_s
 
 // Occupancy: D 128 with 3 stages = 102 KB shared -> 2 CTAs per SM on sm_90 (4 for D 64).
 // kCluster: gridDim.z split slots form one cluster (sm_90), see the file comment.
-template <int D, int NST, bool kCluster>
+// kPro: the attention prologue fused in (decode steps): after the wait every CTA makes q of its heads
+// from qkv (norm + RoPE, qkv_rope.cuh, rounded as qkv_prologue rounds it) into shared memory, and the CTA
+// whose keys include the token's own (key ctx - 1) makes its K / V row, stores it to the caches and
+// puts it into the warp tile that holds that key (whose cp.async brought the stale cache row). So all
+// old keys are copied before the wait, and one dependent launch per layer goes.
+template <int D, int NST, bool kCluster, bool kPro>
 __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel(Params p, int gc, int gchunks) {
   using C = TcDec<D, NST>;
   extern __shared__ __align__(16) unsigned char smem[];  // [warps][stages][K tile | V tile]
   __shared__ int s_last;
+  // kPro only (1-element placeholders otherwise): RoPE table, the CTA's q rows, the new key's K and V.
+  __shared__ float pro_cs[kPro ? D : 1];                                             // [D/2] cos, [D/2] sin
+  __shared__ __align__(16) __nv_bfloat16 pro_q[kPro ? kTcRows * (D + 8) : 1];       // [16][D + 8]
+  __shared__ __align__(16) __nv_bfloat16 pro_kv[kPro ? 2 * D : 1];                   // [K | V][D]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int seq = static_cast<int>(blockIdx.x);
@@ -286,6 +296,9 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
   const int gcount = min(gc, p.g - g0);
   const int64_t head0 = int64_t{kvh} * p.g + g0;
   const int gq = lane >> 2, tq = lane & 3;
+  // kPro: this CTA attends to the token's own key (the last of the context) and the token is cached.
+  const bool owns_new_key = kPro && ctx > 0 && ctx - 1 >= k_begin && ctx - 1 < k_end && p.slots[t] >= 0;
+  if constexpr (kPro) rope_table(pro_cs, D / 2, static_cast<float>(p.positions[t]), p.inv_freq, p.rope_scaling);
 
   // Block-table lookup of key (tile ti, lane & 15): cache slot, or -1 past the range.
   const int32_t* bt = block_table(p, seq);
@@ -321,8 +334,10 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
   // newest (ctx - 1, stored by the preceding qkv_prologue) was cached by earlier steps. So when none of
   // this warp's first NST - 1 tiles holds key ctx - 1 (uniform per warp) their copies start before the
   // wait; q (the predecessor's output) is read after it.
+  // (kPro: all of them; the new key's stale row is overwritten in shared memory below.)
   const int n_pro = min(my_tiles, NST - 1);
-  const bool early = n_pro == 0 || min(k_end, k_begin + (warp + (n_pro - 1) * kTcWarps + 1) * kTcKeys) - 1 < ctx - 1;
+  const bool early = kPro || n_pro == 0 ||
+                     min(k_end, k_begin + (warp + (n_pro - 1) * kTcWarps + 1) * kTcKeys) - 1 < ctx - 1;
   auto issue_prologue = [&] {
 #pragma unroll
     for (int s = 0; s < NST - 1; ++s) {
@@ -335,11 +350,45 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
   pdl_trigger();
   if (!early) issue_prologue();
 
-  // Q fragments (rows gq and gq + 8 = heads g0 + row; rows >= gcount are zeros), straight from global.
+  if constexpr (kPro) {
+    // The prologue: items 0 .. gcount - 1 are the CTA's q heads, then (owner only) the K and V heads of
+    // the new key; a warp takes 32 / kLanes items per pass, all its lanes in every pass (shuffles).
+    constexpr int kLanes = D / 8, kPerWarp = 32 / kLanes;
+    const int items = gcount + (owns_new_key ? 2 : 0), hl = lane % kLanes;
+    const int total = p.hq + 2 * p.hk;
+    const uint4* qkv = reinterpret_cast<const uint4*>(p.qkv);
+    __syncthreads();  // pro_cs is complete
+    for (int i0 = warp * kPerWarp; i0 < items; i0 += kTcWarps * kPerWarp) {  // warp-uniform bound
+      const int item = i0 + lane / kLanes;
+      const bool active = item < items, is_q = item < gcount, is_k = item == gcount;
+      const int64_t h = is_q ? head0 + item : is_k ? p.hq + kvh : p.hq + p.hk + kvh;
+      const __nv_bfloat16* nw = is_q ? p.q_norm : is_k ? p.k_norm : nullptr;
+      uint4 raw = make_uint4(0, 0, 0, 0), wraw = raw;
+      if (active) {
+        raw = qkv[(int64_t{t} * total + h) * kLanes + hl];
+        if (nw != nullptr) wraw = reinterpret_cast<const uint4*>(nw)[hl];
+      }
+      const uint4 y = norm_rope_chunk<kLanes>(raw, wraw, nw != nullptr, p.eps, pro_cs, hl);
+      if (active && is_q) {
+        *reinterpret_cast<uint4*>(pro_q + item * (D + 8) + hl * 8) = y;
+      } else if (active) {  // the new key's row: into shared memory and the cache
+        const uint4 v = is_k ? y : raw;
+        *reinterpret_cast<uint4*>(pro_kv + (is_k ? 0 : D) + hl * 8) = v;
+        const int64_t off = (int64_t{p.slots[t]} * p.hk + kvh) * D + hl * 8;
+        *reinterpret_cast<uint4*>(const_cast<__nv_bfloat16*>(is_k ? p.k_cache : p.v_cache) + off) = v;
+      }
+    }
+    __syncthreads();
+  }
+
+  // Q fragments (rows gq and gq + 8 = heads g0 + row; rows >= gcount are zeros), straight from global
+  // (kPro: from the prologue's rows in shared memory).
   uint32_t qf[C::kKSteps][4];
   {
-    const uint32_t* q_lo = reinterpret_cast<const uint32_t*>(p.q + (int64_t{t} * p.hq + head0 + gq) * D);
-    const uint32_t* q_hi = reinterpret_cast<const uint32_t*>(p.q + (int64_t{t} * p.hq + head0 + gq + 8) * D);
+    const uint32_t* q_lo = kPro ? reinterpret_cast<const uint32_t*>(pro_q + gq * (D + 8))
+                                : reinterpret_cast<const uint32_t*>(p.q + (int64_t{t} * p.hq + head0 + gq) * D);
+    const uint32_t* q_hi = kPro ? reinterpret_cast<const uint32_t*>(pro_q + (gq + 8) * (D + 8))
+                                : reinterpret_cast<const uint32_t*>(p.q + (int64_t{t} * p.hq + head0 + gq + 8) * D);
     const bool lo_ok = gq < gcount, hi_ok = gq + 8 < gcount;
 #pragma unroll
     for (int kk = 0; kk < C::kKSteps; ++kk) {
@@ -376,6 +425,18 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
     cp_async_wait<NST - 1>();
     __syncwarp();
     const unsigned sb = wbase_s + stage * C::kStageElems * 2;
+    if constexpr (kPro) {
+      // The new key's row in this tile: the prologue's K / V replace the stale copy from the cache.
+      const int nk = ctx - 1 - (k_begin + (warp + i * kTcWarps) * kTcKeys);
+      if (owns_new_key && nk >= 0 && nk < kTcKeys) {
+        if (lane < 2 * C::kChunks) {
+          const int is_v = lane / C::kChunks, c = lane % C::kChunks;
+          *reinterpret_cast<uint4*>(wbase + (stage * C::kStageElems + is_v * C::kTileElems + nk * C::kStride + c * 8) * 2) =
+              *reinterpret_cast<const uint4*>(pro_kv + is_v * D + c * 8);
+        }
+        __syncwarp();
+      }
+    }
 
     // S = Q K^T: [16 rows x 16 keys], two n-tiles.
     float s[2][4];
@@ -537,21 +598,21 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
   }
 }
 
-template <int D, int NST, bool kCluster>
+template <int D, int NST, bool kCluster, bool kPro>
 void set_tc_attributes() {
   static std::once_flag once;
   std::call_once(once, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(decode_tc_kernel<D, NST, kCluster>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(TcDec<D, NST>::kSmem)));
+    CUDA_CHECK(cudaFuncSetAttribute(decode_tc_kernel<D, NST, kCluster, kPro>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(TcDec<D, NST>::kSmem)));
     if (kCluster)
-      CUDA_CHECK(cudaFuncSetAttribute(decode_tc_kernel<D, NST, kCluster>,
+      CUDA_CHECK(cudaFuncSetAttribute(decode_tc_kernel<D, NST, kCluster, kPro>,
                                       cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   });
 }
 
-template <int D, int NST, bool kCluster>
+template <int D, int NST, bool kCluster, bool kPro>
 void launch_tc(const Params& p, int gc, cudaStream_t st) {
-  set_tc_attributes<D, NST, kCluster>();
+  set_tc_attributes<D, NST, kCluster, kPro>();
   const int gchunks = (p.g + gc - 1) / gc;
   const int max_splits = kCluster ? kTcMaxClusterSplits : kTcMaxSplits;
   NANOVLLM_CHECK(p.num_splits >= 1 && p.num_splits <= max_splits, "paged_attention (cuda): split count ",
@@ -559,7 +620,8 @@ void launch_tc(const Params& p, int gc, cudaStream_t st) {
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.hk * gchunks),
                   static_cast<unsigned>(p.num_splits));
   if constexpr (!kCluster) {
-    launch_pdl(decode_tc_kernel<D, NST, false>, grid, dim3(kTcThreads), TcDec<D, NST>::kSmem, st, p, gc, gchunks);
+    launch_pdl(decode_tc_kernel<D, NST, false, kPro>, grid, dim3(kTcThreads), TcDec<D, NST>::kSmem, st, p, gc,
+               gchunks);
   } else {
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = grid;
@@ -575,18 +637,18 @@ void launch_tc(const Params& p, int gc, cudaStream_t st) {
     attr[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = pdl_use_attribute() ? 2 : 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_tc_kernel<D, NST, true>, p, gc, gchunks));
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_tc_kernel<D, NST, true, kPro>, p, gc, gchunks));
   }
   CUDA_CHECK_LAUNCH();
 }
 
-// Whether clusters of kTcMaxClusterSplits CTAs of the D 128 kernel (the larger one) can be resident on
+// Whether clusters of kTcMaxClusterSplits CTAs of the D 128 kernel (the largest one) can be resident on
 // `device` (sm_90+, and the occupancy query agrees).
 bool cluster_fits(int device) {
   int major = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   if (major < 9) return false;
-  set_tc_attributes<128, 3, true>();
+  set_tc_attributes<128, 3, true, true>();
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(1, 8, kTcMaxClusterSplits);
   cfg.blockDim = dim3(kTcThreads);
@@ -599,7 +661,7 @@ bool cluster_fits(int device) {
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, decode_tc_kernel<128, 3, true>, &cfg) != cudaSuccess) {
+  if (cudaOccupancyMaxActiveClusters(&clusters, decode_tc_kernel<128, 3, true, true>, &cfg) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
@@ -619,14 +681,16 @@ int smem_optin(int device) {
 }
 
 template <int D>
-void launch_tc_for_device(const Params& p, int gc, bool cluster, cudaStream_t st) {
+void launch_tc_for_device(const Params& p, int gc, bool cluster, bool prologue, cudaStream_t st) {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   // 3 stages (102 KB for D 128) where the device allows it (sm_80 / sm_90), else 2 (sm_86 / sm_89: 99 KB).
-  // Clusters only on sm_90, which has room for 3.
-  if (cluster) launch_tc<D, 3, true>(p, gc, st);
-  else if (static_cast<size_t>(smem_optin(device)) >= TcDec<D, 3>::kSmem) launch_tc<D, 3, false>(p, gc, st);
-  else launch_tc<D, 2, false>(p, gc, st);
+  // Clusters and the fused prologue only on sm_90, which has room for 3.
+  if (prologue && cluster) launch_tc<D, 3, true, true>(p, gc, st);
+  else if (prologue) launch_tc<D, 3, false, true>(p, gc, st);
+  else if (cluster) launch_tc<D, 3, true, false>(p, gc, st);
+  else if (static_cast<size_t>(smem_optin(device)) >= TcDec<D, 3>::kSmem) launch_tc<D, 3, false, false>(p, gc, st);
+  else launch_tc<D, 2, false, false>(p, gc, st);
 }
 
 }  // namespace
@@ -651,11 +715,11 @@ bool decode_cluster_available(int device) {
   return cached[device] == 1;
 }
 
-void launch_decode_tc(const Params& p, int head_dim, int gc, bool cluster, cudaStream_t st) {
+void launch_decode_tc(const Params& p, int head_dim, int gc, bool cluster, bool prologue, cudaStream_t st) {
   NANOVLLM_CHECK(gc >= 1 && gc <= kTcRows, "paged_attention (cuda): decode head chunk ", gc, " not in [1, 16]");
   switch (head_dim) {
-    case 64: launch_tc_for_device<64>(p, gc, cluster, st); break;
-    case 128: launch_tc_for_device<128>(p, gc, cluster, st); break;
+    case 64: launch_tc_for_device<64>(p, gc, cluster, prologue, st); break;
+    case 128: launch_tc_for_device<128>(p, gc, cluster, prologue, st); break;
     default: NANOVLLM_FAIL("paged_attention (cuda): tensor-core decode for head_dim ", head_dim, " not built (64, 128)");
   }
 }

@@ -20,6 +20,9 @@ void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorVie
                   const AttentionMetadata& meta, ops::Stream s);
 void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
                      const AttentionMetadata& meta, float scale, ops::Stream s);
+void qkv_prologue_attention(TensorView out, TensorView q, TensorView qkv, TensorView q_norm, TensorView k_norm,
+                            float eps, TensorView positions, const ops::RopeParams& rope, TensorView k_cache,
+                            TensorView v_cache, const AttentionMetadata& meta, float scale, ops::Stream s);
 void silu_mul(TensorView out, TensorView gate_up, ops::Stream s);
 void linear_silu_mul(TensorView out, TensorView gate_up, TensorView weight, TensorView act, ops::Stream s);
 void gather_rows(TensorView out, TensorView in, TensorView rows, ops::Stream s);
@@ -28,6 +31,9 @@ void convert(TensorView out, TensorView x, ops::Stream s);
 // Benchmark knob (not thread-safe, not for production): the tensor-core decode attention's minimum keys
 // per split (rounded up to 64) and CTAs per SM it aims for; 0 restores the defaults.
 void decode_attention_set_tuning(int min_split_keys, int target_ctas_per_sm);
+// Test knob: false makes qkv_prologue_attention run the two kernels (qkv_prologue, then the attention)
+// for decode steps too; true (default) fuses the prologue into the decode attention on sm_90.
+void decode_attention_set_fused_prologue(bool on);
 // Test knob: false makes the decode attention combine its splits through global memory (the path of
 // devices without clusters) on sm_90 too; true (default) restores the cluster combine where available.
 void decode_attention_set_cluster_combine(bool on);

@@ -44,6 +44,11 @@ constexpr int kTcMinSplitKeys = 64;
 constexpr int kTcTargetCtasPerSm = 4;
 std::atomic<int> g_tc_min_split_keys{kTcMinSplitKeys};    // benchmark knobs (decode_attention_set_tuning)
 std::atomic<int> g_tc_target_ctas_per_sm{kTcTargetCtasPerSm};
+// decode_attention_set_fused_prologue; NANOVLLM_DECODE_FUSED_PROLOGUE=0 starts it off (A/B runs).
+std::atomic<bool> g_fused_prologue{[] {
+  const char* v = std::getenv("NANOVLLM_DECODE_FUSED_PROLOGUE");
+  return v == nullptr || std::string(v) != "0";
+}()};
 // decode_attention_set_cluster_combine; NANOVLLM_DECODE_CLUSTER=0 starts it off (A/B runs of the CLI).
 std::atomic<bool> g_cluster_combine{[] {
   const char* v = std::getenv("NANOVLLM_DECODE_CLUSTER");
@@ -83,7 +88,9 @@ int decode_splits(int64_t ctas, int64_t max_ctx, int sms) {
 
 // Decode attention over p.num_seqs one-token queries; max_context bounds their context lengths (launch
 // sizing: a CUDA graph replays the launch for any context up to it).
-void launch_decode_attention(attn::Params p, int D, int64_t max_context, int device, cudaStream_t st) {
+// prologue: p's qkv fields are set and the tensor-core kernel runs the prologue itself (sm_90, D 64 / 128).
+void launch_decode_attention(attn::Params p, int D, int64_t max_context, int device, cudaStream_t st,
+                             bool prologue = false) {
   const int64_t S = p.num_seqs, Hq = p.hq, Hk = p.hk;
   if (attn::decode_tc_supported(D)) {
     const int gc = p.g <= 16 ? p.g : 16;  // heads per CTA (MMA rows)
@@ -108,9 +115,10 @@ void launch_decode_attention(attn::Params p, int D, int64_t max_context, int dev
       p.split_counters = static_cast<int*>(
           workspace(1, device, static_cast<size_t>(ctas) * sizeof(int), true, st));  // [S, Hk * head chunks]
     }
-    attn::launch_decode_tc(p, D, gc, cluster && p.num_splits > 1, st);
+    attn::launch_decode_tc(p, D, gc, cluster && p.num_splits > 1, prologue, st);
     return;
   }
+  NANOVLLM_CHECK(!prologue, "paged_attention (cuda): the fused prologue needs the tensor-core decode kernel");
   const int gc = p.g <= 8 ? p.g : (D > 128 ? 8 : 16);
   const int64_t ctas = S * Hk * ((p.g + gc - 1) / gc);
   p.num_splits = decode_splits(ctas, max_context, cuda_sm_count(device));
@@ -124,18 +132,14 @@ void launch_decode_attention(attn::Params p, int D, int64_t max_context, int dev
   if (p.num_splits > 1) attn::launch_combine(p, D, st);
 }
 
-}  // namespace
-
-void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                     const AttentionMetadata& meta, float scale, ops::Stream s) {
-  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2);
-  const int64_t Hk = k_cache.dim(2);
-  if (T == 0 || meta.num_seqs == 0) return;
+// The kernels' view of one attention call (no split workspace yet).
+attn::Params base_params(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                         const AttentionMetadata& meta, float scale) {
+  const int64_t Hq = q.dim(1), Hk = k_cache.dim(2);
   NANOVLLM_CHECK(q.dtype() == DType::kBF16 && out.dtype() == DType::kBF16 && k_cache.dtype() == DType::kBF16 &&
                      v_cache.dtype() == DType::kBF16,
                  "paged_attention (cuda): q, out and the KV caches must be BF16");
   NANOVLLM_CHECK(Hk > 0 && Hq % Hk == 0, "paged_attention (cuda): Hq ", Hq, " not a multiple of Hk ", Hk);
-  const cudaStream_t st = stream_of(s);
   attn::Params p{};
   p.q = q.data_as<const __nv_bfloat16>();
   p.out = out.data_as<__nv_bfloat16>();
@@ -152,7 +156,17 @@ void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorVie
   p.g = static_cast<int>(Hq / Hk);
   p.scale_log2 = scale * 1.4426950408889634f;
   p.num_splits = 1;
+  return p;
+}
 
+}  // namespace
+
+void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                     const AttentionMetadata& meta, float scale, ops::Stream s) {
+  const int64_t T = q.dim(0), D = q.dim(2);
+  if (T == 0 || meta.num_seqs == 0) return;
+  const cudaStream_t st = stream_of(s);
+  const attn::Params p = base_params(out, q, k_cache, v_cache, meta, scale);
   const int d = static_cast<int>(D);
   const int device = q.device().index;
   if (meta.max_query_len == 1) {
@@ -178,6 +192,40 @@ void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorVie
   if (!attn::launch_prefill_wgmma(pp, d, prefill_rows, st) && !attn::launch_prefill_tc(pp, d, prefill_rows, st))
     attn::launch_prefill(pp, d, prefill_rows, st);
 }
+
+void qkv_prologue_attention(TensorView out, TensorView q, TensorView qkv, TensorView q_norm, TensorView k_norm,
+                            float eps, TensorView positions, const ops::RopeParams& rope, TensorView k_cache,
+                            TensorView v_cache, const AttentionMetadata& meta, float scale, ops::Stream s) {
+  const int64_t T = q.dim(0), D = q.dim(2);
+  const int device = q.device().index;
+  auto bf16_or_none = [](TensorView t) {
+    return !t.defined() || t.numel() == 0 || t.data() == nullptr || (t.dtype() == DType::kBF16 && aligned16(t.data()));
+  };
+  const bool fused = g_fused_prologue.load() && T > 0 && meta.num_seqs > 0 && meta.max_query_len == 1 &&
+                     attn::decode_tc_supported(static_cast<int>(D)) && qkv.dtype() == DType::kBF16 &&
+                     aligned16(qkv.data()) && bf16_or_none(q_norm) && bf16_or_none(k_norm) &&
+                     aligned16(k_cache.data()) && aligned16(v_cache.data()) && attn::decode_cluster_available(device);
+  if (!fused) {
+    cuda_ops::qkv_prologue(q, qkv, q_norm, k_norm, eps, positions, rope, k_cache, v_cache, meta, s);
+    cuda_ops::paged_attention(out, q, k_cache, v_cache, meta, scale, s);
+    return;
+  }
+  attn::Params p = base_params(out, q, k_cache, v_cache, meta, scale);
+  auto ptr_or_null = [](TensorView t) {
+    return t.defined() && t.numel() > 0 ? t.data_as<const __nv_bfloat16>() : nullptr;
+  };
+  p.qkv = qkv.data_as<const __nv_bfloat16>();
+  p.q_norm = ptr_or_null(q_norm);
+  p.k_norm = ptr_or_null(k_norm);
+  p.eps = eps;
+  p.positions = positions.data_as<const int32_t>();
+  p.inv_freq = rope.inv_freq.data_as<const float>();
+  p.rope_scaling = rope.attention_scaling;
+  p.slots = meta.slot_mapping.data_as<const int32_t>();
+  launch_decode_attention(p, static_cast<int>(D), meta.max_context_len, device, stream_of(s), /*prologue=*/true);
+}
+
+void decode_attention_set_fused_prologue(bool on) { g_fused_prologue.store(on); }
 
 void decode_attention_set_cluster_combine(bool on) { g_cluster_combine.store(on); }
 

@@ -18,6 +18,7 @@
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
 #include "nanovllm/kernels/cuda/pdl.cuh"
+#include "nanovllm/kernels/cuda/qkv_rope.cuh"
 
 namespace nanovllm::cuda_ops {
 namespace {
@@ -26,25 +27,6 @@ constexpr int kMaxPairsPerLane = 8;  // D <= 512
 constexpr int kWarps = 4;
 // Up to this many tokens a block takes one pass of its warps over heads; beyond, all of a token's heads.
 constexpr int64_t kSplitHeadsMaxTokens = 1024;
-
-// cos/sin table of token t into shared memory: cs[0, half) cos, cs[half, 2 half) sin.
-__device__ __forceinline__ void rope_table(float* cs, int half, float pos, const float* __restrict__ inv_freq,
-                                           float attn_scaling) {
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    float sn, cn;
-    sincosf(pos * inv_freq[i], &sn, &cn);
-    cs[i] = cn * attn_scaling;
-    cs[half + i] = sn * attn_scaling;
-  }
-}
-
-// Sum over the kLanes lanes of an aligned lane group (kLanes a power of two <= 32).
-template <int kLanes>
-__device__ __forceinline__ float group_sum(float v) {
-#pragma unroll
-  for (int o = kLanes / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // kPairs: RoPE pairs per lane, ceil(D / 64) rounded up to a power of two (register arrays sized to D).
 template <int kPairs>
@@ -159,8 +141,6 @@ qkv_prologue_vec_kernel(uint4* __restrict__ q_out, const uint4* __restrict__ qkv
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int hl = lane % kLanesPerHead;            // lane within the head
-  const bool second_half = hl >= kLanesPerHead / 2;
-  const int ci = (hl % (kLanesPerHead / 2)) * 8;  // cos/sin index of this lane's first element
   const int64_t slot = slots[t];
   const int total = Hq + 2 * Hk;
   const int h_begin = blockIdx.y * heads_per_block;
@@ -176,32 +156,12 @@ qkv_prologue_vec_kernel(uint4* __restrict__ q_out, const uint4* __restrict__ qkv
       raw = qkv[(t * total + h) * kChunks + hl];
       if (nw != nullptr) wraw = nw[hl];
     }
-    float x[8];
-    bf16x8_to_f32(raw, x);
-    float ss = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) ss += x[i] * x[i];
-    ss = group_sum<kLanesPerHead>(ss);
-    if (nw != nullptr) {
-      const float r = rsqrtf(ss / static_cast<float>(8 * kLanesPerHead) + eps);
-      float w[8];
-      bf16x8_to_f32(wraw, w);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) x[i] = w[i] * (x[i] * r);
-    }
-    float y[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float partner = __shfl_xor_sync(0xffffffffu, x[i], kLanesPerHead / 2);
-      const float c = cs[ci + i], sn = cs[kHalf + ci + i];
-      // CPU: x1' = x1 cos - x2 sin (first half), x2' = x2 cos + x1 sin (second half).
-      y[i] = second_half ? x[i] * c + partner * sn : x[i] * c - partner * sn;
-    }
+    const uint4 y = norm_rope_chunk<kLanesPerHead>(raw, wraw, nw != nullptr, eps, cs, hl);
     if (active) {
       uint4* dst = is_q   ? q_out + (t * Hq + h) * kChunks
                    : is_k ? k_cache + (slot * Hk + (h - Hq)) * kChunks
                           : v_cache + (slot * Hk + (h - Hq - Hk)) * kChunks;
-      dst[hl] = (is_q || is_k) ? f32_to_bf16x8(y) : raw;
+      dst[hl] = (is_q || is_k) ? y : raw;
     }
   }
 }
