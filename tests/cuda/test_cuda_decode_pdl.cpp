@@ -277,7 +277,7 @@ struct DecodeLayerStack {
   void forward(const Ablation& a, ops::Stream s) {
     for (const Layer& l : layers) {
       if (a.norms) ops::add_rms_norm(x->view(), res->view(), l.n1->view(), 1e-6f, s);
-      if (a.gemvs) ops::linear(qkv->view(), x->view(), l.wqkv->view(), TensorView(), s);
+      if (a.gemvs) ops::linear(qkv->view(), x->view(), l.wqkv->view(), TensorView(), s, ops::LinearHint::kBeforeAttention);
       if (a.attention && a.prologue) {  // as Qwen3Model::layer (the prologue fused in where it can be)
         ops::qkv_prologue_attention(ao->view(), q->view(), qkv->view(), l.qn->view(), l.kn->view(), 1e-6f,
                                     pos->view(), rope, l.kc->view(), l.vc->view(), meta, 0.088f, s);

@@ -15,7 +15,8 @@ namespace {
 using cuda_test::DeviceTensor;
 using cuda_test::random_bf16;
 
-void check_linear(int64_t T, int64_t N, int64_t K, DType out_t, int bias_mode, std::mt19937& rng) {
+void check_linear(int64_t T, int64_t N, int64_t K, DType out_t, int bias_mode, std::mt19937& rng,
+                  ops::LinearHint hint = ops::LinearHint::kNone) {
   // bias_mode: 0 none, 1 bias in the output dtype (epilogue), 2 bias in the other dtype (separate add)
   auto x = random_bf16(static_cast<size_t>(T * K), rng);
   auto w = random_bf16(static_cast<size_t>(N * K), rng, -0.5f, 0.5f);
@@ -28,7 +29,7 @@ void check_linear(int64_t T, int64_t N, int64_t K, DType out_t, int bias_mode, s
   DeviceTensor d_b = bias_t == DType::kBF16 ? DeviceTensor(DType::kBF16, {N}, b.bits)
                                             : DeviceTensor(DType::kF32, {N}, b_f32);
   TensorView bias_view = bias_mode ? d_b.view() : TensorView();
-  cuda_ops::linear(d_out.view(), d_x.view(), d_w.view(), bias_view, {});
+  cuda_ops::linear(d_out.view(), d_x.view(), d_w.view(), bias_view, {}, hint);
   std::vector<float> ref(static_cast<size_t>(T * N));
   cpu::linear(cuda_test::host_view(ref, {T, N}), cuda_test::host_view(x.f32, {T, K}),
               cuda_test::host_view(w.f32, {N, K}), bias_mode ? cuda_test::host_view(b_f32, {N}) : TensorView());
@@ -53,6 +54,18 @@ TEST(CudaLinear, MatchesReferenceAcrossShapes) {
     check_linear(T, 24, 40, DType::kBF16, 0, rng);     // small odd-ish sizes
   }
   check_linear(1024, 4096, 512, DType::kBF16, 0, rng);
+}
+
+// The qkv projection's scheduling hint (one CTA per SM for decode sizes) computes the same matmul, with
+// and without bias (Qwen2's qkv bias), at decode sizes and beyond (cuBLASLt, the hint has no effect).
+TEST(CudaLinear, BeforeAttentionHintKeepsTheValues) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(13);
+  for (int64_t T : {1, 3, 16, 40}) {
+    check_linear(T, 4096, 1024, DType::kBF16, 0, rng, ops::LinearHint::kBeforeAttention);  // Qwen3-0.6B qkv
+    check_linear(T, 1152, 896, DType::kBF16, 1, rng, ops::LinearHint::kBeforeAttention);   // Qwen2-0.5B-like, bias
+    check_linear(T, 24, 40, DType::kBF16, 0, rng, ops::LinearHint::kBeforeAttention);
+  }
 }
 
 TEST(CudaLinear, BiasEpilogueAndSeparateAdd) {

@@ -175,7 +175,7 @@ void add_rms_norm(TensorView x, TensorView residual, TensorView weight, float ep
   cpu::add_rms_norm(x, residual, weight, eps);
 }
 
-void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, Stream s) {
+void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, Stream s, LinearHint hint) {
   constexpr std::string_view op = "linear";
   const Device dev = in.device();
   check_tensor(op, "in", in, dev, 2);
@@ -187,7 +187,8 @@ void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, S
                  " but in ", in.shape().str(), " has ", K);
   check_float_tensor(op, "out", out, dev, {T, N});
   if (bias.defined()) check_float_tensor(op, "bias", bias, dev, {N});
-  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(linear, dev, out, in, weight, bias, s);
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(linear, dev, out, in, weight, bias, s, hint);
+  static_cast<void>(hint);  // the CPU backend runs one op at a time
   cpu::linear(out, in, weight, bias);
 }
 

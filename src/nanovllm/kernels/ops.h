@@ -30,9 +30,16 @@ void rms_norm(TensorView out, TensorView x, TensorView weight, float eps, Stream
 // residual += x; x = rms_norm(residual) * weight (in place).  x, residual [T, H]; weight [H].
 void add_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps, Stream s = {});
 
+// Where a projection sits in the step, for backends that schedule around its neighbours.
+//   kBeforeAttention: its output feeds the attention (the qkv projection). On CUDA a decode-sized one
+//   then runs at one CTA per SM, so the decode attention's CTAs fit beside it and start their KV reads
+//   while it still runs (H200, bs 1: 1-2 us per layer faster than the projection's fastest shape alone).
+enum class LinearHint { kNone, kBeforeAttention };
+
 // out = in @ weight^T (+ bias).  out [T, N], in [T, K], weight [N, K], bias [N] or undefined.
-// out may be F32 while in is BF16 (the LM head writes fp32 logits).
-void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, Stream s = {});
+// out may be F32 while in is BF16 (the LM head writes fp32 logits). hint: never changes the values.
+void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, Stream s = {},
+            LinearHint hint = LinearHint::kNone);
 
 // RoPE parameters: inv_freq [D/2] f32 (scaling already folded in) and the cos/sin multiplier (YaRN's
 // attention factor; 1 otherwise). Rotation is the half-split ("rotate_half") form HF uses.

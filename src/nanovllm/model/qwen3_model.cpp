@@ -80,7 +80,7 @@ void Qwen3Model::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& k
   } else {
     ops::add_rms_norm(v.hidden, v.residual, w.input_layernorm, eps, s);
   }
-  ops::linear(v.qkv, v.hidden, w.qkv_proj, w.qkv_bias, s);  // [T, (Hq + 2 Hk) D]
+  ops::linear(v.qkv, v.hidden, w.qkv_proj, w.qkv_bias, s, ops::LinearHint::kBeforeAttention);  // [T, (Hq + 2 Hk) D]
   ops::qkv_prologue_attention(v.attn_out, v.q, v.qkv, w.q_norm, w.k_norm, eps, in.positions, rope_, kv.k, kv.v,
                               in.attn, attn_scale_, s);  // [T, Hq, D]
   ops::linear(v.hidden, v.attn_out.reshape({t, config_.q_size()}), w.o_proj, w.o_bias, s);  // [T, H]

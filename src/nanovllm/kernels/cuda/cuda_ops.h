@@ -14,7 +14,8 @@ namespace nanovllm::cuda_ops {
 void embedding(TensorView out, TensorView ids, TensorView table, ops::Stream s);
 void rms_norm(TensorView out, TensorView x, TensorView weight, float eps, ops::Stream s);
 void add_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps, ops::Stream s);
-void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s);
+void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s,
+            ops::LinearHint hint = ops::LinearHint::kNone);
 void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
                   TensorView positions, const ops::RopeParams& rope, TensorView k_cache, TensorView v_cache,
                   const AttentionMetadata& meta, ops::Stream s);

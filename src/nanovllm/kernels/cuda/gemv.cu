@@ -378,7 +378,18 @@ GemvConfig gemv_config(int64_t T, int64_t N, int64_t K, int device) {
   return pick_config(T, N, K, context(device).slots, g_waves.load());
 }
 
-std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int device, bool silu) {
+std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int device, bool silu, bool one_per_sm) {
+  // One CTA per SM for a projection the decode attention follows (ops::LinearHint::kBeforeAttention):
+  // the bulk-copy kernel's one-wave shape leaves each SM room for an attention CTA, which then starts
+  // its KV copies during the projection. Measured on the H200 (CudaDecodePdlBench.DISABLED_LayerTimeline,
+  // bench/results/2026-11-24-h200-cuda-perf-session11.md): the 0.6B qkv takes 1.3 us longer alone
+  // (128 instead of 256 CTAs), the attention after it 2.3 us less; layers 1.0-1.3 (0.6B) and 2.0 (8B)
+  // us faster.
+  if (one_per_sm && context(device).bulk && g_bulk_enabled.load() && N * K * 2 < kBulkMaxBytes &&
+      (!silu || T * K * 2 <= kBulkStageMaxBytes)) {
+    const int64_t units = bulk_total_units(N, K), sms = context(device).sms;
+    return {gemv_bulk_config(N, K, (units + sms - 1) / sms)};
+  }
   int slots = context(device).slots;
   const int cap = N * K * 2 >= kCapMinBytes ? g_cta_cap_per_sm.load() : 0;
   if (cap > 0) slots = std::max(1, std::min(slots, slots / 2 * cap));  // slots: 2 resident CTAs per SM

@@ -62,8 +62,10 @@ GemvConfig gemv_config(int64_t T, int64_t N, int64_t K, int device);
 // stream-K with 1, 2 and 4 times the fewest steps per warp that fit one wave, and on sm_90 the bulk-copy
 // kernel with one and two CTAs per SM for weights under 16 MiB, one up to 64 MiB); the linear dispatch
 // times them at a shape's first use and keeps the fastest. silu: shapes for gemv_silu (the bulk kernel
-// only where its staged activation, T x K bf16, fits).
-std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int device, bool silu = false);
+// only where its staged activation, T x K bf16, fits). one_per_sm: only the bulk kernel's one-wave shape
+// where it can run (a projection the decode attention follows, see gemv.cu).
+std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int device, bool silu = false,
+                                        bool one_per_sm = false);
 // The bulk-copy launch with `units_per_cta` (raised until the partial slots fit the workspace).
 GemvConfig gemv_bulk_config(int64_t N, int64_t K, int64_t units_per_cta);
 // True when the bulk-copy kernel can run on this device (sm_90+ and built for it).

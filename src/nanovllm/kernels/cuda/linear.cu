@@ -241,8 +241,10 @@ struct ShapeKey {
   int out_dt;
   bool bias;
   bool silu;  // linear_silu_mul: gemv_silu vs silu_mul + linear
+  bool before_attention;  // ops::LinearHint::kBeforeAttention: gemv at one CTA per SM only
   bool operator<(const ShapeKey& o) const {
-    return std::tie(t, n, k, out_dt, bias, silu) < std::tie(o.t, o.n, o.k, o.out_dt, o.bias, o.silu);
+    return std::tie(t, n, k, out_dt, bias, silu, before_attention) <
+           std::tie(o.t, o.n, o.k, o.out_dt, o.bias, o.silu, o.before_attention);
   }
 };
 
@@ -287,7 +289,7 @@ Choice choose(const ShapeKey& key, int device, ops::Stream s, G&& run_gemv, O&& 
   Choice best;
   best.timed = true;
   float best_us = 1e30f;
-  for (const GemvConfig& c : gemv_candidates(key.t, key.n, key.k, device, key.silu)) {
+  for (const GemvConfig& c : gemv_candidates(key.t, key.n, key.k, device, key.silu, key.before_attention)) {
     const float us = time_us([&] { run_gemv(&c, timing); });
     if (us < best_us) best_us = us, best.cfg = c;
   }
@@ -310,11 +312,11 @@ void linear_clear_choices() {
   g_choices.clear();
 }
 
-void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s) {
+void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s, ops::LinearHint hint) {
   if (in.dim(0) == 0 || weight.dim(0) == 0) return;
   if (gemv_supported(out, in, weight)) {
     const ShapeKey key{in.dim(0), weight.dim(0), weight.dim(1), static_cast<int>(out.dtype()),
-                       bias.defined() && bias.data() != nullptr, false};
+                       bias.defined() && bias.data() != nullptr, false, hint == ops::LinearHint::kBeforeAttention};
     const Choice c = choose(
         key, out.device().index, s, [&](const GemvConfig* cfg, ops::Stream ts) { gemv(out, in, weight, bias, ts, cfg); },
         [&](ops::Stream ts) { linear_cublaslt(out, in, weight, bias, ts); });
@@ -326,7 +328,8 @@ void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, o
 void linear_silu_mul(TensorView out, TensorView gate_up, TensorView weight, TensorView act, ops::Stream s) {
   if (gate_up.dim(0) == 0 || weight.dim(0) == 0) return;
   if (gemv_silu_supported(out, gate_up, weight)) {
-    const ShapeKey key{gate_up.dim(0), weight.dim(0), weight.dim(1), static_cast<int>(out.dtype()), false, true};
+    const ShapeKey key{gate_up.dim(0), weight.dim(0), weight.dim(1), static_cast<int>(out.dtype()), false, true,
+                       false};
     const Choice c = choose(
         key, out.device().index, s, [&](const GemvConfig* cfg, ops::Stream ts) { gemv_silu(out, gate_up, weight, ts, cfg); },
         [&](ops::Stream ts) {
