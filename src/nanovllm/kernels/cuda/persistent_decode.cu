@@ -25,7 +25,8 @@
 //
 // Where the time goes (H200, context 1024; the DISABLED_ benchmark's trace and
 // bench/results/2026-11-24-h200-cuda-perf-session10.md): Qwen3-0.6B ~33 us per layer, the same as the
-// layer loop; Qwen3-8B ~154 vs ~121. Five grid barriers cost ~11 us per 0.6B layer. The weight phases
+// layer loop then (session 11 took the loop to ~28-29 us, -session11.md); Qwen3-8B ~154 vs ~121 (now
+// ~115). Five grid barriers cost ~11 us per 0.6B layer. The weight phases
 // do not wait for the stream (the pieces are in shared memory when the consumers reach them; with the
 // weights L2-resident the times are the same): the cost is the consumers walking each piece together,
 // ~1,700 cycles per piece whatever the math. Whole pieces per warp made the 8B 136 us per layer but
