@@ -610,6 +610,25 @@ void set_tc_attributes() {
   });
 }
 
+// Launch configuration of a decode grid whose gridDim.z split slots form one cluster, with the PDL
+// attribute when `pdl`; `attr` holds the attributes (the caller's storage).
+cudaLaunchConfig_t cluster_config(dim3 grid, size_t smem, cudaStream_t st, bool pdl, cudaLaunchAttribute (&attr)[2]) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kTcThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = grid.z;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 2 : 1;
+  return cfg;
+}
+
 template <int D, int NST, bool kCluster, bool kPro>
 void launch_tc(const Params& p, int gc, cudaStream_t st) {
   set_tc_attributes<D, NST, kCluster, kPro>();
@@ -623,20 +642,8 @@ void launch_tc(const Params& p, int gc, cudaStream_t st) {
     launch_pdl(decode_tc_kernel<D, NST, false, kPro>, grid, dim3(kTcThreads), TcDec<D, NST>::kSmem, st, p, gc,
                gchunks);
   } else {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(kTcThreads);
-    cfg.dynamicSmemBytes = TcDec<D, NST>::kSmem;
-    cfg.stream = st;
     cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = static_cast<unsigned>(p.num_splits);
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl_use_attribute() ? 2 : 1;
+    const cudaLaunchConfig_t cfg = cluster_config(grid, TcDec<D, NST>::kSmem, st, pdl_use_attribute(), attr);
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_tc_kernel<D, NST, true, kPro>, p, gc, gchunks));
   }
   CUDA_CHECK_LAUNCH();
@@ -649,17 +656,9 @@ bool cluster_fits(int device) {
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   if (major < 9) return false;
   set_tc_attributes<128, 3, true, true>();
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(1, 8, kTcMaxClusterSplits);
-  cfg.blockDim = dim3(kTcThreads);
-  cfg.dynamicSmemBytes = TcDec<128, 3>::kSmem;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = kTcMaxClusterSplits;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cudaLaunchAttribute attr[2];
+  const cudaLaunchConfig_t cfg = cluster_config(dim3(1, 8, kTcMaxClusterSplits), TcDec<128, 3>::kSmem, nullptr,
+                                                /*pdl=*/false, attr);
   int clusters = 0;
   if (cudaOccupancyMaxActiveClusters(&clusters, decode_tc_kernel<128, 3, true, true>, &cfg) != cudaSuccess) {
     (void)cudaGetLastError();

@@ -385,11 +385,13 @@ std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int dev
   // bench/results/2026-11-24-h200-cuda-perf-session11.md): the 0.6B qkv takes 1.3 us longer alone
   // (128 instead of 256 CTAs), the attention after it 2.3 us less; layers 1.0-1.3 (0.6B) and 2.0 (8B)
   // us faster.
-  if (one_per_sm && context(device).bulk && g_bulk_enabled.load() && N * K * 2 < kBulkMaxBytes &&
-      (!silu || T * K * 2 <= kBulkStageMaxBytes)) {
-    const int64_t units = bulk_total_units(N, K), sms = context(device).sms;
-    return {gemv_bulk_config(N, K, (units + sms - 1) / sms)};
-  }
+  const bool bulk = context(device).bulk && g_bulk_enabled.load() && N * K * 2 < kBulkMaxBytes &&
+                    (!silu || T * K * 2 <= kBulkStageMaxBytes);
+  const int64_t units = bulk_total_units(N, K), sms = context(device).sms;
+  auto bulk_per_sm = [&](int64_t per_sm) {
+    return gemv_bulk_config(N, K, (units + per_sm * sms - 1) / (per_sm * sms));
+  };
+  if (one_per_sm && bulk) return {bulk_per_sm(1)};
   int slots = context(device).slots;
   const int cap = N * K * 2 >= kCapMinBytes ? g_cta_cap_per_sm.load() : 0;
   if (cap > 0) slots = std::max(1, std::min(slots, slots / 2 * cap));  // slots: 2 resident CTAs per SM
@@ -410,12 +412,10 @@ std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int dev
   //  * one per SM for qkv and o (50 and 34 MB): picked for both, 4.73-4.78 -> 4.67-4.68 ms/token (the decode
   //    layer 120.3 -> 118.4 us);
   //  * one per SM up to 256 MiB (also down and gate_up): no further gain (4.67-4.69 vs 4.68-4.73 ms).
-  if (context(device).bulk && g_bulk_enabled.load() && N * K * 2 < kBulkMaxBytes &&
-      (!silu || T * K * 2 <= kBulkStageMaxBytes)) {
-    const int64_t units = bulk_total_units(N, K), sms = context(device).sms;
+  if (bulk) {
     for (const int64_t per_sm : {1, 2}) {
       if (per_sm > 1 && N * K * 2 >= kCapMinBytes) break;
-      add_unique(out, gemv_bulk_config(N, K, (units + per_sm * sms - 1) / (per_sm * sms)));
+      add_unique(out, bulk_per_sm(per_sm));
     }
     // Whole 16-row tiles per CTA where a tile's units fit the ring (K <= 3072): no K split across CTAs (no
     // partials, fence and last-CTA sum after the products), and all of the CTA's weights are requested

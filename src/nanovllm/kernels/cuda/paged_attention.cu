@@ -20,10 +20,9 @@
 #include <array>
 #include <atomic>
 #include <cmath>
-#include <mutex>
-
 #include <cstdlib>
-#include <string>
+#include <cstring>
+#include <mutex>
 
 #include "nanovllm/kernels/cuda/attention_common.cuh"
 #include "nanovllm/kernels/cuda/cuda_memory.h"
@@ -44,16 +43,14 @@ constexpr int kTcMinSplitKeys = 64;
 constexpr int kTcTargetCtasPerSm = 4;
 std::atomic<int> g_tc_min_split_keys{kTcMinSplitKeys};    // benchmark knobs (decode_attention_set_tuning)
 std::atomic<int> g_tc_target_ctas_per_sm{kTcTargetCtasPerSm};
-// decode_attention_set_fused_prologue; NANOVLLM_DECODE_FUSED_PROLOGUE=0 starts it off (A/B runs).
-std::atomic<bool> g_fused_prologue{[] {
-  const char* v = std::getenv("NANOVLLM_DECODE_FUSED_PROLOGUE");
-  return v == nullptr || std::string(v) != "0";
-}()};
-// decode_attention_set_cluster_combine; NANOVLLM_DECODE_CLUSTER=0 starts it off (A/B runs of the CLI).
-std::atomic<bool> g_cluster_combine{[] {
-  const char* v = std::getenv("NANOVLLM_DECODE_CLUSTER");
-  return v == nullptr || std::string(v) != "0";
-}()};
+// On unless the environment variable is "0" (same-binary A/B runs of the CLI).
+bool on_unless_env_zero(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+// decode_attention_set_fused_prologue / decode_attention_set_cluster_combine.
+std::atomic<bool> g_fused_prologue{on_unless_env_zero("NANOVLLM_DECODE_FUSED_PROLOGUE")};
+std::atomic<bool> g_cluster_combine{on_unless_env_zero("NANOVLLM_DECODE_CLUSTER")};
 
 struct Workspace {
   std::mutex mu;
