@@ -91,8 +91,10 @@ TEST(CudaDecodeFusion, GemvSiluBitwiseEqualsUnfused) {
 // kernel read its predecessor's output before it was complete.
 // bulk: the two projections run the bulk-copy gemv (its producer copies weights before pdl_wait) with
 // one unit per CTA (the down projection's tiles split across CTAs) instead of the dispatch's pick.
-void check_graph_replay_with_changing_inputs(bool bulk) {
+// early_norm: the norms trigger their dependents before their wait (pdl.h), or after it.
+void check_graph_replay_with_changing_inputs(bool bulk, bool early_norm) {
   PdlGuard pdl(true);
+  cuda_ops::set_pdl_early_norm(early_norm);
   std::mt19937 rng(13);
   const int64_t V = 97, H = 264, I = 520, T = 3;
   const auto table = random_bf16(static_cast<size_t>(V * H), rng);
@@ -165,21 +167,23 @@ void check_graph_replay_with_changing_inputs(bool bulk) {
     for (int64_t t = 0; t < T; ++t) norm_row(&res[t * H], &xo[t * H]);
     std::vector<float> ref;
     for (const int64_t r : {2, 0}) ref.insert(ref.end(), xo.begin() + r * H, xo.begin() + (r + 1) * H);
-    cuda_test::expect_close(d_out.download_f32(), ref, 3e-2f, 3e-2f, "replay " + std::to_string(round));
+    cuda_test::expect_close(d_out.download_f32(), ref, 3e-2f, 3e-2f,
+                            "replay " + std::to_string(round) + (early_norm ? ", early norm trigger" : ""));
   }
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaStreamDestroy(st));
+  cuda_ops::set_pdl_early_norm(cuda_ops::pdl_early_norm_env() != 0);
 }
 
 TEST(CudaDecodePdl, GraphReplayWithChangingInputs) {
   SKIP_WITHOUT_CUDA();
-  check_graph_replay_with_changing_inputs(false);
+  for (const bool early_norm : {false, true}) check_graph_replay_with_changing_inputs(false, early_norm);
 }
 
 TEST(CudaDecodePdl, GraphReplayWithChangingInputsBulkGemv) {
   SKIP_WITHOUT_CUDA();
   if (!cuda_ops::gemv_bulk_available(0)) GTEST_SKIP() << "bulk-copy gemv needs sm_90";
-  check_graph_replay_with_changing_inputs(true);
+  for (const bool early_norm : {false, true}) check_graph_replay_with_changing_inputs(true, early_norm);
 }
 
 // ---- Benchmark: one decode layer (T = 1, context 1024) of the Qwen3-0.6B and Qwen3-8B shapes, L distinct

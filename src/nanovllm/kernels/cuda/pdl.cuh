@@ -10,8 +10,14 @@
 //   3. pdl_trigger() right after the wait: the next kernel may now be scheduled; it stays behind its own
 //      pdl_wait() until this grid completes.
 // Because a kernel triggers only after its own wait, when kernel n + 1 starts kernel n - 1 has completed:
-// that is what makes step 1's reads safe. Kernels launched without the attribute (cuBLASLt, memcpy
-// nodes, devices < sm_90) simply serialise; the instructions are no-ops below sm_90 and without it.
+// that is what makes step 1's reads safe.
+// Early trigger (the one exception): a kernel whose every possible successor reads nothing but weights
+// before its own wait (a linear projection; gather_rows, which waits first) may trigger before its
+// wait, so the projection's weight copies start during the kernel's own predecessor: silu_mul always,
+// rms_norm / add_rms_norm when pdl_early_norm() (pdl.h). Kernel n + 1's prologue may then run beside
+// kernel n - 1; everything after its wait stays ordered (kernel n completes only after its own wait).
+// Kernels launched without the attribute (cuBLASLt, memcpy nodes, devices < sm_90) simply serialise;
+// the instructions are no-ops below sm_90 and without it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -40,9 +46,6 @@ __device__ __forceinline__ void prefetch_l2_bulk(const void* p, unsigned bytes) 
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
 #endif
 }
-
-// True when launches on the current device should carry the PDL attribute (enabled and sm_90+).
-bool pdl_use_attribute();
 
 // kernel<<<grid, block, smem, st>>>(args...), with the PDL attribute when pdl_use_attribute().
 template <typename... KArgs, typename... Args>

@@ -22,8 +22,9 @@ constexpr int kChunksPerThread = 4;
 constexpr int kMaxThreads = 512;
 constexpr int64_t kWideMaxRows = 256;
 
-// kAdd: residual += x first; `out` is x itself then.
-template <bool kAdd>
+// kAdd: residual += x first; `out` is x itself then. kEarly: trigger the dependents before the wait
+// (pdl_early_norm()).
+template <bool kAdd, bool kEarly>
 __global__ void __launch_bounds__(kMaxThreads) rms_norm_vec_kernel(uint4* out, const uint4* x, uint4* residual, const uint4* __restrict__ w,
                                     int64_t chunks, float eps) {
   __shared__ float red[32];
@@ -31,13 +32,14 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_vec_kernel(uint4* out, c
   float v[kChunksPerThread][8];
   uint4 wv[kChunksPerThread];  // weights loaded up front: their latency overlaps the row's, not the reduction's
   float ss = 0.0f;
+  if constexpr (kEarly) pdl_trigger();  // pdl.cuh: only linear projections (weights-only prologues) follow
 #pragma unroll
   for (int k = 0; k < kChunksPerThread; ++k) {  // PDL prologue: the weights are not the predecessor's output
     const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
     if (c < chunks) wv[k] = w[c];
   }
   pdl_wait();
-  pdl_trigger();
+  if constexpr (!kEarly) pdl_trigger();
 #pragma unroll
   for (int k = 0; k < kChunksPerThread; ++k) {
     const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
@@ -109,8 +111,8 @@ void launch(TensorView out, TensorView x, TensorView residual, TensorView weight
     const int64_t per_thread = T <= kWideMaxRows ? 1 : kChunksPerThread;
     int64_t threads = (chunks + per_thread - 1) / per_thread;
     threads = std::min<int64_t>((threads + 31) / 32 * 32, kMaxThreads);  // chunks <= 4 * kMaxThreads: covered
-    launch_pdl(rms_norm_vec_kernel<kAdd>, dim3(static_cast<unsigned>(T)), dim3(static_cast<unsigned>(threads)), 0,
-               st, out.data_as<uint4>(), x.data_as<const uint4>(), kAdd ? residual.data_as<uint4>() : nullptr,
+    const auto kernel = pdl_early_norm() ? rms_norm_vec_kernel<kAdd, true> : rms_norm_vec_kernel<kAdd, false>;
+    launch_pdl(kernel, dim3(static_cast<unsigned>(T)), dim3(static_cast<unsigned>(threads)), 0, st, out.data_as<uint4>(), x.data_as<const uint4>(), kAdd ? residual.data_as<uint4>() : nullptr,
                weight.data_as<const uint4>(), chunks, eps);
   } else {
     launch_pdl(rms_norm_generic_kernel<kAdd>, dim3(static_cast<unsigned>(T)), dim3(256), 0, st, out.data(), dt(out),

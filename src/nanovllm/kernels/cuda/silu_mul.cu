@@ -13,8 +13,8 @@ __global__ void silu_mul_vec_kernel(uint4* __restrict__ out, const uint4* __rest
                                     int64_t chunks, unsigned blocks_per_row) {  // chunks = I / 8
   const int64_t t = blockIdx.x / blocks_per_row;
   const int64_t c = (blockIdx.x % blocks_per_row) * int64_t{blockDim.x} + threadIdx.x;
+  pdl_trigger();  // early trigger (pdl.cuh): the down projection after it prefetches weights only
   pdl_wait();
-  pdl_trigger();
   if (c >= chunks) return;
   float g[8], u[8], o[8];
   bf16x8_to_f32(gate_up[t * 2 * chunks + c], g);

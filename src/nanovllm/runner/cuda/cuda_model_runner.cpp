@@ -1,6 +1,7 @@
 #include "nanovllm/runner/cuda/cuda_model_runner.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <numeric>
@@ -8,6 +9,7 @@
 #include "nanovllm/core/logging.h"
 #include "nanovllm/kernels/cuda/cuda_check.h"
 #include "nanovllm/kernels/cuda/cuda_memory.h"
+#include "nanovllm/kernels/cuda/pdl.h"
 #include "nanovllm/model/rope.h"
 #include "nanovllm/model/weights.h"
 #include "nanovllm/runner/cuda/cuda_offload_device.h"
@@ -209,17 +211,90 @@ void CudaModelRunner::run_decode_graph(const SchedulerOutput& out, int64_t bucke
     // the capture itself allocates nothing. It writes the same K/V the replay writes (idempotent).
     const DecoderInputs in = batch.views(batch_device_.data(), Device::cuda(device_));
     decode_forward(in);
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    decode_forward(in);
-    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    CUDA_CHECK(cudaGraphDestroy(graph));
+    const cudaGraphExec_t exec = capture_tuned_decode(in, batch, bucket);
     it = graphs_.emplace(std::make_pair(bucket, table_stride), exec).first;
     NANOVLLM_DEBUG("captured decode graph for batch size ", bucket, ", block-table stride ", table_stride);
   }
   CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+}
+
+cudaGraphExec_t CudaModelRunner::capture_decode(const DecoderInputs& in) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  decode_forward(in);
+  CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  return exec;
+}
+
+namespace {
+
+// A timing copy of a padded decode batch: every row attends over `context` cached tokens (blocks 0, 1,
+// ... of the cache, whatever they hold; shared by all rows, only read) and stores nothing, so the
+// attention costs what it costs in a real step of that context, not one position's worth.
+ForwardBatch timing_batch(ForwardBatch b, int64_t context, int64_t num_blocks) {
+  const int64_t blocks = std::min({(context + b.block_size - 1) / b.block_size, b.max_blocks_per_seq, num_blocks});
+  context = std::min(context, blocks * b.block_size);
+  int32_t* d = b.data.data();
+  for (int64_t i = 0; i < b.num_seqs; ++i) {
+    d[b.positions + i] = static_cast<int32_t>(context - 1);
+    d[b.slot_mapping + i] = -1;
+    d[b.context_lens + i] = static_cast<int32_t>(context);
+    for (int64_t k = 0; k < b.max_blocks_per_seq; ++k)
+      d[b.block_tables + i * b.max_blocks_per_seq + k] = static_cast<int32_t>(k < blocks ? k : -1);
+  }
+  return b;
+}
+
+}  // namespace
+
+cudaGraphExec_t CudaModelRunner::capture_tuned_decode(const DecoderInputs& in, const ForwardBatch& batch,
+                                                       int64_t bucket) {
+  const bool fallback = cuda_ops::pdl_early_norm_env() != 0;  // the switch outside decode graphs
+  const bool tune = cuda_ops::pdl_early_norm_env() < 0 && cuda_ops::pdl_use_attribute();
+  if (auto it = early_norm_.find(bucket); it != early_norm_.end() || !tune) {
+    cuda_ops::set_pdl_early_norm(it != early_norm_.end() ? it->second : fallback);
+    const cudaGraphExec_t exec = capture_decode(in);
+    cuda_ops::set_pdl_early_norm(fallback);
+    return exec;
+  }
+  std::array<cudaGraphExec_t, 2> exec{};  // [early trigger off, on]
+  for (const bool on : {false, true}) {
+    cuda_ops::set_pdl_early_norm(on);
+    exec[on] = capture_decode(in);
+  }
+  cuda_ops::set_pdl_early_norm(fallback);
+  // Timed on contexts of 1024 tokens (the latency benchmark's; the decision is for the bucket at any
+  // context), replays storing nothing. One untimed replay each, then the best of 3 alternating rounds of
+  // 2 replays: the two differ by 1-8% (pdl.h), far above replay-to-replay noise.
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the pinned staging buffer's last copy is done
+  upload_batch(timing_batch(batch, 1024, num_kv_blocks_));
+  cudaEvent_t a = nullptr, b = nullptr;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  std::array<float, 2> best{1e30f, 1e30f};
+  for (int round = -1; round < 3; ++round) {
+    for (const int v : {0, 1}) {
+      CUDA_CHECK(cudaEventRecord(a, stream_));
+      for (int r = 0; r < 2; ++r) CUDA_CHECK(cudaGraphLaunch(exec[v], stream_));
+      CUDA_CHECK(cudaEventRecord(b, stream_));
+      CUDA_CHECK(cudaEventSynchronize(b));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+      if (round >= 0) best[v] = std::min(best[v], ms / 2);
+    }
+  }
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  upload_batch(batch);  // the step's own inputs back
+  const int keep = best[1] <= best[0] ? 1 : 0;
+  CUDA_CHECK(cudaGraphExecDestroy(exec[1 - keep]));
+  early_norm_[bucket] = keep == 1;
+  NANOVLLM_DEBUG("decode graph, batch ", bucket, ": rms_norm early trigger off ", best[0], " ms, on ", best[1],
+                 " ms -> ", keep == 1 ? "on" : "off");
+  return exec[keep];
 }
 
 std::vector<SampledToken> CudaModelRunner::execute(const SchedulerOutput& out) {

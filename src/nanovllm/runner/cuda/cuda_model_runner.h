@@ -31,6 +31,12 @@ class CudaModelRunner final : public ModelRunner {
   // Decode batches of up to the largest bucket replay a CUDA graph captured per bucket size.
   int64_t graph_bucket(int64_t num_seqs) const;  // 0: no bucket fits (or graphs are off)
   void run_decode_graph(const SchedulerOutput& out, int64_t bucket, int64_t table_stride);
+  // The decode step of `in` captured into an instantiated graph with the current kernel switches.
+  cudaGraphExec_t capture_decode(const DecoderInputs& in);
+  // The faster of two captures of a bucket's step: rms_norm's PDL early trigger on or off (pdl.h:
+  // which pays differs by model). Decided at the bucket's first capture, kept for its other strides;
+  // `batch` is the step's (uploaded, `in` views it), restored after the timing replays.
+  cudaGraphExec_t capture_tuned_decode(const DecoderInputs& in, const ForwardBatch& batch, int64_t bucket);
   // Block-table row length of a graph batch: the next power of two >= the longest table (min 16), so
   // the per-step H2D copy tracks the real contexts, not max_model_len.
   int64_t graph_table_stride(const SchedulerOutput& out) const;
@@ -62,6 +68,7 @@ class CudaModelRunner final : public ModelRunner {
   std::vector<int64_t> graph_buckets_;             // ascending decode batch sizes with a graph
   int64_t max_table_stride_ = 0;                   // blocks of a max_model_len sequence
   std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs_;  // (bucket, table stride) -> graph
+  std::map<int64_t, bool> early_norm_;  // bucket -> its graphs' rms_norm early trigger (capture_tuned_decode)
   std::unique_ptr<GpuSampler> sampler_;  // samples on the GPU: only ids (+ logprobs) come back
   std::unique_ptr<OffloadRunner> offload_;  // RunnerConfig::enable_cpu_offload; its buffers precede the KV cache
   std::unique_ptr<cuda_ops::PersistentDecoder> persistent_;  // null: off or unsupported
