@@ -28,6 +28,13 @@
 
 namespace nanovllm::cuda_test {
 
+// Compute capability major of device 0 (tests of sm_90-only paths skip below 9).
+inline int device_major() {
+  int major = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  return major;
+}
+
 // Times `reps` calls of `fn` (which enqueues work on `st`), one event pair each: the times in ms, sorted
 // (median at [size / 2]). Benchmarks only.
 template <class F>

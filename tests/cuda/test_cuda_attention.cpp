@@ -274,9 +274,7 @@ TEST(CudaAttention, DecodeSplitsGlobalCombine) {
 // global path, so the test only means something on sm_90.
 TEST(CudaAttention, DecodeClusterCombineMatchesGlobalBitwise) {
   SKIP_WITHOUT_CUDA();
-  int major = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-  if (major < 9) GTEST_SKIP() << "thread-block clusters need sm_90";
+  if (cuda_test::device_major() < 9) GTEST_SKIP() << "thread-block clusters need sm_90";
   struct Shape {
     Batch b;
     int64_t Hq, Hk, D, BS;
@@ -859,9 +857,7 @@ struct FusedPrologueGuard {
 
 TEST(CudaAttention, DecodeFusedPrologueMatchesTwoKernels) {
   SKIP_WITHOUT_CUDA();
-  int major = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-  if (major < 9) GTEST_SKIP() << "the fused prologue runs on sm_90";
+  if (cuda_test::device_major() < 9) GTEST_SKIP() << "the fused prologue runs on sm_90";
   struct Case {
     int64_t D, Hq, Hk, BS;
     std::vector<int32_t> ctx;

@@ -9,6 +9,7 @@
 #include "nanovllm/core/logging.h"
 #include "nanovllm/kernels/cuda/cuda_check.h"
 #include "nanovllm/kernels/cuda/cuda_memory.h"
+#include "nanovllm/kernels/cuda/event_timing.h"
 #include "nanovllm/kernels/cuda/pdl.h"
 #include "nanovllm/model/rope.h"
 #include "nanovllm/model/weights.h"
@@ -267,27 +268,16 @@ cudaGraphExec_t CudaModelRunner::capture_tuned_decode(const DecoderInputs& in, c
   }
   cuda_ops::set_pdl_early_norm(fallback);
   // Timed on contexts of 1024 tokens (the latency benchmark's; the decision is for the bucket at any
-  // context), replays storing nothing. One untimed replay each, then the best of 3 alternating rounds of
-  // 2 replays: the two differ by 1-8% (pdl.h), far above replay-to-replay noise.
+  // context), replays storing nothing. Best of 3 alternating rounds of 2 replays (after an untimed one
+  // each): the two differ by 1-8% (pdl.h), far above replay-to-replay noise.
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // the pinned staging buffer's last copy is done
   upload_batch(timing_batch(batch, 1024, num_kv_blocks_));
-  cudaEvent_t a = nullptr, b = nullptr;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  std::array<float, 2> best{1e30f, 1e30f};
-  for (int round = -1; round < 3; ++round) {
+  std::array<double, 2> best{1e30, 1e30};
+  for (int round = 0; round < 3; ++round)
     for (const int v : {0, 1}) {
-      CUDA_CHECK(cudaEventRecord(a, stream_));
-      for (int r = 0; r < 2; ++r) CUDA_CHECK(cudaGraphLaunch(exec[v], stream_));
-      CUDA_CHECK(cudaEventRecord(b, stream_));
-      CUDA_CHECK(cudaEventSynchronize(b));
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-      if (round >= 0) best[v] = std::min(best[v], ms / 2);
+      const double ms = cuda_ops::average_ms(stream_, 2, [&] { CUDA_CHECK(cudaGraphLaunch(exec[v], stream_)); });
+      best[v] = std::min(best[v], ms);
     }
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
   upload_batch(batch);  // the step's own inputs back
   const int keep = best[1] <= best[0] ? 1 : 0;
   CUDA_CHECK(cudaGraphExecDestroy(exec[1 - keep]));
