@@ -36,6 +36,7 @@
 
 #include "nanovllm/kernels/cuda/attention_common.cuh"
 #include "nanovllm/kernels/cuda/attention_softmax.cuh"
+#include "nanovllm/kernels/cuda/cluster.cuh"
 #include "nanovllm/kernels/cuda/pdl.cuh"
 #include "nanovllm/kernels/cuda/qkv_rope.cuh"
 
@@ -207,24 +208,6 @@ constexpr int kTcRows = 16;                      // MMA rows = heads of one chun
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kTcMaxSplits = 32;                 // split slots (gridDim.z) the fused combine can merge
 constexpr int kTcMaxClusterSplits = kMaxDecodeClusterSplits;  // cluster size (16: non-portable, sm_90)
-
-// Thread-block clusters (sm_90): a barrier over every thread of the cluster (release / acquire: shared
-// memory written before it is visible to the cluster's loads after it), and a 4-byte load from the
-// shared memory of cluster CTA `rank` at the address `local` has in this CTA.
-__device__ __forceinline__ void cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ float ld_cluster_f32(unsigned local, unsigned rank) {
-  float v = 0.0f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
-#endif
-  return v;
-}
 
 template <int D, int NST>
 struct TcDec {

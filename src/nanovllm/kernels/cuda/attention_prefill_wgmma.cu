@@ -30,12 +30,9 @@
 
 #include "nanovllm/kernels/cuda/attention_softmax.cuh"
 #include "nanovllm/kernels/cuda/attention_tiles.cuh"
+#include "nanovllm/kernels/cuda/bulk_copy.cuh"
+#include "nanovllm/kernels/cuda/wgmma.cuh"
 
-// wgmma needs the architecture-specific sm_90a target; other targets compile a stub that traps (the host
-// side launches this kernel only when the loaded binary has sm_90a code, see wgmma_usable()).
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define NANOVLLM_WGMMA_DEVICE 1
-#endif
 
 namespace nanovllm::cuda_ops::attn {
 namespace {
@@ -70,32 +67,6 @@ __device__ __forceinline__ int swz(int r, int c, int half_bytes) {
   return (c >> 3) * half_bytes + r * kHalfRowsBytes + (((c & 7) ^ (r & 7)) << 4);
 }
 
-// Shared-memory matrix descriptor, 128-byte swizzle. lbo / sbo in bytes (see the PTX ISA "matrix
-// descriptor"): K-major operands use sbo = 1024 (8-row atoms), lbo unused; the MN-major V operand uses
-// lbo = distance between 64-column halves, sbo = 1024 (8-key groups).
-__device__ __forceinline__ uint64_t make_desc(unsigned saddr, unsigned lbo, unsigned sbo) {
-  return static_cast<uint64_t>((saddr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
-         (static_cast<uint64_t>(sbo >> 4) << 32) | (uint64_t{1} << 62);
-}
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-// Keeps the compiler from moving accumulator reads / writes across the async wgmma boundary.
-template <int N>
-__device__ __forceinline__ void fence_regs(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-// d (+)= A[64x16] (shared, K-major) * B[128x16]^T (shared, K-major); scale_d == 0: d = A B.
-__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(da), "l"(db), "r"(scale_d));
-}
 // d += A[64x16] (registers, bf16x2) * B[16x128] (shared, MN-major: N contiguous, trans-b = 1).
 __device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
   asm volatile(
@@ -207,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int tile = 0; tile < ntiles; ++tile) {
     const int buf = tile & 1;
     cp_async_wait<0>();
-    fence_proxy_async();  // this thread's cp.async writes -> visible to the tensor cores (async proxy)
+    fence_proxy_async_smem();  // this thread's cp.async writes -> visible to the tensor cores (async proxy)
     __syncthreads();      // tile landed everywhere; everyone done with tile - 1 (buffer buf ^ 1, table buf)
     if (tile + 1 < ntiles) issue_kv(buf ^ 1);
     cp_async_commit();
@@ -223,9 +194,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        const uint64_t da = make_desc(q_base + (kk >> 2) * (64 * kHalfRowsBytes) + (kk & 3) * 32, 16, 1024);
-        const uint64_t db = make_desc(kb + (kk >> 2) * C::kHalfBytes + (kk & 3) * 32, 16, 1024);
-        wgmma_ss_n128(s, da, db, kk > 0 ? 1 : 0);
+        const uint64_t da = wgmma_desc(q_base + (kk >> 2) * (64 * kHalfRowsBytes) + (kk & 3) * 32, 16, 1024);
+        const uint64_t db = wgmma_desc(kb + (kk >> 2) * C::kHalfBytes + (kk & 3) * 32, 16, 1024);
+        WgmmaSS<128>::run(s, da, db, kk > 0 ? 1 : 0);
       }
       wgmma_commit();
       wgmma_wait0();
@@ -245,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBN / 16; ++kk) {
-        const uint64_t db = make_desc(vb + kk * 16 * kHalfRowsBytes, C::kHalfBytes, 1024);
+        const uint64_t db = wgmma_desc(vb + kk * 16 * kHalfRowsBytes, C::kHalfBytes, 1024);
         PvMma<D>::run(o, pa[kk], db);
       }
       wgmma_commit();

@@ -1,5 +1,6 @@
-// out[T, N] = in[T, K] @ W[N, K]^T (+ bias[N]). Small bf16 batches (T <= kGemvMaxTokens) go to gemv.cu;
-// the rest through cuBLASLt, fp32 accumulation (CUBLAS_COMPUTE_32F).
+// out[T, N] = in[T, K] @ W[N, K]^T (+ bias[N]). Small bf16 batches (T <= kGemvMaxTokens) go to gemv.cu
+// (or, opted in, linear_wgmma.cu) when that timed faster; the rest through cuBLASLt, fp32 accumulation
+// (CUBLAS_COMPUTE_32F).
 // Column-major view: D^T[N, T] = op_T(W as col-major [K, N], ld K) * (in as col-major [K, T], ld K),
 // ld of D = N. in and W share a dtype (BF16 / F16 / F32); out is that dtype or F32 (fp32 logits).
 // Bias: cuBLASLt epilogue BIAS when bias dtype == out dtype (added in fp32 before the output rounding);
@@ -8,8 +9,10 @@
 // capturing CUDA graphs). The algorithm is chosen once per (T, N, K, dtypes, epilogue, alignments) with
 // cublasLtMatmulAlgoGetHeuristic and cached. Assumes one stream per device uses the workspace at a time.
 #include <array>
+#include <atomic>
 #include <map>
 #include <tuple>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -21,6 +24,7 @@
 #include "nanovllm/kernels/cuda/cuda_ops.h"
 #include "nanovllm/kernels/cuda/event_timing.h"
 #include "nanovllm/kernels/cuda/gemv.cuh"
+#include "nanovllm/kernels/cuda/linear_wgmma.h"
 
 namespace nanovllm::cuda_ops {
 namespace {
@@ -249,35 +253,40 @@ struct ShapeKey {
 };
 
 struct Choice {
-  bool gemv = true;
-  bool timed = false;  // false: default gemv shape (first seen during capture)
+  enum Kind { kGemv, kWgmma, kOther } kind = kGemv;
+  bool timed = false;  // false: the default (first seen during capture)
   GemvConfig cfg;
+  WgmmaLinearConfig wcfg;
 };
 
-// `run_gemv(cfg, stream)` and `run_other(stream)` compute the same op; returns the faster (timed once per
-// key). Weights under kGraphTimingMaxBytes (kernels of a few us, shorter than the host's launch interval)
-// are timed as the decode graphs run them: 10 back-to-back calls in one CUDA graph, the best of 3
-// replays. Eager launches measured the host's launch gaps there: the choice moved a 0.6B decode layer
-// by up to 2.8 us from one process to the next (H200, bs=1, 3 processes each: 1.055-1.101 ms/token
-// eager, 1.042-1.054 in graphs). Larger weights keep eager timing (5 calls): in graphs the Qwen3-8B picks
-// were no better (4.663-4.770 vs 4.664-4.690 ms/token). Timed on a stream of its own, after `s` has
-// finished: the legacy default stream cannot be captured.
+// `run_gemv(cfg, stream)`, `run_wgmma(cfg, stream)` and `run_other(stream)` compute the same op; returns
+// the fastest of the candidates (timed once per key). Weights under kGraphTimingMaxBytes (kernels of a
+// few us, shorter than the host's launch interval) are timed as the decode graphs run them: 10
+// back-to-back calls in one CUDA graph, the best of 3 replays. Eager launches measured the host's launch
+// gaps there: the choice moved a 0.6B decode layer by up to 2.8 us from one process to the next (H200,
+// bs=1, 3 processes each: 1.055-1.101 ms/token eager, 1.042-1.054 in graphs). Larger weights keep eager
+// timing (5 calls): in graphs the Qwen3-8B picks were no better (4.663-4.770 vs 4.664-4.690 ms/token).
+// Timed on a stream of its own, after `s` has finished: the legacy default stream cannot be captured.
 constexpr int64_t kGraphTimingMaxBytes = int64_t{16} << 20;
 std::mutex g_choice_mu;
 std::map<ShapeKey, Choice> g_choices;
 
-template <typename G, typename O>
-Choice choose(const ShapeKey& key, int device, ops::Stream s, G&& run_gemv, O&& run_other) {
-  std::mutex& mu = g_choice_mu;
-  std::map<ShapeKey, Choice>& choice = g_choices;
+// gemv_cands() / wgmma_cands(): the candidate lists (called only when timing).
+template <typename GC, typename WC, typename G, typename W, typename O>
+Choice choose(const ShapeKey& key, Choice::Kind fallback, ops::Stream s, GC&& gemv_cands, WC&& wgmma_cands,
+              G&& run_gemv, W&& run_wgmma, O&& run_other) {
   {
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto it = choice.find(key); it != choice.end()) return it->second;
+    std::lock_guard<std::mutex> lock(g_choice_mu);
+    if (auto it = g_choices.find(key); it != g_choices.end()) return it->second;
   }
   const cudaStream_t st = stream_of(s);
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(st, &capturing));
-  if (capturing != cudaStreamCaptureStatusNone) return Choice{};
+  if (capturing != cudaStreamCaptureStatusNone) {
+    Choice c;
+    c.kind = fallback;
+    return c;
+  }
   CUDA_CHECK(cudaStreamSynchronize(st));  // the op's inputs are ready
   cudaStream_t ts = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&ts, cudaStreamNonBlocking));
@@ -288,24 +297,48 @@ Choice choose(const ShapeKey& key, int device, ops::Stream s, G&& run_gemv, O&& 
   };
   Choice best;
   best.timed = true;
-  float best_us = 1e30f;
-  for (const GemvConfig& c : gemv_candidates(key.t, key.n, key.k, device, key.silu, key.before_attention)) {
+  float gemv_us = 1e30f, wgmma_us = 1e30f;
+  for (const GemvConfig& c : gemv_cands()) {
     const float us = time_us([&] { run_gemv(&c, timing); });
-    if (us < best_us) best_us = us, best.cfg = c;
+    if (us < gemv_us) gemv_us = us, best.cfg = c;
+  }
+  for (const WgmmaLinearConfig& c : wgmma_cands()) {
+    const float us = time_us([&] { run_wgmma(c, timing); });
+    if (us < wgmma_us) wgmma_us = us, best.wcfg = c;
   }
   const float other_us = time_us([&] { run_other(timing); });
-  best.gemv = best_us <= other_us;
+  best.kind = gemv_us <= std::min(wgmma_us, other_us) ? Choice::kGemv
+              : wgmma_us <= other_us                  ? Choice::kWgmma
+                                                      : Choice::kOther;
   CUDA_CHECK(cudaStreamSynchronize(ts));
   CUDA_CHECK(cudaStreamDestroy(ts));
   NANOVLLM_DEBUG("linear T=", key.t, " N=", key.n, " K=", key.k, key.silu ? " (silu)" : "", ": gemv RT ",
                  best.cfg.rows_tiles_per_cta, " split ", best.cfg.k_split, " stream ", best.cfg.stream_steps,
-                 " bulk ", best.cfg.bulk_units, " ", best_us, " us vs ",
-                 key.silu ? "silu_mul + linear " : "cuBLASLt ", other_us, " us -> ", best.gemv ? "gemv" : "other");
-  std::lock_guard<std::mutex> lock(mu);
-  return choice.emplace(key, best).first->second;
+                 " bulk ", best.cfg.bulk_units, " ", gemv_us, " us; wgmma tokens ", best.wcfg.token_tile, " wg ",
+                 best.wcfg.warpgroups, " split ", best.wcfg.k_split, " stages ", best.wcfg.stages, " ", wgmma_us,
+                 " us; ", key.silu ? "silu_mul + linear " : "cuBLASLt ", other_us, " us -> ",
+                 best.kind == Choice::kGemv ? "gemv" : best.kind == Choice::kWgmma ? "wgmma" : "other");
+  std::lock_guard<std::mutex> lock(g_choice_mu);
+  return g_choices.emplace(key, best).first->second;
+}
+
+// linear_wgmma joins the timed candidates only with NANOVLLM_LINEAR_WGMMA=1 in the environment: on an
+// H200 it was no faster than gemv / cuBLASLt on any Qwen3 decode shape (T = 1-16: within a few percent
+// either way; T >= 32: up to 2x slower than cuBLASLt, bench/results session 13), and every candidate
+// costs startup timing.
+std::atomic<int> g_wgmma_forced{-1};  // linear_wgmma_set_in_dispatch: -1 environment, else 0 / 1
+bool wgmma_linear_enabled() {
+  static const bool env_on = [] {
+    const char* env = std::getenv("NANOVLLM_LINEAR_WGMMA");
+    return env != nullptr && std::strcmp(env, "1") == 0;
+  }();
+  const int forced = g_wgmma_forced.load(std::memory_order_relaxed);
+  return forced < 0 ? env_on : forced == 1;
 }
 
 }  // namespace
+
+void linear_wgmma_set_in_dispatch(int mode) { g_wgmma_forced.store(mode < 0 ? -1 : mode > 0 ? 1 : 0); }
 
 void linear_clear_choices() {
   std::lock_guard<std::mutex> lock(g_choice_mu);
@@ -314,13 +347,30 @@ void linear_clear_choices() {
 
 void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s, ops::LinearHint hint) {
   if (in.dim(0) == 0 || weight.dim(0) == 0) return;
-  if (gemv_supported(out, in, weight)) {
-    const ShapeKey key{in.dim(0), weight.dim(0), weight.dim(1), static_cast<int>(out.dtype()),
-                       bias.defined() && bias.data() != nullptr, false, hint == ops::LinearHint::kBeforeAttention};
+  const int64_t T = in.dim(0), N = weight.dim(0), K = weight.dim(1);
+  const bool has_bias = bias.defined() && bias.data() != nullptr;
+  const bool gemv_ok = gemv_supported(out, in, weight);
+  const bool wgmma_ok =
+      !has_bias && T <= kWgmmaMaxTokens && wgmma_linear_enabled() && linear_wgmma_supported(out, in, weight);
+  if (gemv_ok || wgmma_ok) {
+    const bool before_attention = hint == ops::LinearHint::kBeforeAttention;
+    // Above gemv's sizes the choice holds for every T of the same wgmma token tile (the decode graph
+    // buckets are powers of two; eager steps of other sizes reuse their bucket's timing).
+    const int64_t key_t = T <= kGemvMaxTokens ? T : linear_wgmma_token_tile(T);
+    const ShapeKey key{key_t, N, K, static_cast<int>(out.dtype()), has_bias, false, before_attention};
+    const int device = out.device().index;
     const Choice c = choose(
-        key, out.device().index, s, [&](const GemvConfig* cfg, ops::Stream ts) { gemv(out, in, weight, bias, ts, cfg); },
+        key, gemv_ok ? Choice::kGemv : Choice::kOther, s,
+        [&] { return gemv_ok ? gemv_candidates(T, N, K, device, false, before_attention) : std::vector<GemvConfig>{}; },
+        [&] {
+          return wgmma_ok ? linear_wgmma_candidates(T, N, K, device, before_attention)
+                          : std::vector<WgmmaLinearConfig>{};
+        },
+        [&](const GemvConfig* cfg, ops::Stream ts) { gemv(out, in, weight, bias, ts, cfg); },
+        [&](const WgmmaLinearConfig& cfg, ops::Stream ts) { linear_wgmma(out, in, weight, ts, cfg); },
         [&](ops::Stream ts) { linear_cublaslt(out, in, weight, bias, ts); });
-    if (c.gemv) return gemv(out, in, weight, bias, s, c.timed ? &c.cfg : nullptr);
+    if (c.kind == Choice::kGemv && gemv_ok) return gemv(out, in, weight, bias, s, c.timed ? &c.cfg : nullptr);
+    if (c.kind == Choice::kWgmma && wgmma_ok) return linear_wgmma(out, in, weight, s, c.wcfg);
   }
   linear_cublaslt(out, in, weight, bias, s);
 }
@@ -331,14 +381,17 @@ void linear_silu_mul(TensorView out, TensorView gate_up, TensorView weight, Tens
     const ShapeKey key{gate_up.dim(0), weight.dim(0), weight.dim(1), static_cast<int>(out.dtype()), false, true,
                        false};
     const Choice c = choose(
-        key, out.device().index, s, [&](const GemvConfig* cfg, ops::Stream ts) { gemv_silu(out, gate_up, weight, ts, cfg); },
+        key, Choice::kGemv, s, [&] { return gemv_candidates(key.t, key.n, key.k, out.device().index, true); },
+        [] { return std::vector<WgmmaLinearConfig>{}; },
+        [&](const GemvConfig* cfg, ops::Stream ts) { gemv_silu(out, gate_up, weight, ts, cfg); },
+        [](const WgmmaLinearConfig&, ops::Stream) {},
         [&](ops::Stream ts) {
           // The unfused pair, its linear itself gemv or cuBLASLt: measured faster than gemv_silu on the
           // 0.6B decode layer (H200, PDL on: 33.9 vs 36.2 us/layer), so the choice must include it.
           cuda_ops::silu_mul(act, gate_up, ts);
           cuda_ops::linear(out, act, weight, TensorView(), ts);
         });
-    if (c.gemv) return gemv_silu(out, gate_up, weight, s, c.timed ? &c.cfg : nullptr);
+    if (c.kind == Choice::kGemv) return gemv_silu(out, gate_up, weight, s, c.timed ? &c.cfg : nullptr);
   }
   cuda_ops::silu_mul(act, gate_up, s);
   cuda_ops::linear(out, act, weight, TensorView(), s);
