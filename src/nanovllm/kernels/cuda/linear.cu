@@ -1,6 +1,6 @@
 // out[T, N] = in[T, K] @ W[N, K]^T (+ bias[N]). Small bf16 batches (T <= kGemvMaxTokens) go to gemv.cu
-// (or, opted in, linear_wgmma.cu) when that timed faster; the rest through cuBLASLt, fp32 accumulation
-// (CUBLAS_COMPUTE_32F).
+// (or, opted in, gemv_rows.cu / linear_wgmma.cu) when that timed faster; the rest through cuBLASLt, fp32
+// accumulation (CUBLAS_COMPUTE_32F).
 // Column-major view: D^T[N, T] = op_T(W as col-major [K, N], ld K) * (in as col-major [K, T], ld K),
 // ld of D = N. in and W share a dtype (BF16 / F16 / F32); out is that dtype or F32 (fp32 logits).
 // Bias: cuBLASLt epilogue BIAS when bias dtype == out dtype (added in fp32 before the output rounding);
@@ -14,6 +14,7 @@
 #include <tuple>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <mutex>
@@ -24,6 +25,7 @@
 #include "nanovllm/kernels/cuda/cuda_ops.h"
 #include "nanovllm/kernels/cuda/event_timing.h"
 #include "nanovllm/kernels/cuda/gemv.cuh"
+#include "nanovllm/kernels/cuda/gemv_rows.h"
 #include "nanovllm/kernels/cuda/linear_wgmma.h"
 
 namespace nanovllm::cuda_ops {
@@ -253,28 +255,49 @@ struct ShapeKey {
 };
 
 struct Choice {
-  enum Kind { kGemv, kWgmma, kOther } kind = kGemv;
+  enum Kind { kGemv, kWgmma, kRows, kOther } kind = kGemv;
   bool timed = false;  // false: the default (first seen during capture)
   GemvConfig cfg;
   WgmmaLinearConfig wcfg;
+  GemvRowsConfig rcfg;
 };
 
-// `run_gemv(cfg, stream)`, `run_wgmma(cfg, stream)` and `run_other(stream)` compute the same op; returns
-// the fastest of the candidates (timed once per key). Weights under kGraphTimingMaxBytes (kernels of a
-// few us, shorter than the host's launch interval) are timed as the decode graphs run them: 10
-// back-to-back calls in one CUDA graph, the best of 3 replays. Eager launches measured the host's launch
-// gaps there: the choice moved a 0.6B decode layer by up to 2.8 us from one process to the next (H200,
-// bs=1, 3 processes each: 1.055-1.101 ms/token eager, 1.042-1.054 in graphs). Larger weights keep eager
-// timing (5 calls): in graphs the Qwen3-8B picks were no better (4.663-4.770 vs 4.664-4.690 ms/token).
-// Timed on a stream of its own, after `s` has finished: the legacy default stream cannot be captured.
+// One timed candidate: the choice it stands for and how to run it on a stream.
+struct Candidate {
+  Choice choice;
+  std::function<void(ops::Stream)> run;
+};
+
+std::string describe(const Choice& c) {
+  switch (c.kind) {
+    case Choice::kGemv:
+      return "gemv RT " + std::to_string(c.cfg.rows_tiles_per_cta) + " split " + std::to_string(c.cfg.k_split) +
+             " stream " + std::to_string(c.cfg.stream_steps) + " bulk " + std::to_string(c.cfg.bulk_units);
+    case Choice::kWgmma:
+      return "wgmma tokens " + std::to_string(c.wcfg.token_tile) + " wg " + std::to_string(c.wcfg.warpgroups) +
+             " split " + std::to_string(c.wcfg.k_split) + " stages " + std::to_string(c.wcfg.stages) + " boxes " +
+             std::to_string(c.wcfg.boxes);
+    case Choice::kRows:
+      return "gemv_rows CTAs " + std::to_string(c.rcfg.ctas) + " stage " + std::to_string(c.rcfg.stage_bytes) +
+             " x " + std::to_string(c.rcfg.stages);
+    default: return "other";
+  }
+}
+
+// Every candidate from `candidates()` and `run_other(stream)` compute the same op; returns the fastest
+// (timed once per key). Weights under kGraphTimingMaxBytes (kernels of a few us, shorter than the host's
+// launch interval) are timed as the decode graphs run them: 10 back-to-back calls in one CUDA graph, the
+// best of 3 replays. Eager launches measured the host's launch gaps there: the choice moved a 0.6B decode
+// layer by up to 2.8 us from one process to the next (H200, bs=1, 3 processes each: 1.055-1.101 ms/token
+// eager, 1.042-1.054 in graphs). Larger weights keep eager timing (5 calls): in graphs the Qwen3-8B picks
+// were no better (4.663-4.770 vs 4.664-4.690 ms/token). Timed on a stream of its own, after `s` has
+// finished: the legacy default stream cannot be captured. First seen while capturing: `fallback`, untimed.
 constexpr int64_t kGraphTimingMaxBytes = int64_t{16} << 20;
 std::mutex g_choice_mu;
 std::map<ShapeKey, Choice> g_choices;
 
-// gemv_cands() / wgmma_cands(): the candidate lists (called only when timing).
-template <typename GC, typename WC, typename G, typename W, typename O>
-Choice choose(const ShapeKey& key, Choice::Kind fallback, ops::Stream s, GC&& gemv_cands, WC&& wgmma_cands,
-              G&& run_gemv, W&& run_wgmma, O&& run_other) {
+template <typename C, typename O>
+Choice choose(const ShapeKey& key, Choice::Kind fallback, ops::Stream s, C&& candidates, O&& run_other) {
   {
     std::lock_guard<std::mutex> lock(g_choice_mu);
     if (auto it = g_choices.find(key); it != g_choices.end()) return it->second;
@@ -296,28 +319,18 @@ Choice choose(const ShapeKey& key, Choice::Kind fallback, ops::Stream s, GC&& ge
     return static_cast<float>((in_graph ? graph_min_ms(ts, 10, 3, fn) : average_ms(ts, 5, fn)) * 1e3);
   };
   Choice best;
+  best.kind = Choice::kOther;
+  float best_us = time_us([&] { run_other(timing); });
+  const float other_us = best_us;
+  for (const Candidate& c : candidates()) {
+    const float us = time_us([&] { c.run(timing); });
+    if (us <= best_us) best_us = us, best = c.choice;
+  }
   best.timed = true;
-  float gemv_us = 1e30f, wgmma_us = 1e30f;
-  for (const GemvConfig& c : gemv_cands()) {
-    const float us = time_us([&] { run_gemv(&c, timing); });
-    if (us < gemv_us) gemv_us = us, best.cfg = c;
-  }
-  for (const WgmmaLinearConfig& c : wgmma_cands()) {
-    const float us = time_us([&] { run_wgmma(c, timing); });
-    if (us < wgmma_us) wgmma_us = us, best.wcfg = c;
-  }
-  const float other_us = time_us([&] { run_other(timing); });
-  best.kind = gemv_us <= std::min(wgmma_us, other_us) ? Choice::kGemv
-              : wgmma_us <= other_us                  ? Choice::kWgmma
-                                                      : Choice::kOther;
   CUDA_CHECK(cudaStreamSynchronize(ts));
   CUDA_CHECK(cudaStreamDestroy(ts));
-  NANOVLLM_DEBUG("linear T=", key.t, " N=", key.n, " K=", key.k, key.silu ? " (silu)" : "", ": gemv RT ",
-                 best.cfg.rows_tiles_per_cta, " split ", best.cfg.k_split, " stream ", best.cfg.stream_steps,
-                 " bulk ", best.cfg.bulk_units, " ", gemv_us, " us; wgmma tokens ", best.wcfg.token_tile, " wg ",
-                 best.wcfg.warpgroups, " split ", best.wcfg.k_split, " stages ", best.wcfg.stages, " ", wgmma_us,
-                 " us; ", key.silu ? "silu_mul + linear " : "cuBLASLt ", other_us, " us -> ",
-                 best.kind == Choice::kGemv ? "gemv" : best.kind == Choice::kWgmma ? "wgmma" : "other");
+  NANOVLLM_DEBUG("linear T=", key.t, " N=", key.n, " K=", key.k, key.silu ? " (silu)" : "", ": ", describe(best), " ",
+                 best_us, " us; ", key.silu ? "silu_mul + linear " : "cuBLASLt ", other_us, " us");
   std::lock_guard<std::mutex> lock(g_choice_mu);
   return g_choices.emplace(key, best).first->second;
 }
@@ -336,9 +349,24 @@ bool wgmma_linear_enabled() {
   return forced < 0 ? env_on : forced == 1;
 }
 
+// gemv_rows joins the candidates only with NANOVLLM_GEMV_ROWS=1 in the environment: alone it streams
+// the LM heads faster (Qwen3-8B 283 vs 297 us, 0.6B 74.5 vs 78.0 on an H200) and ties elsewhere, but bs=1
+// decode did not get measurably faster with it (8B 4.440 / 4.461 / 4.780 vs 4.461 / 4.436 / 4.464 ms,
+// alternating in one call, session 13), and every candidate costs startup timing.
+std::atomic<int> g_rows_forced{-1};  // gemv_rows_set_in_dispatch: -1 environment, else 0 / 1
+bool gemv_rows_enabled() {
+  static const bool env_on = [] {
+    const char* env = std::getenv("NANOVLLM_GEMV_ROWS");
+    return env != nullptr && std::strcmp(env, "1") == 0;
+  }();
+  const int forced = g_rows_forced.load(std::memory_order_relaxed);
+  return forced < 0 ? env_on : forced == 1;
+}
+
 }  // namespace
 
 void linear_wgmma_set_in_dispatch(int mode) { g_wgmma_forced.store(mode < 0 ? -1 : mode > 0 ? 1 : 0); }
+void gemv_rows_set_in_dispatch(int mode) { g_rows_forced.store(mode < 0 ? -1 : mode > 0 ? 1 : 0); }
 
 void linear_clear_choices() {
   std::lock_guard<std::mutex> lock(g_choice_mu);
@@ -350,26 +378,44 @@ void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, o
   const int64_t T = in.dim(0), N = weight.dim(0), K = weight.dim(1);
   const bool has_bias = bias.defined() && bias.data() != nullptr;
   const bool gemv_ok = gemv_supported(out, in, weight);
+  const bool rows_ok = !has_bias && gemv_rows_enabled() && gemv_rows_supported(out, in, weight);
   const bool wgmma_ok =
       !has_bias && T <= kWgmmaMaxTokens && wgmma_linear_enabled() && linear_wgmma_supported(out, in, weight);
-  if (gemv_ok || wgmma_ok) {
+  if (gemv_ok || rows_ok || wgmma_ok) {
     const bool before_attention = hint == ops::LinearHint::kBeforeAttention;
     // Above gemv's sizes the choice holds for every T of the same wgmma token tile (the decode graph
     // buckets are powers of two; eager steps of other sizes reuse their bucket's timing).
     const int64_t key_t = T <= kGemvMaxTokens ? T : linear_wgmma_token_tile(T);
     const ShapeKey key{key_t, N, K, static_cast<int>(out.dtype()), has_bias, false, before_attention};
     const int device = out.device().index;
-    const Choice c = choose(
-        key, gemv_ok ? Choice::kGemv : Choice::kOther, s,
-        [&] { return gemv_ok ? gemv_candidates(T, N, K, device, false, before_attention) : std::vector<GemvConfig>{}; },
-        [&] {
-          return wgmma_ok ? linear_wgmma_candidates(T, N, K, device, before_attention)
-                          : std::vector<WgmmaLinearConfig>{};
-        },
-        [&](const GemvConfig* cfg, ops::Stream ts) { gemv(out, in, weight, bias, ts, cfg); },
-        [&](const WgmmaLinearConfig& cfg, ops::Stream ts) { linear_wgmma(out, in, weight, ts, cfg); },
-        [&](ops::Stream ts) { linear_cublaslt(out, in, weight, bias, ts); });
+    auto candidates = [&] {
+      std::vector<Candidate> cs;
+      if (gemv_ok)
+        for (const GemvConfig& g : gemv_candidates(T, N, K, device, false, before_attention)) {
+          Choice c;
+          c.cfg = g;
+          cs.push_back({c, [&, g](ops::Stream ts) { gemv(out, in, weight, bias, ts, &g); }});
+        }
+      if (rows_ok)
+        for (const GemvRowsConfig& r : gemv_rows_candidates(T, N, K, device, before_attention)) {
+          Choice c;
+          c.kind = Choice::kRows;
+          c.rcfg = r;
+          cs.push_back({c, [&, r](ops::Stream ts) { gemv_rows(out, in, weight, ts, r); }});
+        }
+      if (wgmma_ok)
+        for (const WgmmaLinearConfig& w : linear_wgmma_candidates(T, N, K, device, before_attention)) {
+          Choice c;
+          c.kind = Choice::kWgmma;
+          c.wcfg = w;
+          cs.push_back({c, [&, w](ops::Stream ts) { linear_wgmma(out, in, weight, ts, w); }});
+        }
+      return cs;
+    };
+    const Choice c = choose(key, gemv_ok ? Choice::kGemv : Choice::kOther, s, candidates,
+                            [&](ops::Stream ts) { linear_cublaslt(out, in, weight, bias, ts); });
     if (c.kind == Choice::kGemv && gemv_ok) return gemv(out, in, weight, bias, s, c.timed ? &c.cfg : nullptr);
+    if (c.kind == Choice::kRows && rows_ok) return gemv_rows(out, in, weight, s, c.rcfg);
     if (c.kind == Choice::kWgmma && wgmma_ok) return linear_wgmma(out, in, weight, s, c.wcfg);
   }
   linear_cublaslt(out, in, weight, bias, s);
@@ -381,10 +427,16 @@ void linear_silu_mul(TensorView out, TensorView gate_up, TensorView weight, Tens
     const ShapeKey key{gate_up.dim(0), weight.dim(0), weight.dim(1), static_cast<int>(out.dtype()), false, true,
                        false};
     const Choice c = choose(
-        key, Choice::kGemv, s, [&] { return gemv_candidates(key.t, key.n, key.k, out.device().index, true); },
-        [] { return std::vector<WgmmaLinearConfig>{}; },
-        [&](const GemvConfig* cfg, ops::Stream ts) { gemv_silu(out, gate_up, weight, ts, cfg); },
-        [](const WgmmaLinearConfig&, ops::Stream) {},
+        key, Choice::kGemv, s,
+        [&] {
+          std::vector<Candidate> cs;
+          for (const GemvConfig& g : gemv_candidates(key.t, key.n, key.k, out.device().index, true)) {
+            Choice ch;
+            ch.cfg = g;
+            cs.push_back({ch, [&, g](ops::Stream ts) { gemv_silu(out, gate_up, weight, ts, &g); }});
+          }
+          return cs;
+        },
         [&](ops::Stream ts) {
           // The unfused pair, its linear itself gemv or cuBLASLt: measured faster than gemv_silu on the
           // 0.6B decode layer (H200, PDL on: 33.9 vs 36.2 us/layer), so the choice must include it.
