@@ -156,4 +156,16 @@ inline double nmse(const std::vector<float>& got, const std::vector<float>& ref)
   return std::isfinite(r) ? r : 1e30;
 }
 
+// The linear-kernel check of test_cuda_linear.cpp: bf16 products are exact in fp32, so the differences
+// are the fp32 summation order and the output rounding. NMSE <= 1e-5 (bf16 out) / 1e-9 (f32 out); per
+// element |err| <= 1e-2 rms(ref) + 5e-3 |ref| (bf16) or 1e-4 rms(ref) + 1e-5 |ref| (f32).
+inline void expect_linear_close(const std::vector<float>& got, const std::vector<float>& ref, bool bf16_out,
+                                const std::string& what) {
+  double ss = 0;
+  for (float r : ref) ss += static_cast<double>(r) * r;
+  const float rms = static_cast<float>(std::sqrt(ss / static_cast<double>(ref.size())));
+  EXPECT_LE(nmse(got, ref), bf16_out ? 1e-5 : 1e-9) << what;
+  expect_close(got, ref, (bf16_out ? 1e-2f : 1e-4f) * rms, bf16_out ? 5e-3f : 1e-5f, what);
+}
+
 }  // namespace nanovllm::cuda_test

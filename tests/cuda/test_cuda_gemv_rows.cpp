@@ -37,14 +37,6 @@ std::vector<float> reference(std::vector<float>& x, std::vector<float>& w, int64
   return ref;
 }
 
-void expect_matches(const std::vector<float>& got, const std::vector<float>& ref, bool bf, const std::string& what) {
-  double ss = 0;
-  for (float r : ref) ss += static_cast<double>(r) * r;
-  const float rms = static_cast<float>(std::sqrt(ss / static_cast<double>(ref.size())));
-  EXPECT_LE(cuda_test::nmse(got, ref), bf ? 1e-5 : 1e-9) << what;
-  cuda_test::expect_close(got, ref, (bf ? 1e-2f : 1e-4f) * rms, bf ? 5e-3f : 1e-5f, what);
-}
-
 std::string describe(int64_t T, int64_t N, int64_t K, const GemvRowsConfig& c) {
   return "T=" + std::to_string(T) + " N=" + std::to_string(N) + " K=" + std::to_string(K) + " ctas=" +
          std::to_string(c.ctas) + " stage=" + std::to_string(c.stage_bytes) + " stages=" + std::to_string(c.stages);
@@ -60,7 +52,7 @@ void check(int64_t T, int64_t N, int64_t K, DType out_t, std::vector<GemvRowsCon
     d_out.fill_bytes(0xff);  // NaN poison: every element must be written
     cuda_ops::gemv_rows(d_out.view(), d_x.view(), d_w.view(), {}, c);
     CUDA_CHECK(cudaGetLastError());
-    expect_matches(d_out.download_f32(), ref, out_t == DType::kBF16, describe(T, N, K, c));
+    cuda_test::expect_linear_close(d_out.download_f32(), ref, out_t == DType::kBF16, describe(T, N, K, c));
   }
 }
 
@@ -117,8 +109,8 @@ TEST(CudaGemvRows, PdlChainInGraphSeesEachReplaysInputs) {
     CUDA_CHECK(cudaStreamSynchronize(st));
     std::vector<float> y = d_y.download_f32();
     const std::string r = ", replay " + std::to_string(replay);
-    expect_matches(y, reference(x.f32, w1.f32, T, N1, K), true, "y" + r);
-    expect_matches(d_z.download_f32(), reference(y, w2.f32, T, N2, N1), true, "z" + r);
+    cuda_test::expect_linear_close(y, reference(x.f32, w1.f32, T, N1, K), true, "y" + r);
+    cuda_test::expect_linear_close(d_z.download_f32(), reference(y, w2.f32, T, N2, N1), true, "z" + r);
   }
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaStreamDestroy(st));
@@ -147,7 +139,7 @@ TEST(CudaGemvRows, LinearDispatchKeepsTheValues) {
       for (int call = 0; call < 2; ++call) {  // first call times the candidates, the second runs the pick
         d_out.fill_bytes(0xff);
         cuda_ops::linear(d_out.view(), d_x.view(), d_w.view(), TensorView(), {});
-        expect_matches(d_out.download_f32(), ref, out_t == DType::kBF16, "linear T=" + std::to_string(T));
+        cuda_test::expect_linear_close(d_out.download_f32(), ref, out_t == DType::kBF16, "linear T=" + std::to_string(T));
       }
     }
   }

@@ -39,14 +39,6 @@ std::string describe(int64_t T, int64_t N, int64_t K, DType out_t, const WgmmaLi
          " boxes=" + std::to_string(c.boxes) + " ctas=" + std::to_string(c.ctas);
 }
 
-void expect_matches(const std::vector<float>& got, const std::vector<float>& ref, bool bf, const std::string& what) {
-  double ss = 0;
-  for (float r : ref) ss += static_cast<double>(r) * r;
-  const float rms = static_cast<float>(std::sqrt(ss / static_cast<double>(ref.size())));
-  EXPECT_LE(cuda_test::nmse(got, ref), bf ? 1e-5 : 1e-9) << what;
-  cuda_test::expect_close(got, ref, (bf ? 1e-2f : 1e-4f) * rms, bf ? 5e-3f : 1e-5f, what);
-}
-
 // Runs every config on one random problem against the CPU reference; returns nothing, asserts.
 void check_configs(int64_t T, int64_t N, int64_t K, DType out_t, const std::vector<WgmmaLinearConfig>& cfgs,
                    std::mt19937& rng) {
@@ -61,7 +53,7 @@ void check_configs(int64_t T, int64_t N, int64_t K, DType out_t, const std::vect
     d_out.fill_bytes(0xff);  // NaN poison: every element must be written
     cuda_ops::linear_wgmma(d_out.view(), d_x.view(), d_w.view(), {}, c);
     CUDA_CHECK(cudaGetLastError());
-    expect_matches(d_out.download_f32(), ref, out_t == DType::kBF16, describe(T, N, K, out_t, c));
+    cuda_test::expect_linear_close(d_out.download_f32(), ref, out_t == DType::kBF16, describe(T, N, K, out_t, c));
   }
 }
 
@@ -156,9 +148,9 @@ TEST(CudaLinearWgmma, PdlChainInGraphSeesEachReplaysInputs) {
     CUDA_CHECK(cudaStreamSynchronize(st));
     std::vector<float> y = d_y.download_f32(), z = d_z.download_f32();
     const std::string r = ", replay " + std::to_string(replay);
-    expect_matches(y, reference(x.f32, w1.f32, T, N1, K), true, "y" + r);
-    expect_matches(z, reference(y, w2.f32, T, N2, N1), true, "z" + r);
-    expect_matches(d_u.download_f32(), reference(z, w3.f32, T, N3, N2), true, "u" + r);
+    cuda_test::expect_linear_close(y, reference(x.f32, w1.f32, T, N1, K), true, "y" + r);
+    cuda_test::expect_linear_close(z, reference(y, w2.f32, T, N2, N1), true, "z" + r);
+    cuda_test::expect_linear_close(d_u.download_f32(), reference(z, w3.f32, T, N3, N2), true, "u" + r);
   }
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaStreamDestroy(st));
@@ -189,7 +181,7 @@ TEST(CudaLinearWgmma, LinearDispatchKeepsTheValues) {
     for (int call = 0; call < 2; ++call) {  // first call times the candidates, the second runs the pick
       d_out.fill_bytes(0xff);
       cuda_ops::linear(d_out.view(), d_x.view(), d_w.view(), TensorView(), {});
-      expect_matches(d_out.download_f32(), ref, true, "linear T=" + std::to_string(T));
+      cuda_test::expect_linear_close(d_out.download_f32(), ref, true, "linear T=" + std::to_string(T));
     }
   }
 }

@@ -22,17 +22,14 @@
 // fewer items than 128 (decode tokens in a mixed batch), warpgroup 1 skips every tile.
 //
 // Resources (D 128): 160 KB + 2 KB shared memory -> 1 CTA per SM, 255-register cap (256 threads).
-#include <array>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
 #include "nanovllm/kernels/cuda/attention_softmax.cuh"
 #include "nanovllm/kernels/cuda/attention_tiles.cuh"
 #include "nanovllm/kernels/cuda/bulk_copy.cuh"
+#include "nanovllm/kernels/cuda/per_device_flag.h"
 #include "nanovllm/kernels/cuda/wgmma.cuh"
-
 
 namespace nanovllm::cuda_ops::attn {
 namespace {
@@ -41,7 +38,6 @@ constexpr int kWgs = 2;               // consumer warpgroups per CTA
 constexpr int kThreads = 128 * kWgs;
 constexpr int kBM = 64 * kWgs;        // items per CTA
 constexpr int kBN = 128;              // keys per tile
-constexpr int kMaxDevices = 64;
 
 template <int D>
 struct WgCfg {
@@ -263,34 +259,24 @@ __global__ void __launch_bounds__(kThreads, 1)
 // build): its PTX / binary versions are 90 and the device is compute capability 9.0.
 template <int D>
 bool wgmma_usable(int device) {
-  static std::array<std::atomic<int>, kMaxDevices> state{};  // 0 unknown, 1 usable, 2 not
-  NANOVLLM_CHECK(device >= 0 && device < kMaxDevices, "paged_attention (cuda): device index ", device);
-  std::atomic<int>& st = state[static_cast<size_t>(device)];
-  int v = st.load(std::memory_order_acquire);
-  if (v == 0) {
-    static std::mutex mu;
-    std::lock_guard<std::mutex> lock(mu);
-    v = st.load(std::memory_order_relaxed);
-    if (v == 0) {
-      v = 2;
-      int major = 0, minor = 0, optin = 0;
-      CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-      CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-      CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-      cudaFuncAttributes attr{};
-      const cudaError_t e = cudaFuncGetAttributes(&attr, prefill_wgmma_kernel<D>);
-      if (e != cudaSuccess) (void)cudaGetLastError();
-      if (e == cudaSuccess && major == 9 && minor == 0 && attr.binaryVersion == 90 && attr.ptxVersion >= 90 &&
-          static_cast<size_t>(optin) >= WgCfg<D>::kSmem) {
-        // (the dynamic shared-memory limit is a per-function attribute of the current device's context)
-        CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(WgCfg<D>::kSmem)));
-        v = 1;
-      }
-      st.store(v, std::memory_order_release);
-    }
-  }
-  return v == 1;
+  static PerDeviceFlag flag;
+  NANOVLLM_CHECK(device >= 0 && device < PerDeviceFlag::kMaxDevices, "paged_attention (cuda): device index ", device);
+  return flag.get(device, [](int dev) {
+    int major = 0, minor = 0, optin = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    cudaFuncAttributes attr{};
+    const cudaError_t e = cudaFuncGetAttributes(&attr, prefill_wgmma_kernel<D>);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    if (e != cudaSuccess || major != 9 || minor != 0 || attr.binaryVersion != 90 || attr.ptxVersion < 90 ||
+        static_cast<size_t>(optin) < WgCfg<D>::kSmem)
+      return false;
+    // (the dynamic shared-memory limit is a per-function attribute of the current device's context)
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(WgCfg<D>::kSmem)));
+    return true;
+  });
 }
 
 template <int D>

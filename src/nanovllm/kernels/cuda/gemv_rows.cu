@@ -17,9 +17,6 @@
 // (shuffle tree) and lane 0 stores the warp's sum to part[warp][row][token]. At the end the 8 warp sums
 // of each row are added in warp order: deterministic.
 #include <algorithm>
-#include <array>
-#include <atomic>
-#include <mutex>
 
 #include "nanovllm/core/logging.h"
 #include "nanovllm/kernels/cuda/bulk_copy.cuh"
@@ -27,6 +24,7 @@
 #include "nanovllm/kernels/cuda/cuda_memory.h"
 #include "nanovllm/kernels/cuda/gemv_rows.h"
 #include "nanovllm/kernels/cuda/pdl.cuh"
+#include "nanovllm/kernels/cuda/per_device_flag.h"
 
 namespace nanovllm::cuda_ops {
 namespace {
@@ -35,7 +33,6 @@ constexpr int kConsumerWarps = 8;
 constexpr int kThreads = (kConsumerWarps + 1) * 32;
 constexpr int kVecs = 4;                  // 16-byte vectors per lane per warp step
 constexpr int kChunkBytes = kVecs * 512;  // one warp step: kVecs x 32 lanes x 16 bytes, within one row
-constexpr int kMaxDevices = 64;
 
 // Shared memory: ring, part[kConsumerWarps][rows_max][kT] floats, 2 x stages barriers.
 size_t smem_bytes(const GemvRowsConfig& c, int64_t rows_max, int kT) {
@@ -179,30 +176,20 @@ int token_tile(int64_t T) { return T <= 1 ? 1 : 2; }
 
 // sm_90 code on an sm_90+ device; the dynamic shared-memory limit raised once per device.
 bool usable(int device) {
-  static std::array<std::atomic<int>, kMaxDevices> state{};  // 0 unknown, 1 usable, 2 not
-  if (device < 0 || device >= kMaxDevices) return false;
-  std::atomic<int>& st = state[static_cast<size_t>(device)];
-  int v = st.load(std::memory_order_acquire);
-  if (v != 0) return v == 1;
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  v = st.load(std::memory_order_relaxed);
-  if (v != 0) return v == 1;
-  v = 2;
-  int major = 0, optin = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  cudaFuncAttributes attr{};
-  const cudaError_t e = cudaFuncGetAttributes(&attr, gemv_rows_kernel<1, false>);
-  if (e != cudaSuccess) (void)cudaGetLastError();
-  if (e == cudaSuccess && major >= 9 && attr.binaryVersion >= 90) {
+  static PerDeviceFlag flag;
+  return flag.get(device, [](int dev) {
+    int major = 0, optin = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    cudaFuncAttributes attr{};
+    const cudaError_t e = cudaFuncGetAttributes(&attr, gemv_rows_kernel<1, false>);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    if (e != cudaSuccess || major < 9 || attr.binaryVersion < 90) return false;
     for (int kt : {1, 2})
       for (bool f32 : {false, true})
         CUDA_CHECK(cudaFuncSetAttribute(kernel_for(kt, f32), cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-    v = 1;
-  }
-  st.store(v, std::memory_order_release);
-  return v == 1;
+    return true;
+  });
 }
 
 }  // namespace

@@ -24,10 +24,6 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
-#include <array>
-#include <atomic>
-#include <map>
-#include <mutex>
 #include <tuple>
 
 #include "nanovllm/core/logging.h"
@@ -37,6 +33,7 @@
 #include "nanovllm/kernels/cuda/cuda_memory.h"
 #include "nanovllm/kernels/cuda/linear_wgmma.h"
 #include "nanovllm/kernels/cuda/pdl.cuh"
+#include "nanovllm/kernels/cuda/per_device_flag.h"
 #include "nanovllm/kernels/cuda/wgmma.cuh"
 
 namespace nanovllm::cuda_ops {
@@ -45,7 +42,6 @@ namespace {
 constexpr int kChunk = 64;       // K columns per stage (one 128-byte swizzled row)
 constexpr int kRowBytes = 128;   // bytes per swizzled tile row
 constexpr int kPadRows = 4;      // P row padding (floats): conflict-free accumulator stores
-constexpr int kMaxDevices = 64;
 
 constexpr int stage_bytes(int nt, int wgs, int boxes) { return boxes * (wgs * 64 + nt) * kRowBytes; }
 __host__ __device__ constexpr int partial_bytes(int nt, int wgs) { return nt * (wgs * 64 + kPadRows) * 4; }
@@ -297,31 +293,21 @@ Kernel kernel_for(int nt, int wgs) {
 // The device runs sm_90a code of the kernel (compute capability 9.0, binary version 90); the maximum
 // dynamic shared memory is raised once per device for every instantiation.
 bool usable(int device) {
-  static std::array<std::atomic<int>, kMaxDevices> state{};  // 0 unknown, 1 usable, 2 not
-  if (device < 0 || device >= kMaxDevices) return false;
-  std::atomic<int>& st = state[static_cast<size_t>(device)];
-  int v = st.load(std::memory_order_acquire);
-  if (v != 0) return v == 1;
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  v = st.load(std::memory_order_relaxed);
-  if (v != 0) return v == 1;
-  v = 2;
-  int major = 0, minor = 0, optin = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  cudaFuncAttributes attr{};
-  const cudaError_t e = cudaFuncGetAttributes(&attr, linear_wgmma_kernel<8, 1>);
-  if (e != cudaSuccess) (void)cudaGetLastError();
-  if (e == cudaSuccess && major == 9 && minor == 0 && attr.binaryVersion == 90 && attr.ptxVersion >= 90) {
+  static PerDeviceFlag flag;
+  return flag.get(device, [](int dev) {
+    int major = 0, minor = 0, optin = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    cudaFuncAttributes attr{};
+    const cudaError_t e = cudaFuncGetAttributes(&attr, linear_wgmma_kernel<8, 1>);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    if (e != cudaSuccess || major != 9 || minor != 0 || attr.binaryVersion != 90 || attr.ptxVersion < 90) return false;
     for (int nt : {8, 16, 32, 64, 128, 256})
       for (int wgs : {1, 2})
         CUDA_CHECK(cudaFuncSetAttribute(kernel_for(nt, wgs), cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-    v = 1;
-  }
-  st.store(v, std::memory_order_release);
-  return v == 1;
+    return true;
+  });
 }
 
 }  // namespace

@@ -1,0 +1,38 @@
+// A yes/no answer per CUDA device computed once: the first get() for a device runs `probe(device)` (under a
+// lock, so concurrent first calls probe once), later calls return the cached answer without locking.
+// The kernels use it for "does this device run my sm_90a code" checks, which also raise the kernel's
+// dynamic shared-memory limit (a per-function, per-device attribute) as a side effect.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <mutex>
+
+namespace nanovllm::cuda_ops {
+
+class PerDeviceFlag {
+ public:
+  static constexpr int kMaxDevices = 64;
+
+  // Devices outside [0, kMaxDevices) answer false without probing.
+  template <typename F>
+  bool get(int device, F&& probe) {
+    if (device < 0 || device >= kMaxDevices) return false;
+    std::atomic<int>& st = state_[static_cast<size_t>(device)];
+    int v = st.load(std::memory_order_acquire);
+    if (v != 0) return v == 1;
+    std::lock_guard<std::mutex> lock(mu_);
+    v = st.load(std::memory_order_relaxed);
+    if (v == 0) {
+      v = probe(device) ? 1 : 2;
+      st.store(v, std::memory_order_release);
+    }
+    return v == 1;
+  }
+
+ private:
+  std::array<std::atomic<int>, kMaxDevices> state_{};  // 0 unknown, 1 yes, 2 no
+  std::mutex mu_;
+};
+
+}  // namespace nanovllm::cuda_ops
