@@ -15,6 +15,7 @@
 #include "nanovllm/core/dtype.h"
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/kernels/cuda/cuda_check.h"
+#include "nanovllm/kernels/cpu/cpu_ops.h"
 #include "nanovllm/kernels/cuda/cuda_memory.h"
 
 #define SKIP_WITHOUT_CUDA()                                                   \
@@ -154,6 +155,16 @@ inline double nmse(const std::vector<float>& got, const std::vector<float>& ref)
   }
   const double r = num / (den > 0 ? den : 1.0);
   return std::isfinite(r) ? r : 1e30;
+}
+
+// out[T, N] = x[T, K] @ w[N, K]^T by the CPU reference linear.
+inline std::vector<float> linear_reference(const std::vector<float>& x, const std::vector<float>& w, int64_t T,
+                                           int64_t N, int64_t K) {
+  std::vector<float> ref(static_cast<size_t>(T * N));
+  cpu::linear(TensorView(ref.data(), DType::kF32, {T, N}),
+              TensorView(const_cast<float*>(x.data()), DType::kF32, {T, K}),
+              TensorView(const_cast<float*>(w.data()), DType::kF32, {N, K}), TensorView());
+  return ref;
 }
 
 // The linear-kernel check of test_cuda_linear.cpp: bf16 products are exact in fp32, so the differences

@@ -12,7 +12,6 @@
 #include "cuda_bench_util.h"
 #include "cuda_test_util.h"
 
-#include "nanovllm/kernels/cpu/cpu_ops.h"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
 #include "nanovllm/kernels/cuda/gemv.cuh"
 #include "nanovllm/kernels/cuda/gemv_rows.h"
@@ -22,6 +21,7 @@ namespace {
 
 using cuda_ops::GemvRowsConfig;
 using cuda_test::DeviceTensor;
+using cuda_test::linear_reference;
 using cuda_test::random_bf16;
 
 #define SKIP_WITHOUT_SM90()                                                                      \
@@ -29,13 +29,6 @@ using cuda_test::random_bf16;
     SKIP_WITHOUT_CUDA();                                                                         \
     if (cuda_test::device_major() < 9) GTEST_SKIP() << "gemv_rows needs sm_90";                  \
   } while (0)
-
-std::vector<float> reference(std::vector<float>& x, std::vector<float>& w, int64_t T, int64_t N, int64_t K) {
-  std::vector<float> ref(static_cast<size_t>(T * N));
-  cpu::linear(cuda_test::host_view(ref, {T, N}), cuda_test::host_view(x, {T, K}), cuda_test::host_view(w, {N, K}),
-              TensorView());
-  return ref;
-}
 
 std::string describe(int64_t T, int64_t N, int64_t K, const GemvRowsConfig& c) {
   return "T=" + std::to_string(T) + " N=" + std::to_string(N) + " K=" + std::to_string(K) + " ctas=" +
@@ -47,7 +40,7 @@ void check(int64_t T, int64_t N, int64_t K, DType out_t, std::vector<GemvRowsCon
   auto w = random_bf16(static_cast<size_t>(N * K), rng, -0.5f, 0.5f);
   DeviceTensor d_x(DType::kBF16, {T, K}, x.bits), d_w(DType::kBF16, {N, K}, w.bits), d_out(out_t, {T, N});
   ASSERT_TRUE(cuda_ops::gemv_rows_supported(d_out.view(), d_x.view(), d_w.view()));
-  const std::vector<float> ref = reference(x.f32, w.f32, T, N, K);
+  const std::vector<float> ref = linear_reference(x.f32, w.f32, T, N, K);
   for (const GemvRowsConfig& c : cfgs) {
     d_out.fill_bytes(0xff);  // NaN poison: every element must be written
     cuda_ops::gemv_rows(d_out.view(), d_x.view(), d_w.view(), {}, c);
@@ -109,8 +102,8 @@ TEST(CudaGemvRows, PdlChainInGraphSeesEachReplaysInputs) {
     CUDA_CHECK(cudaStreamSynchronize(st));
     std::vector<float> y = d_y.download_f32();
     const std::string r = ", replay " + std::to_string(replay);
-    cuda_test::expect_linear_close(y, reference(x.f32, w1.f32, T, N1, K), true, "y" + r);
-    cuda_test::expect_linear_close(d_z.download_f32(), reference(y, w2.f32, T, N2, N1), true, "z" + r);
+    cuda_test::expect_linear_close(y, linear_reference(x.f32, w1.f32, T, N1, K), true, "y" + r);
+    cuda_test::expect_linear_close(d_z.download_f32(), linear_reference(y, w2.f32, T, N2, N1), true, "z" + r);
   }
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaStreamDestroy(st));
@@ -121,12 +114,12 @@ TEST(CudaGemvRows, PdlChainInGraphSeesEachReplaysInputs) {
 TEST(CudaGemvRows, LinearDispatchKeepsTheValues) {
   SKIP_WITHOUT_SM90();
   struct Restore {
+    bool was = cuda_ops::gemv_rows_set_in_dispatch(true);
     ~Restore() {
-      cuda_ops::gemv_rows_set_in_dispatch(-1);
+      cuda_ops::gemv_rows_set_in_dispatch(was);
       cuda_ops::linear_clear_choices();
     }
   } restore;
-  cuda_ops::gemv_rows_set_in_dispatch(1);
   cuda_ops::linear_clear_choices();
   std::mt19937 rng(44);
   for (int64_t T : {1, 2}) {
@@ -135,7 +128,7 @@ TEST(CudaGemvRows, LinearDispatchKeepsTheValues) {
       auto x = random_bf16(static_cast<size_t>(T * K), rng);
       auto w = random_bf16(static_cast<size_t>(N * K), rng, -0.5f, 0.5f);
       DeviceTensor d_x(DType::kBF16, {T, K}, x.bits), d_w(DType::kBF16, {N, K}, w.bits), d_out(out_t, {T, N});
-      const std::vector<float> ref = reference(x.f32, w.f32, T, N, K);
+      const std::vector<float> ref = linear_reference(x.f32, w.f32, T, N, K);
       for (int call = 0; call < 2; ++call) {  // first call times the candidates, the second runs the pick
         d_out.fill_bytes(0xff);
         cuda_ops::linear(d_out.view(), d_x.view(), d_w.view(), TensorView(), {});

@@ -14,7 +14,6 @@
 #include "cuda_bench_util.h"
 #include "cuda_test_util.h"
 
-#include "nanovllm/kernels/cpu/cpu_ops.h"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
 #include "nanovllm/kernels/cuda/gemv.cuh"
 #include "nanovllm/kernels/cuda/linear_wgmma.h"
@@ -23,6 +22,7 @@ namespace nanovllm {
 namespace {
 
 using cuda_test::DeviceTensor;
+using cuda_test::linear_reference;
 using cuda_test::random_bf16;
 using cuda_ops::WgmmaLinearConfig;
 
@@ -46,9 +46,7 @@ void check_configs(int64_t T, int64_t N, int64_t K, DType out_t, const std::vect
   auto w = random_bf16(static_cast<size_t>(N * K), rng, -0.5f, 0.5f);
   DeviceTensor d_x(DType::kBF16, {T, K}, x.bits), d_w(DType::kBF16, {N, K}, w.bits), d_out(out_t, {T, N});
   ASSERT_TRUE(cuda_ops::linear_wgmma_supported(d_out.view(), d_x.view(), d_w.view()));
-  std::vector<float> ref(static_cast<size_t>(T * N));
-  cpu::linear(cuda_test::host_view(ref, {T, N}), cuda_test::host_view(x.f32, {T, K}),
-              cuda_test::host_view(w.f32, {N, K}), TensorView());
+  const std::vector<float> ref = linear_reference(x.f32, w.f32, T, N, K);
   for (const WgmmaLinearConfig& c : cfgs) {
     d_out.fill_bytes(0xff);  // NaN poison: every element must be written
     cuda_ops::linear_wgmma(d_out.view(), d_x.view(), d_w.view(), {}, c);
@@ -133,14 +131,6 @@ TEST(CudaLinearWgmma, PdlChainInGraphSeesEachReplaysInputs) {
     cuda_ops::linear_wgmma(d_z.view(), d_y.view(), d_w2.view(), ops::Stream{st}, c2);
     cuda_ops::linear_wgmma(d_u.view(), d_z.view(), d_w3.view(), ops::Stream{st}, c3);
   });
-  // ref of out = in W^T from the host copy of `in` (the device's bf16 values for y and z)
-  auto reference = [](std::vector<float>& in, const std::vector<float>& w, int64_t t, int64_t n, int64_t k) {
-    std::vector<float> ref(static_cast<size_t>(t * n));
-    std::vector<float> wc = w;
-    cpu::linear(cuda_test::host_view(ref, {t, n}), cuda_test::host_view(in, {t, k}), cuda_test::host_view(wc, {n, k}),
-                TensorView());
-    return ref;
-  };
   for (int replay = 0; replay < 3; ++replay) {
     auto x = random_bf16(static_cast<size_t>(T * K), rng);
     CUDA_CHECK(cudaMemcpyAsync(d_x.view().data(), x.bits.data(), x.bits.size() * 2, cudaMemcpyHostToDevice, st));
@@ -148,9 +138,9 @@ TEST(CudaLinearWgmma, PdlChainInGraphSeesEachReplaysInputs) {
     CUDA_CHECK(cudaStreamSynchronize(st));
     std::vector<float> y = d_y.download_f32(), z = d_z.download_f32();
     const std::string r = ", replay " + std::to_string(replay);
-    cuda_test::expect_linear_close(y, reference(x.f32, w1.f32, T, N1, K), true, "y" + r);
-    cuda_test::expect_linear_close(z, reference(y, w2.f32, T, N2, N1), true, "z" + r);
-    cuda_test::expect_linear_close(d_u.download_f32(), reference(z, w3.f32, T, N3, N2), true, "u" + r);
+    cuda_test::expect_linear_close(y, linear_reference(x.f32, w1.f32, T, N1, K), true, "y" + r);
+    cuda_test::expect_linear_close(z, linear_reference(y, w2.f32, T, N2, N1), true, "z" + r);
+    cuda_test::expect_linear_close(d_u.download_f32(), linear_reference(z, w3.f32, T, N3, N2), true, "u" + r);
   }
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaStreamDestroy(st));
@@ -162,12 +152,12 @@ TEST(CudaLinearWgmma, PdlChainInGraphSeesEachReplaysInputs) {
 TEST(CudaLinearWgmma, LinearDispatchKeepsTheValues) {
   SKIP_WITHOUT_WGMMA();
   struct Restore {
+    bool was = cuda_ops::linear_wgmma_set_in_dispatch(true);
     ~Restore() {
-      cuda_ops::linear_wgmma_set_in_dispatch(-1);
+      cuda_ops::linear_wgmma_set_in_dispatch(was);
       cuda_ops::linear_clear_choices();
     }
   } restore;
-  cuda_ops::linear_wgmma_set_in_dispatch(1);
   cuda_ops::linear_clear_choices();
   std::mt19937 rng(35);
   for (int64_t T : {1, 16, 17, 64, 200, 256, 300}) {
@@ -175,9 +165,7 @@ TEST(CudaLinearWgmma, LinearDispatchKeepsTheValues) {
     auto w = random_bf16(static_cast<size_t>(1536 * 1024), rng, -0.5f, 0.5f);
     DeviceTensor d_x(DType::kBF16, {T, 1024}, x.bits), d_w(DType::kBF16, {1536, 1024}, w.bits),
         d_out(DType::kBF16, {T, 1536});
-    std::vector<float> ref(static_cast<size_t>(T * 1536));
-    cpu::linear(cuda_test::host_view(ref, {T, 1536}), cuda_test::host_view(x.f32, {T, 1024}),
-                cuda_test::host_view(w.f32, {1536, 1024}), TensorView());
+    const std::vector<float> ref = linear_reference(x.f32, w.f32, T, 1536, 1024);
     for (int call = 0; call < 2; ++call) {  // first call times the candidates, the second runs the pick
       d_out.fill_bytes(0xff);
       cuda_ops::linear(d_out.view(), d_x.view(), d_w.view(), TensorView(), {});

@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         WgmmaSS<128>::run(s, da, db, kk > 0 ? 1 : 0);
       }
       wgmma_commit();
-      wgmma_wait0();
+      wgmma_wait<0>();
       fence_regs(s);
 
       // causal diagonal / ragged end: mask keys past each row's limit
@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         PvMma<D>::run(o, pa[kk], db);
       }
       wgmma_commit();
-      wgmma_wait0();
+      wgmma_wait<0>();
       fence_regs(o);
     }
     if (tid < kBN && tile + 2 < ntiles) slots[buf * kBN + tid] = next_slot;
@@ -262,16 +262,10 @@ bool wgmma_usable(int device) {
   static PerDeviceFlag flag;
   NANOVLLM_CHECK(device >= 0 && device < PerDeviceFlag::kMaxDevices, "paged_attention (cuda): device index ", device);
   return flag.get(device, [](int dev) {
-    int major = 0, minor = 0, optin = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    if (!runs_sm90a_code(dev, reinterpret_cast<const void*>(prefill_wgmma_kernel<D>))) return false;
+    int optin = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    cudaFuncAttributes attr{};
-    const cudaError_t e = cudaFuncGetAttributes(&attr, prefill_wgmma_kernel<D>);
-    if (e != cudaSuccess) (void)cudaGetLastError();
-    if (e != cudaSuccess || major != 9 || minor != 0 || attr.binaryVersion != 90 || attr.ptxVersion < 90 ||
-        static_cast<size_t>(optin) < WgCfg<D>::kSmem)
-      return false;
+    if (static_cast<size_t>(optin) < WgCfg<D>::kSmem) return false;
     // (the dynamic shared-memory limit is a per-function attribute of the current device's context)
     CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(WgCfg<D>::kSmem)));

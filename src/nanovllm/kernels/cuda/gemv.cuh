@@ -61,8 +61,8 @@ GemvConfig gemv_config(int64_t T, int64_t N, int64_t K, int device);
 // Distinct launch shapes worth timing for this problem (the picks for 1, 2, 4 and 8 waves of CTAs,
 // stream-K with 1, 2 and 4 times the fewest steps per warp that fit one wave, and on sm_90 the bulk-copy
 // kernel with one and two CTAs per SM for weights under 16 MiB, one up to 64 MiB, and with whole 16-row
-// tiles per CTA for K <= 3072); the linear dispatch times them at a shape's first use and keeps the fastest. silu: shapes for gemv_silu (the bulk kernel
-// only where its staged activation, T x K bf16, fits). one_per_sm: only the bulk kernel's one-wave shape
+// tiles per CTA for K <= 3072); the linear dispatch times them at a shape's first use and keeps the
+// fastest. silu: shapes for gemv_silu (the bulk kernel only where its staged activation, T x K bf16, fits). one_per_sm: only the bulk kernel's one-wave shape
 // where it can run (a projection the decode attention follows, see gemv.cu).
 std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int device, bool silu = false,
                                         bool one_per_sm = false);

@@ -18,10 +18,10 @@ namespace nanovllm::cuda_ops {
 // than the other kernels on an H200 (session 13), so it stops at 2.
 inline constexpr int64_t kGemvRowsMaxTokens = 2;
 
-// Tests and benchmarks: 1 puts gemv_rows into cuda_ops::linear's candidates (off unless
-// NANOVLLM_GEMV_ROWS=1, see linear.cu), 0 takes it out, -1 goes back to what the environment says (call
-// linear_clear_choices() too).
-void gemv_rows_set_in_dispatch(int mode);
+// Tests and benchmarks: puts gemv_rows into cuda_ops::linear's candidates or takes it out (call
+// linear_clear_choices() too); returns the previous setting (at startup: NANOVLLM_GEMV_ROWS == "1", see
+// linear.cu).
+bool gemv_rows_set_in_dispatch(bool on);
 
 struct GemvRowsConfig {
   int ctas = 0;             // CTAs, each a contiguous range of rows

@@ -335,38 +335,44 @@ Choice choose(const ShapeKey& key, Choice::Kind fallback, ops::Stream s, C&& can
   return g_choices.emplace(key, best).first->second;
 }
 
-// linear_wgmma joins the timed candidates only with NANOVLLM_LINEAR_WGMMA=1 in the environment: on an
-// H200 it was no faster than gemv / cuBLASLt on any Qwen3 decode shape (T = 1-16: within a few percent
-// either way; T >= 32: up to 2x slower than cuBLASLt, bench/results session 13), and every candidate
-// costs startup timing.
-std::atomic<int> g_wgmma_forced{-1};  // linear_wgmma_set_in_dispatch: -1 environment, else 0 / 1
-bool wgmma_linear_enabled() {
-  static const bool env_on = [] {
-    const char* env = std::getenv("NANOVLLM_LINEAR_WGMMA");
-    return env != nullptr && std::strcmp(env, "1") == 0;
-  }();
-  const int forced = g_wgmma_forced.load(std::memory_order_relaxed);
-  return forced < 0 ? env_on : forced == 1;
+// Off unless the environment variable is "1" (opt-in dispatch candidates).
+bool on_if_env_one(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, "1") == 0;
 }
+// Both kernels join the timed candidates only on request (and linear_wgmma_set_in_dispatch /
+// gemv_rows_set_in_dispatch), since every candidate costs startup timing and neither made decode faster
+// on an H200 (bench/results session 13):
+//  * linear_wgmma: T = 1-16 within a few percent of gemv / cuBLASLt either way, T >= 32 up to 2x slower
+//    than cuBLASLt;
+//  * gemv_rows: alone it streams the LM heads faster (Qwen3-8B 283 vs 297 us, 0.6B 74.5 vs 78.0) and ties
+//    elsewhere, but bs=1 8B decode was 4.440 / 4.461 / 4.780 ms with it vs 4.461 / 4.436 / 4.464 without.
+std::atomic<bool> g_wgmma_in_dispatch{on_if_env_one("NANOVLLM_LINEAR_WGMMA")};
+std::atomic<bool> g_rows_in_dispatch{on_if_env_one("NANOVLLM_GEMV_ROWS")};
 
-// gemv_rows joins the candidates only with NANOVLLM_GEMV_ROWS=1 in the environment: alone it streams
-// the LM heads faster (Qwen3-8B 283 vs 297 us, 0.6B 74.5 vs 78.0 on an H200) and ties elsewhere, but bs=1
-// decode did not get measurably faster with it (8B 4.440 / 4.461 / 4.780 vs 4.461 / 4.436 / 4.464 ms,
-// alternating in one call, session 13), and every candidate costs startup timing.
-std::atomic<int> g_rows_forced{-1};  // gemv_rows_set_in_dispatch: -1 environment, else 0 / 1
-bool gemv_rows_enabled() {
-  static const bool env_on = [] {
-    const char* env = std::getenv("NANOVLLM_GEMV_ROWS");
-    return env != nullptr && std::strcmp(env, "1") == 0;
-  }();
-  const int forced = g_rows_forced.load(std::memory_order_relaxed);
-  return forced < 0 ? env_on : forced == 1;
+// The choice a candidate launch shape stands for.
+Choice choice_of(const GemvConfig& cfg) {
+  Choice c;
+  c.cfg = cfg;
+  return c;
+}
+Choice choice_of(const GemvRowsConfig& cfg) {
+  Choice c;
+  c.kind = Choice::kRows;
+  c.rcfg = cfg;
+  return c;
+}
+Choice choice_of(const WgmmaLinearConfig& cfg) {
+  Choice c;
+  c.kind = Choice::kWgmma;
+  c.wcfg = cfg;
+  return c;
 }
 
 }  // namespace
 
-void linear_wgmma_set_in_dispatch(int mode) { g_wgmma_forced.store(mode < 0 ? -1 : mode > 0 ? 1 : 0); }
-void gemv_rows_set_in_dispatch(int mode) { g_rows_forced.store(mode < 0 ? -1 : mode > 0 ? 1 : 0); }
+bool linear_wgmma_set_in_dispatch(bool on) { return g_wgmma_in_dispatch.exchange(on); }
+bool gemv_rows_set_in_dispatch(bool on) { return g_rows_in_dispatch.exchange(on); }
 
 void linear_clear_choices() {
   std::lock_guard<std::mutex> lock(g_choice_mu);
@@ -378,9 +384,9 @@ void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, o
   const int64_t T = in.dim(0), N = weight.dim(0), K = weight.dim(1);
   const bool has_bias = bias.defined() && bias.data() != nullptr;
   const bool gemv_ok = gemv_supported(out, in, weight);
-  const bool rows_ok = !has_bias && gemv_rows_enabled() && gemv_rows_supported(out, in, weight);
+  const bool rows_ok = !has_bias && g_rows_in_dispatch.load() && gemv_rows_supported(out, in, weight);
   const bool wgmma_ok =
-      !has_bias && T <= kWgmmaMaxTokens && wgmma_linear_enabled() && linear_wgmma_supported(out, in, weight);
+      !has_bias && T <= kWgmmaMaxTokens && g_wgmma_in_dispatch.load() && linear_wgmma_supported(out, in, weight);
   if (gemv_ok || rows_ok || wgmma_ok) {
     const bool before_attention = hint == ops::LinearHint::kBeforeAttention;
     // Above gemv's sizes the choice holds for every T of the same wgmma token tile (the decode graph
@@ -391,25 +397,14 @@ void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, o
     auto candidates = [&] {
       std::vector<Candidate> cs;
       if (gemv_ok)
-        for (const GemvConfig& g : gemv_candidates(T, N, K, device, false, before_attention)) {
-          Choice c;
-          c.cfg = g;
-          cs.push_back({c, [&, g](ops::Stream ts) { gemv(out, in, weight, bias, ts, &g); }});
-        }
+        for (const GemvConfig& g : gemv_candidates(T, N, K, device, false, before_attention))
+          cs.push_back({choice_of(g), [&, g](ops::Stream ts) { gemv(out, in, weight, bias, ts, &g); }});
       if (rows_ok)
-        for (const GemvRowsConfig& r : gemv_rows_candidates(T, N, K, device, before_attention)) {
-          Choice c;
-          c.kind = Choice::kRows;
-          c.rcfg = r;
-          cs.push_back({c, [&, r](ops::Stream ts) { gemv_rows(out, in, weight, ts, r); }});
-        }
+        for (const GemvRowsConfig& r : gemv_rows_candidates(T, N, K, device, before_attention))
+          cs.push_back({choice_of(r), [&, r](ops::Stream ts) { gemv_rows(out, in, weight, ts, r); }});
       if (wgmma_ok)
-        for (const WgmmaLinearConfig& w : linear_wgmma_candidates(T, N, K, device, before_attention)) {
-          Choice c;
-          c.kind = Choice::kWgmma;
-          c.wcfg = w;
-          cs.push_back({c, [&, w](ops::Stream ts) { linear_wgmma(out, in, weight, ts, w); }});
-        }
+        for (const WgmmaLinearConfig& w : linear_wgmma_candidates(T, N, K, device, before_attention))
+          cs.push_back({choice_of(w), [&, w](ops::Stream ts) { linear_wgmma(out, in, weight, ts, w); }});
       return cs;
     };
     const Choice c = choose(key, gemv_ok ? Choice::kGemv : Choice::kOther, s, candidates,
@@ -430,11 +425,8 @@ void linear_silu_mul(TensorView out, TensorView gate_up, TensorView weight, Tens
         key, Choice::kGemv, s,
         [&] {
           std::vector<Candidate> cs;
-          for (const GemvConfig& g : gemv_candidates(key.t, key.n, key.k, out.device().index, true)) {
-            Choice ch;
-            ch.cfg = g;
-            cs.push_back({ch, [&, g](ops::Stream ts) { gemv_silu(out, gate_up, weight, ts, &g); }});
-          }
+          for (const GemvConfig& g : gemv_candidates(key.t, key.n, key.k, out.device().index, true))
+            cs.push_back({choice_of(g), [&, g](ops::Stream ts) { gemv_silu(out, gate_up, weight, ts, &g); }});
           return cs;
         },
         [&](ops::Stream ts) {

@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(WG * 128 + 32, 1)
         fence_regs(acc);
         if (c > 0 && lane == 0) mbar_arrive(&empty[(g - 1) % a.stages]);
       }
-      wgmma_wait0();
+      wgmma_wait<0>();
       fence_regs(acc);
       if (nchunks > 0 && lane == 0) mbar_arrive(&empty[(g - 1) % a.stages]);
       if (ks == 1) {  // whole K here: store straight from the accumulators
@@ -295,14 +295,9 @@ Kernel kernel_for(int nt, int wgs) {
 bool usable(int device) {
   static PerDeviceFlag flag;
   return flag.get(device, [](int dev) {
-    int major = 0, minor = 0, optin = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    if (!runs_sm90a_code(dev, reinterpret_cast<const void*>(linear_wgmma_kernel<8, 1>))) return false;
+    int optin = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    cudaFuncAttributes attr{};
-    const cudaError_t e = cudaFuncGetAttributes(&attr, linear_wgmma_kernel<8, 1>);
-    if (e != cudaSuccess) (void)cudaGetLastError();
-    if (e != cudaSuccess || major != 9 || minor != 0 || attr.binaryVersion != 90 || attr.ptxVersion < 90) return false;
     for (int nt : {8, 16, 32, 64, 128, 256})
       for (int wgs : {1, 2})
         CUDA_CHECK(cudaFuncSetAttribute(kernel_for(nt, wgs), cudaFuncAttributeMaxDynamicSharedMemorySize, optin));

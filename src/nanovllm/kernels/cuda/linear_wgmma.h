@@ -17,9 +17,9 @@ namespace nanovllm::cuda_ops {
 // cuda_ops::linear offers linear_wgmma for T up to this (larger batches are GEMMs for cuBLASLt), when
 // NANOVLLM_LINEAR_WGMMA=1 is in the environment (off by default: not faster on an H200, see linear.cu).
 inline constexpr int64_t kWgmmaMaxTokens = 256;
-// Tests and benchmarks: 1 puts linear_wgmma into cuda_ops::linear's candidates, 0 takes it out, -1 goes
-// back to what the environment says (call linear_clear_choices() too).
-void linear_wgmma_set_in_dispatch(int mode);
+// Tests and benchmarks: puts linear_wgmma into cuda_ops::linear's candidates or takes it out (call
+// linear_clear_choices() too); returns the previous setting (at startup: NANOVLLM_LINEAR_WGMMA == "1").
+bool linear_wgmma_set_in_dispatch(bool on);
 
 struct WgmmaLinearConfig {
   int token_tile = 8;  // tokens per CTA (the wgmma N): 8, 16, 32, 64, 128 or 256

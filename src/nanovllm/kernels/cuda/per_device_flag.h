@@ -1,14 +1,30 @@
 // A yes/no answer per CUDA device computed once: the first get() for a device runs `probe(device)` (under a
 // lock, so concurrent first calls probe once), later calls return the cached answer without locking.
-// The kernels use it for "does this device run my sm_90a code" checks, which also raise the kernel's
-// dynamic shared-memory limit (a per-function, per-device attribute) as a side effect.
+// The kernels use it for "does this device run my sm_90a code" checks (runs_sm90a_code, below), which also
+// raise the kernel's dynamic shared-memory limit (a per-function, per-device attribute) as a side effect.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <mutex>
 
+#include <cuda_runtime.h>
+
+#include "nanovllm/kernels/cuda/cuda_check.h"
+
 namespace nanovllm::cuda_ops {
+
+// True when `device` has compute capability 9.0 and the loaded code of `kernel` is sm_90a (binary and PTX
+// version 90, not a JIT of an older target's PTX): what the wgmma kernels need.
+inline bool runs_sm90a_code(int device, const void* kernel) {
+  int major = 0, minor = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  cudaFuncAttributes attr{};
+  const cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
+  if (e != cudaSuccess) (void)cudaGetLastError();
+  return e == cudaSuccess && major == 9 && minor == 0 && attr.binaryVersion == 90 && attr.ptxVersion >= 90;
+}
 
 class PerDeviceFlag {
  public:

@@ -34,7 +34,6 @@ template <int Pending>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
 }
-__device__ __forceinline__ void wgmma_wait0() { wgmma_wait<0>(); }
 #endif
 
 // Keeps the compiler from moving accumulator reads / writes across the async wgmma boundary.
