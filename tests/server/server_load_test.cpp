@@ -53,7 +53,9 @@ TEST(ServerLoad, ConcurrentStreamsMatchOfflineAndDisconnectsFreeBlocks) {
   // 1. Everyone completes, with the right content.
   std::vector<std::string> texts(kClients);
   std::vector<int> statuses(kClients, 0), completion_tokens(kClients, -1);
-  std::vector<bool> done(kClients, false);
+  // Not std::vector<bool>: it packs the flags into shared words, so two clients setting their own done[i]
+  // at once race (a non-atomic read-modify-write of one word) and one flag can be lost.
+  std::vector<char> done(kClients, false);
   {
     std::vector<std::thread> clients;
     for (int i = 0; i < kClients; ++i)
