@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <cuda_runtime.h>
 
 #include "nanovllm/engine/llm.h"
+#include "nanovllm/engine/llm_engine.h"
 #include "support/test_models.h"
 
 namespace nanovllm {
@@ -120,6 +122,63 @@ TEST(CudaVsCpu, TiedTinyModelGivesIdenticalGreedyTokens) {
     EXPECT_EQ(gpu[i].token_ids, cpu[i].token_ids) << "prompt " << i;
     EXPECT_EQ(gpu_eager[i].token_ids, gpu[i].token_ids) << "prompt " << i;
   }
+}
+
+// Async scheduling on the GPU (steps launched ahead, input ids fed from the previous step's samples on
+// the device): the same tokens as scheduling after every step, with sequences stopping at stop ids and
+// at different lengths, seeded temperature rows, and logprobs. The step after a stop keeps the stopped
+// row (its token is dropped), so that step's batch may take another graph bucket: logprobs within bf16
+// noise (kLogprobTol); the peaked model keeps the tokens identical.
+TEST(CudaVsCpu, AsyncSchedulingGivesTheTokensOfSyncScheduling) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  EngineConfig ec;
+  ec.model = testing::tiny_model_dir("cuda-vs-cpu", {{"head_dim", 64}, {"num_key_value_heads", 1}}, 21);
+  ec.block_size = 16;
+  ec.max_num_batched_tokens = 256;
+  ec.num_kv_blocks = 128;
+  ec.backend = Backend::kCuda;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<SamplingParams> params;
+  for (int n : {3, 17, 40, 9, 64}) {
+    std::vector<int32_t> p;
+    for (int i = 0; i < n; ++i) p.push_back((i * 7919 + n * 131) % 512);
+    prompts.push_back(p);
+    SamplingParams sp;
+    sp.temperature = n % 2 == 0 ? 0.7f : 0.0f;
+    sp.seed = 1000 + n;
+    sp.ignore_eos = true;
+    sp.max_tokens = 20 + n / 2;
+    sp.logprobs = 2;
+    params.push_back(sp);
+  }
+  auto run = [&](bool async, int64_t* ahead) {
+    EngineConfig c = ec;
+    c.async_scheduling = async;
+    LLMEngine engine(c);
+    std::map<int64_t, RequestOutput> out;
+    for (size_t i = 0; i < prompts.size(); ++i) engine.add_request(prompts[i], params[i]);
+    while (engine.has_unfinished())
+      for (RequestOutput& o : engine.step()) out[o.request_id] = std::move(o);
+    *ahead = engine.step_stats().scheduled_ahead_steps;
+    return out;
+  };
+  int64_t ahead = 0;
+  const auto first = run(false, &ahead);
+  for (size_t i : {0, 2}) params[i].stop_token_ids = {first.at(static_cast<int64_t>(i)).token_ids.at(6 + i)};
+  const auto sync = run(false, &ahead);
+  EXPECT_EQ(ahead, 0);
+  const auto async = run(true, &ahead);
+  EXPECT_GT(ahead, 15);
+  ASSERT_EQ(async.size(), sync.size());
+  for (const auto& [id, want] : sync) {
+    EXPECT_EQ(async.at(id).token_ids, want.token_ids) << "request " << id;
+    EXPECT_EQ(async.at(id).finish_reason, want.finish_reason) << "request " << id;
+    ASSERT_EQ(async.at(id).logprobs.size(), want.logprobs.size());
+    for (size_t t = 0; t < want.logprobs.size(); ++t)
+      EXPECT_NEAR(async.at(id).logprobs[t][0].logprob, want.logprobs[t][0].logprob, kLogprobTol) << "request " << id;
+  }
+  EXPECT_EQ(sync.at(0).finish_reason, FinishReason::kStop);
+  EXPECT_EQ(sync.at(2).finish_reason, FinishReason::kStop);
 }
 
 }  // namespace

@@ -534,3 +534,28 @@ TEST(CudaSampling, DISABLED_Benchmark) {
 
 }  // namespace
 }  // namespace nanovllm
+
+namespace nanovllm {
+namespace {
+
+// feed_sampled_tokens against its CPU reference (ids[i] < 0 -> sampled[-1 - ids[i]]) on random ids,
+// about a third of them fed from random rows, sizes around the 256-thread block boundary.
+TEST(CudaSampling, FeedSampledTokensMatchesReference) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(31);
+  for (const int64_t n : {1, 15, 255, 256, 257, 513, 1000}) {
+    const int64_t rows = 1 + static_cast<int64_t>(rng() % 600);
+    std::vector<int32_t> sampled(static_cast<size_t>(rows)), ids(static_cast<size_t>(n));
+    for (auto& v : sampled) v = static_cast<int32_t>(rng() % 151936);
+    for (auto& v : ids) v = rng() % 3 == 0 ? -1 - static_cast<int32_t>(rng() % rows) : static_cast<int32_t>(rng() % 151936);
+    std::vector<int32_t> want = ids;
+    for (auto& v : want)
+      if (v < 0) v = sampled[static_cast<size_t>(-1 - v)];
+    cuda_test::DeviceTensor d_ids(DType::kI32, {n}, ids), d_sampled(DType::kI32, {rows}, sampled);
+    cuda_ops::feed_sampled_tokens(d_ids.view().data_as<int32_t>(), n, d_sampled.view().data_as<int32_t>(), nullptr);
+    EXPECT_EQ(d_ids.download<int32_t>(), want) << "n = " << n;
+  }
+}
+
+}  // namespace
+}  // namespace nanovllm

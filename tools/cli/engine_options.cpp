@@ -23,6 +23,8 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option("--gpu-memory-utilization", o.gpu_memory_utilization, "CUDA backend: share of GPU memory to use")
       ->capture_default_str();
   cmd.add_flag("--enforce-eager", o.enforce_eager, "CUDA backend: run decode without CUDA graphs");
+  cmd.add_flag("--no-async-scheduling", o.no_async_scheduling,
+               "schedule each step only after the previous step's tokens are read");
   cmd.add_flag("--no-prefix-caching", o.no_prefix_caching, "do not reuse KV blocks of shared prompt prefixes");
   cmd.add_flag("--no-chunked-prefill", o.no_chunked_prefill, "prefill each prompt in one step");
   cmd.add_option("--engine-seed", o.engine_seed, "seed of the engine RNG (unseeded requests)");
@@ -66,6 +68,7 @@ EngineConfig EngineOptions::to_config() const {
   c.kv_cache_bytes = static_cast<int64_t>(kv_cache_gib * (1LL << 30));
   c.gpu_memory_utilization = gpu_memory_utilization;
   c.enforce_eager = enforce_eager;
+  c.async_scheduling = !no_async_scheduling;
   c.enable_prefix_caching = !no_prefix_caching;
   c.enable_chunked_prefill = !no_chunked_prefill;
   c.seed = engine_seed;

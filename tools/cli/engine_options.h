@@ -22,6 +22,7 @@ struct EngineOptions {
   double kv_cache_gib = 2.0;
   double gpu_memory_utilization = 0.9;
   bool enforce_eager = false;
+  bool no_async_scheduling = false;
   bool no_prefix_caching = false;
   bool no_chunked_prefill = false;
   uint64_t engine_seed = 0;

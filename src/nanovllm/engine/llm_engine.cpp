@@ -174,6 +174,12 @@ std::vector<RequestOutput> LLMEngine::step() {
 // One schedule -> run -> update round of one lane (the paged GPU cache, or the offloaded sequence).
 std::vector<SampledToken> LLMEngine::run_step(Scheduler& scheduler, bool offloaded) {
   using Clock = std::chrono::steady_clock;
+  if (!offloaded && launched_) {
+    drop_finished(*launched_);
+    if (!launched_->empty()) return finish_launched_step(false);
+    runner_->wait_oldest();  // a step whose every sequence stopped before it: long done by now
+    launched_.reset();
+  }
   const auto t0 = Clock::now();
   const SchedulerOutput out = scheduler.schedule();
   std::vector<SampledToken> sampled;
@@ -184,6 +190,12 @@ std::vector<SampledToken> LLMEngine::run_step(Scheduler& scheduler, bool offload
       has_prefill |= s.num_new_tokens > 1 || !s.sample;
     }
     const auto t1 = Clock::now();
+    step_stats_.schedule_s += std::chrono::duration<double>(t1 - t0).count();
+    if (!offloaded && config_.async_scheduling && runner_->can_launch(out)) {
+      runner_->launch(out, false);
+      launched_ = out;
+      return finish_launched_step(has_prefill);
+    }
     sampled = offloaded ? runner_->offload()->execute(out) : runner_->execute(out);
     const auto t2 = Clock::now();
     num_generated_tokens_ += static_cast<int64_t>(sampled.size());
@@ -191,9 +203,78 @@ std::vector<SampledToken> LLMEngine::run_step(Scheduler& scheduler, bool offload
     const double run_s = std::chrono::duration<double>(t2 - t1).count();
     (has_prefill ? step_stats_.prefill_steps_s : step_stats_.decode_steps_s) += run_s;
     ++(has_prefill ? step_stats_.prefill_steps : step_stats_.decode_steps);
-    step_stats_.schedule_s += std::chrono::duration<double>(Clock::now() - t0).count() - run_s;
+    step_stats_.schedule_s += std::chrono::duration<double>(Clock::now() - t2).count();
   }
   return sampled;
+}
+
+// Removes the sequences that finished (aborted, or stopped at the step before) from a launched step:
+// their rows still run and their tokens are dropped. Their blocks may already be free: the rows'
+// K/V stores land before any later step, which is the only place a new owner could use them.
+void LLMEngine::drop_finished(SchedulerOutput& out) const {
+  std::erase_if(out.seqs, [](const ScheduledSequence& s) { return s.seq->is_finished(); });
+}
+
+// Step N (launched_) is on the device. If step N + 1 can be scheduled without N's tokens, schedule
+// and launch it first, fed on the device with N's tokens; then wait for N and apply its tokens.
+std::vector<SampledToken> LLMEngine::finish_launched_step(bool has_prefill) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  SchedulerOutput cur = std::move(*launched_);
+  launched_.reset();
+  int outstanding = 1;  // launched steps not yet waited for
+  bool advanced = false, resolved = false;
+  try {
+    drop_finished(cur);
+    const bool offload_idle = !offload_scheduler_ || !offload_scheduler_->has_unfinished();
+    if (!cur.empty() && offload_idle && scheduler_->can_schedule_ahead(cur)) {
+      scheduler_->advance(cur);
+      advanced = true;
+      SchedulerOutput next = scheduler_->schedule();
+      NANOVLLM_ASSERT(next.seqs.size() == cur.seqs.size(), "scheduling ahead changed the batch");
+      NANOVLLM_CHECK(runner_->can_launch(next), "the runner cannot launch a step scheduled ahead");
+      runner_->launch(next, true);
+      ++outstanding;
+      ++step_stats_.scheduled_ahead_steps;
+      launched_ = std::move(next);
+    }
+    std::vector<SampledToken> sampled = runner_->wait_oldest();
+    --outstanding;
+    // Tokens of the rows dropped above go; the rest are in cur's order.
+    std::erase_if(sampled, [&](const SampledToken& t) {
+      return std::none_of(cur.seqs.begin(), cur.seqs.end(), [&](const ScheduledSequence& s) { return s.seq->seq_id == t.seq_id; });
+    });
+    if (!advanced) {
+      scheduler_->advance(cur);
+      advanced = true;
+    }
+    scheduler_->resolve(cur, sampled);
+    resolved = true;
+    num_generated_tokens_ += static_cast<int64_t>(sampled.size());
+    // Sequences that stopped at N lose their row of N + 1. If none is left (all stopped at an EOS or
+    // stop id), N + 1 stays outstanding rather than delaying N's outputs: the next step() drops it.
+    if (launched_) drop_finished(*launched_);
+    (has_prefill ? step_stats_.prefill_steps_s : step_stats_.decode_steps_s) +=
+        std::chrono::duration<double>(Clock::now() - t0).count();
+    ++(has_prefill ? step_stats_.prefill_steps : step_stats_.decode_steps);
+    return sampled;
+  } catch (...) {
+    // Leave no step behind on the runner and no placeholder in a sequence (step N counts as not run);
+    // the caller aborts the requests of the failed step.
+    launched_.reset();
+    if (advanced && !resolved)
+      for (const ScheduledSequence& s : cur.seqs) {
+        s.seq->num_computed_tokens -= s.num_new_tokens;
+        if (s.sample && s.seq->token_ids.back() == kPendingToken) s.seq->token_ids.pop_back();
+      }
+    for (; outstanding > 0; --outstanding) {
+      try {
+        runner_->wait_oldest();
+      } catch (...) {
+      }
+    }
+    throw;
+  }
 }
 
 void LLMEngine::emit_deltas(const std::vector<SampledToken>& sampled, const std::vector<RequestOutput>& finished) const {

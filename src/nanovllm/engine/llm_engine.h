@@ -42,6 +42,10 @@ struct EngineConfig {
   double gpu_memory_utilization = 0.9;    // CUDA backend
   bool enforce_eager = false;             // CUDA backend: no decode CUDA graphs
   uint64_t seed = 0;
+  // Schedule step N + 1 while step N runs on the device (Scheduler::can_schedule_ahead): decode steps
+  // then follow each other on the GPU without waiting for the host. Off: every step is scheduled after
+  // the previous one's tokens are read (the same tokens either way).
+  bool async_scheduling = true;
   // Long context: layer-wise CPU KV offload (runner/offload_runner.h). A request is offloaded when its
   // prompt + max_tokens (capped at max_model_len) does not fit the whole paged KV cache, or reaches
   // offload_min_tokens when that is > 0. Offloaded requests run one at a time, next to the others.
@@ -115,6 +119,7 @@ class LLMEngine {
   struct StepStats {
     double schedule_s = 0, prefill_steps_s = 0, decode_steps_s = 0;
     int64_t prefill_steps = 0, decode_steps = 0;
+    int64_t scheduled_ahead_steps = 0;  // steps launched before the previous step's tokens were read
   };
   const StepStats& step_stats() const { return step_stats_; }
   int64_t num_prompt_tokens_computed() const { return num_prompt_tokens_computed_; }
@@ -140,6 +145,10 @@ class LLMEngine {
   int64_t num_prompt_tokens_computed_ = 0;
   std::optional<int32_t> tokenizer_eos_token_id() const;  // tokenizer_config.json's eos_token, if any
   std::vector<SampledToken> run_step(Scheduler& scheduler, bool offloaded);
+  std::vector<SampledToken> finish_launched_step(bool has_prefill);
+  void drop_finished(SchedulerOutput& out) const;
+  // The main lane's step launched on the runner and not yet waited for (async scheduling), if any.
+  std::optional<SchedulerOutput> launched_;
   void emit_deltas(const std::vector<SampledToken>& sampled, const std::vector<RequestOutput>& finished) const;
 
   DeltaCallback delta_callback_;

@@ -164,21 +164,34 @@ FinishReason Scheduler::stop_reason(const Sequence& s) const {
 }
 
 void Scheduler::update(const SchedulerOutput& out, const std::vector<SampledToken>& sampled) {
-  size_t k = 0;
-  std::vector<Sequence*> done;
+  advance(out);
+  resolve(out, sampled);
+}
+
+void Scheduler::advance(const SchedulerOutput& out) {
   for (const ScheduledSequence& ss : out.seqs) {
     Sequence& s = *ss.seq;
     s.num_computed_tokens += ss.num_new_tokens;
     NANOVLLM_ASSERT(s.num_computed_tokens <= s.num_tokens());
-    blocks_.commit_full_blocks(s);
+    blocks_.commit_full_blocks(s);  // blocks of computed positions only: the placeholder is not among them
+    if (ss.sample) s.token_ids.push_back(kPendingToken);
+  }
+}
+
+void Scheduler::resolve(const SchedulerOutput& out, const std::vector<SampledToken>& sampled) {
+  size_t k = 0;
+  std::vector<Sequence*> done;
+  for (const ScheduledSequence& ss : out.seqs) {
     if (!ss.sample) continue;
+    Sequence& s = *ss.seq;
     NANOVLLM_CHECK(k < sampled.size(), "Scheduler::update: ", sampled.size(),
                    " sampled tokens for more sequences with sample == true");
     const SampledToken& t = sampled[k++];
     NANOVLLM_CHECK(t.seq_id == s.seq_id, "Scheduler::update: sampled token for request ", t.seq_id,
                    " where request ", s.seq_id, " was expected");
-    if (s.num_output_tokens() == 0) s.first_token_time = std::chrono::steady_clock::now();
-    s.token_ids.push_back(t.token_id);
+    NANOVLLM_ASSERT(s.token_ids.back() == kPendingToken);
+    if (s.num_output_tokens() == 1) s.first_token_time = std::chrono::steady_clock::now();
+    s.token_ids.back() = t.token_id;
     if (s.params.logprobs > 0) s.logprobs.push_back(t.top_logprobs);
     if (stop_reason(s) != FinishReason::kNone) done.push_back(&s);
   }
@@ -192,6 +205,24 @@ void Scheduler::update(const SchedulerOutput& out, const std::vector<SampledToke
     const FinishReason r = stop_reason(*seq);
     finish(std::move(seq), r);
   }
+}
+
+bool Scheduler::can_schedule_ahead(const SchedulerOutput& out) const {
+  if (!waiting_.empty() || out.seqs.size() != running_.size()) return false;
+  int64_t new_blocks = 0;
+  bool all_reach_max_tokens = true;  // then step N + 1 would be wholly wasted: do not launch it
+  for (const ScheduledSequence& ss : out.seqs) {
+    const Sequence& s = *ss.seq;
+    if (ss.num_new_tokens != 1 || !ss.sample || s.status != SequenceStatus::kRunning) return false;
+    const SamplingParams& p = s.params;
+    if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) return false;
+    // After step N the sequence holds num_tokens() + 1 tokens, all but the last computed; step N + 1
+    // computes that last one: it must stay below max_model_len.
+    if (s.num_tokens() + 1 >= config_.max_model_len) return false;
+    new_blocks += blocks_.blocks_for(s.num_tokens() + 1) - static_cast<int64_t>(s.block_table.size());
+    all_reach_max_tokens = all_reach_max_tokens && s.num_output_tokens() + 1 >= p.max_tokens;
+  }
+  return !all_reach_max_tokens && new_blocks <= blocks_.num_free_blocks();
 }
 
 std::vector<std::unique_ptr<Sequence>> Scheduler::take_finished() {

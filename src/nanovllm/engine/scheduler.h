@@ -11,7 +11,8 @@
 // blocks midway; decodes grow the block table one block at a time.
 //
 // Ownership: the scheduler owns every unfinished Sequence; SchedulerOutput holds raw pointers valid
-// until the matching update(). Call order per step: schedule() -> run the model -> update().
+// until the matching update(). Call order per step: schedule() -> run the model -> update() (or, scheduling
+// ahead: schedule() -> run -> advance() -> schedule() -> resolve(), see can_schedule_ahead()).
 // abort() must not be called between schedule() and update() for a sequence in that step.
 #pragma once
 
@@ -57,8 +58,21 @@ class Scheduler {
   // After the runner: `sampled` holds one entry per ScheduledSequence with sample == true, in order.
   // Advances num_computed_tokens, commits full blocks to the prefix cache, appends sampled tokens
   // (+ logprobs when params.logprobs > 0), finishes sequences (eos / stop ids / max_tokens / max_model_len)
-  // and frees their blocks.
+  // and frees their blocks. update() = advance() then resolve().
   void update(const SchedulerOutput& out, const std::vector<SampledToken>& sampled);
+
+  // Scheduling ahead (the engine's async scheduling): while step N runs on the device, the engine
+  // schedules step N + 1 before it knows N's tokens. advance(out_N) does update()'s bookkeeping with
+  // kPendingToken in place of each sampled token, schedule() then gives out_{N+1}, and resolve(out_N,
+  // tokens) writes the real tokens over the placeholders and finishes sequences as update() would
+  // (a sequence that finishes at N has a wasted row in N + 1, which the engine drops).
+  // can_schedule_ahead(out_N) holds when out_{N+1} would be out_N's sequences, all decoding again,
+  // without preemption: nothing waiting, every running sequence a sampling decode of out_N, no token
+  // penalties (their device inputs list token ids), none reaching max_model_len at N, not all reaching
+  // max_tokens at N (a step wholly wasted), blocks for all.
+  bool can_schedule_ahead(const SchedulerOutput& out) const;
+  void advance(const SchedulerOutput& out);
+  void resolve(const SchedulerOutput& out, const std::vector<SampledToken>& sampled);
 
   // Finished sequences (including aborted ones) since the last call, in finishing order.
   std::vector<std::unique_ptr<Sequence>> take_finished();

@@ -10,6 +10,9 @@
 
 namespace nanovllm {
 
+// A sampled token the engine has not read yet (scheduling ahead: Scheduler::advance); never a real id.
+constexpr int32_t kPendingToken = -1;
+
 enum class SequenceStatus { kWaiting, kRunning, kFinished };
 enum class FinishReason { kNone, kStop, kLength, kAbort };
 const char* to_string(FinishReason r);  // "stop", "length", "abort", ""

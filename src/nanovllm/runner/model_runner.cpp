@@ -1,5 +1,7 @@
 #include "nanovllm/runner/model_runner.h"
 
+#include <unordered_map>
+
 #include "nanovllm/core/error.h"
 #include "nanovllm/runner/cpu_model_runner.h"
 #if NANOVLLM_WITH_CUDA
@@ -22,6 +24,45 @@ void check_runner_config(const RunnerConfig& rc) {
 }
 
 int64_t blocks_per_max_len_seq(const RunnerConfig& rc) { return (rc.max_model_len + rc.block_size - 1) / rc.block_size; }
+
+bool ModelRunner::can_launch(const SchedulerOutput&) const { return true; }
+
+void ModelRunner::launch(const SchedulerOutput& out, bool fed_from_previous) {
+  NANOVLLM_CHECK(launched_.size() < 2, "ModelRunner::launch: two steps are already outstanding");
+  if (!fed_from_previous) {
+    launched_.push_back(execute(out));
+    return;
+  }
+  // The host already has the previous step's tokens: put them in place of the placeholders for the run.
+  NANOVLLM_CHECK(!launched_.empty(), "ModelRunner::launch: fed from a previous step that was not launched");
+  std::unordered_map<int64_t, int32_t> previous;
+  for (const SampledToken& t : launched_.back()) previous.emplace(t.seq_id, t.token_id);
+  auto set_last = [&](bool real) {
+    for (const ScheduledSequence& s : out.seqs) {
+      auto it = previous.find(s.seq->seq_id);
+      NANOVLLM_CHECK(it != previous.end(), "ModelRunner::launch: request ", s.seq->seq_id,
+                     " was not in the previous step");
+      s.seq->token_ids.back() = real ? it->second : kPendingToken;
+    }
+  };
+  set_last(true);
+  std::vector<SampledToken> tokens;
+  try {
+    tokens = execute(out);
+  } catch (...) {
+    set_last(false);
+    throw;
+  }
+  set_last(false);
+  launched_.push_back(std::move(tokens));
+}
+
+std::vector<SampledToken> ModelRunner::wait_oldest() {
+  NANOVLLM_CHECK(!launched_.empty(), "ModelRunner::wait_oldest: no launched step");
+  std::vector<SampledToken> tokens = std::move(launched_.front());
+  launched_.pop_front();
+  return tokens;
+}
 
 #ifndef NANOVLLM_WITH_CUDA
 #define NANOVLLM_WITH_CUDA 0

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -54,9 +55,23 @@ class ModelRunner {
   // Runs one step: writes the scheduled tokens' K/V into the cache and samples the next token of every
   // sequence with sample == true (in SchedulerOutput order).
   virtual std::vector<SampledToken> execute(const SchedulerOutput& out) = 0;
+
+  // Launched steps (the engine's async scheduling, Scheduler::can_schedule_ahead): launch() starts a
+  // step and may return before it ends; wait_oldest() returns the sampled tokens of the oldest launched
+  // step not yet waited for. At most two steps are launched and not waited for; a launch with
+  // `fed_from_previous` reads, as each sequence's last token (kPendingToken on the host), the token the
+  // step launched just before it sampled for that sequence, which must have had every one of its
+  // sequences. execute() only runs with no launched step outstanding.
+  // This default runs the step inside launch(); a backend overrides the three to overlap.
+  virtual bool can_launch(const SchedulerOutput& out) const;
+  virtual void launch(const SchedulerOutput& out, bool fed_from_previous);
+  virtual std::vector<SampledToken> wait_oldest();
   // The long-context path (RunnerConfig::enable_cpu_offload), on the same model, stream and workspace;
   // nullptr when offload is off.
   virtual OffloadRunner* offload() { return nullptr; }
+
+ private:
+  std::deque<std::vector<SampledToken>> launched_;  // the default launch(): results not yet waited for
 };
 
 }  // namespace nanovllm

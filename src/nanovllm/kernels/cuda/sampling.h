@@ -91,6 +91,11 @@ void sample(float* logits, int64_t num_rows, int64_t vocab, const GpuSamplingPar
             const GpuSamplingParams* host_params, GpuPenaltyEntry* entries, GpuSampleOutputs out,
             cudaStream_t stream, void* scratch = nullptr);
 
+// A step's input ids fed from the previous step's samples (async scheduling, feed_tokens.cu): where
+// ids[i] < 0 it becomes sampled[-1 - ids[i]] (the token the previous step sampled in that row); ids
+// >= 0 stay. ids: [n] i32 device; sampled: [previous step's rows] i32 device.
+void feed_sampled_tokens(int32_t* ids, int64_t n, const int32_t* sampled, cudaStream_t stream);
+
 // For tests: out[i] = x[i] / t as the sampler divides logits by the temperature (x, out: [n] device).
 // It must equal the IEEE (CPU) division bit for bit.
 void divide_like_sampler(const float* x, int64_t n, float t, float* out, cudaStream_t stream);

@@ -11,6 +11,7 @@
 #include "nanovllm/kernels/cuda/cuda_memory.h"
 #include "nanovllm/kernels/cuda/event_timing.h"
 #include "nanovllm/kernels/cuda/pdl.h"
+#include "nanovllm/kernels/cuda/sampling.h"
 #include "nanovllm/model/rope.h"
 #include "nanovllm/model/weights.h"
 #include "nanovllm/runner/cuda/cuda_offload_device.h"
@@ -41,7 +42,7 @@ CudaModelRunner::CudaModelRunner(const std::filesystem::path& model_dir, const M
   // Packed step inputs: ids, positions, slots [T each], cu_seqlens, context lens, sample rows, tables.
   const int64_t max_blocks_per_seq = blocks_per_max_len_seq(rc);
   max_batch_ints_ = 3 * rc.max_num_batched_tokens + 3 * rc.max_num_seqs + 1 + rc.max_num_seqs * max_blocks_per_seq;
-  batch_host_ = Buffer(pinned_host_allocator(), static_cast<size_t>(max_batch_ints_) * 4);
+  for (Buffer& b : batch_host_) b = Buffer(pinned_host_allocator(), static_cast<size_t>(max_batch_ints_) * 4);
   batch_device_ = Buffer(cuda_allocator(device_), static_cast<size_t>(max_batch_ints_) * 4);
   sampler_ = std::make_unique<GpuSampler>(config.eos_token_ids, config.vocab_size, rc.max_num_seqs, device_);
   if (rc.enable_cpu_offload) {  // before the paged KV cache, which takes what the budget leaves
@@ -165,10 +166,14 @@ int64_t CudaModelRunner::graph_table_stride(const SchedulerOutput& out) const {
 
 void CudaModelRunner::upload_batch(const ForwardBatch& batch) {
   NANOVLLM_ASSERT(static_cast<int64_t>(batch.data.size()) <= max_batch_ints_);
-  // One H2D copy of the packed inputs. The pinned staging buffer is free again: the previous step
-  // ended with a stream sync.
-  std::memcpy(batch_host_.data(), batch.data.data(), batch.data.size() * 4);
-  copy_h2d(batch_device_.data(), batch_host_.data(), batch.data.size() * 4, stream_);
+  // One H2D copy of the packed inputs. The staging slot is free: the step that used it last was waited
+  // for (at most two steps are in flight, alternating slots).
+  Buffer& staging = batch_host_[static_cast<size_t>(staging_slot_)];
+  std::memcpy(staging.data(), batch.data.data(), batch.data.size() * 4);
+  copy_h2d(batch_device_.data(), staging.data(), batch.data.size() * 4, stream_);
+  if (step_fed_)
+    cuda_ops::feed_sampled_tokens(static_cast<int32_t*>(batch_device_.data()) + batch.input_ids, batch.num_tokens,
+                                  sampler_->device_token_ids(), stream_);
 }
 
 void CudaModelRunner::make_persistent_decoder() {
@@ -204,7 +209,15 @@ void CudaModelRunner::run_eager(const SchedulerOutput& out) {
 void CudaModelRunner::run_decode_graph(const SchedulerOutput& out, int64_t bucket, int64_t table_stride) {
   // Launch sizing (attention splits) must hold for any context the graph replays: the stride's capacity.
   const int64_t max_context = std::min(rc_.max_model_len, table_stride * rc_.block_size);
-  const ForwardBatch batch = build_padded_decode_batch(out, rc_.block_size, bucket, table_stride, max_context);
+  ForwardBatch batch = build_padded_decode_batch(out, rc_.block_size, bucket, table_stride, max_context);
+  if (step_fed_) {  // the placeholders become "the previous step's row r" (-1 - r), resolved on the device
+    for (size_t i = 0; i < out.seqs.size(); ++i) {
+      const auto it = last_step_rows_.find(out.seqs[i].seq->seq_id);
+      NANOVLLM_CHECK(it != last_step_rows_.end(), "request ", out.seqs[i].seq->seq_id,
+                     " was not in the step its input is fed from");
+      batch.data[static_cast<size_t>(batch.input_ids) + i] = -1 - it->second;
+    }
+  }
   upload_batch(batch);
   auto it = graphs_.find({bucket, table_stride});
   if (it == graphs_.end()) {
@@ -292,31 +305,68 @@ std::vector<SampledToken> CudaModelRunner::execute(const SchedulerOutput& out) {
   NANOVLLM_CHECK(out.num_tokens() <= rc_.max_num_batched_tokens &&
                      static_cast<int64_t>(out.seqs.size()) <= rc_.max_num_seqs,
                  "step of ", out.num_tokens(), " tokens / ", out.seqs.size(), " seqs exceeds the runner's limits");
+  NANOVLLM_CHECK(launched_.empty(), "CudaModelRunner::execute: launched steps are outstanding");
+  if (can_launch(out)) {
+    launch(out, false);
+    return wait_oldest();
+  }
   const bool decode_only = std::all_of(out.seqs.begin(), out.seqs.end(), [](const ScheduledSequence& s) {
     return s.num_new_tokens == 1 && s.sample;
   });
-  const int64_t bucket = decode_only ? graph_bucket(static_cast<int64_t>(out.seqs.size())) : 0;
-  if (bucket > 0) {
-    NvtxRange range("decode");
-    // Longest context first: decode attention's CTAs are dispatched in sequence order, so the last
-    // ones to start (the tail of the kernel) are the shortest (H200, 256 seqs U[100, 2000]: -2%).
-    std::vector<size_t> order(out.seqs.size());
-    std::iota(order.begin(), order.end(), size_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return out.seqs[a].seq->num_tokens() > out.seqs[b].seq->num_tokens();
-    });
-    SchedulerOutput sorted;
-    sorted.seqs.reserve(out.seqs.size());
-    for (size_t i : order) sorted.seqs.push_back(out.seqs[i]);
-    run_decode_graph(sorted, bucket, graph_table_stride(sorted));
-    std::vector<SampledToken> tokens = sample(sorted);
-    std::vector<SampledToken> in_order(tokens.size());  // every decode row samples: back to `out` order
-    for (size_t k = 0; k < order.size(); ++k) in_order[order[k]] = std::move(tokens[k]);
-    return in_order;
-  }
   NvtxRange range(decode_only ? "decode" : "prefill");
+  staging_slot_ = next_slot_;  // nothing is in flight: either slot is free
+  step_fed_ = false;
   run_eager(out);
   return sample(out);
+}
+
+bool CudaModelRunner::can_launch(const SchedulerOutput& out) const {
+  const bool decode_only = !out.empty() && std::all_of(out.seqs.begin(), out.seqs.end(), [](const ScheduledSequence& s) {
+    return s.num_new_tokens == 1 && s.sample;
+  });
+  return decode_only && static_cast<int64_t>(out.seqs.size()) <= rc_.max_num_seqs &&
+         graph_bucket(static_cast<int64_t>(out.seqs.size())) > 0;
+}
+
+void CudaModelRunner::launch(const SchedulerOutput& out, bool fed_from_previous) {
+  NANOVLLM_CHECK(can_launch(out), "CudaModelRunner::launch: not a decode step with a graph");
+  NANOVLLM_CHECK(launched_.size() < 2, "CudaModelRunner::launch: two steps are already in flight");
+  NANOVLLM_CHECK(!fed_from_previous || !last_step_rows_.empty(), "CudaModelRunner::launch: nothing to feed from");
+  NvtxRange range("decode");
+  // Longest context first: decode attention's CTAs are dispatched in sequence order, so the last
+  // ones to start (the tail of the kernel) are the shortest (H200, 256 seqs U[100, 2000]: -2%).
+  LaunchedStep step;
+  step.slot = next_slot_;
+  step.order.resize(out.seqs.size());
+  std::iota(step.order.begin(), step.order.end(), size_t{0});
+  std::stable_sort(step.order.begin(), step.order.end(), [&](size_t a, size_t b) {
+    return out.seqs[a].seq->num_tokens() > out.seqs[b].seq->num_tokens();
+  });
+  SchedulerOutput sorted;
+  sorted.seqs.reserve(out.seqs.size());
+  for (size_t i : step.order) sorted.seqs.push_back(out.seqs[i]);
+  staging_slot_ = step.slot;
+  step_fed_ = fed_from_previous;
+  run_decode_graph(sorted, graph_bucket(static_cast<int64_t>(sorted.seqs.size())), graph_table_stride(sorted));
+  step_fed_ = false;
+  std::vector<const Sequence*> seqs;
+  seqs.reserve(sorted.seqs.size());
+  for (const ScheduledSequence& s : sorted.seqs) seqs.push_back(s.seq);
+  sampler_->enqueue(step.slot, seqs, ws_.logits.data_as<float>(), stream_);
+  last_step_rows_.clear();
+  for (size_t k = 0; k < seqs.size(); ++k) last_step_rows_[seqs[k]->seq_id] = static_cast<int32_t>(k);
+  launched_.push_back(std::move(step));
+  next_slot_ ^= 1;
+}
+
+std::vector<SampledToken> CudaModelRunner::wait_oldest() {
+  NANOVLLM_CHECK(!launched_.empty(), "CudaModelRunner::wait_oldest: no launched step");
+  const LaunchedStep step = std::move(launched_.front());
+  launched_.pop_front();
+  std::vector<SampledToken> tokens = sampler_->collect(step.slot);
+  std::vector<SampledToken> in_order(tokens.size());  // every decode row samples: back to `out` order
+  for (size_t k = 0; k < step.order.size(); ++k) in_order[step.order[k]] = std::move(tokens[k]);
+  return in_order;
 }
 
 std::vector<SampledToken> CudaModelRunner::sample(const SchedulerOutput& out) {

@@ -2,7 +2,10 @@
 // inputs moved with one host->device copy, no allocation inside a step.
 #pragma once
 
+#include <array>
+#include <deque>
 #include <map>
+#include <unordered_map>
 
 #include <cuda_runtime.h>
 
@@ -23,6 +26,11 @@ class CudaModelRunner final : public ModelRunner {
 
   int64_t num_kv_blocks() const override { return num_kv_blocks_; }
   std::vector<SampledToken> execute(const SchedulerOutput& out) override;
+  // Decode steps that replay a graph launch without waiting (model_runner.h); fed steps take their
+  // input ids from the previous step's samples on the device (cuda_ops::feed_sampled_tokens).
+  bool can_launch(const SchedulerOutput& out) const override;
+  void launch(const SchedulerOutput& out, bool fed_from_previous) override;
+  std::vector<SampledToken> wait_oldest() override;
   OffloadRunner* offload() override { return offload_.get(); }
 
  private:
@@ -48,6 +56,7 @@ class CudaModelRunner final : public ModelRunner {
   // (kernels/cuda/persistent_decode.h) where the model allows it.
   void make_persistent_decoder();
   void decode_forward(const DecoderInputs& in);
+  // The packed inputs through pinned staging slot staging_slot_; with step_fed_, then the fed ids.
   void upload_batch(const ForwardBatch& batch);
   // Samples the rows of `out` with sample == true (in `out` order) from the step's logits; syncs.
   std::vector<SampledToken> sample(const SchedulerOutput& out);
@@ -63,7 +72,16 @@ class CudaModelRunner final : public ModelRunner {
   Buffer kv_storage_;                // [L, 2, NB, BS, Hk, D] bf16, device
   std::vector<LayerKvCache> kv_;
   int64_t max_batch_ints_ = 0;
-  Buffer batch_host_;                // packed ForwardBatch ints, pinned
+  std::array<Buffer, 2> batch_host_;  // packed ForwardBatch ints, pinned: one per launched step in flight
+  int staging_slot_ = 0;              // the batch_host_ (and sampler slot) of the step being launched
+  bool step_fed_ = false;             // the step being launched reads ids fed from the previous step
+  struct LaunchedStep {
+    int slot = 0;
+    std::vector<size_t> order;  // row k of the step is out.seqs[order[k]]
+  };
+  std::deque<LaunchedStep> launched_;                      // oldest first, at most two
+  std::unordered_map<int64_t, int32_t> last_step_rows_;  // seq_id -> row in the last launched step
+  int next_slot_ = 0;
   Buffer batch_device_;              // its device copy
   std::vector<int64_t> graph_buckets_;             // ascending decode batch sizes with a graph
   int64_t max_table_stride_ = 0;                   // blocks of a max_model_len sequence

@@ -30,16 +30,22 @@ size_t in_bytes(int64_t rows, int64_t entries) {
 GpuSampler::GpuSampler(std::vector<int64_t> eos_token_ids, int64_t vocab, int64_t max_num_seqs, int device)
     : eos_token_ids_(std::move(eos_token_ids)), vocab_(vocab), device_(device) {
   NANOVLLM_CHECK(vocab >= 1, "GpuSampler: vocab must be >= 1, got ", vocab);
+  for (Slot& slot : slots_) CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
   reserve(std::max<int64_t>(max_num_seqs, 1), 4096);
+}
+
+GpuSampler::~GpuSampler() {
+  for (Slot& slot : slots_)
+    if (slot.done) cudaEventDestroy(slot.done);
 }
 
 void GpuSampler::reserve(int64_t rows, int64_t entries) {
   if (rows <= cap_rows_ && entries <= cap_entries_) return;
-  // Callers have synchronised with the previous step, so the old buffers are idle.
+  // Freeing device memory waits for the device, so buffers a step in flight uses are idle by the time
+  // they go. The slots' host buffers follow in enqueue(), each only while its slot is idle.
   if (rows > cap_rows_) {
     cap_rows_ = std::max(rows, cap_rows_ * 2);
     const size_t out_bytes = cuda_ops::sample_output_words(cap_rows_) * 4;
-    out_host_ = Buffer(pinned_host_allocator(), out_bytes);
     out_dev_ = Buffer(cuda_allocator(device_), out_bytes);
     const size_t scratch_bytes = cuda_ops::sample_scratch_bytes(cap_rows_, vocab_);
     stats_dev_ = Buffer(cuda_allocator(device_), scratch_bytes);
@@ -49,15 +55,25 @@ void GpuSampler::reserve(int64_t rows, int64_t entries) {
     CUDA_CHECK(cudaDeviceSynchronize());
   }
   cap_entries_ = std::max(entries, std::max<int64_t>(cap_entries_, 4096));
-  in_host_ = Buffer(pinned_host_allocator(), in_bytes(cap_rows_, cap_entries_));
   in_dev_ = Buffer(cuda_allocator(device_), in_bytes(cap_rows_, cap_entries_));
 }
 
 std::vector<SampledToken> GpuSampler::sample(const std::vector<const Sequence*>& seqs, float* logits,
                                              cudaStream_t stream) {
+  if (seqs.empty()) return {};
+  NANOVLLM_CHECK(!slots_[0].pending, "GpuSampler::sample: slot 0 holds a sampling not collected");
+  enqueue(0, seqs, logits, stream);
+  return collect(0);
+}
+
+void GpuSampler::enqueue(int slot_index, const std::vector<const Sequence*>& seqs, float* logits,
+                         cudaStream_t stream) {
+  NANOVLLM_CHECK(slot_index == 0 || slot_index == 1, "GpuSampler: slot must be 0 or 1");
+  Slot& slot = slots_[static_cast<size_t>(slot_index)];
+  NANOVLLM_CHECK(!slot.pending, "GpuSampler::enqueue: slot ", slot_index, " is still in flight");
   const int64_t S = static_cast<int64_t>(seqs.size());
-  if (S == 0) return {};
   const int64_t V = vocab_;
+  slot.rows.clear();
 
   // Per-row penalty/suppression entries, built on the host only for rows that need them.
   std::vector<GpuSamplingParams> params(static_cast<size_t>(S));
@@ -110,12 +126,16 @@ std::vector<SampledToken> GpuSampler::sample(const std::vector<const Sequence*>&
     g.entry_count = static_cast<int32_t>(scratch_.size());
     for (const auto& [id, c] : scratch_) entries.push_back({id, c, 0.0f});
     any_logprobs = any_logprobs || p.logprobs > 0;
+    slot.rows.emplace_back(seq.seq_id, std::min<int64_t>(p.logprobs, V));
   }
 
   const int64_t E = static_cast<int64_t>(entries.size());
   reserve(S, E);
+  const size_t in_size = in_bytes(cap_rows_, cap_entries_), out_size = cuda_ops::sample_output_words(cap_rows_) * 4;
+  if (slot.in_host.nbytes() < in_size) slot.in_host = Buffer(pinned_host_allocator(), in_size);
+  if (slot.out_host.nbytes() < out_size) slot.out_host = Buffer(pinned_host_allocator(), out_size);
   // One H2D: [S] params, then [E] entries.
-  auto* host = static_cast<char*>(in_host_.data());
+  auto* host = static_cast<char*>(slot.in_host.data());
   const size_t params_bytes = static_cast<size_t>(S) * sizeof(GpuSamplingParams);
   std::copy_n(reinterpret_cast<const char*>(params.data()), params_bytes, host);
   std::copy_n(reinterpret_cast<const char*>(entries.data()), static_cast<size_t>(E) * sizeof(GpuPenaltyEntry),
@@ -128,17 +148,25 @@ std::vector<SampledToken> GpuSampler::sample(const std::vector<const Sequence*>&
                    stats_dev_.data());
   // One D2H: token ids and their logprobs always; the top-K block only when some row asked for it.
   const size_t words = any_logprobs ? cuda_ops::sample_output_words(S) : static_cast<size_t>(2 * S);
-  copy_d2h(out_host_.data(), out_dev_.data(), words * 4, stream);
-  CUDA_CHECK(cudaStreamSynchronize(stream));
+  copy_d2h(slot.out_host.data(), out_dev_.data(), words * 4, stream);
+  CUDA_CHECK(cudaEventRecord(slot.done, stream));
+  slot.pending = true;
+}
 
-  const cuda_ops::GpuSampleOutputs h = cuda_ops::sample_outputs_at(out_host_.data(), S);
+std::vector<SampledToken> GpuSampler::collect(int slot_index) {
+  NANOVLLM_CHECK(slot_index == 0 || slot_index == 1, "GpuSampler: slot must be 0 or 1");
+  Slot& slot = slots_[static_cast<size_t>(slot_index)];
+  NANOVLLM_CHECK(slot.pending, "GpuSampler::collect: nothing enqueued in slot ", slot_index);
+  CUDA_CHECK(cudaEventSynchronize(slot.done));
+  slot.pending = false;
+  const int64_t S = static_cast<int64_t>(slot.rows.size());
+  const cuda_ops::GpuSampleOutputs h = cuda_ops::sample_outputs_at(slot.out_host.data(), S);
   std::vector<SampledToken> result(static_cast<size_t>(S));
   for (int64_t i = 0; i < S; ++i) {
-    const Sequence& seq = *seqs[i];
+    const auto [seq_id, k] = slot.rows[static_cast<size_t>(i)];
     SampledToken& r = result[i];
-    r.seq_id = seq.seq_id;
+    r.seq_id = seq_id;
     r.token_id = h.token_ids[i];
-    const int64_t k = std::min<int64_t>(seq.params.logprobs, V);
     if (k > 0) {
       r.top_logprobs.reserve(static_cast<size_t>(k) + 1);
       bool present = false;
