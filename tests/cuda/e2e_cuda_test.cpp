@@ -94,14 +94,21 @@ TEST_P(CudaVsGolden, GreedyMatchesHfAndCpu) {
 INSTANTIATE_TEST_SUITE_P(Models, CudaVsGolden, ::testing::ValuesIn(testing::golden_model_names()),
                          [](const auto& info) { return info.param; });
 
-// The peaked tied model (the `tiny` preset with head_dim 64): CPU and CUDA agree token for token.
-TEST(CudaVsCpu, TiedTinyModelGivesIdenticalGreedyTokens) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+// The peaked tied model (the `tiny` preset with head_dim 64), on `backend`.
+EngineConfig tied_tiny_config(Backend backend) {
   EngineConfig ec;
   ec.model = testing::tiny_model_dir("cuda-vs-cpu", {{"head_dim", 64}, {"num_key_value_heads", 1}}, 21);
   ec.block_size = 16;
   ec.max_num_batched_tokens = 256;
   ec.num_kv_blocks = 128;
+  ec.backend = backend;
+  return ec;
+}
+
+// The peaked tied model: CPU and CUDA agree token for token.
+TEST(CudaVsCpu, TiedTinyModelGivesIdenticalGreedyTokens) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  EngineConfig ec = tied_tiny_config(Backend::kCuda);
   std::vector<std::vector<int32_t>> prompts;
   for (int n : {1, 15, 16, 17, 100, 129}) {
     std::vector<int32_t> p;
@@ -112,7 +119,6 @@ TEST(CudaVsCpu, TiedTinyModelGivesIdenticalGreedyTokens) {
   sp.temperature = 0;
   sp.ignore_eos = true;
   sp.max_tokens = 40;  // decodes cross block boundaries
-  ec.backend = Backend::kCuda;
   const auto gpu = LLM(ec).generate(prompts, sp);  // decode through CUDA graphs (buckets 1..8)
   ec.enforce_eager = true;
   const auto gpu_eager = LLM(ec).generate(prompts, sp);
@@ -131,12 +137,7 @@ TEST(CudaVsCpu, TiedTinyModelGivesIdenticalGreedyTokens) {
 // noise (kLogprobTol); the peaked model keeps the tokens identical.
 TEST(CudaVsCpu, AsyncSchedulingGivesTheTokensOfSyncScheduling) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  EngineConfig ec;
-  ec.model = testing::tiny_model_dir("cuda-vs-cpu", {{"head_dim", 64}, {"num_key_value_heads", 1}}, 21);
-  ec.block_size = 16;
-  ec.max_num_batched_tokens = 256;
-  ec.num_kv_blocks = 128;
-  ec.backend = Backend::kCuda;
+  const EngineConfig ec = tied_tiny_config(Backend::kCuda);
   std::vector<std::vector<int32_t>> prompts;
   std::vector<SamplingParams> params;
   for (int n : {3, 17, 40, 9, 64}) {

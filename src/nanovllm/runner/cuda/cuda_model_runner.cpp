@@ -324,8 +324,7 @@ bool CudaModelRunner::can_launch(const SchedulerOutput& out) const {
   const bool decode_only = !out.empty() && std::all_of(out.seqs.begin(), out.seqs.end(), [](const ScheduledSequence& s) {
     return s.num_new_tokens == 1 && s.sample;
   });
-  return decode_only && static_cast<int64_t>(out.seqs.size()) <= rc_.max_num_seqs &&
-         graph_bucket(static_cast<int64_t>(out.seqs.size())) > 0;
+  return decode_only && graph_bucket(static_cast<int64_t>(out.seqs.size())) > 0;
 }
 
 void CudaModelRunner::launch(const SchedulerOutput& out, bool fed_from_previous) {
