@@ -71,6 +71,14 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   CUpti_Activity* rec = nullptr;
   std::vector<KernelRecord> got;
   while (valid > 0 && cupti().next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
+    if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {  // grid: the bytes copied
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
+      const char* what = m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOD   ? "memcpy HtoD"
+                         : m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH ? "memcpy DtoH"
+                                                                           : "memcpy";
+      got.push_back({what, m->start, m->end, static_cast<int>(m->bytes), 0});
+      continue;
+    }
     if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
     got.push_back({demangle(k->name), k->start, k->end, k->gridX * k->gridY * k->gridZ, k->dynamicSharedMemory});
@@ -109,13 +117,17 @@ void KernelTimeline::start() {
     std::lock_guard<std::mutex> lock(g_mu);
     g_records.clear();
   }
-  if (cupti().ok) cupti().enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  if (cupti().ok) {
+    cupti().enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    cupti().enable(CUPTI_ACTIVITY_KIND_MEMCPY);
+  }
 }
 
 std::vector<KernelRecord> KernelTimeline::stop() {
   if (!cupti().ok) return {};
   cupti().flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   cupti().disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  cupti().disable(CUPTI_ACTIVITY_KIND_MEMCPY);
   cupti().flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   std::lock_guard<std::mutex> lock(g_mu);
   std::vector<KernelRecord> out = std::move(g_records);

@@ -557,5 +557,47 @@ TEST(CudaSampling, FeedSampledTokensMatchesReference) {
   }
 }
 
+// The kernel-staged step inputs: a copy of pinned host words where only negative words inside the ids
+// range are fed (negative words elsewhere, as padding block-table entries are, stay), from device samples
+// or mapped pinned ones (GpuSampler writes its tokens there); and a second region (the sampler's
+// parameters) copied plainly by the same launch, shorter or longer than the first.
+TEST(CudaSampling, StageStepInputsMatchesReference) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(32);
+  for (const int64_t n : {1, 15, 255, 256, 257, 513, 4099}) {
+    const int64_t rows = 1 + static_cast<int64_t>(rng() % 300);
+    const int64_t ids_begin = static_cast<int64_t>(rng() % static_cast<uint32_t>(n));
+    const int64_t num_ids = std::min<int64_t>(n - ids_begin, 1 + static_cast<int64_t>(rng() % 700));
+    Buffer host(pinned_host_allocator(), static_cast<size_t>(n) * 4);
+    Buffer host_sampled(pinned_host_allocator(), static_cast<size_t>(rows) * 4);
+    auto* words = static_cast<int32_t*>(host.data());
+    auto* sampled = static_cast<int32_t*>(host_sampled.data());
+    for (int64_t r = 0; r < rows; ++r) sampled[r] = static_cast<int32_t>(rng() % 151936);
+    for (int64_t i = 0; i < n; ++i)
+      words[i] = rng() % 3 == 0 ? -1 - static_cast<int32_t>(rng() % rows) : static_cast<int32_t>(rng() % 151936);
+    std::vector<int32_t> copied(words, words + n), fed = copied;
+    for (int64_t i = ids_begin; i < ids_begin + num_ids; ++i)
+      if (fed[static_cast<size_t>(i)] < 0) fed[static_cast<size_t>(i)] = sampled[-1 - fed[static_cast<size_t>(i)]];
+    const std::vector<int32_t> sampled_vec(sampled, sampled + rows);
+    cuda_test::DeviceTensor d_out(DType::kI32, {n}), d_sampled(DType::kI32, {rows}, sampled_vec);
+    const auto* src = static_cast<const int32_t*>(mapped_device_pointer(host.data()));
+    int32_t* dst = d_out.view().data_as<int32_t>();
+    cuda_ops::stage_step_inputs(dst, src, n, ids_begin, num_ids, nullptr, {}, nullptr);
+    EXPECT_EQ(d_out.download<int32_t>(), copied) << "n = " << n << ", not fed";
+    d_out.fill_bytes(0xff);
+    cuda_ops::stage_step_inputs(dst, src, n, ids_begin, num_ids, d_sampled.view().data_as<int32_t>(), {}, nullptr);
+    EXPECT_EQ(d_out.download<int32_t>(), fed) << "n = " << n << ", fed from device memory";
+    // With a second region of rows words (the pinned samples as its source).
+    d_out.fill_bytes(0xff);
+    cuda_test::DeviceTensor d_extra(DType::kI32, {rows});
+    d_extra.fill_bytes(0xff);
+    const auto* mapped_sampled = static_cast<const int32_t*>(mapped_device_pointer(host_sampled.data()));
+    cuda_ops::stage_step_inputs(dst, src, n, ids_begin, num_ids, mapped_sampled,
+                                {d_extra.view().data_as<int32_t>(), mapped_sampled, rows}, nullptr);
+    EXPECT_EQ(d_out.download<int32_t>(), fed) << "n = " << n << ", fed from pinned memory";
+    EXPECT_EQ(d_extra.download<int32_t>(), sampled_vec) << "n = " << n << ", second region of " << rows << " words";
+  }
+}
+
 }  // namespace
 }  // namespace nanovllm

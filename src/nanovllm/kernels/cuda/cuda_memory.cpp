@@ -88,6 +88,12 @@ Allocator& pinned_host_allocator() {
   return alloc;
 }
 
+void* mapped_device_pointer(void* pinned_host) {
+  void* dev = nullptr;
+  CUDA_CHECK(cudaHostGetDevicePointer(&dev, pinned_host, 0));
+  return dev;
+}
+
 void copy_h2d(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
   if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
 }

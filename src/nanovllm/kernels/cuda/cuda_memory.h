@@ -21,6 +21,12 @@ size_t cuda_peak_allocated_bytes();
 // Page-locked host memory (cudaHostAlloc), needed for truly asynchronous H2D/D2H copies. device() is CPU.
 Allocator& pinned_host_allocator();
 
+// The address kernels use for pinned_host_allocator() memory (mapped: with unified addressing, the host
+// pointer itself). Kernels reading or writing it cross PCIe on every access: for a few hundred bytes per
+// step this replaces a copy-engine operation, whose stream hand-offs cost 2-8 us each (bench/results
+// session 16).
+void* mapped_device_pointer(void* pinned_host);
+
 // Asynchronous copies on `stream` (ordered with the kernels on it). Bytes must fit both buffers.
 void copy_h2d(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 void copy_d2h(void* dst, const void* src, size_t bytes, cudaStream_t stream);

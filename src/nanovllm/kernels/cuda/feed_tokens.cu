@@ -1,5 +1,6 @@
 // Input ids fed on the device from the previous step's samples (the engine's async scheduling: step
-// N + 1 is launched before the host has read step N's tokens).
+// N + 1 is launched before the host has read step N's tokens), and the step's packed inputs staged from
+// pinned host memory by a kernel.
 #include "nanovllm/kernels/cuda/cuda_check.h"
 #include "nanovllm/kernels/cuda/sampling.h"
 
@@ -11,7 +12,34 @@ __global__ void feed_sampled_tokens_kernel(int32_t* __restrict__ ids, int64_t n,
   if (i < n && ids[i] < 0) ids[i] = sampled[-1 - ids[i]];
 }
 
+// One word per thread; blockIdx.y 0: the step's inputs (fed ids resolved), 1: the second region. src
+// is host memory read across PCIe, dst device memory.
+__global__ void stage_step_inputs_kernel(int32_t* __restrict__ dst, const int32_t* __restrict__ src, int64_t n,
+                                         int64_t ids_begin, int64_t ids_end, const int32_t* __restrict__ sampled,
+                                         int32_t* __restrict__ dst2, const int32_t* __restrict__ src2, int64_t n2) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (blockIdx.y == 1) {
+    if (i < n2) dst2[i] = src2[i];
+    return;
+  }
+  if (i >= n) return;
+  int32_t v = src[i];
+  if (sampled != nullptr && v < 0 && i >= ids_begin && i < ids_end) v = sampled[-1 - v];
+  dst[i] = v;
+}
+
 }  // namespace
+
+void stage_step_inputs(int32_t* dst, const int32_t* src_mapped, int64_t n, int64_t ids_begin, int64_t num_ids,
+                       const int32_t* sampled, StagedWords extra, cudaStream_t stream) {
+  const int64_t most = n > extra.words ? n : extra.words;
+  if (most == 0) return;
+  constexpr int kThreads = 256;
+  const dim3 grid(static_cast<unsigned>((most + kThreads - 1) / kThreads), extra.words > 0 ? 2 : 1);
+  stage_step_inputs_kernel<<<grid, kThreads, 0, stream>>>(dst, src_mapped, n, ids_begin, ids_begin + num_ids, sampled,
+                                                          extra.dst, extra.src_mapped, extra.words);
+  CUDA_CHECK_LAUNCH();
+}
 
 void feed_sampled_tokens(int32_t* ids, int64_t n, const int32_t* sampled, cudaStream_t stream) {
   if (n == 0) return;

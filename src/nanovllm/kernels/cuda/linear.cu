@@ -8,6 +8,7 @@
 // Per device: one handle and a 32 MiB workspace (allocated at first use: run one warm-up step before
 // capturing CUDA graphs). The algorithm is chosen once per (T, N, K, dtypes, epilogue, alignments) with
 // cublasLtMatmulAlgoGetHeuristic and cached. Assumes one stream per device uses the workspace at a time.
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <map>
@@ -26,6 +27,7 @@
 #include "nanovllm/kernels/cuda/event_timing.h"
 #include "nanovllm/kernels/cuda/gemv.cuh"
 #include "nanovllm/kernels/cuda/gemv_rows.h"
+#include "nanovllm/kernels/cuda/linear_tuning.h"
 #include "nanovllm/kernels/cuda/linear_wgmma.h"
 
 namespace nanovllm::cuda_ops {
@@ -266,6 +268,7 @@ struct Choice {
 struct Candidate {
   Choice choice;
   std::function<void(ops::Stream)> run;
+  bool preferred = false;  // the choice whatever the timing (the in-graph tuner may still replace it)
 };
 
 std::string describe(const Choice& c) {
@@ -295,6 +298,19 @@ std::string describe(const Choice& c) {
 constexpr int64_t kGraphTimingMaxBytes = int64_t{16} << 20;
 std::mutex g_choice_mu;
 std::map<ShapeKey, Choice> g_choices;
+// Every timed option of a shape, fastest alone first, for linear_tunables / linear_use_option.
+struct Options {
+  std::vector<Choice> choices;
+  std::vector<float> alone_us;
+  int current = 0;  // the index of g_choices' entry
+};
+std::map<ShapeKey, Options> g_options;
+
+float timed_other_us(const std::vector<std::pair<float, Choice>>& timed) {
+  for (const auto& [us, c] : timed)
+    if (c.kind == Choice::kOther) return us;
+  return 0.0f;
+}
 
 template <typename C, typename O>
 Choice choose(const ShapeKey& key, Choice::Kind fallback, ops::Stream s, C&& candidates, O&& run_other) {
@@ -318,20 +334,33 @@ Choice choose(const ShapeKey& key, Choice::Kind fallback, ops::Stream s, C&& can
   auto time_us = [&](auto&& fn) {
     return static_cast<float>((in_graph ? graph_min_ms(ts, 10, 3, fn) : average_ms(ts, 5, fn)) * 1e3);
   };
-  Choice best;
-  best.kind = Choice::kOther;
-  float best_us = time_us([&] { run_other(timing); });
-  const float other_us = best_us;
+  std::vector<std::pair<float, Choice>> timed;  // (us, option); the first: run_other
+  Choice other;
+  other.kind = Choice::kOther;
+  timed.emplace_back(time_us([&] { run_other(timing); }), other);
+  int preferred = -1;
   for (const Candidate& c : candidates()) {
-    const float us = time_us([&] { c.run(timing); });
-    if (us <= best_us) best_us = us, best = c.choice;
+    if (c.preferred && preferred < 0) preferred = static_cast<int>(timed.size());
+    timed.emplace_back(time_us([&] { c.run(timing); }), c.choice);
   }
-  best.timed = true;
   CUDA_CHECK(cudaStreamSynchronize(ts));
   CUDA_CHECK(cudaStreamDestroy(ts));
-  NANOVLLM_DEBUG("linear T=", key.t, " N=", key.n, " K=", key.k, key.silu ? " (silu)" : "", ": ", describe(best), " ",
-                 best_us, " us; ", key.silu ? "silu_mul + linear " : "cuBLASLt ", other_us, " us");
+  // Fastest alone first, but a preferred candidate first of all.
+  if (preferred > 0) std::rotate(timed.begin(), timed.begin() + preferred, timed.begin() + preferred + 1);
+  std::stable_sort(timed.begin() + (preferred > 0 ? 1 : 0), timed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  Options opts;
+  for (auto& [us, c] : timed) {
+    c.timed = true;
+    opts.choices.push_back(c);
+    opts.alone_us.push_back(us);
+  }
+  NANOVLLM_DEBUG("linear T=", key.t, " N=", key.n, " K=", key.k, key.silu ? " (silu)" : "", ": ",
+                 describe(opts.choices[0]), " ", opts.alone_us[0], " us; ", key.silu ? "silu_mul + linear " : "cuBLASLt ",
+                 timed_other_us(timed), " us");
   std::lock_guard<std::mutex> lock(g_choice_mu);
+  const Choice best = opts.choices[0];
+  g_options[key] = std::move(opts);
   return g_choices.emplace(key, best).first->second;
 }
 
@@ -377,6 +406,34 @@ bool gemv_rows_set_in_dispatch(bool on) { return g_rows_in_dispatch.exchange(on)
 void linear_clear_choices() {
   std::lock_guard<std::mutex> lock(g_choice_mu);
   g_choices.clear();
+  g_options.clear();
+}
+
+std::vector<LinearTunable> linear_tunables(int64_t t) {
+  std::lock_guard<std::mutex> lock(g_choice_mu);
+  std::vector<LinearTunable> out;
+  for (const auto& [key, opts] : g_options) {
+    if (key.t != t || opts.choices.size() < 2) continue;
+    LinearTunable lt;
+    lt.t = key.t, lt.n = key.n, lt.k = key.k, lt.out_dt = key.out_dt;
+    lt.bias = key.bias, lt.silu = key.silu, lt.before_attention = key.before_attention;
+    for (const Choice& c : opts.choices)
+      lt.options.push_back(c.kind == Choice::kOther ? (key.silu ? "silu_mul + linear" : "cuBLASLt") : describe(c));
+    lt.alone_us = opts.alone_us;
+    lt.current = opts.current;
+    out.push_back(std::move(lt));
+  }
+  return out;
+}
+
+void linear_use_option(const LinearTunable& shape, int option) {
+  const ShapeKey key{shape.t, shape.n, shape.k, shape.out_dt, shape.bias, shape.silu, shape.before_attention};
+  std::lock_guard<std::mutex> lock(g_choice_mu);
+  auto it = g_options.find(key);
+  NANOVLLM_CHECK(it != g_options.end() && option >= 0 && option < static_cast<int>(it->second.choices.size()),
+                 "linear_use_option: no option ", option, " for T=", shape.t, " N=", shape.n, " K=", shape.k);
+  it->second.current = option;
+  g_choices[key] = it->second.choices[static_cast<size_t>(option)];
 }
 
 void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s, ops::LinearHint hint) {
@@ -396,9 +453,20 @@ void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, o
     const int device = out.device().index;
     auto candidates = [&] {
       std::vector<Candidate> cs;
-      if (gemv_ok)
-        for (const GemvConfig& g : gemv_candidates(T, N, K, device, false, before_attention))
-          cs.push_back({choice_of(g), [&, g](ops::Stream ts) { gemv(out, in, weight, bias, ts, &g); }});
+      // Before the attention: the one-CTA-per-SM shape is preferred (gemv.cu says why); the other
+      // shapes are offered to the in-graph tuner (linear_tuning.h), which may find one faster there.
+      if (gemv_ok) {
+        auto add = [&](const GemvConfig& g, bool preferred) {
+          cs.push_back({choice_of(g), [&, g](ops::Stream ts) { gemv(out, in, weight, bias, ts, &g); }, preferred});
+        };
+        GemvConfig first;  // bulk_units == 0: none preferred
+        if (const auto one = gemv_candidates(T, N, K, device, false, true); before_attention && one.size() == 1) {
+          first = one[0];
+          add(first, true);
+        }
+        for (const GemvConfig& g : gemv_candidates(T, N, K, device, false, false))
+          if (!(first.bulk_units > 0 && g.bulk_units == first.bulk_units && g.ctas == first.ctas)) add(g, false);
+      }
       if (rows_ok)
         for (const GemvRowsConfig& r : gemv_rows_candidates(T, N, K, device, before_attention))
           cs.push_back({choice_of(r), [&, r](ops::Stream ts) { gemv_rows(out, in, weight, ts, r); }});

@@ -95,6 +95,19 @@ void sample(float* logits, int64_t num_rows, int64_t vocab, const GpuSamplingPar
 // ids[i] < 0 it becomes sampled[-1 - ids[i]] (the token the previous step sampled in that row); ids
 // >= 0 stay. ids: [n] i32 device; sampled: [previous step's rows] i32 device.
 void feed_sampled_tokens(int32_t* ids, int64_t n, const int32_t* sampled, cudaStream_t stream);
+// Words to copy from pinned host memory (its mapped address) to the device.
+struct StagedWords {
+  int32_t* dst = nullptr;
+  const int32_t* src_mapped = nullptr;
+  int64_t words = 0;
+};
+// A step's packed inputs staged by a kernel instead of H2D copies (cheaper on the stream for small
+// batches: no copy-engine hand-off), with feed_sampled_tokens folded in: dst[i] = src_mapped[i], except
+// that a negative word at i in [ids_begin, ids_begin + num_ids) becomes sampled[-1 - word] when sampled
+// is not null. dst: [n] i32 device; src_mapped: [n] i32 pinned host memory (its mapped address).
+// `extra` (e.g. the sampler's parameters) is copied by the same launch.
+void stage_step_inputs(int32_t* dst, const int32_t* src_mapped, int64_t n, int64_t ids_begin, int64_t num_ids,
+                       const int32_t* sampled, StagedWords extra, cudaStream_t stream);
 
 // For tests: out[i] = x[i] / t as the sampler divides logits by the temperature (x, out: [n] device).
 // It must equal the IEEE (CPU) division bit for bit.

@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <utility>
 
 #include "nanovllm/core/logging.h"
 #include "nanovllm/kernels/cuda/cuda_check.h"
 #include "nanovllm/kernels/cuda/cuda_memory.h"
 #include "nanovllm/kernels/cuda/event_timing.h"
+#include "nanovllm/kernels/cuda/linear_tuning.h"
 #include "nanovllm/kernels/cuda/pdl.h"
 #include "nanovllm/kernels/cuda/sampling.h"
 #include "nanovllm/model/rope.h"
@@ -42,7 +45,10 @@ CudaModelRunner::CudaModelRunner(const std::filesystem::path& model_dir, const M
   // Packed step inputs: ids, positions, slots [T each], cu_seqlens, context lens, sample rows, tables.
   const int64_t max_blocks_per_seq = blocks_per_max_len_seq(rc);
   max_batch_ints_ = 3 * rc.max_num_batched_tokens + 3 * rc.max_num_seqs + 1 + rc.max_num_seqs * max_blocks_per_seq;
-  for (Buffer& b : batch_host_) b = Buffer(pinned_host_allocator(), static_cast<size_t>(max_batch_ints_) * 4);
+  for (size_t i = 0; i < batch_host_.size(); ++i) {
+    batch_host_[i] = Buffer(pinned_host_allocator(), static_cast<size_t>(max_batch_ints_) * 4);
+    batch_host_mapped_[i] = mapped_device_pointer(batch_host_[i].data());
+  }
   batch_device_ = Buffer(cuda_allocator(device_), static_cast<size_t>(max_batch_ints_) * 4);
   sampler_ = std::make_unique<GpuSampler>(config.eos_token_ids, config.vocab_size, rc.max_num_seqs, device_);
   if (rc.enable_cpu_offload) {  // before the paged KV cache, which takes what the budget leaves
@@ -63,6 +69,8 @@ CudaModelRunner::CudaModelRunner(const std::filesystem::path& model_dir, const M
     if (graph_buckets_.empty() || graph_buckets_.back() < max_bs) graph_buckets_.push_back(max_bs);
   }
   max_table_stride_ = max_blocks_per_seq;
+  const char* tune_env = std::getenv("NANOVLLM_TUNE_LINEAR");
+  linear_tuning_ = tune_env == nullptr || std::strcmp(tune_env, "0") != 0;
   capture_decode_graphs();
 }
 
@@ -166,14 +174,24 @@ int64_t CudaModelRunner::graph_table_stride(const SchedulerOutput& out) const {
 
 void CudaModelRunner::upload_batch(const ForwardBatch& batch) {
   NANOVLLM_ASSERT(static_cast<int64_t>(batch.data.size()) <= max_batch_ints_);
-  // One H2D copy of the packed inputs. The staging slot is free: the step that used it last was waited
-  // for (at most two steps are in flight, alternating slots).
-  Buffer& staging = batch_host_[static_cast<size_t>(staging_slot_)];
-  std::memcpy(staging.data(), batch.data.data(), batch.data.size() * 4);
-  copy_h2d(batch_device_.data(), staging.data(), batch.data.size() * 4, stream_);
-  if (step_fed_)
-    cuda_ops::feed_sampled_tokens(static_cast<int32_t*>(batch_device_.data()) + batch.input_ids, batch.num_tokens,
-                                  sampler_->device_token_ids(), stream_);
+  // One transfer of the packed inputs. The staging slot is free: the step that used it last was waited
+  // for (at most two steps are in flight, alternating slots). Small batches (every decode step up to long
+  // contexts) are staged by a kernel reading the pinned slot, which also feeds the ids: on an H100 the
+  // H2D copy and the feed kernel cost ~12 us of stream time per step (bench/results session 16).
+  const size_t s = static_cast<size_t>(staging_slot_);
+  const int64_t n = static_cast<int64_t>(batch.data.size());
+  std::memcpy(batch_host_[s].data(), batch.data.data(), static_cast<size_t>(n) * 4);
+  auto* dev = static_cast<int32_t*>(batch_device_.data());
+  const int32_t* fed = step_fed_ ? sampler_->device_token_ids() : nullptr;
+  const cuda_ops::StagedWords extra = std::exchange(extra_upload_, {});
+  if (n * 4 <= kMaxKernelStagedBytes) {
+    cuda_ops::stage_step_inputs(dev, static_cast<const int32_t*>(batch_host_mapped_[s]), n, batch.input_ids,
+                                batch.num_tokens, fed, extra, stream_);
+    return;
+  }
+  copy_h2d(dev, batch_host_[s].data(), static_cast<size_t>(n) * 4, stream_);
+  if (fed != nullptr) cuda_ops::feed_sampled_tokens(dev + batch.input_ids, batch.num_tokens, fed, stream_);
+  if (extra.words > 0) cuda_ops::stage_step_inputs(nullptr, nullptr, 0, 0, 0, nullptr, extra, stream_);
 }
 
 void CudaModelRunner::make_persistent_decoder() {
@@ -264,40 +282,92 @@ ForwardBatch timing_batch(ForwardBatch b, int64_t context, int64_t num_blocks) {
 
 }  // namespace
 
+// Per-replay ms of two decode graphs, best of 3 alternating rounds of 2 replays (after an untimed one
+// each): the variants the tuners compare differ by 0.3-8%, above replay-to-replay noise.
+std::array<double, 2> CudaModelRunner::time_graphs(cudaGraphExec_t a, cudaGraphExec_t b) {
+  std::array<double, 2> best{1e30, 1e30};
+  for (int round = 0; round < 3; ++round)
+    for (const int v : {0, 1}) {
+      const cudaGraphExec_t g = v == 0 ? a : b;
+      const double ms = cuda_ops::average_ms(stream_, 2, [&] { CUDA_CHECK(cudaGraphLaunch(g, stream_)); });
+      best[static_cast<size_t>(v)] = std::min(best[static_cast<size_t>(v)], ms);
+    }
+  return best;
+}
+
 cudaGraphExec_t CudaModelRunner::capture_tuned_decode(const DecoderInputs& in, const ForwardBatch& batch,
                                                        int64_t bucket) {
   const bool fallback = cuda_ops::pdl_early_norm_env() != 0;  // the switch outside decode graphs
-  const bool tune = cuda_ops::pdl_early_norm_env() < 0 && cuda_ops::pdl_use_attribute();
-  if (auto it = early_norm_.find(bucket); it != early_norm_.end() || !tune) {
-    cuda_ops::set_pdl_early_norm(it != early_norm_.end() ? it->second : fallback);
+  if (auto it = early_norm_.find(bucket); it != early_norm_.end()) {  // tuned at the bucket's first capture
+    cuda_ops::set_pdl_early_norm(it->second);
     const cudaGraphExec_t exec = capture_decode(in);
     cuda_ops::set_pdl_early_norm(fallback);
     return exec;
   }
-  std::array<cudaGraphExec_t, 2> exec{};  // [early trigger off, on]
-  for (const bool on : {false, true}) {
-    cuda_ops::set_pdl_early_norm(on);
-    exec[on] = capture_decode(in);
-  }
-  cuda_ops::set_pdl_early_norm(fallback);
-  // Timed on contexts of 1024 tokens (the latency benchmark's; the decision is for the bucket at any
-  // context), replays storing nothing. Best of 3 alternating rounds of 2 replays (after an untimed one
-  // each): the two differ by 1-8% (pdl.h), far above replay-to-replay noise.
+  // Timed on contexts of 1024 tokens (the latency benchmark's; the decisions are for the bucket at any
+  // context), replays storing nothing.
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // the pinned staging buffer's last copy is done
   upload_batch(timing_batch(batch, 1024, num_kv_blocks_));
-  std::array<double, 2> best{1e30, 1e30};
-  for (int round = 0; round < 3; ++round)
-    for (const int v : {0, 1}) {
-      const double ms = cuda_ops::average_ms(stream_, 2, [&] { CUDA_CHECK(cudaGraphLaunch(exec[v], stream_)); });
-      best[v] = std::min(best[v], ms);
+  bool early = fallback;
+  cudaGraphExec_t exec = nullptr;
+  if (cuda_ops::pdl_early_norm_env() < 0 && cuda_ops::pdl_use_attribute()) {
+    std::array<cudaGraphExec_t, 2> variant{};  // [early trigger off, on]
+    for (const bool on : {false, true}) {
+      cuda_ops::set_pdl_early_norm(on);
+      variant[on] = capture_decode(in);
     }
+    const std::array<double, 2> ms = time_graphs(variant[0], variant[1]);
+    early = ms[1] <= ms[0];
+    CUDA_CHECK(cudaGraphExecDestroy(variant[early ? 0 : 1]));
+    exec = variant[early ? 1 : 0];
+    NANOVLLM_DEBUG("decode graph, batch ", bucket, ": rms_norm early trigger off ", ms[0], " ms, on ", ms[1],
+                   " ms -> ", early ? "on" : "off");
+  } else {
+    cuda_ops::set_pdl_early_norm(early);
+    exec = capture_decode(in);
+  }
+  early_norm_[bucket] = early;
+  if (linear_tuning_) {
+    cuda_ops::set_pdl_early_norm(early);
+    exec = tune_linear_choices(in, bucket, exec);
+  }
+  cuda_ops::set_pdl_early_norm(fallback);
   upload_batch(batch);  // the step's own inputs back
-  const int keep = best[1] <= best[0] ? 1 : 0;
-  CUDA_CHECK(cudaGraphExecDestroy(exec[1 - keep]));
-  early_norm_[bucket] = keep == 1;
-  NANOVLLM_DEBUG("decode graph, batch ", bucket, ": rms_norm early trigger off ", best[0], " ms, on ", best[1],
-                 " ms -> ", keep == 1 ? "on" : "off");
-  return exec[keep];
+  return exec;
+}
+
+cudaGraphExec_t CudaModelRunner::tune_linear_choices(const DecoderInputs& in, int64_t bucket, cudaGraphExec_t exec) {
+  // Options slower alone than this many times the fastest are not tried; at most kMaxTried per shape; a
+  // change is kept when the graph gets at least kMinGain faster (replay noise is ~0.1%).
+  constexpr float kAloneSlack = 1.3f;
+  constexpr int kMaxTried = 3;
+  constexpr double kMinGain = 0.003;
+  std::vector<cuda_ops::LinearTunable> shapes = cuda_ops::linear_tunables(bucket);
+  std::stable_sort(shapes.begin(), shapes.end(), [](const auto& a, const auto& b) { return a.n * a.k > b.n * b.k; });
+  for (cuda_ops::LinearTunable& sh : shapes) {
+    int tried = 0;
+    const float fastest = *std::min_element(sh.alone_us.begin(), sh.alone_us.end());
+    for (int o = 0; o < static_cast<int>(sh.options.size()) && tried < kMaxTried; ++o) {
+      if (o == sh.current || sh.alone_us[static_cast<size_t>(o)] > fastest * kAloneSlack) continue;
+      ++tried;
+      cuda_ops::linear_use_option(sh, o);
+      const cudaGraphExec_t candidate = capture_decode(in);
+      const std::array<double, 2> ms = time_graphs(exec, candidate);
+      const bool keep = ms[1] < ms[0] * (1.0 - kMinGain);
+      NANOVLLM_DEBUG("decode graph, batch ", bucket, ", linear N=", sh.n, " K=", sh.k, sh.silu ? " (silu)" : "", ": ",
+                     sh.options[static_cast<size_t>(sh.current)], " ", ms[0], " ms, ", sh.options[static_cast<size_t>(o)],
+                     " ", ms[1], " ms", keep ? " -> kept" : "");
+      if (keep) {
+        CUDA_CHECK(cudaGraphExecDestroy(exec));
+        exec = candidate;
+        sh.current = o;
+      } else {
+        CUDA_CHECK(cudaGraphExecDestroy(candidate));
+        cuda_ops::linear_use_option(sh, sh.current);
+      }
+    }
+  }
+  return exec;
 }
 
 std::vector<SampledToken> CudaModelRunner::execute(const SchedulerOutput& out) {
@@ -344,14 +414,18 @@ void CudaModelRunner::launch(const SchedulerOutput& out, bool fed_from_previous)
   SchedulerOutput sorted;
   sorted.seqs.reserve(out.seqs.size());
   for (size_t i : step.order) sorted.seqs.push_back(out.seqs[i]);
-  staging_slot_ = step.slot;
-  step_fed_ = fed_from_previous;
-  run_decode_graph(sorted, graph_bucket(static_cast<int64_t>(sorted.seqs.size())), graph_table_stride(sorted));
-  step_fed_ = false;
   std::vector<const Sequence*> seqs;
   seqs.reserve(sorted.seqs.size());
   for (const ScheduledSequence& s : sorted.seqs) seqs.push_back(s.seq);
-  sampler_->enqueue(step.slot, seqs, ws_.logits.data_as<float>(), stream_);
+  // The sampler's inputs travel with the step's (upload_batch) when they are small enough.
+  const cuda_ops::StagedWords sampler_inputs = sampler_->pack(step.slot, seqs);
+  const bool staged = sampler_inputs.words * 4 <= kMaxKernelStagedBytes;
+  staging_slot_ = step.slot;
+  step_fed_ = fed_from_previous;
+  if (staged) extra_upload_ = sampler_inputs;
+  run_decode_graph(sorted, graph_bucket(static_cast<int64_t>(sorted.seqs.size())), graph_table_stride(sorted));
+  step_fed_ = false;
+  sampler_->enqueue_packed(step.slot, ws_.logits.data_as<float>(), stream_, staged);
   last_step_rows_.clear();
   for (size_t k = 0; k < seqs.size(); ++k) last_step_rows_[seqs[k]->seq_id] = static_cast<int32_t>(k);
   launched_.push_back(std::move(step));

@@ -44,7 +44,13 @@ class CudaModelRunner final : public ModelRunner {
   // The faster of two captures of a bucket's step: rms_norm's PDL early trigger on or off (pdl.h:
   // which pays differs by model). Decided at the bucket's first capture, kept for its other strides;
   // `batch` is the step's (uploaded, `in` views it), restored after the timing replays.
+  // Then, unless linear_tuning_ is off, tune_linear_choices.
   cudaGraphExec_t capture_tuned_decode(const DecoderInputs& in, const ForwardBatch& batch, int64_t bucket);
+  // The bucket's linear shapes (cuda_ops::linear_tunables), largest weights first: each shape's options
+  // that were nearly as fast alone are captured in turn and timed against `exec`; the fastest graph is
+  // kept (and returned, `exec` destroyed if replaced) with its options in use (linear_tuning.h says why).
+  cudaGraphExec_t tune_linear_choices(const DecoderInputs& in, int64_t bucket, cudaGraphExec_t exec);
+  std::array<double, 2> time_graphs(cudaGraphExec_t a, cudaGraphExec_t b);  // per-replay ms, on stream_
   // Block-table row length of a graph batch: the next power of two >= the longest table (min 16), so
   // the per-step H2D copy tracks the real contexts, not max_model_len.
   int64_t graph_table_stride(const SchedulerOutput& out) const;
@@ -56,7 +62,8 @@ class CudaModelRunner final : public ModelRunner {
   // (kernels/cuda/persistent_decode.h) where the model allows it.
   void make_persistent_decoder();
   void decode_forward(const DecoderInputs& in);
-  // The packed inputs through pinned staging slot staging_slot_; with step_fed_, then the fed ids.
+  // The packed inputs from pinned staging slot staging_slot_ (a kernel or an H2D copy); with step_fed_,
+  // the ids fed from the previous step's samples.
   void upload_batch(const ForwardBatch& batch);
   // Samples the rows of `out` with sample == true (in `out` order) from the step's logits; syncs.
   std::vector<SampledToken> sample(const SchedulerOutput& out);
@@ -73,6 +80,9 @@ class CudaModelRunner final : public ModelRunner {
   std::vector<LayerKvCache> kv_;
   int64_t max_batch_ints_ = 0;
   std::array<Buffer, 2> batch_host_;  // packed ForwardBatch ints, pinned: one per launched step in flight
+  std::array<void*, 2> batch_host_mapped_{};  // their addresses for kernels (upload_batch)
+  static constexpr int64_t kMaxKernelStagedBytes = 64 << 10;  // larger batches: an H2D copy
+  cuda_ops::StagedWords extra_upload_;  // copied by the next upload_batch too (launch(): the sampler's inputs)
   int staging_slot_ = 0;              // the batch_host_ (and sampler slot) of the step being launched
   bool step_fed_ = false;             // the step being launched reads ids fed from the previous step
   struct LaunchedStep {
@@ -87,6 +97,8 @@ class CudaModelRunner final : public ModelRunner {
   int64_t max_table_stride_ = 0;                   // blocks of a max_model_len sequence
   std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs_;  // (bucket, table stride) -> graph
   std::map<int64_t, bool> early_norm_;  // bucket -> its graphs' rms_norm early trigger (capture_tuned_decode)
+  // tune_linear_choices at each bucket's first capture; NANOVLLM_TUNE_LINEAR=0 turns it off.
+  bool linear_tuning_ = true;
   std::unique_ptr<GpuSampler> sampler_;  // samples on the GPU: only ids (+ logprobs) come back
   std::unique_ptr<OffloadRunner> offload_;  // RunnerConfig::enable_cpu_offload; its buffers precede the KV cache
   std::unique_ptr<cuda_ops::PersistentDecoder> persistent_;  // null: off or unsupported

@@ -45,8 +45,6 @@ void GpuSampler::reserve(int64_t rows, int64_t entries) {
   // they go. The slots' host buffers follow in enqueue(), each only while its slot is idle.
   if (rows > cap_rows_) {
     cap_rows_ = std::max(rows, cap_rows_ * 2);
-    const size_t out_bytes = cuda_ops::sample_output_words(cap_rows_) * 4;
-    out_dev_ = Buffer(cuda_allocator(device_), out_bytes);
     const size_t scratch_bytes = cuda_ops::sample_scratch_bytes(cap_rows_, vocab_);
     stats_dev_ = Buffer(cuda_allocator(device_), scratch_bytes);
     // The chunk pass's counters start at 0. The memset is on the legacy stream, which need not order
@@ -68,9 +66,15 @@ std::vector<SampledToken> GpuSampler::sample(const std::vector<const Sequence*>&
 
 void GpuSampler::enqueue(int slot_index, const std::vector<const Sequence*>& seqs, float* logits,
                          cudaStream_t stream) {
+  pack(slot_index, seqs);
+  enqueue_packed(slot_index, logits, stream, false);
+}
+
+cuda_ops::StagedWords GpuSampler::pack(int slot_index, const std::vector<const Sequence*>& seqs) {
   NANOVLLM_CHECK(slot_index == 0 || slot_index == 1, "GpuSampler: slot must be 0 or 1");
   Slot& slot = slots_[static_cast<size_t>(slot_index)];
-  NANOVLLM_CHECK(!slot.pending, "GpuSampler::enqueue: slot ", slot_index, " is still in flight");
+  NANOVLLM_CHECK(!slot.pending, "GpuSampler::pack: slot ", slot_index, " is still in flight");
+  NANOVLLM_CHECK(!seqs.empty(), "GpuSampler::pack: no sequences");
   const int64_t S = static_cast<int64_t>(seqs.size());
   const int64_t V = vocab_;
   slot.rows.clear();
@@ -78,7 +82,6 @@ void GpuSampler::enqueue(int slot_index, const std::vector<const Sequence*>& seq
   // Per-row penalty/suppression entries, built on the host only for rows that need them.
   std::vector<GpuSamplingParams> params(static_cast<size_t>(S));
   std::vector<GpuPenaltyEntry> entries;
-  bool any_logprobs = false;
   for (int64_t i = 0; i < S; ++i) {
     const Sequence& seq = *seqs[i];
     const SamplingParams& p = seq.params;
@@ -125,31 +128,49 @@ void GpuSampler::enqueue(int slot_index, const std::vector<const Sequence*>& seq
     g.entry_begin = static_cast<int32_t>(entries.size());
     g.entry_count = static_cast<int32_t>(scratch_.size());
     for (const auto& [id, c] : scratch_) entries.push_back({id, c, 0.0f});
-    any_logprobs = any_logprobs || p.logprobs > 0;
     slot.rows.emplace_back(seq.seq_id, std::min<int64_t>(p.logprobs, V));
   }
 
   const int64_t E = static_cast<int64_t>(entries.size());
   reserve(S, E);
   const size_t in_size = in_bytes(cap_rows_, cap_entries_), out_size = cuda_ops::sample_output_words(cap_rows_) * 4;
-  if (slot.in_host.nbytes() < in_size) slot.in_host = Buffer(pinned_host_allocator(), in_size);
-  if (slot.out_host.nbytes() < out_size) slot.out_host = Buffer(pinned_host_allocator(), out_size);
-  // One H2D: [S] params, then [E] entries.
+  if (slot.in_host.nbytes() < in_size) {
+    slot.in_host = Buffer(pinned_host_allocator(), in_size);
+    slot.in_mapped = mapped_device_pointer(slot.in_host.data());
+  }
+  if (slot.out_host.nbytes() < out_size) {
+    slot.out_host = Buffer(pinned_host_allocator(), out_size);
+    slot.out_mapped = mapped_device_pointer(slot.out_host.data());
+  }
+  // [S] params, then [E] entries: one transfer.
   auto* host = static_cast<char*>(slot.in_host.data());
   const size_t params_bytes = static_cast<size_t>(S) * sizeof(GpuSamplingParams);
   std::copy_n(reinterpret_cast<const char*>(params.data()), params_bytes, host);
   std::copy_n(reinterpret_cast<const char*>(entries.data()), static_cast<size_t>(E) * sizeof(GpuPenaltyEntry),
               host + params_bytes);
-  copy_h2d(in_dev_.data(), host, in_bytes(S, E), stream);
+  slot.entries = E;
+  slot.packed = true;
+  static_assert(sizeof(GpuSamplingParams) % 4 == 0 && sizeof(GpuPenaltyEntry) % 4 == 0, "whole words");
+  return {static_cast<int32_t*>(in_dev_.data()), static_cast<const int32_t*>(slot.in_mapped),
+          static_cast<int64_t>(in_bytes(S, E) / 4)};
+}
+
+void GpuSampler::enqueue_packed(int slot_index, float* logits, cudaStream_t stream, bool staged) {
+  NANOVLLM_CHECK(slot_index == 0 || slot_index == 1, "GpuSampler: slot must be 0 or 1");
+  Slot& slot = slots_[static_cast<size_t>(slot_index)];
+  NANOVLLM_CHECK(slot.packed, "GpuSampler::enqueue_packed: slot ", slot_index, " was not packed");
+  const int64_t S = static_cast<int64_t>(slot.rows.size()), E = slot.entries;
+  if (!staged) copy_h2d(in_dev_.data(), slot.in_host.data(), in_bytes(S, E), stream);
   auto* dev = static_cast<char*>(in_dev_.data());
-  const cuda_ops::GpuSampleOutputs out = cuda_ops::sample_outputs_at(out_dev_.data(), S);
-  cuda_ops::sample(logits, S, V, reinterpret_cast<const GpuSamplingParams*>(dev), params.data(),
+  const size_t params_bytes = static_cast<size_t>(S) * sizeof(GpuSamplingParams);
+  const cuda_ops::GpuSampleOutputs out = cuda_ops::sample_outputs_at(slot.out_mapped, S);
+  cuda_ops::sample(logits, S, vocab_, reinterpret_cast<const GpuSamplingParams*>(dev),
+                   static_cast<const GpuSamplingParams*>(slot.in_host.data()),
                    E > 0 ? reinterpret_cast<GpuPenaltyEntry*>(dev + params_bytes) : nullptr, out, stream,
                    stats_dev_.data());
-  // One D2H: token ids and their logprobs always; the top-K block only when some row asked for it.
-  const size_t words = any_logprobs ? cuda_ops::sample_output_words(S) : static_cast<size_t>(2 * S);
-  copy_d2h(slot.out_host.data(), out_dev_.data(), words * 4, stream);
   CUDA_CHECK(cudaEventRecord(slot.done, stream));
+  last_token_ids_ = out.token_ids;
+  slot.packed = false;
   slot.pending = true;
 }
 

@@ -1,7 +1,8 @@
 // GpuSampler: the CPU Sampler's contract (engine/sampler.h) on device logits. Per step: the rows'
-// parameters and penalty/suppression lists are packed into one pinned buffer and sent with one H2D copy,
-// one kernel samples every row (kernels/cuda/sampling.h), and one D2H copy brings back the token ids
-// (plus top-K logprobs when some row asks for them): a few bytes per sequence instead of [S, V] logits.
+// parameters and penalty/suppression lists are packed into one pinned buffer and reach the device in one
+// transfer (an H2D copy, or the caller's staging kernel), one kernel samples every row
+// (kernels/cuda/sampling.h) and writes the token ids (plus top-K logprobs when some row asks for them)
+// straight into pinned host memory: a few bytes per sequence instead of [S, V] logits, and no D2H copy.
 #pragma once
 
 #include <array>
@@ -14,6 +15,7 @@
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/engine/scheduler_output.h"
 #include "nanovllm/engine/sequence.h"
+#include "nanovllm/kernels/cuda/sampling.h"
 
 namespace nanovllm {
 
@@ -38,29 +40,40 @@ class GpuSampler {
   // collect(slot) waits for it and returns the tokens. A slot is reused only after its collect(). The
   // sequences are read only by enqueue().
   void enqueue(int slot, const std::vector<const Sequence*>& seqs, float* logits, cudaStream_t stream);
+  // enqueue() in two parts, so a caller can stage the inputs with its own: pack() fills the slot's pinned
+  // inputs (host work only) and returns the words that must be on the device before the kernels;
+  // enqueue_packed() queues them, with an H2D copy of those words first unless `staged` (the caller
+  // queued their copy on `stream` after the previous sampling and before this call).
+  cuda_ops::StagedWords pack(int slot, const std::vector<const Sequence*>& seqs);
+  void enqueue_packed(int slot, float* logits, cudaStream_t stream, bool staged);
   std::vector<SampledToken> collect(int slot);
-  // [rows] i32 on the device: the tokens of the last enqueued sampling, until the next one on the stream.
-  const int32_t* device_token_ids() const { return static_cast<const int32_t*>(out_dev_.data()); }
+  // [rows] i32 that kernels can read (mapped pinned memory): the tokens of the last enqueued sampling,
+  // valid in stream order after it until its slot's collect() and next enqueue().
+  const int32_t* device_token_ids() const { return last_token_ids_; }
 
   int64_t vocab() const { return vocab_; }
 
  private:
   void reserve(int64_t rows, int64_t entries);
   struct Slot {
-    Buffer in_host;   // pinned staging of in_dev_
-    Buffer out_host;  // pinned copy of out_dev_
-    cudaEvent_t done = nullptr;  // after the copy to out_host
-    std::vector<std::pair<int64_t, int64_t>> rows;  // (seq_id, logprobs K) per row, from enqueue()
-    bool pending = false;
+    Buffer in_host;   // pinned: [rows] GpuSamplingParams, then the entries (staging of in_dev_)
+    Buffer out_host;  // pinned, written by the kernels: [sample_output_words(rows)] (cuda_ops::GpuSampleOutputs)
+    void* in_mapped = nullptr;   // the kernels' addresses of in_host / out_host
+    void* out_mapped = nullptr;
+    cudaEvent_t done = nullptr;  // after the sampling kernels
+    std::vector<std::pair<int64_t, int64_t>> rows;  // (seq_id, logprobs K) per row, from pack()
+    int64_t entries = 0;                            // penalty entries packed after the rows' params
+    bool packed = false;                            // pack() done, enqueue_packed() not yet
+    bool pending = false;                           // enqueued, not yet collected
   };
 
   std::vector<int64_t> eos_token_ids_;
   int64_t vocab_ = 0;
   int device_ = 0;
   int64_t cap_rows_ = 0, cap_entries_ = 0;
-  Buffer in_dev_;   // [cap_rows] GpuSamplingParams, then [cap_entries] GpuPenaltyEntry
-  Buffer out_dev_;  // [sample_output_words(cap_rows)] words (see cuda_ops::GpuSampleOutputs)
-  std::array<Slot, 2> slots_;  // host sides of in_dev_ / out_dev_
+  Buffer in_dev_;   // [cap_rows] GpuSamplingParams, then [cap_entries] GpuPenaltyEntry (steps with entries)
+  std::array<Slot, 2> slots_;
+  const int32_t* last_token_ids_ = nullptr;  // device_token_ids()
   Buffer stats_dev_;           // [sample_scratch_bytes(cap_rows, vocab)]: the chunk pass's scratch
   std::unordered_map<int32_t, int32_t> scratch_;  // id -> count, reused per row
 };

@@ -1,0 +1,70 @@
+// Benchmark (DISABLED_, run by hand on the device machine): where the GPU time of a bs=1 decode step
+// goes, graph replay and everything around it, from a CUPTI timeline of an engine's steady-state steps.
+// NANOVLLM_STEP_TIMELINE_MODEL names the checkpoint (e.g. `nanovllm make-test-model --preset qwen3-0.6b`).
+// Prints, for the last decode steps, every record outside the graph's layers (copies, the sampler,
+// the feed kernel, the embedding and LM head) with its gap to the record before it.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+
+#include "kernel_timeline.h"
+#include "nanovllm/engine/llm_engine.h"
+
+namespace nanovllm {
+namespace {
+
+TEST(CudaStepTimelineBench, DISABLED_DecodeBatchOne) {
+  const char* model = std::getenv("NANOVLLM_STEP_TIMELINE_MODEL");
+  if (model == nullptr) GTEST_SKIP() << "set NANOVLLM_STEP_TIMELINE_MODEL";
+  if (!cuda_test::KernelTimeline::available()) GTEST_SKIP() << "CUPTI not loadable (set NANOVLLM_CUPTI_LIB)";
+  EngineConfig ec;
+  ec.model = model;
+  ec.backend = Backend::kCuda;
+  ec.max_num_seqs = 8;
+  LLMEngine engine(ec);
+  std::mt19937 rng(1);
+  std::vector<int32_t> prompt(1024);
+  for (int32_t& id : prompt) id = static_cast<int32_t>(rng() % 1000);
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.ignore_eos = true;
+  sp.max_tokens = 64;
+  engine.add_request(prompt, sp);
+  for (int i = 0; i < 40; ++i) engine.step();  // prefill + warm decode steps
+  cuda_test::KernelTimeline tl;
+  tl.start();
+  for (int i = 0; i < 8; ++i) engine.step();
+  const std::vector<cuda_test::KernelRecord> recs = tl.stop();
+  while (engine.has_unfinished()) engine.step();
+  ASSERT_FALSE(recs.empty());
+
+  // Step boundaries: the embedding kernel opens each step's graph.
+  std::vector<size_t> starts;
+  for (size_t i = 0; i < recs.size(); ++i)
+    if (cuda_test::short_kernel_name(recs[i].name).find("embedding") != std::string::npos) starts.push_back(i);
+  ASSERT_GE(starts.size(), 3u);
+  std::printf("%zu records, %zu steps; step-to-step (embedding start) us:", recs.size(), starts.size());
+  for (size_t s = 1; s < starts.size(); ++s)
+    std::printf(" %.1f", static_cast<double>(recs[starts[s]].start_ns - recs[starts[s - 1]].start_ns) / 1e3);
+  std::printf("\n");
+  // The second-to-last full step, from 12 records before its embedding to 12 after; the end of its graph
+  // and what follows, up to the next embedding.
+  const size_t a = starts[starts.size() - 2], b = starts[starts.size() - 1];
+  auto print = [&](size_t i) {
+    const auto& r = recs[i];
+    const double gap = i > 0 ? (static_cast<double>(r.start_ns) - static_cast<double>(recs[i - 1].end_ns)) / 1e3 : 0.0;
+    std::printf("  %-28s %8d | gap %7.2f us  dur %7.2f us  (t = %9.2f)\n", cuda_test::short_kernel_name(r.name).c_str(),
+                r.grid, gap, static_cast<double>(r.end_ns - r.start_ns) / 1e3,
+                (static_cast<double>(r.start_ns) - static_cast<double>(recs[a].start_ns)) / 1e3);
+  };
+  std::printf("step start:\n");
+  for (size_t i = a >= 12 ? a - 12 : 0; i < a + 12 && i < recs.size(); ++i) print(i);
+  std::printf("step end (up to the next step's embedding):\n");
+  for (size_t i = b >= 24 ? b - 24 : 0; i <= b; ++i) print(i);
+}
+
+}  // namespace
+}  // namespace nanovllm
