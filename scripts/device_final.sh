@@ -15,4 +15,4 @@ for m in q06 q4; do PYTHONUNBUFFERED=1 python3 scripts/hf_bf16_agreement.py --na
 echo "== latency"
 $B bench latency --backend cuda --model /tmp/q06 --context 1024 --decode-tokens 64 --prefill 1024,8192 --json-out $OUT/lat06.json 2>&1 | grep -v warn
 $B bench latency --backend cuda --model /tmp/q8 --context 1024 --decode-tokens 64 --prefill 1024,8192,32768 --json-out $OUT/lat8.json 2>&1 | grep -v warn
-echo "== throughput vs HF (same run)"; HF_TIMEOUT=300 bash scripts/device_hf_compare.sh
+echo "== throughput vs HF (same run)"; HF_TIMEOUT=300 HF_BATCH=${HF_BATCH:-256} bash scripts/device_hf_compare.sh
