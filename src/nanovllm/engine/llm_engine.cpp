@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "nanovllm/core/logging.h"
 #include "nanovllm/engine/scheduler.h"
@@ -241,9 +242,9 @@ std::vector<SampledToken> LLMEngine::finish_launched_step(bool has_prefill) {
     std::vector<SampledToken> sampled = runner_->wait_oldest();
     --outstanding;
     // Tokens of the rows dropped above go; the rest are in cur's order.
-    std::erase_if(sampled, [&](const SampledToken& t) {
-      return std::none_of(cur.seqs.begin(), cur.seqs.end(), [&](const ScheduledSequence& s) { return s.seq->seq_id == t.seq_id; });
-    });
+    std::unordered_set<int64_t> kept;
+    for (const ScheduledSequence& s : cur.seqs) kept.insert(s.seq->seq_id);
+    std::erase_if(sampled, [&](const SampledToken& t) { return !kept.contains(t.seq_id); });
     if (!advanced) {
       scheduler_->advance(cur);
       advanced = true;

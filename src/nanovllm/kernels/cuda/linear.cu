@@ -302,7 +302,8 @@ std::map<ShapeKey, Choice> g_choices;
 struct Options {
   std::vector<Choice> choices;
   std::vector<float> alone_us;
-  int current = 0;  // the index of g_choices' entry
+  int current = 0;     // the index of g_choices' entry
+  bool tuned = false;  // linear_tuning_done(): settled for the rest of the process
 };
 std::map<ShapeKey, Options> g_options;
 
@@ -413,7 +414,7 @@ std::vector<LinearTunable> linear_tunables(int64_t t) {
   std::lock_guard<std::mutex> lock(g_choice_mu);
   std::vector<LinearTunable> out;
   for (const auto& [key, opts] : g_options) {
-    if (key.t != t || opts.choices.size() < 2) continue;
+    if (key.t != t || opts.choices.size() < 2 || opts.tuned) continue;
     LinearTunable lt;
     lt.t = key.t, lt.n = key.n, lt.k = key.k, lt.out_dt = key.out_dt;
     lt.bias = key.bias, lt.silu = key.silu, lt.before_attention = key.before_attention;
@@ -426,14 +427,28 @@ std::vector<LinearTunable> linear_tunables(int64_t t) {
   return out;
 }
 
-void linear_use_option(const LinearTunable& shape, int option) {
+namespace {
+Options& options_of(const LinearTunable& shape) {
   const ShapeKey key{shape.t, shape.n, shape.k, shape.out_dt, shape.bias, shape.silu, shape.before_attention};
-  std::lock_guard<std::mutex> lock(g_choice_mu);
   auto it = g_options.find(key);
-  NANOVLLM_CHECK(it != g_options.end() && option >= 0 && option < static_cast<int>(it->second.choices.size()),
-                 "linear_use_option: no option ", option, " for T=", shape.t, " N=", shape.n, " K=", shape.k);
-  it->second.current = option;
-  g_choices[key] = it->second.choices[static_cast<size_t>(option)];
+  NANOVLLM_CHECK(it != g_options.end(), "linear tuning: no timed shape T=", shape.t, " N=", shape.n, " K=", shape.k);
+  return it->second;
+}
+}  // namespace
+
+void linear_use_option(const LinearTunable& shape, int option) {
+  std::lock_guard<std::mutex> lock(g_choice_mu);
+  Options& opts = options_of(shape);
+  NANOVLLM_CHECK(option >= 0 && option < static_cast<int>(opts.choices.size()), "linear_use_option: no option ",
+                 option, " for T=", shape.t, " N=", shape.n, " K=", shape.k);
+  opts.current = option;
+  g_choices[ShapeKey{shape.t, shape.n, shape.k, shape.out_dt, shape.bias, shape.silu, shape.before_attention}] =
+      opts.choices[static_cast<size_t>(option)];
+}
+
+void linear_tuning_done(const LinearTunable& shape) {
+  std::lock_guard<std::mutex> lock(g_choice_mu);
+  options_of(shape).tuned = true;
 }
 
 void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s, ops::LinearHint hint) {
@@ -460,10 +475,11 @@ void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, o
           cs.push_back({choice_of(g), [&, g](ops::Stream ts) { gemv(out, in, weight, bias, ts, &g); }, preferred});
         };
         GemvConfig first;  // bulk_units == 0: none preferred
-        if (const auto one = gemv_candidates(T, N, K, device, false, true); before_attention && one.size() == 1) {
-          first = one[0];
-          add(first, true);
-        }
+        if (before_attention)
+          if (const auto one = gemv_candidates(T, N, K, device, false, true); one.size() == 1) {
+            first = one[0];
+            add(first, true);
+          }
         for (const GemvConfig& g : gemv_candidates(T, N, K, device, false, false))
           if (!(first.bulk_units > 0 && g.bulk_units == first.bulk_units && g.ctas == first.ctas)) add(g, false);
       }

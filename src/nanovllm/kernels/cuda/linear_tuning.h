@@ -28,11 +28,16 @@ struct LinearTunable {
   int current = 0;                   // the option in use (0 unless linear_use_option changed it)
 };
 
-// The timed shapes of t tokens with more than one option.
+// The timed shapes of t tokens with more than one option, not yet marked with linear_tuning_done.
 std::vector<LinearTunable> linear_tunables(int64_t t);
 
 // From now on `shape` runs its option `option` (an index into shape.options).
 void linear_use_option(const LinearTunable& shape, int option);
+
+// `shape`'s choice is settled for the rest of the process (until linear_clear_choices): later runners do
+// not tune it again, so one process computes every step with the same kernels (equal results for equal
+// inputs, from one engine to the next).
+void linear_tuning_done(const LinearTunable& shape);
 
 }  // namespace nanovllm::cuda_ops
 

@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
-#include <utility>
 
 #include "nanovllm/core/logging.h"
 #include "nanovllm/kernels/cuda/cuda_check.h"
@@ -172,7 +171,7 @@ int64_t CudaModelRunner::graph_table_stride(const SchedulerOutput& out) const {
   return std::min(stride, max_table_stride_);
 }
 
-void CudaModelRunner::upload_batch(const ForwardBatch& batch) {
+void CudaModelRunner::upload_batch(const ForwardBatch& batch, cuda_ops::StagedWords extra) {
   NANOVLLM_ASSERT(static_cast<int64_t>(batch.data.size()) <= max_batch_ints_);
   // One transfer of the packed inputs. The staging slot is free: the step that used it last was waited
   // for (at most two steps are in flight, alternating slots). Small batches (every decode step up to long
@@ -183,7 +182,6 @@ void CudaModelRunner::upload_batch(const ForwardBatch& batch) {
   std::memcpy(batch_host_[s].data(), batch.data.data(), static_cast<size_t>(n) * 4);
   auto* dev = static_cast<int32_t*>(batch_device_.data());
   const int32_t* fed = step_fed_ ? sampler_->device_token_ids() : nullptr;
-  const cuda_ops::StagedWords extra = std::exchange(extra_upload_, {});
   if (n * 4 <= kMaxKernelStagedBytes) {
     cuda_ops::stage_step_inputs(dev, static_cast<const int32_t*>(batch_host_mapped_[s]), n, batch.input_ids,
                                 batch.num_tokens, fed, extra, stream_);
@@ -224,7 +222,8 @@ void CudaModelRunner::run_eager(const SchedulerOutput& out) {
   model_->forward(batch.views(batch_device_.data(), Device::cuda(device_)), kv_, ws_, ops::Stream{stream_});
 }
 
-void CudaModelRunner::run_decode_graph(const SchedulerOutput& out, int64_t bucket, int64_t table_stride) {
+void CudaModelRunner::run_decode_graph(const SchedulerOutput& out, int64_t bucket, int64_t table_stride,
+                                       cuda_ops::StagedWords extra) {
   // Launch sizing (attention splits) must hold for any context the graph replays: the stride's capacity.
   const int64_t max_context = std::min(rc_.max_model_len, table_stride * rc_.block_size);
   ForwardBatch batch = build_padded_decode_batch(out, rc_.block_size, bucket, table_stride, max_context);
@@ -236,7 +235,7 @@ void CudaModelRunner::run_decode_graph(const SchedulerOutput& out, int64_t bucke
       batch.data[static_cast<size_t>(batch.input_ids) + i] = -1 - it->second;
     }
   }
-  upload_batch(batch);
+  upload_batch(batch, extra);
   auto it = graphs_.find({bucket, table_stride});
   if (it == graphs_.end()) {
     // Warm-up run with the capture's exact metadata: selects GEMM algorithms and grows workspaces, so
@@ -366,6 +365,7 @@ cudaGraphExec_t CudaModelRunner::tune_linear_choices(const DecoderInputs& in, in
         cuda_ops::linear_use_option(sh, sh.current);
       }
     }
+    cuda_ops::linear_tuning_done(sh);
   }
   return exec;
 }
@@ -422,8 +422,8 @@ void CudaModelRunner::launch(const SchedulerOutput& out, bool fed_from_previous)
   const bool staged = sampler_inputs.words * 4 <= kMaxKernelStagedBytes;
   staging_slot_ = step.slot;
   step_fed_ = fed_from_previous;
-  if (staged) extra_upload_ = sampler_inputs;
-  run_decode_graph(sorted, graph_bucket(static_cast<int64_t>(sorted.seqs.size())), graph_table_stride(sorted));
+  run_decode_graph(sorted, graph_bucket(static_cast<int64_t>(sorted.seqs.size())), graph_table_stride(sorted),
+                   staged ? sampler_inputs : cuda_ops::StagedWords{});
   step_fed_ = false;
   sampler_->enqueue_packed(step.slot, ws_.logits.data_as<float>(), stream_, staged);
   last_step_rows_.clear();

@@ -38,7 +38,9 @@ class CudaModelRunner final : public ModelRunner {
   void allocate_kv_cache(const ModelConfig& config);
   // Decode batches of up to the largest bucket replay a CUDA graph captured per bucket size.
   int64_t graph_bucket(int64_t num_seqs) const;  // 0: no bucket fits (or graphs are off)
-  void run_decode_graph(const SchedulerOutput& out, int64_t bucket, int64_t table_stride);
+  // `extra`: words the step's input upload copies too (launch(): the sampler's inputs).
+  void run_decode_graph(const SchedulerOutput& out, int64_t bucket, int64_t table_stride,
+                        cuda_ops::StagedWords extra = {});
   // The decode step of `in` captured into an instantiated graph with the current kernel switches.
   cudaGraphExec_t capture_decode(const DecoderInputs& in);
   // The faster of two captures of a bucket's step: rms_norm's PDL early trigger on or off (pdl.h:
@@ -62,9 +64,9 @@ class CudaModelRunner final : public ModelRunner {
   // (kernels/cuda/persistent_decode.h) where the model allows it.
   void make_persistent_decoder();
   void decode_forward(const DecoderInputs& in);
-  // The packed inputs from pinned staging slot staging_slot_ (a kernel or an H2D copy); with step_fed_,
-  // the ids fed from the previous step's samples.
-  void upload_batch(const ForwardBatch& batch);
+  // The packed inputs from pinned staging slot staging_slot_ (a kernel or an H2D copy), and `extra` with
+  // them; with step_fed_, the ids fed from the previous step's samples.
+  void upload_batch(const ForwardBatch& batch, cuda_ops::StagedWords extra = {});
   // Samples the rows of `out` with sample == true (in `out` order) from the step's logits; syncs.
   std::vector<SampledToken> sample(const SchedulerOutput& out);
 
@@ -82,7 +84,6 @@ class CudaModelRunner final : public ModelRunner {
   std::array<Buffer, 2> batch_host_;  // packed ForwardBatch ints, pinned: one per launched step in flight
   std::array<void*, 2> batch_host_mapped_{};  // their addresses for kernels (upload_batch)
   static constexpr int64_t kMaxKernelStagedBytes = 64 << 10;  // larger batches: an H2D copy
-  cuda_ops::StagedWords extra_upload_;  // copied by the next upload_batch too (launch(): the sampler's inputs)
   int staging_slot_ = 0;              // the batch_host_ (and sampler slot) of the step being launched
   bool step_fed_ = false;             // the step being launched reads ids fed from the previous step
   struct LaunchedStep {

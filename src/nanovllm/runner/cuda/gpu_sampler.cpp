@@ -64,6 +64,11 @@ std::vector<SampledToken> GpuSampler::sample(const std::vector<const Sequence*>&
   return collect(0);
 }
 
+GpuSampler::Slot& GpuSampler::slot_at(int slot_index) {
+  NANOVLLM_CHECK(slot_index == 0 || slot_index == 1, "GpuSampler: slot must be 0 or 1");
+  return slots_[static_cast<size_t>(slot_index)];
+}
+
 void GpuSampler::enqueue(int slot_index, const std::vector<const Sequence*>& seqs, float* logits,
                          cudaStream_t stream) {
   pack(slot_index, seqs);
@@ -71,8 +76,7 @@ void GpuSampler::enqueue(int slot_index, const std::vector<const Sequence*>& seq
 }
 
 cuda_ops::StagedWords GpuSampler::pack(int slot_index, const std::vector<const Sequence*>& seqs) {
-  NANOVLLM_CHECK(slot_index == 0 || slot_index == 1, "GpuSampler: slot must be 0 or 1");
-  Slot& slot = slots_[static_cast<size_t>(slot_index)];
+  Slot& slot = slot_at(slot_index);
   NANOVLLM_CHECK(!slot.pending, "GpuSampler::pack: slot ", slot_index, " is still in flight");
   NANOVLLM_CHECK(!seqs.empty(), "GpuSampler::pack: no sequences");
   const int64_t S = static_cast<int64_t>(seqs.size());
@@ -156,8 +160,7 @@ cuda_ops::StagedWords GpuSampler::pack(int slot_index, const std::vector<const S
 }
 
 void GpuSampler::enqueue_packed(int slot_index, float* logits, cudaStream_t stream, bool staged) {
-  NANOVLLM_CHECK(slot_index == 0 || slot_index == 1, "GpuSampler: slot must be 0 or 1");
-  Slot& slot = slots_[static_cast<size_t>(slot_index)];
+  Slot& slot = slot_at(slot_index);
   NANOVLLM_CHECK(slot.packed, "GpuSampler::enqueue_packed: slot ", slot_index, " was not packed");
   const int64_t S = static_cast<int64_t>(slot.rows.size()), E = slot.entries;
   if (!staged) copy_h2d(in_dev_.data(), slot.in_host.data(), in_bytes(S, E), stream);
@@ -175,8 +178,7 @@ void GpuSampler::enqueue_packed(int slot_index, float* logits, cudaStream_t stre
 }
 
 std::vector<SampledToken> GpuSampler::collect(int slot_index) {
-  NANOVLLM_CHECK(slot_index == 0 || slot_index == 1, "GpuSampler: slot must be 0 or 1");
-  Slot& slot = slots_[static_cast<size_t>(slot_index)];
+  Slot& slot = slot_at(slot_index);
   NANOVLLM_CHECK(slot.pending, "GpuSampler::collect: nothing enqueued in slot ", slot_index);
   CUDA_CHECK(cudaEventSynchronize(slot.done));
   slot.pending = false;

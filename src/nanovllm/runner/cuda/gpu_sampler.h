@@ -73,6 +73,7 @@ class GpuSampler {
   int64_t cap_rows_ = 0, cap_entries_ = 0;
   Buffer in_dev_;   // [cap_rows] GpuSamplingParams, then [cap_entries] GpuPenaltyEntry (steps with entries)
   std::array<Slot, 2> slots_;
+  Slot& slot_at(int slot_index);  // checks the index
   const int32_t* last_token_ids_ = nullptr;  // device_token_ids()
   Buffer stats_dev_;           // [sample_scratch_bytes(cap_rows, vocab)]: the chunk pass's scratch
   std::unordered_map<int32_t, int32_t> scratch_;  // id -> count, reused per row
