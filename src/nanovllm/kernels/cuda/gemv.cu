@@ -258,11 +258,7 @@ int64_t bulk_total_units(int64_t N, int64_t K) { return (N + 15) / 16 * bulk_uni
 
 // Appends c unless an identical launch shape is already listed (different tunings can pick the same one).
 void add_unique(std::vector<GemvConfig>& out, const GemvConfig& c) {
-  const bool seen = std::any_of(out.begin(), out.end(), [&](const GemvConfig& o) {
-    return o.rows_tiles_per_cta == c.rows_tiles_per_cta && o.k_split == c.k_split && o.ctas == c.ctas &&
-           o.stream_steps == c.stream_steps && o.bulk_units == c.bulk_units;
-  });
-  if (!seen) out.push_back(c);
+  if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
 }
 
 GemvConfig pick_config(int64_t T, int64_t N, int64_t K, int slots, int waves) {

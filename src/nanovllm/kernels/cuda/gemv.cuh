@@ -56,6 +56,7 @@ struct GemvConfig {
   int ctas = 0;                // total CTAs
   int stream_steps = 0;        // > 0: stream-K kernel (gemv_stream.cuh), this many 128-k steps per warp
   int bulk_units = 0;          // > 0: bulk-copy kernel (gemv_bulk.cuh, sm_90), this many 16-row x 1024-k units per CTA
+  bool operator==(const GemvConfig&) const = default;  // the same launch shape
 };
 GemvConfig gemv_config(int64_t T, int64_t N, int64_t K, int device);
 // Distinct launch shapes worth timing for this problem (the picks for 1, 2, 4 and 8 waves of CTAs,

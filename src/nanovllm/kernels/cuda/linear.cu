@@ -481,7 +481,7 @@ void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, o
             add(first, true);
           }
         for (const GemvConfig& g : gemv_candidates(T, N, K, device, false, false))
-          if (!(first.bulk_units > 0 && g.bulk_units == first.bulk_units && g.ctas == first.ctas)) add(g, false);
+          if (!(first.bulk_units > 0 && g == first)) add(g, false);
       }
       if (rows_ok)
         for (const GemvRowsConfig& r : gemv_rows_candidates(T, N, K, device, before_attention))
