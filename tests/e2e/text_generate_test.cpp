@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/engine/llm.h"
 #include "nanovllm/tokenizer/tokenizer.h"
+#include "support/process_scratch_dir.h"
 #include "support/test_models.h"
 #include "text_test_util.h"
 
@@ -36,7 +36,8 @@ SamplingParams greedy(int64_t max_tokens) {
 
 // A private copy of a model directory whose weights are symlinked (the configs can then be edited).
 std::filesystem::path light_copy(const std::filesystem::path& src, const std::string& name) {
-  const auto dst = std::filesystem::path(::testing::TempDir()) / ("nanovllm-" + name + "-" + std::to_string(::getpid()));
+  static const testing::ProcessScratchDir root("nanovllm-light-copy");
+  const auto dst = root.path() / name;
   std::filesystem::remove_all(dst);
   std::filesystem::create_directories(dst);
   for (const auto& e : std::filesystem::directory_iterator(src)) {

@@ -11,26 +11,16 @@
 #include <sstream>
 
 #include "nanovllm/core/error.h"
+#include "support/process_scratch_dir.h"
 
 namespace nanovllm::testing {
 namespace {
 
 const std::filesystem::path kBinary = std::filesystem::path(NANOVLLM_BINARY_DIR) / "tools" / "nanovllm";
 
-// Per-process scratch directory, removed at exit.
-struct Scratch {
-  std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("nanovllm-text-io-" + std::to_string(::getpid()));
-  Scratch() { std::filesystem::create_directories(dir); }
-  ~Scratch() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-};
-
 const std::filesystem::path& scratch() {
-  static const Scratch s;
-  return s.dir;
+  static const ProcessScratchDir s("nanovllm-text-io");
+  return s.path();
 }
 
 std::string read_all(const std::filesystem::path& p) {

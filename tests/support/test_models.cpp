@@ -4,23 +4,20 @@
 #include <fstream>
 #include <mutex>
 #include <random>
-#include <unistd.h>
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/model/test_model.h"
+#include "support/process_scratch_dir.h"
 
 namespace nanovllm::testing {
 namespace {
 
 std::filesystem::path golden_dir() { return test_data_dir() / "golden"; }
 
-std::filesystem::path scratch_root() {
-  static const std::filesystem::path root = [] {
-    auto p = std::filesystem::temp_directory_path() / ("nanovllm-e2e-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(p);
-    return p;
-  }();
-  return root;
+// Models written here are shared by the tests of one process and removed when it exits.
+const std::filesystem::path& scratch_root() {
+  static const ProcessScratchDir root("nanovllm-e2e");
+  return root.path();
 }
 
 std::filesystem::path write_once(const std::string& key, const nlohmann::json& config, uint64_t seed) {
