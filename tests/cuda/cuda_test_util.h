@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -177,6 +179,54 @@ inline void expect_linear_close(const std::vector<float>& got, const std::vector
   const float rms = static_cast<float>(std::sqrt(ss / static_cast<double>(ref.size())));
   EXPECT_LE(nmse(got, ref), bf16_out ? 1e-5 : 1e-9) << what;
   expect_close(got, ref, (bf16_out ? 1e-2f : 1e-4f) * rms, bf16_out ? 5e-3f : 1e-5f, what);
+}
+
+// One projection of a PDL chain test: its output width and the range of its random weights.
+struct ChainLink {
+  int64_t n;
+  float w_range;
+};
+
+// Dependent projections y1 = x W1^T, y2 = y1 W2^T, ... (bf16, x [T, K], links in order) captured in one
+// graph with PDL and replayed three times, each after uploading a new x: a kernel may start its weight
+// copies before its wait, but its reads of its predecessor's output must see this replay's values.
+// launch(i, out, in, w, stream) enqueues projection i with the kernel and launch shape under test.
+inline void expect_pdl_chain_sees_each_replays_inputs(
+    int64_t T, int64_t K, const std::vector<ChainLink>& links, std::mt19937& rng,
+    const std::function<void(size_t, TensorView, TensorView, TensorView, cudaStream_t)>& launch) {
+  std::vector<Bf16Data> w;
+  std::deque<DeviceTensor> d_w, d_y;  // deque: DeviceTensor stays put
+  int64_t k = K;
+  for (const ChainLink& l : links) {
+    w.push_back(random_bf16(static_cast<size_t>(l.n * k), rng, -l.w_range, l.w_range));
+    d_w.emplace_back(DType::kBF16, Shape{l.n, k}, w.back().bits);
+    d_y.emplace_back(DType::kBF16, Shape{T, l.n});
+    k = l.n;
+  }
+  DeviceTensor d_x(DType::kBF16, {T, K});
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  const cudaGraphExec_t exec = warm_up_and_capture(st, [&] {
+    for (size_t i = 0; i < links.size(); ++i)
+      launch(i, d_y[i].view(), i == 0 ? d_x.view() : d_y[i - 1].view(), d_w[i].view(), st);
+  });
+  for (int replay = 0; replay < 3; ++replay) {
+    const Bf16Data x = random_bf16(static_cast<size_t>(T * K), rng);
+    CUDA_CHECK(cudaMemcpyAsync(d_x.view().data(), x.bits.data(), x.bits.size() * 2, cudaMemcpyHostToDevice, st));
+    CUDA_CHECK(cudaGraphLaunch(exec, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    std::vector<float> in = x.f32;
+    int64_t k_in = K;
+    for (size_t i = 0; i < links.size(); ++i) {
+      std::vector<float> y = d_y[i].download_f32();
+      expect_linear_close(y, linear_reference(in, w[i].f32, T, links[i].n, k_in), true,
+                          "link " + std::to_string(i) + ", replay " + std::to_string(replay));
+      in = std::move(y);
+      k_in = links[i].n;
+    }
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaStreamDestroy(st));
 }
 
 }  // namespace nanovllm::cuda_test

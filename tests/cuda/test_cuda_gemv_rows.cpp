@@ -78,35 +78,17 @@ TEST(CudaGemvRows, Deterministic) {
   }
 }
 
-// y = x W1^T, z = y W2^T captured in one graph with PDL and replayed after new inputs were uploaded: the
-// second kernel's weight copies start before its wait, its reads of y must see this replay's y.
+// A two-link chain (cuda_test::expect_pdl_chain_sees_each_replays_inputs): the second kernel's weight
+// copies start before its wait, its reads of y must see this replay's y.
 TEST(CudaGemvRows, PdlChainInGraphSeesEachReplaysInputs) {
   SKIP_WITHOUT_SM90();
   std::mt19937 rng(43);
-  const int64_t T = 2, K = 1024, N1 = 2048, N2 = 768;
-  auto w1 = random_bf16(static_cast<size_t>(N1 * K), rng, -0.5f, 0.5f);
-  auto w2 = random_bf16(static_cast<size_t>(N2 * N1), rng, -0.05f, 0.05f);
-  DeviceTensor d_x(DType::kBF16, {T, K}), d_w1(DType::kBF16, {N1, K}, w1.bits), d_w2(DType::kBF16, {N2, N1}, w2.bits);
-  DeviceTensor d_y(DType::kBF16, {T, N1}), d_z(DType::kBF16, {T, N2});
-  const GemvRowsConfig c1{64, 16384, 3}, c2{100, 8192, 4};
-  cudaStream_t st;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  const cudaGraphExec_t exec = cuda_test::warm_up_and_capture(st, [&] {
-    cuda_ops::gemv_rows(d_y.view(), d_x.view(), d_w1.view(), ops::Stream{st}, c1);
-    cuda_ops::gemv_rows(d_z.view(), d_y.view(), d_w2.view(), ops::Stream{st}, c2);
-  });
-  for (int replay = 0; replay < 3; ++replay) {
-    auto x = random_bf16(static_cast<size_t>(T * K), rng);
-    CUDA_CHECK(cudaMemcpyAsync(d_x.view().data(), x.bits.data(), x.bits.size() * 2, cudaMemcpyHostToDevice, st));
-    CUDA_CHECK(cudaGraphLaunch(exec, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    std::vector<float> y = d_y.download_f32();
-    const std::string r = ", replay " + std::to_string(replay);
-    cuda_test::expect_linear_close(y, linear_reference(x.f32, w1.f32, T, N1, K), true, "y" + r);
-    cuda_test::expect_linear_close(d_z.download_f32(), linear_reference(y, w2.f32, T, N2, N1), true, "z" + r);
-  }
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaStreamDestroy(st));
+  const GemvRowsConfig shapes[] = {{64, 16384, 3}, {100, 8192, 4}};
+  cuda_test::expect_pdl_chain_sees_each_replays_inputs(
+      2, 1024, {{2048, 0.5f}, {768, 0.05f}}, rng,
+      [&](size_t i, TensorView out, TensorView in, TensorView w, cudaStream_t st) {
+        cuda_ops::gemv_rows(out, in, w, ops::Stream{st}, shapes[i]);
+      });
 }
 
 // With gemv_rows in its candidates, cuda_ops::linear keeps whichever kernel timed fastest: the values

@@ -109,41 +109,18 @@ TEST(CudaLinearWgmma, Deterministic) {
   }
 }
 
-// Three dependent projections (y = x W1^T, z = y W2^T, u = z W3^T: a K split, a K split over
-// clusters with 2-box stages, a persistent grid with 4-box stages) captured in one graph with PDL,
-// replayed after new inputs were uploaded: each kernel's weight copies start before its wait, its token
-// copies must see its predecessor's output of this replay.
+// Three dependent projections (cuda_test::expect_pdl_chain_sees_each_replays_inputs) in three launch
+// shapes: a K split, a K split over clusters with 2-box stages, a persistent grid with 4-box stages. Each
+// kernel's weight copies start before its wait; its token copies must see this replay's predecessor output.
 TEST(CudaLinearWgmma, PdlChainInGraphSeesEachReplaysInputs) {
   SKIP_WITHOUT_WGMMA();
   std::mt19937 rng(34);
-  const int64_t T = 24, K = 1024, N1 = 2048, N2 = 512, N3 = 704;
-  auto w1 = random_bf16(static_cast<size_t>(N1 * K), rng, -0.5f, 0.5f);
-  auto w2 = random_bf16(static_cast<size_t>(N2 * N1), rng, -0.05f, 0.05f);
-  auto w3 = random_bf16(static_cast<size_t>(N3 * N2), rng, -0.1f, 0.1f);
-  DeviceTensor d_x(DType::kBF16, {T, K}), d_w1(DType::kBF16, {N1, K}, w1.bits), d_w2(DType::kBF16, {N2, N1}, w2.bits),
-      d_w3(DType::kBF16, {N3, N2}, w3.bits);
-  DeviceTensor d_y(DType::kBF16, {T, N1}), d_z(DType::kBF16, {T, N2}), d_u(DType::kBF16, {T, N3});
-  const WgmmaLinearConfig c1{32, 2, 2, 4, 1, 0}, c2{32, 1, 8, 3, 2, 0}, c3{32, 1, 1, 4, 4, 5};
-  cudaStream_t st;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  const cudaGraphExec_t exec = cuda_test::warm_up_and_capture(st, [&] {
-    cuda_ops::linear_wgmma(d_y.view(), d_x.view(), d_w1.view(), ops::Stream{st}, c1);
-    cuda_ops::linear_wgmma(d_z.view(), d_y.view(), d_w2.view(), ops::Stream{st}, c2);
-    cuda_ops::linear_wgmma(d_u.view(), d_z.view(), d_w3.view(), ops::Stream{st}, c3);
-  });
-  for (int replay = 0; replay < 3; ++replay) {
-    auto x = random_bf16(static_cast<size_t>(T * K), rng);
-    CUDA_CHECK(cudaMemcpyAsync(d_x.view().data(), x.bits.data(), x.bits.size() * 2, cudaMemcpyHostToDevice, st));
-    CUDA_CHECK(cudaGraphLaunch(exec, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    std::vector<float> y = d_y.download_f32(), z = d_z.download_f32();
-    const std::string r = ", replay " + std::to_string(replay);
-    cuda_test::expect_linear_close(y, linear_reference(x.f32, w1.f32, T, N1, K), true, "y" + r);
-    cuda_test::expect_linear_close(z, linear_reference(y, w2.f32, T, N2, N1), true, "z" + r);
-    cuda_test::expect_linear_close(d_u.download_f32(), linear_reference(z, w3.f32, T, N3, N2), true, "u" + r);
-  }
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaStreamDestroy(st));
+  const WgmmaLinearConfig shapes[] = {{32, 2, 2, 4, 1, 0}, {32, 1, 8, 3, 2, 0}, {32, 1, 1, 4, 4, 5}};
+  cuda_test::expect_pdl_chain_sees_each_replays_inputs(
+      24, 1024, {{2048, 0.5f}, {512, 0.05f}, {704, 0.1f}}, rng,
+      [&](size_t i, TensorView out, TensorView in, TensorView w, cudaStream_t st) {
+        cuda_ops::linear_wgmma(out, in, w, ops::Stream{st}, shapes[i]);
+      });
 }
 
 // With linear_wgmma in its candidates, cuda_ops::linear times it against gemv / cuBLASLt at a shape's
