@@ -1,4 +1,6 @@
-// Decode-latency paths: the fused down projection (ops::linear_silu_mul) against the CPU reference and
+// Decode-latency paths: the fused MLP activations (ops::linear_silu_mul: silu_mul in the down projection;
+// gemv_gate_up_silu: silu_mul in the gate_up projection's epilogue; ops::silu_mlp, the MLP that picks
+// between them) against the CPU reference and
 // against the unfused GPU kernels (bitwise, every gemv launch shape), PDL-launched kernel chains inside
 // a captured CUDA graph replayed with changing inputs, and a DISABLED_ benchmark of Qwen3-0.6B- and
 // 8B-shaped decode layers (bs 1, context 1024) replayed from a graph, with ablations.
@@ -86,17 +88,102 @@ TEST(CudaDecodeFusion, GemvSiluBitwiseEqualsUnfused) {
   }
 }
 
+// CPU reference of gemv_gate_up_silu: gate_up = x W^T in double rounded to bf16 (what the GPU stores or
+// keeps), then silu(gate) * up in fp32 rounded to bf16.
+std::vector<float> cpu_gate_up_silu(const std::vector<float>& x, const std::vector<float>& w, int64_t T, int64_t I,
+                                    int64_t K) {
+  auto bf = [](float v) { return bf16_to_f32(f32_to_bf16(v)); };
+  std::vector<float> act(static_cast<size_t>(T * I));
+  for (int64_t t = 0; t < T; ++t) {
+    auto dot = [&](int64_t row) {
+      double a = 0;
+      for (int64_t k = 0; k < K; ++k) a += static_cast<double>(x[t * K + k]) * w[row * K + k];
+      return bf(static_cast<float>(a));
+    };
+    for (int64_t i = 0; i < I; ++i) {
+      const float g = dot(i), u = dot(I + i);
+      act[t * I + i] = bf(g / (1.0f + std::exp(-g)) * u);
+    }
+  }
+  return act;
+}
+
+// gemv_gate_up_silu == gemv (same launch shape) + silu_mul, bit for bit, and close to the CPU reference,
+// for every launch shape the dispatch may pick. I = 528 is 33 row tiles: with RT 4 and 8 the last CTA's
+// gate tiles run past I (their rows are read from the up half and never stored); K = 1000 ends in a
+// partial warp step.
+TEST(CudaDecodeFusion, GemvGateUpSiluBitwiseEqualsUnfused) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(14);
+  const int64_t K = 1000;
+  for (const int64_t I : {528, 3072}) {
+    for (const int64_t T : {1, 3, 8, 9, 16}) {
+      const auto x = random_bf16(static_cast<size_t>(T * K), rng);
+      const auto w = random_bf16(static_cast<size_t>(2 * I * K), rng, -0.1f, 0.1f);
+      DeviceTensor d_x(DType::kBF16, {T, K}, x.bits), d_w(DType::kBF16, {2 * I, K}, w.bits);
+      DeviceTensor d_gu(DType::kBF16, {T, 2 * I}), d_a(DType::kBF16, {T, I}), d_b(DType::kBF16, {T, I});
+      const std::vector<float> ref = cpu_gate_up_silu(x.f32, w.f32, T, I, K);
+      for (const cuda_ops::GemvConfig& c : cuda_ops::gemv_gate_up_silu_candidates(2 * I)) {
+        const std::string what = "I=" + std::to_string(I) + " T=" + std::to_string(T) + " RT=" +
+                                 std::to_string(c.rows_tiles_per_cta);
+        d_a.fill_bytes(0xff);
+        d_b.fill_bytes(0x7f);
+        cuda_ops::gemv_gate_up_silu(d_a.view(), d_x.view(), d_w.view(), {}, &c);
+        cuda_ops::gemv(d_gu.view(), d_x.view(), d_w.view(), TensorView(), {}, &c);
+        cuda_ops::silu_mul(d_b.view(), d_gu.view(), {});
+        EXPECT_EQ(d_a.download<uint16_t>(), d_b.download<uint16_t>()) << what;
+        // fp32 summation order against double, then two bf16 roundings: a few bf16 ulps.
+        cuda_test::expect_close(d_a.download_f32(), ref, 2e-3f, 2e-2f, what);
+      }
+    }
+  }
+}
+
+// The MLP op, whichever way the dispatch runs it: the gate_up epilogue fused for gemv-sized batches with
+// gate_up weights of 16 MiB and more (I = 2048, K = 2048; I = 2056 is not a whole number of row tiles),
+// otherwise linear + linear_silu_mul (K = 264; T = 37 beyond gemv). Reference: the bf16 activation of
+// cpu_gate_up_silu, then the down projection in fp32.
+TEST(CudaDecodeFusion, SiluMlpMatchesCpu) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(15);
+  const int64_t N = 200;
+  for (const auto [I, K] : {std::pair<int64_t, int64_t>{2048, 2048}, {2056, 2048}, {528, 264}}) {
+    for (const int64_t T : {1, 3, 16, 37}) {
+      const auto x = random_bf16(static_cast<size_t>(T * K), rng);
+      const auto wgu = random_bf16(static_cast<size_t>(2 * I * K), rng, -0.05f, 0.05f);
+      const auto wd = random_bf16(static_cast<size_t>(N * I), rng, -0.1f, 0.1f);
+      DeviceTensor d_x(DType::kBF16, {T, K}, x.bits), d_wgu(DType::kBF16, {2 * I, K}, wgu.bits);
+      DeviceTensor d_wd(DType::kBF16, {N, I}, wd.bits), d_out(DType::kBF16, {T, N});
+      DeviceTensor d_gu(DType::kBF16, {T, 2 * I}), d_act(DType::kBF16, {T, I});
+      std::vector<float> act = cpu_gate_up_silu(x.f32, wgu.f32, T, I, K);
+      const std::vector<float> ref = cuda_test::linear_reference(act, wd.f32, T, N, I);
+      for (int call = 0; call < 2; ++call) {  // first call times the options, the second runs the pick
+        d_out.fill_bytes(0xff);  // NaN poison
+        ops::silu_mlp(d_out.view(), d_x.view(), d_wgu.view(), d_wd.view(), d_gu.view(), d_act.view());
+        const std::string what = "I=" + std::to_string(I) + " K=" + std::to_string(K) + " T=" + std::to_string(T);
+        // The bf16 activation may differ from the reference's in a last bit; then fp32 order and bf16 out.
+        cuda_test::expect_close(d_out.download_f32(), ref, 1e-2f, 2e-2f, what);
+        EXPECT_LT(cuda_test::nmse(d_out.download_f32(), ref), 1e-4) << what;
+      }
+    }
+  }
+}
+
 // A PDL chain (embedding -> rms_norm -> gemv -> fused down gemv -> add_rms_norm -> gather_rows) captured
 // once and replayed with new token ids each time: every replay must match the CPU reference, so no
 // kernel read its predecessor's output before it was complete.
-// bulk: the two projections run the bulk-copy gemv (its producer copies weights before pdl_wait) with
-// one unit per CTA (the down projection's tiles split across CTAs) instead of the dispatch's pick.
+// mlp: the dispatch's picks for gate_up and the fused down projection (ops::linear, ops::linear_silu_mul);
+// the bulk-copy gemv for both (its producer copies weights before pdl_wait) with one unit per CTA (the
+// down projection's tiles split across CTAs); or gemv_gate_up_silu (RT 4: the last CTA's gate tiles run
+// past I) then ops::linear, as Qwen3Model's layer.
 // early_norm: the norms trigger their dependents before their wait (pdl.h), or after it.
-void check_graph_replay_with_changing_inputs(bool bulk, bool early_norm) {
+enum class MlpKernels { kDispatch, kBulkGemv, kGateUpSilu };
+
+void check_graph_replay_with_changing_inputs(MlpKernels mlp, bool early_norm) {
   PdlGuard pdl(true);
   cuda_ops::set_pdl_early_norm(early_norm);
   std::mt19937 rng(13);
-  const int64_t V = 97, H = 264, I = 520, T = 3;
+  const int64_t V = 97, H = 264, I = 528, T = 3;
   const auto table = random_bf16(static_cast<size_t>(V * H), rng);
   const auto nw = random_bf16(static_cast<size_t>(H), rng, 0.5f, 1.5f);
   const auto wgu = random_bf16(static_cast<size_t>(2 * I * H), rng, -0.2f, 0.2f);
@@ -112,10 +199,14 @@ void check_graph_replay_with_changing_inputs(bool bulk, bool early_norm) {
   auto chain = [&] {
     ops::embedding(d_x.view(), d_ids.view(), d_table.view(), s);     // x = E[ids]
     ops::rms_norm(d_h.view(), d_x.view(), d_nw.view(), 1e-6f, s);    // h = norm(x)
-    if (bulk) {
+    if (mlp == MlpKernels::kBulkGemv) {
       const cuda_ops::GemvConfig gu_cfg = cuda_ops::gemv_bulk_config(2 * I, H, 1), d_cfg = cuda_ops::gemv_bulk_config(H, I, 1);
       cuda_ops::gemv(d_gu.view(), d_h.view(), d_wgu.view(), TensorView(), s, &gu_cfg);
       cuda_ops::gemv_silu(d_res.view(), d_gu.view(), d_wd.view(), s, &d_cfg);  // res = mlp(h)
+    } else if (mlp == MlpKernels::kGateUpSilu) {
+      const cuda_ops::GemvConfig rt4 = cuda_ops::gemv_gate_up_silu_candidates(2 * I)[1];
+      cuda_ops::gemv_gate_up_silu(d_act.view(), d_h.view(), d_wgu.view(), s, &rt4);
+      ops::linear(d_res.view(), d_act.view(), d_wd.view(), TensorView(), s);  // res = mlp(h)
     } else {
       ops::linear(d_gu.view(), d_h.view(), d_wgu.view(), TensorView(), s);
       ops::linear_silu_mul(d_res.view(), d_gu.view(), d_wd.view(), d_act.view(), s);  // res = mlp(h)
@@ -177,13 +268,18 @@ void check_graph_replay_with_changing_inputs(bool bulk, bool early_norm) {
 
 TEST(CudaDecodePdl, GraphReplayWithChangingInputs) {
   SKIP_WITHOUT_CUDA();
-  for (const bool early_norm : {false, true}) check_graph_replay_with_changing_inputs(false, early_norm);
+  for (const bool early_norm : {false, true}) check_graph_replay_with_changing_inputs(MlpKernels::kDispatch, early_norm);
+}
+
+TEST(CudaDecodePdl, GraphReplayWithChangingInputsGateUpSilu) {
+  SKIP_WITHOUT_CUDA();
+  for (const bool early_norm : {false, true}) check_graph_replay_with_changing_inputs(MlpKernels::kGateUpSilu, early_norm);
 }
 
 TEST(CudaDecodePdl, GraphReplayWithChangingInputsBulkGemv) {
   SKIP_WITHOUT_CUDA();
   if (!cuda_ops::gemv_bulk_available(0)) GTEST_SKIP() << "bulk-copy gemv needs sm_90";
-  for (const bool early_norm : {false, true}) check_graph_replay_with_changing_inputs(true, early_norm);
+  for (const bool early_norm : {false, true}) check_graph_replay_with_changing_inputs(MlpKernels::kBulkGemv, early_norm);
 }
 
 // ---- Benchmark: one decode layer (T = 1, context 1024) of the Qwen3-0.6B and Qwen3-8B shapes, L distinct
@@ -291,10 +387,10 @@ struct DecodeLayerStack {
       if (!a.gemvs) continue;
       ops::linear(x->view(), ao->view().reshape({1, Hq * D}), l.wo->view(), TensorView(), s);
       if (a.norms) ops::add_rms_norm(x->view(), res->view(), l.n2->view(), 1e-6f, s);
-      ops::linear(gu->view(), x->view(), l.wgu->view(), TensorView(), s);
-      if (a.fused_silu) {
-        ops::linear_silu_mul(x->view(), gu->view(), l.wd->view(), act->view(), s);
+      if (a.fused_silu) {  // as Qwen3Model::layer
+        ops::silu_mlp(x->view(), x->view(), l.wgu->view(), l.wd->view(), gu->view(), act->view(), s);
       } else {
+        ops::linear(gu->view(), x->view(), l.wgu->view(), TensorView(), s);
         ops::silu_mul(act->view(), gu->view(), s);
         ops::linear(x->view(), act->view(), l.wd->view(), TensorView(), s);
       }
@@ -320,7 +416,7 @@ void bench_decode_layers(const LayerShape& sh) {
       {.name = "  attention alone (back to back)", .norms = false, .prologue = false, .gemvs = false},
       {.name = "  qkv_prologue + attention alone", .norms = false, .gemvs = false},
       {.name = "  without the two add_rms_norm", .norms = false},
-      {.name = "  unfused silu_mul + down", .fused_silu = false},
+      {.name = "  silu_mul not fused", .fused_silu = false},
       {.name = "  gemvs only", .attention = false, .norms = false},
   };
   for (const int k : {128, 256, 512}) {

@@ -1,4 +1,4 @@
-// embedding, rms_norm, add_rms_norm, silu_mul, gather_rows, convert against double references.
+// embedding, rms_norm, add_rms_norm, silu_mul, silu_mlp, gather_rows, convert against double references.
 #include <cmath>
 #include <random>
 #include <vector>
@@ -108,6 +108,32 @@ TEST(SiluMul, MatchesDoubleReference) {
           ref[t * I + i] = a / (1.0 + std::exp(-a)) * b;
         }
       test::expect_close_f32(out, ref, "silu_mul");
+    }
+  }
+}
+
+TEST(SiluMlp, MatchesDoubleReference) {
+  std::mt19937 rng(7);
+  const int64_t K = 24, N = 11;
+  for (int64_t T : kSizes) {
+    for (int64_t I : {1, 5, 16}) {
+      HostTensor x = random_tensor(DType::kF32, {T, K}, rng);
+      HostTensor wgu = random_tensor(DType::kF32, {2 * I, K}, rng), wd = random_tensor(DType::kF32, {N, I}, rng);
+      HostTensor out(DType::kF32, {T, N}), gate_up(DType::kF32, {T, 2 * I}), act(DType::kF32, {T, I});
+      ops::silu_mlp(out.v, x.v, wgu.v, wd.v, gate_up.v, act.v);
+      const std::vector<double> xd = x.to_double(), gd = wgu.to_double(), dd = wd.to_double();
+      std::vector<double> ref(static_cast<size_t>(T * N), 0.0);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < I; ++i) {
+          double g = 0, u = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            g += xd[t * K + k] * gd[i * K + k];
+            u += xd[t * K + k] * gd[(I + i) * K + k];
+          }
+          const double a = g / (1.0 + std::exp(-g)) * u;
+          for (int64_t n = 0; n < N; ++n) ref[t * N + n] += a * dd[n * I + i];
+        }
+      test::expect_close_f32(out, ref, "silu_mlp");
     }
   }
 }

@@ -43,6 +43,14 @@ TEST(OpsValidation, ShapeMismatches) {
   expect_error([&] { ops::linear(lout.v, x.v, lw2.v, bias.v); }, {"bias has shape"});
   HostTensor odd(DType::kF32, {3, 7}), half(DType::kF32, {3, 3});
   expect_error([&] { ops::silu_mul(half.v, odd.v); }, {"odd width"});
+  HostTensor gu_w = test::random_tensor(DType::kF32, {6, 8}, rng), down_w = test::random_tensor(DType::kF32, {5, 3}, rng);
+  HostTensor mlp_out(DType::kF32, {3, 5}), gu6(DType::kF32, {3, 6}), act3(DType::kF32, {3, 3});
+  HostTensor gu_odd = test::random_tensor(DType::kF32, {7, 8}, rng);
+  expect_error([&] { ops::silu_mlp(mlp_out.v, x.v, gu_odd.v, down_w.v, gu6.v, act3.v); }, {"odd number of rows"});
+  HostTensor down_w4 = test::random_tensor(DType::kF32, {5, 4}, rng);
+  expect_error([&] { ops::silu_mlp(mlp_out.v, x.v, gu_w.v, down_w4.v, gu6.v, act3.v); }, {"down_w [5, 4]"});
+  HostTensor act6(DType::kF32, {3, 6});
+  expect_error([&] { ops::silu_mlp(mlp_out.v, x.v, gu_w.v, down_w.v, gu6.v, act6.v); }, {"act has shape [3, 6]"});
   HostTensor rows = test::i32_tensor({0, 3});
   HostTensor g(DType::kF32, {2, 8});
   expect_error([&] { ops::gather_rows(g.v, x.v, rows.v); }, {"rows[1] = 3"});

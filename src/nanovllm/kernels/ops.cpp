@@ -308,6 +308,32 @@ void linear_silu_mul(TensorView out, TensorView gate_up, TensorView weight, Tens
   cpu::linear(out, act, weight, TensorView());
 }
 
+void silu_mlp(TensorView out, TensorView x, TensorView gate_up_w, TensorView down_w, TensorView gate_up,
+              TensorView act, Stream s) {
+  constexpr std::string_view op = "silu_mlp";
+  const Device dev = x.device();
+  check_tensor(op, "x", x, dev, 2);
+  check_float(op, "x", x);
+  check_tensor(op, "gate_up_w", gate_up_w, dev, 2);
+  check_float(op, "gate_up_w", gate_up_w);
+  check_tensor(op, "down_w", down_w, dev, 2);
+  check_float(op, "down_w", down_w);
+  const int64_t T = x.dim(0), K = x.dim(1), I = gate_up_w.dim(0) / 2, N = down_w.dim(0);
+  NANOVLLM_CHECK(gate_up_w.dim(1) == K, op, ": gate_up_w ", gate_up_w.shape().str(), " has in-features ",
+                 gate_up_w.dim(1), " but x ", x.shape().str(), " has ", K);
+  NANOVLLM_CHECK(gate_up_w.dim(0) % 2 == 0, op, ": gate_up_w ", gate_up_w.shape().str(),
+                 " has an odd number of rows (gate | up)");
+  NANOVLLM_CHECK(down_w.dim(1) == I, op, ": down_w ", down_w.shape().str(), " has in-features ", down_w.dim(1),
+                 " but gate_up_w ", gate_up_w.shape().str(), " makes ", I);
+  check_float_tensor(op, "out", out, dev, {T, N});
+  check_float_tensor(op, "gate_up", gate_up, dev, {T, 2 * I});
+  check_float_tensor(op, "act", act, dev, {T, I});
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(silu_mlp, dev, out, x, gate_up_w, down_w, gate_up, act, s);
+  cpu::linear(gate_up, x, gate_up_w, TensorView());
+  cpu::silu_mul(act, gate_up);
+  cpu::linear(out, act, down_w, TensorView());
+}
+
 void gather_rows(TensorView out, TensorView in, TensorView rows, Stream s) {
   constexpr std::string_view op = "gather_rows";
   const Device dev = in.device();

@@ -78,6 +78,15 @@ void silu_mul(TensorView out, TensorView gate_up, Stream s = {});
 // weight [N, I], act [T, I] scratch (contents unspecified afterwards).
 void linear_silu_mul(TensorView out, TensorView gate_up, TensorView weight, TensorView act, Stream s = {});
 
+// The gated MLP: out = silu_mul(x @ gate_up_w^T) @ down_w^T. gate_up_w [2I, K] holds the gate rows, then
+// the up rows. On CUDA the activation is fused into one of the projections where that is faster: into
+// the gate_up projection's epilogue (large weights, decode-sized bf16 batches) or into the down
+// projection's input (linear_silu_mul); otherwise linear, silu_mul, linear. Same values every way (gate
+// and up are rounded to gate_up's dtype, the activation to act's). out [T, N], x [T, K], down_w [N, I];
+// gate_up [T, 2I] and act [T, I] are scratch (contents unspecified afterwards). out may be x.
+void silu_mlp(TensorView out, TensorView x, TensorView gate_up_w, TensorView down_w, TensorView gate_up,
+              TensorView act, Stream s = {});
+
 // out[i, :] = in[rows[i], :].  out [S, H], in [T, H], rows [S] i32.
 void gather_rows(TensorView out, TensorView in, TensorView rows, Stream s = {});
 

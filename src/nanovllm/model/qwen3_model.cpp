@@ -87,8 +87,8 @@ void Qwen3Model::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& k
 
   // MLP block.
   ops::add_rms_norm(v.hidden, v.residual, w.post_attention_layernorm, eps, s);
-  ops::linear(v.gate_up, v.hidden, w.gate_up_proj, TensorView(), s);  // [T, 2 I]
-  ops::linear_silu_mul(v.hidden, v.gate_up, w.down_proj, v.mlp_act, s);  // [T, H]; mlp_act [T, I] scratch
+  // [T, H]; gate_up [T, 2 I] and mlp_act [T, I] scratch
+  ops::silu_mlp(v.hidden, v.hidden, w.gate_up_proj, w.down_proj, v.gate_up, v.mlp_act, s);
 }
 
 void Qwen3Model::head(const DecoderInputs& in, const DecoderWorkspace& ws, ops::Stream s) const {

@@ -26,6 +26,8 @@ void qkv_prologue_attention(TensorView out, TensorView q, TensorView qkv, Tensor
                             TensorView v_cache, const AttentionMetadata& meta, float scale, ops::Stream s);
 void silu_mul(TensorView out, TensorView gate_up, ops::Stream s);
 void linear_silu_mul(TensorView out, TensorView gate_up, TensorView weight, TensorView act, ops::Stream s);
+void silu_mlp(TensorView out, TensorView x, TensorView gate_up_w, TensorView down_w, TensorView gate_up,
+              TensorView act, ops::Stream s);
 void gather_rows(TensorView out, TensorView in, TensorView rows, ops::Stream s);
 void convert(TensorView out, TensorView x, ops::Stream s);
 

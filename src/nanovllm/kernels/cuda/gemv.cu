@@ -22,6 +22,9 @@
 //     weight stream starts during the predecessor's tail.
 //   * gemv_silu: x = silu(gate) * up computed from gate_up [T, 2K] on the fly (rounded to bf16 exactly
 //     as silu_mul stores it), which removes the silu_mul launch and its round trip before down_proj.
+//   * gemv_gate_up_silu: the other side of the same launch: the gate_up projection stores silu(gate) * up
+//     itself. A CTA's first RT / 2 row tiles are gate rows and the others the matching up rows, so its
+//     epilogue has both halves of each of its outputs.
 //   * gemv_stream.cuh: a stream-K variant of the same warp step that cuts the work into equal per-warp
 //     step ranges (one even wave whatever the shape).
 //   * gemv_bulk.cuh (sm_90): the same products with W brought into a shared-memory ring by bulk copies
@@ -72,23 +75,36 @@ std::atomic<unsigned> g_prefetch_cta_bytes{64u << 10};
 
 // kNT: 8-token B tiles (1: T <= 8, 2: T <= 16). Kv = K / 8; vpg = vectors per K group; x_pitch = vectors
 // per x row (Kv, or 2 Kv for kSilu). prefetch_row_bytes: per-row cap of the L2 prefetch (0: none).
+// kSiluOut: W = [gate; up] [N = 2I, K], out [T, I] bf16 = silu(gate) * up, each half rounded to bf16 first
+// (the values gemv then silu_mul store); RT even, no K split (gridDim.y == 1).
 //
 // PDL (pdl.cuh): the weights are not produced by the preceding kernel, so before pdl_wait() each CTA
 // asks the copy engine to stream its weight slice (up to the cap) into L2 and loads its first step of
 // W into registers; x (the predecessor's output) is read only after the wait. The main loop keeps the
 // next step's W loads in flight while the current step's products run (two register buffers).
-template <int kNT, bool kOutF32, bool kSilu>
+template <int kNT, bool kOutF32, bool kSilu, bool kSiluOut = false>
 __global__ void __launch_bounds__(kThreads, 2)
 gemv_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitch, const uint4* __restrict__ w,
             const void* __restrict__ bias, int bias_dt, int T, int N, int Kv, int RT, int vpg,
             unsigned prefetch_row_bytes, float* __restrict__ ws, unsigned* __restrict__ counters) {
+  static_assert(!(kSiluOut && (kSilu || kOutF32)), "the fused silu_mul output is bf16 of a plain x");
   __shared__ float red[kWarps][16][kNT * 8];  // per-warp C tiles [rows, tokens]
   __shared__ unsigned is_last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, q = lane & 3;
   const int KS = kWarps / RT;
   const int rt = warp % RT, kg = warp / RT;
-  const int row_lo = (blockIdx.x * RT + rt) * 16 + g;
+  // W row tile of the CTA's row tile `local` (kSiluOut: gate tiles, then the matching up tiles).
+  const int half = RT / 2;
+  auto w_tile = [&](int local) {
+    if constexpr (kSiluOut) {
+      const int b = static_cast<int>(blockIdx.x);
+      return local < half ? b * half + local : N / 32 + b * half + (local - half);
+    } else {
+      return static_cast<int>(blockIdx.x) * RT + local;
+    }
+  };
+  const int row_lo = w_tile(rt) * 16 + g;
   const int group = blockIdx.y * KS + kg;
   const int v_begin = min(Kv, group * vpg), v_end = min(Kv, v_begin + vpg);
   const uint4* w_lo = w + int64_t{min(row_lo, N - 1)} * Kv;
@@ -96,7 +112,7 @@ gemv_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitch, co
 
   // ---- Prologue (weights only). ----
   if (prefetch_row_bytes != 0 && threadIdx.x < RT * 16) {
-    const int row = blockIdx.x * RT * 16 + threadIdx.x;
+    const int row = w_tile(threadIdx.x >> 4) * 16 + (threadIdx.x & 15);
     const int cv0 = min(Kv, static_cast<int>(blockIdx.y) * KS * vpg);
     const int cv1 = min(Kv, cv0 + KS * vpg);
     const unsigned bytes = min(static_cast<unsigned>(cv1 - cv0) * 16u, prefetch_row_bytes);
@@ -150,6 +166,25 @@ gemv_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitch, co
     red[warp][g + 8][8 * nt + 2 * q + 1] = acc[nt][3];
   }
   __syncthreads();
+
+  if constexpr (kSiluOut) {
+    // Output row j of the CTA: gate in local tile j / 16, up in local tile j / 16 + RT / 2.
+    const int I = N / 2, outs_cta = half * 16, items = outs_cta * T;
+    for (int i = threadIdx.x; i < items; i += kThreads) {
+      const int tok = i / outs_cta, j = i - tok * outs_cta;
+      const int row = blockIdx.x * outs_cta + j;
+      if (row >= I) continue;
+      float gate = 0.0f, up = 0.0f;
+      for (int k = 0; k < KS; ++k) {
+        gate += red[(j >> 4) + k * RT][j & 15][tok];
+        up += red[(j >> 4) + half + k * RT][j & 15][tok];
+      }
+      gate = __bfloat162float(__float2bfloat16_rn(gate));
+      up = __bfloat162float(__float2bfloat16_rn(up));
+      static_cast<__nv_bfloat16*>(out)[int64_t{tok} * I + row] = __float2bfloat16_rn(silu(gate) * up);
+    }
+    return;
+  }
 
   const int rows_cta = RT * 16;
   const int row_base = blockIdx.x * rows_cta;
@@ -284,11 +319,15 @@ GemvConfig pick_config(int64_t T, int64_t N, int64_t K, int slots, int waves) {
   return c;
 }
 
-template <int kNT, bool kOutF32, bool kSilu>
+template <int kNT, bool kOutF32, bool kSilu, bool kSiluOut = false>
 void launch(const GemvConfig& c, GemvContext& ctx, void* out, const void* in, int64_t in_pitch_elems,
             const void* weight, const void* bias, int bias_dt, int64_t T, int64_t N, int64_t K, cudaStream_t st) {
   const int64_t Kv = K / 8;
-  if (c.bulk_units > 0) {
+  if constexpr (kSiluOut) {
+    NANOVLLM_CHECK(c.bulk_units == 0 && c.stream_steps == 0 && c.k_split == 1 && c.rows_tiles_per_cta % 2 == 0,
+                   "gemv_gate_up_silu (cuda): needs a row-tile launch with an even RT and no K split");
+  }
+  if (!kSiluOut && c.bulk_units > 0) {
     const int64_t cpt = bulk_units_per_tile(K), total = bulk_total_units(N, K);
     const int64_t ctas = (total + c.bulk_units - 1) / c.bulk_units;
     NANOVLLM_CHECK(ctx.bulk, "gemv (cuda): the bulk-copy kernel needs sm_90 code and device");
@@ -305,7 +344,7 @@ void launch(const GemvConfig& c, GemvContext& ctx, void* out, const void* in, in
                ctx.counters);
     return;
   }
-  if (c.stream_steps > 0) {
+  if (!kSiluOut && c.stream_steps > 0) {
     const int64_t spt = stream_steps_per_tile(K), total = stream_total_steps(N, K);
     NANOVLLM_CHECK(total < (int64_t{1} << 31) && (N + 15) / 16 <= kMaxCounters &&
                        (total + c.stream_steps - 1) / c.stream_steps * 2 * kSlotFloats<kNT> * 4 <=
@@ -325,7 +364,7 @@ void launch(const GemvConfig& c, GemvContext& ctx, void* out, const void* in, in
   const dim3 grid(static_cast<unsigned>(c.ctas / c.k_split), static_cast<unsigned>(c.k_split));
   // Per-row L2 prefetch cap: the CTA's budget spread over its rows, whole 16-byte vectors.
   const unsigned per_row = g_prefetch_cta_bytes.load() / static_cast<unsigned>(RT * 16) / 16u * 16u;
-  launch_pdl(gemv_kernel<kNT, kOutF32, kSilu>, grid, dim3(kThreads), 0, st, out,
+  launch_pdl(gemv_kernel<kNT, kOutF32, kSilu, kSiluOut>, grid, dim3(kThreads), 0, st, out,
              static_cast<const uint4*>(in), static_cast<int>(in_pitch_elems / 8), static_cast<const uint4*>(weight),
              bias, bias_dt, static_cast<int>(T), static_cast<int>(N), static_cast<int>(Kv), RT,
              static_cast<int>(vpg), per_row, ctx.ws, ctx.counters);
@@ -368,6 +407,23 @@ bool gemv_supported(TensorView out, TensorView in, TensorView weight) {
 
 bool gemv_silu_supported(TensorView out, TensorView gate_up, TensorView weight) {
   return gate_up.dim(1) == 2 * weight.dim(1) && supported_common(out, gate_up, weight, weight.dim(1));
+}
+
+bool gemv_gate_up_silu_supported(TensorView act, TensorView in, TensorView weight) {
+  const int64_t I = act.dim(1);
+  return act.dtype() == DType::kBF16 && act.dim(0) == in.dim(0) && weight.dim(0) == 2 * I && I % 16 == 0 &&
+         weight.dim(1) == in.dim(1) && supported_common(act, in, weight, in.dim(1));
+}
+
+std::vector<GemvConfig> gemv_gate_up_silu_candidates(int64_t N) {
+  std::vector<GemvConfig> out;
+  for (const int RT : {8, 4, 2}) {
+    GemvConfig c;
+    c.rows_tiles_per_cta = RT;
+    c.ctas = static_cast<int>(((N + 15) / 16 + RT - 1) / RT);
+    out.push_back(c);
+  }
+  return out;
 }
 
 GemvConfig gemv_config(int64_t T, int64_t N, int64_t K, int device) {
@@ -456,6 +512,18 @@ void gemv(TensorView out, TensorView in, TensorView weight, TensorView bias, ops
                  dtype_name(in.dtype()), ", weight ", weight.shape().str(), " ", dtype_name(weight.dtype()), ", out ",
                  dtype_name(out.dtype()));
   run<false>(cfg, out, in, weight, bias, s);
+}
+
+void gemv_gate_up_silu(TensorView act, TensorView in, TensorView weight, ops::Stream s, const GemvConfig* cfg) {
+  NANOVLLM_CHECK(gemv_gate_up_silu_supported(act, in, weight), "gemv_gate_up_silu (cuda): unsupported tensors: in ",
+                 in.shape().str(), " ", dtype_name(in.dtype()), ", weight ", weight.shape().str(), " ",
+                 dtype_name(weight.dtype()), ", act ", act.shape().str(), " ", dtype_name(act.dtype()));
+  const int64_t T = in.dim(0), N = weight.dim(0), K = weight.dim(1);
+  GemvContext& ctx = context(act.device().index);
+  const GemvConfig c = cfg != nullptr ? *cfg : gemv_gate_up_silu_candidates(N).front();
+  const cudaStream_t st = stream_of(s);
+  if (T <= 8) launch<1, false, false, true>(c, ctx, act.data(), in.data(), K, weight.data(), nullptr, 0, T, N, K, st);
+  else launch<2, false, false, true>(c, ctx, act.data(), in.data(), K, weight.data(), nullptr, 0, T, N, K, st);
 }
 
 void gemv_silu(TensorView out, TensorView gate_up, TensorView weight, ops::Stream s, const GemvConfig* cfg) {

@@ -35,6 +35,13 @@ void gemv(TensorView out, TensorView in, TensorView weight, TensorView bias, ops
 bool gemv_silu_supported(TensorView out, TensorView gate_up, TensorView weight);
 void gemv_silu(TensorView out, TensorView gate_up, TensorView weight, ops::Stream s, const GemvConfig* cfg = nullptr);
 
+// act[T, I] = silu(gate) * up of [gate | up] = in[T, K] @ W[2I, K]^T (W = [gate rows; up rows]): the MLP's
+// gate_up projection with silu_mul in its epilogue, bitwise equal to gemv with the same config followed
+// by silu_mul. act BF16, I % 16 == 0; cfg: one of gemv_gate_up_silu_candidates (nullptr: the first).
+bool gemv_gate_up_silu_supported(TensorView act, TensorView in, TensorView weight);
+void gemv_gate_up_silu(TensorView act, TensorView in, TensorView weight, ops::Stream s,
+                       const GemvConfig* cfg = nullptr);
+
 // Benchmark knobs: for weights of 16 MiB and more gemv_candidates aim at one wave of per_sm CTAs per SM
 // (default 1; 0: the full resident count, as for smaller weights); linear_clear_choices forgets the
 // timed choices so the next use times again. Not thread-safe.
@@ -67,6 +74,9 @@ GemvConfig gemv_config(int64_t T, int64_t N, int64_t K, int device);
 // where it can run (a projection the decode attention follows, see gemv.cu).
 std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int device, bool silu = false,
                                         bool one_per_sm = false);
+// gemv_gate_up_silu's launch shapes for W [N, K]: the register-fed kernel with RT 8, 4 and 2 and no K split
+// (each CTA holds RT / 2 gate tiles and their up tiles).
+std::vector<GemvConfig> gemv_gate_up_silu_candidates(int64_t N);
 // The bulk-copy launch with `units_per_cta` (raised until the partial slots fit the workspace).
 GemvConfig gemv_bulk_config(int64_t N, int64_t K, int64_t units_per_cta);
 // True when the bulk-copy kernel can run on this device (sm_90+ and built for it).

@@ -16,12 +16,22 @@
 
 namespace nanovllm::cuda_ops {
 
+// The activation an op fuses around its projection, and so what its non-gemv option is:
+//  kNone: a plain linear (cuBLASLt);
+//  kSiluMulIn: linear_silu_mul, silu_mul of the input (gemv_silu vs silu_mul + linear);
+//  kSiluMulOut: silu_mlp's gate_up side, silu_mul of the output (gemv_gate_up_silu vs linear + silu_mul).
+enum class LinearFusion : int { kNone = 0, kSiluMulIn = 1, kSiluMulOut = 2 };
+
+// " (silu in)" / " (silu out)" / "" for log lines, and the name of the fusion's non-gemv option.
+const char* linear_fusion_tag(LinearFusion f);
+const char* linear_other_option(LinearFusion f);
+
 // A shape of T tokens whose choice was timed, with more than one option.
 struct LinearTunable {
   int64_t t = 0, n = 0, k = 0;  // out[t, n] = in[t, k] @ W[n, k]^T
   int out_dt = 0;
   bool bias = false;
-  bool silu = false;              // linear_silu_mul's choice (gemv_silu vs silu_mul + linear)
+  LinearFusion fusion = LinearFusion::kNone;
   bool before_attention = false;  // ops::LinearHint::kBeforeAttention
   std::vector<std::string> options;  // descriptions: the dispatch's choice, then the rest fastest alone first
   std::vector<float> alone_us;       // each option's time alone (us)

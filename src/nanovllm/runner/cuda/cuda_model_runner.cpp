@@ -353,7 +353,7 @@ cudaGraphExec_t CudaModelRunner::tune_linear_choices(const DecoderInputs& in, in
       const cudaGraphExec_t candidate = capture_decode(in);
       const std::array<double, 2> ms = time_graphs(exec, candidate);
       const bool keep = ms[1] < ms[0] * (1.0 - kMinGain);
-      NANOVLLM_DEBUG("decode graph, batch ", bucket, ", linear N=", sh.n, " K=", sh.k, sh.silu ? " (silu)" : "", ": ",
+      NANOVLLM_DEBUG("decode graph, batch ", bucket, ", linear N=", sh.n, " K=", sh.k, cuda_ops::linear_fusion_tag(sh.fusion), ": ",
                      sh.options[static_cast<size_t>(sh.current)], " ", ms[0], " ms, ", sh.options[static_cast<size_t>(o)],
                      " ", ms[1], " ms", keep ? " -> kept" : "");
       if (keep) {
