@@ -234,21 +234,11 @@ void check_graph_replay_with_changing_inputs(MlpKernels mlp, bool early_norm) {
     CUDA_CHECK(cudaGraphLaunch(exec, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
 
-    std::vector<float> x(T * H), h(T * H), gu(T * 2 * I), act(T * I), res(T * H), xo(T * H);
+    std::vector<float> x(T * H), h(T * H), res(T * H), xo(T * H);
     for (int64_t t = 0; t < T; ++t)
       for (int64_t i = 0; i < H; ++i) x[t * H + i] = table.f32[ids[t] * H + i];
     for (int64_t t = 0; t < T; ++t) norm_row(&x[t * H], &h[t * H]);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t n = 0; n < 2 * I; ++n) {
-        double a = 0;
-        for (int64_t k = 0; k < H; ++k) a += static_cast<double>(h[t * H + k]) * wgu.f32[n * H + k];
-        gu[t * 2 * I + n] = bf(static_cast<float>(a));
-      }
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < I; ++i) {
-        const float g = gu[t * 2 * I + i], u = gu[t * 2 * I + I + i];
-        act[t * I + i] = bf(g / (1.0f + std::exp(-g)) * u);
-      }
+    const std::vector<float> act = cpu_gate_up_silu(h, wgu.f32, T, I, H);
     for (int64_t t = 0; t < T; ++t)
       for (int64_t n = 0; n < H; ++n) {
         double a = 0;
