@@ -444,9 +444,12 @@ std::vector<LinearTunable> linear_tunables(int64_t t) {
 }
 
 namespace {
+ShapeKey key_of(const LinearTunable& shape) {
+  return ShapeKey{shape.t, shape.n, shape.k, shape.out_dt, shape.bias, shape.fusion, shape.before_attention};
+}
+
 Options& options_of(const LinearTunable& shape) {
-  const ShapeKey key{shape.t, shape.n, shape.k, shape.out_dt, shape.bias, shape.fusion, shape.before_attention};
-  auto it = g_options.find(key);
+  auto it = g_options.find(key_of(shape));
   NANOVLLM_CHECK(it != g_options.end(), "linear tuning: no timed shape T=", shape.t, " N=", shape.n, " K=", shape.k);
   return it->second;
 }
@@ -458,8 +461,7 @@ void linear_use_option(const LinearTunable& shape, int option) {
   NANOVLLM_CHECK(option >= 0 && option < static_cast<int>(opts.choices.size()), "linear_use_option: no option ",
                  option, " for T=", shape.t, " N=", shape.n, " K=", shape.k);
   opts.current = option;
-  g_choices[ShapeKey{shape.t, shape.n, shape.k, shape.out_dt, shape.bias, shape.fusion, shape.before_attention}] =
-      opts.choices[static_cast<size_t>(option)];
+  g_choices[key_of(shape)] = opts.choices[static_cast<size_t>(option)];
 }
 
 void linear_tuning_done(const LinearTunable& shape) {
