@@ -1,4 +1,5 @@
-// CUDA embedding / rms_norm / add_rms_norm / silu_mul / gather_rows / convert against the CPU reference
+// CUDA embedding / rms_norm / add_rms_norm / copy_rms_norm / gather_add_rms_norm / silu_mul / gather_rows /
+// convert against the CPU reference
 // kernels (fp32 inputs holding exactly the bf16 values the GPU sees).
 // Tolerance for bf16 outputs vs the fp32 reference: the GPU rounds once to bf16 (<= half an ulp,
 // 2^-8 relative), plus fp32 reduction-order noise: atol 1e-2 + rtol 5e-3 per element.
@@ -78,6 +79,77 @@ TEST(CudaElementwise, AddRmsNormKeepsBf16Residual) {
       for (size_t i = 0; i < ref_r.size(); ++i) ref_r32[i] = bf16_to_f32(ref_r[i]);
       expect_close(d_r.download_f32(), ref_r32, 0, 0, "add_rms_norm residual H=" + std::to_string(H));
       expect_close(d_x.download_f32(), ref_x, kAtol, kRtol, "add_rms_norm x H=" + std::to_string(H));
+    }
+  }
+}
+
+std::vector<float> bf16_bits_to_f32(const std::vector<uint16_t>& bits) {
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = bf16_to_f32(bits[i]);
+  return out;
+}
+
+// The first layer's norm: the residual is x's exact copy, x its norm.
+TEST(CudaElementwise, CopyRmsNormMatchesReference) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(30);
+  for (int64_t H : {64, 1001, 4096, 12288}) {  // 1001: generic path
+    for (int64_t T : {1, 17, 129, 300}) {
+      auto x = random_bf16(static_cast<size_t>(T * H), rng, -3.0f, 3.0f);
+      auto w = random_bf16(static_cast<size_t>(H), rng, 0.5f, 1.5f);
+      DeviceTensor d_x(DType::kBF16, {T, H}, x.bits), d_r(DType::kBF16, {T, H}), d_w(DType::kBF16, {H}, w.bits);
+      d_r.fill_bytes(0xff);  // NaN poison: every element must be written
+      cuda_ops::copy_rms_norm(d_x.view(), d_r.view(), d_w.view(), 1e-6f, {});
+      std::vector<float> ref(static_cast<size_t>(T * H));
+      cpu::rms_norm(cuda_test::host_view(ref, {T, H}), cuda_test::host_view(x.f32, {T, H}),
+                    cuda_test::host_view(w.f32, {H}), 1e-6f);
+      const std::string what = "copy_rms_norm T=" + std::to_string(T) + " H=" + std::to_string(H);
+      expect_close(d_r.download_f32(), x.f32, 0, 0, what + " residual");
+      expect_close(d_x.download_f32(), ref, kAtol, kRtol, what + " x");
+    }
+  }
+}
+
+// The sampled rows before the LM head: gathered in any order (repeats too) from a larger batch, with a
+// bf16 residual (16-byte path unless H = 1001) and an fp32 one (generic path); the inputs stay unchanged.
+TEST(CudaElementwise, GatherAddRmsNormMatchesReference) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(31);
+  for (const bool f32_residual : {false, true}) {
+    for (int64_t H : {64, 1001, 4096, 12288}) {
+      for (int64_t S : {1, 15, 17, 257}) {
+        const int64_t T = S + 1 + static_cast<int64_t>(rng() % 40);
+        auto x = random_bf16(static_cast<size_t>(T * H), rng, -2.0f, 2.0f);
+        auto r = random_bf16(static_cast<size_t>(T * H), rng, -4.0f, 4.0f);
+        auto w = random_bf16(static_cast<size_t>(H), rng, 0.5f, 1.5f);
+        std::vector<int32_t> rows(static_cast<size_t>(S));
+        for (auto& i : rows) i = static_cast<int32_t>(rng() % T);
+        rows[0] = static_cast<int32_t>(T - 1);
+        const DType rdt = f32_residual ? DType::kF32 : DType::kBF16;
+        DeviceTensor d_x(DType::kBF16, {T, H}, x.bits), d_w(DType::kBF16, {H}, w.bits), d_rows(DType::kI32, {S}, rows);
+        DeviceTensor d_r = f32_residual ? DeviceTensor(DType::kF32, {T, H}, r.f32) : DeviceTensor(DType::kBF16, {T, H}, r.bits);
+        DeviceTensor d_out(DType::kBF16, {S, H}), d_out_r(rdt, {S, H});
+        d_out.fill_bytes(0xff);
+        d_out_r.fill_bytes(0xff);
+        cuda_ops::gather_add_rms_norm(d_out.view(), d_out_r.view(), d_x.view(), d_r.view(), d_rows.view(), d_w.view(),
+                                      1e-6f, {});
+        // Reference: the residual sums rounded to the residual's dtype on the CPU too.
+        std::vector<float> ref(static_cast<size_t>(S * H)), ref_r32(static_cast<size_t>(S * H));
+        std::vector<uint16_t> ref_r(static_cast<size_t>(S * H));
+        const TensorView res_in = f32_residual ? cuda_test::host_view(r.f32, {T, H})
+                                               : TensorView(r.bits.data(), DType::kBF16, {T, H});
+        const TensorView res_out = f32_residual ? cuda_test::host_view(ref_r32, {S, H})
+                                                : TensorView(ref_r.data(), DType::kBF16, {S, H});
+        cpu::gather_add_rms_norm(cuda_test::host_view(ref, {S, H}), res_out, cuda_test::host_view(x.f32, {T, H}), res_in,
+                                 cuda_test::host_view(rows, {S}), cuda_test::host_view(w.f32, {H}), 1e-6f);
+        if (!f32_residual) ref_r32 = bf16_bits_to_f32(ref_r);
+        const std::string what = std::string("gather_add_rms_norm ") + (f32_residual ? "f32" : "bf16") +
+                                 " residual S=" + std::to_string(S) + " H=" + std::to_string(H);
+        expect_close(d_out_r.download_f32(), ref_r32, 0, 0, what + " residual");  // the same one fp32 add
+        expect_close(d_out.download_f32(), ref, kAtol, kRtol, what + " out");
+        expect_close(d_x.download_f32(), x.f32, 0, 0, what + " x unchanged");
+        expect_close(d_r.download_f32(), f32_residual ? r.f32 : bf16_bits_to_f32(r.bits), 0, 0, what + " residual unchanged");
+      }
     }
   }
 }

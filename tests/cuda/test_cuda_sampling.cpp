@@ -214,6 +214,10 @@ int compare_rows(int64_t V, const std::vector<float>& logits, const std::vector<
   const std::vector<SampledToken> cpu = Sampler(kEos).sample(logits.data(), V, ptrs);
   EXPECT_TRUE(same_bits(d.download(), logits)) << what << ": the device logits were not restored";
   EXPECT_EQ(gpu.size(), cpu.size());
+  // The device copy the next step's inputs are fed from holds the same ids.
+  std::vector<int32_t> device_ids(gpu.size());
+  CUDA_CHECK(cudaMemcpy(device_ids.data(), gpu_sampler.device_token_ids(), device_ids.size() * 4, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < gpu.size(); ++i) EXPECT_EQ(device_ids[i], gpu[i].token_id) << what << " row " << i << ": device id";
   int allowed = 0;
   for (size_t i = 0; i < seqs.size() && i < gpu.size(); ++i) {
     const std::string row = what + " row " + std::to_string(i) + " (T=" + std::to_string(seqs[i].params.temperature) +

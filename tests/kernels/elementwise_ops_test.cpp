@@ -1,4 +1,5 @@
-// embedding, rms_norm, add_rms_norm, silu_mul, silu_mlp, gather_rows, convert against double references.
+// embedding, rms_norm, add_rms_norm, copy_rms_norm, gather_add_rms_norm, silu_mul, silu_mlp, gather_rows,
+// convert against double references.
 #include <cmath>
 #include <random>
 #include <vector>
@@ -91,6 +92,61 @@ TEST(AddRmsNorm, UpdatesResidualAndNormalises) {
       test::expect_close_f32(x, rms_ref(sum, w.to_double(), T, H, 1e-5), "normed");
     }
   }
+}
+
+TEST(CopyRmsNorm, CopiesResidualAndNormalises) {
+  std::mt19937 rng(40);
+  for (int64_t T : kSizes) {
+    for (int64_t H : {16, 17, 129}) {
+      HostTensor x = random_tensor(DType::kF32, {T, H}, rng);
+      HostTensor res = random_tensor(DType::kF32, {T, H}, rng);  // overwritten, never read
+      HostTensor w = random_tensor(DType::kF32, {H}, rng, 0.5f, 1.5f);
+      const std::vector<double> x0 = x.to_double();
+      ops::copy_rms_norm(x.v, res.v, w.v, 1e-5f);
+      test::expect_close_f32(res, x0, "residual");
+      test::expect_close_f32(x, rms_ref(x0, w.to_double(), T, H, 1e-5), "normed");
+    }
+  }
+}
+
+// Rows gathered in any order, repeated, into outputs of their own; the inputs stay as they were.
+TEST(GatherAddRmsNorm, NormalisesTheGatheredSums) {
+  std::mt19937 rng(41);
+  const int64_t T = 23;
+  for (int64_t S : {1, 5, 23, 40}) {
+    for (int64_t H : {16, 17, 129}) {
+      HostTensor x = random_tensor(DType::kF32, {T, H}, rng);
+      HostTensor res = random_tensor(DType::kF32, {T, H}, rng);
+      HostTensor w = random_tensor(DType::kF32, {H}, rng, 0.5f, 1.5f);
+      std::vector<int32_t> rows(static_cast<size_t>(S));
+      for (auto& r : rows) r = static_cast<int32_t>(rng() % T);
+      rows[0] = T - 1;
+      const std::vector<double> x0 = x.to_double(), r0 = res.to_double();
+      HostTensor out(DType::kF32, {S, H}), out_res(DType::kF32, {S, H});
+      ops::gather_add_rms_norm(out.v, out_res.v, x.v, res.v, test::i32_tensor(rows).v, w.v, 1e-5f);
+      std::vector<double> sum(static_cast<size_t>(S * H));
+      for (int64_t i = 0; i < S; ++i)
+        for (int64_t h = 0; h < H; ++h) sum[i * H + h] = x0[rows[i] * H + h] + r0[rows[i] * H + h];
+      test::expect_close_f32(out_res, sum, "gathered residual");
+      test::expect_close_f32(out, rms_ref(sum, w.to_double(), S, H, 1e-5), "gathered norm");
+      test::expect_close_f32(x, x0, "x unchanged");
+      test::expect_close_f32(res, r0, "residual unchanged");
+    }
+  }
+}
+
+TEST(GatherAddRmsNorm, RejectsBadRowsAndShapes) {
+  std::mt19937 rng(42);
+  HostTensor x = random_tensor(DType::kF32, {4, 8}, rng), res = random_tensor(DType::kF32, {4, 8}, rng);
+  HostTensor w = random_tensor(DType::kF32, {8}, rng);
+  HostTensor out(DType::kF32, {2, 8}), out_res(DType::kF32, {2, 8}), wide(DType::kF32, {2, 9});
+  EXPECT_THROW(ops::gather_add_rms_norm(out.v, out_res.v, x.v, res.v, test::i32_tensor({0, 4}).v, w.v, 1e-5f), Error);
+  EXPECT_THROW(ops::gather_add_rms_norm(out.v, out_res.v, x.v, res.v, test::i32_tensor({-1, 0}).v, w.v, 1e-5f), Error);
+  EXPECT_THROW(ops::gather_add_rms_norm(out.v, out_res.v, x.v, res.v, test::i32_tensor({0}).v, w.v, 1e-5f), Error);
+  EXPECT_THROW(ops::gather_add_rms_norm(wide.v, out_res.v, x.v, res.v, test::i32_tensor({0, 1}).v, w.v, 1e-5f), Error);
+  HostTensor bf16_res(DType::kBF16, {2, 8});  // the gathered residual keeps the residual's dtype
+  EXPECT_THROW(ops::gather_add_rms_norm(out.v, bf16_res.v, x.v, res.v, test::i32_tensor({0, 1}).v, w.v, 1e-5f), Error);
+  EXPECT_THROW(ops::copy_rms_norm(x.v, out_res.v, w.v, 1e-5f), Error);
 }
 
 TEST(SiluMul, MatchesDoubleReference) {

@@ -175,6 +175,40 @@ void add_rms_norm(TensorView x, TensorView residual, TensorView weight, float ep
   cpu::add_rms_norm(x, residual, weight, eps);
 }
 
+void copy_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps, Stream s) {
+  constexpr std::string_view op = "copy_rms_norm";
+  const Device dev = x.device();
+  check_tensor(op, "x", x, dev, 2);
+  check_float(op, "x", x);
+  check_float_tensor(op, "residual", residual, dev, x.shape());
+  check_float_tensor(op, "weight", weight, dev, {x.dim(1)});
+  NANOVLLM_CHECK(eps >= 0.0f && std::isfinite(eps), op, ": eps must be finite and >= 0, got ", eps);
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(copy_rms_norm, dev, x, residual, weight, eps, s);
+  cpu::copy_rms_norm(x, residual, weight, eps);
+}
+
+void gather_add_rms_norm(TensorView out, TensorView out_residual, TensorView x, TensorView residual, TensorView rows,
+                         TensorView weight, float eps, Stream s) {
+  constexpr std::string_view op = "gather_add_rms_norm";
+  const Device dev = x.device();
+  check_tensor(op, "x", x, dev, 2);
+  check_float(op, "x", x);
+  check_float_tensor(op, "residual", residual, dev, x.shape());
+  check_tensor(op, "rows", rows, dev, 1);
+  check_i32(op, "rows", rows);
+  check_float_tensor(op, "out", out, dev, {rows.dim(0), x.dim(1)});
+  check_float_tensor(op, "out_residual", out_residual, dev, {rows.dim(0), x.dim(1)});
+  NANOVLLM_CHECK(out_residual.dtype() == residual.dtype(), op, ": out_residual is ", dtype_name(out_residual.dtype()),
+                 " but residual is ", dtype_name(residual.dtype()));
+  check_float_tensor(op, "weight", weight, dev, {x.dim(1)});
+  NANOVLLM_CHECK(eps >= 0.0f && std::isfinite(eps), op, ": eps must be finite and >= 0, got ", eps);
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(gather_add_rms_norm, dev, out, out_residual, x, residual, rows, weight, eps, s);
+  const int32_t* r = rows.data_as<const int32_t>();
+  for (int64_t i = 0; i < rows.dim(0); ++i)
+    NANOVLLM_CHECK(r[i] >= 0 && r[i] < x.dim(0), op, ": rows[", i, "] = ", r[i], " is outside [0, ", x.dim(0), ")");
+  cpu::gather_add_rms_norm(out, out_residual, x, residual, rows, weight, eps);
+}
+
 void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, Stream s, LinearHint hint) {
   constexpr std::string_view op = "linear";
   const Device dev = in.device();

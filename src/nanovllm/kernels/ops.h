@@ -30,6 +30,16 @@ void rms_norm(TensorView out, TensorView x, TensorView weight, float eps, Stream
 // residual += x; x = rms_norm(residual) * weight (in place).  x, residual [T, H]; weight [H].
 void add_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps, Stream s = {});
 
+// The first layer's add_rms_norm, before there is a residual: residual = x (converted to its dtype);
+// x = rms_norm(residual) * weight.  x, residual [T, H]; weight [H].
+void copy_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps, Stream s = {});
+
+// add_rms_norm of gathered rows into separate outputs: out_residual[i] = residual[rows[i]] + x[rows[i]];
+// out[i] = rms_norm(out_residual[i]) * weight.  out, out_residual [S, H]; x, residual [T, H]; rows [S] i32;
+// weight [H]. x and residual are unchanged.
+void gather_add_rms_norm(TensorView out, TensorView out_residual, TensorView x, TensorView residual, TensorView rows,
+                         TensorView weight, float eps, Stream s = {});
+
 // Where a projection sits in the step, for backends that schedule around its neighbours.
 //   kBeforeAttention: its output feeds the attention (the qkv projection). On CUDA a decode-sized one
 //   then runs at one CTA per SM, so the decode attention's CTAs fit beside it and start their KV reads

@@ -75,8 +75,7 @@ void Qwen3Model::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& k
 
   // Attention block: residual = hidden (+ previous residual), hidden = norm(residual).
   if (l == 0) {
-    ops::convert(v.residual, v.hidden, s);
-    ops::rms_norm(v.hidden, v.residual, w.input_layernorm, eps, s);
+    ops::copy_rms_norm(v.hidden, v.residual, w.input_layernorm, eps, s);
   } else {
     ops::add_rms_norm(v.hidden, v.residual, w.input_layernorm, eps, s);
   }
@@ -98,9 +97,8 @@ void Qwen3Model::head(const DecoderInputs& in, const DecoderWorkspace& ws, ops::
   // Only the sampled rows need the last residual add, the final norm and the LM head.
   TensorView hidden = ws.last_hidden.slice_rows(0, num_sampled);      // [S, H]
   TensorView residual = ws.last_residual.slice_rows(0, num_sampled);  // [S, H]
-  ops::gather_rows(hidden, v.hidden, in.sample_rows, s);
-  ops::gather_rows(residual, v.residual, in.sample_rows, s);
-  ops::add_rms_norm(hidden, residual, weights_.norm, static_cast<float>(config_.rms_norm_eps), s);
+  ops::gather_add_rms_norm(hidden, residual, v.hidden, v.residual, in.sample_rows, weights_.norm,
+                           static_cast<float>(config_.rms_norm_eps), s);
   ops::linear(ws.logits.slice_rows(0, num_sampled), hidden, weights_.lm_head, TensorView(), s);  // [S, V]
 }
 

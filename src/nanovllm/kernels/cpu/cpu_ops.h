@@ -11,6 +11,9 @@ namespace nanovllm::cpu {
 void embedding(TensorView out, TensorView ids, TensorView table);
 void rms_norm(TensorView out, TensorView x, TensorView weight, float eps);
 void add_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps);
+void copy_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps);
+void gather_add_rms_norm(TensorView out, TensorView out_residual, TensorView x, TensorView residual, TensorView rows,
+                         TensorView weight, float eps);
 void linear(TensorView out, TensorView in, TensorView weight, TensorView bias);
 // inv_freq [D/2] f32 on the host.
 void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,

@@ -14,6 +14,9 @@ namespace nanovllm::cuda_ops {
 void embedding(TensorView out, TensorView ids, TensorView table, ops::Stream s);
 void rms_norm(TensorView out, TensorView x, TensorView weight, float eps, ops::Stream s);
 void add_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps, ops::Stream s);
+void copy_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps, ops::Stream s);
+void gather_add_rms_norm(TensorView out, TensorView out_residual, TensorView x, TensorView residual, TensorView rows,
+                         TensorView weight, float eps, ops::Stream s);
 void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s,
             ops::LinearHint hint = ops::LinearHint::kNone);
 void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,

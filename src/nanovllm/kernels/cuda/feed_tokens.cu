@@ -2,6 +2,7 @@
 // N + 1 is launched before the host has read step N's tokens), and the step's packed inputs staged from
 // pinned host memory by a kernel.
 #include "nanovllm/kernels/cuda/cuda_check.h"
+#include "nanovllm/kernels/cuda/pdl.cuh"
 #include "nanovllm/kernels/cuda/sampling.h"
 
 namespace nanovllm::cuda_ops {
@@ -14,16 +15,23 @@ __global__ void feed_sampled_tokens_kernel(int32_t* __restrict__ ids, int64_t n,
 
 // One word per thread; blockIdx.y 0: the step's inputs (fed ids resolved), 1: the second region. src
 // is host memory read across PCIe, dst device memory.
+// PDL (pdl.cuh): the prologue reads only the pinned staging, which the host filled before the launch,
+// so that PCIe round trip overlaps the predecessor (the previous step's sampling, which triggers at its
+// start). The sampled ids and every write come after the wait. No early trigger: the kernels after it
+// read what it writes.
 __global__ void stage_step_inputs_kernel(int32_t* __restrict__ dst, const int32_t* __restrict__ src, int64_t n,
                                          int64_t ids_begin, int64_t ids_end, const int32_t* __restrict__ sampled,
                                          int32_t* __restrict__ dst2, const int32_t* __restrict__ src2, int64_t n2) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (blockIdx.y == 1) {
-    if (i < n2) dst2[i] = src2[i];
+  const bool second = blockIdx.y == 1;
+  const bool in_range = i < (second ? n2 : n);
+  int32_t v = in_range ? (second ? src2[i] : src[i]) : 0;
+  pdl_wait();
+  if (!in_range) return;
+  if (second) {
+    dst2[i] = v;
     return;
   }
-  if (i >= n) return;
-  int32_t v = src[i];
   if (sampled != nullptr && v < 0 && i >= ids_begin && i < ids_end) v = sampled[-1 - v];
   dst[i] = v;
 }
@@ -36,8 +44,8 @@ void stage_step_inputs(int32_t* dst, const int32_t* src_mapped, int64_t n, int64
   if (most == 0) return;
   constexpr int kThreads = 256;
   const dim3 grid(static_cast<unsigned>((most + kThreads - 1) / kThreads), extra.words > 0 ? 2 : 1);
-  stage_step_inputs_kernel<<<grid, kThreads, 0, stream>>>(dst, src_mapped, n, ids_begin, ids_begin + num_ids, sampled,
-                                                          extra.dst, extra.src_mapped, extra.words);
+  launch_pdl(stage_step_inputs_kernel, grid, dim3(kThreads), 0, stream, dst, src_mapped, n, ids_begin,
+             ids_begin + num_ids, sampled, extra.dst, static_cast<const int32_t*>(extra.src_mapped), extra.words);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -14,7 +14,9 @@
 // Early trigger (the one exception): a kernel whose every possible successor reads nothing but weights
 // before its own wait (a linear projection; gather_rows, which waits first) may trigger before its
 // wait, so the projection's weight copies start during the kernel's own predecessor: silu_mul always,
-// rms_norm / add_rms_norm when pdl_early_norm() (pdl.h). Kernel n + 1's prologue may then run beside
+// the rms_norm kernels (rms_norm.cu: every norm is followed by a projection) when pdl_early_norm() (pdl.h).
+// The sampler's chunk pass triggers at its start too: it is launched without the attribute, and the
+// next step's input staging after it reads only its pinned host staging before its wait. Kernel n + 1's prologue may then run beside
 // kernel n - 1; everything after its wait stays ordered (kernel n completes only after its own wait).
 // Kernels launched without the attribute (cuBLASLt, memcpy nodes, devices < sm_90) simply serialise;
 // the instructions are no-ops below sm_90 and without it.

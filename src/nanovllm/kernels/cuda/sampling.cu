@@ -612,6 +612,7 @@ sample_kernel(float* __restrict__ logits, int64_t vocab, const GpuSamplingParams
   if (threadIdx.x == 0) {
     out.token_ids[row_idx] = static_cast<int32_t>(token);
     out.token_logprobs[row_idx] = row_p[token] - lse;
+    if (out.device_token_ids != nullptr) out.device_token_ids[row_idx] = static_cast<int32_t>(token);
   }
 }
 

@@ -67,6 +67,9 @@ struct GpuSampleOutputs {
   float* token_logprobs;
   int32_t* top_ids;
   float* top_logprobs;
+  // Optional [S] copy of token_ids in device memory (null: none). The next step's input staging reads
+  // its fed ids from here: an L2 hit instead of a PCIe round trip to the mapped pinned token_ids.
+  int32_t* device_token_ids = nullptr;
 };
 inline size_t sample_output_words(int64_t num_rows) {
   return static_cast<size_t>(num_rows) * (2 + 2 * kMaxSampleLogprobs);

@@ -15,6 +15,7 @@
 
 #include "nanovllm/engine/rng.h"
 #include "nanovllm/kernels/cuda/cuda_check.h"
+#include "nanovllm/kernels/cuda/pdl.cuh"
 #include "nanovllm/kernels/cuda/sampling_device.cuh"
 
 namespace nanovllm::cuda_ops::sampling_detail {
@@ -197,6 +198,7 @@ __device__ void finish_row(const RowRef& row, int64_t row_idx, const GpuSampling
     if (threadIdx.x == 0) {
       out.token_ids[row_idx] = static_cast<int32_t>(token);
       out.token_logprobs[row_idx] = row.p[token] - sh.row_lse;
+      if (out.device_token_ids != nullptr) out.device_token_ids[row_idx] = static_cast<int32_t>(token);
     }
   }
   if (threadIdx.x == 0) rs.row->arrivals = 0;  // for the next pass
@@ -267,6 +269,11 @@ __global__ void __launch_bounds__(kChunkThreads, 4)
     chunk_pass_kernel(const float* __restrict__ logits, int64_t vocab, const GpuSamplingParams* __restrict__ params,
                       void* scratch, int chunks, GpuSampleOutputs out) {
   __shared__ Shared sh;
+  // PDL (pdl.cuh): the chunk pass itself is launched without the attribute (everything before it has
+  // completed), so it may let its dependents start at once. The one that follows it in a decode step is
+  // the next step's stage_step_inputs, whose prologue reads only its pinned host staging; its reads of
+  // the token ids come after its wait.
+  pdl_trigger();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t row_idx = blockIdx.y;
   const RowRef row = row_ref(const_cast<float*>(logits) + row_idx * vocab, vocab);

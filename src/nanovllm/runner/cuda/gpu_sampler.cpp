@@ -146,6 +146,9 @@ cuda_ops::StagedWords GpuSampler::pack(int slot_index, const std::vector<const S
     slot.out_host = Buffer(pinned_host_allocator(), out_size);
     slot.out_mapped = mapped_device_pointer(slot.out_host.data());
   }
+  // Freeing the old one waits for the device: a step still staging its fed ids from it has finished.
+  if (slot.ids_dev.nbytes() < static_cast<size_t>(cap_rows_) * 4)
+    slot.ids_dev = Buffer(cuda_allocator(device_), static_cast<size_t>(cap_rows_) * 4);
   // [S] params, then [E] entries: one transfer.
   auto* host = static_cast<char*>(slot.in_host.data());
   const size_t params_bytes = static_cast<size_t>(S) * sizeof(GpuSamplingParams);
@@ -166,13 +169,14 @@ void GpuSampler::enqueue_packed(int slot_index, float* logits, cudaStream_t stre
   if (!staged) copy_h2d(in_dev_.data(), slot.in_host.data(), in_bytes(S, E), stream);
   auto* dev = static_cast<char*>(in_dev_.data());
   const size_t params_bytes = static_cast<size_t>(S) * sizeof(GpuSamplingParams);
-  const cuda_ops::GpuSampleOutputs out = cuda_ops::sample_outputs_at(slot.out_mapped, S);
+  cuda_ops::GpuSampleOutputs out = cuda_ops::sample_outputs_at(slot.out_mapped, S);
+  out.device_token_ids = static_cast<int32_t*>(slot.ids_dev.data());
   cuda_ops::sample(logits, S, vocab_, reinterpret_cast<const GpuSamplingParams*>(dev),
                    static_cast<const GpuSamplingParams*>(slot.in_host.data()),
                    E > 0 ? reinterpret_cast<GpuPenaltyEntry*>(dev + params_bytes) : nullptr, out, stream,
                    stats_dev_.data());
   CUDA_CHECK(cudaEventRecord(slot.done, stream));
-  last_token_ids_ = out.token_ids;
+  last_token_ids_ = out.device_token_ids;
   slot.packed = false;
   slot.pending = true;
 }

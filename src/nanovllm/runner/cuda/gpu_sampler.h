@@ -47,8 +47,8 @@ class GpuSampler {
   cuda_ops::StagedWords pack(int slot, const std::vector<const Sequence*>& seqs);
   void enqueue_packed(int slot, float* logits, cudaStream_t stream, bool staged);
   std::vector<SampledToken> collect(int slot);
-  // [rows] i32 that kernels can read (mapped pinned memory): the tokens of the last enqueued sampling,
-  // valid in stream order after it until its slot's collect() and next enqueue().
+  // [rows] i32 in device memory: the tokens of the last enqueued sampling (a copy of what collect()
+  // returns), valid in stream order after it until its slot's next enqueue().
   const int32_t* device_token_ids() const { return last_token_ids_; }
 
   int64_t vocab() const { return vocab_; }
@@ -58,6 +58,7 @@ class GpuSampler {
   struct Slot {
     Buffer in_host;   // pinned: [rows] GpuSamplingParams, then the entries (staging of in_dev_)
     Buffer out_host;  // pinned, written by the kernels: [sample_output_words(rows)] (cuda_ops::GpuSampleOutputs)
+    Buffer ids_dev;   // [rows] i32 device: the kernels' copy of the token ids (device_token_ids())
     void* in_mapped = nullptr;   // the kernels' addresses of in_host / out_host
     void* out_mapped = nullptr;
     cudaEvent_t done = nullptr;  // after the sampling kernels
