@@ -43,6 +43,23 @@ void check_float_tensor(std::string_view op, std::string_view name, const Tensor
   check_shape(op, name, t, shape);
 }
 
+// The RMSNorm ops: x [T, H] float, `other` (out or residual) float of x's shape, weight [H], eps >= 0.
+void check_norm(std::string_view op, const TensorView& x, std::string_view other_name, const TensorView& other,
+                const TensorView& weight, float eps, Device dev) {
+  check_tensor(op, "x", x, dev, 2);
+  check_float(op, "x", x);
+  check_float_tensor(op, other_name, other, dev, x.shape());
+  check_float_tensor(op, "weight", weight, dev, {x.dim(1)});
+  NANOVLLM_CHECK(eps >= 0.0f && std::isfinite(eps), op, ": eps must be finite and >= 0, got ", eps);
+}
+
+// Host-resident row indices into a tensor of `n` rows.
+void check_host_rows(std::string_view op, const TensorView& rows, int64_t n) {
+  const int32_t* r = rows.data_as<const int32_t>();
+  for (int64_t i = 0; i < rows.dim(0); ++i)
+    NANOVLLM_CHECK(r[i] >= 0 && r[i] < n, op, ": rows[", i, "] = ", r[i], " is outside [0, ", n, ")");
+}
+
 #if !NANOVLLM_WITH_CUDA
 [[noreturn]] void no_cuda(std::string_view op, Device dev) {
   NANOVLLM_FAIL(op, ": tensors are on ", to_string(dev),
@@ -154,11 +171,7 @@ void embedding(TensorView out, TensorView ids, TensorView table, Stream s) {
 void rms_norm(TensorView out, TensorView x, TensorView weight, float eps, Stream s) {
   constexpr std::string_view op = "rms_norm";
   const Device dev = x.device();
-  check_tensor(op, "x", x, dev, 2);
-  check_float(op, "x", x);
-  check_float_tensor(op, "out", out, dev, x.shape());
-  check_float_tensor(op, "weight", weight, dev, {x.dim(1)});
-  NANOVLLM_CHECK(eps >= 0.0f && std::isfinite(eps), op, ": eps must be finite and >= 0, got ", eps);
+  check_norm(op, x, "out", out, weight, eps, dev);
   if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(rms_norm, dev, out, x, weight, eps, s);
   cpu::rms_norm(out, x, weight, eps);
 }
@@ -166,11 +179,7 @@ void rms_norm(TensorView out, TensorView x, TensorView weight, float eps, Stream
 void add_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps, Stream s) {
   constexpr std::string_view op = "add_rms_norm";
   const Device dev = x.device();
-  check_tensor(op, "x", x, dev, 2);
-  check_float(op, "x", x);
-  check_float_tensor(op, "residual", residual, dev, x.shape());
-  check_float_tensor(op, "weight", weight, dev, {x.dim(1)});
-  NANOVLLM_CHECK(eps >= 0.0f && std::isfinite(eps), op, ": eps must be finite and >= 0, got ", eps);
+  check_norm(op, x, "residual", residual, weight, eps, dev);
   if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(add_rms_norm, dev, x, residual, weight, eps, s);
   cpu::add_rms_norm(x, residual, weight, eps);
 }
@@ -178,11 +187,7 @@ void add_rms_norm(TensorView x, TensorView residual, TensorView weight, float ep
 void copy_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps, Stream s) {
   constexpr std::string_view op = "copy_rms_norm";
   const Device dev = x.device();
-  check_tensor(op, "x", x, dev, 2);
-  check_float(op, "x", x);
-  check_float_tensor(op, "residual", residual, dev, x.shape());
-  check_float_tensor(op, "weight", weight, dev, {x.dim(1)});
-  NANOVLLM_CHECK(eps >= 0.0f && std::isfinite(eps), op, ": eps must be finite and >= 0, got ", eps);
+  check_norm(op, x, "residual", residual, weight, eps, dev);
   if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(copy_rms_norm, dev, x, residual, weight, eps, s);
   cpu::copy_rms_norm(x, residual, weight, eps);
 }
@@ -191,21 +196,15 @@ void gather_add_rms_norm(TensorView out, TensorView out_residual, TensorView x, 
                          TensorView weight, float eps, Stream s) {
   constexpr std::string_view op = "gather_add_rms_norm";
   const Device dev = x.device();
-  check_tensor(op, "x", x, dev, 2);
-  check_float(op, "x", x);
-  check_float_tensor(op, "residual", residual, dev, x.shape());
+  check_norm(op, x, "residual", residual, weight, eps, dev);
   check_tensor(op, "rows", rows, dev, 1);
   check_i32(op, "rows", rows);
   check_float_tensor(op, "out", out, dev, {rows.dim(0), x.dim(1)});
   check_float_tensor(op, "out_residual", out_residual, dev, {rows.dim(0), x.dim(1)});
   NANOVLLM_CHECK(out_residual.dtype() == residual.dtype(), op, ": out_residual is ", dtype_name(out_residual.dtype()),
                  " but residual is ", dtype_name(residual.dtype()));
-  check_float_tensor(op, "weight", weight, dev, {x.dim(1)});
-  NANOVLLM_CHECK(eps >= 0.0f && std::isfinite(eps), op, ": eps must be finite and >= 0, got ", eps);
   if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(gather_add_rms_norm, dev, out, out_residual, x, residual, rows, weight, eps, s);
-  const int32_t* r = rows.data_as<const int32_t>();
-  for (int64_t i = 0; i < rows.dim(0); ++i)
-    NANOVLLM_CHECK(r[i] >= 0 && r[i] < x.dim(0), op, ": rows[", i, "] = ", r[i], " is outside [0, ", x.dim(0), ")");
+  check_host_rows(op, rows, x.dim(0));
   cpu::gather_add_rms_norm(out, out_residual, x, residual, rows, weight, eps);
 }
 
@@ -379,10 +378,7 @@ void gather_rows(TensorView out, TensorView in, TensorView rows, Stream s) {
   NANOVLLM_CHECK(out.dtype() == in.dtype(), op, ": out is ", dtype_name(out.dtype()), " but in is ",
                  dtype_name(in.dtype()));
   if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(gather_rows, dev, out, in, rows, s);
-  const int32_t* r = rows.data_as<const int32_t>();
-  for (int64_t i = 0; i < rows.dim(0); ++i)
-    NANOVLLM_CHECK(r[i] >= 0 && r[i] < in.dim(0), op, ": rows[", i, "] = ", r[i], " is outside [0, ", in.dim(0),
-                   ")");
+  check_host_rows(op, rows, in.dim(0));
   cpu::gather_rows(out, in, rows);
 }
 
