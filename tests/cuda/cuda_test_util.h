@@ -82,6 +82,13 @@ inline std::vector<float> graph_replay_ms(cudaGraphExec_t exec, cudaStream_t st,
   return time_each_ms(st, reps, [&] { CUDA_CHECK(cudaGraphLaunch(exec, st)); });
 }
 
+// bf16 bit patterns as their exact fp32 values.
+inline std::vector<float> bf16_bits_to_f32(const std::vector<uint16_t>& bits) {
+  std::vector<float> f(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) f[i] = bf16_to_f32(bits[i]);
+  return f;
+}
+
 // Random bf16 values in [lo, hi) that are never exactly zero; `f32` gets their exact fp32 values.
 struct Bf16Data {
   std::vector<uint16_t> bits;

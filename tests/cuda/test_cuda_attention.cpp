@@ -47,12 +47,6 @@ struct ScopedPrefillPath {
   bool had_ = false;
 };
 
-std::vector<float> to_f32(const std::vector<uint16_t>& bits) {
-  std::vector<float> f(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) f[i] = bf16_to_f32(bits[i]);
-  return f;
-}
-
 // A batch: per sequence (query length, context length).
 struct Batch {
   std::vector<int32_t> qlen, ctx;

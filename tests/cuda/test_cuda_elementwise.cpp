@@ -15,6 +15,7 @@
 namespace nanovllm {
 namespace {
 
+using cuda_test::bf16_bits_to_f32;
 using cuda_test::DeviceTensor;
 using cuda_test::expect_close;
 using cuda_test::random_bf16;
@@ -75,18 +76,10 @@ TEST(CudaElementwise, AddRmsNormKeepsBf16Residual) {
       std::vector<uint16_t> ref_r = r.bits;
       cpu::add_rms_norm(cuda_test::host_view(ref_x, {T, H}), TensorView(ref_r.data(), DType::kBF16, {T, H}),
                         cuda_test::host_view(w.f32, {H}), 1e-6f);
-      std::vector<float> ref_r32(ref_r.size());
-      for (size_t i = 0; i < ref_r.size(); ++i) ref_r32[i] = bf16_to_f32(ref_r[i]);
-      expect_close(d_r.download_f32(), ref_r32, 0, 0, "add_rms_norm residual H=" + std::to_string(H));
+      expect_close(d_r.download_f32(), bf16_bits_to_f32(ref_r), 0, 0, "add_rms_norm residual H=" + std::to_string(H));
       expect_close(d_x.download_f32(), ref_x, kAtol, kRtol, "add_rms_norm x H=" + std::to_string(H));
     }
   }
-}
-
-std::vector<float> bf16_bits_to_f32(const std::vector<uint16_t>& bits) {
-  std::vector<float> out(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) out[i] = bf16_to_f32(bits[i]);
-  return out;
 }
 
 // The first layer's norm: the residual is x's exact copy, x its norm.
@@ -148,7 +141,7 @@ TEST(CudaElementwise, GatherAddRmsNormMatchesReference) {
         expect_close(d_out_r.download_f32(), ref_r32, 0, 0, what + " residual");  // the same one fp32 add
         expect_close(d_out.download_f32(), ref, kAtol, kRtol, what + " out");
         expect_close(d_x.download_f32(), x.f32, 0, 0, what + " x unchanged");
-        expect_close(d_r.download_f32(), f32_residual ? r.f32 : bf16_bits_to_f32(r.bits), 0, 0, what + " residual unchanged");
+        expect_close(d_r.download_f32(), r.f32, 0, 0, what + " residual unchanged");
       }
     }
   }

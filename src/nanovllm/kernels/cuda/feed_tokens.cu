@@ -45,7 +45,7 @@ void stage_step_inputs(int32_t* dst, const int32_t* src_mapped, int64_t n, int64
   constexpr int kThreads = 256;
   const dim3 grid(static_cast<unsigned>((most + kThreads - 1) / kThreads), extra.words > 0 ? 2 : 1);
   launch_pdl(stage_step_inputs_kernel, grid, dim3(kThreads), 0, stream, dst, src_mapped, n, ids_begin,
-             ids_begin + num_ids, sampled, extra.dst, static_cast<const int32_t*>(extra.src_mapped), extra.words);
+             ids_begin + num_ids, sampled, extra.dst, extra.src_mapped, extra.words);
   CUDA_CHECK_LAUNCH();
 }
 
