@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs the test suite. CUDA code is compiled whenever nvcc is found; `cuda`-labelled tests
-# skip without a GPU. --asan also builds and runs the CPU tests under AddressSanitizer + UBSan.
+# skip without a GPU. --asan also builds and runs the CPU tests under AddressSanitizer + UBSan. Every
+# build fails on a compiler warning (NANOVLLM_WERROR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 asan=0
@@ -12,11 +13,11 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
 else
   preset=cpu
 fi
-cmake --preset "$preset" >/dev/null
+cmake --preset "$preset" -DNANOVLLM_WERROR=ON >/dev/null
 cmake --build "build/$preset" -j "$jobs"
 ctest --test-dir "build/$preset" --output-on-failure -j "$jobs"
 if ((asan)); then
-  cmake --preset asan >/dev/null
+  cmake --preset asan -DNANOVLLM_WERROR=ON >/dev/null
   cmake --build build/asan -j "$jobs"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build/asan --output-on-failure -j "$jobs" -L cpu

@@ -19,6 +19,8 @@
 #include "nanovllm/kernels/cuda/cuda_check.h"
 #include "nanovllm/kernels/cpu/cpu_ops.h"
 #include "nanovllm/kernels/cuda/cuda_memory.h"
+#include "nanovllm/kernels/cuda/device_context.h"
+#include "nanovllm/kernels/ops.h"
 
 #define SKIP_WITHOUT_CUDA()                                                   \
   do {                                                                        \
@@ -30,6 +32,25 @@
   } while (0)
 
 namespace nanovllm::cuda_test {
+
+// The test process's kernel context for device 0, what a runner owns in the engine (made at first use;
+// never destroyed, so no CUDA call runs during static destruction).
+inline cuda_ops::DeviceContext& context() {
+  static cuda_ops::DeviceContext* ctx = new cuda_ops::DeviceContext(0);
+  return *ctx;
+}
+
+// A CUDA op's execution context: stream `st` (nullptr: the legacy default stream) with context().
+inline ops::Stream on(cudaStream_t st = nullptr) { return ops::Stream{st, &context()}; }
+
+// Restores context()'s kernel options when it goes out of scope (a test that changes them derives from it).
+struct RestoreOptions {
+  cuda_ops::KernelOptions saved = context().options;
+  RestoreOptions() = default;
+  RestoreOptions(const RestoreOptions&) = delete;
+  RestoreOptions& operator=(const RestoreOptions&) = delete;
+  ~RestoreOptions() { context().options = saved; }
+};
 
 // Compute capability major of device 0 (tests of sm_90-only paths skip below 9).
 inline int device_major() {
@@ -174,66 +195,6 @@ inline std::vector<float> linear_reference(const std::vector<float>& x, const st
               TensorView(const_cast<float*>(x.data()), DType::kF32, {T, K}),
               TensorView(const_cast<float*>(w.data()), DType::kF32, {N, K}), TensorView());
   return ref;
-}
-
-// The linear-kernel check of test_cuda_linear.cpp: bf16 products are exact in fp32, so the differences
-// are the fp32 summation order and the output rounding. NMSE <= 1e-5 (bf16 out) / 1e-9 (f32 out); per
-// element |err| <= 1e-2 rms(ref) + 5e-3 |ref| (bf16) or 1e-4 rms(ref) + 1e-5 |ref| (f32).
-inline void expect_linear_close(const std::vector<float>& got, const std::vector<float>& ref, bool bf16_out,
-                                const std::string& what) {
-  double ss = 0;
-  for (float r : ref) ss += static_cast<double>(r) * r;
-  const float rms = static_cast<float>(std::sqrt(ss / static_cast<double>(ref.size())));
-  EXPECT_LE(nmse(got, ref), bf16_out ? 1e-5 : 1e-9) << what;
-  expect_close(got, ref, (bf16_out ? 1e-2f : 1e-4f) * rms, bf16_out ? 5e-3f : 1e-5f, what);
-}
-
-// One projection of a PDL chain test: its output width and the range of its random weights.
-struct ChainLink {
-  int64_t n;
-  float w_range;
-};
-
-// Dependent projections y1 = x W1^T, y2 = y1 W2^T, ... (bf16, x [T, K], links in order) captured in one
-// graph with PDL and replayed three times, each after uploading a new x: a kernel may start its weight
-// copies before its wait, but its reads of its predecessor's output must see this replay's values.
-// launch(i, out, in, w, stream) enqueues projection i with the kernel and launch shape under test.
-inline void expect_pdl_chain_sees_each_replays_inputs(
-    int64_t T, int64_t K, const std::vector<ChainLink>& links, std::mt19937& rng,
-    const std::function<void(size_t, TensorView, TensorView, TensorView, cudaStream_t)>& launch) {
-  std::vector<Bf16Data> w;
-  std::deque<DeviceTensor> d_w, d_y;  // deque: DeviceTensor stays put
-  int64_t k = K;
-  for (const ChainLink& l : links) {
-    w.push_back(random_bf16(static_cast<size_t>(l.n * k), rng, -l.w_range, l.w_range));
-    d_w.emplace_back(DType::kBF16, Shape{l.n, k}, w.back().bits);
-    d_y.emplace_back(DType::kBF16, Shape{T, l.n});
-    k = l.n;
-  }
-  DeviceTensor d_x(DType::kBF16, {T, K});
-  cudaStream_t st;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  const cudaGraphExec_t exec = warm_up_and_capture(st, [&] {
-    for (size_t i = 0; i < links.size(); ++i)
-      launch(i, d_y[i].view(), i == 0 ? d_x.view() : d_y[i - 1].view(), d_w[i].view(), st);
-  });
-  for (int replay = 0; replay < 3; ++replay) {
-    const Bf16Data x = random_bf16(static_cast<size_t>(T * K), rng);
-    CUDA_CHECK(cudaMemcpyAsync(d_x.view().data(), x.bits.data(), x.bits.size() * 2, cudaMemcpyHostToDevice, st));
-    CUDA_CHECK(cudaGraphLaunch(exec, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    std::vector<float> in = x.f32;
-    int64_t k_in = K;
-    for (size_t i = 0; i < links.size(); ++i) {
-      std::vector<float> y = d_y[i].download_f32();
-      expect_linear_close(y, linear_reference(in, w[i].f32, T, links[i].n, k_in), true,
-                          "link " + std::to_string(i) + ", replay " + std::to_string(replay));
-      in = std::move(y);
-      k_in = links[i].n;
-    }
-  }
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaStreamDestroy(st));
 }
 
 }  // namespace nanovllm::cuda_test

@@ -28,23 +28,11 @@ using cuda_test::random_bf16;
 
 constexpr float kAtol = 1e-2f, kRtol = 5e-3f;
 
-// NANOVLLM_PREFILL_WGMMA=0 for the scope: the prefill dispatch skips the sm_90a wgmma kernel and runs the
-// mma.sync kernel (attention_prefill_tc.cu), so both stay covered on Hopper. (Elsewhere the wgmma kernel
-// is never used and both settings test the mma.sync kernel.)
-struct ScopedPrefillPath {
-  explicit ScopedPrefillPath(bool wgmma) {
-    if (const char* v = std::getenv("NANOVLLM_PREFILL_WGMMA")) saved_ = v, had_ = true;
-    if (wgmma) unsetenv("NANOVLLM_PREFILL_WGMMA");
-    else setenv("NANOVLLM_PREFILL_WGMMA", "0", 1);
-  }
-  ~ScopedPrefillPath() {
-    if (had_) setenv("NANOVLLM_PREFILL_WGMMA", saved_.c_str(), 1);
-    else unsetenv("NANOVLLM_PREFILL_WGMMA");
-  }
-  ScopedPrefillPath(const ScopedPrefillPath&) = delete;
-  ScopedPrefillPath& operator=(const ScopedPrefillPath&) = delete;
-  std::string saved_;
-  bool had_ = false;
+// KernelOptions::prefill_wgmma = false for the scope: the prefill dispatch skips the sm_90a wgmma kernel
+// and runs the mma.sync kernel (attention_prefill_tc.cu), so both stay covered on Hopper. (Elsewhere the
+// wgmma kernel is never used and both settings test the mma.sync kernel.)
+struct ScopedPrefillPath : cuda_test::RestoreOptions {
+  explicit ScopedPrefillPath(bool wgmma) { cuda_test::context().options.prefill_wgmma = wgmma; }
 };
 
 // A batch: per sequence (query length, context length).
@@ -134,7 +122,7 @@ struct AttentionCase {
     return blocks + 3;
   }
   void run(float scale) {
-    cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {});
+    cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, cuda_test::on());
   }
 };
 
@@ -243,9 +231,8 @@ void check_device_chosen_splits() {
   check_attention(big, 16, 8, 128, 16, seed++, 40960, 2);
 }
 
-struct ClusterCombineGuard {
-  explicit ClusterCombineGuard(bool on) { cuda_ops::decode_attention_set_cluster_combine(on); }
-  ~ClusterCombineGuard() { cuda_ops::decode_attention_set_cluster_combine(true); }
+struct ClusterCombineGuard : cuda_test::RestoreOptions {
+  explicit ClusterCombineGuard(bool on) { cuda_test::context().options.decode_cluster_combine = on; }
 };
 
 // Default: on sm_90 the splits combine in a thread-block cluster (distributed shared memory).
@@ -323,12 +310,12 @@ TEST(CudaAttention, DecodeGraphReplayFollowsContextLengths) {
     cudaStream_t st;
     CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     // warm-up outside capture (function attributes, split workspace), then capture
-    cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {st});
+    cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, cuda_test::on(st));
     CUDA_CHECK(cudaStreamSynchronize(st));
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {st});
+    cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, cuda_test::on(st));
     CUDA_CHECK(cudaStreamEndCapture(st, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     for (size_t round = 0; round < metas.size(); ++round) {
@@ -465,12 +452,12 @@ void check_prefill_graph_replay(int64_t Hq, int64_t Hk, int64_t D, int64_t BS, u
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   // warm-up outside capture (one-time function attributes), then capture
-  cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {st});
+  cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, cuda_test::on(st));
   CUDA_CHECK(cudaStreamSynchronize(st));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, {st});
+  cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dm.meta, scale, cuda_test::on(st));
   CUDA_CHECK(cudaStreamEndCapture(st, &graph));
   CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   for (int round = 0; round < 2; ++round) {
@@ -693,13 +680,8 @@ TEST(CudaAttentionBench, DISABLED_Decode) {
                         {"bs256 U[100,2000] max40960", 256, 100, 2000, 40960, 16, false},
                         {"bs256 U[100,2000] B256", 256, 100, 2000, 0, 256, false},
                         {"bs256 U[100,2000] B256 desc", 256, 100, 2000, 0, 256, true}};
-  // Split tuning (min keys per split, target CTAs per SM); NANOVLLM_BENCH_DECODE_SWEEP=1 adds variants.
-  std::vector<std::pair<int, int>> tunings = {{0, 0}};
-  if (std::getenv("NANOVLLM_BENCH_DECODE_SWEEP")) tunings = {{0, 0}, {64, 16}, {64, 8}, {128, 4}, {256, 4}};
   std::printf("%-28s %4s %10s %10s %10s\n", "case", "G", "us/call", "GB/s", "KV MB");
-  for (const auto& [min_keys, per_sm] : tunings) {
-    cuda_ops::decode_attention_set_tuning(min_keys, per_sm);
-    if (tunings.size() > 1) std::printf("-- tuning: min split keys %d, target CTAs/SM %d (0: default)\n", min_keys, per_sm);
+  {
     for (int64_t G : {2, 4}) {
       const int64_t Hq = G * Hk;
       for (const Case& c : cases) {
@@ -755,14 +737,14 @@ TEST(CudaAttentionBench, DISABLED_Decode) {
         CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
         for (int r = 0; r < R; ++r)
           cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dms[static_cast<size_t>(r)]->meta,
-                                    scale, {st});
+                                    scale, cuda_test::on(st));
         CUDA_CHECK(cudaStreamSynchronize(st));
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
         for (int r = 0; r < R; ++r)
           cuda_ops::paged_attention(d_out.view(), d_q.view(), d_k.view(), d_v.view(), dms[static_cast<size_t>(r)]->meta,
-                                    scale, {st});
+                                    scale, cuda_test::on(st));
         CUDA_CHECK(cudaStreamEndCapture(st, &graph));
         CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
         for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(exec, st));
@@ -782,8 +764,7 @@ TEST(CudaAttentionBench, DISABLED_Decode) {
         CUDA_CHECK(cudaStreamDestroy(st));
       }
     }
-    }
-  cuda_ops::decode_attention_set_tuning(0, 0);
+  }
 }
 
 TEST(CudaPrologue, MatchesReference) {
@@ -818,7 +799,7 @@ TEST(CudaPrologue, MatchesReference) {
         ops::RopeParams rope{d_if.view(), attn_scaling};
         cuda_ops::qkv_prologue(d_q.view(), d_qkv.view(), norms ? d_qn.view() : TensorView(),
                                norms ? d_kn.view() : TensorView(), 1e-6f, d_pos.view(), rope, d_k.view(), d_v.view(),
-                               dm.meta, {});
+                               dm.meta, cuda_test::on());
         std::vector<float> ref_q(static_cast<size_t>(T * Hq * D)), ref_k = kc.f32, ref_v = vc.f32;
         cpu::qkv_prologue(cuda_test::host_view(ref_q, {T, Hq, D}), cuda_test::host_view(qkv.f32, {T, W}),
                           norms ? cuda_test::host_view(qn.f32, {D}) : TensorView(),
@@ -844,9 +825,8 @@ TEST(CudaPrologue, MatchesReference) {
 // reference (tolerance as the decode tests). Covers GQA 1-16, head_dim 64 / 128, with and without q/k
 // norms, contexts around the 16-key tiles and the splits, a graph-sized max_context_len, block size 256,
 // and a padding token (slot -1: nothing cached, the stale row attended as in the unfused path).
-struct FusedPrologueGuard {
-  explicit FusedPrologueGuard(bool on) { cuda_ops::decode_attention_set_fused_prologue(on); }
-  ~FusedPrologueGuard() { cuda_ops::decode_attention_set_fused_prologue(true); }
+struct FusedPrologueGuard : cuda_test::RestoreOptions {
+  explicit FusedPrologueGuard(bool on) { cuda_test::context().options.decode_fused_prologue = on; }
 };
 
 TEST(CudaAttention, DecodeFusedPrologueMatchesTwoKernels) {
@@ -899,7 +879,7 @@ TEST(CudaAttention, DecodeFusedPrologueMatchesTwoKernels) {
           d_out.fill_bytes(0xff);
           ops::qkv_prologue_attention(d_out.view(), d_q.view(), d_qkv.view(), norms ? d_qn.view() : TensorView(),
                                       norms ? d_kn.view() : TensorView(), 1e-6f, d_pos.view(), rope, d_k.view(),
-                                      d_v.view(), dm.meta, scale);
+                                      d_v.view(), dm.meta, scale, cuda_test::on());
           got[fused][cluster][0] = d_out.download<uint16_t>();
           got[fused][cluster][1] = d_k.download<uint16_t>();
           got[fused][cluster][2] = d_v.download<uint16_t>();

@@ -17,8 +17,8 @@
 #include "cuda_test_util.h"
 #include "kernel_timeline.h"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
+#include "nanovllm/kernels/cuda/device_context.h"
 #include "nanovllm/kernels/cuda/gemv.cuh"
-#include "nanovllm/kernels/cuda/pdl.h"
 #include "nanovllm/kernels/ops.h"
 
 namespace nanovllm {
@@ -27,12 +27,6 @@ namespace {
 using cuda_test::DeviceTensor;
 using cuda_test::graph_replay_ms;
 using cuda_test::random_bf16;
-
-struct PdlGuard {
-  bool saved = cuda_ops::pdl_enabled();
-  explicit PdlGuard(bool on) { cuda_ops::set_pdl_enabled(on); }
-  ~PdlGuard() { cuda_ops::set_pdl_enabled(saved); }
-};
 
 // CPU reference: silu_mul in fp32, the activation rounded to bf16 (what the GPU stores between the two
 // steps, fused or not), then linear in fp32 on the bf16 inputs' exact values.
@@ -57,7 +51,7 @@ TEST(CudaDecodeFusion, LinearSiluMulMatchesCpu) {
     for (const DType out_dt : {DType::kBF16, DType::kF32}) {
       DeviceTensor d_out(out_dt, {T, N});
       d_out.fill_bytes(0xff);  // NaN poison
-      ops::linear_silu_mul(d_out.view(), d_gu.view(), d_w.view(), d_act.view());
+      ops::linear_silu_mul(d_out.view(), d_gu.view(), d_w.view(), d_act.view(), cuda_test::on());
       const std::vector<float> ref = cpu_linear_silu(gu.f32, w.f32, T, N, I);
       // Same bf16 activation on both sides: what is left is fp32 summation order (and the bf16 output).
       cuda_test::expect_close(d_out.download_f32(), ref, 1e-2f, 1e-2f, "linear_silu_mul T=" + std::to_string(T));
@@ -76,12 +70,12 @@ TEST(CudaDecodeFusion, GemvSiluBitwiseEqualsUnfused) {
     const auto w = random_bf16(static_cast<size_t>(N * I), rng, -0.1f, 0.1f);
     DeviceTensor d_gu(DType::kBF16, {T, 2 * I}, gu.bits), d_w(DType::kBF16, {N, I}, w.bits);
     DeviceTensor d_act(DType::kBF16, {T, I}), d_a(DType::kBF16, {T, N}), d_b(DType::kBF16, {T, N});
-    for (const cuda_ops::GemvConfig& c : cuda_ops::gemv_candidates(T, N, I, 0, /*silu=*/true)) {
+    for (const cuda_ops::GemvConfig& c : cuda_ops::gemv_candidates(T, N, I, cuda_test::context(), /*silu=*/true)) {
       d_a.fill_bytes(0xff);
       d_b.fill_bytes(0x7f);
-      cuda_ops::gemv_silu(d_a.view(), d_gu.view(), d_w.view(), {}, &c);
-      cuda_ops::silu_mul(d_act.view(), d_gu.view(), {});
-      cuda_ops::gemv(d_b.view(), d_act.view(), d_w.view(), TensorView(), {}, &c);
+      cuda_ops::gemv_silu(d_a.view(), d_gu.view(), d_w.view(), cuda_test::on(), &c);
+      cuda_ops::silu_mul(d_act.view(), d_gu.view(), cuda_test::on());
+      cuda_ops::gemv(d_b.view(), d_act.view(), d_w.view(), TensorView(), cuda_test::on(), &c);
       EXPECT_EQ(d_a.download<uint16_t>(), d_b.download<uint16_t>())
           << "T=" << T << " RT=" << c.rows_tiles_per_cta << " split=" << c.k_split;
     }
@@ -128,9 +122,9 @@ TEST(CudaDecodeFusion, GemvGateUpSiluBitwiseEqualsUnfused) {
                                  std::to_string(c.rows_tiles_per_cta);
         d_a.fill_bytes(0xff);
         d_b.fill_bytes(0x7f);
-        cuda_ops::gemv_gate_up_silu(d_a.view(), d_x.view(), d_w.view(), {}, &c);
-        cuda_ops::gemv(d_gu.view(), d_x.view(), d_w.view(), TensorView(), {}, &c);
-        cuda_ops::silu_mul(d_b.view(), d_gu.view(), {});
+        cuda_ops::gemv_gate_up_silu(d_a.view(), d_x.view(), d_w.view(), cuda_test::on(), &c);
+        cuda_ops::gemv(d_gu.view(), d_x.view(), d_w.view(), TensorView(), cuda_test::on(), &c);
+        cuda_ops::silu_mul(d_b.view(), d_gu.view(), cuda_test::on());
         EXPECT_EQ(d_a.download<uint16_t>(), d_b.download<uint16_t>()) << what;
         // fp32 summation order against double, then two bf16 roundings: a few bf16 ulps.
         cuda_test::expect_close(d_a.download_f32(), ref, 2e-3f, 2e-2f, what);
@@ -147,7 +141,7 @@ TEST(CudaDecodeFusion, SiluMlpMatchesCpu) {
   SKIP_WITHOUT_CUDA();
   std::mt19937 rng(15);
   const int64_t N = 200;
-  for (const auto [I, K] : {std::pair<int64_t, int64_t>{2048, 2048}, {2056, 2048}, {528, 264}}) {
+  for (const auto& [I, K] : {std::pair<int64_t, int64_t>{2048, 2048}, {2056, 2048}, {528, 264}}) {
     for (const int64_t T : {1, 3, 16, 37}) {
       const auto x = random_bf16(static_cast<size_t>(T * K), rng);
       const auto wgu = random_bf16(static_cast<size_t>(2 * I * K), rng, -0.05f, 0.05f);
@@ -159,7 +153,7 @@ TEST(CudaDecodeFusion, SiluMlpMatchesCpu) {
       const std::vector<float> ref = cuda_test::linear_reference(act, wd.f32, T, N, I);
       for (int call = 0; call < 2; ++call) {  // first call times the options, the second runs the pick
         d_out.fill_bytes(0xff);  // NaN poison
-        ops::silu_mlp(d_out.view(), d_x.view(), d_wgu.view(), d_wd.view(), d_gu.view(), d_act.view());
+        ops::silu_mlp(d_out.view(), d_x.view(), d_wgu.view(), d_wd.view(), d_gu.view(), d_act.view(), cuda_test::on());
         const std::string what = "I=" + std::to_string(I) + " K=" + std::to_string(K) + " T=" + std::to_string(T);
         // The bf16 activation may differ from the reference's in a last bit; then fp32 order and bf16 out.
         cuda_test::expect_close(d_out.download_f32(), ref, 1e-2f, 2e-2f, what);
@@ -176,12 +170,13 @@ TEST(CudaDecodeFusion, SiluMlpMatchesCpu) {
 // the bulk-copy gemv for both (its producer copies weights before pdl_wait) with one unit per CTA (the
 // down projection's tiles split across CTAs); or gemv_gate_up_silu (RT 4: the last CTA's gate tiles run
 // past I) then ops::linear, as Qwen3Model's layer.
-// early_norm: the norms trigger their dependents before their wait (pdl.h), or after it.
+// early_norm: the norms trigger their dependents before their wait (KernelOptions::pdl_early_norm), or after.
 enum class MlpKernels { kDispatch, kBulkGemv, kGateUpSilu };
 
 void check_graph_replay_with_changing_inputs(MlpKernels mlp, bool early_norm) {
-  PdlGuard pdl(true);
-  cuda_ops::set_pdl_early_norm(early_norm);
+  cuda_test::RestoreOptions restore;
+  cuda_test::context().options.pdl = true;
+  cuda_test::context().options.pdl_early_norm = early_norm;
   std::mt19937 rng(13);
   const int64_t V = 97, H = 264, I = 528, T = 3;
   const auto table = random_bf16(static_cast<size_t>(V * H), rng);
@@ -195,7 +190,7 @@ void check_graph_replay_with_changing_inputs(MlpKernels mlp, bool early_norm) {
   DeviceTensor d_act(DType::kBF16, {T, I}), d_res(DType::kBF16, {T, H}), d_out(DType::kBF16, {2, H});
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  const ops::Stream s{st};
+  const ops::Stream s = cuda_test::on(st);
   auto chain = [&] {
     ops::embedding(d_x.view(), d_ids.view(), d_table.view(), s);     // x = E[ids]
     ops::rms_norm(d_h.view(), d_x.view(), d_nw.view(), 1e-6f, s);    // h = norm(x)
@@ -253,7 +248,6 @@ void check_graph_replay_with_changing_inputs(MlpKernels mlp, bool early_norm) {
   }
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaStreamDestroy(st));
-  cuda_ops::set_pdl_early_norm(cuda_ops::pdl_early_norm_env() != 0);
 }
 
 TEST(CudaDecodePdl, GraphReplayWithChangingInputs) {
@@ -268,14 +262,15 @@ TEST(CudaDecodePdl, GraphReplayWithChangingInputsGateUpSilu) {
 
 TEST(CudaDecodePdl, GraphReplayWithChangingInputsBulkGemv) {
   SKIP_WITHOUT_CUDA();
-  if (!cuda_ops::gemv_bulk_available(0)) GTEST_SKIP() << "bulk-copy gemv needs sm_90";
+  if (!cuda_ops::gemv_bulk_available(cuda_test::context())) GTEST_SKIP() << "bulk-copy gemv needs sm_90";
   for (const bool early_norm : {false, true}) check_graph_replay_with_changing_inputs(MlpKernels::kBulkGemv, early_norm);
 }
 
 // ---- Benchmark: one decode layer (T = 1, context 1024) of the Qwen3-0.6B and Qwen3-8B shapes, L distinct
 // layers per graph so the weights stream from HBM as in the model (more than L2 in total). Rows: PDL off /
 // on, then ablations with PDL on (the layer without attention, without the norms, ...) whose differences
-// are each part's in-graph cost, and the decode attention's minimum keys per split swept.
+// are each part's in-graph cost. Each row runs on a kernel context of its own (its linear choices timed
+// afresh), as a runner would.
 struct LayerShape {
   const char* name;
   int64_t H, Hq, Hk, I, L;
@@ -296,12 +291,20 @@ std::vector<uint16_t> fast_random_bf16(size_t n, uint64_t seed, float lo, float 
 struct Ablation {
   const char* name;
   bool pdl = true, attention = true, norms = true, fused_silu = true;
-  int gemv_cta_cap = 0;  // != 0: gemv_set_cta_cap(max(0, this)) and the shapes re-timed
-  int min_split_keys = 0;  // 0: default
   bool prologue = true;  // with attention: false leaves qkv_prologue out (attention reads last replay's q)
   bool gemvs = true;     // false: no projections (with norms off: attention alone, back to back)
-  bool bulk_gemv = true;  // false: the bulk-copy gemv is not a candidate (shapes re-timed)
+  bool fused_prologue = true;   // KernelOptions::decode_fused_prologue
+  bool cluster_combine = true;  // KernelOptions::decode_cluster_combine
 };
+
+// A kernel context with the ablation's options (each ablation times its linear choices afresh).
+std::unique_ptr<cuda_ops::DeviceContext> context_for(const Ablation& a) {
+  auto ctx = std::make_unique<cuda_ops::DeviceContext>(0);
+  ctx->options.pdl = a.pdl;
+  ctx->options.decode_fused_prologue = a.fused_prologue;
+  ctx->options.decode_cluster_combine = a.cluster_combine;
+  return ctx;
+}
 
 // L distinct decode layers of one shape with their weights, KV caches (context 1024, block size 16,
 // shuffled block table) and step buffers; forward() enqueues one token through all of them.
@@ -393,8 +396,6 @@ void bench_decode_layers(const LayerShape& sh) {
   const int64_t L = sh.L;
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  const ops::Stream s{st};
-  auto forward = [&](const Ablation& a) { stack.forward(a, s); };
   std::printf("%s decode layer (T=1, ctx 1024, %.1f MB of weights), %lld distinct layers per graph\n", sh.name,
               stack.weight_mb(), static_cast<long long>(L));
   std::printf("%-34s | %10s %10s %10s\n", "variant", "us/layer", "min", "max");
@@ -409,23 +410,10 @@ void bench_decode_layers(const LayerShape& sh) {
       {.name = "  silu_mul not fused", .fused_silu = false},
       {.name = "  gemvs only", .attention = false, .norms = false},
   };
-  for (const int k : {128, 256, 512}) {
-    Ablation a{"  attention min split keys"};
-    a.min_split_keys = k;
-    rows.push_back(a);
-  }
-  // Last: they change the gemv choices for the rest of the process.
-  rows.push_back({.name = "  without the bulk-copy gemv (re-timed)", .bulk_gemv = false});
-  rows.push_back({.name = "  gemv shapes uncapped (re-timed)", .gemv_cta_cap = -1});
-  rows.push_back({.name = "  gemv shapes uncapped, gemvs only", .attention = false, .norms = false, .gemv_cta_cap = -1});
   for (const Ablation& a : rows) {
-    PdlGuard pdl(a.pdl);
-    cuda_ops::decode_attention_set_tuning(a.min_split_keys, 0);
-    if (a.gemv_cta_cap != 0) cuda_ops::gemv_set_cta_cap(std::max(0, a.gemv_cta_cap));
-    if (a.gemv_cta_cap != 0 || a.bulk_gemv != cuda_ops::gemv_bulk_enabled()) {
-      cuda_ops::gemv_set_bulk_enabled(a.bulk_gemv);
-      cuda_ops::linear_clear_choices();
-    }
+    const std::unique_ptr<cuda_ops::DeviceContext> ctx = context_for(a);
+    const ops::Stream s{st, ctx.get()};
+    auto forward = [&](const Ablation& ab) { stack.forward(ab, s); };
     forward(a);  // warm-up: dispatch choices
     CUDA_CHECK(cudaStreamSynchronize(st));
     cudaGraph_t graph;
@@ -437,16 +425,11 @@ void bench_decode_layers(const LayerShape& sh) {
     for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(exec, st));
     std::vector<float> us = graph_replay_ms(exec, st, 30);
     for (float& t : us) t *= 1000.0f / static_cast<float>(L);
-    char label[64];
-    if (a.min_split_keys > 0) std::snprintf(label, sizeof label, "%s %d", a.name, a.min_split_keys);
-    else std::snprintf(label, sizeof label, "%s", a.name);
-    std::printf("%-34s | %10.2f %10.2f %10.2f\n", label, us[us.size() / 2], us.front(), us.back());
+    std::printf("%-34s | %10.2f %10.2f %10.2f\n", a.name, us[us.size() / 2], us.front(), us.back());
+    CUDA_CHECK(cudaStreamSynchronize(st));
     CUDA_CHECK(cudaGraphExecDestroy(exec));
     CUDA_CHECK(cudaGraphDestroy(graph));
   }
-  cuda_ops::decode_attention_set_tuning(0, 0);
-  cuda_ops::gemv_set_cta_cap(1);
-  cuda_ops::linear_clear_choices();
   CUDA_CHECK(cudaStreamDestroy(st));
 }
 
@@ -463,7 +446,8 @@ void timeline_decode_layers(const LayerShape& sh, const Ablation& a) {
   DecodeLayerStack stack(sh);
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  const ops::Stream s{st};
+  const std::unique_ptr<cuda_ops::DeviceContext> ctx = context_for(a);
+  const ops::Stream s{st, ctx.get()};
   cudaGraphExec_t exec = cuda_test::warm_up_and_capture(st, [&] { stack.forward(a, s); });
   for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(exec, st));
   const std::vector<float> plain = graph_replay_ms(exec, st, 20);
@@ -512,12 +496,9 @@ TEST(CudaDecodePdlBench, DISABLED_LayerTimeline) {
   if (!cuda_test::KernelTimeline::available()) GTEST_SKIP() << "CUPTI not loadable (set NANOVLLM_CUPTI_LIB)";
   for (const LayerShape& sh : {LayerShape{"Qwen3-0.6B", 1024, 16, 8, 3072, 28}, LayerShape{"Qwen3-8B", 4096, 32, 8, 12288, 6}}) {
     timeline_decode_layers(sh, Ablation{"the model's layer"});
-    cuda_ops::decode_attention_set_fused_prologue(false);
-    timeline_decode_layers(sh, Ablation{"prologue not fused"});
-    cuda_ops::decode_attention_set_cluster_combine(false);
-    timeline_decode_layers(sh, Ablation{"prologue not fused, global split combine"});
-    cuda_ops::decode_attention_set_cluster_combine(true);
-    cuda_ops::decode_attention_set_fused_prologue(true);
+    timeline_decode_layers(sh, Ablation{.name = "prologue not fused", .fused_prologue = false});
+    timeline_decode_layers(
+        sh, Ablation{.name = "prologue not fused, global split combine", .fused_prologue = false, .cluster_combine = false});
     timeline_decode_layers(sh, Ablation{.name = "gemvs only", .attention = false, .norms = false});
   }
 }

@@ -34,7 +34,7 @@ TEST(CudaElementwise, EmbeddingCopiesRows) {
       DeviceTensor d_table(DType::kBF16, {V, H}, table.bits), d_ids(DType::kI32, {T}, ids);
       DeviceTensor d_out(DType::kBF16, {T, H});
       d_out.fill_bytes(0xff);  // NaN poison
-      cuda_ops::embedding(d_out.view(), d_ids.view(), d_table.view(), {});
+      cuda_ops::embedding(d_out.view(), d_ids.view(), d_table.view(), cuda_test::on());
       std::vector<float> ref(static_cast<size_t>(T * H));
       cpu::embedding(cuda_test::host_view(ref, {T, H}), cuda_test::host_view(ids, {T}),
                      cuda_test::host_view(table.f32, {V, H}));
@@ -52,7 +52,7 @@ TEST(CudaElementwise, RmsNormMatchesReference) {
       auto w = random_bf16(static_cast<size_t>(H), rng, 0.5f, 1.5f);
       DeviceTensor d_x(DType::kBF16, {T, H}, x.bits), d_w(DType::kBF16, {H}, w.bits), d_out(DType::kBF16, {T, H});
       d_out.fill_bytes(0xff);
-      cuda_ops::rms_norm(d_out.view(), d_x.view(), d_w.view(), 1e-6f, {});
+      cuda_ops::rms_norm(d_out.view(), d_x.view(), d_w.view(), 1e-6f, cuda_test::on());
       std::vector<float> ref(static_cast<size_t>(T * H));
       cpu::rms_norm(cuda_test::host_view(ref, {T, H}), cuda_test::host_view(x.f32, {T, H}),
                     cuda_test::host_view(w.f32, {H}), 1e-6f);
@@ -70,7 +70,7 @@ TEST(CudaElementwise, AddRmsNormKeepsBf16Residual) {
       auto r = random_bf16(static_cast<size_t>(T * H), rng, -4.0f, 4.0f);
       auto w = random_bf16(static_cast<size_t>(H), rng, 0.5f, 1.5f);
       DeviceTensor d_x(DType::kBF16, {T, H}, x.bits), d_r(DType::kBF16, {T, H}, r.bits), d_w(DType::kBF16, {H}, w.bits);
-      cuda_ops::add_rms_norm(d_x.view(), d_r.view(), d_w.view(), 1e-6f, {});
+      cuda_ops::add_rms_norm(d_x.view(), d_r.view(), d_w.view(), 1e-6f, cuda_test::on());
       // Reference: residual in bf16 on the CPU too (same single rounding of res + x), x in fp32.
       std::vector<float> ref_x = x.f32;
       std::vector<uint16_t> ref_r = r.bits;
@@ -92,7 +92,7 @@ TEST(CudaElementwise, CopyRmsNormMatchesReference) {
       auto w = random_bf16(static_cast<size_t>(H), rng, 0.5f, 1.5f);
       DeviceTensor d_x(DType::kBF16, {T, H}, x.bits), d_r(DType::kBF16, {T, H}), d_w(DType::kBF16, {H}, w.bits);
       d_r.fill_bytes(0xff);  // NaN poison: every element must be written
-      cuda_ops::copy_rms_norm(d_x.view(), d_r.view(), d_w.view(), 1e-6f, {});
+      cuda_ops::copy_rms_norm(d_x.view(), d_r.view(), d_w.view(), 1e-6f, cuda_test::on());
       std::vector<float> ref(static_cast<size_t>(T * H));
       cpu::rms_norm(cuda_test::host_view(ref, {T, H}), cuda_test::host_view(x.f32, {T, H}),
                     cuda_test::host_view(w.f32, {H}), 1e-6f);
@@ -125,7 +125,7 @@ TEST(CudaElementwise, GatherAddRmsNormMatchesReference) {
         d_out.fill_bytes(0xff);
         d_out_r.fill_bytes(0xff);
         cuda_ops::gather_add_rms_norm(d_out.view(), d_out_r.view(), d_x.view(), d_r.view(), d_rows.view(), d_w.view(),
-                                      1e-6f, {});
+                                      1e-6f, cuda_test::on());
         // Reference: the residual sums rounded to the residual's dtype on the CPU too.
         std::vector<float> ref(static_cast<size_t>(S * H)), ref_r32(static_cast<size_t>(S * H));
         std::vector<uint16_t> ref_r(static_cast<size_t>(S * H));
@@ -178,7 +178,7 @@ TEST(CudaElementwise, QkvPrologueSmallAndLargeBatches) {
       dm.block_size = BS;
       dm.slot_mapping = d_slots.view();
       cuda_ops::qkv_prologue(d_q.view(), d_qkv.view(), d_qn.view(), d_kn.view(), 1e-6f, d_pos.view(),
-                             ops::RopeParams{d_if.view(), 1.05f}, d_k.view(), d_v.view(), dm, {});
+                             ops::RopeParams{d_if.view(), 1.05f}, d_k.view(), d_v.view(), dm, cuda_test::on());
       std::vector<float> ref_q(static_cast<size_t>(T * Hq * D)), ref_k = kc.f32, ref_v = vc.f32;
       AttentionMetadata hm = dm;
       hm.slot_mapping = cuda_test::host_view(slots, {T});
@@ -203,7 +203,7 @@ TEST(CudaElementwise, SiluMulMatchesReference) {
       auto gu = random_bf16(static_cast<size_t>(T * 2 * I), rng, -6.0f, 6.0f);
       DeviceTensor d_gu(DType::kBF16, {T, 2 * I}, gu.bits), d_out(DType::kBF16, {T, I});
       d_out.fill_bytes(0xff);
-      cuda_ops::silu_mul(d_out.view(), d_gu.view(), {});
+      cuda_ops::silu_mul(d_out.view(), d_gu.view(), cuda_test::on());
       std::vector<float> ref(static_cast<size_t>(T * I));
       cpu::silu_mul(cuda_test::host_view(ref, {T, I}), cuda_test::host_view(gu.f32, {T, 2 * I}));
       expect_close(d_out.download_f32(), ref, kAtol, kRtol, "silu_mul I=" + std::to_string(I));
@@ -221,7 +221,7 @@ TEST(CudaElementwise, GatherRowsCopiesSelectedRows) {
     for (auto& r : rows) r = static_cast<int32_t>(rng() % T);
     DeviceTensor d_in(DType::kBF16, {T, H}, in.bits), d_rows(DType::kI32, {S}, rows), d_out(DType::kBF16, {S, H});
     d_out.fill_bytes(0xff);
-    cuda_ops::gather_rows(d_out.view(), d_in.view(), d_rows.view(), {});
+    cuda_ops::gather_rows(d_out.view(), d_in.view(), d_rows.view(), cuda_test::on());
     std::vector<float> ref(static_cast<size_t>(S * H));
     cpu::gather_rows(cuda_test::host_view(ref, {S, H}), cuda_test::host_view(in.f32, {T, H}),
                      cuda_test::host_view(rows, {S}));
@@ -249,7 +249,7 @@ TEST(CudaElementwise, ConvertRoundsLikeTheHost) {
         as_f32[i] = load_as_f32(raw.data(), from, i);
       }
       DeviceTensor d_in(from, {n}, raw), d_out(to, {n});
-      cuda_ops::convert(d_out.view(), d_in.view(), {});
+      cuda_ops::convert(d_out.view(), d_in.view(), cuda_test::on());
       std::vector<uint8_t> ref(static_cast<size_t>(n) * dtype_size(to));
       cpu::convert(TensorView(ref.data(), to, {n}), cuda_test::host_view(as_f32, {n}));
       const std::vector<uint8_t> got = d_out.download<uint8_t>();

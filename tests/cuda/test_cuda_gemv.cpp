@@ -42,8 +42,8 @@ std::vector<uint8_t> check_gemv(int64_t T, int64_t N, int64_t K, DType out_t, in
   DeviceTensor d_b = bias_mode == 2 ? DeviceTensor(DType::kF32, {N}, b_f32) : DeviceTensor(DType::kBF16, {N}, b.bits);
   const TensorView bias_view = bias_mode ? d_b.view() : TensorView();
   EXPECT_TRUE(cuda_ops::gemv_supported(d_out.view(), d_x.view(), d_w.view()));
-  if (path == Path::kGemv) cuda_ops::gemv(d_out.view(), d_x.view(), d_w.view(), bias_view, {}, cfg);
-  else cuda_ops::linear(d_out.view(), d_x.view(), d_w.view(), bias_view, {});
+  if (path == Path::kGemv) cuda_ops::gemv(d_out.view(), d_x.view(), d_w.view(), bias_view, cuda_test::on(), cfg);
+  else cuda_ops::linear(d_out.view(), d_x.view(), d_w.view(), bias_view, cuda_test::on());
   CUDA_CHECK(cudaGetLastError());
   std::vector<float> ref(static_cast<size_t>(T * N));
   cpu::linear(cuda_test::host_view(ref, {T, N}), cuda_test::host_view(x.f32, {T, K}),
@@ -53,7 +53,7 @@ std::vector<uint8_t> check_gemv(int64_t T, int64_t N, int64_t K, DType out_t, in
   for (float r : ref) ss += static_cast<double>(r) * r;
   const float rms = static_cast<float>(std::sqrt(ss / static_cast<double>(ref.size())));
   const bool bf = out_t == DType::kBF16;
-  const cuda_ops::GemvConfig c = cfg != nullptr ? *cfg : cuda_ops::gemv_config(T, N, K, 0);
+  const cuda_ops::GemvConfig c = cfg != nullptr ? *cfg : cuda_ops::gemv_config(T, N, K, cuda_test::context());
   const std::string what = "gemv T=" + std::to_string(T) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
                            " out=" + std::string(dtype_name(out_t)) + " bias=" + std::to_string(bias_mode) +
                            " RT=" + std::to_string(c.rows_tiles_per_cta) + " split=" + std::to_string(c.k_split) +
@@ -62,11 +62,6 @@ std::vector<uint8_t> check_gemv(int64_t T, int64_t N, int64_t K, DType out_t, in
   cuda_test::expect_close(got, ref, (bf ? 1e-2f : 1e-4f) * rms, bf ? 5e-3f : 1e-5f, what);
   return d_out.download<uint8_t>();
 }
-
-// Restores the default tuning when a test that changes it ends (also on failure).
-struct TuningGuard {
-  ~TuningGuard() { cuda_ops::gemv_set_tuning(4, 0); }
-};
 
 TEST(CudaGemv, MatchesReferenceSmallShapes) {
   SKIP_WITHOUT_CUDA();
@@ -106,28 +101,32 @@ TEST(CudaGemv, BiasInEitherDtype) {
   }
 }
 
+// check_gemv with the default pick's launch shape for (T, N, K) but `row_tiles` / `k_split` forced.
+std::vector<uint8_t> check_forced(int64_t T, int64_t N, int64_t K, DType out_t, int bias_mode, std::mt19937& rng,
+                                  int row_tiles, int k_split) {
+  const cuda_ops::GemvConfig c = cuda_ops::gemv_forced_config(T, N, K, cuda_test::context(), row_tiles, k_split);
+  return check_gemv(T, N, K, out_t, bias_mode, rng, Path::kGemv, &c);
+}
+
 TEST(CudaGemv, ForcedSplitKAndDeterminism) {
   SKIP_WITHOUT_CUDA();
-  TuningGuard guard;
   for (int split : {2, 3, 7, 16}) {
-    cuda_ops::gemv_set_tuning(4, split);
     for (int64_t T : {1, 5, 16}) {
       const uint32_t seed = static_cast<uint32_t>(100 * split + T);
       std::mt19937 rng_a(seed), rng_b(seed);
-      const auto a = check_gemv(T, 1000, 2048, DType::kBF16, 1, rng_a);
-      const auto b = check_gemv(T, 1000, 2048, DType::kBF16, 1, rng_b);  // same inputs, counters reused
+      const auto a = check_forced(T, 1000, 2048, DType::kBF16, 1, rng_a, 0, split);
+      const auto b = check_forced(T, 1000, 2048, DType::kBF16, 1, rng_b, 0, split);  // same inputs, counters reused
       EXPECT_EQ(a, b) << "split=" << split << " T=" << T << ": not bitwise reproducible";
       std::mt19937 rng(seed + 7);
-      check_gemv(T, 33, 1024, DType::kF32, 2, rng);
+      check_forced(T, 33, 1024, DType::kF32, 2, rng, 0, split);
     }
   }
   std::mt19937 rng(24);
   for (int rt : {2, 4, 8}) {  // several row tiles per CTA (K groups 8 / RT), with and without a K split
     for (int split : {0, 3}) {
-      cuda_ops::gemv_set_tuning(4, split, rt);
       for (int64_t T : {1, 9, 16}) {
-        check_gemv(T, 1000, 1024, DType::kBF16, 1, rng);
-        check_gemv(T, 200, 2056, DType::kF32, 0, rng);
+        check_forced(T, 1000, 1024, DType::kBF16, 1, rng, rt, split);
+        check_forced(T, 200, 2056, DType::kF32, 0, rng, rt, split);
       }
     }
   }
@@ -137,19 +136,21 @@ TEST(CudaGemv, ForcedSplitKAndDeterminism) {
 // tiles, ragged K (K % 128 != 0) and N (N % 16 != 0), bias; bitwise reproducible with counters reused.
 TEST(CudaGemv, ForcedStreamKAndDeterminism) {
   SKIP_WITHOUT_CUDA();
-  TuningGuard guard;
+  auto check_stream = [](int64_t T, int64_t N, int64_t K, DType out_t, int bias_mode, std::mt19937& rng, int spw) {
+    const cuda_ops::GemvConfig c = cuda_ops::gemv_stream_config(T, N, K, spw);
+    return check_gemv(T, N, K, out_t, bias_mode, rng, Path::kGemv, &c);
+  };
   for (int spw : {1, 2, 3, 5, 8, 40}) {
-    cuda_ops::gemv_set_tuning(4, 0, 0, spw);
     for (int64_t T : {1, 5, 16}) {
       const uint32_t seed = static_cast<uint32_t>(1000 * spw + T);
       std::mt19937 rng_a(seed), rng_b(seed);
-      const auto a = check_gemv(T, 1000, 2048, DType::kBF16, 1, rng_a);
-      const auto b = check_gemv(T, 1000, 2048, DType::kBF16, 1, rng_b);
+      const auto a = check_stream(T, 1000, 2048, DType::kBF16, 1, rng_a, spw);
+      const auto b = check_stream(T, 1000, 2048, DType::kBF16, 1, rng_b, spw);
       EXPECT_EQ(a, b) << "stream steps=" << spw << " T=" << T << ": not bitwise reproducible";
       std::mt19937 rng(seed + 7);
-      check_gemv(T, 33, 1024, DType::kF32, 2, rng);
-      check_gemv(T, 200, 2056, DType::kF32, 0, rng);
-      check_gemv(T, 7, 72, DType::kBF16, 0, rng);
+      check_stream(T, 33, 1024, DType::kF32, 2, rng, spw);
+      check_stream(T, 200, 2056, DType::kF32, 0, rng, spw);
+      check_stream(T, 7, 72, DType::kBF16, 0, rng, spw);
     }
   }
 }
@@ -159,7 +160,7 @@ TEST(CudaGemv, ForcedStreamKAndDeterminism) {
 // bitwise reproducible with counters reused.
 TEST(CudaGemv, BulkUnitsPerCtaAndDeterminism) {
   SKIP_WITHOUT_CUDA();
-  if (!cuda_ops::gemv_bulk_available(0)) GTEST_SKIP() << "bulk-copy gemv needs sm_90";
+  if (!cuda_ops::gemv_bulk_available(cuda_test::context())) GTEST_SKIP() << "bulk-copy gemv needs sm_90";
   for (const int64_t upc : {1, 2, 3, 5, 8, 40, 300}) {
     for (const int64_t T : {1, 5, 16}) {
       const uint32_t seed = static_cast<uint32_t>(1000 * upc + T);
@@ -187,7 +188,7 @@ TEST(CudaGemv, EveryCandidateMatchesReference) {
   for (const Case c : {Case{1000, 2048, DType::kBF16, 1}, Case{33, 1024, DType::kF32, 2}, Case{200, 2056, DType::kF32, 0},
                        Case{7, 72, DType::kBF16, 0}, Case{6144, 4096, DType::kBF16, 0}}) {
     for (const int64_t T : {1, 5, 16}) {
-      for (const cuda_ops::GemvConfig& g : cuda_ops::gemv_candidates(T, c.N, c.K, 0))
+      for (const cuda_ops::GemvConfig& g : cuda_ops::gemv_candidates(T, c.N, c.K, cuda_test::context()))
         check_gemv(T, c.N, c.K, c.out, c.bias, rng, Path::kGemv, &g);
     }
   }
@@ -209,7 +210,7 @@ TEST(CudaGemv, CublasRankedAlgorithmsMatchReference) {
   for (int rank = 0; rank < 32; ++rank) {
     d_out.fill_bytes(0xff);  // NaN poison
     std::string desc;
-    if (!cuda_ops::linear_cublaslt_ranked(d_out.view(), d_x.view(), d_w.view(), rank, {}, &desc)) break;
+    if (!cuda_ops::linear_cublaslt_ranked(d_out.view(), d_x.view(), d_w.view(), rank, cuda_test::on(), &desc)) break;
     ++ranks;
     EXPECT_LE(cuda_test::nmse(d_out.download_f32(), ref), 1e-9) << "rank " << rank << " (" << desc << ")";
   }
@@ -249,12 +250,12 @@ TEST(CudaGemvBench, DISABLED_Shapes) {
       auto run = [&](const cuda_ops::GemvConfig* cfg) {
         return graph_us_per_launch(launches, [&](int i, cudaStream_t s) {
           const TensorView wv = ws[static_cast<size_t>(i % copies)]->view();
-          if (cfg != nullptr) cuda_ops::gemv(d_out.view(), d_x.view(), wv, TensorView(), ops::Stream{s}, cfg);
-          else cuda_ops::linear_cublaslt(d_out.view(), d_x.view(), wv, TensorView(), ops::Stream{s});
+          if (cfg != nullptr) cuda_ops::gemv(d_out.view(), d_x.view(), wv, TensorView(), cuda_test::on(s), cfg);
+          else cuda_ops::linear_cublaslt(d_out.view(), d_x.view(), wv, TensorView(), cuda_test::on(s));
         });
       };
       double best[3] = {1e30, 1e30, 1e30};  // [row tiles, stream-K, bulk copies]
-      for (const cuda_ops::GemvConfig& c : cuda_ops::gemv_candidates(T, sh.N, sh.K, 0)) {
+      for (const cuda_ops::GemvConfig& c : cuda_ops::gemv_candidates(T, sh.N, sh.K, cuda_test::context())) {
         double& b = best[c.bulk_units > 0 ? 2 : (c.stream_steps > 0 ? 1 : 0)];
         b = std::min(b, run(&c));
       }
@@ -289,10 +290,10 @@ TEST(CudaGemvBench, DISABLED_DecodeBatchCublasAlgos) {
       std::string best_desc;
       for (int rank = 0; rank < 32; ++rank) {
         std::string desc;
-        if (!cuda_ops::linear_cublaslt_ranked(d_out.view(), d_x.view(), ws[0]->view(), rank, {}, &desc)) break;
+        if (!cuda_ops::linear_cublaslt_ranked(d_out.view(), d_x.view(), ws[0]->view(), rank, cuda_test::on(), &desc)) break;
         const double us = graph_us_per_launch(copies, [&](int i, cudaStream_t st) {
           cuda_ops::linear_cublaslt_ranked(d_out.view(), d_x.view(), ws[static_cast<size_t>(i)]->view(), rank,
-                                           ops::Stream{st});
+                                           cuda_test::on(st));
         });
         if (rank == 0) rank0 = us;
         if (us < best) best = us, best_rank = rank, best_desc = desc;
@@ -333,16 +334,16 @@ TEST(CudaElementwiseBench, DISABLED_PrologueAndNorms) {
       const ops::RopeParams rope{d_if.view(), 1.0f};
       const double pro = graph_us_per_launch(50, [&](int, cudaStream_t s) {
         cuda_ops::qkv_prologue(d_q.view(), d_qkv.view(), d_n.view(), d_n.view(), 1e-6f, d_pos.view(), rope,
-                               d_kc.view(), d_vc.view(), meta, ops::Stream{s});
+                               d_kc.view(), d_vc.view(), meta, cuda_test::on(s));
       });
       auto xs = random_bf16(static_cast<size_t>(T * H), rng), wn = random_bf16(static_cast<size_t>(H), rng, 0.5f, 1.5f);
       DeviceTensor d_xs(DType::kBF16, {T, H}, xs.bits), d_res(DType::kBF16, {T, H}, xs.bits),
           d_wn(DType::kBF16, {H}, wn.bits), d_o(DType::kBF16, {T, H});
       const double rn = graph_us_per_launch(50, [&](int, cudaStream_t s) {
-        cuda_ops::rms_norm(d_o.view(), d_xs.view(), d_wn.view(), 1e-6f, ops::Stream{s});
+        cuda_ops::rms_norm(d_o.view(), d_xs.view(), d_wn.view(), 1e-6f, cuda_test::on(s));
       });
       const double arn = graph_us_per_launch(50, [&](int, cudaStream_t s) {
-        cuda_ops::add_rms_norm(d_xs.view(), d_res.view(), d_wn.view(), 1e-6f, ops::Stream{s});
+        cuda_ops::add_rms_norm(d_xs.view(), d_res.view(), d_wn.view(), 1e-6f, cuda_test::on(s));
       });
       const double pro_gb = static_cast<double>(T * W * 2 * 2) / (pro * 1e3);  // qkv in, q + k/v out
       const double rn_gb = static_cast<double>(T * H * 2 * 2) / (rn * 1e3);

@@ -29,7 +29,7 @@ void check_linear(int64_t T, int64_t N, int64_t K, DType out_t, int bias_mode, s
   DeviceTensor d_b = bias_t == DType::kBF16 ? DeviceTensor(DType::kBF16, {N}, b.bits)
                                             : DeviceTensor(DType::kF32, {N}, b_f32);
   TensorView bias_view = bias_mode ? d_b.view() : TensorView();
-  cuda_ops::linear(d_out.view(), d_x.view(), d_w.view(), bias_view, {}, hint);
+  cuda_ops::linear(d_out.view(), d_x.view(), d_w.view(), bias_view, cuda_test::on(), hint);
   std::vector<float> ref(static_cast<size_t>(T * N));
   cpu::linear(cuda_test::host_view(ref, {T, N}), cuda_test::host_view(x.f32, {T, K}),
               cuda_test::host_view(w.f32, {N, K}), bias_mode ? cuda_test::host_view(b_f32, {N}) : TensorView());

@@ -586,10 +586,10 @@ TEST(CudaSampling, StageStepInputsMatchesReference) {
     cuda_test::DeviceTensor d_out(DType::kI32, {n}), d_sampled(DType::kI32, {rows}, sampled_vec);
     const auto* src = static_cast<const int32_t*>(mapped_device_pointer(host.data()));
     int32_t* dst = d_out.view().data_as<int32_t>();
-    cuda_ops::stage_step_inputs(dst, src, n, ids_begin, num_ids, nullptr, {}, nullptr);
+    cuda_ops::stage_step_inputs(dst, src, n, ids_begin, num_ids, nullptr, {}, cuda_test::on());
     EXPECT_EQ(d_out.download<int32_t>(), copied) << "n = " << n << ", not fed";
     d_out.fill_bytes(0xff);
-    cuda_ops::stage_step_inputs(dst, src, n, ids_begin, num_ids, d_sampled.view().data_as<int32_t>(), {}, nullptr);
+    cuda_ops::stage_step_inputs(dst, src, n, ids_begin, num_ids, d_sampled.view().data_as<int32_t>(), {}, cuda_test::on());
     EXPECT_EQ(d_out.download<int32_t>(), fed) << "n = " << n << ", fed from device memory";
     // With a second region of rows words (the pinned samples as its source).
     d_out.fill_bytes(0xff);
@@ -597,7 +597,7 @@ TEST(CudaSampling, StageStepInputsMatchesReference) {
     d_extra.fill_bytes(0xff);
     const auto* mapped_sampled = static_cast<const int32_t*>(mapped_device_pointer(host_sampled.data()));
     cuda_ops::stage_step_inputs(dst, src, n, ids_begin, num_ids, mapped_sampled,
-                                {d_extra.view().data_as<int32_t>(), mapped_sampled, rows}, nullptr);
+                                {d_extra.view().data_as<int32_t>(), mapped_sampled, rows}, cuda_test::on());
     EXPECT_EQ(d_out.download<int32_t>(), fed) << "n = " << n << ", fed from pinned memory";
     EXPECT_EQ(d_extra.download<int32_t>(), sampled_vec) << "n = " << n << ", second region of " << rows << " words";
   }

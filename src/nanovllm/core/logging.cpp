@@ -2,25 +2,15 @@
 
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
+
+#include "nanovllm/core/env.h"
 
 namespace nanovllm {
 namespace {
 
-LogLevel level_from_env() {
-  const char* env = std::getenv("NANOVLLM_LOG_LEVEL");
-  if (!env) return LogLevel::kWarn;
-  if (!std::strcmp(env, "debug")) return LogLevel::kDebug;
-  if (!std::strcmp(env, "info")) return LogLevel::kInfo;
-  if (!std::strcmp(env, "error")) return LogLevel::kError;
-  if (!std::strcmp(env, "off")) return LogLevel::kOff;
-  return LogLevel::kWarn;
-}
-
 std::atomic<LogLevel>& current_level() {
-  static std::atomic<LogLevel> level{level_from_env()};
+  static std::atomic<LogLevel> level{environment().log_level};
   return level;
 }
 

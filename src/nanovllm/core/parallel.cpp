@@ -3,12 +3,13 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "nanovllm/core/env.h"
 
 namespace nanovllm {
 namespace {
@@ -16,11 +17,7 @@ namespace {
 int configured_threads() {
   int n = static_cast<int>(std::thread::hardware_concurrency());
   if (n < 1) n = 1;
-  if (const char* env = std::getenv("NANOVLLM_NUM_THREADS"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const long cap = std::strtol(env, &end, 10);
-    if (end != env && *end == '\0' && cap >= 1) n = static_cast<int>(std::min<long>(cap, 1024));
-  }
+  if (environment().num_threads > 0) n = environment().num_threads;
   return n;
 }
 

@@ -9,6 +9,7 @@
 #include "nanovllm/core/error.h"
 #include "nanovllm/kernels/cpu/cpu_ops.h"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
+#include "nanovllm/kernels/cuda/device_context.h"
 
 namespace nanovllm::ops {
 namespace {
@@ -142,7 +143,8 @@ void check_seq_metadata(std::string_view op, const AttentionMetadata& meta, int6
 }  // namespace
 
 #if NANOVLLM_WITH_CUDA
-#define NANOVLLM_DISPATCH_CUDA(op, dev, ...) return ::nanovllm::cuda_ops::op(__VA_ARGS__)
+#define NANOVLLM_DISPATCH_CUDA(op, dev, ...) \
+  return (static_cast<void>(::nanovllm::cuda_ops::context_of(s)), ::nanovllm::cuda_ops::op(__VA_ARGS__))
 #else
 #define NANOVLLM_DISPATCH_CUDA(op, dev, ...) (static_cast<void>(s), no_cuda(#op, dev))
 #endif

@@ -13,11 +13,18 @@
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/kernels/attention_metadata.h"
 
+namespace nanovllm::cuda_ops {
+class DeviceContext;  // kernels/cuda/device_context.h
+}
+
 namespace nanovllm::ops {
 
-// Execution context of an op: the CUDA stream (as an opaque pointer so this header stays CUDA-free).
+// Where an op runs (opaque pointers, so this header stays CUDA-free). Ignored on the CPU. On CUDA: the
+// stream to launch on and the runner's per-device context (kernel options and choices, workspaces), which
+// every CUDA op needs; the stream must belong to the context's device.
 struct Stream {
-  void* cuda_stream = nullptr;  // cudaStream_t; nullptr = default stream. Ignored on the CPU.
+  void* cuda_stream = nullptr;                       // cudaStream_t; nullptr = the legacy default stream
+  cuda_ops::DeviceContext* cuda_context = nullptr;
 };
 
 // out[t, :] = table[ids[t], :].  out [T, H], ids [T] i32, table [V, H]. Ids outside [0, V) throw

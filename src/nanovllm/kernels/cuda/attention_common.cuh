@@ -171,7 +171,7 @@ void launch_prefill(const Params& p, int head_dim, int64_t num_tokens, cudaStrea
 // Tensor-core prefill (attention_prefill_tc.cu); false when head_dim has no tensor-core build (64, 128).
 bool launch_prefill_tc(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st);
 // Hopper wgmma prefill (attention_prefill_wgmma.cu); false (nothing launched) unless head_dim is 64 / 128,
-// the device is sm_90 and the binary carries sm_90a code, and NANOVLLM_PREFILL_WGMMA is not "0".
+// the device is sm_90 and the binary carries sm_90a code (the caller also honours KernelOptions::prefill_wgmma).
 bool launch_prefill_wgmma(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st);
 void launch_decode(const Params& p, int head_dim, cudaStream_t st);
 // Tensor-core decode with the split combine fused in (attention_decode.cu); head_dim 64 and 128.
@@ -181,7 +181,7 @@ constexpr int kMaxDecodeClusterSplits = 16;
 bool decode_tc_supported(int head_dim);
 bool decode_cluster_available(int device);
 // prologue: the qkv_prologue fused in (the Params' qkv fields; sm_90, D % 8 == 0).
-void launch_decode_tc(const Params& p, int head_dim, int gc, bool cluster, bool prologue, cudaStream_t st);
+void launch_decode_tc(const Params& p, int head_dim, int gc, bool cluster, bool prologue, ops::Stream st);
 void launch_combine(const Params& p, int head_dim, cudaStream_t st);
 
 }  // namespace nanovllm::cuda_ops::attn

@@ -613,7 +613,7 @@ cudaLaunchConfig_t cluster_config(dim3 grid, size_t smem, cudaStream_t st, bool 
 }
 
 template <int D, int NST, bool kCluster, bool kPro>
-void launch_tc(const Params& p, int gc, cudaStream_t st) {
+void launch_tc(const Params& p, int gc, ops::Stream s) {
   set_tc_attributes<D, NST, kCluster, kPro>();
   const int gchunks = (p.g + gc - 1) / gc;
   const int max_splits = kCluster ? kTcMaxClusterSplits : kTcMaxSplits;
@@ -622,11 +622,12 @@ void launch_tc(const Params& p, int gc, cudaStream_t st) {
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.hk * gchunks),
                   static_cast<unsigned>(p.num_splits));
   if constexpr (!kCluster) {
-    launch_pdl(decode_tc_kernel<D, NST, false, kPro>, grid, dim3(kTcThreads), TcDec<D, NST>::kSmem, st, p, gc,
+    launch_pdl(decode_tc_kernel<D, NST, false, kPro>, grid, dim3(kTcThreads), TcDec<D, NST>::kSmem, s, p, gc,
                gchunks);
   } else {
     cudaLaunchAttribute attr[2];
-    const cudaLaunchConfig_t cfg = cluster_config(grid, TcDec<D, NST>::kSmem, st, pdl_use_attribute(), attr);
+    const cudaLaunchConfig_t cfg =
+        cluster_config(grid, TcDec<D, NST>::kSmem, stream_of(s), context_of(s).use_pdl(), attr);
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_tc_kernel<D, NST, true, kPro>, p, gc, gchunks));
   }
   CUDA_CHECK_LAUNCH();
@@ -663,7 +664,7 @@ int smem_optin(int device) {
 }
 
 template <int D>
-void launch_tc_for_device(const Params& p, int gc, bool cluster, bool prologue, cudaStream_t st) {
+void launch_tc_for_device(const Params& p, int gc, bool cluster, bool prologue, ops::Stream st) {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   // 3 stages (102 KB for D 128) where the device allows it (sm_80 / sm_90), else 2 (sm_86 / sm_89: 99 KB).
@@ -697,7 +698,7 @@ bool decode_cluster_available(int device) {
   return cached[device] == 1;
 }
 
-void launch_decode_tc(const Params& p, int head_dim, int gc, bool cluster, bool prologue, cudaStream_t st) {
+void launch_decode_tc(const Params& p, int head_dim, int gc, bool cluster, bool prologue, ops::Stream st) {
   NANOVLLM_CHECK(gc >= 1 && gc <= kTcRows, "paged_attention (cuda): decode head chunk ", gc, " not in [1, 16]");
   switch (head_dim) {
     case 64: launch_tc_for_device<64>(p, gc, cluster, prologue, st); break;

@@ -22,8 +22,6 @@
 // fewer items than 128 (decode tokens in a mixed batch), warpgroup 1 skips every tile.
 //
 // Resources (D 128): 160 KB + 2 KB shared memory -> 1 CTA per SM, 255-register cap (256 threads).
-#include <cstdlib>
-#include <cstring>
 
 #include "nanovllm/kernels/cuda/attention_softmax.cuh"
 #include "nanovllm/kernels/cuda/attention_tiles.cuh"
@@ -286,10 +284,7 @@ bool launch(const Params& p, int64_t num_tokens, cudaStream_t st) {
 
 }  // namespace
 
-// NANOVLLM_PREFILL_WGMMA=0 forces the mma.sync kernel (read on every call: tests and A/B timing flip it).
 bool launch_prefill_wgmma(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st) {
-  const char* env = std::getenv("NANOVLLM_PREFILL_WGMMA");
-  if (env != nullptr && std::strcmp(env, "0") == 0) return false;
   switch (head_dim) {
     case 64: return launch<64>(p, num_tokens, st);
     case 128: return launch<128>(p, num_tokens, st);

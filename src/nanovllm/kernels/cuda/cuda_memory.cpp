@@ -104,17 +104,6 @@ void copy_d2d(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
   if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
 }
 
-int cuda_sm_count(int device) {
-  static std::array<std::atomic<int>, kMaxDevices> cache{};
-  const size_t d = static_cast<size_t>(device);
-  int n = cache[d].load(std::memory_order_relaxed);
-  if (n == 0) {
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    cache[d].store(n, std::memory_order_relaxed);
-  }
-  return n;
-}
-
 bool cuda_device_available() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {

@@ -32,9 +32,6 @@ void copy_h2d(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 void copy_d2h(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 void copy_d2d(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 
-// Number of SMs of `device` (cached).
-int cuda_sm_count(int device);
-
 // Declared in runner/model_runner.h: true when at least one CUDA device is usable.
 bool cuda_device_available();
 

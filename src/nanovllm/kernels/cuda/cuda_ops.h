@@ -34,16 +34,6 @@ void silu_mlp(TensorView out, TensorView x, TensorView gate_up_w, TensorView dow
 void gather_rows(TensorView out, TensorView in, TensorView rows, ops::Stream s);
 void convert(TensorView out, TensorView x, ops::Stream s);
 
-// Benchmark knob (not thread-safe, not for production): the tensor-core decode attention's minimum keys
-// per split (rounded up to 64) and CTAs per SM it aims for; 0 restores the defaults.
-void decode_attention_set_tuning(int min_split_keys, int target_ctas_per_sm);
-// Test knob: false makes qkv_prologue_attention run the two kernels (qkv_prologue, then the attention)
-// for decode steps too; true (default) fuses the prologue into the decode attention on sm_90.
-void decode_attention_set_fused_prologue(bool on);
-// Test knob: false makes the decode attention combine its splits through global memory (the path of
-// devices without clusters) on sm_90 too; true (default) restores the cluster combine where available.
-void decode_attention_set_cluster_combine(bool on);
-
 }  // namespace nanovllm::cuda_ops
 
 #endif  // NANOVLLM_WITH_CUDA

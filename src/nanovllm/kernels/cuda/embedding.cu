@@ -39,7 +39,7 @@ __global__ void embedding_generic_kernel(void* out, int out_dt, const int32_t* _
 void embedding(TensorView out, TensorView ids, TensorView table, ops::Stream s) {
   const int64_t T = out.dim(0), H = out.dim(1), V = table.dim(0);
   if (T == 0 || H == 0) return;
-  const cudaStream_t st = stream_of(s);
+  const ops::Stream st = s;
   const bool vec = out.dtype() == DType::kBF16 && table.dtype() == DType::kBF16 && H % 8 == 0 &&
                    aligned16(out.data()) && aligned16(table.data());
   if (vec) {

@@ -39,7 +39,7 @@ __global__ void stage_step_inputs_kernel(int32_t* __restrict__ dst, const int32_
 }  // namespace
 
 void stage_step_inputs(int32_t* dst, const int32_t* src_mapped, int64_t n, int64_t ids_begin, int64_t num_ids,
-                       const int32_t* sampled, StagedWords extra, cudaStream_t stream) {
+                       const int32_t* sampled, StagedWords extra, ops::Stream stream) {
   const int64_t most = n > extra.words ? n : extra.words;
   if (most == 0) return;
   constexpr int kThreads = 256;

@@ -26,7 +26,7 @@ void gather_rows(TensorView out, TensorView in, TensorView rows, ops::Stream s) 
   if (S == 0 || out.numel() == 0) return;
   const size_t row_bytes = out.nbytes() / static_cast<size_t>(S);
   const int64_t n_in = in.dim(0);
-  const cudaStream_t st = stream_of(s);
+  const ops::Stream st = s;
   const unsigned grid = static_cast<unsigned>(S);
   const int32_t* r = rows.data_as<const int32_t>();
   if (row_bytes % 16 == 0 && aligned16(out.data()) && aligned16(in.data())) {

@@ -29,17 +29,15 @@
 //     step ranges (one even wave whatever the shape).
 //   * gemv_bulk.cuh (sm_90): the same products with W brought into a shared-memory ring by bulk copies
 //     in 2 KB row pieces (weights under 64 MiB). The linear dispatch times all kinds per shape.
-// The workspace is allocated at first use (run a warm-up step before capturing CUDA graphs) and assumes
-// one stream per device runs gemv at a time, like the cuBLASLt workspace in linear.cu.
+// The workspace is allocated at first use (run a warm-up step before capturing CUDA graphs), one per
+// device context, used by one stream at a time like the cuBLASLt workspace in linear.cu.
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
+#include "nanovllm/kernels/cuda/device_context.h"
 #include "nanovllm/kernels/cuda/gemv.cuh"
 #include "nanovllm/kernels/cuda/gemv_bulk.cuh"
 #include "nanovllm/kernels/cuda/gemv_device.cuh"
@@ -53,25 +51,20 @@ using namespace gemv_detail;
 constexpr int kMaxSplit = 16;
 constexpr size_t kWsBytes = size_t{16} << 20;  // fp32 partials [k_split, T, N]
 constexpr int kMaxCounters = 1 << 16;          // row groups that can use the split path
-constexpr int kMaxDevices = 64;
-
-std::atomic<int> g_waves{4};
-std::atomic<int> g_forced_split{0};
-std::atomic<int> g_forced_rt{0};
-std::atomic<int> g_forced_stream{0};
-// Weights of at least kCapMinBytes take candidates of at most g_cta_cap_per_sm CTAs per SM (one resident
-// wave of them). Measured on the H200 in decode-layer graphs with PDL: on the Qwen3-8B shapes (34-201 MB)
-// 1 CTA/SM beat the best uncapped shapes by 6 us/layer (127 -> 120.5 us) although each gemv alone looks
-// no faster: the next kernel's CTAs find room on every SM while the stream runs. On the Qwen3-0.6B
-// shapes (4-13 MB, a few us each) the full resident count won by 2 us/layer: short streams need every
-// load in flight from the start.
+// The default pick aims at this many CTAs per resident-CTA slot.
+constexpr int kDefaultWaves = 4;
+// Weights of at least kCapMinBytes take candidates of at most one CTA per SM (one resident wave of them).
+// Measured on the H200 in decode-layer graphs with PDL: on the Qwen3-8B shapes (34-201 MB) 1 CTA/SM beat
+// the best uncapped shapes by 6 us/layer (127 -> 120.5 us) although each gemv alone looks no faster: the
+// next kernel's CTAs find room on every SM while the stream runs. On the Qwen3-0.6B shapes (4-13 MB, a
+// few us each) the full resident count won by 2 us/layer: short streams need every load in flight from
+// the start.
 constexpr int64_t kCapMinBytes = int64_t{16} << 20;
 // The bulk-copy kernel is a candidate for weights under kBulkMaxBytes (see gemv_candidates).
 constexpr int64_t kBulkMaxBytes = int64_t{64} << 20;
-std::atomic<int> g_cta_cap_per_sm{1};
-std::atomic<bool> g_bulk_enabled{true};
-// L2 prefetch budget per CTA (bytes of its weight slice requested before pdl_wait); 0 disables.
-std::atomic<unsigned> g_prefetch_cta_bytes{64u << 10};
+// L2 prefetch budget per CTA: bytes of its weight slice requested before pdl_wait (more or less was
+// slower on the Qwen3-8B shapes: docs/experiments.md).
+constexpr unsigned kPrefetchCtaBytes = 64u << 10;
 
 // kNT: 8-token B tiles (1: T <= 8, 2: T <= 16). Kv = K / 8; vpg = vectors per K group; x_pitch = vectors
 // per x row (Kv, or 2 Kv for kSilu). prefetch_row_bytes: per-row cap of the L2 prefetch (0: none).
@@ -222,12 +215,20 @@ gemv_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitch, co
   if (threadIdx.x == 0) counters[blockIdx.x] = 0;  // ready for the next launch (stream-ordered)
 }
 
-struct GemvContext {
+// A device context's gemv state (DeviceContext::op_state): the split-K workspace and the device's shape.
+struct GemvState {
   float* ws = nullptr;            // [kWsBytes / 4]
   unsigned* counters = nullptr;   // [kMaxCounters], zero between launches
   int slots = 0;                  // resident CTAs on the device
   int sms = 0;
   bool bulk = false;              // gemv_bulk_kernel runs here (sm_90 code for an sm_90+ device)
+  explicit GemvState(int device);
+  ~GemvState() {
+    cudaFree(counters);
+    cudaFree(ws);
+  }
+  GemvState(const GemvState&) = delete;
+  GemvState& operator=(const GemvState&) = delete;
 };
 
 template <int kNT, bool kOutF32, bool kSilu>
@@ -250,25 +251,20 @@ bool setup_bulk(int device) {
   return true;
 }
 
-GemvContext& context(int device) {
-  static std::array<std::unique_ptr<GemvContext>, kMaxDevices> ctxs;
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  auto& c = ctxs[static_cast<size_t>(device)];
-  if (!c) {
-    auto n = std::make_unique<GemvContext>();
-    CUDA_CHECK(cudaMalloc(&n->ws, kWsBytes));  // first use only (warm-up), never freed
-    CUDA_CHECK(cudaMalloc(&n->counters, kMaxCounters * sizeof(unsigned)));
-    CUDA_CHECK(cudaMemset(n->counters, 0, kMaxCounters * sizeof(unsigned)));
-    int sms = 0, per_sm = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<2, true, false>, kThreads, 0));
-    n->slots = std::max(1, sms * std::max(1, per_sm));
-    n->sms = std::max(1, sms);
-    n->bulk = setup_bulk(device);
-    c = std::move(n);
-  }
-  return *c;
+GemvState::GemvState(int device) {
+  CUDA_CHECK(cudaMalloc(&ws, kWsBytes));
+  CUDA_CHECK(cudaMalloc(&counters, kMaxCounters * sizeof(unsigned)));
+  CUDA_CHECK(cudaMemset(counters, 0, kMaxCounters * sizeof(unsigned)));
+  int n_sms = 0, per_sm = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<2, true, false>, kThreads, 0));
+  slots = std::max(1, n_sms * std::max(1, per_sm));
+  sms = std::max(1, n_sms);
+  bulk = setup_bulk(device);
+}
+
+GemvState& gemv_state(DeviceContext& ctx) {
+  return ctx.op_state<GemvState>([&] { return std::make_unique<GemvState>(ctx.device()); });
 }
 
 // Stream-K work: warp steps per 16-row tile (ceil(K / 128)) and in all (row tiles x that).
@@ -296,13 +292,15 @@ void add_unique(std::vector<GemvConfig>& out, const GemvConfig& c) {
   if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
 }
 
-GemvConfig pick_config(int64_t T, int64_t N, int64_t K, int slots, int waves) {
+// forced_rt in {1, 2, 4, 8} / forced_split > 0: that many row tiles per CTA / CTAs along K (tests).
+GemvConfig pick_config(int64_t T, int64_t N, int64_t K, int slots, int waves, int forced_rt = 0,
+                       int forced_split = 0) {
   const int64_t Kv = K / 8, row_tiles = (N + 15) / 16;
   const int64_t target = int64_t{std::max(1, waves)} * slots;
   GemvConfig c;
   int RT = kWarps;
   while (RT > 1 && (row_tiles + RT - 1) / RT < target) RT /= 2;
-  if (const int f = g_forced_rt.load(); f == 1 || f == 2 || f == 4 || f == 8) RT = f;
+  if (forced_rt == 1 || forced_rt == 2 || forced_rt == 4 || forced_rt == 8) RT = forced_rt;
   const int64_t ctas_x = (row_tiles + RT - 1) / RT;
   const int KS = kWarps / RT;
   int64_t split = 1;
@@ -310,18 +308,17 @@ GemvConfig pick_config(int64_t T, int64_t N, int64_t K, int slots, int waves) {
     const int64_t max_split = std::max<int64_t>(1, Kv / (int64_t{KS} * kStepVecs));  // >= 1 full step per warp
     split = std::min<int64_t>({(target + ctas_x - 1) / ctas_x, max_split, kMaxSplit});
   }
-  if (g_forced_split.load() > 0) split = std::min(g_forced_split.load(), 64);
+  if (forced_split > 0) split = std::min(forced_split, 64);
   while (split > 1 && (split * T * N * 4 > static_cast<int64_t>(kWsBytes) || ctas_x > kMaxCounters)) --split;
   c.rows_tiles_per_cta = RT;
   c.k_split = static_cast<int>(split);
   c.ctas = static_cast<int>(ctas_x * split);
-  if (const int f = g_forced_stream.load(); f > 0) c = stream_config(T, N, K, f);
   return c;
 }
 
 template <int kNT, bool kOutF32, bool kSilu, bool kSiluOut = false>
-void launch(const GemvConfig& c, GemvContext& ctx, void* out, const void* in, int64_t in_pitch_elems,
-            const void* weight, const void* bias, int bias_dt, int64_t T, int64_t N, int64_t K, cudaStream_t st) {
+void launch(const GemvConfig& c, GemvState& ctx, void* out, const void* in, int64_t in_pitch_elems,
+            const void* weight, const void* bias, int bias_dt, int64_t T, int64_t N, int64_t K, ops::Stream st) {
   const int64_t Kv = K / 8;
   if constexpr (kSiluOut) {
     NANOVLLM_CHECK(c.bulk_units == 0 && c.stream_steps == 0 && c.k_split == 1 && c.rows_tiles_per_cta % 2 == 0,
@@ -363,7 +360,7 @@ void launch(const GemvConfig& c, GemvContext& ctx, void* out, const void* in, in
   const int64_t vpg = ((Kv + groups - 1) / groups + 3) / 4 * 4;  // whole quads
   const dim3 grid(static_cast<unsigned>(c.ctas / c.k_split), static_cast<unsigned>(c.k_split));
   // Per-row L2 prefetch cap: the CTA's budget spread over its rows, whole 16-byte vectors.
-  const unsigned per_row = g_prefetch_cta_bytes.load() / static_cast<unsigned>(RT * 16) / 16u * 16u;
+  const unsigned per_row = kPrefetchCtaBytes / static_cast<unsigned>(RT * 16) / 16u * 16u;
   launch_pdl(gemv_kernel<kNT, kOutF32, kSilu, kSiluOut>, grid, dim3(kThreads), 0, st, out,
              static_cast<const uint4*>(in), static_cast<int>(in_pitch_elems / 8), static_cast<const uint4*>(weight),
              bias, bias_dt, static_cast<int>(T), static_cast<int>(N), static_cast<int>(Kv), RT,
@@ -374,12 +371,12 @@ void launch(const GemvConfig& c, GemvContext& ctx, void* out, const void* in, in
 template <bool kSilu>
 void run(const GemvConfig* cfg, TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s) {
   const int64_t T = in.dim(0), K = weight.dim(1), N = weight.dim(0);
-  GemvContext& ctx = context(out.device().index);
-  const GemvConfig c = cfg != nullptr ? *cfg : pick_config(T, N, K, ctx.slots, g_waves.load());
+  GemvState& ctx = gemv_state(context_of(s));
+  const GemvConfig c = cfg != nullptr ? *cfg : pick_config(T, N, K, ctx.slots, kDefaultWaves);
   const bool has_bias = bias.defined() && bias.numel() > 0 && bias.data() != nullptr;
   const void* b = has_bias ? bias.data() : nullptr;
   const int b_dt = has_bias ? dt(bias) : 0;
-  const cudaStream_t st = stream_of(s);
+  const ops::Stream st = s;
   const bool f32 = out.dtype() == DType::kF32;
   const int64_t pitch = in.dim(1);
   if (T <= 8) {
@@ -426,30 +423,39 @@ std::vector<GemvConfig> gemv_gate_up_silu_candidates(int64_t N) {
   return out;
 }
 
-GemvConfig gemv_config(int64_t T, int64_t N, int64_t K, int device) {
-  return pick_config(T, N, K, context(device).slots, g_waves.load());
+GemvConfig gemv_config(int64_t T, int64_t N, int64_t K, DeviceContext& ctx) {
+  return pick_config(T, N, K, gemv_state(ctx).slots, kDefaultWaves);
 }
 
-std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int device, bool silu, bool one_per_sm) {
+GemvConfig gemv_forced_config(int64_t T, int64_t N, int64_t K, DeviceContext& ctx, int row_tiles, int k_split) {
+  return pick_config(T, N, K, gemv_state(ctx).slots, kDefaultWaves, row_tiles, k_split);
+}
+
+GemvConfig gemv_stream_config(int64_t T, int64_t N, int64_t K, int64_t steps_per_warp) {
+  return stream_config(T, N, K, steps_per_warp);
+}
+
+std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, DeviceContext& ctx, bool silu,
+                                        bool one_per_sm) {
   // One CTA per SM for a projection the decode attention follows (ops::LinearHint::kBeforeAttention):
   // the bulk-copy kernel's one-wave shape leaves each SM room for an attention CTA, which then starts
   // its KV copies during the projection. Measured on the H200 (CudaDecodePdlBench.DISABLED_LayerTimeline,
   // bench/results/2026-11-24-h200-cuda-perf-session11.md): the 0.6B qkv takes 1.3 us longer alone
   // (128 instead of 256 CTAs), the attention after it 2.3 us less; layers 1.0-1.3 (0.6B) and 2.0 (8B)
   // us faster.
-  const bool bulk = context(device).bulk && g_bulk_enabled.load() && N * K * 2 < kBulkMaxBytes &&
-                    (!silu || T * K * 2 <= kBulkStageMaxBytes);
-  const int64_t units = bulk_total_units(N, K), sms = context(device).sms;
+  const GemvState& st = gemv_state(ctx);
+  const bool bulk = st.bulk && N * K * 2 < kBulkMaxBytes && (!silu || T * K * 2 <= kBulkStageMaxBytes);
+  const int64_t units = bulk_total_units(N, K), sms = st.sms;
   auto bulk_per_sm = [&](int64_t per_sm) {
     return gemv_bulk_config(N, K, (units + per_sm * sms - 1) / (per_sm * sms));
   };
   if (one_per_sm && bulk) return {bulk_per_sm(1)};
-  int slots = context(device).slots;
-  const int cap = N * K * 2 >= kCapMinBytes ? g_cta_cap_per_sm.load() : 0;
-  if (cap > 0) slots = std::max(1, std::min(slots, slots / 2 * cap));  // slots: 2 resident CTAs per SM
+  int slots = st.slots;
+  const bool capped = N * K * 2 >= kCapMinBytes;
+  if (capped) slots = std::max(1, slots / 2);  // slots: 2 resident CTAs per SM
   std::vector<GemvConfig> out;
   for (const int waves : {1, 2, 4, 8}) {
-    if (cap > 0 && waves > 1) break;
+    if (capped && waves > 1) break;
     add_unique(out, pick_config(T, N, K, slots, waves));
   }
   // Stream-K: the fewest steps per warp that keep every warp of one wave busy, and 2x / 4x that.
@@ -490,22 +496,7 @@ GemvConfig gemv_bulk_config(int64_t N, int64_t K, int64_t units_per_cta) {
   return c;
 }
 
-bool gemv_bulk_available(int device) { return context(device).bulk; }
-
-void gemv_set_bulk_enabled(bool on) { g_bulk_enabled.store(on); }
-
-bool gemv_bulk_enabled() { return g_bulk_enabled.load(); }
-
-void gemv_set_tuning(int waves, int forced_k_split, int forced_row_tiles, int forced_stream_steps) {
-  g_waves.store(waves);
-  g_forced_split.store(forced_k_split);
-  g_forced_rt.store(forced_row_tiles);
-  g_forced_stream.store(forced_stream_steps);
-}
-
-void gemv_set_cta_cap(int per_sm) { g_cta_cap_per_sm.store(per_sm); }
-
-void gemv_set_prefetch(unsigned bytes_per_cta) { g_prefetch_cta_bytes.store(bytes_per_cta); }
+bool gemv_bulk_available(DeviceContext& ctx) { return gemv_state(ctx).bulk; }
 
 void gemv(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s, const GemvConfig* cfg) {
   NANOVLLM_CHECK(gemv_supported(out, in, weight), "gemv (cuda): unsupported tensors: in ", in.shape().str(), " ",
@@ -519,9 +510,9 @@ void gemv_gate_up_silu(TensorView act, TensorView in, TensorView weight, ops::St
                  in.shape().str(), " ", dtype_name(in.dtype()), ", weight ", weight.shape().str(), " ",
                  dtype_name(weight.dtype()), ", act ", act.shape().str(), " ", dtype_name(act.dtype()));
   const int64_t T = in.dim(0), N = weight.dim(0), K = weight.dim(1);
-  GemvContext& ctx = context(act.device().index);
+  GemvState& ctx = gemv_state(context_of(s));
   const GemvConfig c = cfg != nullptr ? *cfg : gemv_gate_up_silu_candidates(N).front();
-  const cudaStream_t st = stream_of(s);
+  const ops::Stream st = s;
   if (T <= 8) launch<1, false, false, true>(c, ctx, act.data(), in.data(), K, weight.data(), nullptr, 0, T, N, K, st);
   else launch<2, false, false, true>(c, ctx, act.data(), in.data(), K, weight.data(), nullptr, 0, T, N, K, st);
 }

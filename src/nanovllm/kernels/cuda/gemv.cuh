@@ -14,6 +14,8 @@
 
 namespace nanovllm::cuda_ops {
 
+class DeviceContext;
+
 // cuda_ops::linear sends T <= this through gemv (when gemv_supported); larger T goes to cuBLASLt.
 // Measured threshold: see docs in gemv.cu / the CudaGemvBench.DISABLED_Shapes benchmark.
 inline constexpr int64_t kGemvMaxTokens = 16;
@@ -42,12 +44,6 @@ bool gemv_gate_up_silu_supported(TensorView act, TensorView in, TensorView weigh
 void gemv_gate_up_silu(TensorView act, TensorView in, TensorView weight, ops::Stream s,
                        const GemvConfig* cfg = nullptr);
 
-// Benchmark knobs: for weights of 16 MiB and more gemv_candidates aim at one wave of per_sm CTAs per SM
-// (default 1; 0: the full resident count, as for smaller weights); linear_clear_choices forgets the
-// timed choices so the next use times again. Not thread-safe.
-void gemv_set_cta_cap(int per_sm);
-void linear_clear_choices();
-
 // The cuBLASLt path of cuda_ops::linear, whatever T is (benchmarks compare the two).
 void linear_cublaslt(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s);
 // Benchmark: the same matmul (no bias) with cuBLASLt's heuristic algorithm of this rank (0 = its first
@@ -65,14 +61,20 @@ struct GemvConfig {
   int bulk_units = 0;          // > 0: bulk-copy kernel (gemv_bulk.cuh, sm_90), this many 16-row x 1024-k units per CTA
   bool operator==(const GemvConfig&) const = default;  // the same launch shape
 };
-GemvConfig gemv_config(int64_t T, int64_t N, int64_t K, int device);
+GemvConfig gemv_config(int64_t T, int64_t N, int64_t K, DeviceContext& ctx);
+// Tests: the default pick with row_tiles (1, 2, 4 or 8; else the pick's) 16-row tiles per CTA and a forced
+// K split (k_split > 0, clamped to what the workspace allows).
+GemvConfig gemv_forced_config(int64_t T, int64_t N, int64_t K, DeviceContext& ctx, int row_tiles, int k_split);
+// The stream-K launch (gemv_stream.cuh) with steps_per_warp 128-k steps per warp (raised until its partial
+// slots fit the workspace).
+GemvConfig gemv_stream_config(int64_t T, int64_t N, int64_t K, int64_t steps_per_warp);
 // Distinct launch shapes worth timing for this problem (the picks for 1, 2, 4 and 8 waves of CTAs,
 // stream-K with 1, 2 and 4 times the fewest steps per warp that fit one wave, and on sm_90 the bulk-copy
 // kernel with one and two CTAs per SM for weights under 16 MiB, one up to 64 MiB, and with whole 16-row
 // tiles per CTA for K <= 3072); the linear dispatch times them at a shape's first use and keeps the
 // fastest. silu: shapes for gemv_silu (the bulk kernel only where its staged activation, T x K bf16, fits). one_per_sm: only the bulk kernel's one-wave shape
 // where it can run (a projection the decode attention follows, see gemv.cu).
-std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, int device, bool silu = false,
+std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, DeviceContext& ctx, bool silu = false,
                                         bool one_per_sm = false);
 // gemv_gate_up_silu's launch shapes for W [N, K]: the register-fed kernel with RT 8, 4 and 2 and no K split
 // (each CTA holds RT / 2 gate tiles and their up tiles).
@@ -80,19 +82,7 @@ std::vector<GemvConfig> gemv_gate_up_silu_candidates(int64_t N);
 // The bulk-copy launch with `units_per_cta` (raised until the partial slots fit the workspace).
 GemvConfig gemv_bulk_config(int64_t N, int64_t K, int64_t units_per_cta);
 // True when the bulk-copy kernel can run on this device (sm_90+ and built for it).
-bool gemv_bulk_available(int device);
-// Benchmark knob: whether gemv_candidates offers the bulk-copy kernel (default true). Not thread-safe.
-void gemv_set_bulk_enabled(bool on);
-bool gemv_bulk_enabled();
-// Benchmark knob: bytes of its weight slice each CTA prefetches into L2 before waiting on the previous
-// kernel (default 64 KiB; 0 disables). Not thread-safe.
-void gemv_set_prefetch(unsigned bytes_per_cta);
-
-// Benchmark/test knob: minimum CTAs per resident-CTA slot gemv aims for (default 4); forced_k_split > 0
-// forces the K split (clamped to what the workspace allows); forced_row_tiles in {1, 2, 4, 8} forces RT;
-// forced_stream_steps > 0 makes the default pick the stream-K kernel with that many steps per warp
-// (raised where the workspace needs it). Not thread-safe; not for production use.
-void gemv_set_tuning(int waves, int forced_k_split, int forced_row_tiles = 0, int forced_stream_steps = 0);
+bool gemv_bulk_available(DeviceContext& ctx);
 
 }  // namespace nanovllm::cuda_ops
 

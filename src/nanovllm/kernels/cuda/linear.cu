@@ -1,40 +1,31 @@
 // out[T, N] = in[T, K] @ W[N, K]^T (+ bias[N]). Small bf16 batches (T <= kGemvMaxTokens) go to gemv.cu
-// (or, opted in, gemv_rows.cu / linear_wgmma.cu) when that timed faster; the rest through cuBLASLt, fp32
-// accumulation (CUBLAS_COMPUTE_32F).
+// when that timed faster; the rest through cuBLASLt, fp32 accumulation (CUBLAS_COMPUTE_32F).
 // Column-major view: D^T[N, T] = op_T(W as col-major [K, N], ld K) * (in as col-major [K, T], ld K),
 // ld of D = N. in and W share a dtype (BF16 / F16 / F32); out is that dtype or F32 (fp32 logits).
 // Bias: cuBLASLt epilogue BIAS when bias dtype == out dtype (added in fp32 before the output rounding);
 // otherwise (or when no algorithm supports the epilogue) a separate broadcast-add kernel.
-// Per device: one handle and a 32 MiB workspace (allocated at first use: run one warm-up step before
-// capturing CUDA graphs). The algorithm is chosen once per (T, N, K, dtypes, epilogue, alignments) with
-// cublasLtMatmulAlgoGetHeuristic and cached. Assumes one stream per device uses the workspace at a time.
+// Per device context: one handle and a 32 MiB workspace (allocated at first use: run one warm-up step
+// before capturing CUDA graphs). The algorithm is chosen once per (T, N, K, dtypes, epilogue, alignments)
+// with cublasLtMatmulAlgoGetHeuristic and cached. One stream at a time uses a context's workspace.
 #include <algorithm>
-#include <array>
-#include <atomic>
-#include <map>
-#include <tuple>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
-#include <mutex>
 #include <unordered_map>
 
 #include "nanovllm/core/logging.h"
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
+#include "nanovllm/kernels/cuda/device_context.h"
 #include "nanovllm/kernels/cuda/event_timing.h"
 #include "nanovllm/kernels/cuda/gemv.cuh"
-#include "nanovllm/kernels/cuda/gemv_rows.h"
 #include "nanovllm/kernels/cuda/linear_tuning.h"
-#include "nanovllm/kernels/cuda/linear_wgmma.h"
 
 namespace nanovllm::cuda_ops {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
-constexpr int kMaxDevices = 64;
 
 struct AlgoKey {
   int64_t t, n, k;
@@ -55,24 +46,25 @@ struct AlgoEntry {
   cublasLtMatmulAlgo_t algo;
 };
 
-struct LtContext {
+// A device context's cuBLASLt state (DeviceContext::op_state).
+struct LtState {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;  // [kWorkspaceBytes]
-  std::mutex mu;
   std::unordered_map<AlgoKey, AlgoEntry, AlgoKeyHash> algos;
+  LtState() {
+    CUBLAS_CHECK(cublasLtCreate(&handle));
+    CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
+  }
+  ~LtState() {
+    cudaFree(workspace);
+    cublasLtDestroy(handle);
+  }
+  LtState(const LtState&) = delete;
+  LtState& operator=(const LtState&) = delete;
 };
 
-LtContext& context(int device) {
-  static std::array<std::unique_ptr<LtContext>, kMaxDevices> ctxs;
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  auto& c = ctxs[static_cast<size_t>(device)];
-  if (!c) {
-    c = std::make_unique<LtContext>();
-    CUBLAS_CHECK(cublasLtCreate(&c->handle));
-    CUDA_CHECK(cudaMalloc(&c->workspace, kWorkspaceBytes));  // first use only (warm-up), never freed
-  }
-  return *c;
+LtState& lt_state(ops::Stream s) {
+  return context_of(s).op_state<LtState>([] { return std::make_unique<LtState>(); });
 }
 
 cudaDataType_t cuda_type(DType t) {
@@ -139,29 +131,25 @@ struct Pref {
 };
 
 // Returns false if cuBLASLt has no algorithm for this configuration (only possible with the epilogue).
-bool run_matmul(LtContext& ctx, void* out, DType out_t, const void* in, const void* w, DType in_t,
+bool run_matmul(LtState& ctx, void* out, DType out_t, const void* in, const void* w, DType in_t,
                 const void* bias, int64_t T, int64_t N, int64_t K, cudaStream_t st) {
   Descs d;
   make_descs(d, in_t, out_t, bias, T, N, K);
   const AlgoKey key{T, N, K, static_cast<int>(in_t), static_cast<int>(out_t),
                     bias ? static_cast<int>(out_t) : -1, alignment(w), alignment(in), alignment(out)};
   AlgoEntry entry;
-  {
-    std::lock_guard<std::mutex> lock(ctx.mu);
-    auto it = ctx.algos.find(key);
-    if (it != ctx.algos.end()) {
-      entry = it->second;
-    } else {
-      const Pref pref(static_cast<uint32_t>(key.align_a), static_cast<uint32_t>(key.align_b),
-                      static_cast<uint32_t>(key.align_c));
-      cublasLtMatmulHeuristicResult_t res{};
-      int found = 0;
-      const cublasStatus_t stt =
-          cublasLtMatmulAlgoGetHeuristic(ctx.handle, d.op, d.a, d.b, d.c, d.c, pref.p, 1, &res, &found);
-      entry.ok = stt == CUBLAS_STATUS_SUCCESS && found > 0;
-      if (entry.ok) entry.algo = res.algo;
-      ctx.algos.emplace(key, entry);
-    }
+  if (auto it = ctx.algos.find(key); it != ctx.algos.end()) {
+    entry = it->second;
+  } else {
+    const Pref pref(static_cast<uint32_t>(key.align_a), static_cast<uint32_t>(key.align_b),
+                    static_cast<uint32_t>(key.align_c));
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    const cublasStatus_t stt =
+        cublasLtMatmulAlgoGetHeuristic(ctx.handle, d.op, d.a, d.b, d.c, d.c, pref.p, 1, &res, &found);
+    entry.ok = stt == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (entry.ok) entry.algo = res.algo;
+    ctx.algos.emplace(key, entry);
   }
   if (!entry.ok) {
     NANOVLLM_CHECK(bias != nullptr, "linear: cuBLASLt found no algorithm for T=", T, " N=", N, " K=", K,
@@ -184,7 +172,7 @@ __global__ void add_bias_kernel(void* out, int out_dt, const void* bias, int bia
 bool linear_cublaslt_ranked(TensorView out, TensorView in, TensorView weight, int rank, ops::Stream s,
                             std::string* desc) {
   const int64_t T = in.dim(0), K = in.dim(1), N = weight.dim(0);
-  LtContext& ctx = context(out.device().index);
+  LtState& ctx = lt_state(s);
   Descs d;
   make_descs(d, in.dtype(), out.dtype(), nullptr, T, N, K);
   const Pref pref(static_cast<uint32_t>(alignment(weight.data())), static_cast<uint32_t>(alignment(in.data())),
@@ -221,7 +209,7 @@ void linear_cublaslt(TensorView out, TensorView in, TensorView weight, TensorVie
   NANOVLLM_CHECK(out.dtype() == in.dtype() || out.dtype() == DType::kF32, "linear (cuda): output ",
                  dtype_name(out.dtype()), " must be F32 or the input dtype");
   const cudaStream_t st = stream_of(s);
-  LtContext& ctx = context(out.device().index);
+  LtState& ctx = lt_state(s);
   const bool has_bias = bias.defined() && bias.numel() > 0 && bias.data() != nullptr;
   const bool epilogue = has_bias && bias.dtype() == out.dtype();
   if (run_matmul(ctx, out.data(), out.dtype(), in.data(), weight.data(), in.dtype(),
@@ -244,101 +232,49 @@ void linear_cublaslt(TensorView out, TensorView in, TensorView weight, TensorVie
 // capturing takes gemv's default shape without timing.
 namespace {
 
-struct ShapeKey {
-  int64_t t, n, k;
-  int out_dt;
-  bool bias;
-  LinearFusion fusion;
-  bool before_attention;  // ops::LinearHint::kBeforeAttention: gemv at one CTA per SM only
-  bool operator<(const ShapeKey& o) const {
-    return std::tie(t, n, k, out_dt, bias, fusion, before_attention) <
-           std::tie(o.t, o.n, o.k, o.out_dt, o.bias, o.fusion, o.before_attention);
-  }
-};
-
-struct Choice {
-  enum Kind { kGemv, kWgmma, kRows, kOther } kind = kGemv;
-  bool timed = false;  // false: the default (first seen during capture)
-  GemvConfig cfg;
-  WgmmaLinearConfig wcfg;
-  GemvRowsConfig rcfg;
-};
-
 // One timed candidate: the choice it stands for and how to run it on a stream.
 struct Candidate {
-  Choice choice;
+  LinearChoice choice;
   std::function<void(ops::Stream)> run;
   bool preferred = false;  // the choice whatever the timing (the in-graph tuner may still replace it)
 };
 
-std::string describe(const Choice& c) {
-  switch (c.kind) {
-    case Choice::kGemv:
-      return "gemv RT " + std::to_string(c.cfg.rows_tiles_per_cta) + " split " + std::to_string(c.cfg.k_split) +
-             " stream " + std::to_string(c.cfg.stream_steps) + " bulk " + std::to_string(c.cfg.bulk_units);
-    case Choice::kWgmma:
-      return "wgmma tokens " + std::to_string(c.wcfg.token_tile) + " wg " + std::to_string(c.wcfg.warpgroups) +
-             " split " + std::to_string(c.wcfg.k_split) + " stages " + std::to_string(c.wcfg.stages) + " boxes " +
-             std::to_string(c.wcfg.boxes);
-    case Choice::kRows:
-      return "gemv_rows CTAs " + std::to_string(c.rcfg.ctas) + " stage " + std::to_string(c.rcfg.stage_bytes) +
-             " x " + std::to_string(c.rcfg.stages);
-    default: return "other";
-  }
-}
-
 // Every candidate from `candidates()` and `run_other(stream)` compute the same op; returns the fastest
-// (timed once per key). Weights under kGraphTimingMaxBytes (kernels of a few us, shorter than the host's
-// launch interval) are timed as the decode graphs run them: 10 back-to-back calls in one CUDA graph, the
-// best of 3 replays. Eager launches measured the host's launch gaps there: the choice moved a 0.6B decode
-// layer by up to 2.8 us from one process to the next (H200, bs=1, 3 processes each: 1.055-1.101 ms/token
-// eager, 1.042-1.054 in graphs). Larger weights keep eager timing (5 calls): in graphs the Qwen3-8B picks
-// were no better (4.663-4.770 vs 4.664-4.690 ms/token). Timed on a stream of its own, after `s` has
-// finished: the legacy default stream cannot be captured. First seen while capturing: `fallback`, untimed.
+// (timed once per shape and context). Weights under kGraphTimingMaxBytes (kernels of a few us, shorter than
+// the host's launch interval) are timed as the decode graphs run them: 10 back-to-back calls in one CUDA
+// graph, the best of 3 replays. Eager launches measured the host's launch gaps there: the choice moved a
+// 0.6B decode layer by up to 2.8 us from one process to the next (H200, bs=1, 3 processes each:
+// 1.055-1.101 ms/token eager, 1.042-1.054 in graphs). Larger weights keep eager timing (5 calls): in
+// graphs the Qwen3-8B picks were no better (4.663-4.770 vs 4.664-4.690 ms/token). Timed on a stream of its
+// own, after `s` has finished: the legacy default stream cannot be captured. First seen while capturing:
+// gemv's default shape (`gemv_fallback`) or the other option, untimed.
 constexpr int64_t kGraphTimingMaxBytes = int64_t{16} << 20;
-std::mutex g_choice_mu;
-std::map<ShapeKey, Choice> g_choices;
-// Every timed option of a shape, fastest alone first, for linear_tunables / linear_use_option.
-struct Options {
-  std::vector<Choice> choices;
-  std::vector<float> alone_us;
-  int current = 0;     // the index of g_choices' entry
-  bool tuned = false;  // linear_tuning_done(): settled for the rest of the process
-};
-std::map<ShapeKey, Options> g_options;
-
-float timed_other_us(const std::vector<std::pair<float, Choice>>& timed) {
-  for (const auto& [us, c] : timed)
-    if (c.kind == Choice::kOther) return us;
-  return 0.0f;
-}
 
 template <typename C, typename O>
-Choice choose(const ShapeKey& key, Choice::Kind fallback, ops::Stream s, C&& candidates, O&& run_other) {
-  {
-    std::lock_guard<std::mutex> lock(g_choice_mu);
-    if (auto it = g_choices.find(key); it != g_choices.end()) return it->second;
-  }
+LinearChoice choose(const LinearShape& key, bool gemv_fallback, ops::Stream s, C&& candidates, O&& run_other) {
+  DeviceContext& ctx = context_of(s);
+  if (const std::optional<LinearChoice> c = ctx.linear_choices.find(key)) return *c;
   const cudaStream_t st = stream_of(s);
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(st, &capturing));
   if (capturing != cudaStreamCaptureStatusNone) {
-    Choice c;
-    c.kind = fallback;
+    LinearChoice c;
+    c.gemv = gemv_fallback;
     return c;
   }
   CUDA_CHECK(cudaStreamSynchronize(st));  // the op's inputs are ready
   cudaStream_t ts = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&ts, cudaStreamNonBlocking));
-  const ops::Stream timing{ts};
+  const ops::Stream timing{ts, &ctx};
   const bool in_graph = key.n * key.k * 2 < kGraphTimingMaxBytes;
   auto time_us = [&](auto&& fn) {
     return static_cast<float>((in_graph ? graph_min_ms(ts, 10, 3, fn) : average_ms(ts, 5, fn)) * 1e3);
   };
-  std::vector<std::pair<float, Choice>> timed;  // (us, option); the first: run_other
-  Choice other;
-  other.kind = Choice::kOther;
+  std::vector<std::pair<float, LinearChoice>> timed;  // (us, option); the first: run_other
+  LinearChoice other;
+  other.gemv = false;
   timed.emplace_back(time_us([&] { run_other(timing); }), other);
+  const float other_us = timed[0].first;
   int preferred = -1;
   for (const Candidate& c : candidates()) {
     if (c.preferred && preferred < 0) preferred = static_cast<int>(timed.size());
@@ -350,170 +286,56 @@ Choice choose(const ShapeKey& key, Choice::Kind fallback, ops::Stream s, C&& can
   if (preferred > 0) std::rotate(timed.begin(), timed.begin() + preferred, timed.begin() + preferred + 1);
   std::stable_sort(timed.begin() + (preferred > 0 ? 1 : 0), timed.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
-  Options opts;
+  std::vector<LinearChoice> options;
+  std::vector<float> alone_us;
   for (auto& [us, c] : timed) {
     c.timed = true;
-    opts.choices.push_back(c);
-    opts.alone_us.push_back(us);
+    options.push_back(c);
+    alone_us.push_back(us);
   }
   NANOVLLM_DEBUG("linear T=", key.t, " N=", key.n, " K=", key.k, linear_fusion_tag(key.fusion), ": ",
-                 describe(opts.choices[0]), " ", opts.alone_us[0], " us; ", linear_other_option(key.fusion), " ",
-                 timed_other_us(timed), " us");
-  std::lock_guard<std::mutex> lock(g_choice_mu);
-  const Choice best = opts.choices[0];
-  g_options[key] = std::move(opts);
-  return g_choices.emplace(key, best).first->second;
+                 describe(options[0], key.fusion), " ", alone_us[0], " us; ", linear_other_option(key.fusion), " ",
+                 other_us, " us");
+  return ctx.linear_choices.record(key, std::move(options), std::move(alone_us));
 }
-
-// Off unless the environment variable is "1" (opt-in dispatch candidates).
-bool on_if_env_one(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
-// Both kernels join the timed candidates only on request (and linear_wgmma_set_in_dispatch /
-// gemv_rows_set_in_dispatch), since every candidate costs startup timing and neither made decode faster
-// on an H200 (bench/results session 13):
-//  * linear_wgmma: T = 1-16 within a few percent of gemv / cuBLASLt either way, T >= 32 up to 2x slower
-//    than cuBLASLt;
-//  * gemv_rows: alone it streams the LM heads faster (Qwen3-8B 283 vs 297 us, 0.6B 74.5 vs 78.0) and ties
-//    elsewhere, but bs=1 8B decode was 4.440 / 4.461 / 4.780 ms with it vs 4.461 / 4.436 / 4.464 without.
-std::atomic<bool> g_wgmma_in_dispatch{on_if_env_one("NANOVLLM_LINEAR_WGMMA")};
-std::atomic<bool> g_rows_in_dispatch{on_if_env_one("NANOVLLM_GEMV_ROWS")};
 
 // The choice a candidate launch shape stands for.
-Choice choice_of(const GemvConfig& cfg) {
-  Choice c;
+LinearChoice choice_of(const GemvConfig& cfg) {
+  LinearChoice c;
   c.cfg = cfg;
   return c;
 }
-Choice choice_of(const GemvRowsConfig& cfg) {
-  Choice c;
-  c.kind = Choice::kRows;
-  c.rcfg = cfg;
-  return c;
-}
-Choice choice_of(const WgmmaLinearConfig& cfg) {
-  Choice c;
-  c.kind = Choice::kWgmma;
-  c.wcfg = cfg;
-  return c;
-}
 
 }  // namespace
-
-const char* linear_fusion_tag(LinearFusion f) {
-  switch (f) {
-    case LinearFusion::kSiluMulIn: return " (silu in)";
-    case LinearFusion::kSiluMulOut: return " (silu out)";
-    default: return "";
-  }
-}
-
-const char* linear_other_option(LinearFusion f) {
-  switch (f) {
-    case LinearFusion::kSiluMulIn: return "silu_mul + linear";
-    case LinearFusion::kSiluMulOut: return "linear + silu_mul";
-    default: return "cuBLASLt";
-  }
-}
-
-bool linear_wgmma_set_in_dispatch(bool on) { return g_wgmma_in_dispatch.exchange(on); }
-bool gemv_rows_set_in_dispatch(bool on) { return g_rows_in_dispatch.exchange(on); }
-
-void linear_clear_choices() {
-  std::lock_guard<std::mutex> lock(g_choice_mu);
-  g_choices.clear();
-  g_options.clear();
-}
-
-std::vector<LinearTunable> linear_tunables(int64_t t) {
-  std::lock_guard<std::mutex> lock(g_choice_mu);
-  std::vector<LinearTunable> out;
-  for (const auto& [key, opts] : g_options) {
-    if (key.t != t || opts.choices.size() < 2 || opts.tuned) continue;
-    LinearTunable lt;
-    lt.t = key.t, lt.n = key.n, lt.k = key.k, lt.out_dt = key.out_dt;
-    lt.bias = key.bias, lt.fusion = key.fusion, lt.before_attention = key.before_attention;
-    for (const Choice& c : opts.choices)
-      lt.options.push_back(c.kind == Choice::kOther ? linear_other_option(key.fusion) : describe(c));
-    lt.alone_us = opts.alone_us;
-    lt.current = opts.current;
-    out.push_back(std::move(lt));
-  }
-  return out;
-}
-
-namespace {
-ShapeKey key_of(const LinearTunable& shape) {
-  return ShapeKey{shape.t, shape.n, shape.k, shape.out_dt, shape.bias, shape.fusion, shape.before_attention};
-}
-
-Options& options_of(const LinearTunable& shape) {
-  auto it = g_options.find(key_of(shape));
-  NANOVLLM_CHECK(it != g_options.end(), "linear tuning: no timed shape T=", shape.t, " N=", shape.n, " K=", shape.k);
-  return it->second;
-}
-}  // namespace
-
-void linear_use_option(const LinearTunable& shape, int option) {
-  std::lock_guard<std::mutex> lock(g_choice_mu);
-  Options& opts = options_of(shape);
-  NANOVLLM_CHECK(option >= 0 && option < static_cast<int>(opts.choices.size()), "linear_use_option: no option ",
-                 option, " for T=", shape.t, " N=", shape.n, " K=", shape.k);
-  opts.current = option;
-  g_choices[key_of(shape)] = opts.choices[static_cast<size_t>(option)];
-}
-
-void linear_tuning_done(const LinearTunable& shape) {
-  std::lock_guard<std::mutex> lock(g_choice_mu);
-  options_of(shape).tuned = true;
-}
 
 void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s, ops::LinearHint hint) {
   if (in.dim(0) == 0 || weight.dim(0) == 0) return;
-  const int64_t T = in.dim(0), N = weight.dim(0), K = weight.dim(1);
-  const bool has_bias = bias.defined() && bias.data() != nullptr;
-  const bool gemv_ok = gemv_supported(out, in, weight);
-  const bool rows_ok = !has_bias && g_rows_in_dispatch.load() && gemv_rows_supported(out, in, weight);
-  const bool wgmma_ok =
-      !has_bias && T <= kWgmmaMaxTokens && g_wgmma_in_dispatch.load() && linear_wgmma_supported(out, in, weight);
-  if (gemv_ok || rows_ok || wgmma_ok) {
+  if (gemv_supported(out, in, weight)) {
+    const int64_t T = in.dim(0), N = weight.dim(0), K = weight.dim(1);
+    const bool has_bias = bias.defined() && bias.data() != nullptr;
     const bool before_attention = hint == ops::LinearHint::kBeforeAttention;
-    // Above gemv's sizes the choice holds for every T of the same wgmma token tile (the decode graph
-    // buckets are powers of two; eager steps of other sizes reuse their bucket's timing).
-    const int64_t key_t = T <= kGemvMaxTokens ? T : linear_wgmma_token_tile(T);
-    const ShapeKey key{key_t, N, K, static_cast<int>(out.dtype()), has_bias, LinearFusion::kNone, before_attention};
-    const int device = out.device().index;
+    const LinearShape key{T, N, K, static_cast<int>(out.dtype()), has_bias, LinearFusion::kNone, before_attention};
+    DeviceContext& ctx = context_of(s);
     auto candidates = [&] {
       std::vector<Candidate> cs;
-      // Before the attention: the one-CTA-per-SM shape is preferred (gemv.cu says why); the other
-      // shapes are offered to the in-graph tuner (linear_tuning.h), which may find one faster there.
-      if (gemv_ok) {
-        auto add = [&](const GemvConfig& g, bool preferred) {
-          cs.push_back({choice_of(g), [&, g](ops::Stream ts) { gemv(out, in, weight, bias, ts, &g); }, preferred});
-        };
-        GemvConfig first;  // bulk_units == 0: none preferred
-        if (before_attention)
-          if (const auto one = gemv_candidates(T, N, K, device, false, true); one.size() == 1) {
-            first = one[0];
-            add(first, true);
-          }
-        for (const GemvConfig& g : gemv_candidates(T, N, K, device, false, false))
-          if (!(first.bulk_units > 0 && g == first)) add(g, false);
-      }
-      if (rows_ok)
-        for (const GemvRowsConfig& r : gemv_rows_candidates(T, N, K, device, before_attention))
-          cs.push_back({choice_of(r), [&, r](ops::Stream ts) { gemv_rows(out, in, weight, ts, r); }});
-      if (wgmma_ok)
-        for (const WgmmaLinearConfig& w : linear_wgmma_candidates(T, N, K, device, before_attention))
-          cs.push_back({choice_of(w), [&, w](ops::Stream ts) { linear_wgmma(out, in, weight, ts, w); }});
+      auto add = [&](const GemvConfig& g, bool preferred) {
+        cs.push_back({choice_of(g), [&, g](ops::Stream ts) { gemv(out, in, weight, bias, ts, &g); }, preferred});
+      };
+      // Before the attention: the one-CTA-per-SM shape is preferred (gemv.cu says why); the other shapes
+      // are offered to the in-graph tuner (linear_tuning.h), which may find one faster there.
+      GemvConfig first;  // bulk_units == 0: none preferred
+      if (before_attention)
+        if (const auto one = gemv_candidates(T, N, K, ctx, false, true); one.size() == 1) {
+          first = one[0];
+          add(first, true);
+        }
+      for (const GemvConfig& g : gemv_candidates(T, N, K, ctx, false, false))
+        if (!(first.bulk_units > 0 && g == first)) add(g, false);
       return cs;
     };
-    const Choice c = choose(key, gemv_ok ? Choice::kGemv : Choice::kOther, s, candidates,
-                            [&](ops::Stream ts) { linear_cublaslt(out, in, weight, bias, ts); });
-    if (c.kind == Choice::kGemv && gemv_ok) return gemv(out, in, weight, bias, s, c.timed ? &c.cfg : nullptr);
-    if (c.kind == Choice::kRows && rows_ok) return gemv_rows(out, in, weight, s, c.rcfg);
-    if (c.kind == Choice::kWgmma && wgmma_ok) return linear_wgmma(out, in, weight, s, c.wcfg);
+    const LinearChoice c = choose(key, true, s, candidates,
+                                  [&](ops::Stream ts) { linear_cublaslt(out, in, weight, bias, ts); });
+    if (c.gemv) return gemv(out, in, weight, bias, s, c.timed ? &c.cfg : nullptr);
   }
   linear_cublaslt(out, in, weight, bias, s);
 }
@@ -521,13 +343,13 @@ void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, o
 void linear_silu_mul(TensorView out, TensorView gate_up, TensorView weight, TensorView act, ops::Stream s) {
   if (gate_up.dim(0) == 0 || weight.dim(0) == 0) return;
   if (gemv_silu_supported(out, gate_up, weight)) {
-    const ShapeKey key{gate_up.dim(0), weight.dim(0), weight.dim(1), static_cast<int>(out.dtype()), false,
-                       LinearFusion::kSiluMulIn, false};
-    const Choice c = choose(
-        key, Choice::kGemv, s,
+    const LinearShape key{gate_up.dim(0), weight.dim(0), weight.dim(1), static_cast<int>(out.dtype()), false,
+                          LinearFusion::kSiluMulIn, false};
+    const LinearChoice c = choose(
+        key, true, s,
         [&] {
           std::vector<Candidate> cs;
-          for (const GemvConfig& g : gemv_candidates(key.t, key.n, key.k, out.device().index, true))
+          for (const GemvConfig& g : gemv_candidates(key.t, key.n, key.k, context_of(s), true))
             cs.push_back({choice_of(g), [&, g](ops::Stream ts) { gemv_silu(out, gate_up, weight, ts, &g); }});
           return cs;
         },
@@ -537,7 +359,7 @@ void linear_silu_mul(TensorView out, TensorView gate_up, TensorView weight, Tens
           cuda_ops::silu_mul(act, gate_up, ts);
           cuda_ops::linear(out, act, weight, TensorView(), ts);
         });
-    if (c.kind == Choice::kGemv) return gemv_silu(out, gate_up, weight, s, c.timed ? &c.cfg : nullptr);
+    if (c.gemv) return gemv_silu(out, gate_up, weight, s, c.timed ? &c.cfg : nullptr);
   }
   cuda_ops::silu_mul(act, gate_up, s);
   cuda_ops::linear(out, act, weight, TensorView(), s);
@@ -556,10 +378,10 @@ constexpr int64_t kGateUpSiluMinBytes = int64_t{16} << 20;
 // silu_mul apart (true: act is written); false: the caller runs the unfused projection.
 bool gate_up_silu_fused(TensorView act, TensorView x, TensorView weight, TensorView gate_up, ops::Stream s) {
   if (!gemv_gate_up_silu_supported(act, x, weight) || weight.numel() * 2 < kGateUpSiluMinBytes) return false;
-  const ShapeKey key{x.dim(0), weight.dim(0), weight.dim(1), static_cast<int>(act.dtype()), false,
-                     LinearFusion::kSiluMulOut, false};
-  const Choice c = choose(
-      key, Choice::kOther, s,
+  const LinearShape key{x.dim(0), weight.dim(0), weight.dim(1), static_cast<int>(act.dtype()), false,
+                        LinearFusion::kSiluMulOut, false};
+  const LinearChoice c = choose(
+      key, false, s,
       [&] {
         std::vector<Candidate> cs;
         for (const GemvConfig& g : gemv_gate_up_silu_candidates(key.n))
@@ -570,7 +392,7 @@ bool gate_up_silu_fused(TensorView act, TensorView x, TensorView weight, TensorV
         cuda_ops::linear(gate_up, x, weight, TensorView(), ts);
         cuda_ops::silu_mul(act, gate_up, ts);
       });
-  if (c.kind != Choice::kGemv) return false;
+  if (!c.gemv) return false;
   gemv_gate_up_silu(act, x, weight, s, c.timed ? &c.cfg : nullptr);
   return true;
 }

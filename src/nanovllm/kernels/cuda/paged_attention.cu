@@ -13,27 +13,23 @@
 // empty split slots exit at once. Single-split sequences write the output directly.
 // Decode, head_dim 256 (SIMT kernel + combine launch): ~2 waves of CTAs, each split >= 256 keys of
 // meta.max_context_len, at most kMaxSplits; ranges derived on the device from context_lens.
-// Split partials (and the fused combine's arrival counters, zeroed once) live in a per-device
-// workspace, grown (cudaMalloc) only when a larger decode shape is first seen: run warm-up steps with the
-// largest decode batch before graph capture.
+// Split partials (and the fused combine's arrival counters, zeroed once) live in a workspace of the
+// device context, grown (cudaMalloc) only when a larger decode shape is first seen: run warm-up steps with
+// the largest decode batch before graph capture.
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <mutex>
+#include <memory>
 
 #include "nanovllm/kernels/cuda/attention_common.cuh"
-#include "nanovllm/kernels/cuda/cuda_memory.h"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
+#include "nanovllm/kernels/cuda/device_context.h"
 
 namespace nanovllm::cuda_ops {
 namespace {
 
 constexpr int kMaxSplits = 32;
 constexpr int kMinKeysPerSplit = 256;  // SIMT path
-constexpr int kMaxDevices = 64;
 // Tensor-core decode: splits of >= 64 keys (one 16-key tile per warp), and only as many as it takes to
 // reach ~4 CTAs per SM (2 waves at 2 CTAs per SM, D 128). A CTA's start (metadata and block-table round
 // trips before its first KV load) and its partial write and merge cost ~1.5 us, so few long CTAs beat
@@ -41,39 +37,35 @@ constexpr int kMaxDevices = 64;
 // 270 us; 64 seqs x 1000: 86 -> 81 us); the runner orders a decode batch longest first for the tail.
 constexpr int kTcMinSplitKeys = 64;
 constexpr int kTcTargetCtasPerSm = 4;
-std::atomic<int> g_tc_min_split_keys{kTcMinSplitKeys};    // benchmark knobs (decode_attention_set_tuning)
-std::atomic<int> g_tc_target_ctas_per_sm{kTcTargetCtasPerSm};
-// On unless the environment variable is "0" (same-binary A/B runs of the CLI).
-bool on_unless_env_zero(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-// decode_attention_set_fused_prologue / decode_attention_set_cluster_combine.
-std::atomic<bool> g_fused_prologue{on_unless_env_zero("NANOVLLM_DECODE_FUSED_PROLOGUE")};
-std::atomic<bool> g_cluster_combine{on_unless_env_zero("NANOVLLM_DECODE_CLUSTER")};
 
-struct Workspace {
-  std::mutex mu;
-  void* data = nullptr;
-  size_t bytes = 0;
+// A device context's split-KV scratch (DeviceContext::op_state): [0] partial outputs and LSEs, [1] the
+// fused combine's arrival counters.
+struct AttentionWorkspace {
+  std::array<void*, 2> data{};
+  std::array<size_t, 2> bytes{};
+  AttentionWorkspace() = default;
+  ~AttentionWorkspace() {
+    for (void* d : data) cudaFree(d);
+  }
+  AttentionWorkspace(const AttentionWorkspace&) = delete;
+  AttentionWorkspace& operator=(const AttentionWorkspace&) = delete;
 };
 
-// Grow-only scratch on `device`; the old block is freed (cudaFree synchronises). `zero`: cleared on `st`
-// (ordered before the kernel that uses it) when (re)allocated: arrival counters, which the kernels leave
-// at zero.
-void* workspace(int slot, int device, size_t bytes, bool zero, cudaStream_t st) {
-  static std::array<std::array<Workspace, kMaxDevices>, 2> ws;
-  NANOVLLM_CHECK(device >= 0 && device < kMaxDevices, "paged_attention (cuda): device index ", device);
-  Workspace& w = ws[static_cast<size_t>(slot)][static_cast<size_t>(device)];
-  std::lock_guard<std::mutex> lock(w.mu);
-  if (w.bytes < bytes) {
-    if (w.data) CUDA_CHECK(cudaFree(w.data));
-    w.data = nullptr;
-    CUDA_CHECK(cudaMalloc(&w.data, bytes));
-    w.bytes = bytes;
-    if (zero) CUDA_CHECK(cudaMemsetAsync(w.data, 0, bytes, st));
+// Grow-only scratch `slot` of s's context; the old block is freed (cudaFree synchronises). `zero`: cleared
+// on s's stream (ordered before the kernel that uses it) when (re)allocated: arrival counters, which the
+// kernels leave at zero.
+void* workspace(int slot, size_t bytes, bool zero, ops::Stream s) {
+  AttentionWorkspace& w =
+      context_of(s).op_state<AttentionWorkspace>([] { return std::make_unique<AttentionWorkspace>(); });
+  const size_t i = static_cast<size_t>(slot);
+  if (w.bytes[i] < bytes) {
+    if (w.data[i]) CUDA_CHECK(cudaFree(w.data[i]));
+    w.data[i] = nullptr;
+    CUDA_CHECK(cudaMalloc(&w.data[i], bytes));
+    w.bytes[i] = bytes;
+    if (zero) CUDA_CHECK(cudaMemsetAsync(w.data[i], 0, bytes, stream_of(s)));
   }
-  return w.data;
+  return w.data[i];
 }
 
 int decode_splits(int64_t ctas, int64_t max_ctx, int sms) {
@@ -86,17 +78,18 @@ int decode_splits(int64_t ctas, int64_t max_ctx, int sms) {
 // Decode attention over p.num_seqs one-token queries; max_context bounds their context lengths (launch
 // sizing: a CUDA graph replays the launch for any context up to it).
 // prologue: p's qkv fields are set and the tensor-core kernel runs the prologue itself (sm_90, D 64 / 128).
-void launch_decode_attention(attn::Params p, int D, int64_t max_context, int device, cudaStream_t st,
-                             bool prologue = false) {
+void launch_decode_attention(attn::Params p, int D, int64_t max_context, ops::Stream s, bool prologue = false) {
   const int64_t S = p.num_seqs, Hq = p.hq, Hk = p.hk;
+  const DeviceContext& ctx = context_of(s);
+  const cudaStream_t st = stream_of(s);
   if (attn::decode_tc_supported(D)) {
     const int gc = p.g <= 16 ? p.g : 16;  // heads per CTA (MMA rows)
     const int64_t units = Hk * ((p.g + gc - 1) / gc);
     const int64_t ctas = S * units;
-    const int64_t min_keys = g_tc_min_split_keys.load(), target_per_sm = g_tc_target_ctas_per_sm.load();
+    const int64_t min_keys = kTcMinSplitKeys, target_per_sm = kTcTargetCtasPerSm;
     const int64_t by_len = (std::max<int64_t>(max_context, 1) + min_keys - 1) / min_keys;
-    const int64_t by_occupancy = (target_per_sm * cuda_sm_count(device) + ctas - 1) / ctas;
-    const bool cluster = g_cluster_combine.load() && attn::decode_cluster_available(device);
+    const int64_t by_occupancy = (target_per_sm * ctx.sm_count() + ctas - 1) / ctas;
+    const bool cluster = ctx.options.decode_cluster_combine && attn::decode_cluster_available(ctx.device());
     const int64_t max_splits = cluster ? attn::kMaxDecodeClusterSplits : kMaxSplits;
     p.num_splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({by_len, by_occupancy, max_splits})));
     p.min_split_keys = static_cast<int>(min_keys);
@@ -104,24 +97,24 @@ void launch_decode_attention(attn::Params p, int D, int64_t max_context, int dev
       const size_t parts = static_cast<size_t>(S * Hq * p.num_splits);
       // Sized by a bound monotone in the batch (S x splits <= S + target CTAs / units), so warm-up with
       // the largest batch sizes it for every smaller graph captured later.
-      const int64_t bound = std::min<int64_t>(S * kMaxSplits, S + (target_per_sm * cuda_sm_count(device) + units - 1) / units);
+      const int64_t bound = std::min<int64_t>(S * kMaxSplits, S + (target_per_sm * ctx.sm_count() + units - 1) / units);
       const size_t cap = std::max(parts, static_cast<size_t>(bound * Hq));
-      char* w = static_cast<char*>(workspace(0, device, cap * (static_cast<size_t>(D) + 1) * sizeof(float), false, st));
+      char* w = static_cast<char*>(workspace(0, cap * (static_cast<size_t>(D) + 1) * sizeof(float), false, s));
       p.part_o = reinterpret_cast<float*>(w);                                                      // [S, Hq, splits, D]
       p.part_lse = reinterpret_cast<float*>(w + parts * static_cast<size_t>(D) * sizeof(float));  // [S, Hq, splits]
       p.split_counters = static_cast<int*>(
-          workspace(1, device, static_cast<size_t>(ctas) * sizeof(int), true, st));  // [S, Hk * head chunks]
+          workspace(1, static_cast<size_t>(ctas) * sizeof(int), true, s));  // [S, Hk * head chunks]
     }
-    attn::launch_decode_tc(p, D, gc, cluster && p.num_splits > 1, prologue, st);
+    attn::launch_decode_tc(p, D, gc, cluster && p.num_splits > 1, prologue, s);
     return;
   }
   NANOVLLM_CHECK(!prologue, "paged_attention (cuda): the fused prologue needs the tensor-core decode kernel");
   const int gc = p.g <= 8 ? p.g : (D > 128 ? 8 : 16);
   const int64_t ctas = S * Hk * ((p.g + gc - 1) / gc);
-  p.num_splits = decode_splits(ctas, max_context, cuda_sm_count(device));
+  p.num_splits = decode_splits(ctas, max_context, ctx.sm_count());
   if (p.num_splits > 1) {
     const size_t parts = static_cast<size_t>(S * Hq * p.num_splits);
-    char* w = static_cast<char*>(workspace(0, device, parts * (static_cast<size_t>(D) + 1) * sizeof(float), false, st));
+    char* w = static_cast<char*>(workspace(0, parts * (static_cast<size_t>(D) + 1) * sizeof(float), false, s));
     p.part_o = reinterpret_cast<float*>(w);                                      // [S, Hq, splits, D]
     p.part_lse = reinterpret_cast<float*>(w + parts * static_cast<size_t>(D) * sizeof(float));  // [S, Hq, splits]
   }
@@ -165,9 +158,8 @@ void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorVie
   const cudaStream_t st = stream_of(s);
   const attn::Params p = base_params(out, q, k_cache, v_cache, meta, scale);
   const int d = static_cast<int>(D);
-  const int device = q.device().index;
   if (meta.max_query_len == 1) {
-    launch_decode_attention(p, d, meta.max_context_len, device, st);
+    launch_decode_attention(p, d, meta.max_context_len, s);
     return;
   }
   // A mixed step: its leading decodes through the decode kernel (each KV head read once per GQA group,
@@ -177,7 +169,7 @@ void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorVie
   if (nd > 0) {
     attn::Params dp = p;
     dp.num_seqs = nd;
-    launch_decode_attention(dp, d, meta.max_context_len, device, st);
+    launch_decode_attention(dp, d, meta.max_context_len, s);
   }
   if (nd == p.num_seqs) return;
   attn::Params pp = p;
@@ -186,7 +178,8 @@ void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorVie
   pp.bt += int64_t{nd} * p.max_blocks;
   pp.num_seqs = p.num_seqs - nd;
   const int64_t prefill_rows = T - nd;
-  if (!attn::launch_prefill_wgmma(pp, d, prefill_rows, st) && !attn::launch_prefill_tc(pp, d, prefill_rows, st))
+  const bool wgmma = context_of(s).options.prefill_wgmma && attn::launch_prefill_wgmma(pp, d, prefill_rows, st);
+  if (!wgmma && !attn::launch_prefill_tc(pp, d, prefill_rows, st))
     attn::launch_prefill(pp, d, prefill_rows, st);
 }
 
@@ -194,14 +187,15 @@ void qkv_prologue_attention(TensorView out, TensorView q, TensorView qkv, Tensor
                             float eps, TensorView positions, const ops::RopeParams& rope, TensorView k_cache,
                             TensorView v_cache, const AttentionMetadata& meta, float scale, ops::Stream s) {
   const int64_t T = q.dim(0), D = q.dim(2);
-  const int device = q.device().index;
+  const DeviceContext& ctx = context_of(s);
   auto bf16_or_none = [](TensorView t) {
     return !t.defined() || t.numel() == 0 || t.data() == nullptr || (t.dtype() == DType::kBF16 && aligned16(t.data()));
   };
-  const bool fused = g_fused_prologue.load() && T > 0 && meta.num_seqs > 0 && meta.max_query_len == 1 &&
+  const bool fused = ctx.options.decode_fused_prologue && T > 0 && meta.num_seqs > 0 && meta.max_query_len == 1 &&
                      attn::decode_tc_supported(static_cast<int>(D)) && qkv.dtype() == DType::kBF16 &&
                      aligned16(qkv.data()) && bf16_or_none(q_norm) && bf16_or_none(k_norm) &&
-                     aligned16(k_cache.data()) && aligned16(v_cache.data()) && attn::decode_cluster_available(device);
+                     aligned16(k_cache.data()) && aligned16(v_cache.data()) &&
+                     attn::decode_cluster_available(ctx.device());
   if (!fused) {
     cuda_ops::qkv_prologue(q, qkv, q_norm, k_norm, eps, positions, rope, k_cache, v_cache, meta, s);
     cuda_ops::paged_attention(out, q, k_cache, v_cache, meta, scale, s);
@@ -219,16 +213,7 @@ void qkv_prologue_attention(TensorView out, TensorView q, TensorView qkv, Tensor
   p.inv_freq = rope.inv_freq.data_as<const float>();
   p.rope_scaling = rope.attention_scaling;
   p.slots = meta.slot_mapping.data_as<const int32_t>();
-  launch_decode_attention(p, static_cast<int>(D), meta.max_context_len, device, stream_of(s), /*prologue=*/true);
-}
-
-void decode_attention_set_fused_prologue(bool on) { g_fused_prologue.store(on); }
-
-void decode_attention_set_cluster_combine(bool on) { g_cluster_combine.store(on); }
-
-void decode_attention_set_tuning(int min_split_keys, int target_ctas_per_sm) {
-  g_tc_min_split_keys.store(min_split_keys > 0 ? (min_split_keys + 63) / 64 * 64 : kTcMinSplitKeys);
-  g_tc_target_ctas_per_sm.store(target_ctas_per_sm > 0 ? target_ctas_per_sm : kTcTargetCtasPerSm);
+  launch_decode_attention(p, static_cast<int>(D), meta.max_context_len, s, /*prologue=*/true);
 }
 
 }  // namespace nanovllm::cuda_ops

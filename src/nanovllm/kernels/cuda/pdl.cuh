@@ -14,10 +14,13 @@
 // Early trigger (the one exception): a kernel whose every possible successor reads nothing but weights
 // before its own wait (a linear projection; gather_rows, which waits first) may trigger before its
 // wait, so the projection's weight copies start during the kernel's own predecessor: silu_mul always,
-// the rms_norm kernels (rms_norm.cu: every norm is followed by a projection) when pdl_early_norm() (pdl.h).
-// The sampler's chunk pass triggers at its start too: it is launched without the attribute, and the
-// next step's input staging after it reads only its pinned host staging before its wait. Kernel n + 1's prologue may then run beside
-// kernel n - 1; everything after its wait stays ordered (kernel n completes only after its own wait).
+// the rms_norm kernels (rms_norm.cu: every norm is followed by a projection) when the context's
+// KernelOptions::pdl_early_norm is set. The sampler's chunk pass triggers at its start too: it is launched
+// without the attribute, and the next step's input staging after it reads only its pinned host staging
+// before its wait. Kernel n + 1's prologue may then run beside kernel n - 1; everything after its wait
+// stays ordered (kernel n completes only after its own wait).
+// Whether launches carry the attribute is the context's choice (DeviceContext::use_pdl: on by default
+// on sm_90+; NANOVLLM_PDL=0 turns it off).
 // Kernels launched without the attribute (cuBLASLt, memcpy nodes, devices < sm_90) simply serialise;
 // the instructions are no-ops below sm_90 and without it.
 #pragma once
@@ -25,7 +28,8 @@
 #include <cuda_runtime.h>
 
 #include "nanovllm/kernels/cuda/cuda_check.h"
-#include "nanovllm/kernels/cuda/pdl.h"
+#include "nanovllm/kernels/cuda/device_context.h"
+#include "nanovllm/kernels/ops.h"
 
 namespace nanovllm::cuda_ops {
 
@@ -49,19 +53,19 @@ __device__ __forceinline__ void prefetch_l2_bulk(const void* p, unsigned bytes) 
 #endif
 }
 
-// kernel<<<grid, block, smem, st>>>(args...), with the PDL attribute when pdl_use_attribute().
+// kernel<<<grid, block, smem, s's stream>>>(args...), with the PDL attribute when s's context uses it.
 template <typename... KArgs, typename... Args>
-void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, Args&&... args) {
+void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, ops::Stream s, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
-  cfg.stream = st;
+  cfg.stream = static_cast<cudaStream_t>(s.cuda_stream);
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_use_attribute() ? 1 : 0;
+  cfg.numAttrs = context_of(s).use_pdl() ? 1 : 0;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...));
 }
 

@@ -179,7 +179,7 @@ void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorVie
   const bool has_qn = q_norm.defined() && q_norm.numel() > 0 && q_norm.data() != nullptr;
   const bool has_kn = k_norm.defined() && k_norm.numel() > 0 && k_norm.data() != nullptr;
   const int total_heads = static_cast<int>(Hq + 2 * Hk);
-  const cudaStream_t st = stream_of(s);
+  const ops::Stream st = s;
   const int32_t* pos = positions.data_as<const int32_t>();
   const float* inv_freq = rope.inv_freq.data_as<const float>();
   const int32_t* slots = meta.slot_mapping.data_as<const int32_t>();

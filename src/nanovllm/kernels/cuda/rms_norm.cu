@@ -48,7 +48,7 @@ __device__ __forceinline__ int64_t input_row(const NormArgs& a) {
   return a.rows != nullptr ? a.rows[blockIdx.x] : int64_t{blockIdx.x};  // step metadata: readable before the wait
 }
 
-// kEarly: trigger the dependents before the wait (pdl_early_norm()).
+// kEarly: trigger the dependents before the wait (KernelOptions::pdl_early_norm).
 template <Form kForm, bool kEarly>
 __global__ void __launch_bounds__(kMaxThreads) rms_norm_vec_kernel(NormArgs a, int64_t chunks, float eps) {
   __shared__ float red[32];
@@ -136,7 +136,7 @@ void launch(TensorView out, TensorView x, TensorView res_in, TensorView res_out,
             float eps, ops::Stream s) {
   const int64_t S = out.dim(0), H = x.dim(1);
   if (S == 0 || H == 0) return;
-  const cudaStream_t st = stream_of(s);
+  const ops::Stream st = s;
   const int64_t chunks = H / 8;
   const NormArgs a{out.data(), x.data(), res_in.defined() ? res_in.data() : nullptr,
                    res_out.defined() ? res_out.data() : nullptr, weight.data(),
@@ -151,7 +151,7 @@ void launch(TensorView out, TensorView x, TensorView res_in, TensorView res_out,
     const int64_t per_thread = S <= kWideMaxRows ? 1 : kChunksPerThread;
     int64_t threads = (chunks + per_thread - 1) / per_thread;
     threads = std::min<int64_t>((threads + 31) / 32 * 32, kMaxThreads);  // chunks <= 4 * kMaxThreads: covered
-    const auto kernel = pdl_early_norm() ? rms_norm_vec_kernel<kForm, true> : rms_norm_vec_kernel<kForm, false>;
+    const auto kernel = context_of(s).options.pdl_early_norm ? rms_norm_vec_kernel<kForm, true> : rms_norm_vec_kernel<kForm, false>;
     launch_pdl(kernel, dim3(static_cast<unsigned>(S)), dim3(static_cast<unsigned>(threads)), 0, st, a, chunks, eps);
   } else {
     launch_pdl(rms_norm_generic_kernel<kForm>, dim3(static_cast<unsigned>(S)), dim3(256), 0, st, a, H, eps);

@@ -15,6 +15,8 @@
 
 #include <cuda_runtime.h>
 
+#include "nanovllm/kernels/ops.h"
+
 namespace nanovllm::cuda_ops {
 
 constexpr int kMaxSampleLogprobs = 20;
@@ -108,9 +110,10 @@ struct StagedWords {
 // batches: no copy-engine hand-off), with feed_sampled_tokens folded in: dst[i] = src_mapped[i], except
 // that a negative word at i in [ids_begin, ids_begin + num_ids) becomes sampled[-1 - word] when sampled
 // is not null. dst: [n] i32 device; src_mapped: [n] i32 pinned host memory (its mapped address).
-// `extra` (e.g. the sampler's parameters) is copied by the same launch.
+// `extra` (e.g. the sampler's parameters) is copied by the same launch, with PDL where `stream`'s context
+// uses it.
 void stage_step_inputs(int32_t* dst, const int32_t* src_mapped, int64_t n, int64_t ids_begin, int64_t num_ids,
-                       const int32_t* sampled, StagedWords extra, cudaStream_t stream);
+                       const int32_t* sampled, StagedWords extra, ops::Stream stream);
 
 // For tests: out[i] = x[i] / t as the sampler divides logits by the temperature (x, out: [n] device).
 // It must equal the IEEE (CPU) division bit for bit.

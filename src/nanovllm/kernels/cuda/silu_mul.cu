@@ -41,7 +41,7 @@ __global__ void silu_mul_generic_kernel(void* out, int out_dt, const void* gate_
 void silu_mul(TensorView out, TensorView gate_up, ops::Stream s) {
   const int64_t T = out.dim(0), I = out.dim(1);
   if (T == 0 || I == 0) return;
-  const cudaStream_t st = stream_of(s);
+  const ops::Stream st = s;
   const bool vec = out.dtype() == DType::kBF16 && gate_up.dtype() == DType::kBF16 && I % 8 == 0 &&
                    aligned16(out.data()) && aligned16(gate_up.data());
   if (vec) {

@@ -1,31 +1,25 @@
 #include "nanovllm/runner/cuda/cuda_model_runner.h"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
 #include "nanovllm/core/logging.h"
 #include "nanovllm/kernels/cuda/cuda_check.h"
 #include "nanovllm/kernels/cuda/cuda_memory.h"
-#include "nanovllm/kernels/cuda/event_timing.h"
-#include "nanovllm/kernels/cuda/linear_tuning.h"
-#include "nanovllm/kernels/cuda/pdl.h"
 #include "nanovllm/kernels/cuda/sampling.h"
 #include "nanovllm/model/rope.h"
 #include "nanovllm/model/weights.h"
 #include "nanovllm/runner/cuda/cuda_offload_device.h"
 #include "nanovllm/runner/cuda/nvtx_range.h"
-#include "nanovllm/runner/cuda/persistent_decode_model.h"
 #include "nanovllm/runner/forward_batch.h"
 
 namespace nanovllm {
 
 CudaModelRunner::CudaModelRunner(const std::filesystem::path& model_dir, const ModelConfig& config,
                                  const RunnerConfig& rc)
-    : rc_(rc) {
+    : rc_(rc), kernels_(device_) {
   check_runner_config(rc);
   NANOVLLM_CHECK(rc.gpu_memory_utilization > 0 && rc.gpu_memory_utilization <= 1,
                  "gpu_memory_utilization must be in (0, 1]");
@@ -53,11 +47,10 @@ CudaModelRunner::CudaModelRunner(const std::filesystem::path& model_dir, const M
   if (rc.enable_cpu_offload) {  // before the paged KV cache, which takes what the budget leaves
     OffloadConfig oc{rc.max_model_len, rc.num_kv_buffers, rc.offload_block_size, rc.cpu_memory_limit, 0};
     offload_ = std::make_unique<OffloadRunner>(
-        *model_, make_cuda_offload_device(device_, stream_), oc, ws_,
+        *model_, make_cuda_offload_device(device_, ops_stream()), oc, ws_,
         [this](const std::vector<const Sequence*>& seqs, float* logits) { return sampler_->sample(seqs, logits, stream_); });
   }
   allocate_kv_cache(config);
-  make_persistent_decoder();
 
   // nano-vLLM's buckets: 1, 2, 4, 8, then every 16 up to min(max_num_seqs, 512).
   if (!rc.enforce_eager) {
@@ -68,8 +61,9 @@ CudaModelRunner::CudaModelRunner(const std::filesystem::path& model_dir, const M
     if (graph_buckets_.empty() || graph_buckets_.back() < max_bs) graph_buckets_.push_back(max_bs);
   }
   max_table_stride_ = max_blocks_per_seq;
-  const char* tune_env = std::getenv("NANOVLLM_TUNE_LINEAR");
-  linear_tuning_ = tune_env == nullptr || std::strcmp(tune_env, "0") != 0;
+  graphs_ = std::make_unique<DecodeGraphs>(
+      stream_, kernels_, [this](const DecoderInputs& in) { model_->forward(in, kv_, ws_, ops_stream()); },
+      [this](const ForwardBatch& batch) { upload_batch(batch); });
   capture_decode_graphs();
 }
 
@@ -92,14 +86,14 @@ void CudaModelRunner::capture_decode_graphs() {
   for (auto st = strides.rbegin(); st != strides.rend(); ++st)
     for (auto it = graph_buckets_.rbegin(); it != graph_buckets_.rend(); ++it) run_decode_graph({}, *it, *st);
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  NANOVLLM_INFO("captured ", graphs_.size(), " decode graphs (batch sizes 1-", graph_buckets_.back(),
+  NANOVLLM_INFO("captured ", graphs_->size(), " decode graphs (batch sizes 1-", graph_buckets_.back(),
                 ", block tables of ", strides.front(), "-", strides.back(), " blocks) in ",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), " s");
 }
 
 CudaModelRunner::~CudaModelRunner() {
   if (stream_) cudaStreamSynchronize(stream_);
-  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.reset();
   offload_.reset();  // synchronizes its copy streams, destroys them; before the compute stream goes
   kv_.clear();
   if (stream_) cudaStreamDestroy(stream_);
@@ -184,42 +178,18 @@ void CudaModelRunner::upload_batch(const ForwardBatch& batch, cuda_ops::StagedWo
   const int32_t* fed = step_fed_ ? sampler_->device_token_ids() : nullptr;
   if (n * 4 <= kMaxKernelStagedBytes) {
     cuda_ops::stage_step_inputs(dev, static_cast<const int32_t*>(batch_host_mapped_[s]), n, batch.input_ids,
-                                batch.num_tokens, fed, extra, stream_);
+                                batch.num_tokens, fed, extra, ops_stream());
     return;
   }
   copy_h2d(dev, batch_host_[s].data(), static_cast<size_t>(n) * 4, stream_);
   if (fed != nullptr) cuda_ops::feed_sampled_tokens(dev + batch.input_ids, batch.num_tokens, fed, stream_);
-  if (extra.words > 0) cuda_ops::stage_step_inputs(nullptr, nullptr, 0, 0, 0, nullptr, extra, stream_);
-}
-
-void CudaModelRunner::make_persistent_decoder() {
-  if (!cuda_ops::persistent_decode_enabled()) return;
-  const cuda_ops::PersistentDecodeModel m = persistent_decode_model(*model_, kv_);
-  const std::string why = cuda_ops::persistent_decode_unsupported(m, device_);
-  if (!why.empty()) {
-    NANOVLLM_INFO("persistent decode: off (", why, ")");
-    return;
-  }
-  persistent_ = std::make_unique<cuda_ops::PersistentDecoder>(m, device_);
-  NANOVLLM_INFO("persistent decode: on for batch size 1 (", persistent_->grid_size(), " CTAs)");
-}
-
-// A decode step's forward: batch 1 through the persistent kernel when it is on, else the layer loop.
-void CudaModelRunner::decode_forward(const DecoderInputs& in) {
-  const ops::Stream s{stream_};
-  if (persistent_ == nullptr || in.attn.num_seqs != 1 || in.attn.num_tokens != 1) {
-    model_->forward(in, kv_, ws_, s);
-    return;
-  }
-  model_->embed(in, ws_, s);
-  persistent_->run(ws_.hidden.slice_rows(0, 1), ws_.residual.slice_rows(0, 1), in.positions, in.attn, stream_);
-  model_->head(in, ws_, s);
+  if (extra.words > 0) cuda_ops::stage_step_inputs(nullptr, nullptr, 0, 0, 0, nullptr, extra, ops_stream());
 }
 
 void CudaModelRunner::run_eager(const SchedulerOutput& out) {
   const ForwardBatch batch = build_forward_batch(out, rc_.block_size);
   upload_batch(batch);
-  model_->forward(batch.views(batch_device_.data(), Device::cuda(device_)), kv_, ws_, ops::Stream{stream_});
+  model_->forward(batch.views(batch_device_.data(), Device::cuda(device_)), kv_, ws_, ops_stream());
 }
 
 void CudaModelRunner::run_decode_graph(const SchedulerOutput& out, int64_t bucket, int64_t table_stride,
@@ -236,138 +206,8 @@ void CudaModelRunner::run_decode_graph(const SchedulerOutput& out, int64_t bucke
     }
   }
   upload_batch(batch, extra);
-  auto it = graphs_.find({bucket, table_stride});
-  if (it == graphs_.end()) {
-    // Warm-up run with the capture's exact metadata: selects GEMM algorithms and grows workspaces, so
-    // the capture itself allocates nothing. It writes the same K/V the replay writes (idempotent).
-    const DecoderInputs in = batch.views(batch_device_.data(), Device::cuda(device_));
-    decode_forward(in);
-    const cudaGraphExec_t exec = capture_tuned_decode(in, batch, bucket);
-    it = graphs_.emplace(std::make_pair(bucket, table_stride), exec).first;
-    NANOVLLM_DEBUG("captured decode graph for batch size ", bucket, ", block-table stride ", table_stride);
-  }
-  CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
-}
-
-cudaGraphExec_t CudaModelRunner::capture_decode(const DecoderInputs& in) {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-  decode_forward(in);
-  CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  CUDA_CHECK(cudaGraphDestroy(graph));
-  return exec;
-}
-
-namespace {
-
-// A timing copy of a padded decode batch: every row attends over `context` cached tokens (blocks 0, 1,
-// ... of the cache, whatever they hold; shared by all rows, only read) and stores nothing, so the
-// attention costs what it costs in a real step of that context, not one position's worth.
-ForwardBatch timing_batch(ForwardBatch b, int64_t context, int64_t num_blocks) {
-  const int64_t blocks = std::min({(context + b.block_size - 1) / b.block_size, b.max_blocks_per_seq, num_blocks});
-  context = std::min(context, blocks * b.block_size);
-  int32_t* d = b.data.data();
-  for (int64_t i = 0; i < b.num_seqs; ++i) {
-    d[b.positions + i] = static_cast<int32_t>(context - 1);
-    d[b.slot_mapping + i] = -1;
-    d[b.context_lens + i] = static_cast<int32_t>(context);
-    for (int64_t k = 0; k < b.max_blocks_per_seq; ++k)
-      d[b.block_tables + i * b.max_blocks_per_seq + k] = static_cast<int32_t>(k < blocks ? k : -1);
-  }
-  return b;
-}
-
-}  // namespace
-
-// Per-replay ms of two decode graphs, best of 3 alternating rounds of 2 replays (after an untimed one
-// each): the variants the tuners compare differ by 0.3-8%, above replay-to-replay noise.
-std::array<double, 2> CudaModelRunner::time_graphs(cudaGraphExec_t a, cudaGraphExec_t b) {
-  std::array<double, 2> best{1e30, 1e30};
-  for (int round = 0; round < 3; ++round)
-    for (const int v : {0, 1}) {
-      const cudaGraphExec_t g = v == 0 ? a : b;
-      const double ms = cuda_ops::average_ms(stream_, 2, [&] { CUDA_CHECK(cudaGraphLaunch(g, stream_)); });
-      best[static_cast<size_t>(v)] = std::min(best[static_cast<size_t>(v)], ms);
-    }
-  return best;
-}
-
-cudaGraphExec_t CudaModelRunner::capture_tuned_decode(const DecoderInputs& in, const ForwardBatch& batch,
-                                                       int64_t bucket) {
-  const bool fallback = cuda_ops::pdl_early_norm_env() != 0;  // the switch outside decode graphs
-  if (auto it = early_norm_.find(bucket); it != early_norm_.end()) {  // tuned at the bucket's first capture
-    cuda_ops::set_pdl_early_norm(it->second);
-    const cudaGraphExec_t exec = capture_decode(in);
-    cuda_ops::set_pdl_early_norm(fallback);
-    return exec;
-  }
-  // Timed on contexts of 1024 tokens (the latency benchmark's; the decisions are for the bucket at any
-  // context), replays storing nothing.
-  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the pinned staging buffer's last copy is done
-  upload_batch(timing_batch(batch, 1024, num_kv_blocks_));
-  bool early = fallback;
-  cudaGraphExec_t exec = nullptr;
-  if (cuda_ops::pdl_early_norm_env() < 0 && cuda_ops::pdl_use_attribute()) {
-    std::array<cudaGraphExec_t, 2> variant{};  // [early trigger off, on]
-    for (const bool on : {false, true}) {
-      cuda_ops::set_pdl_early_norm(on);
-      variant[on] = capture_decode(in);
-    }
-    const std::array<double, 2> ms = time_graphs(variant[0], variant[1]);
-    early = ms[1] <= ms[0];
-    CUDA_CHECK(cudaGraphExecDestroy(variant[early ? 0 : 1]));
-    exec = variant[early ? 1 : 0];
-    NANOVLLM_DEBUG("decode graph, batch ", bucket, ": rms_norm early trigger off ", ms[0], " ms, on ", ms[1],
-                   " ms -> ", early ? "on" : "off");
-  } else {
-    cuda_ops::set_pdl_early_norm(early);
-    exec = capture_decode(in);
-  }
-  early_norm_[bucket] = early;
-  if (linear_tuning_) {
-    cuda_ops::set_pdl_early_norm(early);
-    exec = tune_linear_choices(in, bucket, exec);
-  }
-  cuda_ops::set_pdl_early_norm(fallback);
-  upload_batch(batch);  // the step's own inputs back
-  return exec;
-}
-
-cudaGraphExec_t CudaModelRunner::tune_linear_choices(const DecoderInputs& in, int64_t bucket, cudaGraphExec_t exec) {
-  // Options slower alone than this many times the fastest are not tried; at most kMaxTried per shape; a
-  // change is kept when the graph gets at least kMinGain faster (replay noise is ~0.1%).
-  constexpr float kAloneSlack = 1.3f;
-  constexpr int kMaxTried = 3;
-  constexpr double kMinGain = 0.003;
-  std::vector<cuda_ops::LinearTunable> shapes = cuda_ops::linear_tunables(bucket);
-  std::stable_sort(shapes.begin(), shapes.end(), [](const auto& a, const auto& b) { return a.n * a.k > b.n * b.k; });
-  for (cuda_ops::LinearTunable& sh : shapes) {
-    int tried = 0;
-    const float fastest = *std::min_element(sh.alone_us.begin(), sh.alone_us.end());
-    for (int o = 0; o < static_cast<int>(sh.options.size()) && tried < kMaxTried; ++o) {
-      if (o == sh.current || sh.alone_us[static_cast<size_t>(o)] > fastest * kAloneSlack) continue;
-      ++tried;
-      cuda_ops::linear_use_option(sh, o);
-      const cudaGraphExec_t candidate = capture_decode(in);
-      const std::array<double, 2> ms = time_graphs(exec, candidate);
-      const bool keep = ms[1] < ms[0] * (1.0 - kMinGain);
-      NANOVLLM_DEBUG("decode graph, batch ", bucket, ", linear N=", sh.n, " K=", sh.k, cuda_ops::linear_fusion_tag(sh.fusion), ": ",
-                     sh.options[static_cast<size_t>(sh.current)], " ", ms[0], " ms, ", sh.options[static_cast<size_t>(o)],
-                     " ", ms[1], " ms", keep ? " -> kept" : "");
-      if (keep) {
-        CUDA_CHECK(cudaGraphExecDestroy(exec));
-        exec = candidate;
-        sh.current = o;
-      } else {
-        CUDA_CHECK(cudaGraphExecDestroy(candidate));
-        cuda_ops::linear_use_option(sh, sh.current);
-      }
-    }
-    cuda_ops::linear_tuning_done(sh);
-  }
-  return exec;
+  const DecoderInputs in = batch.views(batch_device_.data(), Device::cuda(device_));
+  CUDA_CHECK(cudaGraphLaunch(graphs_->get(bucket, table_stride, in, batch, num_kv_blocks_), stream_));
 }
 
 std::vector<SampledToken> CudaModelRunner::execute(const SchedulerOutput& out) {

@@ -4,14 +4,16 @@
 
 #include <array>
 #include <deque>
-#include <map>
+#include <memory>
 #include <unordered_map>
 
 #include <cuda_runtime.h>
 
 #include "nanovllm/core/tensor.h"
-#include "nanovllm/kernels/cuda/persistent_decode.h"
+#include "nanovllm/kernels/cuda/device_context.h"
+#include "nanovllm/kernels/cuda/sampling.h"
 #include "nanovllm/model/qwen3_model.h"
+#include "nanovllm/runner/cuda/decode_graphs.h"
 #include "nanovllm/runner/cuda/gpu_sampler.h"
 #include "nanovllm/runner/forward_batch.h"
 #include "nanovllm/runner/model_runner.h"
@@ -36,23 +38,13 @@ class CudaModelRunner final : public ModelRunner {
  private:
   void load_model(const std::filesystem::path& model_dir, const ModelConfig& config);
   void allocate_kv_cache(const ModelConfig& config);
+  // The ops' execution context: the compute stream and this runner's kernel state.
+  ops::Stream ops_stream() { return ops::Stream{stream_, &kernels_}; }
   // Decode batches of up to the largest bucket replay a CUDA graph captured per bucket size.
   int64_t graph_bucket(int64_t num_seqs) const;  // 0: no bucket fits (or graphs are off)
   // `extra`: words the step's input upload copies too (launch(): the sampler's inputs).
   void run_decode_graph(const SchedulerOutput& out, int64_t bucket, int64_t table_stride,
                         cuda_ops::StagedWords extra = {});
-  // The decode step of `in` captured into an instantiated graph with the current kernel switches.
-  cudaGraphExec_t capture_decode(const DecoderInputs& in);
-  // The faster of two captures of a bucket's step: rms_norm's PDL early trigger on or off (pdl.h:
-  // which pays differs by model). Decided at the bucket's first capture, kept for its other strides;
-  // `batch` is the step's (uploaded, `in` views it), restored after the timing replays.
-  // Then, unless linear_tuning_ is off, tune_linear_choices.
-  cudaGraphExec_t capture_tuned_decode(const DecoderInputs& in, const ForwardBatch& batch, int64_t bucket);
-  // The bucket's linear shapes (cuda_ops::linear_tunables), largest weights first: each shape's options
-  // that were nearly as fast alone are captured in turn and timed against `exec`; the fastest graph is
-  // kept (and returned, `exec` destroyed if replaced) with its options in use (linear_tuning.h says why).
-  cudaGraphExec_t tune_linear_choices(const DecoderInputs& in, int64_t bucket, cudaGraphExec_t exec);
-  std::array<double, 2> time_graphs(cudaGraphExec_t a, cudaGraphExec_t b);  // per-replay ms, on stream_
   // Block-table row length of a graph batch: the next power of two >= the longest table (min 16), so
   // the per-step H2D copy tracks the real contexts, not max_model_len.
   int64_t graph_table_stride(const SchedulerOutput& out) const;
@@ -60,10 +52,6 @@ class CudaModelRunner final : public ModelRunner {
   static constexpr int64_t kMaxPrecapturedContext = 32768;  // tokens; longer strides capture on first use
   void capture_decode_graphs();  // every bucket at each stride up to kMaxPrecapturedContext (constructor)
   void run_eager(const SchedulerOutput& out);
-  // NANOVLLM_PERSISTENT_DECODE=1: batch-1 decode graphs run all layers as one persistent kernel
-  // (kernels/cuda/persistent_decode.h) where the model allows it.
-  void make_persistent_decoder();
-  void decode_forward(const DecoderInputs& in);
   // The packed inputs from pinned staging slot staging_slot_ (a kernel or an H2D copy), and `extra` with
   // them; with step_fed_, the ids fed from the previous step's samples.
   void upload_batch(const ForwardBatch& batch, cuda_ops::StagedWords extra = {});
@@ -73,6 +61,7 @@ class CudaModelRunner final : public ModelRunner {
   RunnerConfig rc_;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
+  cuda_ops::DeviceContext kernels_;  // before every buffer it may still use (destroyed after them)
   Buffer rope_inv_freq_;             // [D/2] f32, device
   std::unique_ptr<Qwen3Model> model_;
   Buffer workspace_;                 // decoder activations, device
@@ -96,13 +85,9 @@ class CudaModelRunner final : public ModelRunner {
   Buffer batch_device_;              // its device copy
   std::vector<int64_t> graph_buckets_;             // ascending decode batch sizes with a graph
   int64_t max_table_stride_ = 0;                   // blocks of a max_model_len sequence
-  std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs_;  // (bucket, table stride) -> graph
-  std::map<int64_t, bool> early_norm_;  // bucket -> its graphs' rms_norm early trigger (capture_tuned_decode)
-  // tune_linear_choices at each bucket's first capture; NANOVLLM_TUNE_LINEAR=0 turns it off.
-  bool linear_tuning_ = true;
+  std::unique_ptr<DecodeGraphs> graphs_;
   std::unique_ptr<GpuSampler> sampler_;  // samples on the GPU: only ids (+ logprobs) come back
   std::unique_ptr<OffloadRunner> offload_;  // RunnerConfig::enable_cpu_offload; its buffers precede the KV cache
-  std::unique_ptr<cuda_ops::PersistentDecoder> persistent_;  // null: off or unsupported
 };
 
 }  // namespace nanovllm

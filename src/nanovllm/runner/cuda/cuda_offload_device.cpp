@@ -23,7 +23,9 @@ cudaMemcpyKind to_cuda(CopyKind k) {
 
 class CudaOffloadDevice final : public OffloadDevice {
  public:
-  CudaOffloadDevice(int device, cudaStream_t compute) : device_(device) { streams_.push_back(compute); }
+  CudaOffloadDevice(int device, ops::Stream compute) : device_(device), compute_(compute) {
+    streams_.push_back(static_cast<cudaStream_t>(compute.cuda_stream));
+  }
   ~CudaOffloadDevice() override {
     synchronize();
     for (size_t i = 1; i < streams_.size(); ++i) cudaStreamDestroy(streams_[i]);
@@ -33,7 +35,7 @@ class CudaOffloadDevice final : public OffloadDevice {
   Device device() const override { return Device::cuda(device_); }
   Allocator& device_allocator() override { return cuda_allocator(device_); }
   Allocator& host_allocator() override { return pinned_host_allocator(); }
-  ops::Stream compute_stream() const override { return ops::Stream{streams_[0]}; }
+  ops::Stream compute_stream() const override { return compute_; }
 
   Queue create_queue() override {
     cudaStream_t s = nullptr;
@@ -68,13 +70,14 @@ class CudaOffloadDevice final : public OffloadDevice {
   }
 
   int device_;
+  ops::Stream compute_;                 // the runner's compute stream and kernel context (not owned)
   std::vector<cudaStream_t> streams_;  // [0] = the runner's compute stream (not owned)
   std::vector<cudaEvent_t> events_;
 };
 
 }  // namespace
 
-std::unique_ptr<OffloadDevice> make_cuda_offload_device(int device, cudaStream_t compute) {
+std::unique_ptr<OffloadDevice> make_cuda_offload_device(int device, ops::Stream compute) {
   return std::make_unique<CudaOffloadDevice>(device, compute);
 }
 

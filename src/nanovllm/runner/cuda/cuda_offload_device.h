@@ -6,11 +6,13 @@
 
 #include <cuda_runtime.h>
 
+#include "nanovllm/kernels/ops.h"
 #include "nanovllm/runner/offload_device.h"
 
 namespace nanovllm {
 
-// `compute` is the runner's stream (not owned); the device owns the streams and events it creates.
-std::unique_ptr<OffloadDevice> make_cuda_offload_device(int device, cudaStream_t compute);
+// `compute` is the runner's stream and kernel context (not owned); the device owns the streams and events
+// it creates.
+std::unique_ptr<OffloadDevice> make_cuda_offload_device(int device, ops::Stream compute);
 
 }  // namespace nanovllm

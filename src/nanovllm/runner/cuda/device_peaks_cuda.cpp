@@ -6,6 +6,7 @@
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/kernels/cuda/cuda_check.h"
 #include "nanovllm/kernels/cuda/cuda_memory.h"
+#include "nanovllm/kernels/cuda/device_context.h"
 #include "nanovllm/kernels/cuda/event_timing.h"
 #include "nanovllm/kernels/ops.h"
 #include "nanovllm/runner/device_peaks.h"
@@ -46,7 +47,9 @@ DevicePeaks measure_device_peaks() {
   // Small random-ish bf16 values (0x3c01 patterns would be 1.0x): fill with a byte pattern = finite bf16.
   CUDA_CHECK(cudaMemsetAsync(a, 0x3c, static_cast<size_t>(n * n * 2), s));
   CUDA_CHECK(cudaMemsetAsync(b, 0x3c, static_cast<size_t>(n * n * 2), s));
-  const double gemm = cuda_ops::average_ms(s, 10, [&] { ops::linear(out, in, w, TensorView(), ops::Stream{s}); });
+  cuda_ops::DeviceContext kernels(0);
+  const ops::Stream os{s, &kernels};
+  const double gemm = cuda_ops::average_ms(s, 10, [&] { ops::linear(out, in, w, TensorView(), os); });
   p.gemm_tflops = 2.0 * n * n * n / (gemm * 1e9);
 
   CUDA_CHECK(cudaStreamSynchronize(s));
