@@ -9,8 +9,8 @@
 #include <map>
 #include <cuda_runtime.h>
 
-#include "nanovllm/engine/llm.h"
-#include "nanovllm/engine/llm_engine.h"
+#include "nanovllm/llm/llm.h"
+#include "nanovllm/llm/llm_engine.h"
 #include "support/test_models.h"
 
 namespace nanovllm {

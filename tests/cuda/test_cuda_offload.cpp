@@ -11,7 +11,7 @@
 
 #include <cuda_runtime.h>
 
-#include "nanovllm/engine/llm.h"
+#include "nanovllm/llm/llm.h"
 #include "nanovllm/runner/offload_runner.h"
 #include "support/test_models.h"
 

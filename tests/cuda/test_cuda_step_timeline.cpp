@@ -11,7 +11,7 @@
 #include <string>
 
 #include "kernel_timeline.h"
-#include "nanovllm/engine/llm_engine.h"
+#include "nanovllm/llm/llm_engine.h"
 
 namespace nanovllm {
 namespace {

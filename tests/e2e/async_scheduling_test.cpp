@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <map>
 
-#include "nanovllm/engine/llm_engine.h"
+#include "nanovllm/llm/llm_engine.h"
 #include "support/test_models.h"
 
 namespace nanovllm {

@@ -1,7 +1,7 @@
 // Bad requests get a clear nanovllm::Error and leave the engine able to serve the next request.
 #include <gtest/gtest.h>
 
-#include "nanovllm/engine/llm.h"
+#include "nanovllm/llm/llm.h"
 #include "support/expect_error.h"
 #include "support/test_models.h"
 

@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "nanovllm/engine/llm.h"
+#include "nanovllm/llm/llm.h"
 #include "support/test_models.h"
 
 namespace nanovllm {

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nanovllm/chat/chat_template.h"
-#include "nanovllm/engine/llm.h"
+#include "nanovllm/llm/llm.h"
 #include "nanovllm/tokenizer/tokenizer.h"
 #include "support/test_models.h"
 #include "text_test_util.h"

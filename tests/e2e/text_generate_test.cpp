@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nanovllm/core/error.h"
-#include "nanovllm/engine/llm.h"
+#include "nanovllm/llm/llm.h"
 #include "nanovllm/tokenizer/tokenizer.h"
 #include "support/process_scratch_dir.h"
 #include "support/test_models.h"

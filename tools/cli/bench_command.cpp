@@ -12,7 +12,7 @@
 #include "commands.h"
 #include "engine_options.h"
 #include "nanovllm/core/error.h"
-#include "nanovllm/engine/llm.h"
+#include "nanovllm/llm/llm.h"
 #include "nanovllm/runner/device_peaks.h"
 
 namespace nanovllm::cli {

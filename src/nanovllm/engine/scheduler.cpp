@@ -4,7 +4,7 @@
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/core/logging.h"
-#include "nanovllm/engine/rng.h"
+#include "nanovllm/core/rng.h"
 
 namespace nanovllm {
 

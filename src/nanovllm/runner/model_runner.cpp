@@ -3,20 +3,13 @@
 #include <unordered_map>
 
 #include "nanovllm/core/error.h"
+#include "nanovllm/kernels/device.h"
 #include "nanovllm/runner/cpu_model_runner.h"
 #if NANOVLLM_WITH_CUDA
 #include "nanovllm/runner/cuda/cuda_model_runner.h"
 #endif
 
 namespace nanovllm {
-
-Backend parse_backend(const std::string& name) {
-  if (name == "cpu") return Backend::kCpu;
-  if (name == "cuda") return Backend::kCuda;
-  NANOVLLM_FAIL("unknown backend '", name, "' (expected cpu or cuda)");
-}
-
-const char* to_string(Backend b) { return b == Backend::kCpu ? "cpu" : "cuda"; }
 
 void check_runner_config(const RunnerConfig& rc) {
   NANOVLLM_CHECK(rc.block_size > 0 && rc.max_num_seqs > 0 && rc.max_num_batched_tokens > 0 && rc.max_model_len > 0,
@@ -65,8 +58,7 @@ std::vector<SampledToken> ModelRunner::wait_oldest() {
 }
 
 #ifndef NANOVLLM_WITH_CUDA
-#define NANOVLLM_WITH_CUDA 0
-bool cuda_device_available() { return false; }  // the CUDA build defines it in kernels/cuda
+#define NANOVLLM_WITH_CUDA 0  // for the error message below
 #endif
 
 std::unique_ptr<ModelRunner> ModelRunner::create(const std::filesystem::path& model_dir, const ModelConfig& config,

@@ -7,18 +7,13 @@
 #include <deque>
 #include <filesystem>
 #include <memory>
-#include <string>
 #include <vector>
 
+#include "nanovllm/core/backend.h"
 #include "nanovllm/engine/scheduler_output.h"
 #include "nanovllm/model/config.h"
 
 namespace nanovllm {
-
-enum class Backend { kCpu, kCuda };
-Backend parse_backend(const std::string& name);  // "cpu" | "cuda"; throws otherwise
-const char* to_string(Backend b);
-bool cuda_device_available();                    // false when built without CUDA or no GPU present
 
 struct RunnerConfig {
   Backend backend = Backend::kCpu;

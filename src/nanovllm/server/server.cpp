@@ -11,7 +11,7 @@
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/core/logging.h"
-#include "nanovllm/engine/llm_engine.h"
+#include "nanovllm/llm/llm_engine.h"
 #include "nanovllm/server/engine_loop.h"
 #include "nanovllm/server/response_builder.h"
 

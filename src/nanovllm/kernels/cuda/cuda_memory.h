@@ -35,7 +35,7 @@ void copy_d2d(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 // Number of SMs of `device` (cached).
 int cuda_sm_count(int device);
 
-// Declared in runner/model_runner.h: true when at least one CUDA device is usable.
+// Declared in kernels/device.h: true when at least one CUDA device is usable.
 bool cuda_device_available();
 
 }  // namespace nanovllm

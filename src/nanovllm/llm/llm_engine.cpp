@@ -1,4 +1,4 @@
-#include "nanovllm/engine/llm_engine.h"
+#include "nanovllm/llm/llm_engine.h"
 
 #include <algorithm>
 #include <iterator>
@@ -7,6 +7,7 @@
 
 #include "nanovllm/core/logging.h"
 #include "nanovllm/engine/scheduler.h"
+#include "nanovllm/kernels/device.h"
 #include "nanovllm/runner/offload_runner.h"
 
 namespace nanovllm {

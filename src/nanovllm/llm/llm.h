@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "nanovllm/engine/llm_engine.h"
+#include "nanovllm/llm/llm_engine.h"
 
 namespace nanovllm {
 
