@@ -122,9 +122,9 @@ TEST(TextCli, ChatStreamsRepliesAndKeepsHistory) {
   EXPECT_NE(r.err.find("unknown command"), std::string::npos) << r.err;
 
   // Reference: the library's greedy generation of each rendered conversation.
-  LLMEngine probe({.model = dir, .backend = Backend::kCpu});
+  LLMEngine probe({.model = {.path = dir, .backend = Backend::kCpu}});
   const chat::ChatTemplate& tmpl = probe.chat_template();
-  LLM llm({.model = dir, .backend = Backend::kCpu});
+  LLM llm({.model = {.path = dir, .backend = Backend::kCpu}});
   SamplingParams p;
   p.temperature = 0;
   p.max_tokens = 7;

@@ -2,6 +2,8 @@
 
 namespace nanovllm {
 
+Backend default_backend() { return cuda_device_available() ? Backend::kCuda : Backend::kCpu; }
+
 #if !NANOVLLM_WITH_CUDA
 bool cuda_device_available() { return false; }
 #endif

@@ -21,7 +21,7 @@ namespace nanovllm {
 
 class CudaModelRunner final : public ModelRunner {
  public:
-  CudaModelRunner(const std::filesystem::path& model_dir, const ModelConfig& config, const RunnerConfig& rc);
+  CudaModelRunner(const EngineConfig& ec, const ModelConfig& config);
   ~CudaModelRunner() override;
 
   int64_t num_kv_blocks() const override { return num_kv_blocks_; }
@@ -70,7 +70,7 @@ class CudaModelRunner final : public ModelRunner {
   // Samples the rows of `out` with sample == true (in `out` order) from the step's logits; syncs.
   std::vector<SampledToken> sample(const SchedulerOutput& out);
 
-  RunnerConfig rc_;
+  EngineConfig ec_;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   Buffer rope_inv_freq_;             // [D/2] f32, device
@@ -101,7 +101,7 @@ class CudaModelRunner final : public ModelRunner {
   // tune_linear_choices at each bucket's first capture; NANOVLLM_TUNE_LINEAR=0 turns it off.
   bool linear_tuning_ = true;
   std::unique_ptr<GpuSampler> sampler_;  // samples on the GPU: only ids (+ logprobs) come back
-  std::unique_ptr<OffloadRunner> offload_;  // RunnerConfig::enable_cpu_offload; its buffers precede the KV cache
+  std::unique_ptr<OffloadRunner> offload_;  // EngineConfig::offload.enabled; its buffers precede the KV cache
   std::unique_ptr<cuda_ops::PersistentDecoder> persistent_;  // null: off or unsupported
 };
 
