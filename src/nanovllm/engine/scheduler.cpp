@@ -37,6 +37,8 @@ void Scheduler::add(std::unique_ptr<Sequence> seq) {
   seq->num_computed_tokens = 0;
   seq->num_cached_tokens = 0;
   seq->block_table.clear();
+  // The prompt's block hashes, once: admission checks and commits reuse them (block_manager.h).
+  seq->reset_block_hashes(config_.cache.enable_prefix_caching ? config_.cache.block_size : 0);
   if (seq->arrival_time == std::chrono::steady_clock::time_point{})
     seq->arrival_time = std::chrono::steady_clock::now();
   if (seq->params.seed) {
@@ -182,6 +184,7 @@ void Scheduler::resolve(const SchedulerOutput& out, const std::vector<SampledTok
     NANOVLLM_ASSERT(s.token_ids.back() == kPendingToken);
     if (s.num_output_tokens() == 1) s.first_token_time = std::chrono::steady_clock::now();
     s.token_ids.back() = t.token_id;
+    s.extend_block_hashes();  // the token may fill a block
     if (s.params.logprobs > 0) s.logprobs.push_back(t.top_logprobs);
     if (stop_reason(s) != FinishReason::kNone) done.push_back(&s);
   }

@@ -37,7 +37,8 @@ class Scheduler {
   Scheduler(const EngineConfig& config, std::vector<int64_t> eos_token_ids);
 
   // Queues a new request. Sets status = kWaiting, num_prompt_tokens (= token_ids.size() if 0),
-  // arrival_time (if unset) and rng_state (from params.seed, else from the engine RNG).
+  // arrival_time (if unset), rng_state (from params.seed, else from the engine RNG) and, with prefix
+  // caching, the prompt's block hashes (Sequence::block_hashes; resolve() extends them).
   // Throws nanovllm::Error for: an empty prompt, a prompt longer than max_model_len, a prompt needing
   // more KV blocks than the whole pool, a prompt longer than max_num_batched_tokens with chunked prefill
   // off, a duplicate seq_id. Does not validate params against the vocab (SamplingParams::validate does).
