@@ -9,8 +9,8 @@
 #include <map>
 #include <cuda_runtime.h>
 
-#include "nanovllm/engine/llm.h"
-#include "nanovllm/engine/llm_engine.h"
+#include "nanovllm/llm/llm.h"
+#include "nanovllm/llm/llm_engine.h"
 #include "support/test_models.h"
 
 namespace nanovllm {
@@ -71,12 +71,12 @@ TEST_P(CudaVsGolden, GreedyMatchesHfAndCpu) {
   sp.logprobs = 1;
 
   EngineConfig ec;
-  ec.model = testing::golden_model_dir(GetParam());
-  ec.max_num_batched_tokens = 512;
-  ec.num_kv_blocks = 256;
-  ec.backend = Backend::kCuda;
+  ec.model.path = testing::golden_model_dir(GetParam());
+  ec.scheduler.max_num_batched_tokens = 512;
+  ec.cache.num_kv_blocks = 256;
+  ec.model.backend = Backend::kCuda;
   const auto gpu = LLM(ec).generate(prompts, sp);
-  ec.backend = Backend::kCpu;
+  ec.model.backend = Backend::kCpu;
   const auto cpu = LLM(ec).generate(prompts, sp);
 
   Comparison c;
@@ -97,11 +97,11 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaVsGolden, ::testing::ValuesIn(testing::gold
 // The peaked tied model (the `tiny` preset with head_dim 64), on `backend`.
 EngineConfig tied_tiny_config(Backend backend) {
   EngineConfig ec;
-  ec.model = testing::tiny_model_dir("cuda-vs-cpu", {{"head_dim", 64}, {"num_key_value_heads", 1}}, 21);
-  ec.block_size = 16;
-  ec.max_num_batched_tokens = 256;
-  ec.num_kv_blocks = 128;
-  ec.backend = backend;
+  ec.model.path = testing::tiny_model_dir("cuda-vs-cpu", {{"head_dim", 64}, {"num_key_value_heads", 1}}, 21);
+  ec.cache.block_size = 16;
+  ec.scheduler.max_num_batched_tokens = 256;
+  ec.cache.num_kv_blocks = 128;
+  ec.model.backend = backend;
   return ec;
 }
 
@@ -120,9 +120,9 @@ TEST(CudaVsCpu, TiedTinyModelGivesIdenticalGreedyTokens) {
   sp.ignore_eos = true;
   sp.max_tokens = 40;  // decodes cross block boundaries
   const auto gpu = LLM(ec).generate(prompts, sp);  // decode through CUDA graphs (buckets 1..8)
-  ec.enforce_eager = true;
+  ec.model.enforce_eager = true;
   const auto gpu_eager = LLM(ec).generate(prompts, sp);
-  ec.backend = Backend::kCpu;
+  ec.model.backend = Backend::kCpu;
   const auto cpu = LLM(ec).generate(prompts, sp);
   for (size_t i = 0; i < prompts.size(); ++i) {
     EXPECT_EQ(gpu[i].token_ids, cpu[i].token_ids) << "prompt " << i;
@@ -154,7 +154,7 @@ TEST(CudaVsCpu, AsyncSchedulingGivesTheTokensOfSyncScheduling) {
   }
   auto run = [&](bool async, int64_t* ahead) {
     EngineConfig c = ec;
-    c.async_scheduling = async;
+    c.scheduler.async_scheduling = async;
     LLMEngine engine(c);
     std::map<int64_t, RequestOutput> out;
     for (size_t i = 0; i < prompts.size(); ++i) engine.add_request(prompts[i], params[i]);

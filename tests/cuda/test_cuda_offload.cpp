@@ -11,7 +11,7 @@
 
 #include <cuda_runtime.h>
 
-#include "nanovllm/engine/llm.h"
+#include "nanovllm/llm/llm.h"
 #include "nanovllm/runner/offload_runner.h"
 #include "support/test_models.h"
 
@@ -57,15 +57,15 @@ void expect_same(const std::vector<RequestOutput>& a, const std::vector<RequestO
 
 EngineConfig tiny_config(int64_t max_model_len) {
   EngineConfig ec;
-  ec.model = testing::tiny_model_dir("offload-hd64",
+  ec.model.path = testing::tiny_model_dir("offload-hd64",
                                      {{"num_hidden_layers", 4}, {"head_dim", 64}, {"max_position_embeddings", 1 << 18}},
                                      31);
-  ec.backend = Backend::kCuda;
-  ec.block_size = 16;
-  ec.max_model_len = max_model_len;
-  ec.max_num_batched_tokens = 1024;  // both paths prefill in 1024-token chunks
-  ec.num_kv_blocks = 1024;           // 16K tokens of paged cache: the 4K prompts fit with offload off
-  ec.enable_prefix_caching = false;
+  ec.model.backend = Backend::kCuda;
+  ec.cache.block_size = 16;
+  ec.model.max_model_len = max_model_len;
+  ec.scheduler.max_num_batched_tokens = 1024;  // both paths prefill in 1024-token chunks
+  ec.cache.num_kv_blocks = 1024;  // 16K tokens of paged cache: the 4K prompts fit with offload off
+  ec.cache.enable_prefix_caching = false;
   return ec;
 }
 
@@ -84,10 +84,10 @@ TEST(CudaOffload, MatchesGpuCacheAt4KTokens) {
   }
   for (int64_t nb : {1, 2, 4}) {
     EngineConfig ec = plain;
-    ec.enable_cpu_offload = true;
-    ec.offload_min_tokens = 1;
-    ec.offload_block_size = 32;
-    ec.num_kv_buffers = nb;
+    ec.offload.enabled = true;
+    ec.offload.min_tokens = 1;
+    ec.offload.block_size = 32;
+    ec.offload.num_kv_buffers = nb;
     LLM llm(ec);
     expect_same(llm.generate(prompts, greedy(70)), reference, 1e-2, "num_kv_buffers " + std::to_string(nb));
     EXPECT_EQ(llm.engine().runner().offload()->stats().prefills, 3);
@@ -97,9 +97,9 @@ TEST(CudaOffload, MatchesGpuCacheAt4KTokens) {
 TEST(CudaOffload, SequentialRequestsMatchEachRunAlone) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   EngineConfig ec = tiny_config(8192);
-  ec.enable_cpu_offload = true;
-  ec.offload_min_tokens = 1;
-  ec.offload_block_size = 64;
+  ec.offload.enabled = true;
+  ec.offload.min_tokens = 1;
+  ec.offload.block_size = 64;
   const std::vector<std::vector<int32_t>> prompts = {random_prompt(3000, 512, 4), random_prompt(200, 512, 5),
                                                      random_prompt(5000, 512, 6)};
   LLM llm(ec);
@@ -120,15 +120,15 @@ TEST(CudaOffload, DISABLED_LongContextMatchesGpuCache) {
   const char* context = std::getenv("NANOVLLM_OFFLOAD_CONTEXT");
   const int64_t n = context ? std::atoll(context) : 131072;
   EngineConfig plain = tiny_config(n + 64);
-  plain.num_kv_blocks = 0;  // from gpu_memory_utilization
-  plain.max_num_batched_tokens = 8192;
-  if (model) plain.model = model;
+  plain.cache.num_kv_blocks = 0;  // from gpu_memory_utilization
+  plain.scheduler.max_num_batched_tokens = 8192;
+  if (model) plain.model.path = model;
   const int vocab = model ? 1000 : 512;  // the tiny preset's vocabulary is 512
   const std::vector<std::vector<int32_t>> prompts = {random_prompt(n, vocab, 7)};
   EngineConfig ec = plain;
-  ec.enable_cpu_offload = true;
-  ec.offload_min_tokens = 1;
-  ec.num_kv_blocks = 64;
+  ec.offload.enabled = true;
+  ec.offload.min_tokens = 1;
+  ec.cache.num_kv_blocks = 64;
   std::vector<RequestOutput> offloaded;
   {
     LLM llm(ec);

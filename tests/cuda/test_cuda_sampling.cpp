@@ -16,7 +16,7 @@
 #include <limits>
 #include <numeric>
 
-#include "nanovllm/engine/rng.h"
+#include "nanovllm/core/rng.h"
 #include "nanovllm/engine/sampler.h"
 #include "nanovllm/kernels/cuda/sampling.h"
 #include "nanovllm/runner/cuda/gpu_sampler.h"

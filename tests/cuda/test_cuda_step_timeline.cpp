@@ -11,7 +11,7 @@
 #include <string>
 
 #include "kernel_timeline.h"
-#include "nanovllm/engine/llm_engine.h"
+#include "nanovllm/llm/llm_engine.h"
 
 namespace nanovllm {
 namespace {
@@ -21,9 +21,9 @@ TEST(CudaStepTimelineBench, DISABLED_DecodeBatchOne) {
   if (model == nullptr) GTEST_SKIP() << "set NANOVLLM_STEP_TIMELINE_MODEL";
   if (!cuda_test::KernelTimeline::available()) GTEST_SKIP() << "CUPTI not loadable (set NANOVLLM_CUPTI_LIB)";
   EngineConfig ec;
-  ec.model = model;
-  ec.backend = Backend::kCuda;
-  ec.max_num_seqs = 8;
+  ec.model.path = model;
+  ec.model.backend = Backend::kCuda;
+  ec.scheduler.max_num_seqs = 8;
   LLMEngine engine(ec);
   std::mt19937 rng(1);
   std::vector<int32_t> prompt(1024);

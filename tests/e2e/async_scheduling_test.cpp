@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <map>
 
-#include "nanovllm/engine/llm_engine.h"
+#include "nanovllm/llm/llm_engine.h"
 #include "support/test_models.h"
 
 namespace nanovllm {
@@ -82,19 +82,19 @@ void expect_same_outputs(const RunResult& async, const RunResult& sync) {
 class AsyncScheduling : public ::testing::Test {
  protected:
   void SetUp() override {
-    base_.model = testing::tiny_model_dir("async-scheduling", {{"num_hidden_layers", 2}}, 7);
-    base_.backend = Backend::kCpu;
-    base_.block_size = 8;
-    base_.max_num_batched_tokens = 256;
-    base_.kv_cache_bytes = 16LL << 20;
+    base_.model.path = testing::tiny_model_dir("async-scheduling", {{"num_hidden_layers", 2}}, 7);
+    base_.model.backend = Backend::kCpu;
+    base_.cache.block_size = 8;
+    base_.scheduler.max_num_batched_tokens = 256;
+    base_.cache.kv_cache_bytes = 16LL << 20;
   }
 
   // Runs `requests` scheduled ahead and not; the same outputs, and the ahead run really scheduled ahead.
   RunResult compare(const std::vector<Request>& requests, EngineConfig ec) {
-    ec.async_scheduling = false;
+    ec.scheduler.async_scheduling = false;
     const RunResult sync = run(ec, requests);
     EXPECT_EQ(sync.stats.scheduled_ahead_steps, 0);
-    ec.async_scheduling = true;
+    ec.scheduler.async_scheduling = true;
     RunResult async = run(ec, requests);
     expect_same_outputs(async, sync);
     return async;
@@ -135,7 +135,7 @@ TEST_F(AsyncScheduling, StopTokensEndSequencesWhoseNextStepWasLaunched) {
   std::vector<Request> requests;
   for (const auto& p : prompts) requests.push_back({p, greedy(24)});
   EngineConfig sync_config = base_;
-  sync_config.async_scheduling = false;
+  sync_config.scheduler.async_scheduling = false;
   const RunResult plain = run(sync_config, requests);
   requests[0].params.stop_token_ids = {plain.outputs.at(0).token_ids.at(5)};
   requests[1].params.stop_token_ids = {plain.outputs.at(1).token_ids.at(9)};
@@ -171,7 +171,7 @@ TEST_F(AsyncScheduling, EverySequenceStoppingAtOnceLeavesNothingBehind) {
   // The last sequence stops at a stop id while its next step is launched: that step is left behind
   // with no sequence, and the engine serves the request that arrives later.
   EngineConfig sync_config = base_;
-  sync_config.async_scheduling = false;
+  sync_config.scheduler.async_scheduling = false;
   const RunResult plain = run(sync_config, {{prompts[0], greedy(20)}});
   requests = {{prompts[0], greedy(20)}, {prompts[2], greedy(6), 30, -1}};
   requests[0].params.stop_token_ids = {plain.outputs.at(0).token_ids.at(10)};
@@ -182,8 +182,8 @@ TEST_F(AsyncScheduling, EverySequenceStoppingAtOnceLeavesNothingBehind) {
 
 TEST_F(AsyncScheduling, MaxModelLenPenaltiesAndPreemption) {
   EngineConfig ec = base_;
-  ec.max_model_len = 40;
-  ec.num_kv_blocks = 9;  // 72 token slots for 3 growing sequences: preemption by recompute
+  ec.model.max_model_len = 40;
+  ec.cache.num_kv_blocks = 9;  // 72 token slots for 3 growing sequences: preemption by recompute
   const auto prompts = random_prompts({20, 14, 10}, 512, 16);
   std::vector<Request> requests = {{prompts[0], greedy(100)}, {prompts[1], greedy(22)}, {prompts[2], greedy(25)}};
   requests[1].params.repetition_penalty = 1.3f;  // a penalty row: its steps are never scheduled ahead

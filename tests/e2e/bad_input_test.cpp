@@ -1,7 +1,7 @@
 // Bad requests get a clear nanovllm::Error and leave the engine able to serve the next request.
 #include <gtest/gtest.h>
 
-#include "nanovllm/engine/llm.h"
+#include "nanovllm/llm/llm.h"
 #include "support/expect_error.h"
 #include "support/test_models.h"
 
@@ -11,9 +11,9 @@ namespace {
 class BadInput : public ::testing::Test {
  protected:
   void SetUp() override {
-    ec_.model = testing::tiny_model_dir("bad-input", nlohmann::json::object(), 9);
-    ec_.backend = Backend::kCpu;
-    ec_.max_model_len = 64;
+    ec_.model.path = testing::tiny_model_dir("bad-input", nlohmann::json::object(), 9);
+    ec_.model.backend = Backend::kCpu;
+    ec_.model.max_model_len = 64;
   }
   EngineConfig ec_;
 };
@@ -43,10 +43,10 @@ TEST_F(BadInput, RejectedRequestsLeaveTheEngineServing) {
 
 TEST_F(BadInput, BadEngineConfigIsAnError) {
   auto ec = ec_;
-  ec.max_model_len = 1 << 30;
+  ec.model.max_model_len = 1 << 30;
   testing::expect_error([&] { LLM llm(ec); }, {"max_model_len"});
   ec = ec_;
-  ec.model = "/nonexistent/model/dir";
+  ec.model.path = "/nonexistent/model/dir";
   testing::expect_error([&] { LLM llm(ec); }, {"does not exist"});
 }
 

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "nanovllm/engine/llm.h"
+#include "nanovllm/llm/llm.h"
 #include "support/test_models.h"
 
 namespace nanovllm {
@@ -19,9 +19,9 @@ TEST_P(HfGolden, GreedyTokensAndLogprobsMatchTransformers) {
   ASSERT_FALSE(golden.is_null()) << "missing golden file for " << GetParam()
                                  << " — run scripts/hf_golden.py on the GPU machine";
   EngineConfig ec;
-  ec.model = testing::golden_model_dir(GetParam());
-  ec.backend = Backend::kCpu;
-  ec.max_num_batched_tokens = 512;
+  ec.model.path = testing::golden_model_dir(GetParam());
+  ec.model.backend = Backend::kCpu;
+  ec.scheduler.max_num_batched_tokens = 512;
   LLM llm(ec);
 
   std::vector<std::vector<int32_t>> prompts;

@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "nanovllm/engine/llm.h"
+#include "nanovllm/llm/llm.h"
 #include "support/test_models.h"
 
 namespace nanovllm {
@@ -31,10 +31,10 @@ std::vector<std::vector<int32_t>> run(EngineConfig ec, const std::vector<std::ve
 class Invariance : public ::testing::Test {
  protected:
   void SetUp() override {
-    base_.model = testing::tiny_model_dir("invariance", {{"num_hidden_layers", 2}}, 5);
-    base_.backend = Backend::kCpu;
-    base_.block_size = 8;
-    base_.max_num_batched_tokens = 1024;
+    base_.model.path = testing::tiny_model_dir("invariance", {{"num_hidden_layers", 2}}, 5);
+    base_.model.backend = Backend::kCpu;
+    base_.cache.block_size = 8;
+    base_.scheduler.max_num_batched_tokens = 1024;
   }
   EngineConfig base_;
 };
@@ -42,8 +42,8 @@ class Invariance : public ::testing::Test {
 // Each prompt alone, no prefix caching, no chunking: the reference.
 std::vector<std::vector<int32_t>> one_by_one(EngineConfig ec, const std::vector<std::vector<int32_t>>& prompts,
                                              int64_t max_tokens = 12) {
-  ec.enable_prefix_caching = false;
-  ec.enable_chunked_prefill = false;
+  ec.cache.enable_prefix_caching = false;
+  ec.scheduler.enable_chunked_prefill = false;
   std::vector<std::vector<int32_t>> out;
   for (const auto& p : prompts) out.push_back(run(ec, {p}, max_tokens)[0]);
   return out;
@@ -54,7 +54,7 @@ TEST_F(Invariance, BatchCompositionDoesNotChangeTokens) {
   const auto reference = one_by_one(base_, prompts);
   EXPECT_EQ(run(base_, prompts), reference);
   auto small = base_;
-  small.max_num_seqs = 2;  // at most two sequences per step: a different interleaving
+  small.scheduler.max_num_seqs = 2;  // at most two sequences per step: a different interleaving
   EXPECT_EQ(run(small, prompts), reference);
 }
 
@@ -62,8 +62,8 @@ TEST_F(Invariance, ChunkedPrefillMatchesWholePrefill) {
   const auto prompts = random_prompts({37, 70, 5}, 512, 2);
   const auto reference = one_by_one(base_, prompts);
   auto chunked = base_;
-  chunked.max_num_batched_tokens = 16;  // smaller than the prompts: several chunks each, mixed with decodes
-  chunked.max_num_seqs = 16;
+  chunked.scheduler.max_num_batched_tokens = 16;  // smaller than the prompts: several chunks each, mixed with decodes
+  chunked.scheduler.max_num_seqs = 16;
   EXPECT_EQ(run(chunked, prompts), reference);
 }
 
@@ -95,8 +95,8 @@ TEST_F(Invariance, PreemptionByRecomputeMatches) {
   const auto prompts = random_prompts({20, 30, 25, 9}, 512, 6);
   const auto reference = one_by_one(base_, prompts, 16);
   auto tight = base_;
-  tight.num_kv_blocks = 12;  // 96 slots: four sequences growing to ~46 tokens each cannot all stay resident
-  tight.max_model_len = 64;
+  tight.cache.num_kv_blocks = 12;  // 96 slots: four sequences growing to ~46 tokens each cannot all stay resident
+  tight.model.max_model_len = 64;
   LLM llm(tight);
   const auto outputs = llm.generate(prompts, greedy(16));
   int64_t preemptions = 0;

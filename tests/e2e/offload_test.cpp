@@ -11,7 +11,7 @@
 #include <string>
 
 #include "nanovllm/core/error.h"
-#include "nanovllm/engine/llm.h"
+#include "nanovllm/llm/llm.h"
 #include "nanovllm/runner/offload_device.h"
 #include "nanovllm/runner/offload_runner.h"
 #include "support/test_models.h"
@@ -64,18 +64,18 @@ class Offload : public ::testing::Test {
  protected:
   void SetUp() override {
     // 3 layers: ring sizes 1, 2 (< L), 3 (= L) and more (clamped) all take different paths.
-    base_.model = testing::tiny_model_dir("offload", {{"num_hidden_layers", 3}}, 21);
-    base_.backend = Backend::kCpu;
-    base_.block_size = 8;
-    base_.max_model_len = 256;
-    base_.max_num_batched_tokens = 256;
+    base_.model.path = testing::tiny_model_dir("offload", {{"num_hidden_layers", 3}}, 21);
+    base_.model.backend = Backend::kCpu;
+    base_.cache.block_size = 8;
+    base_.model.max_model_len = 256;
+    base_.scheduler.max_num_batched_tokens = 256;
   }
   EngineConfig offloaded(int64_t host_block = 8, int64_t num_kv_buffers = 4) const {
     EngineConfig ec = base_;
-    ec.enable_cpu_offload = true;
-    ec.offload_min_tokens = 1;  // every request takes the offload path
-    ec.offload_block_size = host_block;
-    ec.num_kv_buffers = num_kv_buffers;
+    ec.offload.enabled = true;
+    ec.offload.min_tokens = 1;  // every request takes the offload path
+    ec.offload.block_size = host_block;
+    ec.offload.num_kv_buffers = num_kv_buffers;
     return ec;
   }
   std::vector<Result> run(const EngineConfig& ec, const std::vector<std::vector<int32_t>>& prompts,
@@ -116,10 +116,10 @@ TEST_F(Offload, ChunkedLayerPrefillMatches) {
   // A workspace of 16 rows: each layer of a 70-token prompt runs in 5 chunks over the layer buffer.
   const auto prompts = random_prompts({70, 16, 17, 33}, 512, 4);
   auto paged = base_;
-  paged.max_num_batched_tokens = 16;
+  paged.scheduler.max_num_batched_tokens = 16;
   const auto reference = run(paged, prompts, 12);
   auto off = offloaded(8);
-  off.max_num_batched_tokens = 16;
+  off.scheduler.max_num_batched_tokens = 16;
   EXPECT_EQ(run(off, prompts, 12), reference);
 }
 
@@ -160,9 +160,9 @@ TEST_F(Offload, LongRequestsOffloadWhenTheyDoNotFitTheGpuCacheShortOnesDoNot) {
   const auto prompts = random_prompts({60, 5, 44, 10}, 512, 7);
   const auto reference = run(base_, prompts, 10);
   auto ec = base_;
-  ec.num_kv_blocks = 6;
-  ec.enable_cpu_offload = true;
-  ec.offload_block_size = 8;
+  ec.cache.num_kv_blocks = 6;
+  ec.offload.enabled = true;
+  ec.offload.block_size = 8;
   LLM llm(ec);
   EXPECT_TRUE(llm.engine().is_offloaded(60, greedy(10)));
   EXPECT_TRUE(llm.engine().is_offloaded(44, greedy(10)));  // 54 tokens with its output
@@ -176,7 +176,7 @@ TEST_F(Offload, CpuMemoryLimitIsAClearError) {
   // 3 layers x (K + V) x 2 KV heads x head_dim x 4 bytes per token; 16 tokens fit in 16 x that.
   LLM probe(ec);
   const int64_t per_token = probe.engine().runner().offload()->host_bytes_for(8) / 8;
-  ec.cpu_memory_limit = 16 * per_token;
+  ec.offload.cpu_memory_limit = 16 * per_token;
   LLM llm(ec);
   const auto prompts = random_prompts({12, 30}, 512, 8);
   EXPECT_EQ(llm.generate({prompts[0]}, greedy(4)).size(), 1u);  // 16 tokens: fits
@@ -192,7 +192,7 @@ TEST_F(Offload, CpuMemoryLimitIsAClearError) {
 TEST_F(Offload, BadConfigIsAClearError) {
   auto ec = offloaded(8, 9);
   EXPECT_THROW(LLM{ec}, Error);
-  ec.num_kv_buffers = 0;
+  ec.offload.num_kv_buffers = 0;
   EXPECT_THROW(LLM{ec}, Error);
 }
 

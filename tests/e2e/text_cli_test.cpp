@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nanovllm/chat/chat_template.h"
-#include "nanovllm/engine/llm.h"
+#include "nanovllm/llm/llm.h"
 #include "nanovllm/tokenizer/tokenizer.h"
 #include "support/test_models.h"
 #include "text_test_util.h"
@@ -122,9 +122,9 @@ TEST(TextCli, ChatStreamsRepliesAndKeepsHistory) {
   EXPECT_NE(r.err.find("unknown command"), std::string::npos) << r.err;
 
   // Reference: the library's greedy generation of each rendered conversation.
-  LLMEngine probe({.model = dir, .backend = Backend::kCpu});
+  LLMEngine probe({.model = {.path = dir, .backend = Backend::kCpu}});
   const chat::ChatTemplate& tmpl = probe.chat_template();
-  LLM llm({.model = dir, .backend = Backend::kCpu});
+  LLM llm({.model = {.path = dir, .backend = Backend::kCpu}});
   SamplingParams p;
   p.temperature = 0;
   p.max_tokens = 7;

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nanovllm/core/error.h"
-#include "nanovllm/engine/llm.h"
+#include "nanovllm/llm/llm.h"
 #include "nanovllm/tokenizer/tokenizer.h"
 #include "support/process_scratch_dir.h"
 #include "support/test_models.h"
@@ -20,9 +20,9 @@ namespace {
 
 EngineConfig cpu_config(const std::filesystem::path& model) {
   EngineConfig c;
-  c.model = model;
-  c.backend = Backend::kCpu;
-  c.kv_cache_bytes = 64LL << 20;
+  c.model.path = model;
+  c.model.backend = Backend::kCpu;
+  c.cache.kv_cache_bytes = 64LL << 20;
   return c;
 }
 

@@ -1,7 +1,6 @@
 #include "nanovllm/engine/block_manager.h"
 
 #include <gtest/gtest.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
@@ -17,20 +16,11 @@ using nanovllm::test::random_tokens;
 
 namespace {
 
-// Independent chain hash: XXH64 over [prev hash as 8 LE bytes (not for block 0)] + int32 tokens.
-uint64_t ref_hash(const std::vector<int32_t>& toks, int64_t block, int64_t bs) {
-  uint64_t h = 0;
-  for (int64_t i = 0; i <= block; ++i) {
-    std::vector<unsigned char> buf;
-    if (i > 0)
-      for (int b = 0; b < 8; ++b) buf.push_back(static_cast<unsigned char>((h >> (8 * b)) & 0xFF));
-    for (int64_t j = 0; j < bs; ++j) {
-      const uint32_t t = static_cast<uint32_t>(toks[i * bs + j]);
-      for (int b = 0; b < 4; ++b) buf.push_back(static_cast<unsigned char>((t >> (8 * b)) & 0xFF));
-    }
-    h = XXH64(buf.data(), buf.size(), 0);
-  }
-  return h;
+// A sequence as Scheduler::add leaves it: with the hashes of its full blocks of bs tokens.
+std::unique_ptr<Sequence> hashed_seq(int64_t id, std::vector<int32_t> tokens, int64_t bs) {
+  auto s = make_seq(id, std::move(tokens));
+  s->reset_block_hashes(bs);
+  return s;
 }
 
 // Allocates, "computes" every token and commits: as the engine does after a full prefill.
@@ -43,22 +33,12 @@ void prefill(BlockManager& bm, Sequence& s) {
 
 }  // namespace
 
-TEST(BlockManager, HashMatchesIndependentChain) {
-  std::mt19937 rng(1);
-  const auto toks = random_tokens(rng, 3 * 5, -7, 1 << 30);  // negative ids too: raw int32 bytes
-  uint64_t h = 0;
-  for (int64_t i = 0; i < 3; ++i) {
-    h = BlockManager::hash_block(h, i > 0, toks.data() + i * 5, 5);
-    EXPECT_EQ(h, ref_hash(toks, i, 5)) << "block " << i;
-  }
-}
-
 TEST(BlockManager, SharedPrefixHitsAcrossSequences) {
   const int64_t bs = 4;
   BlockManager bm(32, bs);
   std::mt19937 rng(2);
   auto a_toks = random_tokens(rng, 3 * bs + 3);  // 3 full blocks + a partial one
-  auto a = make_seq(1, a_toks);
+  auto a = hashed_seq(1, a_toks, bs);
   prefill(bm, *a);
   EXPECT_EQ(a->num_cached_tokens, 0);
   EXPECT_EQ(a->block_table.size(), 4u);
@@ -68,7 +48,7 @@ TEST(BlockManager, SharedPrefixHitsAcrossSequences) {
   auto b_toks = std::vector<int32_t>(a_toks.begin(), a_toks.begin() + 2 * bs + 1);
   b_toks.push_back(a_toks[2 * bs + 1] + 1);
   for (int i = 0; i < 5; ++i) b_toks.push_back(40000 + i);
-  auto b = make_seq(2, b_toks);
+  auto b = hashed_seq(2, b_toks, bs);
   ASSERT_TRUE(bm.can_allocate(*b));
   EXPECT_EQ(bm.num_prefix_hit_tokens(*b), 2 * bs);
   const int64_t free_before = bm.num_free_blocks();
@@ -88,7 +68,7 @@ TEST(BlockManager, SharedPrefixHitsAcrossSequences) {
   // Chain: C has A's block 1 tokens but a different block 0, so block 1 must not hit either.
   auto c_toks = a_toks;
   c_toks[0] += 1;
-  auto c = make_seq(3, c_toks);
+  auto c = hashed_seq(3, c_toks, bs);
   EXPECT_EQ(bm.num_prefix_hit_tokens(*c), 0);
 }
 
@@ -97,17 +77,17 @@ TEST(BlockManager, PartialBlocksNeverCachedAndLastTokenAlwaysComputed) {
   BlockManager bm(32, bs);
   std::mt19937 rng(3);
   auto toks = random_tokens(rng, 2 * bs + 2);
-  auto a = make_seq(1, toks);
+  auto a = hashed_seq(1, toks, bs);
   prefill(bm, *a);
   EXPECT_EQ(bm.num_cached_blocks(), 2);
 
   // Same 10 tokens: the full blocks hit, the partial block does not.
-  auto b = make_seq(2, toks);
+  auto b = hashed_seq(2, toks, bs);
   EXPECT_EQ(bm.num_prefix_hit_tokens(*b), 2 * bs);
 
   // Exactly the first 8 tokens: all would hit, but the last token must be computed, so the last block is
   // recomputed (into a fresh block) and only one block is served from the cache.
-  auto c = make_seq(3, std::vector<int32_t>(toks.begin(), toks.begin() + 2 * bs));
+  auto c = hashed_seq(3, std::vector<int32_t>(toks.begin(), toks.begin() + 2 * bs), bs);
   EXPECT_EQ(bm.num_prefix_hit_tokens(*c), bs);
   bm.allocate(*c);
   EXPECT_EQ(c->num_cached_tokens, bs);
@@ -115,12 +95,12 @@ TEST(BlockManager, PartialBlocksNeverCachedAndLastTokenAlwaysComputed) {
   EXPECT_NE(c->block_table[1], a->block_table[1]);
 
   // 9 tokens: both full blocks lie inside the first 8 and hit.
-  auto d = make_seq(4, std::vector<int32_t>(toks.begin(), toks.begin() + 2 * bs + 1));
+  auto d = hashed_seq(4, std::vector<int32_t>(toks.begin(), toks.begin() + 2 * bs + 1), bs);
   EXPECT_EQ(bm.num_prefix_hit_tokens(*d), 2 * bs);
 
   // A sequence whose computed tokens end mid-block commits only the full blocks.
   BlockManager bm2(8, bs);
-  auto e = make_seq(5, random_tokens(rng, 3 * bs));
+  auto e = hashed_seq(5, random_tokens(rng, 3 * bs), bs);
   bm2.allocate(*e);
   e->num_computed_tokens = bs + 3;
   bm2.commit_full_blocks(*e);
@@ -135,9 +115,9 @@ TEST(BlockManager, SharedBlocksFreedOnlyWhenAllOwnersFree) {
   BlockManager bm(10, bs);
   std::mt19937 rng(4);
   auto toks = random_tokens(rng, 2 * bs + 2);
-  auto a = make_seq(1, toks);
+  auto a = hashed_seq(1, toks, bs);
   prefill(bm, *a);
-  auto b = make_seq(2, toks);
+  auto b = hashed_seq(2, toks, bs);
   bm.allocate(*b);
   ASSERT_EQ(b->num_cached_tokens, 2 * bs);
   EXPECT_EQ(bm.num_used_blocks(), 3 + 1);  // A: 3 blocks, B: 2 shared + 1 own
@@ -159,13 +139,13 @@ TEST(BlockManager, FreedCachedBlockIsRevivedByALaterHit) {
   BlockManager bm(6, bs);
   std::mt19937 rng(5);
   auto toks = random_tokens(rng, 2 * bs + 1);
-  auto a = make_seq(1, toks);
+  auto a = hashed_seq(1, toks, bs);
   prefill(bm, *a);
   const std::vector<int32_t> a_blocks = a->block_table;
   bm.free(*a);
   EXPECT_EQ(bm.num_free_blocks(), 6);
 
-  auto b = make_seq(2, toks);
+  auto b = hashed_seq(2, toks, bs);
   ASSERT_TRUE(bm.can_allocate(*b));
   bm.allocate(*b);
   EXPECT_EQ(b->num_cached_tokens, 2 * bs);
@@ -179,8 +159,8 @@ TEST(BlockManager, LazyEvictionIsLeastRecentlyFreedFirstTailBlocksFirst) {
   const int64_t bs = 2;
   BlockManager bm(6, bs);
   // A and B: 2 full blocks + 1 token each -> 3 blocks each, 2 cached each.
-  auto a = make_seq(1, {1, 2, 3, 4, 5});
-  auto b = make_seq(2, {11, 12, 13, 14, 15});
+  auto a = hashed_seq(1, {1, 2, 3, 4, 5}, bs);
+  auto b = hashed_seq(2, {11, 12, 13, 14, 15}, bs);
   prefill(bm, *a);
   prefill(bm, *b);
   const auto a_blocks = a->block_table;
@@ -191,7 +171,7 @@ TEST(BlockManager, LazyEvictionIsLeastRecentlyFreedFirstTailBlocksFirst) {
 
   // Fresh blocks come first from the uncached partial blocks, then A's block 1, A's block 0, B's...
   auto fresh = [&](int64_t id) {
-    auto s = make_seq(id, {static_cast<int32_t>(100 + id)});
+    auto s = hashed_seq(id, {static_cast<int32_t>(100 + id)}, bs);
     bm.allocate(*s);
     return s;
   };
@@ -205,26 +185,26 @@ TEST(BlockManager, LazyEvictionIsLeastRecentlyFreedFirstTailBlocksFirst) {
   EXPECT_EQ(x3->block_table[0], a_blocks[1]);
   EXPECT_EQ(bm.num_cached_blocks(), 3);
   // A's first block still hits; its second is gone.
-  EXPECT_EQ(bm.num_prefix_hit_tokens(*make_seq(20, {1, 2, 3, 4, 5})), bs);
-  EXPECT_EQ(bm.num_prefix_hit_tokens(*make_seq(21, {11, 12, 13, 14, 15})), 2 * bs);
+  EXPECT_EQ(bm.num_prefix_hit_tokens(*hashed_seq(20, {1, 2, 3, 4, 5}, bs)), bs);
+  EXPECT_EQ(bm.num_prefix_hit_tokens(*hashed_seq(21, {11, 12, 13, 14, 15}, bs)), 2 * bs);
 
   auto x4 = fresh(13);
   EXPECT_EQ(x4->block_table[0], a_blocks[0]);
   auto x5 = fresh(14);
   EXPECT_EQ(x5->block_table[0], b_blocks[1]);
-  EXPECT_EQ(bm.num_prefix_hit_tokens(*make_seq(22, {1, 2, 3, 4, 5})), 0);
-  EXPECT_EQ(bm.num_prefix_hit_tokens(*make_seq(23, {11, 12, 13, 14, 15})), bs);
+  EXPECT_EQ(bm.num_prefix_hit_tokens(*hashed_seq(22, {1, 2, 3, 4, 5}, bs)), 0);
+  EXPECT_EQ(bm.num_prefix_hit_tokens(*hashed_seq(23, {11, 12, 13, 14, 15}, bs)), bs);
 }
 
 TEST(BlockManager, ExhaustionLeavesStateUnchanged) {
   const int64_t bs = 4;
   BlockManager bm(3, bs);
   std::mt19937 rng(6);
-  auto a = make_seq(1, random_tokens(rng, 2 * bs + 1));
+  auto a = hashed_seq(1, random_tokens(rng, 2 * bs + 1), bs);
   prefill(bm, *a);
   EXPECT_EQ(bm.num_free_blocks(), 0);
 
-  auto b = make_seq(2, random_tokens(rng, 1));
+  auto b = hashed_seq(2, random_tokens(rng, 1), bs);
   EXPECT_FALSE(bm.can_allocate(*b));
   EXPECT_TRUE(b->block_table.empty());
   EXPECT_EQ(bm.num_free_blocks(), 0);
@@ -237,7 +217,7 @@ TEST(BlockManager, ExhaustionLeavesStateUnchanged) {
 
   // Once A is freed its cached blocks are reclaimable: a new 3-block sequence evicts them all.
   bm.free(*a);
-  auto c = make_seq(3, random_tokens(rng, 2 * bs + 1));
+  auto c = hashed_seq(3, random_tokens(rng, 2 * bs + 1), bs);
   prefill(bm, *c);
   EXPECT_EQ(bm.num_cached_blocks(), 2);
   EXPECT_EQ(bm.num_free_blocks(), 0);
@@ -248,14 +228,14 @@ TEST(BlockManager, HitsOnInUseBlocksNeedNoFreeBlocks) {
   BlockManager bm(4, bs);
   std::mt19937 rng(7);
   auto toks = random_tokens(rng, 3 * bs);
-  auto a = make_seq(1, toks);
+  auto a = hashed_seq(1, toks, bs);
   prefill(bm, *a);  // 3 blocks, 1 free
   auto b_toks = std::vector<int32_t>(toks.begin(), toks.begin() + 2 * bs);
   b_toks.push_back(7);
-  auto b = make_seq(2, b_toks);  // 3 blocks: 2 hits in use + 1 fresh
+  auto b = hashed_seq(2, b_toks, bs);  // 3 blocks: 2 hits in use + 1 fresh
   EXPECT_TRUE(bm.can_allocate(*b));
   b_toks.insert(b_toks.end(), {8, 9, 10, 11});
-  auto c = make_seq(3, b_toks);  // 4 blocks: 2 hits + 2 fresh, only 1 free
+  auto c = hashed_seq(3, b_toks, bs);  // 4 blocks: 2 hits + 2 fresh, only 1 free
   EXPECT_FALSE(bm.can_allocate(*c));
   bm.allocate(*b);
   EXPECT_EQ(bm.num_free_blocks(), 0);
@@ -265,7 +245,7 @@ TEST(BlockManager, HitsOnInUseBlocksNeedNoFreeBlocks) {
 TEST(BlockManager, AppendSlotsGrowsOneBlockAtABoundary) {
   const int64_t bs = 4;
   BlockManager bm(8, bs);
-  auto s = make_seq(1, {5, 6, 7, 8});
+  auto s = hashed_seq(1, {5, 6, 7, 8}, bs);
   bm.allocate(*s);
   EXPECT_EQ(s->block_table.size(), 1u);
   s->num_computed_tokens = 4;
@@ -285,8 +265,8 @@ TEST(BlockManager, DuplicateConcurrentBlocksKeepOneCacheEntry) {
   BlockManager bm(8, bs);
   std::mt19937 rng(8);
   auto toks = random_tokens(rng, 2 * bs + 1);
-  auto a = make_seq(1, toks);
-  auto b = make_seq(2, toks);
+  auto a = hashed_seq(1, toks, bs);
+  auto b = hashed_seq(2, toks, bs);
   bm.allocate(*a);
   bm.allocate(*b);  // before A committed anything: no hits
   EXPECT_EQ(b->num_cached_tokens, 0);
@@ -298,7 +278,7 @@ TEST(BlockManager, DuplicateConcurrentBlocksKeepOneCacheEntry) {
   const auto b_blocks = b->block_table;
   bm.free(*b);
   bm.free(*a);
-  auto c = make_seq(3, toks);
+  auto c = hashed_seq(3, toks, bs);
   bm.allocate(*c);
   EXPECT_EQ(c->num_cached_tokens, 2 * bs);
   EXPECT_EQ(c->block_table[0], a_blocks[0]);
@@ -307,7 +287,7 @@ TEST(BlockManager, DuplicateConcurrentBlocksKeepOneCacheEntry) {
   // whose duplicate hashes were never registered): none of that evicts the cached entries.
   EXPECT_EQ(c->block_table[2], a_blocks[2]);
   for (int i = 0; i < 3; ++i) {
-    auto d = make_seq(10 + i, {1000 + i});
+    auto d = hashed_seq(10 + i, {1000 + i}, bs);
     bm.allocate(*d);
     EXPECT_EQ(d->block_table[0], b_blocks[i]);
   }
@@ -319,10 +299,10 @@ TEST(BlockManager, PrefixCachingOff) {
   BlockManager bm(8, bs, /*enable_prefix_caching=*/false);
   std::mt19937 rng(9);
   auto toks = random_tokens(rng, 2 * bs + 1);
-  auto a = make_seq(1, toks);
+  auto a = hashed_seq(1, toks, bs);
   prefill(bm, *a);
   EXPECT_EQ(bm.num_cached_blocks(), 0);
-  auto b = make_seq(2, toks);
+  auto b = hashed_seq(2, toks, bs);
   EXPECT_EQ(bm.num_prefix_hit_tokens(*b), 0);
   bm.allocate(*b);
   EXPECT_EQ(b->num_cached_tokens, 0);

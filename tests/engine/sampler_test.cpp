@@ -9,7 +9,7 @@
 #include <random>
 
 #include "engine/test_util.h"
-#include "nanovllm/engine/rng.h"
+#include "nanovllm/core/rng.h"
 
 using namespace nanovllm;
 using nanovllm::test::make_seq;

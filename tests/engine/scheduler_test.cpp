@@ -16,13 +16,13 @@ using nanovllm::test::random_tokens;
 
 namespace {
 
-SchedulerConfig small_config() {
-  SchedulerConfig c;
-  c.max_num_seqs = 8;
-  c.max_num_batched_tokens = 64;
-  c.max_model_len = 256;
-  c.block_size = 4;
-  c.num_kv_blocks = 64;
+EngineConfig small_config() {
+  EngineConfig c;
+  c.scheduler.max_num_seqs = 8;
+  c.scheduler.max_num_batched_tokens = 64;
+  c.model.max_model_len = 256;
+  c.cache.block_size = 4;
+  c.cache.num_kv_blocks = 64;
   return c;
 }
 
@@ -37,9 +37,9 @@ SchedulerOutput run_step(Scheduler& s, const NextFn& next = [](const Sequence& q
   return fake_next(q.seq_id, q.num_tokens());
 }) {
   SchedulerOutput out = s.schedule();
-  const SchedulerConfig& c = s.config();
-  EXPECT_LE(out.num_tokens(), c.max_num_batched_tokens);
-  EXPECT_LE(static_cast<int64_t>(out.seqs.size()), c.max_num_seqs);
+  const EngineConfig& c = s.config();
+  EXPECT_LE(out.num_tokens(), c.scheduler.max_num_batched_tokens);
+  EXPECT_LE(static_cast<int64_t>(out.seqs.size()), c.scheduler.max_num_seqs);
   std::set<int64_t> ids;
   for (const auto& ss : out.seqs) {
     const Sequence& q = *ss.seq;
@@ -48,7 +48,8 @@ SchedulerOutput run_step(Scheduler& s, const NextFn& next = [](const Sequence& q
     EXPECT_LE(q.num_computed_tokens + ss.num_new_tokens, q.num_tokens());
     EXPECT_EQ(ss.sample, q.num_computed_tokens + ss.num_new_tokens == q.num_tokens());
     // KV slots exist for every token written this step.
-    EXPECT_GE(static_cast<int64_t>(q.block_table.size()) * c.block_size, q.num_computed_tokens + ss.num_new_tokens);
+    EXPECT_GE(static_cast<int64_t>(q.block_table.size()) * c.cache.block_size,
+              q.num_computed_tokens + ss.num_new_tokens);
     EXPECT_EQ(q.status, SequenceStatus::kRunning);
   }
   std::vector<SampledToken> sampled;
@@ -78,9 +79,9 @@ SamplingParams max_tokens(int64_t n) {
 }  // namespace
 
 TEST(Scheduler, TokenBudgetChunksAndDecodesGoFirst) {
-  SchedulerConfig c = small_config();
-  c.max_num_batched_tokens = 10;
-  Scheduler s(c);
+  EngineConfig c = small_config();
+  c.scheduler.max_num_batched_tokens = 10;
+  Scheduler s(c, {});
   std::mt19937 rng(1);
   for (int i = 1; i <= 3; ++i) s.add(make_seq(i, random_tokens(rng, 7), max_tokens(5)));
 
@@ -128,9 +129,9 @@ TEST(Scheduler, TokenBudgetChunksAndDecodesGoFirst) {
 }
 
 TEST(Scheduler, ChunkedPrefillSamplesOnlyAtTheEnd) {
-  SchedulerConfig c = small_config();
-  c.max_num_batched_tokens = 8;
-  Scheduler s(c);
+  EngineConfig c = small_config();
+  c.scheduler.max_num_batched_tokens = 8;
+  Scheduler s(c, {});
   std::mt19937 rng(2);
   s.add(make_seq(7, random_tokens(rng, 25), max_tokens(3)));
   const std::vector<int64_t> chunks{8, 8, 8, 1};
@@ -148,10 +149,10 @@ TEST(Scheduler, ChunkedPrefillSamplesOnlyAtTheEnd) {
 }
 
 TEST(Scheduler, ChunkingOffWaitsForAWholeFitAndRejectsHugePrompts) {
-  SchedulerConfig c = small_config();
-  c.max_num_batched_tokens = 8;
-  c.enable_chunked_prefill = false;
-  Scheduler s(c);
+  EngineConfig c = small_config();
+  c.scheduler.max_num_batched_tokens = 8;
+  c.scheduler.enable_chunked_prefill = false;
+  Scheduler s(c, {});
   std::mt19937 rng(3);
   EXPECT_THROW(s.add(make_seq(1, random_tokens(rng, 9))), Error);
   s.add(make_seq(2, random_tokens(rng, 6), max_tokens(2)));
@@ -166,9 +167,9 @@ TEST(Scheduler, ChunkingOffWaitsForAWholeFitAndRejectsHugePrompts) {
 }
 
 TEST(Scheduler, MaxNumSeqsBoundsTheRunningSet) {
-  SchedulerConfig c = small_config();
-  c.max_num_seqs = 2;
-  Scheduler s(c);
+  EngineConfig c = small_config();
+  c.scheduler.max_num_seqs = 2;
+  Scheduler s(c, {});
   std::mt19937 rng(4);
   for (int i = 1; i <= 5; ++i) s.add(make_seq(i, random_tokens(rng, 3), max_tokens(4)));
   SchedulerOutput o = run_step(s);
@@ -180,11 +181,11 @@ TEST(Scheduler, MaxNumSeqsBoundsTheRunningSet) {
 }
 
 TEST(Scheduler, PreemptionByRecomputeRestartsAndCompletes) {
-  SchedulerConfig c = small_config();
-  c.block_size = 2;
-  c.num_kv_blocks = 6;  // 12 token slots for two sequences that each grow to 9 tokens
-  c.enable_prefix_caching = false;
-  Scheduler s(c);
+  EngineConfig c = small_config();
+  c.cache.block_size = 2;
+  c.cache.num_kv_blocks = 6;  // 12 token slots for two sequences that each grow to 9 tokens
+  c.cache.enable_prefix_caching = false;
+  Scheduler s(c, {});
   s.add(make_seq(1, {11, 12, 13, 14}, max_tokens(5)));
   s.add(make_seq(2, {21, 22, 23, 24}, max_tokens(5)));
 
@@ -215,11 +216,11 @@ TEST(Scheduler, PreemptionByRecomputeRestartsAndCompletes) {
 }
 
 TEST(Scheduler, PreemptedSequenceRecomputesGeneratedTokensAsPrompt) {
-  SchedulerConfig c = small_config();
-  c.block_size = 2;
-  c.num_kv_blocks = 5;
-  c.enable_prefix_caching = false;
-  Scheduler s(c);
+  EngineConfig c = small_config();
+  c.cache.block_size = 2;
+  c.cache.num_kv_blocks = 5;
+  c.cache.enable_prefix_caching = false;
+  Scheduler s(c, {});
   s.add(make_seq(1, {1, 2, 3}, max_tokens(6)));
   s.add(make_seq(2, {4, 5, 6}, max_tokens(6)));
   // Step 3: seq 1 takes the last free block; seq 2 (the last running) preempts itself with 3 prompt +
@@ -248,10 +249,10 @@ TEST(Scheduler, PreemptedSequenceRecomputesGeneratedTokensAsPrompt) {
 }
 
 TEST(Scheduler, SequenceThatOutgrowsTheWholeCacheStopsWithLength) {
-  SchedulerConfig c = small_config();
-  c.block_size = 2;
-  c.num_kv_blocks = 3;  // 6 slots
-  Scheduler s(c);
+  EngineConfig c = small_config();
+  c.cache.block_size = 2;
+  c.cache.num_kv_blocks = 3;  // 6 slots
+  Scheduler s(c, {});
   s.add(make_seq(1, {1, 2, 3, 4}, max_tokens(50)));
   auto done = drain(s, 100);
   ASSERT_EQ(done.size(), 1u);
@@ -260,9 +261,7 @@ TEST(Scheduler, SequenceThatOutgrowsTheWholeCacheStopsWithLength) {
 }
 
 TEST(Scheduler, FinishesOnEosStopIdsMinTokensAndMaxTokens) {
-  SchedulerConfig c = small_config();
-  c.eos_token_ids = {99, 98};
-  Scheduler s(c);
+  Scheduler s(small_config(), {99, 98});
   const int32_t kEos = 98;
   const int32_t kStopId = 77;
   SamplingParams eos = max_tokens(10);
@@ -313,9 +312,9 @@ TEST(Scheduler, FinishesOnEosStopIdsMinTokensAndMaxTokens) {
 }
 
 TEST(Scheduler, MaxModelLenCapsGeneration) {
-  SchedulerConfig c = small_config();
-  c.max_model_len = 9;
-  Scheduler s(c);
+  EngineConfig c = small_config();
+  c.model.max_model_len = 9;
+  Scheduler s(c, {});
   s.add(make_seq(1, {1, 2, 3, 4, 5}, max_tokens(100)));
   s.add(make_seq(2, {1, 2, 3, 4, 5, 6, 7, 8, 9}, max_tokens(100)));  // == max_model_len: one token
   auto done = drain(s);
@@ -326,22 +325,22 @@ TEST(Scheduler, MaxModelLenCapsGeneration) {
 }
 
 TEST(Scheduler, RejectsBadRequests) {
-  SchedulerConfig c = small_config();
-  c.max_model_len = 100;
-  c.num_kv_blocks = 10;  // 40 slots
-  Scheduler s(c);
+  EngineConfig c = small_config();
+  c.model.max_model_len = 100;
+  c.cache.num_kv_blocks = 10;  // 40 slots
+  Scheduler s(c, {});
   EXPECT_THROW(s.add(make_seq(1, {})), Error);
   EXPECT_THROW(s.add(make_seq(2, std::vector<int32_t>(101, 3))), Error);  // > max_model_len
   EXPECT_THROW(s.add(make_seq(3, std::vector<int32_t>(41, 3))), Error);   // > whole KV pool
   s.add(make_seq(4, std::vector<int32_t>(40, 3)));
   EXPECT_THROW(s.add(make_seq(4, {1})), Error);  // duplicate id
-  EXPECT_THROW({ Scheduler bad{SchedulerConfig{}}; }, Error);  // num_kv_blocks unset
+  EXPECT_THROW({ Scheduler bad(EngineConfig{}, {}); }, Error);  // num_kv_blocks unset
   EXPECT_EQ(s.num_waiting(), 1);
 }
 
 TEST(Scheduler, PrefixCacheSkipsSharedPromptBlocks) {
-  SchedulerConfig c = small_config();
-  Scheduler s(c);
+  EngineConfig c = small_config();
+  Scheduler s(c, {});
   std::mt19937 rng(5);
   auto prompt = random_tokens(rng, 21);  // 5 full blocks of 4 + 1
   s.add(make_seq(1, prompt, max_tokens(2)));
@@ -358,7 +357,7 @@ TEST(Scheduler, PrefixCacheSkipsSharedPromptBlocks) {
 }
 
 TEST(Scheduler, AbortFreesBlocks) {
-  Scheduler s(small_config());
+  Scheduler s(small_config(), {});
   std::mt19937 rng(6);
   s.add(make_seq(1, random_tokens(rng, 10), max_tokens(20)));
   s.add(make_seq(2, random_tokens(rng, 10), max_tokens(20)));
@@ -380,15 +379,15 @@ TEST(Scheduler, AbortFreesBlocks) {
 }
 
 TEST(Scheduler, UpdateRejectsMismatchedSamples) {
-  Scheduler s(small_config());
+  Scheduler s(small_config(), {});
   s.add(make_seq(1, {1, 2, 3}));
   SchedulerOutput o = s.schedule();
   EXPECT_THROW(s.update(o, {{2, 5, {}}}), Error);
 }
 
 TEST(Scheduler, LogprobsAndSeedKeys) {
-  SchedulerConfig c = small_config();
-  Scheduler s(c);
+  EngineConfig c = small_config();
+  Scheduler s(c, {});
   SamplingParams p = max_tokens(2);
   p.logprobs = 2;
   p.seed = 1234;

@@ -24,13 +24,13 @@ std::filesystem::path server_model_dir() {
 
 EngineConfig server_engine_config() {
   EngineConfig c;
-  c.model = server_model_dir();
-  c.backend = Backend::kCpu;
-  c.num_kv_blocks = 512;
-  c.block_size = 16;
-  c.max_model_len = 256;
-  c.max_num_seqs = 128;
-  c.max_num_batched_tokens = 2048;
+  c.model.path = server_model_dir();
+  c.model.backend = Backend::kCpu;
+  c.cache.num_kv_blocks = 512;
+  c.cache.block_size = 16;
+  c.model.max_model_len = 256;
+  c.scheduler.max_num_seqs = 128;
+  c.scheduler.max_num_batched_tokens = 2048;
   return c;
 }
 

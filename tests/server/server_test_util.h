@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "nanovllm/engine/llm.h"
+#include "nanovllm/llm/llm.h"
 #include "nanovllm/server/server.h"
 #include "nanovllm/server/sse_client.h"
 

@@ -12,7 +12,7 @@
 #include "commands.h"
 #include "engine_options.h"
 #include "nanovllm/core/error.h"
-#include "nanovllm/engine/llm.h"
+#include "nanovllm/llm/llm.h"
 #include "nanovllm/runner/device_peaks.h"
 
 namespace nanovllm::cli {
@@ -168,10 +168,10 @@ void run_latency(LatencyOptions o) {
   print_peaks(peaks, report);
   const int64_t longest = std::max(o.context, *std::max_element(o.prefill_lens.begin(), o.prefill_lens.end()));
   EngineConfig ec = o.engine.to_config();
-  ec.max_num_batched_tokens = std::max(ec.max_num_batched_tokens, longest);
-  ec.max_num_seqs = std::min<int64_t>(ec.max_num_seqs, 8);
-  ec.enable_prefix_caching = false;  // every run must compute its prompt
-  if (ec.max_model_len == 0) ec.max_model_len = longest + o.decode_tokens + 16;
+  ec.scheduler.max_num_batched_tokens = std::max(ec.scheduler.max_num_batched_tokens, longest);
+  ec.scheduler.max_num_seqs = std::min<int64_t>(ec.scheduler.max_num_seqs, 8);
+  ec.cache.enable_prefix_caching = false;  // every run must compute its prompt
+  if (ec.model.max_model_len == 0) ec.model.max_model_len = longest + o.decode_tokens + 16;
   LLMEngine engine(ec);
   const ModelConfig& mc = engine.model_config();
   const ModelCost cost(mc);

@@ -14,7 +14,7 @@
 #include "commands.h"
 #include "engine_options.h"
 #include "nanovllm/core/error.h"
-#include "nanovllm/engine/llm.h"
+#include "nanovllm/llm/llm.h"
 #include "nanovllm/runner/device_peaks.h"
 #include "nanovllm/runner/offload_runner.h"
 
@@ -84,15 +84,15 @@ void run_offload_bench(const OffloadBenchOptions& o) {
   }
   const int64_t longest = *std::max_element(o.contexts.begin(), o.contexts.end());
   EngineConfig base = o.engine.to_config();
-  if (base.max_model_len == 0) base.max_model_len = longest + o.output_len + 1;
-  base.enable_prefix_caching = false;  // every run computes its whole prompt
+  if (base.model.max_model_len == 0) base.model.max_model_len = longest + o.output_len + 1;
+  base.cache.enable_prefix_caching = false;  // every run computes its whole prompt
   std::mt19937_64 rng(7);
 
   // 1. Offload on: every request takes the offload path.
   EngineConfig ec = base;
-  ec.enable_cpu_offload = true;
-  ec.offload_min_tokens = 1;
-  if (ec.num_kv_blocks == 0) ec.num_kv_blocks = o.offload_gpu_blocks;
+  ec.offload.enabled = true;
+  ec.offload.min_tokens = 1;
+  if (ec.cache.num_kv_blocks == 0) ec.cache.num_kv_blocks = o.offload_gpu_blocks;
   report["offload"] = nlohmann::json::array();
   std::vector<std::vector<int32_t>> prompts;
   {
@@ -110,8 +110,8 @@ void run_offload_bench(const OffloadBenchOptions& o) {
     const int64_t layers = mc.num_hidden_layers;
     const double kv_token_layer = static_cast<double>(off->kv_bytes_per_token_per_layer());
     std::printf("offload: num_kv_buffers %lld, host block %lld tokens, max_model_len %lld, %lld layers, %.0f KiB KV per token\n",
-                static_cast<long long>(off->config().num_kv_buffers), static_cast<long long>(off->config().host_block_size),
-                static_cast<long long>(base.max_model_len), static_cast<long long>(layers),
+                static_cast<long long>(off->config().num_kv_buffers), static_cast<long long>(off->config().block_size),
+                static_cast<long long>(base.model.max_model_len), static_cast<long long>(layers),
                 kv_token_layer * static_cast<double>(layers) / 1024);
     for (size_t i = 0; i < o.contexts.size(); ++i) {
       const int64_t c = o.contexts[i];
@@ -146,7 +146,7 @@ void run_offload_bench(const OffloadBenchOptions& o) {
     }
     const double peak = static_cast<double>(peak_device_memory_bytes());
     if (peaks.measured) {
-      const double paged = static_cast<double>(e.runner().num_kv_blocks()) * static_cast<double>(base.block_size) *
+      const double paged = static_cast<double>(e.runner().num_kv_blocks()) * static_cast<double>(base.cache.block_size) *
                            kv_token_layer * static_cast<double>(layers);
       const double formula = weights + static_cast<double>(fp.total()) + paged;
       std::printf("peak GPU memory (nano-vLLM allocator): %.2f GiB | formula: weights %.2f + num_kv_buffers x layer KV %.2f "
@@ -170,11 +170,11 @@ void run_offload_bench(const OffloadBenchOptions& o) {
   if (o.no_compare) return write_json();
   report["gpu_only"] = nlohmann::json::array();
   EngineConfig plain = base;
-  plain.enable_cpu_offload = false;
-  plain.max_num_batched_tokens = std::max(plain.max_num_batched_tokens, longest);
+  plain.offload.enabled = false;
+  plain.scheduler.max_num_batched_tokens = std::max(plain.scheduler.max_num_batched_tokens, longest);
   LLM llm(plain);
   LLMEngine& e = llm.engine();
-  const int64_t capacity = e.runner().num_kv_blocks() * plain.block_size;
+  const int64_t capacity = e.runner().num_kv_blocks() * plain.cache.block_size;
   run_request(e, random_prompt(rng, 256, e.model_config().vocab_size), 4, nullptr);
   for (size_t i = 0; i < o.contexts.size(); ++i) {
     const int64_t c = o.contexts[i];

@@ -15,7 +15,7 @@
 #include "engine_options.h"
 #include "nanovllm/chat/chat_template.h"
 #include "nanovllm/core/error.h"
-#include "nanovllm/engine/llm_engine.h"
+#include "nanovllm/llm/llm_engine.h"
 #include "nanovllm/tokenizer/tokenizer.h"
 
 namespace nanovllm::cli {

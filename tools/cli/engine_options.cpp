@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nanovllm/core/error.h"
+#include "nanovllm/kernels/device.h"
 
 namespace nanovllm::cli {
 
@@ -57,27 +58,27 @@ void add_sampling_options(CLI::App& cmd, SamplingOptions& o) {
 
 EngineConfig EngineOptions::to_config() const {
   EngineConfig c;
-  c.model = model;
-  c.backend = backend.empty() ? EngineConfig::default_backend() : parse_backend(backend);
-  c.max_num_seqs = max_num_seqs;
-  c.max_num_batched_tokens = max_num_batched_tokens;
-  c.block_size = block_size;
-  c.max_model_len = max_model_len;
-  c.num_kv_blocks = num_kv_blocks;
+  c.model.path = model;
+  c.model.backend = backend.empty() ? default_backend() : parse_backend(backend);
+  c.model.max_model_len = max_model_len;
+  c.model.seed = engine_seed;
+  c.model.enforce_eager = enforce_eager;
+  c.cache.block_size = block_size;
+  c.cache.num_kv_blocks = num_kv_blocks;
   NANOVLLM_CHECK(kv_cache_gib > 0, "--kv-cache-gib must be > 0");
-  c.kv_cache_bytes = static_cast<int64_t>(kv_cache_gib * (1LL << 30));
-  c.gpu_memory_utilization = gpu_memory_utilization;
-  c.enforce_eager = enforce_eager;
-  c.async_scheduling = !no_async_scheduling;
-  c.enable_prefix_caching = !no_prefix_caching;
-  c.enable_chunked_prefill = !no_chunked_prefill;
-  c.seed = engine_seed;
-  c.enable_cpu_offload = enable_cpu_offload;
-  c.num_kv_buffers = num_kv_buffers;
-  c.offload_block_size = offload_block_size;
+  c.cache.kv_cache_bytes = static_cast<int64_t>(kv_cache_gib * (1LL << 30));
+  c.cache.gpu_memory_utilization = gpu_memory_utilization;
+  c.cache.enable_prefix_caching = !no_prefix_caching;
+  c.scheduler.max_num_seqs = max_num_seqs;
+  c.scheduler.max_num_batched_tokens = max_num_batched_tokens;
+  c.scheduler.enable_chunked_prefill = !no_chunked_prefill;
+  c.scheduler.async_scheduling = !no_async_scheduling;
+  c.offload.enabled = enable_cpu_offload;
+  c.offload.num_kv_buffers = num_kv_buffers;
+  c.offload.block_size = offload_block_size;
   NANOVLLM_CHECK(cpu_memory_limit_gib >= 0, "--cpu-memory-limit must be >= 0");
-  c.cpu_memory_limit = static_cast<int64_t>(cpu_memory_limit_gib * (1LL << 30));
-  c.offload_min_tokens = offload_min_tokens;
+  c.offload.cpu_memory_limit = static_cast<int64_t>(cpu_memory_limit_gib * (1LL << 30));
+  c.offload.min_tokens = offload_min_tokens;
   return c;
 }
 

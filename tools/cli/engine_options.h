@@ -6,8 +6,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "nanovllm/engine/llm_engine.h"
 #include "nanovllm/engine/sampling_params.h"
+#include "nanovllm/llm/llm_engine.h"
 
 namespace nanovllm::cli {
 

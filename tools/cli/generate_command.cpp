@@ -8,7 +8,7 @@
 #include "commands.h"
 #include "engine_options.h"
 #include "nanovllm/core/error.h"
-#include "nanovllm/engine/llm.h"
+#include "nanovllm/llm/llm.h"
 #include "nanovllm/tokenizer/tokenizer.h"
 
 namespace nanovllm::cli {
@@ -99,7 +99,7 @@ void register_generate(CLI::App& app) {
     }
     std::fprintf(stderr, "generated %lld tokens for %zu prompts in %.3f s (%.1f tok/s, backend %s)\n",
                  static_cast<long long>(generated), outputs.size(), seconds, seconds > 0 ? generated / seconds : 0.0,
-                 to_string(llm.engine().config().backend));
+                 to_string(llm.engine().config().model.backend));
   });
 }
 

@@ -9,7 +9,7 @@
 #include "commands.h"
 #include "engine_options.h"
 #include "nanovllm/core/error.h"
-#include "nanovllm/engine/llm_engine.h"
+#include "nanovllm/llm/llm_engine.h"
 #include "nanovllm/server/server.h"
 
 namespace nanovllm::cli {

@@ -1,9 +1,6 @@
 #include "nanovllm/engine/block_manager.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
-#include <cstring>
 
 #include "nanovllm/core/error.h"
 
@@ -20,14 +17,12 @@ BlockManager::BlockManager(int64_t num_blocks, int64_t block_size, bool enable_p
   }
 }
 
-uint64_t BlockManager::hash_block(uint64_t prev_hash, bool has_prev, const int32_t* tokens, int64_t n) {
-  // One contiguous buffer: prev hash (8 little-endian bytes, absent for block 0) then the int32 tokens.
-  thread_local std::vector<unsigned char> buf;
-  const size_t head = has_prev ? 8 : 0;
-  buf.resize(head + static_cast<size_t>(n) * sizeof(int32_t));
-  for (size_t i = 0; i < head; ++i) buf[i] = static_cast<unsigned char>(prev_hash >> (8 * i));
-  std::memcpy(buf.data() + head, tokens, static_cast<size_t>(n) * sizeof(int32_t));
-  return XXH64(buf.data(), buf.size(), 0);
+const std::vector<uint64_t>& BlockManager::chain(const Sequence& seq, int64_t num_blocks) const {
+  NANOVLLM_ASSERT(num_blocks == 0 || (seq.block_hash_size() == block_size_ &&
+                                       static_cast<int64_t>(seq.block_hashes().size()) >= num_blocks),
+                  "request ", seq.seq_id, ": its block hashes (", seq.block_hashes().size(), " of ",
+                  seq.block_hash_size(), " tokens) do not cover ", num_blocks, " blocks of ", block_size_);
+  return seq.block_hashes();
 }
 
 std::vector<int32_t> BlockManager::match_prefix(const Sequence& seq) const {
@@ -35,11 +30,10 @@ std::vector<int32_t> BlockManager::match_prefix(const Sequence& seq) const {
   if (!enable_prefix_caching_) return hits;
   // Only blocks lying entirely inside the first num_tokens - 1 tokens: the last token is recomputed.
   const int64_t max_blocks = std::max<int64_t>(seq.num_tokens() - 1, 0) / block_size_;
-  uint64_t h = 0;
+  const std::vector<uint64_t>& hashes = chain(seq, max_blocks);
   for (int64_t i = 0; i < max_blocks; ++i) {
     const int32_t* toks = seq.token_ids.data() + i * block_size_;
-    h = hash_block(h, i > 0, toks, block_size_);
-    auto it = hash_to_block_.find(h);
+    auto it = hash_to_block_.find(hashes[static_cast<size_t>(i)]);
     if (it == hash_to_block_.end()) break;
     const Block& b = blocks_[it->second];
     if (!std::equal(b.tokens.begin(), b.tokens.end(), toks)) break;  // 64-bit hash collision
@@ -108,6 +102,7 @@ void BlockManager::commit_full_blocks(Sequence& seq) {
   if (!enable_prefix_caching_) return;
   const int64_t num_full = std::min(seq.num_computed_tokens, seq.num_tokens()) / block_size_;
   NANOVLLM_ASSERT(num_full <= static_cast<int64_t>(seq.block_table.size()));
+  const std::vector<uint64_t>& hashes = chain(seq, num_full);
   // Blocks are committed in order, so the committed ones form a prefix: find where it ends.
   int64_t first = num_full;
   while (first > 0 && !blocks_[seq.block_table[first - 1]].has_hash) --first;
@@ -115,9 +110,8 @@ void BlockManager::commit_full_blocks(Sequence& seq) {
     const int32_t id = seq.block_table[i];
     Block& b = blocks_[id];
     const int32_t* toks = seq.token_ids.data() + i * block_size_;
-    const uint64_t prev = i > 0 ? blocks_[seq.block_table[i - 1]].hash : 0;
-    b.hash = hash_block(prev, i > 0, toks, block_size_);
-    b.has_hash = true;  // even when not registered: it carries the chain for the next block
+    b.hash = hashes[static_cast<size_t>(i)];
+    b.has_hash = true;  // even when not registered: marks it committed (the search for `first` above)
     b.tokens.assign(toks, toks + block_size_);
     hash_to_block_.try_emplace(b.hash, id);  // an existing identical block keeps the entry
   }

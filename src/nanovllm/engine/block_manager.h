@@ -1,8 +1,9 @@
 // BlockManager: paged KV block accounting with automatic prefix caching (vLLM v1 semantics).
 //
-// Prefix cache: every FULL block of a sequence whose K/V has been written gets a chained hash
-//   h_0 = XXH64(tokens_0), h_i = XXH64(h_{i-1} as 8 little-endian bytes ‖ tokens_i as int32), seed 0,
-// so a hash names the block's tokens AND everything before them. Partial blocks are never cached.
+// Prefix cache: every FULL block of a sequence whose K/V has been written is cached under its chained
+// hash (block_hash.h), which names the block's tokens AND everything before them. The hashes are the
+// sequence's own (Sequence::block_hashes, computed once per block, for this block size); the block
+// manager never hashes. Partial blocks are never cached.
 // Blocks are ref-counted; a cached block whose ref count drops to 0 keeps its hash (lazy eviction) and
 // goes to the tail of an LRU free list: a later prefix hit revives it (ref 0 -> 1), and only when a
 // fresh block is needed is the least recently freed one evicted (its hash entry is dropped then).
@@ -66,9 +67,6 @@ class BlockManager {
   // clears seq.block_table. Does not touch seq.num_computed_tokens.
   void free(Sequence& seq);
 
-  // The chained block hash (exposed for tests and for anyone who must agree with it).
-  static uint64_t hash_block(uint64_t prev_hash, bool has_prev, const int32_t* tokens, int64_t n);
-
  private:
   struct Block {
     int32_t ref = 0;
@@ -80,6 +78,8 @@ class BlockManager {
 
   // Cached blocks matching seq's prefix, in order (see num_prefix_hit_tokens).
   std::vector<int32_t> match_prefix(const Sequence& seq) const;
+  // seq.block_hashes(), checked to be of this block size and to cover its first num_blocks blocks.
+  const std::vector<uint64_t>& chain(const Sequence& seq, int64_t num_blocks) const;
   int32_t take_fresh_block();  // pops the LRU head, evicting its hash entry
   void release(int32_t id);
 

@@ -8,7 +8,7 @@
 #include <unordered_set>
 
 #include "nanovllm/core/error.h"
-#include "nanovllm/engine/rng.h"
+#include "nanovllm/core/rng.h"
 
 namespace nanovllm {
 

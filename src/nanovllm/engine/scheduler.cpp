@@ -4,23 +4,15 @@
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/core/logging.h"
-#include "nanovllm/engine/rng.h"
+#include "nanovllm/core/rng.h"
 
 namespace nanovllm {
 
-void SchedulerConfig::validate() const {
-  NANOVLLM_CHECK(max_num_seqs >= 1, "SchedulerConfig.max_num_seqs must be >= 1, got ", max_num_seqs);
-  NANOVLLM_CHECK(max_num_batched_tokens >= 1, "SchedulerConfig.max_num_batched_tokens must be >= 1, got ",
-                 max_num_batched_tokens);
-  NANOVLLM_CHECK(max_model_len >= 1, "SchedulerConfig.max_model_len must be >= 1, got ", max_model_len);
-  NANOVLLM_CHECK(block_size >= 1, "SchedulerConfig.block_size must be >= 1, got ", block_size);
-  NANOVLLM_CHECK(num_kv_blocks >= 1, "SchedulerConfig.num_kv_blocks must be >= 1, got ", num_kv_blocks);
-}
-
-Scheduler::Scheduler(SchedulerConfig config)
-    : config_((config.validate(), std::move(config))),
-      blocks_(config_.num_kv_blocks, config_.block_size, config_.enable_prefix_caching),
-      engine_rng_(splitmix64(config_.seed)) {}
+Scheduler::Scheduler(const EngineConfig& config, std::vector<int64_t> eos_token_ids)
+    : config_(config),
+      eos_token_ids_(std::move(eos_token_ids)),
+      blocks_(config_.cache.num_kv_blocks, config_.cache.block_size, config_.cache.enable_prefix_caching),
+      engine_rng_(splitmix64(config_.model.seed)) {}
 
 void Scheduler::add(std::unique_ptr<Sequence> seq) {
   NANOVLLM_CHECK(seq != nullptr, "Scheduler::add: null sequence");
@@ -29,14 +21,14 @@ void Scheduler::add(std::unique_ptr<Sequence> seq) {
   if (seq->num_prompt_tokens == 0) seq->num_prompt_tokens = n;
   NANOVLLM_CHECK(seq->num_prompt_tokens == n, "request ", seq->seq_id, ": num_prompt_tokens (",
                  seq->num_prompt_tokens, ") != token_ids.size() (", n, ")");
-  NANOVLLM_CHECK(n <= config_.max_model_len, "request ", seq->seq_id, ": prompt of ", n,
-                 " tokens is longer than max_model_len = ", config_.max_model_len);
+  NANOVLLM_CHECK(n <= config_.model.max_model_len, "request ", seq->seq_id, ": prompt of ", n,
+                 " tokens is longer than max_model_len = ", config_.model.max_model_len);
   NANOVLLM_CHECK(blocks_.blocks_for(n) <= blocks_.num_blocks(), "request ", seq->seq_id, ": prompt of ", n,
                  " tokens needs ", blocks_.blocks_for(n), " KV blocks, the whole cache has ",
                  blocks_.num_blocks());
-  NANOVLLM_CHECK(config_.enable_chunked_prefill || n <= config_.max_num_batched_tokens, "request ",
-                 seq->seq_id, ": prompt of ", n, " tokens is longer than max_num_batched_tokens = ",
-                 config_.max_num_batched_tokens, " and chunked prefill is off");
+  NANOVLLM_CHECK(config_.scheduler.enable_chunked_prefill || n <= config_.scheduler.max_num_batched_tokens,
+                 "request ", seq->seq_id, ": prompt of ", n, " tokens is longer than max_num_batched_tokens = ",
+                 config_.scheduler.max_num_batched_tokens, " and chunked prefill is off");
   NANOVLLM_CHECK(!live_ids_.contains(seq->seq_id), "request id ", seq->seq_id, " is already in use");
   live_ids_.insert(seq->seq_id);
 
@@ -45,6 +37,8 @@ void Scheduler::add(std::unique_ptr<Sequence> seq) {
   seq->num_computed_tokens = 0;
   seq->num_cached_tokens = 0;
   seq->block_table.clear();
+  // The prompt's block hashes, once: admission checks and commits reuse them (block_manager.h).
+  seq->reset_block_hashes(config_.cache.enable_prefix_caching ? config_.cache.block_size : 0);
   if (seq->arrival_time == std::chrono::steady_clock::time_point{})
     seq->arrival_time = std::chrono::steady_clock::now();
   if (seq->params.seed) {
@@ -78,7 +72,7 @@ void Scheduler::finish(std::unique_ptr<Sequence> seq, FinishReason reason) {
 
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
-  int64_t budget = config_.max_num_batched_tokens;
+  int64_t budget = config_.scheduler.max_num_batched_tokens;
   bool preempted = false;
 
   // 1. Decodes: running sequences with exactly one token left to compute, in admission order.
@@ -129,11 +123,11 @@ SchedulerOutput Scheduler::schedule() {
 
   // 3. Admit waiting sequences, first come first served: stop at the first one that does not fit.
   while (!preempted && budget > 0 && !waiting_.empty() &&
-         static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+         static_cast<int64_t>(running_.size()) < config_.scheduler.max_num_seqs) {
     Sequence& s = *waiting_.front();
     if (!blocks_.can_allocate(s)) break;
     const int64_t remaining = s.num_tokens() - blocks_.num_prefix_hit_tokens(s);
-    if (!config_.enable_chunked_prefill && remaining > budget) break;
+    if (!config_.scheduler.enable_chunked_prefill && remaining > budget) break;
     blocks_.allocate(s);
     NANOVLLM_ASSERT(s.num_tokens() - s.num_computed_tokens == remaining);
     const int64_t n = std::min(remaining, budget);
@@ -152,11 +146,9 @@ FinishReason Scheduler::stop_reason(const Sequence& s) const {
   const int64_t num_out = s.num_output_tokens();
   if (num_out < p.min_tokens) return FinishReason::kNone;
   // vLLM v1 order: length limits first, then eos, then stop ids.
-  if (num_out >= p.max_tokens || s.num_tokens() >= config_.max_model_len) return FinishReason::kLength;
+  if (num_out >= p.max_tokens || s.num_tokens() >= config_.model.max_model_len) return FinishReason::kLength;
   const int64_t last = s.last_token();
-  if (!p.ignore_eos &&
-      std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), last) !=
-          config_.eos_token_ids.end())
+  if (!p.ignore_eos && std::find(eos_token_ids_.begin(), eos_token_ids_.end(), last) != eos_token_ids_.end())
     return FinishReason::kStop;
   if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), last) != p.stop_token_ids.end())
     return FinishReason::kStop;
@@ -192,6 +184,7 @@ void Scheduler::resolve(const SchedulerOutput& out, const std::vector<SampledTok
     NANOVLLM_ASSERT(s.token_ids.back() == kPendingToken);
     if (s.num_output_tokens() == 1) s.first_token_time = std::chrono::steady_clock::now();
     s.token_ids.back() = t.token_id;
+    s.extend_block_hashes();  // the token may fill a block
     if (s.params.logprobs > 0) s.logprobs.push_back(t.top_logprobs);
     if (stop_reason(s) != FinishReason::kNone) done.push_back(&s);
   }
@@ -218,7 +211,7 @@ bool Scheduler::can_schedule_ahead(const SchedulerOutput& out) const {
     if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) return false;
     // After step N the sequence holds num_tokens() + 1 tokens, all but the last computed; step N + 1
     // computes that last one: it must stay below max_model_len.
-    if (s.num_tokens() + 1 >= config_.max_model_len) return false;
+    if (s.num_tokens() + 1 >= config_.model.max_model_len) return false;
     new_blocks += blocks_.blocks_for(s.num_tokens() + 1) - static_cast<int64_t>(s.block_table.size());
     all_reach_max_tokens = all_reach_max_tokens && s.num_output_tokens() + 1 >= p.max_tokens;
   }

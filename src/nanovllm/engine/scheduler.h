@@ -23,31 +23,22 @@
 #include <vector>
 
 #include "nanovllm/engine/block_manager.h"
+#include "nanovllm/engine/config.h"
 #include "nanovllm/engine/scheduler_output.h"
 #include "nanovllm/engine/sequence.h"
 
 namespace nanovllm {
 
-struct SchedulerConfig {
-  int64_t max_num_seqs = 256;
-  int64_t max_num_batched_tokens = 8192;
-  int64_t max_model_len = 4096;  // prompt + generated tokens
-  int64_t block_size = 16;
-  int64_t num_kv_blocks = 0;     // must be set (>= 1)
-  bool enable_prefix_caching = true;
-  bool enable_chunked_prefill = true;
-  std::vector<int64_t> eos_token_ids;  // finish a sequence (unless params.ignore_eos)
-  uint64_t seed = 0;  // engine RNG: gives unseeded requests their sampling key (see Scheduler::add)
-
-  void validate() const;  // throws nanovllm::Error naming the field
-};
-
 class Scheduler {
  public:
-  explicit Scheduler(SchedulerConfig config);
+  // `config` as resolved by EngineConfig::resolve, with cache.num_kv_blocks the KV pool's size (this
+  // lane's blocks: LLMEngine gives the offload lane its own config). eos_token_ids finish a sequence
+  // unless params.ignore_eos.
+  Scheduler(const EngineConfig& config, std::vector<int64_t> eos_token_ids);
 
   // Queues a new request. Sets status = kWaiting, num_prompt_tokens (= token_ids.size() if 0),
-  // arrival_time (if unset) and rng_state (from params.seed, else from the engine RNG).
+  // arrival_time (if unset), rng_state (from params.seed, else from the engine RNG) and, with prefix
+  // caching, the prompt's block hashes (Sequence::block_hashes; resolve() extends them).
   // Throws nanovllm::Error for: an empty prompt, a prompt longer than max_model_len, a prompt needing
   // more KV blocks than the whole pool, a prompt longer than max_num_batched_tokens with chunked prefill
   // off, a duplicate seq_id. Does not validate params against the vocab (SamplingParams::validate does).
@@ -85,14 +76,15 @@ class Scheduler {
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }  // total since construction
   const BlockManager& block_manager() const { return blocks_; }
-  const SchedulerConfig& config() const { return config_; }
+  const EngineConfig& config() const { return config_; }
 
  private:
   void preempt(std::unique_ptr<Sequence> seq);
   void finish(std::unique_ptr<Sequence> seq, FinishReason reason);
   FinishReason stop_reason(const Sequence& seq) const;  // after a token was appended
 
-  SchedulerConfig config_;
+  EngineConfig config_;
+  std::vector<int64_t> eos_token_ids_;
   BlockManager blocks_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order

@@ -1,5 +1,7 @@
 #include "nanovllm/engine/sequence.h"
 
+#include "nanovllm/engine/block_hash.h"
+
 namespace nanovllm {
 
 const char* to_string(FinishReason r) {
@@ -10,6 +12,21 @@ const char* to_string(FinishReason r) {
     case FinishReason::kNone: break;
   }
   return "";
+}
+
+void Sequence::reset_block_hashes(int64_t block_size) {
+  block_hash_size_ = block_size;
+  block_hashes_.clear();
+  extend_block_hashes();
+}
+
+void Sequence::extend_block_hashes() {
+  if (block_hash_size_ <= 0) return;
+  const int64_t known = num_tokens() - (!token_ids.empty() && token_ids.back() == kPendingToken ? 1 : 0);
+  for (int64_t i = static_cast<int64_t>(block_hashes_.size()); (i + 1) * block_hash_size_ <= known; ++i) {
+    const uint64_t prev = i > 0 ? block_hashes_.back() : 0;
+    block_hashes_.push_back(hash_block(prev, i > 0, token_ids.data() + i * block_hash_size_, block_hash_size_));
+  }
 }
 
 }  // namespace nanovllm

@@ -45,6 +45,23 @@ struct Sequence {
   int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
   bool is_finished() const { return status == SequenceStatus::kFinished; }
   int32_t last_token() const { return token_ids.back(); }
+
+  // The prefix-cache hash chain (block_hash.h) over the full blocks of token_ids: block_hashes()[i]
+  // names tokens [0, (i + 1) * block_hash_size()), a block and all before it. Each block is hashed once:
+  // Scheduler::add starts the chain over the prompt, Scheduler::resolve extends it as generated tokens
+  // fill blocks, and the block manager only reads it (admission checks, commits). Preemption by
+  // recompute keeps the tokens, so it keeps the chain. Empty when prefix caching is off.
+  const std::vector<uint64_t>& block_hashes() const { return block_hashes_; }
+  int64_t block_hash_size() const { return block_hash_size_; }  // tokens per hashed block; 0: no chain
+  // Starts the chain over for blocks of `block_size` tokens (0: none) and hashes the full blocks.
+  void reset_block_hashes(int64_t block_size);
+  // Hashes the blocks filled since the last call. A block ending in kPendingToken (a sampled token not
+  // read yet) waits until the token is known: token_ids may change only there, and only at the back.
+  void extend_block_hashes();
+
+ private:
+  int64_t block_hash_size_ = 0;
+  std::vector<uint64_t> block_hashes_;
 };
 
 }  // namespace nanovllm

@@ -10,30 +10,28 @@
 
 namespace nanovllm {
 
-CpuModelRunner::CpuModelRunner(const std::filesystem::path& model_dir, const ModelConfig& config,
-                               const RunnerConfig& rc)
-    : rc_(rc), sampler_(config.eos_token_ids) {
-  check_runner_config(rc);
+CpuModelRunner::CpuModelRunner(const EngineConfig& ec, const ModelConfig& config)
+    : ec_(ec), sampler_(config.eos_token_ids) {
   const RopeTable rope = compute_rope(config);
   rope_inv_freq_ = rope.inv_freq;
   const TensorView inv_freq(rope_inv_freq_.data(), DType::kF32, Shape{static_cast<int64_t>(rope_inv_freq_.size())});
-  model_ = std::make_unique<Qwen3Model>(config, load_weights(model_dir, config), inv_freq, rope.attention_scaling);
+  model_ = std::make_unique<Qwen3Model>(config, load_weights(ec.model.path, config), inv_freq, rope.attention_scaling);
 
   // KV cache: [L, 2, NB, BS, Hk, D] in fp32, one allocation.
   const int64_t layers = config.num_hidden_layers;
-  const int64_t block_elems = rc.block_size * config.num_key_value_heads * config.head_dim;
+  const int64_t block_elems = ec.cache.block_size * config.num_key_value_heads * config.head_dim;
   const int64_t bytes_per_block = layers * 2 * block_elems * 4;
-  const int64_t blocks_per_seq = blocks_per_max_len_seq(rc);
-  num_kv_blocks_ = rc.num_kv_blocks > 0
-                       ? rc.num_kv_blocks
-                       : std::min(rc.kv_cache_bytes / bytes_per_block, rc.max_num_seqs * blocks_per_seq);
-  NANOVLLM_CHECK(num_kv_blocks_ >= 1, "KV cache budget of ", rc.kv_cache_bytes, " bytes holds no block of ",
+  const int64_t blocks_per_seq = ec.blocks_per_max_len_seq();
+  num_kv_blocks_ = ec.cache.num_kv_blocks > 0 ? ec.cache.num_kv_blocks
+                                              : std::min(ec.cache.kv_cache_bytes / bytes_per_block,
+                                                         ec.scheduler.max_num_seqs * blocks_per_seq);
+  NANOVLLM_CHECK(num_kv_blocks_ >= 1, "KV cache budget of ", ec.cache.kv_cache_bytes, " bytes holds no block of ",
                  bytes_per_block, " bytes");
-  NANOVLLM_INFO("cpu runner: ", num_kv_blocks_, " KV blocks of ", rc.block_size, " tokens (",
+  NANOVLLM_INFO("cpu runner: ", num_kv_blocks_, " KV blocks of ", ec.cache.block_size, " tokens (",
                 num_kv_blocks_ * bytes_per_block / (1 << 20), " MiB)");
   kv_storage_ = Buffer(cpu_allocator(), DType::kF32, Shape{layers, 2, num_kv_blocks_, block_elems});
   float* kv = static_cast<float*>(kv_storage_.data());
-  const Shape layer_shape{num_kv_blocks_, rc.block_size, config.num_key_value_heads, config.head_dim};
+  const Shape layer_shape{num_kv_blocks_, ec.cache.block_size, config.num_key_value_heads, config.head_dim};
   for (int64_t l = 0; l < layers; ++l) {
     float* k = kv + (2 * l) * num_kv_blocks_ * block_elems;
     float* v = kv + (2 * l + 1) * num_kv_blocks_ * block_elems;
@@ -41,17 +39,16 @@ CpuModelRunner::CpuModelRunner(const std::filesystem::path& model_dir, const Mod
   }
 
   size_t ws_bytes = 0;
-  Qwen3Model::make_workspace(config, DType::kF32, nullptr, Device::cpu(), rc.max_num_batched_tokens,
-                             rc.max_num_seqs, &ws_bytes);
+  Qwen3Model::make_workspace(config, DType::kF32, nullptr, Device::cpu(), ec.scheduler.max_num_batched_tokens,
+                             ec.scheduler.max_num_seqs, &ws_bytes);
   workspace_storage_ = Buffer(cpu_allocator(), ws_bytes);
   ws_ = Qwen3Model::make_workspace(config, DType::kF32, workspace_storage_.data(), Device::cpu(),
-                                   rc.max_num_batched_tokens, rc.max_num_seqs);
-  if (rc.enable_cpu_offload) {
+                                   ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs);
+  if (ec.offload.enabled) {
     // The CPU offload device defers copies and checks every access against the events (CI's stand-in
     // for CUDA streams).
-    OffloadConfig oc{rc.max_model_len, rc.num_kv_buffers, rc.offload_block_size, rc.cpu_memory_limit, 0};
     offload_ = std::make_unique<OffloadRunner>(
-        *model_, make_cpu_offload_device(), oc, ws_, [this](const std::vector<const Sequence*>& seqs, float* logits) {
+        *model_, make_cpu_offload_device(), ec, ws_, [this](const std::vector<const Sequence*>& seqs, float* logits) {
           return sampler_.sample(logits, model_->config().vocab_size, seqs);
         });
   }
@@ -59,9 +56,10 @@ CpuModelRunner::CpuModelRunner(const std::filesystem::path& model_dir, const Mod
 
 std::vector<SampledToken> CpuModelRunner::execute(const SchedulerOutput& out) {
   if (out.empty()) return {};
-  NANOVLLM_CHECK(out.num_tokens() <= rc_.max_num_batched_tokens && static_cast<int64_t>(out.seqs.size()) <= rc_.max_num_seqs,
+  NANOVLLM_CHECK(out.num_tokens() <= ec_.scheduler.max_num_batched_tokens &&
+                     static_cast<int64_t>(out.seqs.size()) <= ec_.scheduler.max_num_seqs,
                  "step of ", out.num_tokens(), " tokens / ", out.seqs.size(), " seqs exceeds the runner's limits");
-  ForwardBatch batch = build_forward_batch(out, rc_.block_size);
+  ForwardBatch batch = build_forward_batch(out, ec_.cache.block_size);
   const DecoderInputs in = batch.views(batch.data.data(), Device::cpu());
   model_->forward(in, kv_, ws_);
 

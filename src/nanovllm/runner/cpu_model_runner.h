@@ -11,14 +11,14 @@ namespace nanovllm {
 
 class CpuModelRunner final : public ModelRunner {
  public:
-  CpuModelRunner(const std::filesystem::path& model_dir, const ModelConfig& config, const RunnerConfig& rc);
+  CpuModelRunner(const EngineConfig& ec, const ModelConfig& config);
 
   int64_t num_kv_blocks() const override { return num_kv_blocks_; }
   std::vector<SampledToken> execute(const SchedulerOutput& out) override;
   OffloadRunner* offload() override { return offload_.get(); }
 
  private:
-  RunnerConfig rc_;
+  EngineConfig ec_;
   std::vector<float> rope_inv_freq_;  // [D/2]
   std::unique_ptr<Qwen3Model> model_;
   int64_t num_kv_blocks_ = 0;
@@ -27,7 +27,7 @@ class CpuModelRunner final : public ModelRunner {
   Buffer workspace_storage_;
   DecoderWorkspace ws_;
   Sampler sampler_;
-  std::unique_ptr<OffloadRunner> offload_;  // RunnerConfig::enable_cpu_offload
+  std::unique_ptr<OffloadRunner> offload_;  // EngineConfig::offload.enabled
 };
 
 }  // namespace nanovllm

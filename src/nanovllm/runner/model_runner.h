@@ -5,51 +5,24 @@
 
 #include <cstdint>
 #include <deque>
-#include <filesystem>
 #include <memory>
-#include <string>
 #include <vector>
 
+#include "nanovllm/engine/config.h"
 #include "nanovllm/engine/scheduler_output.h"
 #include "nanovllm/model/config.h"
 
 namespace nanovllm {
 
-enum class Backend { kCpu, kCuda };
-Backend parse_backend(const std::string& name);  // "cpu" | "cuda"; throws otherwise
-const char* to_string(Backend b);
-bool cuda_device_available();                    // false when built without CUDA or no GPU present
-
-struct RunnerConfig {
-  Backend backend = Backend::kCpu;
-  int64_t max_num_seqs = 256;
-  int64_t max_num_batched_tokens = 8192;
-  int64_t block_size = 16;
-  int64_t max_model_len = 0;       // longest sequence (prompt + output) the KV cache must hold
-  int64_t num_kv_blocks = 0;       // 0: derived from kv_cache_bytes (CPU) or gpu_memory_utilization (CUDA)
-  int64_t kv_cache_bytes = 2LL << 30;
-  double gpu_memory_utilization = 0.9;
-  bool enforce_eager = false;      // CUDA: no decode graphs
-  // Layer-wise CPU KV offload (offload_runner.h): allocated before the paged KV cache when enabled.
-  bool enable_cpu_offload = false;
-  int64_t num_kv_buffers = 4;        // decode ring of whole-layer KV buffers, 1..8
-  int64_t offload_block_size = 1024; // host KV block in tokens (decode flush granularity)
-  int64_t cpu_memory_limit = 0;      // bytes of host KV pool; 0: the machine's available memory
-};
-
 class OffloadRunner;
-
-// Fails with a clear error unless block_size, max_num_seqs, max_num_batched_tokens and max_model_len are > 0.
-void check_runner_config(const RunnerConfig& rc);
-// KV blocks a max_model_len sequence needs.
-int64_t blocks_per_max_len_seq(const RunnerConfig& rc);
 
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
 
-  static std::unique_ptr<ModelRunner> create(const std::filesystem::path& model_dir, const ModelConfig& config,
-                                             const RunnerConfig& runner_config);
+  // The runner of config.model.backend for the checkpoint at config.model.path (parsed: model_config).
+  // `config` as resolved by EngineConfig::resolve; cache.num_kv_blocks 0: from the memory budget.
+  static std::unique_ptr<ModelRunner> create(const EngineConfig& config, const ModelConfig& model_config);
 
   virtual int64_t num_kv_blocks() const = 0;
   // Runs one step: writes the scheduled tokens' K/V into the cache and samples the next token of every
@@ -66,7 +39,7 @@ class ModelRunner {
   virtual bool can_launch(const SchedulerOutput& out) const;
   virtual void launch(const SchedulerOutput& out, bool fed_from_previous);
   virtual std::vector<SampledToken> wait_oldest();
-  // The long-context path (RunnerConfig::enable_cpu_offload), on the same model, stream and workspace;
+  // The long-context path (EngineConfig::offload.enabled), on the same model, stream and workspace;
   // nullptr when offload is off.
   virtual OffloadRunner* offload() { return nullptr; }
 

@@ -19,30 +19,25 @@ double gib(double bytes) { return bytes / (1 << 30); }
 
 }  // namespace
 
-OffloadRunner::OffloadRunner(const Qwen3Model& model, std::unique_ptr<OffloadDevice> device, OffloadConfig config,
+OffloadRunner::OffloadRunner(const Qwen3Model& model, std::unique_ptr<OffloadDevice> device, const EngineConfig& config,
                              const DecoderWorkspace& ws, SampleFn sample)
     : model_(model),
       dev_(std::move(device)),
-      cfg_(config),
+      cfg_(config.offload),
+      max_model_len_(config.model.max_model_len),
       ws_(ws),
       sample_(std::move(sample)),
       host_(dev_->host_allocator(), model.num_layers(),
             model.config().num_key_value_heads * model.config().head_dim *
                 static_cast<int64_t>(dtype_size(model.activation_dtype()))) {
   const ModelConfig& c = model.config();
-  NANOVLLM_CHECK(cfg_.num_kv_buffers >= 1 && cfg_.num_kv_buffers <= 8, "num_kv_buffers must be in [1, 8], got ",
-                 cfg_.num_kv_buffers);
-  NANOVLLM_CHECK(cfg_.host_block_size >= 1, "the offload host block size must be >= 1, got ", cfg_.host_block_size);
-  NANOVLLM_CHECK(cfg_.max_model_len >= 2, "offload: max_model_len must be >= 2, got ", cfg_.max_model_len);
-  NANOVLLM_CHECK(cfg_.cpu_memory_limit >= 0, "cpu_memory_limit must be >= 0, got ", cfg_.cpu_memory_limit);
   num_layers_ = model.num_layers();
   num_slots_ = std::min(cfg_.num_kv_buffers, num_layers_);  // more slots than layers never fill
   act_ = model.activation_dtype();
   token_bytes_ = c.num_key_value_heads * c.head_dim * static_cast<int64_t>(dtype_size(act_));
   chunk_ = ws_.hidden.dim(0);
-  if (cfg_.chunk_tokens > 0) chunk_ = std::min(chunk_, cfg_.chunk_tokens);
   NANOVLLM_CHECK(chunk_ >= 1 && ws_.logits.dim(0) >= 1, "offload: the runner workspace has no rows");
-  capacity_ = round_up(cfg_.max_model_len, kViewBlock);
+  capacity_ = round_up(max_model_len_, kViewBlock);
   const Device dev = dev_->device();
   Allocator& da = dev_->device_allocator();
 
@@ -53,10 +48,10 @@ OffloadRunner::OffloadRunner(const Qwen3Model& model, std::unique_ptr<OffloadDev
     char* k = static_cast<char*>(ring_.data()) + static_cast<size_t>(2 * s * capacity_) * tb;
     slots_.push_back({k, k + static_cast<size_t>(capacity_) * tb});
   }
-  decode_buf_ = Buffer(da, static_cast<size_t>(num_layers_) * 2 * static_cast<size_t>(cfg_.host_block_size) * tb);
-  hidden_ = Buffer(da, act_, Shape{cfg_.max_model_len, c.hidden_size});
-  residual_ = Buffer(da, act_, Shape{cfg_.max_model_len, c.hidden_size});
-  const int64_t meta_ints = cfg_.max_model_len + 4 * ceil_div(cfg_.max_model_len, chunk_) + 8;
+  decode_buf_ = Buffer(da, static_cast<size_t>(num_layers_) * 2 * static_cast<size_t>(cfg_.block_size) * tb);
+  hidden_ = Buffer(da, act_, Shape{max_model_len_, c.hidden_size});
+  residual_ = Buffer(da, act_, Shape{max_model_len_, c.hidden_size});
+  const int64_t meta_ints = max_model_len_ + 4 * ceil_div(max_model_len_, chunk_) + 8;
   iota_ = Buffer(da, DType::kI32, Shape{capacity_ + 2});
   meta_dev_ = Buffer(da, DType::kI32, Shape{std::max(meta_ints, capacity_ + 2)});
   meta_host_ = Buffer(dev_->host_allocator(), DType::kI32, Shape{std::max(meta_ints, capacity_ + 2)});
@@ -95,7 +90,7 @@ OffloadRunner::~OffloadRunner() {
 
 int64_t OffloadRunner::host_bytes_for(int64_t tokens) const {
   return static_cast<int64_t>(
-      OffloadHostPool::bytes_for(num_layers_, token_bytes_, round_up(std::max<int64_t>(tokens, 1), cfg_.host_block_size)));
+      OffloadHostPool::bytes_for(num_layers_, token_bytes_, round_up(std::max<int64_t>(tokens, 1), cfg_.block_size)));
 }
 
 void OffloadRunner::check_host_memory(int64_t tokens) const {
@@ -169,8 +164,8 @@ std::vector<SampledToken> OffloadRunner::execute(const SchedulerOutput& out) {
 
 void OffloadRunner::prefill(const Sequence& seq, int64_t num_tokens) {
   const int64_t T = num_tokens;
-  NANOVLLM_CHECK(T >= 1 && T < cfg_.max_model_len, "offload: prompt of ", T, " tokens; max_model_len is ",
-                 cfg_.max_model_len);
+  NANOVLLM_CHECK(T >= 1 && T < max_model_len_, "offload: prompt of ", T, " tokens; max_model_len is ",
+                 max_model_len_);
   const size_t tb = static_cast<size_t>(token_bytes_);
   const OffloadDevice::Queue compute = OffloadDevice::kCompute;
   const ops::Stream st = dev_->compute_stream();
@@ -180,8 +175,8 @@ void OffloadRunner::prefill(const Sequence& seq, int64_t num_tokens) {
   // before any load reads them, and the ring and decode buffers are rewritten before they are read).
   seq_id_ = seq.seq_id;
   len_ = flushed_ = 0;
-  const int64_t reach = std::min(cfg_.max_model_len, std::max(seq.num_prompt_tokens + seq.params.max_tokens, T + 1));
-  seq_capacity_ = round_up(reach, cfg_.host_block_size);
+  const int64_t reach = std::min(max_model_len_, std::max(seq.num_prompt_tokens + seq.params.max_tokens, T + 1));
+  seq_capacity_ = round_up(reach, cfg_.block_size);
   if (seq_capacity_ > host_.capacity()) {
     check_host_memory(reach);
     dev_->synchronize();  // no queue may still touch the old regions
@@ -271,7 +266,7 @@ void OffloadRunner::issue_load(int64_t layer) {
 void OffloadRunner::decode(const Sequence& seq) {
   const int64_t n = len_;            // position of the new token
   const int64_t m = n - flushed_;    // tokens in the decode buffers
-  NANOVLLM_ASSERT(n + 1 <= seq_capacity_ && m + 1 <= cfg_.host_block_size);
+  NANOVLLM_ASSERT(n + 1 <= seq_capacity_ && m + 1 <= cfg_.block_size);
   const size_t tb = static_cast<size_t>(token_bytes_);
   const OffloadDevice::Queue compute = OffloadDevice::kCompute;
   const ops::Stream st = dev_->compute_stream();
@@ -292,8 +287,8 @@ void OffloadRunner::decode(const Sequence& seq) {
   for (int64_t l = 0; l < num_layers_; ++l) {
     const int64_t s = l % num_slots_;
     const Slot& slot = slots_[static_cast<size_t>(s)];
-    char* dk = static_cast<char*>(decode_buf_.data()) + static_cast<size_t>(2 * l * cfg_.host_block_size) * tb;
-    char* dv = dk + static_cast<size_t>(cfg_.host_block_size) * tb;
+    char* dk = static_cast<char*>(decode_buf_.data()) + static_cast<size_t>(2 * l * cfg_.block_size) * tb;
+    char* dv = dk + static_cast<size_t>(cfg_.block_size) * tb;
     dev_->wait(compute, slot_loaded_[static_cast<size_t>(s)]);
     // Slot = [host prefix 0..F) | decode buffer F..n) | new token n].
     dev_->copy(slot.k + static_cast<size_t>(flushed_) * tb, dk, static_cast<size_t>(m) * tb, CopyKind::kD2D, compute,
@@ -312,7 +307,7 @@ void OffloadRunner::decode(const Sequence& seq) {
   }
   model_.head(in, ws_, st);
   len_ = n + 1;
-  if (len_ % cfg_.host_block_size == 0) flush_decode_buffers(len_);
+  if (len_ % cfg_.block_size == 0) flush_decode_buffers(len_);
   stats_.decode_steps += 1;
 }
 
@@ -322,8 +317,8 @@ void OffloadRunner::flush_decode_buffers(int64_t end) {
   dev_->record(decode_written_, OffloadDevice::kCompute);
   dev_->wait(d2h_q_, decode_written_);
   for (int64_t l = 0; l < num_layers_; ++l) {
-    const char* dk = static_cast<const char*>(decode_buf_.data()) + static_cast<size_t>(2 * l * cfg_.host_block_size) * tb;
-    const char* dv = dk + static_cast<size_t>(cfg_.host_block_size) * tb;
+    const char* dk = static_cast<const char*>(decode_buf_.data()) + static_cast<size_t>(2 * l * cfg_.block_size) * tb;
+    const char* dv = dk + static_cast<size_t>(cfg_.block_size) * tb;
     dev_->copy(host_.k(l) + static_cast<size_t>(flushed_) * tb, dk, static_cast<size_t>(count) * tb, CopyKind::kD2H,
                d2h_q_, "flush decode buffer K -> host pool");
     dev_->copy(host_.v(l) + static_cast<size_t>(flushed_) * tb, dv, static_cast<size_t>(count) * tb, CopyKind::kD2H,

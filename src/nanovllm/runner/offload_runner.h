@@ -14,11 +14,11 @@
 //   [F, n)       tokens still in the layer's decode buffer (a small device-to-device copy),
 //   n            the new token, written by the qkv prologue,
 // and layers l+1 .. l+num_kv_buffers-1 load while layer l computes. The new token's K/V is appended to
-// the layer's decode buffer; when position n + 1 closes a host block (multiple of host_block_size) the
+// the layer's decode buffer; when position n + 1 closes a host block (multiple of offload.block_size) the
 // decode buffers [F, n] go to the host pool and F = n + 1. The prompt's partial last block stays in the
 // host pool (F = prompt length after prefill), so the first flush writes only the block's remainder.
 //
-// GPU memory: num_kv_buffers x one layer's KV at max_model_len + decode buffers (L x host_block_size
+// GPU memory: num_kv_buffers x one layer's KV at max_model_len + decode buffers (L x offload.block_size
 // tokens) + hidden and residual [max_model_len, H] + the runner's workspace (bounded by its rows).
 #pragma once
 
@@ -28,20 +28,13 @@
 #include <vector>
 
 #include "nanovllm/core/tensor.h"
+#include "nanovllm/engine/config.h"
 #include "nanovllm/engine/scheduler_output.h"
 #include "nanovllm/model/qwen3_model.h"
 #include "nanovllm/runner/offload_device.h"
 #include "nanovllm/runner/offload_host_pool.h"
 
 namespace nanovllm {
-
-struct OffloadConfig {
-  int64_t max_model_len = 0;       // longest sequence: sizes the layer buffers and the prefill hidden state
-  int64_t num_kv_buffers = 4;      // decode ring of whole-layer buffers (and prefill ping-pong), 1..8
-  int64_t host_block_size = 1024;  // tokens per host block: decode buffer length, flush granularity
-  int64_t cpu_memory_limit = 0;    // bytes the host KV pool may take; 0: the machine's available memory
-  int64_t chunk_tokens = 0;        // prefill token chunk; 0 (or more than the workspace): workspace rows
-};
 
 struct OffloadStats {
   int64_t prefills = 0, prefill_tokens = 0, decode_steps = 0;
@@ -53,7 +46,7 @@ struct OffloadStats {
 // Device memory the offload path holds, by term (the peak-memory formula).
 struct OffloadFootprint {
   size_t ring = 0;            // num_kv_buffers x 2 x capacity x Hk x D
-  size_t decode_buffers = 0;  // L x 2 x host_block_size x Hk x D
+  size_t decode_buffers = 0;  // L x 2 x offload.block_size x Hk x D
   size_t hidden = 0;          // hidden + residual [max_model_len, H]
   size_t metadata = 0;        // index arrays
   size_t total() const { return ring + decode_buffers + hidden + metadata; }
@@ -64,9 +57,10 @@ class OffloadRunner {
   // Samples rows [0, seqs.size()) of device logits [S, V] f32 (the backend runner's sampler).
   using SampleFn = std::function<std::vector<SampledToken>(const std::vector<const Sequence*>& seqs, float* logits)>;
 
-  // `ws` is the backend runner's workspace (shared: the lanes run one after the other on one stream);
-  // its rows bound the prefill chunk.
-  OffloadRunner(const Qwen3Model& model, std::unique_ptr<OffloadDevice> device, OffloadConfig config,
+  // Reads config.offload and config.model.max_model_len (longest sequence: sizes the layer buffers and
+  // the prefill hidden state). `ws` is the backend runner's workspace (shared: the lanes run one after
+  // the other on one stream); its rows are the prefill chunk.
+  OffloadRunner(const Qwen3Model& model, std::unique_ptr<OffloadDevice> device, const EngineConfig& config,
                 const DecoderWorkspace& ws, SampleFn sample);
   ~OffloadRunner();
   OffloadRunner(const OffloadRunner&) = delete;
@@ -103,6 +97,7 @@ class OffloadRunner {
   const Qwen3Model& model_;
   std::unique_ptr<OffloadDevice> dev_;
   OffloadConfig cfg_;
+  int64_t max_model_len_ = 0;  // the engine's: the longest sequence
   DecoderWorkspace ws_;
   SampleFn sample_;
   int64_t num_layers_ = 0, num_slots_ = 0, chunk_ = 0, capacity_ = 0;
@@ -110,7 +105,7 @@ class OffloadRunner {
   DType act_;
 
   Buffer ring_;            // [num_slots, 2, capacity, Hk, D] device
-  Buffer decode_buf_;      // [L, 2, host_block_size, Hk, D] device
+  Buffer decode_buf_;      // [L, 2, offload.block_size, Hk, D] device
   Buffer hidden_, residual_;  // [max_model_len, H] device
   Buffer iota_;            // [capacity + 2] i32 device: 0, 1, 2, ... (positions, slots, block tables)
   Buffer meta_dev_;        // [max_model_len + 4 x chunks] i32 device: input ids, per-chunk cu/ctx/sample row

@@ -18,7 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "nanovllm/engine/llm_engine.h"
+#include "nanovllm/llm/llm_engine.h"
 #include "nanovllm/server/api_error.h"
 #include "nanovllm/server/metrics.h"
 #include "nanovllm/server/stop_matcher.h"

@@ -7,7 +7,7 @@
 
 #include "nanovllm/chat/chat_template.h"
 #include "nanovllm/core/error.h"
-#include "nanovllm/engine/llm_engine.h"
+#include "nanovllm/llm/llm_engine.h"
 #include "nanovllm/tokenizer/tokenizer.h"
 
 namespace nanovllm::server {

@@ -11,7 +11,7 @@
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/core/logging.h"
-#include "nanovllm/engine/llm_engine.h"
+#include "nanovllm/llm/llm_engine.h"
 #include "nanovllm/server/engine_loop.h"
 #include "nanovllm/server/response_builder.h"
 
@@ -63,12 +63,12 @@ struct Server::Impl {
   int64_t created = unix_time();
 
   Impl(LLMEngine& e, ServerConfig c) : engine(e), config(std::move(c)), loop(e, metrics) {
-    NANOVLLM_CHECK(engine.has_tokenizer(), engine.config().model.string(),
+    NANOVLLM_CHECK(engine.has_tokenizer(), engine.config().model.path.string(),
                    ": the server needs the model's tokenizer.json");
     NANOVLLM_CHECK(config.max_concurrent_requests >= 1, "max_concurrent_requests must be >= 1");
     NANOVLLM_CHECK(config.max_body_bytes >= 1024, "the request body limit must be at least 1024 bytes");
     if (config.served_model_names.empty()) {
-      const auto& model = engine.config().model;
+      const auto& model = engine.config().model.path;
       config.served_model_names.push_back(model.string());
       const std::string base = model.filename().empty() ? model.parent_path().filename().string()
                                                         : model.filename().string();
@@ -77,7 +77,7 @@ struct Server::Impl {
     ctx.engine = &engine;
     ctx.served_names = config.served_model_names;
     ctx.vocab_size = engine.model_config().vocab_size;
-    ctx.max_model_len = engine.config().max_model_len;
+    ctx.max_model_len = engine.config().model.max_model_len;
     ctx.limits = config.limits;
     setup_routes();
   }
@@ -153,8 +153,8 @@ struct Server::Impl {
                         {"object", "model"},
                         {"created", created},
                         {"owned_by", "nanovllm"},
-                        {"root", engine.config().model.string()},
-                        {"max_model_len", engine.config().max_model_len}});
+                        {"root", engine.config().model.path.string()},
+                        {"max_model_len", engine.config().model.max_model_len}});
       res.set_content(dump_json({{"object", "list"}, {"data", data}}), "application/json");
     });
     http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {

@@ -32,7 +32,7 @@ void copy_h2d(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 void copy_d2h(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 void copy_d2d(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 
-// Declared in runner/model_runner.h: true when at least one CUDA device is usable.
+// Declared in kernels/device.h: true when at least one CUDA device is usable.
 bool cuda_device_available();
 
 }  // namespace nanovllm

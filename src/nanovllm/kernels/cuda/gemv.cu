@@ -440,7 +440,7 @@ std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, DeviceC
   // One CTA per SM for a projection the decode attention follows (ops::LinearHint::kBeforeAttention):
   // the bulk-copy kernel's one-wave shape leaves each SM room for an attention CTA, which then starts
   // its KV copies during the projection. Measured on the H200 (CudaDecodePdlBench.DISABLED_LayerTimeline,
-  // bench/results/2026-11-24-h200-cuda-perf-session11.md): the 0.6B qkv takes 1.3 us longer alone
+  // bench/results/2026-11-24/h200-cuda-perf-session11.md): the 0.6B qkv takes 1.3 us longer alone
   // (128 instead of 256 CTAs), the attention after it 2.3 us less; layers 1.0-1.3 (0.6B) and 2.0 (8B)
   // us faster.
   const GemvState& st = gemv_state(ctx);

@@ -24,7 +24,7 @@
 #include <cstdint>
 
 #include "nanovllm/core/error.h"
-#include "nanovllm/engine/rng.h"
+#include "nanovllm/core/rng.h"
 #include "nanovllm/kernels/cuda/cuda_check.h"
 #include "nanovllm/kernels/cuda/sampling_device.cuh"
 

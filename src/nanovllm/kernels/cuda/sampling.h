@@ -5,7 +5,7 @@
 // Per row: penalty/suppression list -> (greedy) argmax, or temperature -> top-k (count radix select on
 // the fp32 bits) -> top-p (radix search on the same bits weighted by fixed-point probability mass, ties
 // at the pivot kept in id order) -> min-p -> inverse-CDF draw in id order with
-// rng_uniform(rng_key, step) (engine/rng.h, evaluated on the device). Raw-logit log-softmax of the
+// rng_uniform(rng_key, step) (core/rng.h, evaluated on the device). Raw-logit log-softmax of the
 // chosen token and the top-K (K <= 20, ties: lower id first) come back too.
 //
 // Inputs with NaN or +inf logits are unspecified (as on the CPU).

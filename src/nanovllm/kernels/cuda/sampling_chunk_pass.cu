@@ -13,7 +13,7 @@
 #include <climits>
 #include <cmath>
 
-#include "nanovllm/engine/rng.h"
+#include "nanovllm/core/rng.h"
 #include "nanovllm/kernels/cuda/cuda_check.h"
 #include "nanovllm/kernels/cuda/pdl.cuh"
 #include "nanovllm/kernels/cuda/sampling_device.cuh"

@@ -17,44 +17,40 @@
 
 namespace nanovllm {
 
-CudaModelRunner::CudaModelRunner(const std::filesystem::path& model_dir, const ModelConfig& config,
-                                 const RunnerConfig& rc)
-    : rc_(rc), kernels_(device_) {
-  check_runner_config(rc);
-  NANOVLLM_CHECK(rc.gpu_memory_utilization > 0 && rc.gpu_memory_utilization <= 1,
-                 "gpu_memory_utilization must be in (0, 1]");
+CudaModelRunner::CudaModelRunner(const EngineConfig& ec, const ModelConfig& config)
+    : ec_(ec), kernels_(device_) {
   CUDA_CHECK(cudaSetDevice(device_));
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  load_model(model_dir, config);
+  load_model(ec.model.path, config);
 
   // Activations for the largest step, then the KV cache from what the memory budget leaves.
   size_t ws_bytes = 0;
-  Qwen3Model::make_workspace(config, DType::kBF16, nullptr, Device::cuda(device_), rc.max_num_batched_tokens,
-                             rc.max_num_seqs, &ws_bytes);
+  Qwen3Model::make_workspace(config, DType::kBF16, nullptr, Device::cuda(device_),
+                             ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs, &ws_bytes);
   workspace_ = Buffer(cuda_allocator(device_), ws_bytes);
   ws_ = Qwen3Model::make_workspace(config, DType::kBF16, workspace_.data(), Device::cuda(device_),
-                                   rc.max_num_batched_tokens, rc.max_num_seqs);
+                                   ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs);
 
   // Packed step inputs: ids, positions, slots [T each], cu_seqlens, context lens, sample rows, tables.
-  const int64_t max_blocks_per_seq = blocks_per_max_len_seq(rc);
-  max_batch_ints_ = 3 * rc.max_num_batched_tokens + 3 * rc.max_num_seqs + 1 + rc.max_num_seqs * max_blocks_per_seq;
+  const int64_t max_blocks_per_seq = ec.blocks_per_max_len_seq();
+  max_batch_ints_ = 3 * ec.scheduler.max_num_batched_tokens + 3 * ec.scheduler.max_num_seqs + 1 +
+                    ec.scheduler.max_num_seqs * max_blocks_per_seq;
   for (size_t i = 0; i < batch_host_.size(); ++i) {
     batch_host_[i] = Buffer(pinned_host_allocator(), static_cast<size_t>(max_batch_ints_) * 4);
     batch_host_mapped_[i] = mapped_device_pointer(batch_host_[i].data());
   }
   batch_device_ = Buffer(cuda_allocator(device_), static_cast<size_t>(max_batch_ints_) * 4);
-  sampler_ = std::make_unique<GpuSampler>(config.eos_token_ids, config.vocab_size, rc.max_num_seqs, device_);
-  if (rc.enable_cpu_offload) {  // before the paged KV cache, which takes what the budget leaves
-    OffloadConfig oc{rc.max_model_len, rc.num_kv_buffers, rc.offload_block_size, rc.cpu_memory_limit, 0};
+  sampler_ = std::make_unique<GpuSampler>(config.eos_token_ids, config.vocab_size, ec.scheduler.max_num_seqs, device_);
+  if (ec.offload.enabled) {  // before the paged KV cache, which takes what the budget leaves
     offload_ = std::make_unique<OffloadRunner>(
-        *model_, make_cuda_offload_device(device_, ops_stream()), oc, ws_,
+        *model_, make_cuda_offload_device(device_, ops_stream()), ec, ws_,
         [this](const std::vector<const Sequence*>& seqs, float* logits) { return sampler_->sample(seqs, logits, stream_); });
   }
   allocate_kv_cache(config);
 
   // nano-vLLM's buckets: 1, 2, 4, 8, then every 16 up to min(max_num_seqs, 512).
-  if (!rc.enforce_eager) {
-    const int64_t max_bs = std::min<int64_t>(rc.max_num_seqs, 512);
+  if (!ec.model.enforce_eager) {
+    const int64_t max_bs = std::min<int64_t>(ec.scheduler.max_num_seqs, 512);
     for (int64_t b : {1, 2, 4, 8})
       if (b <= max_bs) graph_buckets_.push_back(b);
     for (int64_t b = 16; b <= max_bs; b += 16) graph_buckets_.push_back(b);
@@ -79,7 +75,7 @@ void CudaModelRunner::capture_decode_graphs() {
   std::vector<int64_t> strides;
   for (int64_t s = kMinGraphTableStride;; s *= 2) {
     const int64_t capped = std::min(s, max_table_stride_);
-    if (!strides.empty() && capped * rc_.block_size > kMaxPrecapturedContext) break;
+    if (!strides.empty() && capped * ec_.cache.block_size > kMaxPrecapturedContext) break;
     strides.push_back(capped);
     if (capped == max_table_stride_) break;
   }
@@ -121,27 +117,27 @@ void CudaModelRunner::load_model(const std::filesystem::path& model_dir, const M
 
 void CudaModelRunner::allocate_kv_cache(const ModelConfig& config) {
   const int64_t layers = config.num_hidden_layers;
-  const int64_t block_elems = rc_.block_size * config.num_key_value_heads * config.head_dim;
+  const int64_t block_elems = ec_.cache.block_size * config.num_key_value_heads * config.head_dim;
   const int64_t bytes_per_block = layers * 2 * block_elems * 2;  // bf16
-  if (rc_.num_kv_blocks > 0) {
-    num_kv_blocks_ = rc_.num_kv_blocks;
+  if (ec_.cache.num_kv_blocks > 0) {
+    num_kv_blocks_ = ec_.cache.num_kv_blocks;
   } else {
     size_t free_bytes = 0, total_bytes = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     // Everything in use now (weights, workspace, other processes) counts against the budget; keep
     // 256 MiB for cuBLASLt and attention workspaces created on first use.
-    const double budget = rc_.gpu_memory_utilization * static_cast<double>(total_bytes) -
+    const double budget = ec_.cache.gpu_memory_utilization * static_cast<double>(total_bytes) -
                           static_cast<double>(total_bytes - free_bytes) - 256.0 * (1 << 20);
-    const int64_t useful = rc_.max_num_seqs * blocks_per_max_len_seq(rc_) + 1;
+    const int64_t useful = ec_.scheduler.max_num_seqs * ec_.blocks_per_max_len_seq() + 1;
     num_kv_blocks_ = std::min(static_cast<int64_t>(budget / static_cast<double>(bytes_per_block)), useful);
   }
   NANOVLLM_CHECK(num_kv_blocks_ >= 1, "no GPU memory left for the KV cache (gpu_memory_utilization ",
-                 rc_.gpu_memory_utilization, ")");
-  NANOVLLM_INFO("cuda runner: ", num_kv_blocks_, " KV blocks of ", rc_.block_size, " tokens (",
+                 ec_.cache.gpu_memory_utilization, ")");
+  NANOVLLM_INFO("cuda runner: ", num_kv_blocks_, " KV blocks of ", ec_.cache.block_size, " tokens (",
                 num_kv_blocks_ * bytes_per_block / (1 << 20), " MiB)");
   kv_storage_ = Buffer(cuda_allocator(device_), DType::kBF16, Shape{layers, 2, num_kv_blocks_, block_elems});
   char* base = static_cast<char*>(kv_storage_.data());
-  const Shape layer_shape{num_kv_blocks_, rc_.block_size, config.num_key_value_heads, config.head_dim};
+  const Shape layer_shape{num_kv_blocks_, ec_.cache.block_size, config.num_key_value_heads, config.head_dim};
   const size_t layer_bytes = static_cast<size_t>(num_kv_blocks_ * block_elems * 2);
   for (int64_t l = 0; l < layers; ++l) {
     char* k = base + static_cast<size_t>(2 * l) * layer_bytes;
@@ -187,7 +183,7 @@ void CudaModelRunner::upload_batch(const ForwardBatch& batch, cuda_ops::StagedWo
 }
 
 void CudaModelRunner::run_eager(const SchedulerOutput& out) {
-  const ForwardBatch batch = build_forward_batch(out, rc_.block_size);
+  const ForwardBatch batch = build_forward_batch(out, ec_.cache.block_size);
   upload_batch(batch);
   model_->forward(batch.views(batch_device_.data(), Device::cuda(device_)), kv_, ws_, ops_stream());
 }
@@ -195,8 +191,8 @@ void CudaModelRunner::run_eager(const SchedulerOutput& out) {
 void CudaModelRunner::run_decode_graph(const SchedulerOutput& out, int64_t bucket, int64_t table_stride,
                                        cuda_ops::StagedWords extra) {
   // Launch sizing (attention splits) must hold for any context the graph replays: the stride's capacity.
-  const int64_t max_context = std::min(rc_.max_model_len, table_stride * rc_.block_size);
-  ForwardBatch batch = build_padded_decode_batch(out, rc_.block_size, bucket, table_stride, max_context);
+  const int64_t max_context = std::min(ec_.model.max_model_len, table_stride * ec_.cache.block_size);
+  ForwardBatch batch = build_padded_decode_batch(out, ec_.cache.block_size, bucket, table_stride, max_context);
   if (step_fed_) {  // the placeholders become "the previous step's row r" (-1 - r), resolved on the device
     for (size_t i = 0; i < out.seqs.size(); ++i) {
       const auto it = last_step_rows_.find(out.seqs[i].seq->seq_id);
@@ -212,8 +208,8 @@ void CudaModelRunner::run_decode_graph(const SchedulerOutput& out, int64_t bucke
 
 std::vector<SampledToken> CudaModelRunner::execute(const SchedulerOutput& out) {
   if (out.empty()) return {};
-  NANOVLLM_CHECK(out.num_tokens() <= rc_.max_num_batched_tokens &&
-                     static_cast<int64_t>(out.seqs.size()) <= rc_.max_num_seqs,
+  NANOVLLM_CHECK(out.num_tokens() <= ec_.scheduler.max_num_batched_tokens &&
+                     static_cast<int64_t>(out.seqs.size()) <= ec_.scheduler.max_num_seqs,
                  "step of ", out.num_tokens(), " tokens / ", out.seqs.size(), " seqs exceeds the runner's limits");
   NANOVLLM_CHECK(launched_.empty(), "CudaModelRunner::execute: launched steps are outstanding");
   if (can_launch(out)) {

@@ -23,7 +23,7 @@ namespace nanovllm {
 
 class CudaModelRunner final : public ModelRunner {
  public:
-  CudaModelRunner(const std::filesystem::path& model_dir, const ModelConfig& config, const RunnerConfig& rc);
+  CudaModelRunner(const EngineConfig& ec, const ModelConfig& config);
   ~CudaModelRunner() override;
 
   int64_t num_kv_blocks() const override { return num_kv_blocks_; }
@@ -58,7 +58,7 @@ class CudaModelRunner final : public ModelRunner {
   // Samples the rows of `out` with sample == true (in `out` order) from the step's logits; syncs.
   std::vector<SampledToken> sample(const SchedulerOutput& out);
 
-  RunnerConfig rc_;
+  EngineConfig ec_;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   cuda_ops::DeviceContext kernels_;  // before every buffer it may still use (destroyed after them)
@@ -87,7 +87,7 @@ class CudaModelRunner final : public ModelRunner {
   int64_t max_table_stride_ = 0;                   // blocks of a max_model_len sequence
   std::unique_ptr<DecodeGraphs> graphs_;
   std::unique_ptr<GpuSampler> sampler_;  // samples on the GPU: only ids (+ logprobs) come back
-  std::unique_ptr<OffloadRunner> offload_;  // RunnerConfig::enable_cpu_offload; its buffers precede the KV cache
+  std::unique_ptr<OffloadRunner> offload_;  // EngineConfig::offload.enabled; its buffers precede the KV cache
 };
 
 }  // namespace nanovllm

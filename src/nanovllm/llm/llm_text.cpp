@@ -8,7 +8,7 @@
 
 #include "nanovllm/chat/chat_template.h"
 #include "nanovllm/core/error.h"
-#include "nanovllm/engine/llm.h"
+#include "nanovllm/llm/llm.h"
 #include "nanovllm/tokenizer/tokenizer.h"
 
 namespace nanovllm {
@@ -21,15 +21,18 @@ std::filesystem::path tokenizer_config_path(const std::filesystem::path& model) 
 
 }  // namespace
 
-bool LLMEngine::has_tokenizer() const { return std::filesystem::is_regular_file(tokenizer_json_path(config_.model)); }
+bool LLMEngine::has_tokenizer() const {
+  return std::filesystem::is_regular_file(tokenizer_json_path(config_.model.path));
+}
 
 const tokenizer::Tokenizer& LLMEngine::tokenizer() const {
   std::lock_guard<std::mutex> lock(text_mu_);
   if (!tokenizer_) {
-    NANOVLLM_CHECK(has_tokenizer(), config_.model.string(),
+    NANOVLLM_CHECK(has_tokenizer(), config_.model.path.string(),
                    ": no tokenizer.json in the model directory; text prompts and decoded text need one "
                    "(use token ids instead, e.g. --prompt-ids)");
-    tokenizer_ = std::make_shared<const tokenizer::Tokenizer>(tokenizer::Tokenizer::from_model_dir(config_.model));
+    tokenizer_ =
+        std::make_shared<const tokenizer::Tokenizer>(tokenizer::Tokenizer::from_model_dir(config_.model.path));
   }
   return *tokenizer_;
 }
@@ -37,8 +40,8 @@ const tokenizer::Tokenizer& LLMEngine::tokenizer() const {
 const chat::ChatTemplate& LLMEngine::chat_template() const {
   std::lock_guard<std::mutex> lock(text_mu_);
   if (!chat_template_) {
-    const auto path = tokenizer_config_path(config_.model);
-    NANOVLLM_CHECK(std::filesystem::is_regular_file(path), config_.model.string(),
+    const auto path = tokenizer_config_path(config_.model.path);
+    NANOVLLM_CHECK(std::filesystem::is_regular_file(path), config_.model.path.string(),
                    ": no tokenizer_config.json in the model directory, so no chat template");
     chat_template_ = std::make_shared<const chat::ChatTemplate>(chat::ChatTemplate::from_tokenizer_config(path));
   }
@@ -46,7 +49,7 @@ const chat::ChatTemplate& LLMEngine::chat_template() const {
 }
 
 std::optional<int32_t> LLMEngine::tokenizer_eos_token_id() const {
-  const auto path = tokenizer_config_path(config_.model);
+  const auto path = tokenizer_config_path(config_.model.path);
   if (!std::filesystem::is_regular_file(path)) return std::nullopt;
   std::ifstream f(path, std::ios::binary);
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

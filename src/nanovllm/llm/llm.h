@@ -1,5 +1,5 @@
 // LLM: the offline API (vLLM / nano-vLLM style).
-//   nanovllm::LLM llm({.model = "Qwen3-0.6B"});
+//   nanovllm::LLM llm({.model = {.path = "Qwen3-0.6B"}});
 //   auto outs = llm.generate({{9707, 11, 1879}}, {.temperature = 0, .max_tokens = 32});   // token ids
 //   auto outs = llm.generate({"The capital of France is"}, params);                       // text; out.text
 #pragma once
@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "nanovllm/engine/llm_engine.h"
+#include "nanovllm/llm/llm_engine.h"
 
 namespace nanovllm {
 

@@ -1,4 +1,4 @@
-#include "nanovllm/engine/llm.h"
+#include "nanovllm/llm/llm.h"
 
 #include <map>
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "nanovllm/engine/config.h"
 #include "nanovllm/engine/sampling_params.h"
 #include "nanovllm/engine/scheduler_output.h"
 #include "nanovllm/engine/sequence.h"
@@ -27,36 +28,6 @@ class Tokenizer;
 namespace chat {
 class ChatTemplate;
 }
-
-struct EngineConfig {
-  std::filesystem::path model;            // a Hugging Face model directory
-  Backend backend = Backend::kCpu;        // default_backend(): cuda when a GPU is present
-  int64_t max_num_seqs = 256;
-  int64_t max_num_batched_tokens = 8192;
-  int64_t block_size = 16;
-  int64_t max_model_len = 0;              // 0: the model's limit (rope-scaled max positions)
-  bool enable_prefix_caching = true;
-  bool enable_chunked_prefill = true;
-  int64_t num_kv_blocks = 0;              // 0: from the memory budget
-  int64_t kv_cache_bytes = 2LL << 30;     // CPU backend KV budget
-  double gpu_memory_utilization = 0.9;    // CUDA backend
-  bool enforce_eager = false;             // CUDA backend: no decode CUDA graphs
-  uint64_t seed = 0;
-  // Schedule step N + 1 while step N runs on the device (Scheduler::can_schedule_ahead): decode steps
-  // then follow each other on the GPU without waiting for the host. Off: every step is scheduled after
-  // the previous one's tokens are read (the same tokens either way).
-  bool async_scheduling = true;
-  // Long context: layer-wise CPU KV offload (runner/offload_runner.h). A request is offloaded when its
-  // prompt + max_tokens (capped at max_model_len) does not fit the whole paged KV cache, or reaches
-  // offload_min_tokens when that is > 0. Offloaded requests run one at a time, next to the others.
-  bool enable_cpu_offload = false;
-  int64_t num_kv_buffers = 4;             // decode ring of whole-layer KV buffers, 1..8
-  int64_t offload_block_size = 1024;      // host KV block in tokens (decode flush granularity)
-  int64_t cpu_memory_limit = 0;           // bytes of host KV pool; 0: the machine's available memory
-  int64_t offload_min_tokens = 0;         // offload requests this long (prompt + max_tokens) or longer; 0: only those that do not fit
-
-  static Backend default_backend();
-};
 
 struct RequestOutput {
   int64_t request_id = 0;
@@ -85,6 +56,8 @@ using DeltaCallback = std::function<void(const RequestDelta&)>;
 
 class LLMEngine {
  public:
+  // Resolves and validates `config` (EngineConfig::resolve) against the model, then builds the runner
+  // and the scheduler(s). config() is the resolved config.
   explicit LLMEngine(EngineConfig config);
   ~LLMEngine();
 

@@ -1,4 +1,4 @@
-#include "nanovllm/engine/llm_engine.h"
+#include "nanovllm/llm/llm_engine.h"
 
 #include <algorithm>
 #include <iterator>
@@ -31,96 +31,59 @@ RequestOutput make_output(Sequence& seq) {
   return o;
 }
 
+// The offload lane's scheduler config: one sequence at a time, its whole prompt in one (layer-wise)
+// step; its blocks count host pool blocks, enough for one max_model_len sequence (the host memory check
+// comes first), and it draws from its own engine RNG stream.
+EngineConfig offload_lane_config(const EngineConfig& config) {
+  EngineConfig lane = config;
+  lane.scheduler.max_num_seqs = 1;
+  lane.scheduler.max_num_batched_tokens = config.model.max_model_len;
+  lane.scheduler.enable_chunked_prefill = false;
+  lane.cache.block_size = config.offload.block_size;
+  lane.cache.num_kv_blocks = lane.blocks_per_max_len_seq();
+  lane.cache.enable_prefix_caching = false;
+  lane.model.seed = config.model.seed ^ 0x6f66666c6f616421ULL;
+  return lane;
+}
+
 }  // namespace
 
-Backend EngineConfig::default_backend() { return cuda_device_available() ? Backend::kCuda : Backend::kCpu; }
-
 LLMEngine::LLMEngine(EngineConfig config) : config_(std::move(config)) {
-  model_config_ = ModelConfig::from_model_dir(config_.model);
+  model_config_ = ModelConfig::from_model_dir(config_.model.path);
   // Like vLLM, also stop at tokenizer_config.json's eos_token (chat models: <|im_end|>) when
   // generation_config.json does not list it. Before the runner: its sampler enforces min_tokens on these.
   if (const std::optional<int32_t> eos = tokenizer_eos_token_id()) {
     auto& ids = model_config_.eos_token_ids;
     if (std::find(ids.begin(), ids.end(), *eos) == ids.end()) ids.push_back(*eos);
   }
-  const int64_t model_limit = model_config_.max_model_len();
-  if (config_.max_model_len <= 0) config_.max_model_len = model_limit;
-  NANOVLLM_CHECK(config_.max_model_len <= model_limit, "max_model_len ", config_.max_model_len,
-                 " exceeds the model's limit of ", model_limit, " positions");
-  NANOVLLM_CHECK(config_.block_size > 0 && config_.block_size <= 1024, "block_size must be in [1, 1024]");
-  NANOVLLM_CHECK(config_.max_num_seqs > 0, "max_num_seqs must be > 0");
-  NANOVLLM_CHECK(config_.max_num_batched_tokens > 0, "max_num_batched_tokens must be > 0");
-  // Each sequence gets at most one sampled row per step, and a step never has more sequences than tokens.
-  config_.max_num_seqs = std::min(config_.max_num_seqs, config_.max_num_batched_tokens);
-  if (config_.enable_cpu_offload) {
-    NANOVLLM_CHECK(config_.num_kv_buffers >= 1 && config_.num_kv_buffers <= 8, "num_kv_buffers must be in [1, 8], got ",
-                   config_.num_kv_buffers);
-    NANOVLLM_CHECK(config_.offload_block_size >= 1, "offload_block_size must be >= 1, got ", config_.offload_block_size);
-    NANOVLLM_CHECK(config_.cpu_memory_limit >= 0, "cpu_memory_limit must be >= 0, got ", config_.cpu_memory_limit);
-    NANOVLLM_CHECK(config_.offload_min_tokens >= 0, "offload_min_tokens must be >= 0, got ", config_.offload_min_tokens);
-  }
-
-  RunnerConfig rc;
-  rc.backend = config_.backend;
-  rc.max_num_seqs = config_.max_num_seqs;
-  rc.max_num_batched_tokens = config_.max_num_batched_tokens;
-  rc.block_size = config_.block_size;
-  rc.max_model_len = config_.max_model_len;
-  rc.num_kv_blocks = config_.num_kv_blocks;
-  rc.kv_cache_bytes = config_.kv_cache_bytes;
-  rc.gpu_memory_utilization = config_.gpu_memory_utilization;
-  rc.enforce_eager = config_.enforce_eager;
-  rc.enable_cpu_offload = config_.enable_cpu_offload;
-  rc.num_kv_buffers = config_.num_kv_buffers;
-  rc.offload_block_size = config_.offload_block_size;
-  rc.cpu_memory_limit = config_.cpu_memory_limit;
-  runner_ = ModelRunner::create(config_.model, model_config_, rc);
-
-  SchedulerConfig sc;
-  sc.max_num_seqs = config_.max_num_seqs;
-  sc.max_num_batched_tokens = config_.max_num_batched_tokens;
-  sc.max_model_len = config_.max_model_len;
-  sc.block_size = config_.block_size;
-  sc.num_kv_blocks = runner_->num_kv_blocks();
-  sc.enable_prefix_caching = config_.enable_prefix_caching;
-  sc.enable_chunked_prefill = config_.enable_chunked_prefill;
-  sc.eos_token_ids = model_config_.eos_token_ids;
-  sc.seed = config_.seed;
-  scheduler_ = std::make_unique<Scheduler>(sc);
-  if (config_.enable_cpu_offload) {
-    // The offload lane: one sequence at a time, its whole prompt in one (layer-wise) step; its blocks
-    // count host pool blocks, enough for one max_model_len sequence (the host memory check comes first).
-    SchedulerConfig oc = sc;
-    oc.max_num_seqs = 1;
-    oc.max_num_batched_tokens = config_.max_model_len;
-    oc.block_size = config_.offload_block_size;
-    oc.num_kv_blocks = (config_.max_model_len + config_.offload_block_size - 1) / config_.offload_block_size;
-    oc.enable_prefix_caching = false;
-    oc.enable_chunked_prefill = false;
-    oc.seed = config_.seed ^ 0x6f66666c6f616421ULL;  // its own engine RNG stream
-    offload_scheduler_ = std::make_unique<Scheduler>(oc);
-  }
+  config_.resolve(model_config_.max_model_len());
+  runner_ = ModelRunner::create(config_, model_config_);
+  config_.cache.num_kv_blocks = runner_->num_kv_blocks();
+  scheduler_ = std::make_unique<Scheduler>(config_, model_config_.eos_token_ids);
+  if (config_.offload.enabled)
+    offload_scheduler_ = std::make_unique<Scheduler>(offload_lane_config(config_), model_config_.eos_token_ids);
 }
 
 LLMEngine::~LLMEngine() = default;
 
 bool LLMEngine::is_offloaded(int64_t prompt_len, const SamplingParams& params) const {
   if (!offload_scheduler_) return false;
-  const int64_t reach = std::min(prompt_len + params.max_tokens, config_.max_model_len);
-  if (config_.offload_min_tokens > 0 && reach >= config_.offload_min_tokens) return true;
-  return (reach + config_.block_size - 1) / config_.block_size > runner_->num_kv_blocks();  // does not fit the GPU cache
+  const int64_t reach = std::min(prompt_len + params.max_tokens, config_.model.max_model_len);
+  if (config_.offload.min_tokens > 0 && reach >= config_.offload.min_tokens) return true;
+  return config_.cache.blocks_for(reach) > runner_->num_kv_blocks();  // does not fit the GPU cache
 }
 
 void LLMEngine::validate_request(const std::vector<int32_t>& prompt, const SamplingParams& params) const {
   params.validate(model_config_.vocab_size);
   NANOVLLM_CHECK(!prompt.empty(), "the prompt is empty");
   const int64_t n = static_cast<int64_t>(prompt.size());
-  NANOVLLM_CHECK(n < config_.max_model_len, "the prompt has ", n, " tokens; max_model_len is ", config_.max_model_len,
-                 " (prompt plus at least one generated token)");
+  NANOVLLM_CHECK(n < config_.model.max_model_len, "the prompt has ", n, " tokens; max_model_len is ",
+                 config_.model.max_model_len, " (prompt plus at least one generated token)");
   for (int32_t id : prompt)
     NANOVLLM_CHECK(id >= 0 && id < model_config_.vocab_size, "prompt token id ", id, " is outside the vocabulary [0, ",
                    model_config_.vocab_size, ")");
-  if (is_offloaded(n, params)) runner_->offload()->check_host_memory(std::min(n + params.max_tokens, config_.max_model_len));
+  if (is_offloaded(n, params))
+    runner_->offload()->check_host_memory(std::min(n + params.max_tokens, config_.model.max_model_len));
 }
 
 int64_t LLMEngine::add_request(std::vector<int32_t> prompt_token_ids, const SamplingParams& params) {
@@ -192,7 +155,7 @@ std::vector<SampledToken> LLMEngine::run_step(Scheduler& scheduler, bool offload
     }
     const auto t1 = Clock::now();
     step_stats_.schedule_s += std::chrono::duration<double>(t1 - t0).count();
-    if (!offloaded && config_.async_scheduling && runner_->can_launch(out)) {
+    if (!offloaded && config_.scheduler.async_scheduling && runner_->can_launch(out)) {
       runner_->launch(out, false);
       launched_ = out;
       return finish_launched_step(has_prefill);

@@ -1,0 +1,51 @@
+#include "nanovllm/engine/config.h"
+
+#include <algorithm>
+
+#include "nanovllm/core/error.h"
+
+namespace nanovllm {
+
+void ModelOptions::validate() const {
+  NANOVLLM_CHECK(max_model_len >= 1, "max_model_len must be >= 1, got ", max_model_len);
+}
+
+void CacheConfig::validate(Backend backend) const {
+  NANOVLLM_CHECK(block_size > 0 && block_size <= 1024, "block_size must be in [1, 1024]");
+  if (backend == Backend::kCuda)
+    NANOVLLM_CHECK(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1,
+                   "gpu_memory_utilization must be in (0, 1]");
+}
+
+void SchedulerConfig::validate() const {
+  NANOVLLM_CHECK(max_num_seqs > 0, "max_num_seqs must be > 0");
+  NANOVLLM_CHECK(max_num_batched_tokens > 0, "max_num_batched_tokens must be > 0");
+}
+
+void OffloadConfig::validate() const {
+  NANOVLLM_CHECK(num_kv_buffers >= 1 && num_kv_buffers <= 8, "num_kv_buffers must be in [1, 8], got ", num_kv_buffers);
+  NANOVLLM_CHECK(block_size >= 1, "offload_block_size must be >= 1, got ", block_size);
+  NANOVLLM_CHECK(cpu_memory_limit >= 0, "cpu_memory_limit must be >= 0, got ", cpu_memory_limit);
+  NANOVLLM_CHECK(min_tokens >= 0, "offload_min_tokens must be >= 0, got ", min_tokens);
+}
+
+void EngineConfig::resolve(int64_t model_max_len) {
+  if (model.max_model_len <= 0) model.max_model_len = model_max_len;
+  NANOVLLM_CHECK(model.max_model_len <= model_max_len, "max_model_len ", model.max_model_len,
+                 " exceeds the model's limit of ", model_max_len, " positions");
+  validate();
+  scheduler.max_num_seqs = std::min(scheduler.max_num_seqs, scheduler.max_num_batched_tokens);
+}
+
+void EngineConfig::validate() const {
+  model.validate();
+  cache.validate(model.backend);
+  scheduler.validate();
+  if (offload.enabled) {
+    offload.validate();
+    // The offloaded prompt is at most max_model_len - 1 tokens, and at least one.
+    NANOVLLM_CHECK(model.max_model_len >= 2, "offload: max_model_len must be >= 2, got ", model.max_model_len);
+  }
+}
+
+}  // namespace nanovllm

@@ -1,0 +1,88 @@
+// EngineConfig: every setting of an engine, in sub-configs, passed whole to whoever reads it (the
+// scheduler, the runners, the offload path, LLMEngine) — never copied field by field into look-alikes.
+// Here in engine/, the lowest layer that reads it; runner/ and llm/ include it.
+//
+// Each sub-config validates itself; EngineConfig::resolve() runs them all once (LLMEngine's constructor),
+// after filling in what depends on the model. LLMEngine::config() holds the values in use: max_model_len
+// and num_kv_blocks resolved, max_num_seqs capped.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+
+#include "nanovllm/core/backend.h"
+
+namespace nanovllm {
+
+// What runs, and where. (ModelConfig, model/config.h, is the checkpoint's parsed config.json.)
+struct ModelOptions {
+  std::filesystem::path path;        // a Hugging Face model directory
+  Backend backend = Backend::kCpu;   // default_backend() (kernels/device.h): cuda when a GPU is present
+  int64_t max_model_len = 0;         // longest prompt + output; 0: the model's limit (rope-scaled max positions)
+  uint64_t seed = 0;                 // engine RNG: gives unseeded requests their sampling key (Scheduler::add)
+  bool enforce_eager = false;        // CUDA backend: no decode CUDA graphs
+
+  void validate() const;
+};
+
+// The paged KV cache.
+struct CacheConfig {
+  int64_t block_size = 16;              // tokens per KV block, 1..1024
+  int64_t num_kv_blocks = 0;            // 0: from the memory budget (the runner decides)
+  int64_t kv_cache_bytes = 2LL << 30;   // CPU backend KV budget
+  double gpu_memory_utilization = 0.9;  // CUDA backend: share of GPU memory the engine may use
+  bool enable_prefix_caching = true;
+
+  // gpu_memory_utilization is checked only where it is read (the CUDA backend).
+  void validate(Backend backend) const;
+  int64_t blocks_for(int64_t num_tokens) const { return (num_tokens + block_size - 1) / block_size; }
+};
+
+// What each step runs.
+struct SchedulerConfig {
+  int64_t max_num_seqs = 256;             // capped at max_num_batched_tokens (one sampled row per sequence)
+  int64_t max_num_batched_tokens = 8192;  // token budget of one step
+  bool enable_chunked_prefill = true;     // off: a prompt waits until it fits one step whole
+  // Schedule step N + 1 while step N runs on the device (Scheduler::can_schedule_ahead): decode steps
+  // then follow each other on the GPU without waiting for the host. Off: every step is scheduled after
+  // the previous one's tokens are read (the same tokens either way).
+  bool async_scheduling = true;
+
+  void validate() const;
+};
+
+// Long context: layer-wise CPU KV offload (runner/offload_runner.h). A request is offloaded when its
+// prompt + max_tokens (capped at max_model_len) does not fit the whole paged KV cache, or reaches
+// min_tokens when that is > 0. Offloaded requests run one at a time, next to the others.
+struct OffloadConfig {
+  bool enabled = false;
+  int64_t num_kv_buffers = 4;     // decode ring of whole-layer KV buffers (and prefill ping-pong), 1..8
+  int64_t block_size = 1024;      // host KV block in tokens: decode buffer length, flush granularity
+  int64_t cpu_memory_limit = 0;   // bytes of host KV pool; 0: the machine's available memory
+  int64_t min_tokens = 0;         // offload requests this long (prompt + max_tokens) or longer;
+                                  // 0: only those that do not fit
+
+  void validate() const;  // the fields above; EngineConfig::validate calls it only when enabled
+};
+
+struct EngineConfig {
+  // {} initializers: a designated initializer may name only some, e.g. {.model = {.path = dir}}.
+  ModelOptions model{};
+  CacheConfig cache{};
+  SchedulerConfig scheduler{};
+  OffloadConfig offload{};
+  // Next to come: ParallelConfig parallel (tensor-parallel ranks) and SparseConfig sparse (attention
+  // policies), each a sub-config with its own validate().
+
+  // Once, before anything is built from the config: model.max_model_len 0 (or less) becomes
+  // model_max_len and may not exceed it, every sub-config validates itself, and max_num_seqs is capped
+  // at max_num_batched_tokens (a step never has more sequences than tokens). Throws nanovllm::Error
+  // naming the field.
+  void resolve(int64_t model_max_len);
+  void validate() const;  // each sub-config's validate, and the checks across them
+
+  // KV blocks one max_model_len sequence needs.
+  int64_t blocks_per_max_len_seq() const { return cache.blocks_for(model.max_model_len); }
+};
+
+}  // namespace nanovllm
