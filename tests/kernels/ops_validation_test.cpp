@@ -146,5 +146,21 @@ TEST(OpsValidation, CudaTensorsWithoutCuda) {
 #endif
 }
 
+// A CUDA op runs on a runner's kernel context (ops::Stream::cuda_context): without one it refuses before
+// any launch, so this holds on machines without a GPU too.
+TEST(OpsValidation, CudaTensorsNeedADeviceContext) {
+#if !NANOVLLM_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  std::vector<float> storage(64);  // never dereferenced: the op must refuse before touching it
+  TensorView x(storage.data(), DType::kF32, {4, 8}, Device::cuda(0));
+  TensorView w(storage.data(), DType::kF32, {8}, Device::cuda(0));
+  expect_error([&] { ops::rms_norm(x, x, w, 1e-6f); }, {"without a device context"});
+  expect_error([&] { ops::linear(x, x, TensorView(storage.data(), DType::kF32, {8, 8}, Device::cuda(0)),
+                                 TensorView()); },
+               {"without a device context"});
+#endif
+}
+
 }  // namespace
 }  // namespace nanovllm
