@@ -8,7 +8,8 @@
 #   scripts/bench/device_bench.sh latency         BIN [q06] [q4] [q8]    bs=1 decode @1K, prefill, weight load
 #   scripts/bench/device_bench.sh throughput      BIN                    offline throughput, Qwen3-0.6B shape
 #   scripts/bench/device_bench.sh ab-latency      OLD_BIN NEW_BIN [N]    alternate old/new N times (2), 0.6B and 8B
-#   scripts/bench/device_bench.sh ab-throughput   OLD_BIN NEW_BIN [N]    alternate old/new N times (3), 0.6B
+#   scripts/bench/device_bench.sh ab-throughput   OLD_BIN NEW_BIN [N] [q06] [q8]  alternate old/new N times (3),
+#                                                                        on the 0.6B shape unless models are named
 #   scripts/bench/device_bench.sh hf-compare      BIN [agree|throughput] HF transformers bf16: greedy agreement
 #                                                                        (0.6B, 4B) and throughput on one workload
 #   scripts/bench/device_bench.sh offload         BIN [4b-yarn|1m]       layer-wise CPU KV offload, 128K or 1M context
@@ -210,12 +211,16 @@ case $MODE in
       done
     else
       N=${3:-3}
-      mk q06
-      dir=$MODELS/q06
-      for i in $(seq "$N"); do
-        for v in old new; do
-          throughput_one "q06 $v $i" "${BINS[$v]}" "${ENVS[$v]}" "${ARGS[$v]}" "$dir"
-          show 'roofline floor' "$LOG" 1 | sed "s/^/q06 $v $i: /"
+      shift $(($# < 3 ? $# : 3))
+      [ $# -gt 0 ] || set -- q06
+      for m in "$@"; do
+        mk "$m"
+        dir=$MODELS/$m
+        for i in $(seq "$N"); do
+          for v in old new; do
+            throughput_one "$m $v $i" "${BINS[$v]}" "${ENVS[$v]}" "${ARGS[$v]}" "$dir"
+            show 'roofline floor' "$LOG" 1 | sed "s/^/$m $v $i: /"
+          done
         done
       done
     fi
