@@ -1,7 +1,9 @@
 // nanovllm generate: prompts (text or token ids) in, generated tokens out, as text or one JSON object per prompt.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -9,9 +11,39 @@
 #include "engine_options.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/llm/llm.h"
+#include "nanovllm/model/layer_taps.h"
 #include "nanovllm/tokenizer/tokenizer.h"
 
 namespace nanovllm::cli {
+namespace {
+
+// DIR/taps.safetensors: the recorded taps and, as metadata, the tokens they belong to (the prompt, then
+// every generated token but the last, which never went through the model) and how they were computed.
+void write_taps(const TapRecorder& taps, const std::filesystem::path& dir, const RequestOutput& out,
+                const LLMEngine& engine, const SamplingParams& params) {
+  std::vector<int32_t> tokens = out.prompt_token_ids;
+  if (!out.token_ids.empty()) tokens.insert(tokens.end(), out.token_ids.begin(), out.token_ids.end() - 1);
+  NANOVLLM_CHECK(taps.rows() == static_cast<int64_t>(tokens.size()), "--dump-taps: recorded ", taps.rows(),
+                 " token rows for ", tokens.size(), " tokens (was the request preempted?)");
+  std::string ids, layers;
+  for (int32_t t : tokens) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+  for (const auto& [key, tap] : taps.taps())
+    if (key.second == TapPoint::kInput) layers += (layers.empty() ? "" : ",") + std::to_string(key.first);
+  const EngineConfig& c = engine.config();
+  const bool offloaded = c.offload.enabled && engine.is_offloaded(static_cast<int64_t>(out.prompt_token_ids.size()), params);
+  const std::filesystem::path path = dir / "taps.safetensors";
+  taps.write(path, {{"format", "nanovllm-taps-v1"},
+                    {"token_ids", ids},
+                    {"num_prompt_tokens", std::to_string(out.prompt_token_ids.size())},
+                    {"layers", layers},
+                    {"backend", to_string(c.model.backend)},
+                    {"path", offloaded ? "offload" : "paged"},
+                    {"model", c.model.path.string()}});
+  std::fprintf(stderr, "wrote taps of %zu tokens x %zu layers to %s\n", tokens.size(),
+               taps.taps().size() / kTapPoints.size(), path.string().c_str());
+}
+
+}  // namespace
 
 void register_generate(CLI::App& app) {
   struct Options {
@@ -20,6 +52,7 @@ void register_generate(CLI::App& app) {
     std::string prompt_ids_file;
     SamplingOptions sampling;
     bool json = false;
+    std::string dump_taps, tap_layers;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("generate", "generate continuations of prompts");
@@ -33,12 +66,19 @@ void register_generate(CLI::App& app) {
                   "a JSON file holding a list of token-id lists (after any --prompt/--prompt-ids)");
   cmd->add_flag("--json", opt->json,
                 "print one JSON object per prompt (token_ids, text, finish_reason, logprobs)");
+  cmd->add_option("--dump-taps", opt->dump_taps,
+                  "write every layer's input, q/k/v after RoPE, attention output (before o_proj) and output "
+                  "for every token of one prompt to DIR/taps.safetensors (fp32; runs eagerly; see README)");
+  cmd->add_option("--tap-layers", opt->tap_layers, "with --dump-taps: only these layers, e.g. 0,3 (default all)");
 
   cmd->callback([cmd, opt, ids_opt, text_opt] {
     NANOVLLM_CHECK(!opt->prompt_ids.empty() || !opt->prompts.empty() || !opt->prompt_ids_file.empty(),
                    "generate: give --prompt, --prompt-ids or --prompt-ids-file");
+    NANOVLLM_CHECK(opt->tap_layers.empty() || !opt->dump_taps.empty(), "generate: --tap-layers needs --dump-taps");
     const SamplingParams params = opt->sampling.to_params();
-    LLM llm(opt->engine.to_config());
+    EngineConfig config = opt->engine.to_config();
+    if (!opt->dump_taps.empty()) config.model.enforce_eager = true;  // taps run every step eagerly anyway
+    LLM llm(std::move(config));
     const bool with_text = !opt->prompts.empty() || llm.engine().has_tokenizer();
 
     // Prompts in command-line order, --prompt and --prompt-ids interleaved as given.
@@ -61,9 +101,27 @@ void register_generate(CLI::App& app) {
       for (std::vector<int32_t>& p : read_token_id_lists(opt->prompt_ids_file)) prompts.push_back(std::move(p));
     }
 
+    std::unique_ptr<TapRecorder> taps;
+    if (!opt->dump_taps.empty()) {
+      NANOVLLM_CHECK(prompts.size() == 1, "generate: --dump-taps records one sequence; give one prompt, got ",
+                     prompts.size());
+      const int64_t num_layers = llm.engine().model_config().num_hidden_layers;
+      taps = std::make_unique<TapRecorder>(opt->tap_layers.empty() ? std::vector<int64_t>{}
+                                                                   : parse_tap_layers(opt->tap_layers, num_layers));
+      std::error_code ec;
+      std::filesystem::create_directories(opt->dump_taps, ec);
+      NANOVLLM_CHECK(std::filesystem::is_directory(opt->dump_taps), "--dump-taps: cannot create directory '",
+                     opt->dump_taps, "'");
+      llm.engine().runner().set_layer_taps(taps.get());
+    }
+
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<RequestOutput> outputs = llm.generate(prompts, params);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (taps) {
+      llm.engine().runner().set_layer_taps(nullptr);
+      write_taps(*taps, opt->dump_taps, outputs.at(0), llm.engine(), params);
+    }
 
     int64_t generated = 0;
     for (const RequestOutput& o : outputs) {

@@ -1,6 +1,7 @@
 #include "nanovllm/model/qwen3_model.h"
 
 #include <cmath>
+#include <utility>
 
 namespace nanovllm {
 namespace {
@@ -14,6 +15,22 @@ StepViews step_views(const DecoderWorkspace& ws, int64_t t) {
   return {ws.hidden.slice_rows(0, t),  ws.residual.slice_rows(0, t), ws.qkv.slice_rows(0, t),
           ws.q.slice_rows(0, t),       ws.attn_out.slice_rows(0, t), ws.gate_up.slice_rows(0, t),
           ws.mlp_act.slice_rows(0, t)};
+}
+
+// A tapped layer's attention, unfused so that q exists in memory: q, the attention, then k and v read
+// back from the cache rows the step wrote (slot_mapping), through q's buffer (free once attention ran).
+void tapped_attention(int64_t l, LayerTaps& taps, const LayerWeights& w, float eps, const ops::RopeParams& rope,
+                      float scale, const DecoderInputs& in, const LayerKvCache& kv, const StepViews& v, ops::Stream s) {
+  ops::qkv_prologue(v.q, v.qkv, w.q_norm, w.k_norm, eps, in.positions, rope, kv.k, kv.v, in.attn, s);  // [T, Hq, D]
+  taps.record(l, TapPoint::kQ, v.q, TensorView(), s);
+  ops::paged_attention(v.attn_out, v.q, kv.k, kv.v, in.attn, scale, s);  // [T, Hq, D]
+  taps.record(l, TapPoint::kAttn, v.attn_out, TensorView(), s);
+  const int64_t t = in.attn.num_tokens, hk = kv.k.dim(2), d = kv.k.dim(3), slots = kv.k.dim(0) * kv.k.dim(1);
+  const TensorView rows(v.q.data(), v.q.dtype(), Shape{t, hk * d}, v.q.device());  // [T, Hk D] in q's buffer
+  for (const auto& [cache, point] : {std::pair{kv.k, TapPoint::kK}, std::pair{kv.v, TapPoint::kV}}) {
+    ops::gather_rows(rows, cache.reshape({slots, hk * d}), in.attn.slot_mapping, s);
+    taps.record(l, point, rows.reshape({t, hk, d}), TensorView(), s);
+  }
 }
 
 }  // namespace
@@ -72,6 +89,8 @@ void Qwen3Model::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& k
   const StepViews v = step_views(ws, in.attn.num_tokens);
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const int64_t t = in.attn.num_tokens;
+  LayerTaps* taps = in.taps != nullptr && in.taps->wants(l) ? in.taps : nullptr;
+  if (taps) taps->record(l, TapPoint::kInput, v.hidden, l == 0 ? TensorView() : v.residual, s);
 
   // Attention block: residual = hidden (+ previous residual), hidden = norm(residual).
   if (l == 0) {
@@ -80,14 +99,19 @@ void Qwen3Model::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& k
     ops::add_rms_norm(v.hidden, v.residual, w.input_layernorm, eps, s);
   }
   ops::linear(v.qkv, v.hidden, w.qkv_proj, w.qkv_bias, s, ops::LinearHint::kBeforeAttention);  // [T, (Hq + 2 Hk) D]
-  ops::qkv_prologue_attention(v.attn_out, v.q, v.qkv, w.q_norm, w.k_norm, eps, in.positions, rope_, kv.k, kv.v,
-                              in.attn, attn_scale_, s);  // [T, Hq, D]
+  if (taps) {
+    tapped_attention(l, *taps, w, eps, rope_, attn_scale_, in, kv, v, s);
+  } else {
+    ops::qkv_prologue_attention(v.attn_out, v.q, v.qkv, w.q_norm, w.k_norm, eps, in.positions, rope_, kv.k, kv.v,
+                                in.attn, attn_scale_, s);  // [T, Hq, D]
+  }
   ops::linear(v.hidden, v.attn_out.reshape({t, config_.q_size()}), w.o_proj, w.o_bias, s);  // [T, H]
 
   // MLP block.
   ops::add_rms_norm(v.hidden, v.residual, w.post_attention_layernorm, eps, s);
   // [T, H]; gate_up [T, 2 I] and mlp_act [T, I] scratch
   ops::silu_mlp(v.hidden, v.hidden, w.gate_up_proj, w.down_proj, v.gate_up, v.mlp_act, s);
+  if (taps) taps->record(l, TapPoint::kOutput, v.hidden, v.residual, s);  // the residual add is the next layer's
 }
 
 void Qwen3Model::head(const DecoderInputs& in, const DecoderWorkspace& ws, ops::Stream s) const {

@@ -10,6 +10,7 @@
 #include "nanovllm/kernels/attention_metadata.h"
 #include "nanovllm/kernels/ops.h"
 #include "nanovllm/model/config.h"
+#include "nanovllm/model/layer_taps.h"
 #include "nanovllm/model/weights.h"
 
 namespace nanovllm {
@@ -41,6 +42,7 @@ struct DecoderInputs {
   TensorView positions;    // [T] i32
   TensorView sample_rows;  // [S] i32: rows of the tokens whose next token is sampled
   AttentionMetadata attn;
+  LayerTaps* taps = nullptr;  // optional observer of the layers' activations (layer_taps.h)
 };
 
 class Qwen3Model {

@@ -227,4 +227,36 @@ std::vector<std::string> SafetensorsCheckpoint::names() const {
   return out;
 }
 
+void write_safetensors(const std::filesystem::path& path, const std::vector<SafetensorsEntry>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const SafetensorsEntry& t : tensors) {
+    const char* dtype = t.dtype == DType::kF32 ? "F32" : t.dtype == DType::kBF16 ? "BF16" : t.dtype == DType::kF16 ? "F16" : nullptr;
+    NANOVLLM_CHECK(dtype != nullptr, path.string(), ": tensor '", t.name, "' has dtype ", dtype_name(t.dtype),
+                   "; only F32, BF16 and F16 are written");
+    NANOVLLM_CHECK(t.name != "__metadata__" && !header.contains(t.name), path.string(), ": tensor name '", t.name,
+                   "' is reserved or given twice");
+    const uint64_t bytes = static_cast<uint64_t>(t.shape.numel()) * dtype_size(t.dtype);
+    NANOVLLM_CHECK(bytes == 0 || t.data != nullptr, path.string(), ": tensor '", t.name, "' has no data");
+    json shape = json::array();
+    for (int d = 0; d < t.shape.ndim; ++d) shape.push_back(t.shape[d]);
+    header[t.name] = json{{"dtype", dtype}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');  // data starts 8-byte aligned
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  NANOVLLM_CHECK(out.good(), "cannot write ", path.string());
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<uint64_t>(h.size()) >> (8 * i));
+  out.write(reinterpret_cast<const char*>(len), 8);
+  out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  for (const SafetensorsEntry& t : tensors)
+    out.write(static_cast<const char*>(t.data), static_cast<std::streamsize>(t.shape.numel() * dtype_size(t.dtype)));
+  out.close();
+  NANOVLLM_CHECK(!out.fail(), "cannot write ", path.string(), " (disk full?)");
+}
+
 }  // namespace nanovllm

@@ -46,6 +46,20 @@ class SafetensorsFile {
   std::map<std::string, TensorInfo> tensors_;
 };
 
+// A tensor for write_safetensors: row-major host data of `shape` (F32, BF16 or F16).
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype = DType::kF32;
+  Shape shape;
+  const void* data = nullptr;
+};
+
+// Writes `tensors` (data back to back in the given order) and `metadata` (the "__metadata__" string map)
+// as one .safetensors file readable by SafetensorsFile and by the safetensors library. Throws
+// nanovllm::Error naming the file or the tensor (duplicate or reserved name, unsupported dtype, I/O).
+void write_safetensors(const std::filesystem::path& path, const std::vector<SafetensorsEntry>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
 class SafetensorsCheckpoint {
  public:
   // Opens `dir`/model.safetensors.index.json (every shard it names, each once) if present, else

@@ -60,7 +60,8 @@ std::vector<SampledToken> CpuModelRunner::execute(const SchedulerOutput& out) {
                      static_cast<int64_t>(out.seqs.size()) <= ec_.scheduler.max_num_seqs,
                  "step of ", out.num_tokens(), " tokens / ", out.seqs.size(), " seqs exceeds the runner's limits");
   ForwardBatch batch = build_forward_batch(out, ec_.cache.block_size);
-  const DecoderInputs in = batch.views(batch.data.data(), Device::cpu());
+  DecoderInputs in = batch.views(batch.data.data(), Device::cpu());
+  in.taps = taps_;
   model_->forward(in, kv_, ws_);
 
   std::vector<const Sequence*> sampled;

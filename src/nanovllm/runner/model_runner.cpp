@@ -11,6 +11,11 @@
 
 namespace nanovllm {
 
+void ModelRunner::set_layer_taps(LayerTaps* taps) {
+  taps_ = taps;
+  if (OffloadRunner* o = offload()) o->set_layer_taps(taps);
+}
+
 bool ModelRunner::can_launch(const SchedulerOutput&) const { return true; }
 
 void ModelRunner::launch(const SchedulerOutput& out, bool fed_from_previous) {

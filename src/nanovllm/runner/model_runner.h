@@ -14,6 +14,7 @@
 
 namespace nanovllm {
 
+class LayerTaps;
 class OffloadRunner;
 
 class ModelRunner {
@@ -42,6 +43,14 @@ class ModelRunner {
   // The long-context path (EngineConfig::offload.enabled), on the same model, stream and workspace;
   // nullptr when offload is off.
   virtual OffloadRunner* offload() { return nullptr; }
+
+  // Layer taps (model/layer_taps.h) for the steps run from now on, on both paths; nullptr: none. While
+  // set, every step runs eagerly (the CUDA runner neither replays decode graphs nor launches ahead), so
+  // each tap sees its step's rows in order. The observer must outlive the steps that use it.
+  void set_layer_taps(LayerTaps* taps);
+
+ protected:
+  LayerTaps* taps_ = nullptr;
 
  private:
   std::deque<std::vector<SampledToken>> launched_;  // the default launch(): results not yet waited for

@@ -208,6 +208,7 @@ void OffloadRunner::prefill(const Sequence& seq, int64_t num_tokens) {
     in.positions = index_view(start, n);
     in.sample_rows = ints(T + 4 * c + 3, 1);
     in.attn = attention(start, n, ints(T + 4 * c, 2), ints(T + 4 * c + 2, 1));
+    in.taps = taps_;
     return in;
   };
   auto chunk_workspace = [&](int64_t c) {  // hidden/residual rows of the chunk; the rest is the shared workspace
@@ -280,6 +281,7 @@ void OffloadRunner::decode(const Sequence& seq) {
   in.positions = index_view(n, 1);
   in.sample_rows = index_view(0, 1);
   in.attn = attention(n, 1, index_view(0, 2), index_view(n + 1, 1));
+  in.taps = taps_;
 
   dev_->wait(compute, flush_done_);  // the decode buffers' last flush has read them
   for (int64_t l = 0; l < num_slots_; ++l) issue_load(l);

@@ -79,6 +79,8 @@ class OffloadRunner {
   OffloadFootprint footprint() const { return footprint_; }
   int64_t kv_bytes_per_token_per_layer() const { return 2 * token_bytes_; }  // K + V
   OffloadDevice& device() { return *dev_; }
+  // Layer taps for the steps run from now on (ModelRunner::set_layer_taps); nullptr: none.
+  void set_layer_taps(LayerTaps* taps) { taps_ = taps; }
 
  private:
   struct Slot {
@@ -127,6 +129,7 @@ class OffloadRunner {
   int64_t seq_capacity_ = 0;  // tokens this sequence may reach (host pool reserved for it)
 
   OffloadStats stats_;
+  LayerTaps* taps_ = nullptr;
 };
 
 }  // namespace nanovllm

@@ -185,7 +185,9 @@ void CudaModelRunner::upload_batch(const ForwardBatch& batch, cuda_ops::StagedWo
 void CudaModelRunner::run_eager(const SchedulerOutput& out) {
   const ForwardBatch batch = build_forward_batch(out, ec_.cache.block_size);
   upload_batch(batch);
-  model_->forward(batch.views(batch_device_.data(), Device::cuda(device_)), kv_, ws_, ops_stream());
+  DecoderInputs in = batch.views(batch_device_.data(), Device::cuda(device_));
+  in.taps = taps_;
+  model_->forward(in, kv_, ws_, ops_stream());
 }
 
 void CudaModelRunner::run_decode_graph(const SchedulerOutput& out, int64_t bucket, int64_t table_stride,
@@ -230,7 +232,8 @@ bool CudaModelRunner::can_launch(const SchedulerOutput& out) const {
   const bool decode_only = !out.empty() && std::all_of(out.seqs.begin(), out.seqs.end(), [](const ScheduledSequence& s) {
     return s.num_new_tokens == 1 && s.sample;
   });
-  return decode_only && graph_bucket(static_cast<int64_t>(out.seqs.size())) > 0;
+  // Tapped steps run eagerly (run_eager), which gives the taps their inputs.
+  return decode_only && taps_ == nullptr && graph_bucket(static_cast<int64_t>(out.seqs.size())) > 0;
 }
 
 void CudaModelRunner::launch(const SchedulerOutput& out, bool fed_from_previous) {
