@@ -118,7 +118,10 @@ def hf_taps(model_dir, token_ids, layers, dtype, device):
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch_dtype, attn_implementation="sdpa")
+    try:  # transformers >= 4.56 names it dtype (torch_dtype is deprecated)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype, attn_implementation="sdpa")
+    except TypeError:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch_dtype, attn_implementation="sdpa")
     model = model.to(device).eval()
     store = {}
 

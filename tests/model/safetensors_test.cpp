@@ -206,3 +206,37 @@ TEST(SafetensorsCheckpoint, DuplicateTensorAcrossUnindexedFiles) {
   fs::remove(dir / "two.safetensors");
   EXPECT_EQ(SafetensorsCheckpoint(dir.path()).names().size(), 2u);
 }
+
+TEST(Safetensors, WriterRoundTripsThroughTheIndependentReader) {
+  TempDir dir;
+  const auto ts = sample();
+  std::vector<SafetensorsEntry> entries;
+  for (const RawTensor& t : ts) {
+    Shape s;
+    s.ndim = static_cast<int>(t.shape.size());
+    for (size_t d = 0; d < t.shape.size(); ++d) s.dims[d] = t.shape[d];
+    const DType dt = t.dtype == "F32" ? DType::kF32 : t.dtype == "F16" ? DType::kF16 : DType::kBF16;
+    entries.push_back({t.name, dt, s, t.bytes.data()});
+  }
+  nanovllm::write_safetensors(dir / "w.safetensors", entries, {{"format", "test"}, {"token_ids", "1,2"}});
+  const auto back = read_safetensors(dir / "w.safetensors");
+  ASSERT_EQ(back.size(), ts.size());
+  for (const RawTensor& t : ts) {
+    const RawTensor& b = find_tensor(back, t.name);
+    EXPECT_EQ(b.dtype, t.dtype) << t.name;
+    EXPECT_EQ(b.shape, t.shape) << t.name;
+    EXPECT_EQ(b.bytes, t.bytes) << t.name;
+  }
+  const std::string file = read_file(dir / "w.safetensors");
+  EXPECT_NE(file.find("\"__metadata__\":{\"format\":\"test\",\"token_ids\":\"1,2\"}"), std::string::npos);
+  const SafetensorsFile f(dir / "w.safetensors");  // and through the product reader
+  for (const RawTensor& t : ts) expect_same(f.info(t.name), t);
+
+  entries.push_back(entries[0]);
+  expect_error([&] { nanovllm::write_safetensors(dir / "d.safetensors", entries); },
+               {"model.embed_tokens.weight", "twice"});
+  const int32_t ids[2] = {1, 2};
+  entries.back() = {"ids", DType::kI32, Shape{2}, ids};
+  expect_error([&] { nanovllm::write_safetensors(dir / "i.safetensors", entries); }, {"'ids'", "I32"});
+  expect_error([&] { nanovllm::write_safetensors(dir / "no-such-dir" / "x.safetensors", {}); }, {"cannot write"});
+}

@@ -3,7 +3,6 @@
 #include "nanovllm/kernels/ops.h"
 
 #include <cmath>
-#include <cstring>
 #include <initializer_list>
 #include <string_view>
 
@@ -394,14 +393,6 @@ void convert(TensorView out, TensorView x, Stream s) {
   check_float_tensor(op, "out", out, dev, x.shape());
   if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(convert, dev, out, x, s);
   cpu::convert(out, x);
-}
-
-void copy_to_host(void* dst, TensorView x, Stream s) {
-  constexpr std::string_view op = "copy_to_host";
-  NANOVLLM_CHECK(x.defined() && dst != nullptr, op, ": undefined tensor or null destination");
-  const Device dev = x.device();
-  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(copy_to_host, dev, dst, x, s);
-  if (x.nbytes() > 0) std::memcpy(dst, x.data(), x.nbytes());
 }
 
 }  // namespace nanovllm::ops

@@ -110,8 +110,4 @@ void gather_rows(TensorView out, TensorView in, TensorView rows, Stream s = {});
 // out = x converted to out's dtype (F32/BF16/F16 either way), same shape.
 void convert(TensorView out, TensorView x, Stream s = {});
 
-// Copies x's bytes (x.nbytes()) into host memory `dst` once the work issued on s before it is done, and
-// returns when they are there. For observers off the hot path (layer taps); it waits for the stream.
-void copy_to_host(void* dst, TensorView x, Stream s = {});
-
 }  // namespace nanovllm::ops

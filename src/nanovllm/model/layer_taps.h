@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/host_copy.h"
 #include "nanovllm/kernels/ops.h"
 
 namespace nanovllm {

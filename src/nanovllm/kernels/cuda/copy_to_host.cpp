@@ -1,8 +1,8 @@
-// ops::copy_to_host on CUDA: a stream-ordered D2H copy, then a wait for the stream (off the hot path).
+// ops::copy_to_host on CUDA (kernels/host_copy.h): a stream-ordered D2H copy, then a wait for the stream.
 #include <cuda_runtime.h>
 
 #include "nanovllm/kernels/cuda/cuda_check.h"
-#include "nanovllm/kernels/cuda/cuda_ops.h"
+#include "nanovllm/kernels/cuda/copy_to_host.h"
 
 namespace nanovllm::cuda_ops {
 

@@ -33,7 +33,6 @@ void silu_mlp(TensorView out, TensorView x, TensorView gate_up_w, TensorView dow
               TensorView act, ops::Stream s);
 void gather_rows(TensorView out, TensorView in, TensorView rows, ops::Stream s);
 void convert(TensorView out, TensorView x, ops::Stream s);
-void copy_to_host(void* dst, TensorView x, ops::Stream s);
 
 }  // namespace nanovllm::cuda_ops
 
