@@ -88,6 +88,16 @@ TEST(EvalCli, DumpPromptsNeedsOnlyATokenizer) {
   int objects = 0;
   while (std::getline(lines, line)) objects += line.starts_with("{\"task\":\"niah_single_2\"") ? 1 : 0;
   EXPECT_EQ(objects, 2) << s.output.substr(0, 300);
+
+  // vt and cwe do not fit 1K byte tokens: an error, or left out with --skip-too-short.
+  const std::string all_1k = "eval ruler --model " + retrieval_model_dir().string() +
+                             " --tasks niah_single_2,vt,cwe --context 1024 --samples 2 --dump-prompts " +
+                             (scratch() / "skip.jsonl").string();
+  expect_clear_error(all_1k, "context 1024 is too short");
+  const auto k = run_cli(all_1k + " --skip-too-short");
+  ASSERT_EQ(k.exit_code, 0) << k.output;
+  EXPECT_NE(k.output.find("skipped 2 samples of vt at 1024"), std::string::npos) << k.output;
+  EXPECT_NE(k.output.find("wrote 2 prompts"), std::string::npos) << k.output;
 }
 
 nlohmann::json run_json(const std::string& args, const std::string& name) {

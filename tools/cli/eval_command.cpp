@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +39,7 @@ struct EvalOptions {
   std::string json_out;
   std::string dump_prompts;
   int threads = 0;
+  bool skip_too_short = false;
   // ruler
   std::string tasks = "all";
   // needle
@@ -62,6 +64,8 @@ void add_common_options(CLI::App& cmd, EvalOptions& o) {
                  "write the prompts as JSON lines ('-': stdout) and exit without running the model "
                  "(needs only the model directory's tokenizer)");
   cmd.add_option("--threads", o.threads, "threads building prompts (default: all cores)");
+  cmd.add_flag("--skip-too-short", o.skip_too_short,
+               "leave out samples whose shortest prompt does not fit their context, instead of failing");
 }
 
 // The longest context the engine will take: --max-model-len, else the model's own limit. Unknown (0) for
@@ -115,16 +119,29 @@ std::vector<eval::Sample> build_samples(const EvalOptions& o, const std::vector<
       out = &file;
     }
   }
-  eval::ProgressBar bar("prompts", requests.size());
-  size_t done = 0;
-  eval::generate_samples(builder, requests, o.threads, [&](eval::Sample&& s) {
-    if (out) eval::write_sample_jsonl(*out, s, tok);
-    else samples.push_back(std::move(s));
-    bar.update(++done);
-  });
+  std::map<std::pair<std::string, int64_t>, int64_t> skipped;  // (task, context) -> samples left out
+  std::function<void(const eval::SampleRequest&)> on_skip;
+  if (o.skip_too_short) on_skip = [&](const eval::SampleRequest& r) { ++skipped[{r.task->name, r.context}]; };
+  size_t done = 0, seen = 0;
+  {
+    eval::ProgressBar bar("prompts", requests.size());
+    eval::generate_samples(
+        builder, requests, o.threads,
+        [&](eval::Sample&& s) {
+          if (out) eval::write_sample_jsonl(*out, s, tok);
+          else samples.push_back(std::move(s));
+          ++done;
+          bar.update(++seen);
+        },
+        on_skip ? [&](const eval::SampleRequest& r) { on_skip(r), bar.update(++seen); } : on_skip);
+  }
+  for (const auto& [key, n] : skipped)
+    std::fprintf(stderr, "skipped %lld samples of %s at %lld: the context is too short for them\n",
+                 static_cast<long long>(n), key.first.c_str(), static_cast<long long>(key.second));
   if (out) {
     out->flush();
     NANOVLLM_CHECK(out->good(), "writing --dump-prompts ", o.dump_prompts, " failed");
+    std::fprintf(stderr, "wrote %zu prompts to %s\n", done, o.dump_prompts.c_str());
   }
   return samples;
 }
@@ -140,7 +157,7 @@ void run_and_report(const EvalOptions& o, const std::string& command, const std:
   std::vector<eval::Sample> samples = build_samples(o, requests, tok, format);
   const double gen_s = seconds_since(t_gen);
   if (!o.dump_prompts.empty()) {
-    std::fprintf(stderr, "wrote %zu prompts to %s in %.1f s\n", requests.size(), o.dump_prompts.c_str(), gen_s);
+    std::fprintf(stderr, "prompts built in %.1f s\n", gen_s);
     return;
   }
 

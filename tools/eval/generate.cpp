@@ -29,21 +29,22 @@ std::vector<SampleRequest> needle_requests(const TaskConfig& task, const std::ve
 }
 
 void generate_samples(const SampleBuilder& builder, const std::vector<SampleRequest>& requests, int threads,
-                      const std::function<void(Sample&&)>& sink) {
+                      const std::function<void(Sample&&)>& sink,
+                      const std::function<void(const SampleRequest&)>& on_skip) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Chunks of a few samples per thread: built in parallel, then handed over in order.
   const size_t chunk = static_cast<size_t>(threads) * 8;
-  std::vector<Sample> built;
+  std::vector<std::optional<Sample>> built;
   for (size_t begin = 0; begin < requests.size(); begin += chunk) {
     const size_t end = std::min(requests.size(), begin + chunk);
-    built.assign(end - begin, Sample{});
+    built.assign(end - begin, std::nullopt);
     std::atomic<size_t> next{begin};
     std::exception_ptr error;
     std::mutex error_mu;
     auto work = [&] {
       for (size_t i; (i = next.fetch_add(1)) < end;) {
         try {
-          built[i - begin] = builder.build(requests[i]);
+          built[i - begin] = on_skip ? builder.try_build(requests[i]) : builder.build(requests[i]);
         } catch (...) {
           std::lock_guard<std::mutex> lock(error_mu);
           if (!error) error = std::current_exception();
@@ -57,7 +58,10 @@ void generate_samples(const SampleBuilder& builder, const std::vector<SampleRequ
     work();
     for (std::thread& t : pool) t.join();
     if (error) std::rethrow_exception(error);
-    for (Sample& s : built) sink(std::move(s));
+    for (size_t i = begin; i < end; ++i) {
+      if (built[i - begin]) sink(std::move(*built[i - begin]));
+      else on_skip(requests[i]);
+    }
   }
 }
 

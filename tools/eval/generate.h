@@ -18,9 +18,10 @@ std::vector<SampleRequest> needle_requests(const TaskConfig& task, const std::ve
                                            const std::vector<int64_t>& contexts, int64_t samples);
 
 // Builds every request on `threads` threads (0: the hardware's) and calls `sink` with each sample in
-// request order, on the calling thread. The first error (say, a context too short for a task) is
-// rethrown after the workers stop.
+// request order, on the calling thread. A sample whose context is too short is an error (the first is
+// rethrown after the workers stop), or, given `on_skip`, left out and passed to it instead.
 void generate_samples(const SampleBuilder& builder, const std::vector<SampleRequest>& requests, int threads,
-                      const std::function<void(Sample&&)>& sink);
+                      const std::function<void(Sample&&)>& sink,
+                      const std::function<void(const SampleRequest&)>& on_skip = {});
 
 }  // namespace nanovllm::eval

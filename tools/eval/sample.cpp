@@ -29,6 +29,13 @@ SampleBuilder::SampleBuilder(const tokenizer::Tokenizer& tokenizer, PromptFormat
       keep_text_(keep_text) {}
 
 Sample SampleBuilder::build(const SampleRequest& req) const {
+  std::string why;
+  std::optional<Sample> s = try_build(req, &why);
+  NANOVLLM_CHECK(s.has_value(), why);
+  return std::move(*s);
+}
+
+std::optional<Sample> SampleBuilder::try_build(const SampleRequest& req, std::string* why) const {
   NANOVLLM_CHECK(req.task != nullptr, "SampleBuilder::build: no task");
   const TaskConfig& task = *req.task;
   Sample s;
@@ -47,8 +54,11 @@ Sample SampleBuilder::build(const SampleRequest& req) const {
     stream += buf;
   }
   const int64_t budget = req.context - s.max_new_tokens;
-  NANOVLLM_CHECK(budget > 0, "task ", task.name, ": context ", req.context, " leaves no room for its ",
-                 s.max_new_tokens, " new tokens");
+  if (budget <= 0) {
+    if (why) *why = detail::concat("task ", task.name, ": context ", req.context, " leaves no room for its ",
+                                   s.max_new_tokens, " new tokens");
+    return std::nullopt;
+  }
   // The regular prompt, else (vt, cwe) RULER's compact variant; each try starts the sample's stream anew.
   const uint64_t key = sample_seed(seed_, stream, req.context, req.index);
   Draft d;
@@ -62,8 +72,11 @@ Sample SampleBuilder::build(const SampleRequest& req) const {
                         d.min_units, d.max_units, budget);
     if (fit.fits) break;
   }
-  NANOVLLM_CHECK(fit.fits, "task ", task.name, ": context ", req.context, " is too short: its shortest prompt has ",
-                 fit.min_tokens, " tokens, plus ", s.max_new_tokens, " to generate");
+  if (!fit.fits) {
+    if (why) *why = detail::concat("task ", task.name, ": context ", req.context, " is too short: its shortest prompt has ",
+                                   fit.min_tokens, " tokens, plus ", s.max_new_tokens, " to generate");
+    return std::nullopt;
+  }
   s.prompt_ids = std::move(fit.ids);
   if (keep_text_) s.prompt = std::move(fit.text);
   s.answers = d.answers;

@@ -45,6 +45,9 @@ class SampleBuilder {
 
   // nanovllm::Error when the context cannot hold even the task's smallest prompt.
   Sample build(const SampleRequest& request) const;
+  // The sample, or nullopt (`why` says why) when the context cannot hold its smallest prompt: each sample
+  // draws its own needles and keys, so one may fit where another does not.
+  std::optional<Sample> try_build(const SampleRequest& request, std::string* why = nullptr) const;
 
   const PromptFormat& format() const { return format_; }
   uint64_t seed() const { return seed_; }
