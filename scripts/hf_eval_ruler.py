@@ -15,6 +15,7 @@ Runs on the GPU machine (torch, transformers, tokenizers); --device cpu works fo
 """
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -54,6 +55,12 @@ def row_of(sample, rows):
     return sample["task"]
 
 
+def round2(x):
+    """Two decimals, halves away from zero: tools/eval/report.cpp's std::round(x * 100) / 100, so identical
+    per-sample scores give identical tables (Python's round(28.125, 2) is 28.12, C++ gives 28.13)."""
+    return math.copysign(math.floor(abs(x) * 100.0 + 0.5), x) / 100.0
+
+
 def score_table(samples, rows):
     """RULER's per-cell score (mean metric x 100, 2 decimals), the per-context mean and the overall mean."""
     cells = OrderedDict()
@@ -67,17 +74,17 @@ def score_table(samples, rows):
     scores = OrderedDict((r, OrderedDict((str(c), None) for c in contexts)) for r in row_names)
     cell_list = []
     for (r, c), ss in cells.items():
-        v = round(100.0 * sum(x["score"] for x in ss) / len(ss), 2)
+        v = round2(100.0 * sum(x["score"] for x in ss) / len(ss))
         scores[r][str(c)] = v
         cell_list.append({"task" if rows == "task" else "depth": r, "context": c, "score": v, "samples": len(ss),
                           "passed": sum(1 for x in ss if x["score"] >= 0.5),
-                          "mean_prompt_tokens": round(sum(x["prompt_tokens"] for x in ss) / len(ss), 2)})
+                          "mean_prompt_tokens": round2(sum(x["prompt_tokens"] for x in ss) / len(ss))})
     mean = OrderedDict()
     for c in contexts:
         vals = [scores[r][str(c)] for r in row_names if scores[r][str(c)] is not None]
-        mean[str(c)] = round(sum(vals) / len(vals), 2) if vals else None
+        mean[str(c)] = round2(sum(vals) / len(vals)) if vals else None
     every = [v for r in row_names for v in scores[r].values() if v is not None]
-    overall = round(sum(every) / len(every), 2) if every else None
+    overall = round2(sum(every) / len(every)) if every else None
     return {"rows": row_names, "contexts": contexts, "scores": scores, "mean": mean, "overall": overall,
             "cells": cell_list}
 
