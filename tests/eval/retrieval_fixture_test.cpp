@@ -1,9 +1,10 @@
 // The trained retrieval fixture (tests/data/retrieval-model, scripts/train_retrieval_model.py) on the CPU
 // backend: a real check of attention over 2K tokens, not a smoke test. A 4-layer model that retrieves
 // needles only scores high when every position's keys and values reach the query intact; the offload
-// path must then give the dense path's exact tokens.
+// path must then give the dense path's exact tokens. How the checkpoint was trained, and its accuracy in HF
+// transformers: tests/data/retrieval-model/README.md (HF at 2K: 100 / 100 / 93.8 / 96.9 on these tasks).
 //
-// Skipped until the checkpoint (model.safetensors) is committed next to the tokenizer.
+// CPU time (reference kernels, one thread): ~130 s for the accuracy run, ~40 s for dense + offload.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -29,8 +30,8 @@ constexpr double kMinTaskScore = 80.0;
 class RetrievalFixture : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(retrieval_model_dir() / "model.safetensors"))
-      GTEST_SKIP() << "no trained fixture yet: " << (retrieval_model_dir() / "model.safetensors").string();
+    ASSERT_TRUE(std::filesystem::exists(retrieval_model_dir() / "model.safetensors"))
+        << "the trained fixture is missing: " << (retrieval_model_dir() / "model.safetensors").string();
   }
   nlohmann::json run(const std::string& args, const std::string& name) {
     static const nanovllm::testing::ProcessScratchDir dir("nanovllm-eval-fixture");
@@ -45,6 +46,11 @@ class RetrievalFixture : public ::testing::Test {
 };
 
 TEST_F(RetrievalFixture, RetrievesNeedlesAt2K) {
+#if defined(__SANITIZE_ADDRESS__)
+  // ~130K prompt tokens through the reference kernels take minutes in the release build and several
+  // times that under ASan; the release run checks the accuracy, the offload test below runs here too.
+  GTEST_SKIP() << "skipped in the sanitizer build (the release build runs it)";
+#endif
   const auto j = run(std::string("--tasks ") + kTasks + " --context 2048 --samples 16", "accuracy");
   ASSERT_EQ(j["samples"].size(), 4u * 16u);
   double sum = 0;
