@@ -1,0 +1,52 @@
+// Helpers shared by the eval tests: the test tokenizers, a sample builder over the built-in haystack, and
+// the `nanovllm` binary.
+#pragma once
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <sys/wait.h>
+
+#include "eval/corpus.h"
+#include "eval/sample.h"
+#include "nanovllm/tokenizer/tokenizer.h"
+#include "support/test_models.h"
+
+namespace nanovllm::eval::testing {
+
+inline std::filesystem::path retrieval_model_dir() { return nanovllm::testing::test_data_dir() / "retrieval-model"; }
+inline std::filesystem::path qwen3_tokenizer_dir() { return nanovllm::testing::test_data_dir() / "qwen3-tokenizer"; }
+
+// The fixture's byte-level tokenizer (one token per byte) and Qwen3's BPE, loaded once per process.
+inline const Tokenizer& byte_tokenizer() {
+  static const Tokenizer tok = Tokenizer::from_model_dir(retrieval_model_dir());
+  return tok;
+}
+inline const Tokenizer& qwen3_tokenizer() {
+  static const Tokenizer tok = Tokenizer::from_model_dir(qwen3_tokenizer_dir());
+  return tok;
+}
+
+inline SampleBuilder builder(const Tokenizer& tok = byte_tokenizer(), uint64_t seed = 42) {
+  return SampleBuilder(tok, none_format(), Corpus::builtin(), seed, 0, /*keep_text=*/true);
+}
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+inline CommandResult run_cli(const std::string& args) {
+  const std::string cmd = std::string(NANOVLLM_BINARY_DIR) + "/tools/nanovllm " + args + " 2>&1";
+  CommandResult r;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  while (size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) r.output.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+}  // namespace nanovllm::eval::testing
