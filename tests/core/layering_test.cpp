@@ -19,7 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // Lowest first: each layer may include the ones before it. tokenizer and chat sit beside the stack on
-// core alone; llm and server may use them. A new directory must be added here (sparse comes next).
+// core alone; llm and server may use them. A new directory must be added here.
 const std::map<std::string, std::set<std::string>>& allowed_includes() {
   static const std::map<std::string, std::set<std::string>> table = [] {
     std::map<std::string, std::set<std::string>> t;

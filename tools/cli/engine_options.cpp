@@ -38,6 +38,12 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option("--cpu-memory-limit", o.cpu_memory_limit_gib, "offload: host KV pool limit in GiB (0: available RAM)");
   cmd.add_option("--offload-min-tokens", o.offload_min_tokens,
                  "offload also requests with prompt + max_tokens >= this (0: only those that do not fit the GPU cache)");
+  cmd.add_option("--sparse-policy", o.sparse_policy,
+                 "decode attention: full | quest (per-head page selection; CPU backend for now)")
+      ->capture_default_str();
+  cmd.add_option("--sparse-budget", o.sparse_budget,
+                 "sparse decode: keys one query attends, in whole KV blocks (sink and recent pages included)")
+      ->capture_default_str();
 }
 
 void add_sampling_options(CLI::App& cmd, SamplingOptions& o) {
@@ -79,6 +85,8 @@ EngineConfig EngineOptions::to_config() const {
   NANOVLLM_CHECK(cpu_memory_limit_gib >= 0, "--cpu-memory-limit must be >= 0");
   c.offload.cpu_memory_limit = static_cast<int64_t>(cpu_memory_limit_gib * (1LL << 30));
   c.offload.min_tokens = offload_min_tokens;
+  c.sparse.policy = parse_sparse_policy(sparse_policy);
+  c.sparse.budget_tokens = sparse_budget;
   return c;
 }
 

@@ -31,6 +31,8 @@ struct EngineOptions {
   int64_t offload_block_size = 1024;
   double cpu_memory_limit_gib = 0;
   int64_t offload_min_tokens = 0;
+  std::string sparse_policy = "full";
+  int64_t sparse_budget = 2048;
 
   EngineConfig to_config() const;
 };

@@ -29,6 +29,18 @@ void OffloadConfig::validate() const {
   NANOVLLM_CHECK(min_tokens >= 0, "offload_min_tokens must be >= 0, got ", min_tokens);
 }
 
+SparsePolicy parse_sparse_policy(std::string_view name) {
+  if (name == "full") return SparsePolicy::kFull;
+  if (name == "quest") return SparsePolicy::kQuest;
+  NANOVLLM_FAIL("unknown sparse policy '", name, "' (choose full or quest)");
+}
+
+const char* sparse_policy_name(SparsePolicy p) { return p == SparsePolicy::kQuest ? "quest" : "full"; }
+
+void SparseConfig::validate() const {
+  NANOVLLM_CHECK(budget_tokens >= 1, "sparse_budget must be >= 1 token, got ", budget_tokens);
+}
+
 void EngineConfig::resolve(int64_t model_max_len) {
   if (model.max_model_len <= 0) model.max_model_len = model_max_len;
   NANOVLLM_CHECK(model.max_model_len <= model_max_len, "max_model_len ", model.max_model_len,
@@ -45,6 +57,17 @@ void EngineConfig::validate() const {
     offload.validate();
     // The offloaded prompt is at most max_model_len - 1 tokens, and at least one.
     NANOVLLM_CHECK(model.max_model_len >= 2, "offload: max_model_len must be >= 2, got ", model.max_model_len);
+  }
+  sparse.validate();
+  if (sparse.policy != SparsePolicy::kFull) {
+    NANOVLLM_CHECK(model.backend == Backend::kCpu, "sparse policy ", sparse_policy_name(sparse.policy),
+                   ": the CUDA kernels are not written yet; it runs on the CPU backend only");
+    NANOVLLM_CHECK(!offload.enabled, "sparse policy ", sparse_policy_name(sparse.policy),
+                   " with CPU offload is not supported yet");
+    const int64_t min_pages = SparseConfig::kSinkPages + SparseConfig::kRecentPages + 1;
+    NANOVLLM_CHECK(sparse.budget_pages(cache.block_size) >= min_pages, "sparse_budget ", sparse.budget_tokens,
+                   " holds ", sparse.budget_pages(cache.block_size), " pages of block_size ", cache.block_size,
+                   " tokens; it needs at least ", min_pages, " (sink, recent window and one selected page)");
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string_view>
 
 #include "nanovllm/core/backend.h"
 
@@ -65,14 +66,36 @@ struct OffloadConfig {
   void validate() const;  // the fields above; EngineConfig::validate calls it only when enabled
 };
 
+// Sparse decode attention (sparse/): a decode query attends only the pages of its context a policy selects
+// within a token budget. A page is one KV cache block (cache.block_size tokens). Every selection keeps the
+// first page (attention sink) and the last two (the query's own page and the one before it). Prefill and
+// mixed steps stay dense. CPU backend only for now, without offload (validate says so).
+enum class SparsePolicy {
+  kFull,   // dense attention: every page
+  kQuest,  // Quest: per page and KV head an upper bound of q.k from the keys' element-wise min/max
+};
+SparsePolicy parse_sparse_policy(std::string_view name);  // "full" | "quest"; throws naming the choices
+const char* sparse_policy_name(SparsePolicy p);
+
+struct SparseConfig {
+  SparsePolicy policy = SparsePolicy::kFull;
+  int64_t budget_tokens = 2048;  // keys one decode query attends at most (whole pages, sink and recent included)
+
+  static constexpr int64_t kSinkPages = 1;
+  static constexpr int64_t kRecentPages = 2;
+  // The budget in whole pages of `page_size` tokens.
+  int64_t budget_pages(int64_t page_size) const { return budget_tokens / page_size; }
+  void validate() const;
+};
+
 struct EngineConfig {
   // {} initializers: a designated initializer may name only some, e.g. {.model = {.path = dir}}.
   ModelOptions model{};
   CacheConfig cache{};
   SchedulerConfig scheduler{};
   OffloadConfig offload{};
-  // Next to come: ParallelConfig parallel (tensor-parallel ranks) and SparseConfig sparse (attention
-  // policies), each a sub-config with its own validate().
+  SparseConfig sparse{};
+  // Next to come: ParallelConfig parallel (tensor-parallel ranks), a sub-config with its own validate().
 
   // Once, before anything is built from the config: model.max_model_len 0 (or less) becomes
   // model_max_len and may not exceed it, every sub-config validates itself, and max_num_seqs is capped

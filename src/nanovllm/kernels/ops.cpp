@@ -10,39 +10,10 @@
 #include "nanovllm/kernels/cpu/cpu_ops.h"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
 #include "nanovllm/kernels/cuda/device_context.h"
+#include "nanovllm/kernels/op_checks.h"
 
 namespace nanovllm::ops {
 namespace {
-
-bool is_float(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
-
-// `name` of `op` must be defined, on `dev`, with the given rank.
-void check_tensor(std::string_view op, std::string_view name, const TensorView& t, Device dev, int ndim) {
-  NANOVLLM_CHECK(t.defined(), op, ": ", name, " is undefined");
-  NANOVLLM_CHECK(t.device() == dev, op, ": ", name, " is on ", to_string(t.device()), " but the op runs on ",
-                 to_string(dev), " (all tensors of an op must be on one device)");
-  NANOVLLM_CHECK(t.ndim() == ndim, op, ": ", name, " must have rank ", ndim, ", got shape ", t.shape().str());
-}
-
-void check_float(std::string_view op, std::string_view name, const TensorView& t) {
-  NANOVLLM_CHECK(is_float(t.dtype()), op, ": ", name, " must be F32, BF16 or F16, got ", dtype_name(t.dtype()));
-}
-
-void check_i32(std::string_view op, std::string_view name, const TensorView& t) {
-  NANOVLLM_CHECK(t.dtype() == DType::kI32, op, ": ", name, " must be I32, got ", dtype_name(t.dtype()));
-}
-
-void check_shape(std::string_view op, std::string_view name, const TensorView& t, Shape expected) {
-  NANOVLLM_CHECK(t.shape() == expected, op, ": ", name, " has shape ", t.shape().str(), ", expected ",
-                 expected.str());
-}
-
-// A float tensor of the given shape on `dev`.
-void check_float_tensor(std::string_view op, std::string_view name, const TensorView& t, Device dev, Shape shape) {
-  check_tensor(op, name, t, dev, shape.ndim);
-  check_float(op, name, t);
-  check_shape(op, name, t, shape);
-}
 
 // The RMSNorm ops: x [T, H] float, `other` (out or residual) float of x's shape, weight [H], eps >= 0.
 void check_norm(std::string_view op, const TensorView& x, std::string_view other_name, const TensorView& other,
@@ -61,12 +32,6 @@ void check_host_rows(std::string_view op, const TensorView& rows, int64_t n) {
     NANOVLLM_CHECK(r[i] >= 0 && r[i] < n, op, ": rows[", i, "] = ", r[i], " is outside [0, ", n, ")");
 }
 
-#if !NANOVLLM_WITH_CUDA
-[[noreturn]] void no_cuda(std::string_view op, Device dev) {
-  NANOVLLM_FAIL(op, ": tensors are on ", to_string(dev),
-                " but nano-vLLM was built without CUDA (configure with -DNANOVLLM_CUDA=ON)");
-}
-#endif
 
 // Paged KV cache [NB, BS, Hk, D] pair.
 void check_kv_cache(std::string_view op, const TensorView& k_cache, const TensorView& v_cache, Device dev,

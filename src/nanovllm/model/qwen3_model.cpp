@@ -17,19 +17,24 @@ StepViews step_views(const DecoderWorkspace& ws, int64_t t) {
           ws.mlp_act.slice_rows(0, t)};
 }
 
-// A tapped layer's attention, unfused so that q exists in memory: q, the attention, then k and v read
-// back from the cache rows the step wrote (slot_mapping), through q's buffer (free once attention ran).
-void tapped_attention(int64_t l, LayerTaps& taps, const LayerWeights& w, float eps, const ops::RopeParams& rope,
-                      float scale, const DecoderInputs& in, const LayerKvCache& kv, const StepViews& v, ops::Stream s) {
+// The layer's attention as separate ops, for when q must exist in memory (the fused CUDA decode kernel
+// never writes it): taps record it, a sparse policy scores pages with it. q and the K/V store, the
+// policy's attention or the dense one, then the taps of the output and of k and v (read back from the
+// cache rows the step wrote, through q's buffer, free once the attention ran).
+void unfused_attention(int64_t l, LayerTaps* taps, AttentionPolicy* policy, const LayerWeights& w, float eps,
+                       const ops::RopeParams& rope, float scale, const DecoderInputs& in, const LayerKvCache& kv,
+                       const StepViews& v, ops::Stream s) {
   ops::qkv_prologue(v.q, v.qkv, w.q_norm, w.k_norm, eps, in.positions, rope, kv.k, kv.v, in.attn, s);  // [T, Hq, D]
-  taps.record(l, TapPoint::kQ, v.q, TensorView(), s);
-  ops::paged_attention(v.attn_out, v.q, kv.k, kv.v, in.attn, scale, s);  // [T, Hq, D]
-  taps.record(l, TapPoint::kAttn, v.attn_out, TensorView(), s);
+  if (taps) taps->record(l, TapPoint::kQ, v.q, TensorView(), s);
+  if (policy == nullptr || !policy->attend(l, v.attn_out, v.q, kv, in.attn, scale, s))
+    ops::paged_attention(v.attn_out, v.q, kv.k, kv.v, in.attn, scale, s);  // [T, Hq, D]
+  if (taps == nullptr) return;
+  taps->record(l, TapPoint::kAttn, v.attn_out, TensorView(), s);
   const int64_t t = in.attn.num_tokens, hk = kv.k.dim(2), d = kv.k.dim(3), slots = kv.k.dim(0) * kv.k.dim(1);
   const TensorView rows(v.q.data(), v.q.dtype(), Shape{t, hk * d}, v.q.device());  // [T, Hk D] in q's buffer
   for (const auto& [cache, point] : {std::pair{kv.k, TapPoint::kK}, std::pair{kv.v, TapPoint::kV}}) {
     ops::gather_rows(rows, cache.reshape({slots, hk * d}), in.attn.slot_mapping, s);
-    taps.record(l, point, rows.reshape({t, hk, d}), TensorView(), s);
+    taps->record(l, point, rows.reshape({t, hk, d}), TensorView(), s);
   }
 }
 
@@ -99,8 +104,8 @@ void Qwen3Model::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& k
     ops::add_rms_norm(v.hidden, v.residual, w.input_layernorm, eps, s);
   }
   ops::linear(v.qkv, v.hidden, w.qkv_proj, w.qkv_bias, s, ops::LinearHint::kBeforeAttention);  // [T, (Hq + 2 Hk) D]
-  if (taps) {
-    tapped_attention(l, *taps, w, eps, rope_, attn_scale_, in, kv, v, s);
+  if (taps || in.attention_policy) {
+    unfused_attention(l, taps, in.attention_policy, w, eps, rope_, attn_scale_, in, kv, v, s);
   } else {
     ops::qkv_prologue_attention(v.attn_out, v.q, v.qkv, w.q_norm, w.k_norm, eps, in.positions, rope_, kv.k, kv.v,
                                 in.attn, attn_scale_, s);  // [T, Hq, D]

@@ -9,6 +9,7 @@
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/kernels/attention_metadata.h"
 #include "nanovllm/kernels/ops.h"
+#include "nanovllm/model/attention_policy.h"
 #include "nanovllm/model/config.h"
 #include "nanovllm/model/layer_taps.h"
 #include "nanovllm/model/weights.h"
@@ -43,6 +44,7 @@ struct DecoderInputs {
   TensorView sample_rows;  // [S] i32: rows of the tokens whose next token is sampled
   AttentionMetadata attn;
   LayerTaps* taps = nullptr;  // optional observer of the layers' activations (layer_taps.h)
+  AttentionPolicy* attention_policy = nullptr;  // a sparse policy (model/attention_policy.h); nullptr: dense
 };
 
 class Qwen3Model {

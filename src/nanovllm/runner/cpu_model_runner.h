@@ -6,6 +6,7 @@
 #include "nanovllm/model/qwen3_model.h"
 #include "nanovllm/runner/model_runner.h"
 #include "nanovllm/runner/offload_runner.h"
+#include "nanovllm/sparse/quest_attention.h"
 
 namespace nanovllm {
 
@@ -16,6 +17,7 @@ class CpuModelRunner final : public ModelRunner {
   int64_t num_kv_blocks() const override { return num_kv_blocks_; }
   std::vector<SampledToken> execute(const SchedulerOutput& out) override;
   OffloadRunner* offload() override { return offload_.get(); }
+  const QuestCounters* sparse_counters() const override { return quest_ ? &quest_->counters() : nullptr; }
 
  private:
   EngineConfig ec_;
@@ -28,6 +30,7 @@ class CpuModelRunner final : public ModelRunner {
   DecoderWorkspace ws_;
   Sampler sampler_;
   std::unique_ptr<OffloadRunner> offload_;  // EngineConfig::offload.enabled
+  std::unique_ptr<QuestAttention> quest_;   // EngineConfig::sparse.policy == quest
 };
 
 }  // namespace nanovllm

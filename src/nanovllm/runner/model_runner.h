@@ -16,6 +16,7 @@ namespace nanovllm {
 
 class LayerTaps;
 class OffloadRunner;
+struct QuestCounters;
 
 class ModelRunner {
  public:
@@ -43,6 +44,8 @@ class ModelRunner {
   // The long-context path (EngineConfig::offload.enabled), on the same model, stream and workspace;
   // nullptr when offload is off.
   virtual OffloadRunner* offload() { return nullptr; }
+  // What the sparse decode policy did (EngineConfig::sparse); nullptr when attention is dense.
+  virtual const QuestCounters* sparse_counters() const { return nullptr; }
 
   // Layer taps (model/layer_taps.h) for the steps run from now on, on both paths; nullptr: none. While
   // set, every step runs eagerly (the CUDA runner neither replays decode graphs nor launches ahead), so

@@ -1,0 +1,19 @@
+// CPU reference kernels of the sparse decode ops (kernels/sparse_ops.h has the contracts; the entry
+// points validate before calling these).
+#pragma once
+
+#include <cstdint>
+
+#include "nanovllm/core/tensor.h"
+
+namespace nanovllm::cpu {
+
+void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, TensorView slot_mapping);
+void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView k_max, TensorView block_tables,
+                  TensorView context_lens, int64_t block_size);
+void select_pages(TensorView selected, TensorView scores, TensorView context_lens, int64_t block_size,
+                  int64_t sink_pages, int64_t recent_pages);
+void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                             TensorView block_tables, TensorView context_lens, TensorView selected, float scale);
+
+}  // namespace nanovllm::cpu

@@ -1,0 +1,84 @@
+// Quest page metadata (per block and KV head: element-wise key min/max) and page scores.
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "nanovllm/core/parallel.h"
+#include "nanovllm/kernels/cpu/cpu_sparse_ops.h"
+#include "nanovllm/kernels/cpu/row_io.h"
+
+namespace nanovllm::cpu {
+
+void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, TensorView slot_mapping) {
+  const int64_t T = slot_mapping.dim(0), Hk = k_cache.dim(2), D = k_cache.dim(3), BS = k_cache.dim(1);
+  const int32_t* sm = slot_mapping.data_as<const int32_t>();
+  const DType dt = k_cache.dtype();
+  // Tokens in order (a block's offset-0 token resets it before its later tokens fold in); heads in
+  // parallel. min and max of values of the cache's dtype are values of that dtype: the stores are exact.
+  parallel_for(Hk, [&](int64_t b, int64_t e) {
+    std::vector<float> key(static_cast<size_t>(D)), lo(static_cast<size_t>(D)), hi(static_cast<size_t>(D));
+    for (int64_t h = b; h < e; ++h) {
+      for (int64_t t = 0; t < T; ++t) {
+        if (sm[t] < 0) continue;
+        const int64_t block = sm[t] / BS, offset = sm[t] % BS;
+        const int64_t meta = (block * Hk + h) * D;
+        load_row_f32(k_cache.data(), dt, (int64_t{sm[t]} * Hk + h) * D, D, key.data());
+        if (offset == 0) {
+          lo = key;
+          hi = key;
+        } else {
+          load_row_f32(k_min.data(), dt, meta, D, lo.data());
+          load_row_f32(k_max.data(), dt, meta, D, hi.data());
+          for (int64_t d = 0; d < D; ++d) {
+            lo[static_cast<size_t>(d)] = std::min(lo[static_cast<size_t>(d)], key[static_cast<size_t>(d)]);
+            hi[static_cast<size_t>(d)] = std::max(hi[static_cast<size_t>(d)], key[static_cast<size_t>(d)]);
+          }
+        }
+        store_row_f32(lo.data(), D, k_min.data(), dt, meta);
+        store_row_f32(hi.data(), D, k_max.data(), dt, meta);
+      }
+    }
+  });
+}
+
+void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView k_max, TensorView block_tables,
+                  TensorView context_lens, int64_t block_size) {
+  const int64_t S = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hk = k_min.dim(1), G = Hq / Hk;
+  const int64_t MP = scores.dim(2), MB = block_tables.dim(1);
+  const int32_t* ctx = context_lens.data_as<const int32_t>();
+  const int32_t* bt = block_tables.data_as<const int32_t>();
+  float* out = scores.data_as<float>();
+  parallel_for(S * Hk, [&](int64_t b, int64_t e) {
+    std::vector<float> qg(static_cast<size_t>(G * D)), lo(static_cast<size_t>(D)), hi(static_cast<size_t>(D));
+    for (int64_t item = b; item < e; ++item) {
+      const int64_t s = item / Hk, h = item % Hk;
+      const int64_t pages = (int64_t{ctx[s]} + block_size - 1) / block_size;
+      load_row_f32(q.data(), q.dtype(), (s * Hq + h * G) * D, G * D, qg.data());
+      float* row = out + item * MP;
+      for (int64_t p = 0; p < MP; ++p) {
+        if (p >= pages) {
+          row[p] = -std::numeric_limits<float>::infinity();
+          continue;
+        }
+        const int64_t meta = (int64_t{bt[s * MB + p]} * Hk + h) * D;
+        load_row_f32(k_min.data(), k_min.dtype(), meta, D, lo.data());
+        load_row_f32(k_max.data(), k_max.dtype(), meta, D, hi.data());
+        // Per query head the bound in double (no rounding below the true maximum), then the group's max.
+        double best = -std::numeric_limits<double>::infinity();
+        for (int64_t g = 0; g < G; ++g) {
+          const float* qv = qg.data() + g * D;
+          double bound = 0.0;
+          for (int64_t d = 0; d < D; ++d) {
+            const double a = double{qv[d]} * lo[static_cast<size_t>(d)];
+            const double c = double{qv[d]} * hi[static_cast<size_t>(d)];
+            bound += std::max(a, c);
+          }
+          best = std::max(best, bound);
+        }
+        row[p] = static_cast<float>(best);
+      }
+    }
+  });
+}
+
+}  // namespace nanovllm::cpu

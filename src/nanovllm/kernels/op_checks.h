@@ -1,0 +1,28 @@
+// Argument checks shared by the op entry points (ops.cpp, sparse_ops.cpp): each throws nanovllm::Error
+// naming the op and the argument. Internal to kernels/.
+#pragma once
+
+#include <string_view>
+
+#include "nanovllm/core/error.h"
+#include "nanovllm/core/tensor.h"
+
+namespace nanovllm::ops {
+
+bool is_float(DType t);
+
+// `name` of `op` must be defined, on `dev`, with the given rank.
+void check_tensor(std::string_view op, std::string_view name, const TensorView& t, Device dev, int ndim);
+void check_float(std::string_view op, std::string_view name, const TensorView& t);  // F32, BF16 or F16
+void check_i32(std::string_view op, std::string_view name, const TensorView& t);
+void check_shape(std::string_view op, std::string_view name, const TensorView& t, Shape expected);
+// A float tensor of the given shape on `dev`.
+void check_float_tensor(std::string_view op, std::string_view name, const TensorView& t, Device dev, Shape shape);
+// An I32 tensor of the given shape on `dev`.
+void check_i32_tensor(std::string_view op, std::string_view name, const TensorView& t, Device dev, Shape shape);
+
+#if !NANOVLLM_WITH_CUDA
+[[noreturn]] void no_cuda(std::string_view op, Device dev);
+#endif
+
+}  // namespace nanovllm::ops

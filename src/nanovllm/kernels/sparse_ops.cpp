@@ -1,0 +1,168 @@
+// Sparse decode op entry points: validate (on the host also the index contents), then dispatch. There are
+// no CUDA kernels yet: a CUDA tensor gets a clear error (EngineConfig refuses the combination earlier).
+#include "nanovllm/kernels/sparse_ops.h"
+
+#include <cmath>
+#include <string_view>
+
+#include "nanovllm/core/error.h"
+#include "nanovllm/kernels/cpu/cpu_sparse_ops.h"
+#include "nanovllm/kernels/op_checks.h"
+
+namespace nanovllm::ops {
+namespace {
+
+[[noreturn]] void no_cuda_kernel(std::string_view op) {
+  NANOVLLM_FAIL(op, ": no CUDA kernel yet (sparse attention runs on the CPU backend only)");
+}
+
+// k_min/k_max [NB, Hk, D] of k_cache's dtype for k_cache [NB, BS, Hk, D].
+void check_page_minmax(std::string_view op, const TensorView& k_min, const TensorView& k_max,
+                       const TensorView& k_cache, Device dev) {
+  check_tensor(op, "k_cache", k_cache, dev, 4);
+  check_float(op, "k_cache", k_cache);
+  const Shape shape{k_cache.dim(0), k_cache.dim(2), k_cache.dim(3)};
+  check_float_tensor(op, "k_min", k_min, dev, shape);
+  check_float_tensor(op, "k_max", k_max, dev, shape);
+  NANOVLLM_CHECK(k_min.dtype() == k_cache.dtype() && k_max.dtype() == k_cache.dtype(), op,
+                 ": k_min/k_max must have k_cache's dtype ", dtype_name(k_cache.dtype()));
+}
+
+// block_tables [S, MB] and context_lens [S] i32; on the host: every context >= 1 and its pages' blocks in
+// [0, num_blocks).
+void check_decode_tables(std::string_view op, const TensorView& block_tables, const TensorView& context_lens,
+                         int64_t S, int64_t num_blocks, int64_t BS, Device dev) {
+  check_tensor(op, "block_tables", block_tables, dev, 2);
+  check_i32(op, "block_tables", block_tables);
+  NANOVLLM_CHECK(block_tables.dim(0) == S, op, ": block_tables has ", block_tables.dim(0), " rows for ", S,
+                 " sequences");
+  check_i32_tensor(op, "context_lens", context_lens, dev, {S});
+  if (!dev.is_cpu()) return;
+  const int64_t MB = block_tables.dim(1);
+  const int32_t* ctx = context_lens.data_as<const int32_t>();
+  const int32_t* bt = block_tables.data_as<const int32_t>();
+  for (int64_t s = 0; s < S; ++s) {
+    NANOVLLM_CHECK(ctx[s] >= 1, op, ": context_lens[", s, "] = ", ctx[s], " (a decode query needs a key)");
+    const int64_t pages = (int64_t{ctx[s]} + BS - 1) / BS;
+    NANOVLLM_CHECK(pages <= MB, op, ": sequence ", s, " has ", pages, " pages but block_tables has ", MB,
+                   " columns");
+    for (int64_t p = 0; p < pages; ++p)
+      NANOVLLM_CHECK(bt[s * MB + p] >= 0 && bt[s * MB + p] < num_blocks, op, ": block_tables[", s, "][", p,
+                     "] = ", bt[s * MB + p], " is outside [0, ", num_blocks, ")");
+  }
+}
+
+}  // namespace
+
+void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, TensorView slot_mapping, Stream s) {
+  constexpr std::string_view op = "quest_update_pages";
+  const Device dev = k_cache.device();
+  check_page_minmax(op, k_min, k_max, k_cache, dev);
+  check_tensor(op, "slot_mapping", slot_mapping, dev, 1);
+  check_i32(op, "slot_mapping", slot_mapping);
+  static_cast<void>(s);
+  if (dev.is_cuda()) no_cuda_kernel(op);
+  const int64_t slots = k_cache.dim(0) * k_cache.dim(1);
+  const int32_t* sm = slot_mapping.data_as<const int32_t>();
+  for (int64_t t = 0; t < slot_mapping.dim(0); ++t)
+    NANOVLLM_CHECK(sm[t] >= -1 && sm[t] < slots, op, ": slot_mapping[", t, "] = ", sm[t], " is outside [-1, ",
+                   slots, ")");
+  cpu::quest_update_pages(k_min, k_max, k_cache, slot_mapping);
+}
+
+void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView k_max, TensorView block_tables,
+                  TensorView context_lens, int64_t block_size, Stream s) {
+  constexpr std::string_view op = "quest_scores";
+  const Device dev = q.device();
+  check_tensor(op, "q", q, dev, 3);
+  check_float(op, "q", q);
+  check_tensor(op, "k_min", k_min, dev, 3);
+  check_float(op, "k_min", k_min);
+  check_float_tensor(op, "k_max", k_max, dev, k_min.shape());
+  const int64_t S = q.dim(0), Hq = q.dim(1), D = q.dim(2), NB = k_min.dim(0), Hk = k_min.dim(1);
+  NANOVLLM_CHECK(k_min.dim(2) == D, op, ": k_min ", k_min.shape().str(), " head_dim != q head_dim ", D);
+  NANOVLLM_CHECK(Hk > 0 && Hq % Hk == 0, op, ": query heads ", Hq, " must be a multiple of KV heads ", Hk);
+  check_tensor(op, "scores", scores, dev, 3);
+  NANOVLLM_CHECK(scores.dtype() == DType::kF32, op, ": scores must be F32, got ", dtype_name(scores.dtype()));
+  NANOVLLM_CHECK(scores.dim(0) == S && scores.dim(1) == Hk, op, ": scores ", scores.shape().str(),
+                 " must be [", S, ", ", Hk, ", pages]");
+  NANOVLLM_CHECK(block_size >= 1, op, ": block_size must be >= 1, got ", block_size);
+  check_decode_tables(op, block_tables, context_lens, S, NB, block_size, dev);
+  static_cast<void>(s);
+  if (dev.is_cuda()) no_cuda_kernel(op);
+  const int32_t* ctx = context_lens.data_as<const int32_t>();
+  for (int64_t i = 0; i < S; ++i)
+    NANOVLLM_CHECK((int64_t{ctx[i]} + block_size - 1) / block_size <= scores.dim(2), op, ": context_lens[", i,
+                   "] = ", ctx[i], " has more pages than scores' ", scores.dim(2));
+  cpu::quest_scores(scores, q, k_min, k_max, block_tables, context_lens, block_size);
+}
+
+void select_pages(TensorView selected, TensorView scores, TensorView context_lens, int64_t block_size,
+                  int64_t sink_pages, int64_t recent_pages, Stream s) {
+  constexpr std::string_view op = "select_pages";
+  const Device dev = scores.device();
+  check_tensor(op, "scores", scores, dev, 3);
+  NANOVLLM_CHECK(scores.dtype() == DType::kF32, op, ": scores must be F32, got ", dtype_name(scores.dtype()));
+  const int64_t S = scores.dim(0), Hk = scores.dim(1), MP = scores.dim(2);
+  check_tensor(op, "selected", selected, dev, 3);
+  check_i32(op, "selected", selected);
+  NANOVLLM_CHECK(selected.dim(0) == S && selected.dim(1) == Hk, op, ": selected ", selected.shape().str(),
+                 " must be [", S, ", ", Hk, ", budget pages]");
+  const int64_t K = selected.dim(2);
+  check_i32_tensor(op, "context_lens", context_lens, dev, {S});
+  NANOVLLM_CHECK(block_size >= 1, op, ": block_size must be >= 1, got ", block_size);
+  NANOVLLM_CHECK(sink_pages >= 0 && recent_pages >= 1 && sink_pages + recent_pages <= K, op, ": sink_pages ",
+                 sink_pages, " + recent_pages ", recent_pages, " must fit the budget of ", K,
+                 " pages (recent_pages >= 1: the query's own page)");
+  static_cast<void>(s);
+  if (dev.is_cuda()) no_cuda_kernel(op);
+  const int32_t* ctx = context_lens.data_as<const int32_t>();
+  for (int64_t i = 0; i < S; ++i) {
+    const int64_t pages = (int64_t{ctx[i]} + block_size - 1) / block_size;
+    NANOVLLM_CHECK(ctx[i] >= 1 && pages <= MP, op, ": context_lens[", i, "] = ", ctx[i], " needs ", pages,
+                   " pages; scores has ", MP);
+  }
+  cpu::select_pages(selected, scores, context_lens, block_size, sink_pages, recent_pages);
+}
+
+void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                             TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
+                             Stream s) {
+  constexpr std::string_view op = "sparse_decode_attention";
+  const Device dev = q.device();
+  check_tensor(op, "q", q, dev, 3);
+  check_float(op, "q", q);
+  check_float_tensor(op, "out", out, dev, q.shape());
+  check_tensor(op, "k_cache", k_cache, dev, 4);
+  check_float(op, "k_cache", k_cache);
+  check_float_tensor(op, "v_cache", v_cache, dev, k_cache.shape());
+  NANOVLLM_CHECK(v_cache.dtype() == k_cache.dtype(), op, ": k_cache is ", dtype_name(k_cache.dtype()),
+                 " but v_cache is ", dtype_name(v_cache.dtype()));
+  const int64_t S = q.dim(0), Hq = q.dim(1), D = q.dim(2);
+  const int64_t NB = k_cache.dim(0), BS = k_cache.dim(1), Hk = k_cache.dim(2);
+  NANOVLLM_CHECK(BS > 0 && k_cache.dim(3) == D, op, ": k_cache ", k_cache.shape().str(),
+                 " does not match q head_dim ", D);
+  NANOVLLM_CHECK(Hk > 0 && Hq % Hk == 0, op, ": query heads ", Hq, " must be a multiple of KV heads ", Hk);
+  NANOVLLM_CHECK(std::isfinite(scale), op, ": scale must be finite, got ", scale);
+  check_decode_tables(op, block_tables, context_lens, S, NB, BS, dev);
+  check_tensor(op, "selected", selected, dev, 3);
+  check_i32(op, "selected", selected);
+  NANOVLLM_CHECK(selected.dim(0) == S && selected.dim(1) == Hk && selected.dim(2) >= 1, op, ": selected ",
+                 selected.shape().str(), " must be [", S, ", ", Hk, ", pages >= 1]");
+  static_cast<void>(s);
+  if (dev.is_cuda()) no_cuda_kernel(op);
+  const int64_t K = selected.dim(2);
+  const int32_t* ctx = context_lens.data_as<const int32_t>();
+  const int32_t* sel = selected.data_as<const int32_t>();
+  for (int64_t i = 0; i < S * Hk; ++i) {
+    const int64_t pages = (int64_t{ctx[i / Hk]} + BS - 1) / BS;
+    const int32_t* list = sel + i * K;
+    NANOVLLM_CHECK(list[0] >= 0, op, ": selected[", i / Hk, "][", i % Hk, "] is empty");
+    for (int64_t j = 0; j < K && list[j] >= 0; ++j)
+      NANOVLLM_CHECK(list[j] < pages && (j == 0 || list[j] > list[j - 1]), op, ": selected[", i / Hk, "][",
+                     i % Hk, "] must list pages in increasing order below ", pages, ", got ", list[j], " at ", j);
+  }
+  cpu::sparse_decode_attention(out, q, k_cache, v_cache, block_tables, context_lens, selected, scale);
+}
+
+}  // namespace nanovllm::ops

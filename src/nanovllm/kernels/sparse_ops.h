@@ -1,0 +1,54 @@
+// Op entry points of sparse decode attention (the policies in sparse/ decide, these compute). Same rules
+// as ops.h: each validates, then dispatches on the tensors' device. CPU kernels only for now; the CUDA
+// backend refuses a sparse policy in EngineConfig::validate until its kernels exist.
+//
+// A page is one block of the paged KV cache (BS tokens): page p of a sequence holds its positions
+// [p BS, (p + 1) BS) in physical block block_tables[s][p]. Shapes: S = sequences (one query token each:
+// decode), Hq/Hk = query/KV heads, D = head_dim, NB/BS = cache blocks/block size, MB = block-table
+// columns, K = pages a selection may hold.
+#pragma once
+
+#include <cstdint>
+
+#include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/ops.h"
+
+namespace nanovllm::ops {
+
+// Quest page metadata: the element-wise min and max of every key stored in a block, per KV head.
+// For each token t with slot_mapping[t] = b * BS + o >= 0 (-1: skipped), in token order: o == 0 sets
+// k_min[b] = k_max[b] = the token's key (a new block), o > 0 folds it in with min/max. The key is read
+// back from k_cache (already stored, so in the cache's dtype: min and max are then exact values of that
+// dtype, and the bound below holds without rounding). k_min, k_max [NB, Hk, D] of k_cache's dtype;
+// k_cache [NB, BS, Hk, D]; slot_mapping [T] i32. Tokens of one block arrive in offset order (the
+// scheduler writes a sequence's positions in order; shared prefix blocks are never rewritten).
+void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, TensorView slot_mapping,
+                        Stream s = {});
+
+// Quest scores: per sequence s, KV head h and page p < ceil(context_lens[s] / block_size),
+//   scores[s, h, p] = max over the query heads g of h's GQA group of sum_d max(q[g,d] k_min[d], q[g,d] k_max[d])
+// with k_min/k_max of block block_tables[s][p]: an upper bound of q[g] . k for every key k of the page
+// (each term bounds q_d k_d, as k_d lies in [k_min_d, k_max_d]). Pages past the context get -inf.
+// scores [S, Hk, MP] f32 (MP >= every sequence's pages), q [S, Hq, D], block_tables [S, MB] i32, context_lens [S] i32.
+void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView k_max, TensorView block_tables,
+                  TensorView context_lens, int64_t block_size, Stream s = {});
+
+// Page selection within a budget of K pages, per sequence and KV head, from scores [S, Hk, MP] f32 (any
+// policy's). With n = ceil(context_lens[s] / block_size) pages: n <= K keeps all of them; otherwise the
+// first sink_pages and the last recent_pages always, then the highest-scoring other pages (ties: the
+// earlier page) up to K. selected [S, Hk, K] i32 holds the chosen page indices in increasing order, -1
+// after them. 1 <= recent_pages, sink_pages + recent_pages <= K.
+void select_pages(TensorView selected, TensorView scores, TensorView context_lens, int64_t block_size,
+                  int64_t sink_pages, int64_t recent_pages, Stream s = {});
+
+// Decode attention over selected pages: out[s, g] = softmax(q[s, g] . k * scale) v over the keys of the
+// pages selected[s, h] (h = g's KV head) lists, the last page of the context partial (positions <
+// context_lens[s]). Pages are listed in increasing order, -1 ends a list; with every page listed this is
+// paged_attention of a decode step, and the CPU kernel returns bit-identical values.
+// out, q [S, Hq, D]; k_cache/v_cache [NB, BS, Hk, D]; block_tables [S, MB], context_lens [S],
+// selected [S, Hk, K] i32.
+void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                             TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
+                             Stream s = {});
+
+}  // namespace nanovllm::ops

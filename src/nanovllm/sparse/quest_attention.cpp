@@ -1,0 +1,63 @@
+#include "nanovllm/sparse/quest_attention.h"
+
+#include <algorithm>
+
+#include "nanovllm/core/error.h"
+#include "nanovllm/kernels/sparse_ops.h"
+
+namespace nanovllm {
+
+QuestAttention::QuestAttention(const QuestShape& shape, int64_t budget_pages, int64_t sink_pages,
+                               int64_t recent_pages, Allocator& alloc)
+    : shape_(shape), budget_pages_(budget_pages), sink_pages_(sink_pages), recent_pages_(recent_pages) {
+  NANOVLLM_CHECK(sink_pages >= 0 && recent_pages >= 1 && budget_pages > sink_pages + recent_pages,
+                 "quest: a budget of ", budget_pages, " pages leaves no page to select beside ", sink_pages,
+                 " sink and ", recent_pages, " recent pages");
+  const int64_t L = shape.num_layers, NB = shape.num_blocks, Hk = shape.num_kv_heads, D = shape.head_dim;
+  metadata_ = Buffer(alloc, shape.kv_dtype, Shape{L, 2, NB, Hk, D});
+  const size_t half = static_cast<size_t>(NB * Hk * D) * dtype_size(shape.kv_dtype);
+  for (int64_t l = 0; l < L; ++l) {
+    char* base = static_cast<char*>(metadata_.data()) + static_cast<size_t>(2 * l) * half;
+    key_min_.emplace_back(base, shape.kv_dtype, Shape{NB, Hk, D}, alloc.device());
+    key_max_.emplace_back(base + half, shape.kv_dtype, Shape{NB, Hk, D}, alloc.device());
+  }
+  scores_ = Buffer(alloc, DType::kF32, Shape{shape.max_num_seqs, Hk, shape.max_blocks_per_seq});
+  selected_ = Buffer(alloc, DType::kI32, Shape{shape.max_num_seqs, Hk, budget_pages});
+}
+
+bool QuestAttention::attend(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv,
+                            const AttentionMetadata& meta, float scale, ops::Stream s) {
+  const TensorView k_min = key_min(layer), k_max = key_max(layer);
+  ops::quest_update_pages(k_min, k_max, kv.k, meta.slot_mapping, s);
+  const int64_t S = meta.num_seqs;
+  // Only whole decode steps go sparse: a prefill query needs its causal prefix, which the dense kernel does.
+  if (S == 0 || meta.num_leading_decodes != S) {
+    ++counters_.dense_layer_steps;
+    return false;
+  }
+  const int64_t Hk = shape_.num_kv_heads, MB = meta.block_tables.dim(1);
+  NANOVLLM_CHECK(S <= shape_.max_num_seqs && MB <= shape_.max_blocks_per_seq, "quest: step of ", S,
+                 " sequences with ", MB, " block-table columns exceeds the policy's workspace");
+  const TensorView scores = scores_.view().reshape({shape_.max_num_seqs * Hk * shape_.max_blocks_per_seq})
+                                .slice_rows(0, S * Hk * MB).reshape({S, Hk, MB});
+  const TensorView selected = selected_.view().reshape({shape_.max_num_seqs * Hk * budget_pages_})
+                                  .slice_rows(0, S * Hk * budget_pages_).reshape({S, Hk, budget_pages_});
+  ops::quest_scores(scores, q, k_min, k_max, meta.block_tables, meta.context_lens, shape_.block_size, s);
+  ops::select_pages(selected, scores, meta.context_lens, shape_.block_size, sink_pages_, recent_pages_, s);
+  ops::sparse_decode_attention(out, q, kv.k, kv.v, meta.block_tables, meta.context_lens, selected, scale, s);
+  ++counters_.sparse_layer_steps;
+  if (selected.device().is_cpu()) {  // the counters read the selection on the host
+    const int32_t* ctx = meta.context_lens.data_as<const int32_t>();
+    const int32_t* sel = selected.data_as<const int32_t>();
+    const int64_t BS = shape_.block_size;
+    for (int64_t i = 0; i < S * Hk; ++i) {
+      const int64_t len = ctx[i / Hk];
+      counters_.context_keys += len;
+      for (int64_t j = 0; j < budget_pages_ && sel[i * budget_pages_ + j] >= 0; ++j)
+        counters_.attended_keys += std::min(BS, len - sel[i * budget_pages_ + j] * BS);
+    }
+  }
+  return true;
+}
+
+}  // namespace nanovllm
