@@ -224,8 +224,9 @@ void check_full_selection_equals_dense(DType kv, int64_t hq, int64_t hk, int64_t
       for (int64_t p = 0; p < b.pages(s); ++p) sel[static_cast<size_t>((s * b.Hk + h) * K + p)] = static_cast<int32_t>(p);
   HostTensor selected = test::i32_tensor(sel, {b.S, b.Hk, K});
   HostTensor sparse_out(DType::kF32, {b.S, b.Hq, b.D}), dense_out(DType::kF32, {b.S, b.Hq, b.D});
+  HostTensor scratch(DType::kI32, {ops::sparse_decode_scratch_ints(b.S, b.Hk, K, b.BS)});
   ops::sparse_decode_attention(sparse_out.v, b.q.v, b.k_cache.v, b.v_cache.v, b.block_tables.v, b.context_lens.v,
-                               selected.v, 0.3f);
+                               selected.v, 0.3f, scratch.v);
   std::vector<int32_t> cu(static_cast<size_t>(b.S + 1));
   std::iota(cu.begin(), cu.end(), 0);
   HostTensor cu_t = test::i32_tensor(cu, {b.S + 1});
@@ -265,8 +266,9 @@ TEST(SparseDecodeAttention, AttendsExactlyTheSelectedKeys) {
     HostTensor selected = test::i32_tensor(sel, {b.S, b.Hk, K});
     HostTensor out(DType::kF32, {b.S, b.Hq, b.D});
     const float scale = 0.2f;
+    HostTensor scratch(DType::kI32, {ops::sparse_decode_scratch_ints(b.S, b.Hk, K, b.BS)});
     ops::sparse_decode_attention(out.v, b.q.v, b.k_cache.v, b.v_cache.v, b.block_tables.v, b.context_lens.v,
-                                 selected.v, scale);
+                                 selected.v, scale, scratch.v);
     const int64_t G = b.Hq / b.Hk;
     for (int64_t s = 0; s < b.S; ++s)
       for (int64_t h = 0; h < b.Hk; ++h) {
@@ -302,8 +304,11 @@ TEST(SparseDecodeAttention, RejectsBadSelections) {
   DecodeBatch b({20}, 2, 1, 8, 4, DType::kF32, rng);  // 5 pages
   HostTensor out(DType::kF32, {1, 2, 8});
   auto run = [&](std::vector<int32_t> list) {
-    HostTensor sel = test::i32_tensor(list, {1, 1, static_cast<int64_t>(list.size())});
-    ops::sparse_decode_attention(out.v, b.q.v, b.k_cache.v, b.v_cache.v, b.block_tables.v, b.context_lens.v, sel.v, 1.0f);
+    const int64_t K = static_cast<int64_t>(list.size());
+    HostTensor sel = test::i32_tensor(list, {1, 1, K});
+    HostTensor scratch(DType::kI32, {ops::sparse_decode_scratch_ints(1, 1, K, 4)});
+    ops::sparse_decode_attention(out.v, b.q.v, b.k_cache.v, b.v_cache.v, b.block_tables.v, b.context_lens.v, sel.v,
+                                 1.0f, scratch.v);
   };
   EXPECT_NO_THROW(run({0, 4, -1}));
   EXPECT_THROW(run({-1, -1}), Error);   // empty

@@ -26,3 +26,13 @@ void check_i32_tensor(std::string_view op, std::string_view name, const TensorVi
 #endif
 
 }  // namespace nanovllm::ops
+
+// In an op entry point with an ops::Stream `s`: return the CUDA op's result (after checking that s carries
+// a device context), or, in a build without CUDA, fail naming the op.
+#if NANOVLLM_WITH_CUDA
+#define NANOVLLM_DISPATCH_CUDA(op, dev, ...) \
+  return (static_cast<void>(::nanovllm::cuda_ops::context_of(s)), ::nanovllm::cuda_ops::op(__VA_ARGS__))
+#else
+#define NANOVLLM_DISPATCH_CUDA(op, dev, ...) (static_cast<void>(s), no_cuda(#op, dev))
+#endif
+

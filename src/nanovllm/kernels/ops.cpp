@@ -107,12 +107,6 @@ void check_seq_metadata(std::string_view op, const AttentionMetadata& meta, int6
 
 }  // namespace
 
-#if NANOVLLM_WITH_CUDA
-#define NANOVLLM_DISPATCH_CUDA(op, dev, ...) \
-  return (static_cast<void>(::nanovllm::cuda_ops::context_of(s)), ::nanovllm::cuda_ops::op(__VA_ARGS__))
-#else
-#define NANOVLLM_DISPATCH_CUDA(op, dev, ...) (static_cast<void>(s), no_cuda(#op, dev))
-#endif
 
 void embedding(TensorView out, TensorView ids, TensorView table, Stream s) {
   constexpr std::string_view op = "embedding";

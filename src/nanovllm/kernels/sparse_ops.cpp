@@ -1,20 +1,18 @@
-// Sparse decode op entry points: validate (on the host also the index contents), then dispatch. There are
-// no CUDA kernels yet: a CUDA tensor gets a clear error (EngineConfig refuses the combination earlier).
+// Sparse decode op entry points: validate (on the host also the index contents), then dispatch.
 #include "nanovllm/kernels/sparse_ops.h"
 
 #include <cmath>
+#include <cstdint>
 #include <string_view>
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/kernels/cpu/cpu_sparse_ops.h"
+#include "nanovllm/kernels/cuda/cuda_sparse_ops.h"
+#include "nanovllm/kernels/cuda/device_context.h"
 #include "nanovllm/kernels/op_checks.h"
 
 namespace nanovllm::ops {
 namespace {
-
-[[noreturn]] void no_cuda_kernel(std::string_view op) {
-  NANOVLLM_FAIL(op, ": no CUDA kernel yet (sparse attention runs on the CPU backend only)");
-}
 
 // k_min/k_max [NB, Hk, D] of k_cache's dtype for k_cache [NB, BS, Hk, D].
 void check_page_minmax(std::string_view op, const TensorView& k_min, const TensorView& k_max,
@@ -60,8 +58,7 @@ void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, 
   check_page_minmax(op, k_min, k_max, k_cache, dev);
   check_tensor(op, "slot_mapping", slot_mapping, dev, 1);
   check_i32(op, "slot_mapping", slot_mapping);
-  static_cast<void>(s);
-  if (dev.is_cuda()) no_cuda_kernel(op);
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(quest_update_pages, dev, k_min, k_max, k_cache, slot_mapping, s);
   const int64_t slots = k_cache.dim(0) * k_cache.dim(1);
   const int32_t* sm = slot_mapping.data_as<const int32_t>();
   for (int64_t t = 0; t < slot_mapping.dim(0); ++t)
@@ -88,8 +85,8 @@ void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView 
                  " must be [", S, ", ", Hk, ", pages]");
   NANOVLLM_CHECK(block_size >= 1, op, ": block_size must be >= 1, got ", block_size);
   check_decode_tables(op, block_tables, context_lens, S, NB, block_size, dev);
-  static_cast<void>(s);
-  if (dev.is_cuda()) no_cuda_kernel(op);
+  if (dev.is_cuda())
+    NANOVLLM_DISPATCH_CUDA(quest_scores, dev, scores, q, k_min, k_max, block_tables, context_lens, block_size, s);
   const int32_t* ctx = context_lens.data_as<const int32_t>();
   for (int64_t i = 0; i < S; ++i)
     NANOVLLM_CHECK((int64_t{ctx[i]} + block_size - 1) / block_size <= scores.dim(2), op, ": context_lens[", i,
@@ -114,8 +111,8 @@ void select_pages(TensorView selected, TensorView scores, TensorView context_len
   NANOVLLM_CHECK(sink_pages >= 0 && recent_pages >= 1 && sink_pages + recent_pages <= K, op, ": sink_pages ",
                  sink_pages, " + recent_pages ", recent_pages, " must fit the budget of ", K,
                  " pages (recent_pages >= 1: the query's own page)");
-  static_cast<void>(s);
-  if (dev.is_cuda()) no_cuda_kernel(op);
+  if (dev.is_cuda())
+    NANOVLLM_DISPATCH_CUDA(select_pages, dev, selected, scores, context_lens, block_size, sink_pages, recent_pages, s);
   const int32_t* ctx = context_lens.data_as<const int32_t>();
   for (int64_t i = 0; i < S; ++i) {
     const int64_t pages = (int64_t{ctx[i]} + block_size - 1) / block_size;
@@ -127,7 +124,7 @@ void select_pages(TensorView selected, TensorView scores, TensorView context_len
 
 void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
                              TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
-                             Stream s) {
+                             TensorView scratch, Stream s) {
   constexpr std::string_view op = "sparse_decode_attention";
   const Device dev = q.device();
   check_tensor(op, "q", q, dev, 3);
@@ -149,9 +146,15 @@ void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, T
   check_i32(op, "selected", selected);
   NANOVLLM_CHECK(selected.dim(0) == S && selected.dim(1) == Hk && selected.dim(2) >= 1, op, ": selected ",
                  selected.shape().str(), " must be [", S, ", ", Hk, ", pages >= 1]");
-  static_cast<void>(s);
-  if (dev.is_cuda()) no_cuda_kernel(op);
   const int64_t K = selected.dim(2);
+  check_tensor(op, "scratch", scratch, dev, 1);
+  check_i32(op, "scratch", scratch);
+  NANOVLLM_CHECK(scratch.dim(0) >= sparse_decode_scratch_ints(S, Hk, K, BS), op, ": scratch holds ", scratch.dim(0),
+                 " ints, needs ", sparse_decode_scratch_ints(S, Hk, K, BS));
+  NANOVLLM_CHECK(NB * BS * Hk <= INT32_MAX, op, ": ", NB * BS * Hk, " cache rows do not fit 32-bit indices");
+  if (dev.is_cuda())
+    NANOVLLM_DISPATCH_CUDA(sparse_decode_attention, dev, out, q, k_cache, v_cache, block_tables, context_lens,
+                           selected, scale, scratch, s);
   const int32_t* ctx = context_lens.data_as<const int32_t>();
   const int32_t* sel = selected.data_as<const int32_t>();
   for (int64_t i = 0; i < S * Hk; ++i) {
@@ -162,7 +165,7 @@ void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, T
       NANOVLLM_CHECK(list[j] < pages && (j == 0 || list[j] > list[j - 1]), op, ": selected[", i / Hk, "][",
                      i % Hk, "] must list pages in increasing order below ", pages, ", got ", list[j], " at ", j);
   }
-  cpu::sparse_decode_attention(out, q, k_cache, v_cache, block_tables, context_lens, selected, scale);
+  cpu::sparse_decode_attention(out, q, k_cache, v_cache, block_tables, context_lens, selected, scale, scratch);
 }
 
 }  // namespace nanovllm::ops

@@ -1,6 +1,6 @@
 // Op entry points of sparse decode attention (the policies in sparse/ decide, these compute). Same rules
-// as ops.h: each validates, then dispatches on the tensors' device. CPU kernels only for now; the CUDA
-// backend refuses a sparse policy in EngineConfig::validate until its kernels exist.
+// as ops.h: each validates, then dispatches on the tensors' device (CPU reference kernels, CUDA kernels
+// in kernels/cuda/sparse_decode.cu; bf16 there).
 //
 // A page is one block of the paged KV cache (BS tokens): page p of a sequence holds its positions
 // [p BS, (p + 1) BS) in physical block block_tables[s][p]. Shapes: S = sequences (one query token each:
@@ -46,9 +46,14 @@ void select_pages(TensorView selected, TensorView scores, TensorView context_len
 // context_lens[s]). Pages are listed in increasing order, -1 ends a list; with every page listed this is
 // paged_attention of a decode step, and the CPU kernel returns bit-identical values.
 // out, q [S, Hq, D]; k_cache/v_cache [NB, BS, Hk, D]; block_tables [S, MB], context_lens [S],
-// selected [S, Hk, K] i32.
+// selected [S, Hk, K] i32; scratch: sparse_decode_scratch_ints(S, Hk, K, BS) i32 of workspace (the
+// selected keys' cache rows, gathered first, and their counts; contents unspecified afterwards).
 void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
                              TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
-                             Stream s = {});
+                             TensorView scratch, Stream s = {});
+// [S, Hk] lists of at most K x BS key rows, then [S, Hk] counts and S x Hk + 1 offsets.
+inline int64_t sparse_decode_scratch_ints(int64_t S, int64_t Hk, int64_t K, int64_t BS) {
+  return S * Hk * (K * BS + 2) + 1;
+}
 
 }  // namespace nanovllm::ops

@@ -23,6 +23,9 @@ QuestAttention::QuestAttention(const QuestShape& shape, int64_t budget_pages, in
   }
   scores_ = Buffer(alloc, DType::kF32, Shape{shape.max_num_seqs, Hk, shape.max_blocks_per_seq});
   selected_ = Buffer(alloc, DType::kI32, Shape{shape.max_num_seqs, Hk, budget_pages});
+  attention_scratch_ = Buffer(
+      alloc, DType::kI32,
+      Shape{ops::sparse_decode_scratch_ints(shape.max_num_seqs, Hk, budget_pages, shape.block_size)});
 }
 
 bool QuestAttention::attend(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv,
@@ -44,7 +47,8 @@ bool QuestAttention::attend(int64_t layer, TensorView out, TensorView q, const L
                                   .slice_rows(0, S * Hk * budget_pages_).reshape({S, Hk, budget_pages_});
   ops::quest_scores(scores, q, k_min, k_max, meta.block_tables, meta.context_lens, shape_.block_size, s);
   ops::select_pages(selected, scores, meta.context_lens, shape_.block_size, sink_pages_, recent_pages_, s);
-  ops::sparse_decode_attention(out, q, kv.k, kv.v, meta.block_tables, meta.context_lens, selected, scale, s);
+  ops::sparse_decode_attention(out, q, kv.k, kv.v, meta.block_tables, meta.context_lens, selected, scale,
+                               attention_scratch_.view(), s);
   ++counters_.sparse_layer_steps;
   if (selected.device().is_cpu()) {  // the counters read the selection on the host
     const int32_t* ctx = meta.context_lens.data_as<const int32_t>();

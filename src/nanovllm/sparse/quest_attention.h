@@ -58,6 +58,7 @@ class QuestAttention final : public AttentionPolicy {
   std::vector<TensorView> key_min_, key_max_;  // [L] views of [NB, Hk, D]
   Buffer scores_;                         // [max_num_seqs, Hk, MB] f32
   Buffer selected_;                       // [max_num_seqs, Hk, budget_pages] i32
+  Buffer attention_scratch_;              // sparse_decode_scratch_ints(max_num_seqs, Hk, budget_pages, BS) i32
   QuestCounters counters_;
 };
 

@@ -14,6 +14,7 @@ void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView 
 void select_pages(TensorView selected, TensorView scores, TensorView context_lens, int64_t block_size,
                   int64_t sink_pages, int64_t recent_pages);
 void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                             TensorView block_tables, TensorView context_lens, TensorView selected, float scale);
+                             TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
+                             TensorView scratch);
 
 }  // namespace nanovllm::cpu

@@ -1,5 +1,7 @@
-// Decode attention over selected pages: attend_row (attention_row.h) over the selected pages' keys in
-// increasing position order, so a selection of every page equals paged_attention bit for bit.
+// Decode attention over selected pages. Like the CUDA kernel, it first gathers each (sequence, KV head)'s
+// selected keys as rows of the cache viewed as [NB x BS x Hk, D] (row = slot x Hk + head), in position
+// order, into the scratch; then attend_row (attention_row.h) runs over them, so a selection of every page
+// equals paged_attention bit for bit.
 #include <algorithm>
 #include <vector>
 
@@ -10,29 +12,32 @@
 namespace nanovllm::cpu {
 
 void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                             TensorView block_tables, TensorView context_lens, TensorView selected, float scale) {
+                             TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
+                             TensorView scratch) {
   const int64_t S = q.dim(0), Hq = q.dim(1), D = q.dim(2);
-  const int64_t BS = k_cache.dim(1), Hk = k_cache.dim(2), G = Hq / Hk;
+  const int64_t NB = k_cache.dim(0), BS = k_cache.dim(1), Hk = k_cache.dim(2), G = Hq / Hk;
   const int64_t MB = block_tables.dim(1), K = selected.dim(2);
   const int32_t* ctx = context_lens.data_as<const int32_t>();
   const int32_t* bt = block_tables.data_as<const int32_t>();
   const int32_t* sel = selected.data_as<const int32_t>();
+  int32_t* rows = scratch.data_as<int32_t>();  // [S, Hk, K x BS]
+  const TensorView k_rows = k_cache.reshape({NB * BS * Hk, 1, 1, D});
+  const TensorView v_rows = v_cache.reshape({NB * BS * Hk, 1, 1, D});
   parallel_for(S * Hk, [&](int64_t b, int64_t e) {
     thread_local std::vector<float> buf;
-    thread_local std::vector<int64_t> slots;
     float* qrow = scratch_f32(buf, G * D);  // [G, D] queries, then outputs
     for (int64_t item = b; item < e; ++item) {
       const int64_t s = item / Hk, h = item % Hk;
       const int32_t* list = sel + item * K;
-      slots.clear();  // the selected keys' cache slots, in position order
+      int32_t* mine = rows + item * K * BS;
+      int64_t n = 0;
       for (int64_t j = 0; j < K && list[j] >= 0; ++j) {
         const int64_t first = int64_t{list[j]} * BS, end = std::min<int64_t>(first + BS, ctx[s]);
         const int64_t block = bt[s * MB + list[j]];
-        for (int64_t pos = first; pos < end; ++pos) slots.push_back(block * BS + pos - first);
+        for (int64_t pos = first; pos < end; ++pos) mine[n++] = static_cast<int32_t>((block * BS + pos - first) * Hk + h);
       }
       load_row_f32(q.data(), q.dtype(), (s * Hq + h * G) * D, G * D, qrow);
-      attend_row(qrow, G, h, static_cast<int64_t>(slots.size()),
-                 [&](int64_t j) { return slots[static_cast<size_t>(j)]; }, k_cache, v_cache, scale);
+      attend_row(qrow, G, 0, n, [&](int64_t j) { return int64_t{mine[j]}; }, k_rows, v_rows, scale);
       store_row_f32(qrow, G * D, out.data(), out.dtype(), (s * Hq + h * G) * D);
     }
   });

@@ -1,0 +1,26 @@
+// CUDA entry points of the sparse decode ops (kernels/sparse_ops.h has the contracts), called after
+// validation. bf16 caches, queries and metadata. Only in the CUDA build.
+#pragma once
+
+#include <cstdint>
+
+#include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/ops.h"
+
+#if NANOVLLM_WITH_CUDA
+
+namespace nanovllm::cuda_ops {
+
+void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, TensorView slot_mapping,
+                        ops::Stream s);
+void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView k_max, TensorView block_tables,
+                  TensorView context_lens, int64_t block_size, ops::Stream s);
+void select_pages(TensorView selected, TensorView scores, TensorView context_lens, int64_t block_size,
+                  int64_t sink_pages, int64_t recent_pages, ops::Stream s);
+void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                             TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
+                             TensorView scratch, ops::Stream s);
+
+}  // namespace nanovllm::cuda_ops
+
+#endif  // NANOVLLM_WITH_CUDA

@@ -1,0 +1,269 @@
+// Sparse decode on CUDA (contracts: kernels/sparse_ops.h). bf16 caches and metadata.
+// - quest_update_pages: the last token of each block written in the step recomputes the block's key
+//   min/max over offsets [0, its offset] from the cache (earlier offsets were stored by earlier steps
+//   or by this one): no ordering between tokens is needed, and the result equals the CPU fold.
+// - quest_scores: a warp per page, the GQA group's queries in shared memory, fp32 sums.
+// - select_pages: a CTA per (sequence, KV head); a 4-pass radix select over the order-preserving bits
+//   of the middle pages' scores finds the threshold, then a block scan writes the chosen pages in
+//   increasing order (ties: the earlier pages), after the sink pages and before the recent ones.
+// - sparse_decode_attention: the selected keys' cache rows (slot x Hk + head) are gathered into the
+//   scratch, and the dense decode attention (paged_attention) runs on a virtual batch of S x Hk one-head
+//   sequences over the cache viewed as [NB BS Hk, 1, 1, D] blocks of one key: the tuned split-KV kernel
+//   serves the sparse case, and reads nothing but the selected keys.
+#include <cub/block/block_scan.cuh>
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "nanovllm/kernels/cuda/common.cuh"
+#include "nanovllm/kernels/cuda/cuda_check.h"
+#include "nanovllm/kernels/cuda/cuda_ops.h"
+#include "nanovllm/kernels/cuda/cuda_sparse_ops.h"
+
+namespace nanovllm::cuda_ops {
+namespace {
+
+// ---- quest_update_pages ----
+// Block per token. keys: k_cache [NB, BS, Hk, D]; k_min/k_max [NB, Hk, D].
+__global__ void quest_update_kernel(__nv_bfloat16* __restrict__ k_min, __nv_bfloat16* __restrict__ k_max,
+                                    const __nv_bfloat16* __restrict__ k_cache, const int32_t* __restrict__ slots,
+                                    int num_tokens, int block_size, int hk_d) {
+  const int t = blockIdx.x;
+  const int slot = slots[t];
+  if (slot < 0) return;
+  const int offset = slot % block_size;
+  const int next = t + 1 < num_tokens ? slots[t + 1] : -1;
+  if (next == slot + 1 && offset + 1 < block_size) return;  // a later token of this step fills the block on
+  const int64_t block = slot / block_size;
+  const __nv_bfloat16* first = k_cache + block * block_size * hk_d;
+  for (int e = threadIdx.x; e < hk_d; e += blockDim.x) {
+    float lo = __bfloat162float(first[e]), hi = lo;
+    for (int o = 1; o <= offset; ++o) {
+      const float k = __bfloat162float(first[int64_t{o} * hk_d + e]);
+      lo = fminf(lo, k);
+      hi = fmaxf(hi, k);
+    }
+    // min / max of bf16 values are bf16 values: the conversions are exact.
+    k_min[block * hk_d + e] = __float2bfloat16_rn(lo);
+    k_max[block * hk_d + e] = __float2bfloat16_rn(hi);
+  }
+}
+
+// ---- quest_scores ----
+constexpr int kScoreWarps = 8;
+constexpr int kPagesPerCta = 64;
+
+// Grid (S x Hk, page chunks of kPagesPerCta); q [S, Hq, D]; scores [S, Hk, MP].
+__global__ void __launch_bounds__(kScoreWarps * 32)
+    quest_scores_kernel(float* __restrict__ scores, const __nv_bfloat16* __restrict__ q,
+                        const __nv_bfloat16* __restrict__ k_min, const __nv_bfloat16* __restrict__ k_max,
+                        const int32_t* __restrict__ block_tables, const int32_t* __restrict__ context_lens,
+                        int hq, int hk, int d, int max_pages, int max_blocks, int block_size) {
+  extern __shared__ float qs[];  // [G, D]
+  const int item = blockIdx.x, s = item / hk, h = item % hk, g_count = hq / hk;
+  for (int e = threadIdx.x; e < g_count * d; e += blockDim.x)
+    qs[e] = __bfloat162float(q[(int64_t{s} * hq + int64_t{h} * g_count) * d + e]);
+  __syncthreads();
+  const int pages = (context_lens[s] + block_size - 1) / block_size;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int p_end = min(max_pages, (blockIdx.y + 1) * kPagesPerCta);
+  for (int p = blockIdx.y * kPagesPerCta + warp; p < p_end; p += kScoreWarps) {
+    float best = -INFINITY;
+    if (p < pages) {
+      const int64_t meta = (int64_t{block_tables[int64_t{s} * max_blocks + p]} * hk + h) * d;
+      for (int g = 0; g < g_count; ++g) {
+        float bound = 0.0f;
+        for (int e = lane; e < d; e += 32) {
+          const float qv = qs[g * d + e];
+          bound += fmaxf(qv * __bfloat162float(k_min[meta + e]), qv * __bfloat162float(k_max[meta + e]));
+        }
+        best = fmaxf(best, warp_sum(bound));
+      }
+    }
+    if (lane == 0) scores[int64_t{item} * max_pages + p] = best;
+  }
+}
+
+// ---- select_pages ----
+constexpr int kSelectThreads = 256;
+
+// Float -> uint32 with the same order (negatives flipped entirely, positives get the sign bit).
+__device__ __forceinline__ uint32_t order_bits(float f) {
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Block per (sequence, KV head). scores [S, Hk, MP] f32, selected [S, Hk, K] i32.
+__global__ void __launch_bounds__(kSelectThreads)
+    select_pages_kernel(int32_t* __restrict__ selected, const float* __restrict__ scores,
+                        const int32_t* __restrict__ context_lens, int hk, int max_pages, int budget,
+                        int block_size, int sink, int recent) {
+  using Scan = cub::BlockScan<int, kSelectThreads>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ int hist[256];
+  __shared__ uint32_t prefix_s;
+  __shared__ int need_s, base_s;
+  const int item = blockIdx.x, tid = threadIdx.x;
+  const int pages = (context_lens[item / hk] + block_size - 1) / block_size;
+  int32_t* list = selected + int64_t{item} * budget;
+  if (pages <= budget) {
+    for (int i = tid; i < budget; i += kSelectThreads) list[i] = i < pages ? i : -1;
+    return;
+  }
+  const float* row = scores + int64_t{item} * max_pages;
+  const int lo = sink, hi = pages - recent;  // the middle pages compete
+  const int take = budget - sink - recent;
+  // Radix select, most significant byte first: the take-th largest key's bits.
+  uint32_t prefix = 0;
+  int need = take;  // how many of the keys matching the prefix so far are still to be taken from the top
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = tid; i < 256; i += kSelectThreads) hist[i] = 0;
+    __syncthreads();
+    const uint32_t mask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
+    for (int p = lo + tid; p < hi; p += kSelectThreads) {
+      const uint32_t b = order_bits(row[p]);
+      if ((b & mask) == prefix) atomicAdd(&hist[(b >> shift) & 0xff], 1);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      int acc = 0, digit = 255;
+      for (; digit > 0; --digit) {
+        if (acc + hist[digit] >= need) break;
+        acc += hist[digit];
+      }
+      prefix_s = prefix | (uint32_t(digit) << shift);
+      need_s = need - acc;
+    }
+    __syncthreads();
+    prefix = prefix_s;
+    need = need_s;
+    __syncthreads();
+  }
+  // prefix = the threshold key; `need` keys equal to it are taken, the earliest first.
+  if (tid == 0) base_s = 0;
+  __syncthreads();
+  for (int i = tid; i < sink; i += kSelectThreads) list[i] = i;
+  int equal_seen = 0;  // equal keys before this chunk
+  for (int c = lo; c < hi; c += kSelectThreads) {
+    const int p = c + tid;
+    const uint32_t b = p < hi ? order_bits(row[p]) : 0u;
+    const int eq = p < hi && b == prefix;
+    int eq_before, eq_total;
+    Scan(scan_tmp).ExclusiveSum(eq, eq_before, eq_total);
+    __syncthreads();
+    const int take_me = p < hi && (b > prefix || (eq && equal_seen + eq_before < need));
+    int before, total;
+    Scan(scan_tmp).ExclusiveSum(take_me, before, total);
+    if (take_me) list[sink + base_s + before] = p;
+    __syncthreads();
+    if (tid == 0) base_s += total;
+    equal_seen += eq_total;
+    __syncthreads();
+  }
+  for (int i = tid; i < recent; i += kSelectThreads) list[sink + take + i] = pages - recent + i;
+}
+
+// ---- sparse_decode_attention: gather the selected keys' rows ----
+// Block per (sequence, KV head). rows [S Hk, K BS]; counts [S Hk]; cu [S Hk + 1] = 0, 1, 2, ...
+__global__ void gather_key_rows_kernel(int32_t* __restrict__ rows, int32_t* __restrict__ counts,
+                                       int32_t* __restrict__ cu, const int32_t* __restrict__ selected,
+                                       const int32_t* __restrict__ block_tables,
+                                       const int32_t* __restrict__ context_lens, int hk, int budget, int block_size,
+                                       int max_blocks, int num_items) {
+  const int item = blockIdx.x, s = item / hk, h = item % hk;
+  const int ctx = context_lens[s];
+  const int32_t* list = selected + int64_t{item} * budget;
+  int32_t* mine = rows + int64_t{item} * budget * block_size;
+  // Listed pages are whole except the context's last page, which (the highest page) comes last: page j of
+  // the list covers keys [j BS, j BS + its length).
+  int n = 0;
+  for (int j = 0; j < budget && list[j] >= 0; ++j) {
+    const int page = list[j];
+    const int len = min(block_size, ctx - page * block_size);
+    const int64_t block = block_tables[int64_t{s} * max_blocks + page];
+    for (int o = threadIdx.x; o < len; o += blockDim.x)
+      mine[n + o] = static_cast<int32_t>((block * block_size + o) * hk + h);
+    n += len;
+  }
+  if (threadIdx.x == 0) {
+    counts[item] = n;
+    cu[item] = item;
+    if (item == num_items - 1) cu[num_items] = num_items;
+  }
+}
+
+}  // namespace
+
+void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, TensorView slot_mapping,
+                        ops::Stream s) {
+  NANOVLLM_CHECK(k_cache.dtype() == DType::kBF16, "quest_update_pages (cuda): the KV cache must be BF16");
+  const int T = static_cast<int>(slot_mapping.dim(0));
+  if (T == 0) return;
+  const int hk_d = static_cast<int>(k_cache.dim(2) * k_cache.dim(3));
+  quest_update_kernel<<<T, 128, 0, stream_of(s)>>>(k_min.data_as<__nv_bfloat16>(), k_max.data_as<__nv_bfloat16>(),
+                                                   k_cache.data_as<const __nv_bfloat16>(),
+                                                   slot_mapping.data_as<const int32_t>(), T,
+                                                   static_cast<int>(k_cache.dim(1)), hk_d);
+  CUDA_CHECK_LAUNCH();
+}
+
+void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView k_max, TensorView block_tables,
+                  TensorView context_lens, int64_t block_size, ops::Stream s) {
+  NANOVLLM_CHECK(q.dtype() == DType::kBF16 && k_min.dtype() == DType::kBF16,
+                 "quest_scores (cuda): q and the page metadata must be BF16");
+  const int64_t S = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hk = k_min.dim(1), MP = scores.dim(2);
+  if (S == 0 || MP == 0) return;
+  const dim3 grid(static_cast<unsigned>(S * Hk), static_cast<unsigned>((MP + kPagesPerCta - 1) / kPagesPerCta));
+  const size_t smem = static_cast<size_t>(Hq / Hk * D) * sizeof(float);
+  quest_scores_kernel<<<grid, kScoreWarps * 32, smem, stream_of(s)>>>(
+      scores.data_as<float>(), q.data_as<const __nv_bfloat16>(), k_min.data_as<const __nv_bfloat16>(),
+      k_max.data_as<const __nv_bfloat16>(), block_tables.data_as<const int32_t>(),
+      context_lens.data_as<const int32_t>(), static_cast<int>(Hq), static_cast<int>(Hk), static_cast<int>(D),
+      static_cast<int>(MP), static_cast<int>(block_tables.dim(1)), static_cast<int>(block_size));
+  CUDA_CHECK_LAUNCH();
+}
+
+void select_pages(TensorView selected, TensorView scores, TensorView context_lens, int64_t block_size,
+                  int64_t sink_pages, int64_t recent_pages, ops::Stream s) {
+  const int64_t S = scores.dim(0), Hk = scores.dim(1);
+  if (S == 0) return;
+  select_pages_kernel<<<static_cast<unsigned>(S * Hk), kSelectThreads, 0, stream_of(s)>>>(
+      selected.data_as<int32_t>(), scores.data_as<const float>(), context_lens.data_as<const int32_t>(),
+      static_cast<int>(Hk), static_cast<int>(scores.dim(2)), static_cast<int>(selected.dim(2)),
+      static_cast<int>(block_size), static_cast<int>(sink_pages), static_cast<int>(recent_pages));
+  CUDA_CHECK_LAUNCH();
+}
+
+void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                             TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
+                             TensorView scratch, ops::Stream s) {
+  const int64_t S = q.dim(0), Hq = q.dim(1), D = q.dim(2);
+  const int64_t NB = k_cache.dim(0), BS = k_cache.dim(1), Hk = k_cache.dim(2), K = selected.dim(2);
+  if (S == 0) return;
+  const int64_t items = S * Hk, keys = K * BS;
+  int32_t* rows = scratch.data_as<int32_t>();  // [S Hk, K BS]
+  int32_t* counts = rows + items * keys;       // [S Hk]
+  int32_t* cu = counts + items;                // [S Hk + 1]
+  gather_key_rows_kernel<<<static_cast<unsigned>(items), 64, 0, stream_of(s)>>>(
+      rows, counts, cu, selected.data_as<const int32_t>(), block_tables.data_as<const int32_t>(),
+      context_lens.data_as<const int32_t>(), static_cast<int>(Hk), static_cast<int>(K), static_cast<int>(BS),
+      static_cast<int>(block_tables.dim(1)), static_cast<int>(items));
+  CUDA_CHECK_LAUNCH();
+  // The virtual batch: sequence (s, h) has one query row of G heads and counts[s, h] keys, block size 1.
+  const Device dev = q.device();
+  AttentionMetadata meta;
+  meta.num_seqs = items;
+  meta.num_tokens = items;
+  meta.max_query_len = 1;
+  meta.max_context_len = keys;
+  meta.cu_seqlens_q = TensorView(cu, DType::kI32, Shape{items + 1}, dev);
+  meta.context_lens = TensorView(counts, DType::kI32, Shape{items}, dev);
+  meta.block_tables = TensorView(rows, DType::kI32, Shape{items, keys}, dev);
+  meta.block_size = 1;
+  meta.num_leading_decodes = items;
+  const Shape rows_shape{NB * BS * Hk, 1, 1, D};
+  cuda_ops::paged_attention(out.reshape({items, Hq / Hk, D}), q.reshape({items, Hq / Hk, D}), k_cache.reshape(rows_shape),
+                  v_cache.reshape(rows_shape), meta, scale, s);
+}
+
+}  // namespace nanovllm::cuda_ops
