@@ -44,7 +44,7 @@ struct DecodeBatch {
     std::vector<int32_t> bt(static_cast<size_t>(S * MB), -1);
     size_t next = 0;
     for (int64_t s = 0; s < S; ++s)
-      for (int64_t p = 0; p < (ctx[static_cast<size_t>(s)] + BS - 1) / BS; ++p) bt[static_cast<size_t>(s * MB + p)] = ids[next++];
+      for (int64_t p = 0; p < pages(s); ++p) bt[static_cast<size_t>(s * MB + p)] = ids[next++];
     block_tables = test::i32_tensor(bt, {S, MB});
     context_lens = test::i32_tensor(ctx, {S});
   }
@@ -56,13 +56,6 @@ struct DecodeBatch {
     const int64_t base = ((int64_t{block(s, pos / BS)} * BS + pos % BS) * Hk + h) * D;
     for (int64_t d = 0; d < D; ++d) k[static_cast<size_t>(d)] = cache.get(base + d);
     return k;
-  }
-  // Every sequence's slots in position order, as one slot mapping (prefill of the whole batch).
-  HostTensor all_slots() const {
-    std::vector<int32_t> slots;
-    for (int64_t s = 0; s < S; ++s)
-      for (int64_t pos = 0; pos < ctx[static_cast<size_t>(s)]; ++pos) slots.push_back(block(s, pos / BS) * static_cast<int32_t>(BS) + static_cast<int32_t>(pos % BS));
-    return test::i32_tensor(slots, {static_cast<int64_t>(slots.size())});
   }
 };
 

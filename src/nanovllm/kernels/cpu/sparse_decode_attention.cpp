@@ -34,7 +34,8 @@ void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, T
       for (int64_t j = 0; j < K && list[j] >= 0; ++j) {
         const int64_t first = int64_t{list[j]} * BS, end = std::min<int64_t>(first + BS, ctx[s]);
         const int64_t block = bt[s * MB + list[j]];
-        for (int64_t pos = first; pos < end; ++pos) mine[n++] = static_cast<int32_t>((block * BS + pos - first) * Hk + h);
+        for (int64_t pos = first; pos < end; ++pos)
+          mine[n++] = static_cast<int32_t>((block * BS + pos - first) * Hk + h);
       }
       load_row_f32(q.data(), q.dtype(), (s * Hq + h * G) * D, G * D, qrow);
       attend_row(qrow, G, 0, n, [&](int64_t j) { return int64_t{mine[j]}; }, k_rows, v_rows, scale);

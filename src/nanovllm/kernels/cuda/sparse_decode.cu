@@ -262,8 +262,8 @@ void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, T
   meta.block_size = 1;
   meta.num_leading_decodes = items;
   const Shape rows_shape{NB * BS * Hk, 1, 1, D};
-  cuda_ops::paged_attention(out.reshape({items, Hq / Hk, D}), q.reshape({items, Hq / Hk, D}), k_cache.reshape(rows_shape),
-                  v_cache.reshape(rows_shape), meta, scale, s);
+  cuda_ops::paged_attention(out.reshape({items, Hq / Hk, D}), q.reshape({items, Hq / Hk, D}),
+                            k_cache.reshape(rows_shape), v_cache.reshape(rows_shape), meta, scale, s);
 }
 
 }  // namespace nanovllm::cuda_ops
