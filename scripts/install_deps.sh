@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages nano-vLLM C++ builds with. Idempotent: installs only what is missing.
+#   libboost1.81-dev   Boost.Beast / Asio for the HTTP server (header-only: nothing to carry at run time)
 set -euo pipefail
 packages=(cmake ninja-build ccache g++ pkg-config nlohmann-json3-dev libxxhash-dev libcli11-dev libgtest-dev
-          libpcre2-dev libutf8proc-dev)
+          libpcre2-dev libutf8proc-dev libboost1.81-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -72,6 +72,24 @@ TEST_F(ServerApi, HealthModelsMetrics) {
   EXPECT_EQ(metric(port(), "nanovllm_kv_blocks_total"), 512);
 }
 
+// GET /v1/models/{id}: the served names, the path one percent-encoded as SDKs send it; others are 404.
+TEST_F(ServerApi, RetrieveModel) {
+  const std::string base = server_model_dir().filename().string();
+  const HttpResult m = http_get(port(), "/v1/models/" + base);
+  ASSERT_EQ(m.status, 200) << m.body;
+  EXPECT_EQ(m.json["id"], base);
+  EXPECT_EQ(m.json["object"], "model");
+  std::string encoded;
+  for (char c : server_model_dir().string()) encoded += c == '/' ? std::string("%2F") : std::string(1, c);
+  const HttpResult p = http_get(port(), "/v1/models/" + encoded);
+  ASSERT_EQ(p.status, 200) << p.body;
+  EXPECT_EQ(p.json["id"], server_model_dir().string());
+  const HttpResult missing = http_get(port(), "/v1/models/gpt-17");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(missing.json["error"]["code"], "model_not_found");
+  EXPECT_EQ(http_get(port(), "/v1/models/%zz").status, 404);
+}
+
 TEST_F(ServerApi, CompletionsMatchOfflineGreedy) {
   const std::string prompt = "The capital of France is";
   const std::vector<int32_t> ids = llm_->encode(prompt);

@@ -2,7 +2,8 @@
 // (/health 200 and a normal request succeeds) after each one.
 #include <gtest/gtest.h>
 
-#include <httplib.h>
+#include <atomic>
+#include <thread>
 
 #include "server/server_test_util.h"
 
