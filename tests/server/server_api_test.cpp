@@ -184,6 +184,35 @@ TEST_F(ServerApi, ChatStreamSequenceAndContent) {
   EXPECT_EQ(stream_text(s, 0, true), want.text);
 }
 
+// The tool-calling round trip as OpenAI clients send it: the assistant's call comes back with "content": null
+// (rendered as "", as vLLM does; Qwen3's template tests `'</think>' in message.content`), then the tool's
+// answer. The prompt is the template's rendering of both, and the output matches the offline engine.
+TEST_F(ServerApi, ToolCallRoundTrip) {
+  const json tools = json::array({{{"type", "function"},
+                                   {"function", {{"name", "get_weather"},
+                                                 {"parameters", {{"type", "object"},
+                                                                 {"properties", {{"city", {{"type", "string"}}}}}}}}}}});
+  const json call = {{"id", "call_1"},
+                     {"type", "function"},
+                     {"function", {{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}}}};
+  json messages = json::array({{{"role", "user"}, {"content", "Weather in Paris?"}},
+                               {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array({call})}},
+                               {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "{\"temperature_c\": 21}"}}});
+  const json req = {{"messages", messages}, {"tools", tools}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}};
+  const HttpResult r = http_post(port(), "/v1/chat/completions", req.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+
+  messages[1]["content"] = "";
+  chat::ChatTemplateOptions opt;
+  opt.tools = nlohmann::ordered_json(tools);
+  const std::string text = llm_->engine().chat_template().render(nlohmann::ordered_json(messages), opt);
+  EXPECT_NE(text.find("get_weather"), std::string::npos) << text;
+  EXPECT_NE(text.find("temperature_c"), std::string::npos) << text;
+  const std::vector<int32_t> prompt = llm_->encode(text, /*add_special_tokens=*/false);
+  EXPECT_EQ(r.json["usage"]["prompt_tokens"], prompt.size());
+  EXPECT_EQ(r.json["choices"][0]["message"]["content"], offline(prompt, 6).text);
+}
+
 // Picks a stop string that straddles a token boundary of the greedy continuation, so it is really hit
 // in the middle of the stream, and checks streamed and non-streamed outputs stop right before it.
 TEST_F(ServerApi, StopStringAcrossTokenBoundary) {

@@ -136,6 +136,10 @@ std::vector<int32_t> parse_chat_prompt(Body& body, const ModelContext& ctx) {
     const auto c = m.find("content");
     ordered_json content = message_content(c == m.end() ? nullptr : &*c, i);
     if (content.is_null() && role != "assistant") fail(key + ".content", "'" + key + ".content' is required");
+    // An assistant turn with only tool_calls has "content": null (the OpenAI SDKs send it so). Templates test
+    // `'</think>' in message.content` (Qwen3), which fails on None; like vLLM, render it as the empty string.
+    // (Branch hardening-cli makes the same change.)
+    if (content.is_null()) content = "";
     ordered_json msg = std::move(m);  // moved, not copied: tool_calls and the like stay as they came
     msg["content"] = std::move(content);
     messages.push_back(std::move(msg));
