@@ -18,9 +18,21 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// What a connection flood may add to RSS while it runs (sockets, read buffers, allocator slack); after it, RSS
+// must come back within 10% of idle (kRssAfterRatio).
+constexpr size_t kPeakSlack = 32u << 20;
+
+// RSS of a test's fresh server after one request of each kind it will see, so arenas and threads exist.
+size_t idle_rss(int port) {
+  http_get(port, "/health");
+  http_post(port, "/v1/completions", json{{"prompt", "warm"}, {"max_tokens", 2}}.dump());
+  http_get(port, "/metrics");
+  return rss_bytes();
+}
+
 // Problem 4: 48 connections trickle their headers (and 8 more their bodies) at a server capped at 32
 // connections and 4 requests. /health answers fast the whole time, and the server drops every trickler
-// by its header / body deadline.
+// by its header / body deadline. Memory stays within the flood bound and comes back.
 TEST(HostileConnections, SlowlorisDoesNotStarveHealth) {
   server::ServerConfig cfg;
   cfg.max_concurrent_requests = 4;
@@ -28,44 +40,47 @@ TEST(HostileConnections, SlowlorisDoesNotStarveHealth) {
   cfg.http.body_timeout_s = 1.5;
   cfg.http.max_connections = 32;
   TestServer ts(cfg);
+  const size_t idle = idle_rss(ts.port);
   constexpr int kHeaderTricklers = 48, kBodyTricklers = 8;
-  std::vector<std::unique_ptr<RawConn>> conns;
-  for (int i = 0; i < kHeaderTricklers + kBodyTricklers; ++i) conns.push_back(std::make_unique<RawConn>(ts.port));
-  for (int i = kHeaderTricklers; i < kHeaderTricklers + kBodyTricklers; ++i)
-    conns[i]->send_all("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{");
-  std::atomic<bool> running{true};
-  std::vector<char> closed(conns.size(), 0);
-  std::thread trickler([&] {
-    const std::string head = "GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ";
-    size_t pos = 0;
-    while (running) {
-      for (size_t i = 0; i < conns.size(); ++i) {
-        if (closed[i]) continue;
-        const bool body = static_cast<int>(i) >= kHeaderTricklers;
-        const char byte = body ? ' ' : (pos < head.size() ? head[pos] : 'z');
-        if (!conns[i]->send_all(std::string_view(&byte, 1), 0.05)) closed[i] = 1;
+  expect_bounded_memory(idle, kPeakSlack, [&] {
+    std::vector<std::unique_ptr<RawConn>> conns;
+    for (int i = 0; i < kHeaderTricklers + kBodyTricklers; ++i) conns.push_back(std::make_unique<RawConn>(ts.port));
+    for (int i = kHeaderTricklers; i < kHeaderTricklers + kBodyTricklers; ++i)
+      conns[i]->send_all("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{");
+    std::atomic<bool> running{true};
+    std::vector<char> closed(conns.size(), 0);
+    std::thread trickler([&] {
+      const std::string head = "GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+      size_t pos = 0;
+      while (running) {
+        for (size_t i = 0; i < conns.size(); ++i) {
+          if (closed[i]) continue;
+          const bool body = static_cast<int>(i) >= kHeaderTricklers;
+          const char byte = body ? ' ' : (pos < head.size() ? head[pos] : 'z');
+          if (!conns[i]->send_all(std::string_view(&byte, 1), 0.05)) closed[i] = 1;
+        }
+        ++pos;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
-      ++pos;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    });
+    const auto t0 = Clock::now();
+    double worst_ms = 0;
+    int failures = 0;
+    while (seconds_since(t0) < 3.5) {
+      const double ms = health_ms(ts.port, 2);
+      if (ms < 0) ++failures;
+      worst_ms = std::max(worst_ms, ms);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
+    running = false;
+    trickler.join();
+    EXPECT_EQ(failures, 0);
+    EXPECT_LT(worst_ms, 500 * timing_scale());
+    // By now (3.5 s > both deadlines) the server has closed every trickler.
+    int still_open = 0;
+    for (auto& c : conns) still_open += c->wait_closed(0.5) ? 0 : 1;
+    EXPECT_EQ(still_open, 0);
   });
-  const auto t0 = Clock::now();
-  double worst_ms = 0;
-  int failures = 0;
-  while (seconds_since(t0) < 3.5) {
-    const double ms = health_ms(ts.port, 2);
-    if (ms < 0) ++failures;
-    worst_ms = std::max(worst_ms, ms);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  running = false;
-  trickler.join();
-  EXPECT_EQ(failures, 0);
-  EXPECT_LT(worst_ms, 500 * timing_scale());
-  // By now (3.5 s > both deadlines) the server has closed every trickler.
-  int still_open = 0;
-  for (auto& c : conns) still_open += c->wait_closed(0.5) ? 0 : 1;
-  EXPECT_EQ(still_open, 0);
   const HttpResult ok = http_post(ts.port, "/v1/completions", json{{"prompt", "after"}, {"max_tokens", 2}}.dump());
   EXPECT_EQ(ok.status, 200) << ok.body;
 }
@@ -133,25 +148,29 @@ TEST(HostileConnections, ReconnectingClientsNeverGetSpurious429) {
   EXPECT_EQ(metric(ts.port, "nanovllm_client_disconnects_total"), kClients * kRounds);
 }
 
-// A reconnect storm: 512 connections opened and dropped (half mid-request) while /health is polled.
+// A reconnect storm: 512 connections opened and dropped (half mid-request) while /health is polled; memory
+// stays within the flood bound and comes back.
 TEST(HostileConnections, ReconnectStormLeavesNothingBehind) {
   TestServer ts;
-  std::atomic<bool> running{true};
-  std::thread storm([&] {
-    for (int i = 0; i < 512 && running; ++i) {
-      RawConn c(ts.port);
-      if (i % 2) c.send_all("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{\"pro");
+  const size_t idle = idle_rss(ts.port);
+  expect_bounded_memory(idle, kPeakSlack, [&] {
+    std::atomic<bool> running{true};
+    std::thread storm([&] {
+      for (int i = 0; i < 512 && running; ++i) {
+        RawConn c(ts.port);
+        if (i % 2) c.send_all("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{\"pro");
+      }
+    });
+    double worst_ms = 0;
+    for (int i = 0; i < 20; ++i) {
+      worst_ms = std::max(worst_ms, health_ms(ts.port, 2));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    running = false;
+    storm.join();
+    EXPECT_GE(worst_ms, 0);
+    EXPECT_LT(worst_ms, 500 * timing_scale());
   });
-  double worst_ms = 0;
-  for (int i = 0; i < 20; ++i) {
-    worst_ms = std::max(worst_ms, health_ms(ts.port, 2));
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  running = false;
-  storm.join();
-  EXPECT_GE(worst_ms, 0);
-  EXPECT_LT(worst_ms, 500 * timing_scale());
   // Only the connection asking for /metrics is left.
   EXPECT_EQ(wait_metric(ts.port, "nanovllm_http_connections_open", 1, 2), 1);
 }

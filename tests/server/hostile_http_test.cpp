@@ -18,10 +18,9 @@ using nlohmann::json;
 
 constexpr const char* kKey = "sk-hostile";
 constexpr size_t kMiB = 1u << 20;
-// Memory bounds. Peak: what a flood may add while it runs (the body limit times the attackers, plus header
-// buffers and slack for the allocator). After: RSS must come back within 10% of its idle value.
+// Memory bound: what a flood may add while it runs (the body limit times the attackers, plus header buffers
+// and slack for the allocator). After it, RSS must come back within 10% of its idle value (kRssAfterRatio).
 constexpr size_t kPeakSlack = 48 * kMiB;
-constexpr double kAfterRatio = 1.10;
 
 class HostileHttp : public ::testing::Test {
  protected:
@@ -38,28 +37,9 @@ class HostileHttp : public ::testing::Test {
   static void TearDownTestSuite() { delete server_; }
   static int port() { return server_->port; }
 
-  // Samples RSS while `flood` runs; checks the peak and the value a moment after.
   template <typename F>
   static void expect_bounded_memory(F&& flood) {
-    std::atomic<bool> running{true};
-    std::atomic<size_t> peak{rss_bytes()};
-    std::thread sampler([&] {
-      while (running) {
-        peak = std::max<size_t>(peak, rss_bytes());
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-    });
-    flood();
-    running = false;
-    sampler.join();
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the server finishes closing
-    const size_t after = rss_bytes();
-    if (!rss_is_meaningful()) return;  // ASan keeps freed memory in its quarantine
-    const size_t idle = idle_rss_;
-    std::printf("RSS: idle %zu MiB, peak %zu MiB, after %zu MiB\n", idle / kMiB, peak.load() / kMiB, after / kMiB);
-    EXPECT_LT(peak.load(), idle + kPeakSlack) << "idle " << idle / kMiB << " MiB, peak " << peak / kMiB << " MiB";
-    EXPECT_LT(static_cast<double>(after), static_cast<double>(idle) * kAfterRatio)
-        << "idle " << idle / kMiB << " MiB, after " << after / kMiB << " MiB";
+    nanovllm::testing::expect_bounded_memory(idle_rss_, kPeakSlack, flood);
   }
 
   static void expect_fast_health() {

@@ -8,11 +8,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
 
 namespace nanovllm::testing {
 namespace {
@@ -221,6 +226,28 @@ bool under_asan() {
 }  // namespace
 
 bool rss_is_meaningful() { return !under_asan(); }
+
+void expect_bounded_memory(size_t idle, size_t peak_slack, const std::function<void()>& flood) {
+  constexpr size_t kMiB = 1u << 20;
+  std::atomic<bool> running{true};
+  std::atomic<size_t> peak{rss_bytes()};
+  std::thread sampler([&] {
+    while (running) {
+      peak = std::max<size_t>(peak, rss_bytes());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  flood();
+  running = false;
+  sampler.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the server finishes closing
+  const size_t settled = rss_bytes();
+  if (!rss_is_meaningful()) return;  // ASan keeps freed memory in its quarantine
+  std::printf("RSS: idle %zu MiB, peak %zu MiB, after %zu MiB\n", idle / kMiB, peak.load() / kMiB, settled / kMiB);
+  EXPECT_LT(peak.load(), idle + peak_slack) << "idle " << idle / kMiB << " MiB, peak " << peak / kMiB << " MiB";
+  EXPECT_LT(static_cast<double>(settled), static_cast<double>(idle) * kRssAfterRatio)
+      << "idle " << idle / kMiB << " MiB, after " << settled / kMiB << " MiB";
+}
 double timing_scale() { return under_asan() ? 3.0 : 1.0; }
 
 }  // namespace nanovllm::testing
