@@ -32,7 +32,7 @@ void run_sdk() {
   const bool have_node = std::system("node --version >/dev/null 2>&1") == 0;
   const bool have_sdk = std::filesystem::exists(sdk_dir() / "node_modules" / "openai" / "package.json");
   if (!have_node || !have_sdk) {
-    const std::string why = !have_node ? "node is not installed (apt-get install nodejs npm)"
+    const std::string why = !have_node ? "node is not installed (scripts/install_deps.sh --node)"
                                        : "the SDK is not installed: (cd tests/openai_sdk && npm ci)";
     if (ci) FAIL() << why;  // CI installs both: a skip there would hide a broken setup
     GTEST_SKIP() << why;
