@@ -72,6 +72,24 @@ TEST_F(ServerApi, HealthModelsMetrics) {
   EXPECT_EQ(metric(port(), "nanovllm_kv_blocks_total"), 512);
 }
 
+// GET /v1/models/{id}: the served names, the path one percent-encoded as SDKs send it; others are 404.
+TEST_F(ServerApi, RetrieveModel) {
+  const std::string base = server_model_dir().filename().string();
+  const HttpResult m = http_get(port(), "/v1/models/" + base);
+  ASSERT_EQ(m.status, 200) << m.body;
+  EXPECT_EQ(m.json["id"], base);
+  EXPECT_EQ(m.json["object"], "model");
+  std::string encoded;
+  for (char c : server_model_dir().string()) encoded += c == '/' ? std::string("%2F") : std::string(1, c);
+  const HttpResult p = http_get(port(), "/v1/models/" + encoded);
+  ASSERT_EQ(p.status, 200) << p.body;
+  EXPECT_EQ(p.json["id"], server_model_dir().string());
+  const HttpResult missing = http_get(port(), "/v1/models/gpt-17");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(missing.json["error"]["code"], "model_not_found");
+  EXPECT_EQ(http_get(port(), "/v1/models/%zz").status, 404);
+}
+
 TEST_F(ServerApi, CompletionsMatchOfflineGreedy) {
   const std::string prompt = "The capital of France is";
   const std::vector<int32_t> ids = llm_->encode(prompt);
@@ -164,6 +182,35 @@ TEST_F(ServerApi, ChatStreamSequenceAndContent) {
   EXPECT_TRUE(fin["delta"].empty());
   EXPECT_EQ(s.chunks.back()["usage"], full.json["usage"]);
   EXPECT_EQ(stream_text(s, 0, true), want.text);
+}
+
+// The tool-calling round trip as OpenAI clients send it: the assistant's call comes back with "content": null
+// (rendered as "", as vLLM does; Qwen3's template tests `'</think>' in message.content`), then the tool's
+// answer. The prompt is the template's rendering of both, and the output matches the offline engine.
+TEST_F(ServerApi, ToolCallRoundTrip) {
+  const json tools = json::array({{{"type", "function"},
+                                   {"function", {{"name", "get_weather"},
+                                                 {"parameters", {{"type", "object"},
+                                                                 {"properties", {{"city", {{"type", "string"}}}}}}}}}}});
+  const json call = {{"id", "call_1"},
+                     {"type", "function"},
+                     {"function", {{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}}}};
+  json messages = json::array({{{"role", "user"}, {"content", "Weather in Paris?"}},
+                               {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array({call})}},
+                               {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "{\"temperature_c\": 21}"}}});
+  const json req = {{"messages", messages}, {"tools", tools}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}};
+  const HttpResult r = http_post(port(), "/v1/chat/completions", req.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+
+  messages[1]["content"] = "";
+  chat::ChatTemplateOptions opt;
+  opt.tools = nlohmann::ordered_json(tools);
+  const std::string text = llm_->engine().chat_template().render(nlohmann::ordered_json(messages), opt);
+  EXPECT_NE(text.find("get_weather"), std::string::npos) << text;
+  EXPECT_NE(text.find("temperature_c"), std::string::npos) << text;
+  const std::vector<int32_t> prompt = llm_->encode(text, /*add_special_tokens=*/false);
+  EXPECT_EQ(r.json["usage"]["prompt_tokens"], prompt.size());
+  EXPECT_EQ(r.json["choices"][0]["message"]["content"], offline(prompt, 6).text);
 }
 
 // Picks a stop string that straddles a token boundary of the greedy continuation, so it is really hit

@@ -2,7 +2,8 @@
 // (/health 200 and a normal request succeeds) after each one.
 #include <gtest/gtest.h>
 
-#include <httplib.h>
+#include <atomic>
+#include <thread>
 
 #include "server/server_test_util.h"
 
@@ -58,6 +59,9 @@ TEST_F(ServerBadInput, TableOfMistakes) {
     std::string body;
     int status;
     const char* param;
+  };
+  const auto chat = [](const std::string& extra) {
+    return R"({"messages": [{"role": "user", "content": "x"}], )" + extra + "}";
   };
   const std::string long_prompt = [] {
     json ids = json::array();
@@ -115,6 +119,25 @@ TEST_F(ServerBadInput, TableOfMistakes) {
       {"invalid UTF-8 in message", "/v1/chat/completions",
        std::string("{\"messages\": [{\"role\": \"user\", \"content\": \"\xc3\x28\"}]}"), 400, ""},
       {"unknown endpoint", "/v1/embeddings", R"({"input": "a"})", 404, ""},
+      // Parameters the engine does not implement are refused by name, not ignored.
+      {"unknown parameter", "/v1/completions", R"({"prompt": "a", "guided_json": {}})", 400, "guided_json"},
+      {"echo", "/v1/completions", R"({"prompt": "a", "echo": true})", 400, "echo"},
+      {"best_of", "/v1/completions", R"({"prompt": "a", "best_of": 3})", 400, "best_of"},
+      {"suffix", "/v1/completions", R"({"prompt": "a", "suffix": "z"})", 400, "suffix"},
+      {"top_logprobs on completions", "/v1/completions", R"({"prompt": "a", "top_logprobs": 2})", 400,
+       "top_logprobs"},
+      {"JSON mode", "/v1/chat/completions", chat(R"("response_format": {"type": "json_object"})"), 400,
+       "response_format"},
+      {"required tool call", "/v1/chat/completions", chat(R"("tool_choice": "required")"), 400, "tool_choice"},
+      {"named tool call", "/v1/chat/completions",
+       chat(R"("tool_choice": {"type": "function", "function": {"name": "f"}})"), 400, "tool_choice"},
+      {"functions", "/v1/chat/completions", chat(R"("functions": [{"name": "f"}])"), 400, "functions"},
+      {"reasoning_effort", "/v1/chat/completions", chat(R"("reasoning_effort": "low")"), 400, "reasoning_effort"},
+      {"audio", "/v1/chat/completions", chat(R"("modalities": ["text", "audio"])"), 400, "modalities"},
+      {"store", "/v1/chat/completions", chat(R"("store": true)"), 400, "store"},
+      {"parallel_tool_calls false", "/v1/chat/completions", chat(R"("parallel_tool_calls": false)"), 400,
+       "parallel_tool_calls"},
+      {"echo on chat", "/v1/chat/completions", chat(R"("echo": false)"), 400, "echo"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -123,6 +146,23 @@ TEST_F(ServerBadInput, TableOfMistakes) {
   }
   expect_error(http_get(port(), "/v1/nothing-here", kKey), 404);
   expect_healthy();
+}
+
+// The value that asks for nothing passes for each parameter the engine does not implement; so do labels and
+// nulls.
+TEST_F(ServerBadInput, DefaultValuesOfUnimplementedParametersPass) {
+  const HttpResult c = http_post(port(), "/v1/completions",
+                                 R"({"prompt": "a", "max_tokens": 1, "echo": false, "best_of": 2, "n": 2, "suffix": "",
+                                     "user": "u", "logit_bias": {}, "guided_json": null})",
+                                 kKey);
+  EXPECT_EQ(c.status, 200) << c.body;
+  const HttpResult ch = http_post(
+      port(), "/v1/chat/completions",
+      R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1, "response_format": {"type": "text"},
+          "tool_choice": "none", "parallel_tool_calls": true, "modalities": ["text"], "store": false,
+          "service_tier": "auto", "metadata": {"k": "v"}, "prompt_cache_key": "p", "safety_identifier": "s"})",
+      kKey);
+  EXPECT_EQ(ch.status, 200) << ch.body;
 }
 
 TEST_F(ServerBadInput, ApiKey) {

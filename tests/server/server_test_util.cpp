@@ -1,11 +1,10 @@
 #include "server/server_test_util.h"
 
-#include <httplib.h>
-
 #include <chrono>
 #include <mutex>
 #include <thread>
 
+#include "nanovllm/server/http_client.h"
 #include "support/test_models.h"
 
 namespace nanovllm::testing {
@@ -49,35 +48,33 @@ TestServer::~TestServer() {
 
 namespace {
 
-HttpResult to_result(const httplib::Result& r) {
+HttpResult fetch(int port, server::HttpClientRequest req, const std::string& api_key) {
+  if (!api_key.empty()) req.headers.emplace_back("Authorization", "Bearer " + api_key);
+  const server::HttpClientResponse r = server::http_fetch("127.0.0.1", port, req, std::chrono::seconds(60));
   HttpResult out;
-  if (!r) return out;
-  out.status = r->status;
-  out.body = r->body;
+  out.status = r.status;
+  out.body = r.body;
   out.json = nlohmann::json::parse(out.body, nullptr, /*allow_exceptions=*/false);
   if (out.json.is_discarded()) out.json = nullptr;
   return out;
 }
 
-httplib::Headers auth(const std::string& api_key) {
-  httplib::Headers h;
-  if (!api_key.empty()) h.emplace("Authorization", "Bearer " + api_key);
-  return h;
-}
-
 }  // namespace
 
 HttpResult http_get(int port, const std::string& path, const std::string& api_key) {
-  httplib::Client cli("127.0.0.1", port);
-  cli.set_read_timeout(60, 0);
-  return to_result(cli.Get(path, auth(api_key)));
+  server::HttpClientRequest req;
+  req.target = path;
+  return fetch(port, std::move(req), api_key);
 }
 
 HttpResult http_post(int port, const std::string& path, const std::string& body, const std::string& api_key,
                      const std::string& content_type) {
-  httplib::Client cli("127.0.0.1", port);
-  cli.set_read_timeout(60, 0);
-  return to_result(cli.Post(path, auth(api_key), body, content_type));
+  server::HttpClientRequest req;
+  req.method = "POST";
+  req.target = path;
+  req.body = body;
+  req.headers.emplace_back("Content-Type", content_type);
+  return fetch(port, std::move(req), api_key);
 }
 
 double metric(int port, const std::string& name) {

@@ -32,18 +32,25 @@ ApiError ApiError::unavailable(std::string message) {
   return {503, std::move(message), "service_unavailable", "", ""};
 }
 
-ApiError ApiError::from_status(int status) {
-  switch (status) {
-    case 400: return bad_request("malformed HTTP request");
-    case 404: return not_found("no such endpoint");
-    case 405: return {405, "method not allowed", "invalid_request_error", "", ""};
-    case 413: return {413, "request body too large", "invalid_request_error", "", "request_too_large"};
-    case 414: return {414, "request URI too long", "invalid_request_error", "", ""};
-    case 416: return {416, "invalid Range header", "invalid_request_error", "", ""};
-    default: break;
-  }
-  if (status >= 500) return {status, "internal server error", "internal_error", "", ""};
-  return {status, "request failed", "invalid_request_error", "", ""};
+ApiError ApiError::from_status(int status, std::string message) {
+  ApiError e = [status] {
+    switch (status) {
+      case 400: return bad_request("malformed HTTP request");
+      case 404: return not_found("no such endpoint");
+      case 405: return ApiError{405, "method not allowed", "invalid_request_error", "", ""};
+      case 408: return ApiError{408, "the request did not arrive in time", "invalid_request_error", "", "timeout"};
+      case 413: return ApiError{413, "request body too large", "invalid_request_error", "", "request_too_large"};
+      case 414: return ApiError{414, "request URI too long", "invalid_request_error", "", ""};
+      case 431: return ApiError{431, "request header fields too large", "invalid_request_error", "", ""};
+      case 501: return ApiError{501, "not implemented", "invalid_request_error", "", ""};
+      case 505: return ApiError{505, "HTTP version not supported", "invalid_request_error", "", ""};
+      default: break;
+    }
+    if (status >= 500) return ApiError{status, "internal server error", "internal_error", "", ""};
+    return ApiError{status, "request failed", "invalid_request_error", "", ""};
+  }();
+  if (!message.empty()) e.message = std::move(message);
+  return e;
 }
 
 std::string user_message(const std::exception& e) {

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nanovllm/server/http_types.h"
+
 namespace nanovllm::server {
 
 struct ApiError {
@@ -20,6 +22,7 @@ struct ApiError {
   std::string body() const {  // invalid UTF-8 from the request (quoted in a message) becomes U+FFFD
     return to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
+  HttpResponse response() const { return {status, "application/json", body(), {}}; }
 
   static ApiError bad_request(std::string message, std::string param = "");  // 400
   static ApiError unauthorized();                                             // 401
@@ -28,8 +31,8 @@ struct ApiError {
   static ApiError too_many_requests(int limit);                              // 429
   static ApiError internal(std::string message);                             // 500
   static ApiError unavailable(std::string message);                          // 503
-  // Any other status (from the HTTP layer: 405, 414, ...), with a generic message.
-  static ApiError from_status(int status);
+  // Any other status (from the HTTP layer: 405, 408, 431, ...); `message` replaces the generic one.
+  static ApiError from_status(int status, std::string message = "");
 };
 
 class ApiException : public std::exception {

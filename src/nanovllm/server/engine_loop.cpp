@@ -11,9 +11,8 @@ double seconds(std::chrono::steady_clock::duration d) { return std::chrono::dura
 
 // ---- RequestStream ----------------------------------------------------------------------------------
 
-RequestStream::Admission RequestStream::wait_admission() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return admission_ != Admission::kPending; });
+RequestStream::Admission RequestStream::admission() const {
+  std::lock_guard<std::mutex> lock(mu_);
   return admission_;
 }
 
@@ -24,7 +23,8 @@ ApiError RequestStream::error() const {
 
 RequestStream::Poll RequestStream::poll(std::vector<ChoiceEvent>& out, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (events_.empty() && remaining_ > 0) cv_.wait_for(lock, timeout, [&] { return !events_.empty(); });
+  if (events_.empty() && remaining_ > 0 && timeout.count() > 0)
+    cv_.wait_for(lock, timeout, [&] { return !events_.empty(); });
   Poll p;
   p.got = !events_.empty();
   for (ChoiceEvent& e : events_) out.push_back(std::move(e));
@@ -34,24 +34,33 @@ RequestStream::Poll RequestStream::poll(std::vector<ChoiceEvent>& out, std::chro
 }
 
 void RequestStream::accept() {
-  std::lock_guard<std::mutex> lock(mu_);
-  admission_ = Admission::kAccepted;
-  cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    admission_ = Admission::kAccepted;
+    cv_.notify_all();
+  }
+  if (listener_) listener_();
 }
 
 void RequestStream::reject(ApiError error) {
-  std::lock_guard<std::mutex> lock(mu_);
-  admission_ = Admission::kRejected;
-  error_ = std::move(error);
-  remaining_ = 0;
-  cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    admission_ = Admission::kRejected;
+    error_ = std::move(error);
+    remaining_ = 0;
+    cv_.notify_all();
+  }
+  if (listener_) listener_();
 }
 
 void RequestStream::push(ChoiceEvent event) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (event.finished) --remaining_;
-  events_.push_back(std::move(event));
-  cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (event.finished) --remaining_;
+    events_.push_back(std::move(event));
+    cv_.notify_all();
+  }
+  if (listener_) listener_();
 }
 
 // ---- EngineLoop -------------------------------------------------------------------------------------

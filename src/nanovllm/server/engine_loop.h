@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -42,16 +43,19 @@ class RequestStream {
   explicit RequestStream(int64_t num_choices) : remaining_(num_choices) {}
 
   enum class Admission { kPending, kAccepted, kRejected };
-  // Blocks until the engine thread admitted the request or refused it (then error() says why).
-  Admission wait_admission();
-  ApiError error() const;
+  Admission admission() const;
+  ApiError error() const;  // why it was rejected
+
+  // Called (on the engine thread, no lock held) after every accept / reject / push: the consumer's wake-up.
+  // Set once, before the stream is submitted.
+  void set_listener(std::function<void()> listener) { listener_ = std::move(listener); }
 
   struct Poll {
     bool got = false;   // `out` received events
     bool done = false;  // every choice has finished and all events were taken
   };
-  // Moves the pending events into `out`, waiting up to `timeout` when there are none.
-  Poll poll(std::vector<ChoiceEvent>& out, std::chrono::milliseconds timeout);
+  // Moves the pending events into `out`, waiting up to `timeout` when there are none (0: never waits).
+  Poll poll(std::vector<ChoiceEvent>& out, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
   // Engine thread side.
   void accept();
@@ -65,6 +69,7 @@ class RequestStream {
   ApiError error_;
   std::deque<ChoiceEvent> events_;
   int64_t remaining_;  // choices not finished yet
+  std::function<void()> listener_;
 };
 
 struct Submission {

@@ -82,11 +82,15 @@ std::string Metrics::render(const std::string& model_name) const {
           requests_rejected_429);
   counter("nanovllm_client_disconnects_total", "streams cancelled because the client went away",
           client_disconnects);
+  counter("nanovllm_http_connections_dropped_total",
+          "connections closed for missing a deadline mid-request or mid-write, or to make room at the cap",
+          http_connections_dropped);
   counter("nanovllm_prompt_tokens_total", "prompt tokens of accepted requests (per choice)", prompt_tokens);
   counter("nanovllm_generation_tokens_total", "generated tokens", generation_tokens);
   gauge("nanovllm_num_requests_running", "sequences in the running batch", num_running);
   gauge("nanovllm_num_requests_waiting", "sequences queued (scheduler queue + submitted)", num_waiting);
   gauge("nanovllm_http_requests_in_flight", "generation HTTP requests being served", http_in_flight);
+  gauge("nanovllm_http_connections_open", "open HTTP connections", http_connections_open);
   gauge("nanovllm_kv_blocks_total", "KV cache blocks", kv_blocks_total);
   gauge("nanovllm_kv_blocks_used", "KV cache blocks held by sequences", kv_blocks_used);
   gauge("nanovllm_kv_blocks_free", "KV cache blocks free (includes reusable prefix-cache blocks)",

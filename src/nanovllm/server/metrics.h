@@ -36,6 +36,7 @@ struct Metrics {
   std::atomic<int64_t> http_errors_5xx{0};
   std::atomic<int64_t> requests_rejected_429{0};
   std::atomic<int64_t> client_disconnects{0};
+  std::atomic<int64_t> http_connections_dropped{0};  // deadline missed mid-request / mid-write, or evicted
   // Tokens.
   std::atomic<int64_t> prompt_tokens{0};
   std::atomic<int64_t> generation_tokens{0};
@@ -45,6 +46,7 @@ struct Metrics {
   std::atomic<int64_t> kv_blocks_total{0};
   std::atomic<int64_t> kv_blocks_used{0};
   std::atomic<int64_t> http_in_flight{0};
+  std::atomic<int64_t> http_connections_open{0};
 
   Histogram ttft_s{{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}};
   Histogram tpot_s{{0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5}};

@@ -8,6 +8,8 @@
 #include "nanovllm/chat/chat_template.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/llm/llm_engine.h"
+#include "nanovllm/server/json_depth.h"
+#include "nanovllm/server/parameters.h"
 #include "nanovllm/tokenizer/tokenizer.h"
 
 namespace nanovllm::server {
@@ -15,6 +17,9 @@ namespace {
 
 using nlohmann::json;
 using ordered_json = nlohmann::ordered_json;
+// A request body. Parsed once, walked in place (never copied: a copy recurses once per nesting level) and
+// ordered, so the messages reach the chat template with their keys in the client's order.
+using Body = nlohmann::ordered_json;
 
 constexpr int64_t kMaxLogprobs = 20;  // SamplingParams' limit
 
@@ -23,13 +28,13 @@ constexpr int64_t kMaxLogprobs = 20;  // SamplingParams' limit
 }
 
 // Field access: absent and null both mean "not given" (clients send explicit nulls).
-const json* field(const json& body, const char* key) {
+const Body* field(const Body& body, const char* key) {
   const auto it = body.find(key);
   if (it == body.end() || it->is_null()) return nullptr;
   return &*it;
 }
 
-int64_t get_int(const json& v, const char* key, int64_t lo, int64_t hi) {
+int64_t get_int(const Body& v, const char* key, int64_t lo, int64_t hi) {
   if (!v.is_number_integer()) fail(key, std::string("'") + key + "' must be an integer");
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
     fail(key, std::string("'") + key + "' is too large");
@@ -40,7 +45,7 @@ int64_t get_int(const json& v, const char* key, int64_t lo, int64_t hi) {
   return x;
 }
 
-double get_number(const json& v, const char* key, double lo, double hi) {
+double get_number(const Body& v, const char* key, double lo, double hi) {
   if (!v.is_number()) fail(key, std::string("'") + key + "' must be a number");
   const double x = v.get<double>();
   if (!std::isfinite(x) || x < lo || x > hi) {
@@ -51,15 +56,15 @@ double get_number(const json& v, const char* key, double lo, double hi) {
   return x;
 }
 
-bool get_bool(const json& v, const char* key) {
+bool get_bool(const Body& v, const char* key) {
   if (!v.is_boolean()) fail(key, std::string("'") + key + "' must be a boolean");
   return v.get<bool>();
 }
 
-std::vector<int32_t> token_list(const json& arr, int64_t vocab, const char* key) {
+std::vector<int32_t> token_list(const Body& arr, int64_t vocab, const char* key) {
   std::vector<int32_t> ids;
   ids.reserve(arr.size());
-  for (const json& t : arr) {
+  for (const Body& t : arr) {
     if (!t.is_number_integer()) fail(key, std::string("'") + key + "' token ids must be integers");
     const bool inside = t.is_number_unsigned() ? t.get<uint64_t>() < static_cast<uint64_t>(vocab)
                                                : t.get<int64_t>() >= 0 && t.get<int64_t>() < vocab;
@@ -78,8 +83,8 @@ std::vector<int32_t> encode(const ModelContext& ctx, const std::string& text, bo
   }
 }
 
-std::vector<std::vector<int32_t>> parse_prompt(const json& body, const ModelContext& ctx) {
-  const json* p = field(body, "prompt");
+std::vector<std::vector<int32_t>> parse_prompt(const Body& body, const ModelContext& ctx) {
+  const Body* p = field(body, "prompt");
   if (!p) fail("prompt", "'prompt' is required");
   if (p->is_string()) return {encode(ctx, p->get<std::string>(), true, "prompt")};
   if (!p->is_array()) fail("prompt", "'prompt' must be a string, a list of token ids, or a list of either");
@@ -88,7 +93,7 @@ std::vector<std::vector<int32_t>> parse_prompt(const json& body, const ModelCont
   if (static_cast<int64_t>(p->size()) > ctx.limits.max_prompts)
     fail("prompt", "at most " + std::to_string(ctx.limits.max_prompts) + " prompts per request");
   std::vector<std::vector<int32_t>> prompts;
-  for (const json& e : *p) {
+  for (const Body& e : *p) {
     if (e.is_string()) prompts.push_back(encode(ctx, e.get<std::string>(), true, "prompt"));
     else if (e.is_array()) prompts.push_back(token_list(e, ctx.vocab_size, "prompt"));
     else fail("prompt", "'prompt' list elements must be strings or lists of token ids");
@@ -96,39 +101,47 @@ std::vector<std::vector<int32_t>> parse_prompt(const json& body, const ModelCont
   return prompts;
 }
 
-// A message's content as the chat template expects it: a string (text parts joined by "\n", as vLLM does).
-ordered_json message_content(const ordered_json& content, size_t i) {
+// A message's content as the chat template expects it: a string (text parts joined by "\n", as vLLM does),
+// or null (absent).
+ordered_json message_content(const ordered_json* content, size_t i) {
   const std::string key = "messages[" + std::to_string(i) + "].content";
-  if (content.is_null() || content.is_string()) return content;
-  if (!content.is_array()) fail(key, "'" + key + "' must be a string or a list of content parts");
+  if (!content || content->is_null()) return nullptr;
+  if (content->is_string()) return *content;
+  if (!content->is_array()) fail(key, "'" + key + "' must be a string or a list of content parts");
   std::string text;
-  for (const ordered_json& part : content) {
-    if (!part.is_object() || part.value("type", std::string()) != "text" || !part.contains("text") ||
-        !part["text"].is_string())
+  for (const ordered_json& part : *content) {
+    const auto type = part.is_object() ? part.find("type") : part.end();
+    const auto t = part.is_object() ? part.find("text") : part.end();
+    if (!part.is_object() || type == part.end() || *type != "text" || t == part.end() || !t->is_string())
       fail(key, "'" + key + "': only {\"type\": \"text\", \"text\": ...} parts are supported");
     if (!text.empty()) text += "\n";
-    text += part["text"].get<std::string>();
+    text += t->get<std::string>();
   }
   return text;
 }
 
-std::vector<int32_t> parse_chat_prompt(const ordered_json& body, const ModelContext& ctx) {
+std::vector<int32_t> parse_chat_prompt(Body& body, const ModelContext& ctx) {
   const auto it = body.find("messages");
   if (it == body.end() || it->is_null()) fail("messages", "'messages' is required");
   if (!it->is_array() || it->empty()) fail("messages", "'messages' must be a non-empty list");
   ordered_json messages = ordered_json::array();
   for (size_t i = 0; i < it->size(); ++i) {
-    const ordered_json& m = (*it)[i];
+    ordered_json& m = (*it)[i];
     const std::string key = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) fail(key, "'" + key + "' must be an object");
     if (!m.contains("role") || !m["role"].is_string()) fail(key + ".role", "'" + key + ".role' must be a string");
     const std::string role = m["role"];
     if (role != "system" && role != "user" && role != "assistant" && role != "tool" && role != "developer")
       fail(key + ".role", "unknown role '" + role + "'");
-    ordered_json msg = m;
-    msg["content"] = message_content(m.contains("content") ? m["content"] : ordered_json(nullptr), i);
-    if (msg["content"].is_null() && role != "assistant")
-      fail(key + ".content", "'" + key + ".content' is required");
+    const auto c = m.find("content");
+    ordered_json content = message_content(c == m.end() ? nullptr : &*c, i);
+    if (content.is_null() && role != "assistant") fail(key + ".content", "'" + key + ".content' is required");
+    // An assistant turn with only tool_calls has "content": null (the OpenAI SDKs send it so). Templates test
+    // `'</think>' in message.content` (Qwen3), which fails on None; like vLLM, render it as the empty string.
+    // (Branch hardening-cli makes the same change.)
+    if (content.is_null()) content = "";
+    ordered_json msg = std::move(m);  // moved, not copied: tool_calls and the like stay as they came
+    msg["content"] = std::move(content);
     messages.push_back(std::move(msg));
   }
   chat::ChatTemplateOptions opt;
@@ -138,17 +151,17 @@ std::vector<int32_t> parse_chat_prompt(const ordered_json& body, const ModelCont
   }
   if (const auto t = body.find("tools"); t != body.end() && !t->is_null()) {
     if (!t->is_array()) fail("tools", "'tools' must be a list");
-    opt.tools = *t;
+    opt.tools = std::move(*t);
   }
   opt.extra_context = ordered_json::object();
   if (const auto k = body.find("chat_template_kwargs"); k != body.end() && !k->is_null()) {
     if (!k->is_object()) fail("chat_template_kwargs", "'chat_template_kwargs' must be an object");
-    for (const auto& [name, value] : k->items()) {
+    for (auto& [name, value] : k->items()) {
       if (name == "enable_thinking") {
         if (!value.is_boolean()) fail("chat_template_kwargs", "'enable_thinking' must be a boolean");
         opt.enable_thinking = value.get<bool>();
       } else {
-        opt.extra_context[name] = value;
+        opt.extra_context[name] = std::move(value);
       }
     }
   }
@@ -161,12 +174,12 @@ std::vector<int32_t> parse_chat_prompt(const ordered_json& body, const ModelCont
   return encode(ctx, text, /*add_special=*/false, "messages");  // the template has the special tokens
 }
 
-std::vector<std::string> parse_stop(const json& v, const ProtocolLimits& lim) {
+std::vector<std::string> parse_stop(const Body& v, const ProtocolLimits& lim) {
   std::vector<std::string> stop;
   if (v.is_string()) {
     stop.push_back(v.get<std::string>());
   } else if (v.is_array()) {
-    for (const json& s : v) {
+    for (const Body& s : v) {
       if (!s.is_string()) fail("stop", "'stop' must be a string or a list of strings");
       stop.push_back(s.get<std::string>());
     }
@@ -183,45 +196,44 @@ std::vector<std::string> parse_stop(const json& v, const ProtocolLimits& lim) {
   return stop;
 }
 
-void parse_sampling(const json& body, Endpoint endpoint, const ModelContext& ctx, GenerationRequest& r) {
+void parse_sampling(const Body& body, Endpoint endpoint, const ModelContext& ctx, GenerationRequest& r) {
   SamplingParams& p = r.params;
-  if (const json* v = field(body, "temperature")) p.temperature = static_cast<float>(get_number(*v, "temperature", 0, 100));
-  if (const json* v = field(body, "top_p")) {
+  if (const Body* v = field(body, "temperature")) p.temperature = static_cast<float>(get_number(*v, "temperature", 0, 100));
+  if (const Body* v = field(body, "top_p")) {
     p.top_p = static_cast<float>(get_number(*v, "top_p", 0, 1));
     if (p.top_p <= 0) fail("top_p", "'top_p' must be in (0, 1]");
   }
-  if (const json* v = field(body, "top_k")) p.top_k = get_int(*v, "top_k", -1, ctx.vocab_size);
-  if (const json* v = field(body, "min_p")) p.min_p = static_cast<float>(get_number(*v, "min_p", 0, 1));
-  if (const json* v = field(body, "presence_penalty"))
+  if (const Body* v = field(body, "top_k")) p.top_k = get_int(*v, "top_k", -1, ctx.vocab_size);
+  if (const Body* v = field(body, "min_p")) p.min_p = static_cast<float>(get_number(*v, "min_p", 0, 1));
+  if (const Body* v = field(body, "presence_penalty"))
     p.presence_penalty = static_cast<float>(get_number(*v, "presence_penalty", -2, 2));
-  if (const json* v = field(body, "frequency_penalty"))
+  if (const Body* v = field(body, "frequency_penalty"))
     p.frequency_penalty = static_cast<float>(get_number(*v, "frequency_penalty", -2, 2));
-  if (const json* v = field(body, "repetition_penalty")) {
+  if (const Body* v = field(body, "repetition_penalty")) {
     p.repetition_penalty = static_cast<float>(get_number(*v, "repetition_penalty", 0, 100));
     if (p.repetition_penalty <= 0) fail("repetition_penalty", "'repetition_penalty' must be > 0");
   }
-  if (const json* v = field(body, "seed")) {
+  if (const Body* v = field(body, "seed")) {
     if (!v->is_number_integer()) fail("seed", "'seed' must be an integer");
     p.seed = v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
   }
-  if (const json* v = field(body, "ignore_eos")) p.ignore_eos = get_bool(*v, "ignore_eos");
-  if (const json* v = field(body, "min_tokens")) p.min_tokens = get_int(*v, "min_tokens", 0, ctx.max_model_len);
-  if (const json* v = field(body, "stop_token_ids")) {
+  if (const Body* v = field(body, "ignore_eos")) p.ignore_eos = get_bool(*v, "ignore_eos");
+  if (const Body* v = field(body, "min_tokens")) p.min_tokens = get_int(*v, "min_tokens", 0, ctx.max_model_len);
+  if (const Body* v = field(body, "stop_token_ids")) {
     if (!v->is_array()) fail("stop_token_ids", "'stop_token_ids' must be a list of token ids");
     for (int32_t id : token_list(*v, ctx.vocab_size, "stop_token_ids")) p.stop_token_ids.push_back(id);
   }
-  if (const json* v = field(body, "stop")) r.stop = parse_stop(*v, ctx.limits);
-  if (const json* v = field(body, "n")) r.n = get_int(*v, "n", 1, ctx.limits.max_n);
+  if (const Body* v = field(body, "stop")) r.stop = parse_stop(*v, ctx.limits);
+  if (const Body* v = field(body, "n")) r.n = get_int(*v, "n", 1, ctx.limits.max_n);
 
   if (endpoint == Endpoint::kCompletions) {
-    if (const json* v = field(body, "logprobs")) {
+    if (const Body* v = field(body, "logprobs")) {
       r.want_logprobs = true;
       r.top_logprobs = get_int(*v, "logprobs", 0, kMaxLogprobs);
     }
-    if (const json* v = field(body, "echo"); v && get_bool(*v, "echo")) fail("echo", "'echo' is not supported");
   } else {
-    if (const json* v = field(body, "logprobs")) r.want_logprobs = get_bool(*v, "logprobs");
-    if (const json* v = field(body, "top_logprobs")) {
+    if (const Body* v = field(body, "logprobs")) r.want_logprobs = get_bool(*v, "logprobs");
+    if (const Body* v = field(body, "top_logprobs")) {
       r.top_logprobs = get_int(*v, "top_logprobs", 0, kMaxLogprobs);
       if (!r.want_logprobs) fail("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     }
@@ -229,29 +241,32 @@ void parse_sampling(const json& body, Endpoint endpoint, const ModelContext& ctx
   // The engine returns the top-K list plus the sampled token; K >= 1 gives the sampled token's logprob.
   p.logprobs = r.want_logprobs ? std::max<int64_t>(1, r.top_logprobs) : 0;
 
-  if (const json* v = field(body, "stream")) r.stream = get_bool(*v, "stream");
-  if (const json* v = field(body, "stream_options")) {
+  if (const Body* v = field(body, "stream")) r.stream = get_bool(*v, "stream");
+  if (const Body* v = field(body, "stream_options")) {
     if (!v->is_object()) fail("stream_options", "'stream_options' must be an object");
     if (!r.stream) fail("stream_options", "'stream_options' is only allowed when 'stream' is true");
-    if (const json* u = field(*v, "include_usage")) r.include_usage = get_bool(*u, "include_usage");
+    if (const Body* u = field(*v, "include_usage")) r.include_usage = get_bool(*u, "include_usage");
   }
 }
 
 }  // namespace
 
 GenerationRequest parse_generation_request(Endpoint endpoint, const std::string& body_text, const ModelContext& ctx) {
-  ordered_json body;
+  if (json_depth(body_text) > kMaxJsonDepth)
+    fail("", "the request body nests arrays and objects more than " + std::to_string(kMaxJsonDepth) +
+                 " levels deep");
+  Body body;
   try {
-    body = ordered_json::parse(body_text);
+    body = Body::parse(body_text);
   } catch (const std::exception& e) {
     fail("", std::string("invalid JSON body: ") + e.what());
   }
   if (!body.is_object()) fail("", "the request body must be a JSON object");
-  const json plain = body;  // key lookups; `body` keeps the message key order for the chat template
+  check_parameters(body, endpoint);
 
   GenerationRequest r;
   r.endpoint = endpoint;
-  if (const json* m = field(plain, "model")) {
+  if (const Body* m = field(body, "model")) {
     if (!m->is_string()) fail("model", "'model' must be a string");
     r.model = m->get<std::string>();
     bool known = false;
@@ -261,15 +276,15 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const std::string&
   }
   if (r.model.empty() && !ctx.served_names.empty()) r.model = ctx.served_names.front();
 
-  parse_sampling(plain, endpoint, ctx, r);
-  if (endpoint == Endpoint::kCompletions) r.prompts = parse_prompt(plain, ctx);
+  parse_sampling(body, endpoint, ctx, r);
+  if (endpoint == Endpoint::kCompletions) r.prompts = parse_prompt(body, ctx);
   else r.prompts = {parse_chat_prompt(body, ctx)};
 
   // max_tokens: OpenAI's default is 16 for completions; chat defaults to the rest of the context (as vLLM).
   const char* mt_name = "max_tokens";
-  const json* mt = endpoint == Endpoint::kChat ? field(plain, "max_completion_tokens") : nullptr;
+  const Body* mt = endpoint == Endpoint::kChat ? field(body, "max_completion_tokens") : nullptr;
   if (mt) mt_name = "max_completion_tokens";
-  else mt = field(plain, "max_tokens");
+  else mt = field(body, "max_tokens");
   std::optional<int64_t> max_tokens;
   if (mt) max_tokens = get_int(*mt, mt_name, 1, std::numeric_limits<int64_t>::max());
   int64_t longest = 0;

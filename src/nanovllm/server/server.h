@@ -1,9 +1,10 @@
 // nanovllm serve: an OpenAI-compatible HTTP server over one LLMEngine.
-//   POST /v1/completions, POST /v1/chat/completions (JSON or SSE streaming), GET /v1/models, GET /health,
-//   GET /metrics (Prometheus text).
-// Threads: cpp-httplib's pool parses and validates requests and writes responses; one EngineLoop thread owns
-// the engine. A handler never throws: every failure is an OpenAI-style error JSON with its status
-// (400/401/404/413/429/500/503), and a bad request never disturbs the others.
+//   POST /v1/completions, POST /v1/chat/completions (JSON or SSE streaming), GET /v1/models,
+//   GET /v1/models/{id}, GET /health, GET /metrics (Prometheus text).
+// Threads: one I/O thread runs every connection (Boost.Beast over Asio: a slow client costs a socket, never
+// a thread); a small worker pool parses and tokenizes request bodies; one EngineLoop thread owns the engine.
+// A handler never throws: every failure is an OpenAI-style error JSON with its status
+// (400/401/404/405/408/413/429/431/500/503), and a bad request never disturbs the others.
 //
 //   nanovllm::server::Server server(engine, {.port = 0});
 //   int port = server.start();   // serving on background threads
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "nanovllm/server/http_limits.h"
 #include "nanovllm/server/metrics.h"
 #include "nanovllm/server/protocol.h"
 
@@ -32,11 +34,12 @@ struct ServerConfig {
   std::string api_key;                         // non-empty: /v1/* need "Authorization: Bearer <key>"
   std::vector<std::string> served_model_names;  // "model" values accepted; empty: the model directory path
                                                 // and its last component
-  size_t max_body_bytes = 8u << 20;            // larger bodies get 413
-  int max_concurrent_requests = 256;           // generation requests in flight; beyond: 429
-  int http_threads = 0;                        // 0: max_concurrent_requests + 8 (a streaming response holds one)
+  size_t max_body_bytes = 8u << 20;            // larger bodies get 413, whatever their transfer encoding
+  int max_concurrent_requests = 256;           // generation requests in flight (any value >= 1); beyond: 429
+  int parse_threads = 0;                       // request parsing / tokenizing; 0: the cores, 2 to 16
   double shutdown_grace_s = 30;                // in-flight requests get this long to finish on shutdown()
   ProtocolLimits limits;
+  HttpLimits http;
 };
 
 class Server {
@@ -48,8 +51,9 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Binds host:port and starts serving on background threads. Returns the bound port.
-  // Throws nanovllm::Error when the address cannot be bound.
+  // Binds host:port (exclusively: no SO_REUSEPORT, so a port in use is an error, not a shared port) and
+  // starts serving on background threads. Returns the bound port. Throws nanovllm::Error when the address
+  // cannot be bound.
   int start();
   int port() const;
   // Graceful shutdown (thread-safe, idempotent; returns when everything has stopped).

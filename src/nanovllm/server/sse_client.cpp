@@ -1,6 +1,6 @@
 #include "nanovllm/server/sse_client.h"
 
-#include <httplib.h>
+#include "nanovllm/server/http_client.h"
 
 namespace nanovllm::server {
 
@@ -8,26 +8,17 @@ SseResult post_sse(const std::string& host, int port, const std::string& path, c
                    const std::function<bool(const std::string&)>& on_event, const std::string& api_key,
                    std::chrono::seconds timeout) {
   SseResult r;
-  httplib::Client cli(host, port);
-  cli.set_read_timeout(timeout.count(), 0);
-  cli.set_write_timeout(timeout.count(), 0);
-  cli.set_connection_timeout(10, 0);
-  httplib::Request req;
+  HttpClientRequest req;
   req.method = "POST";
-  req.path = path;
+  req.target = path;
   req.body = body;
-  req.set_header("Content-Type", "application/json");
-  req.set_header("Accept", "text/event-stream");
-  if (!api_key.empty()) req.set_header("Authorization", "Bearer " + api_key);
+  req.headers = {{"Content-Type", "application/json"}, {"Accept", "text/event-stream"}};
+  if (!api_key.empty()) req.headers.emplace_back("Authorization", "Bearer " + api_key);
   std::string pending;  // bytes of an event not yet complete
-  req.response_handler = [&](const httplib::Response& res) {
-    r.status = res.status;
-    return true;
-  };
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    r.body.append(data, n);
-    if (r.status != 200) return true;
-    pending.append(data, n);
+  const HttpClientResponse res = http_fetch(host, port, req, timeout, [&](int status, std::string_view data) {
+    r.status = status;
+    if (status != 200) return true;
+    pending.append(data);
     size_t end;
     while ((end = pending.find("\n\n")) != std::string::npos) {
       const std::string event = pending.substr(0, end);
@@ -38,15 +29,16 @@ SseResult post_sse(const std::string& host, int port, const std::string& path, c
         r.done = true;
         continue;
       }
-      r.events.push_back(payload);
+      r.events.push_back(std::move(payload));
       if (on_event && !on_event(r.events.back())) {
         r.cancelled = true;
         return false;
       }
     }
     return true;
-  };
-  cli.send(req);
+  });
+  r.status = res.status;
+  r.body = res.body;
   return r;
 }
 

@@ -1,0 +1,120 @@
+// One HTTP/1.x connection (Boost.Beast over Asio, everything on the server's single I/O thread). A
+// request goes through: header (one deadline for the whole request line + fields, and the byte / field
+// limits), the handler's early look (auth, route, size: the body is not read for a refusal), body (one
+// deadline for all of it, the body limit for every framing, a share of the server-wide budget), then the
+// handler's reply — at once, or an Exchange the session drives while it watches the socket: a client that
+// closes is noticed when its FIN arrives, not when a write fails, and its exchange is cancelled at once.
+// Pipelined requests wait in the read buffer and are served in order; HTTP/1.0 clients get HTTP/1.0
+// answers (a stream without chunked framing ends with the connection).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+
+#include "nanovllm/server/http_limits.h"
+#include "nanovllm/server/http_request_reader.h"
+#include "nanovllm/server/http_types.h"
+#include "nanovllm/server/metrics.h"
+
+namespace nanovllm::server {
+
+class Session;
+
+// What the connections of one HttpServer share. I/O thread only (the metrics are atomics).
+struct ConnectionContext {
+  HttpHandler& handler;
+  HttpLimits limits;
+  size_t max_body_bytes = 0;
+  Metrics& metrics;
+  size_t body_budget_left = 0;                  // bytes of request bodies that may still be received at once
+  std::list<std::weak_ptr<Session>> sessions;  // every session not yet destroyed, oldest first
+  int open = 0;                                 // sessions not closed
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  enum class Phase { kHeader, kBody, kServing, kClosing, kClosed };
+  using Clock = std::chrono::steady_clock;
+
+  Session(boost::asio::ip::tcp::socket socket, ConnectionContext& ctx);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  void start();  // registers the session and reads its first request
+  void close();  // now: cancels an exchange in progress; idempotent
+
+  Phase phase() const { return phase_; }
+  Clock::time_point phase_since() const { return phase_since_; }
+  bool serving_exchange() const { return exchange_ != nullptr; }
+  // A peek at the socket: true when the client has closed or reset it (pending bytes mean it has not).
+  bool peer_gone();
+  // The client is gone: cancels the exchange and closes.
+  void client_gone();
+
+ private:
+  void set_phase(Phase p);
+  void read_header();
+  void on_header(const boost::beast::error_code& ec);
+  void read_body();
+  void on_body(const boost::beast::error_code& ec);
+  void dispatch();
+  void refuse(const Refusal& r);
+  // Writes a whole response; `close` ends the connection after it (lingering, so the client reads it).
+  void respond(HttpResponse response, bool close);
+  void next_request();
+  // Exchanges.
+  std::function<void()> make_wake();
+  void pump();
+  void finish_exchange();
+  void watch();
+  void on_watch(const boost::beast::error_code& ec, size_t n);
+  // Deadlines: one timer, re-armed per phase; a stale expiry is told apart by its generation.
+  void arm(double seconds);
+  void disarm();
+  void on_deadline(uint64_t generation);
+  void linger_close();
+  void drain();
+  void release_body_budget();
+
+  boost::asio::ip::tcp::socket socket_;
+  ConnectionContext& ctx_;
+  boost::beast::flat_buffer buffer_;
+  boost::asio::steady_timer timer_;
+  uint64_t timer_generation_ = 0;
+  std::list<std::weak_ptr<Session>>::iterator registry_entry_;
+  bool registered_ = false;
+
+  Phase phase_ = Phase::kHeader;
+  Clock::time_point phase_since_ = Clock::now();
+  bool closed_ = false;
+
+  std::optional<RequestParser> parser_;
+  HttpRequest request_;
+  size_t body_reserved_ = 0;
+  unsigned version_ = 11;
+  bool keep_alive_ = true;
+
+  std::shared_ptr<Exchange> exchange_;
+  // While an exchange runs the session may have no operation pending (nothing to write yet, the read buffer
+  // full so no watch): it owns itself until the exchange ends or it closes.
+  std::shared_ptr<Session> self_;
+  bool writing_ = false;     // an exchange write is in flight
+  bool streaming_ = false;   // a stream's head went out: errors can no longer be answered, only closed
+  bool stream_ended_ = false;
+  bool chunked_ = false;     // the stream in progress uses chunked framing (HTTP/1.1)
+  bool watching_ = false;    // a read is pending to notice the client leave (and keep pipelined bytes)
+  bool want_next_ = false;   // the watch was cancelled to read the next request
+  bool peer_done_ = false;   // the client closed its side: the response in progress is the last
+  size_t drained_ = 0;
+};
+
+}  // namespace nanovllm::server
