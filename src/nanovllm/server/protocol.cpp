@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -129,6 +130,10 @@ std::vector<int32_t> parse_chat_prompt(const ordered_json& body, const ModelCont
     msg["content"] = message_content(m.contains("content") ? m["content"] : ordered_json(nullptr), i);
     if (msg["content"].is_null() && role != "assistant")
       fail(key + ".content", "'" + key + ".content' is required");
+    // An assistant turn with only tool_calls has "content": null (the OpenAI SDKs send it so).
+    // Templates test `'</think>' in message.content` (Qwen3), which fails on None; like vLLM, render it as
+    // the empty string (what HF renders for templates that guard with `message.content is string`).
+    if (msg["content"].is_null()) msg["content"] = "";
     messages.push_back(std::move(msg));
   }
   chat::ChatTemplateOptions opt;
@@ -183,6 +188,22 @@ std::vector<std::string> parse_stop(const json& v, const ProtocolLimits& lim) {
   return stop;
 }
 
+// logit_bias, OpenAI's form: an object mapping token ids, as strings, to biases in [-100, 100].
+std::map<int32_t, float> parse_logit_bias(const json& v, int64_t vocab) {
+  if (!v.is_object()) fail("logit_bias", "'logit_bias' must be an object mapping token ids to biases");
+  if (v.size() > kMaxLogitBiasEntries)
+    fail("logit_bias", "'logit_bias' may bias at most " + std::to_string(kMaxLogitBiasEntries) + " tokens");
+  std::map<int32_t, float> bias;
+  for (const auto& [key, value] : v.items()) {
+    const bool digits = !key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos;
+    const long long id = digits ? std::stoll(key) : -1;
+    if (id < 0 || id >= vocab)
+      fail("logit_bias", "'logit_bias' key '" + key + "' is not a token id in [0, " + std::to_string(vocab) + ")");
+    bias[static_cast<int32_t>(id)] = static_cast<float>(get_number(value, "logit_bias", -100, 100));
+  }
+  return bias;
+}
+
 void parse_sampling(const json& body, Endpoint endpoint, const ModelContext& ctx, GenerationRequest& r) {
   SamplingParams& p = r.params;
   if (const json* v = field(body, "temperature")) p.temperature = static_cast<float>(get_number(*v, "temperature", 0, 100));
@@ -210,6 +231,7 @@ void parse_sampling(const json& body, Endpoint endpoint, const ModelContext& ctx
     if (!v->is_array()) fail("stop_token_ids", "'stop_token_ids' must be a list of token ids");
     for (int32_t id : token_list(*v, ctx.vocab_size, "stop_token_ids")) p.stop_token_ids.push_back(id);
   }
+  if (const json* v = field(body, "logit_bias")) p.logit_bias = parse_logit_bias(*v, ctx.vocab_size);
   if (const json* v = field(body, "stop")) r.stop = parse_stop(*v, ctx.limits);
   if (const json* v = field(body, "n")) r.n = get_int(*v, "n", 1, ctx.limits.max_n);
 
