@@ -39,6 +39,7 @@ void register_generate(CLI::App& app) {
                    "generate: give --prompt, --prompt-ids or --prompt-ids-file");
     const SamplingParams params = opt->sampling.to_params();
     LLM llm(opt->engine.to_config());
+    SamplingOptions::check_token_ids(params, llm.engine().model_config().vocab_size);
     const bool with_text = !opt->prompts.empty() || llm.engine().has_tokenizer();
 
     // Prompts in command-line order, --prompt and --prompt-ids interleaved as given.
@@ -52,7 +53,7 @@ void register_generate(CLI::App& app) {
         try {
           prompts.push_back(llm.encode(opt->prompts.at(i)));
         } catch (const Error& e) {
-          throw Error(detail::concat("--prompt ", i, ": ", e.what()));
+          throw e.prefixed(detail::concat("--prompt ", i, ": "));
         }
       }
     }

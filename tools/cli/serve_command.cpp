@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "engine_options.h"
+#include "option_checks.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/llm/llm_engine.h"
 #include "nanovllm/server/server.h"
@@ -26,20 +27,28 @@ void register_serve(CLI::App& app) {
   add_engine_options(*cmd, opt->engine);
   cmd->add_option("--host", opt->server.host, "address to bind (use 0.0.0.0 to accept remote clients)")
       ->capture_default_str();
-  cmd->add_option("--port", opt->server.port, "TCP port; 0 picks a free one (printed)")->capture_default_str();
+  cmd->add_option("--port", opt->server.port, "TCP port; 0 picks a free one (printed)")
+      ->check(in_range(0, 65535))
+      ->capture_default_str();
   cmd->add_option("--api-key", opt->server.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
   cmd->add_option("--served-model-name", opt->server.served_model_names,
                   "model name(s) clients use (default: the --model path and its last component)");
   cmd->add_option("--max-concurrent-requests", opt->server.max_concurrent_requests,
-                  "generation requests served at once; more get 429")->capture_default_str();
-  cmd->add_option("--max-body-mib", opt->max_body_mib, "request body limit (413 beyond)")->capture_default_str();
+                  "generation requests served at once; more get 429")
+      ->check(in_range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--max-body-mib", opt->max_body_mib, "request body limit (413 beyond)")
+      ->check(in_range_above(0, 1024))
+      ->capture_default_str();
   cmd->add_option("--shutdown-grace", opt->server.shutdown_grace_s,
-                  "seconds in-flight requests get to finish on SIGINT/SIGTERM")->capture_default_str();
-  cmd->add_option("--max-n", opt->server.limits.max_n, "largest 'n' accepted")->capture_default_str();
+                  "seconds in-flight requests get to finish on SIGINT/SIGTERM")
+      ->check(in_range(0, 86400))
+      ->capture_default_str();
+  cmd->add_option("--max-n", opt->server.limits.max_n, "largest 'n' accepted")
+      ->check(in_range(1, 1024))
+      ->capture_default_str();
 
   cmd->callback([opt] {
-    NANOVLLM_CHECK(opt->max_body_mib > 0 && opt->max_body_mib <= 1024, "--max-body-mib must be in (0, 1024]");
-    NANOVLLM_CHECK(opt->server.port >= 0 && opt->server.port <= 65535, "--port must be in [0, 65535]");
     opt->server.max_body_bytes = static_cast<size_t>(opt->max_body_mib * (1 << 20));
     // Every thread started from here on inherits the blocked signals; this thread takes them with sigwait.
     sigset_t signals;
