@@ -1,10 +1,13 @@
 // nanovllm serve: the OpenAI-compatible HTTP server (src/nanovllm/server). Prints the address it listens on
 // ("serving MODEL on http://HOST:PORT", to stdout, flushed: --port 0 picks a free port) and runs until
 // SIGINT/SIGTERM, then shuts down gracefully (new requests get 503, in-flight ones finish within
-// --shutdown-grace seconds or are aborted, the listener closes).
+// --shutdown-grace seconds or are aborted, the listener closes); a second signal exits at once.
+#include <pthread.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
-#include <pthread.h>
+#include <thread>
 
 #include "commands.h"
 #include "engine_options.h"
@@ -23,8 +26,9 @@ void register_serve(CLI::App& app) {
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, "
-                                     "/v1/chat/completions, /v1/models, /health, /metrics)");
-  add_engine_options(*cmd, opt->engine);
+                                     "/v1/chat/completions, /v1/models, /health, /metrics); MODEL may come first, "
+                                     "as in `nanovllm serve MODEL`");
+  add_engine_options(*cmd, opt->engine, /*model_positional=*/true);
   cmd->add_option("--host", opt->server.host, "address to bind (use 0.0.0.0 to accept remote clients)")
       ->capture_default_str();
   cmd->add_option("--port", opt->server.port, "TCP port; 0 picks a free one (printed)")
@@ -41,7 +45,7 @@ void register_serve(CLI::App& app) {
       ->check(in_range_above(0, 1024))
       ->capture_default_str();
   cmd->add_option("--shutdown-grace", opt->server.shutdown_grace_s,
-                  "seconds in-flight requests get to finish on SIGINT/SIGTERM")
+                  "seconds in-flight requests get to finish on SIGINT/SIGTERM (a second signal exits at once)")
       ->check(in_range(0, 86400))
       ->capture_default_str();
   cmd->add_option("--max-n", opt->server.limits.max_n, "largest 'n' accepted")
@@ -65,8 +69,17 @@ void register_serve(CLI::App& app) {
     std::fflush(stdout);
     int sig = 0;
     sigwait(&signals, &sig);
-    std::fprintf(stderr, "%s: shutting down (in-flight requests get %.0f s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
-                 opt->server.shutdown_grace_s);
+    std::fprintf(stderr, "%s: shutting down (in-flight requests get %.0f s; signal again to exit now)\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", opt->server.shutdown_grace_s);
+    // A second signal while the in-flight requests drain ends the process at once, as a second Ctrl-C
+    // does in vLLM: no destructors, the shell's 128 + signal status.
+    std::thread([signals] {
+      int again = 0;
+      sigwait(&signals, &again);
+      static const char kMsg[] = "second signal: exiting now\n";
+      (void)!::write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
+      ::_exit(128 + again);
+    }).detach();
     srv.shutdown();
   });
 }
