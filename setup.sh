@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Set up and run a demo:  ./setup.sh [--model HF_MODEL_DIR] [generate options...]
-# Installs the Debian build dependencies, builds nano-vLLM C++ (with CUDA when nvcc is present) and
-# generates from a model. Without --model it writes a tiny random-weight Qwen3 checkpoint first, so the
-# demo needs no GPU and no download.
+# Installs the Debian build dependencies, builds nano-vLLM C++ (with CUDA when nvcc is present) and runs
+# scripts/demo.sh: text generated from a model (without --model, a tiny random-weight Qwen3 test model
+# with the real tokenizer: no GPU, no download, gibberish text), then the commands to try next.
 set -euo pipefail
 cd "$(dirname "$0")"
 model=""
@@ -18,10 +18,8 @@ cmake --preset "$preset" >/dev/null
 cmake --build "build/$preset" -j "$(nproc)" --target nanovllm
 bin="build/$preset/tools/nanovllm"
 
-if [ -z "$model" ]; then
-  model=build/tiny-qwen3
-  [ -f "$model/config.json" ] || "$bin" make-test-model --out "$model" --preset tiny --seed 0
+if [ -n "$model" ]; then
+  scripts/demo.sh --bin "$bin" --model "$model" "$@"
+else
+  scripts/demo.sh --bin "$bin" "$@"
 fi
-echo "== $bin generate --model $model --prompt-ids 1,2,3,4 --prompt-ids 5,6 --temperature 0 --max-tokens 16 $*"
-"$bin" generate --model "$model" --prompt-ids 1,2,3,4 --prompt-ids 5,6 --temperature 0 --max-tokens 16 \
-  --logprobs 2 --json "$@"

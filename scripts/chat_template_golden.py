@@ -146,6 +146,15 @@ CONVERSATIONS = {
         {"role": "user", "content": "<tool_response>\nresult\n</tool_response>"},
         {"role": "assistant", "content": "<think>\ndone\n</think>\n\nFinished."},
     ],
+    # The OpenAI tool-calling round trip as the SDKs send it: ids, `arguments` a JSON string, tool_call_id;
+    # the assistant's null content arrives as "" (the server renders null as vLLM does).
+    "tool_round_trip_openai": [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_abc123", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\",\"unit\":\"celsius\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_abc123", "content": "{\"temperature\":18,\"sky\":\"clear\"}"},
+    ],
     "unicode": [
         {"role": "system", "content": "Réponds en français. 你好！"},
         {"role": "user", "content": "Emoji 🎉🚀, tabs\tand \"quotes\" and 'single' and back\\slash. Ελληνικά. \u00a0nbsp"},
@@ -189,6 +198,13 @@ ERROR_CONVERSATIONS = {
     "qwen3_empty_messages": ("qwen3", [], {}),
     "qwen3_null_content": ("qwen3", [{"role": "user", "content": "hi"},
                                      {"role": "assistant", "content": None, "tool_calls": []}], {}),
+    "qwen3_tool_round_trip_null_content": ("qwen3", [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_abc123", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_abc123", "content": "18"},
+    ], {"tools": [WEATHER_TOOL]}),
 }
 
 TEMPLATES = {

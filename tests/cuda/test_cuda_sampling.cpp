@@ -1,5 +1,5 @@
 // GpuSampler (kernels/cuda/sampling.cu) against the CPU Sampler on identical logits, sequences and RNG
-// keys: every option alone and combined, ties, -inf, vocab sizes 1, 17, 1000 and 151936.
+// keys: every option alone and combined (logit_bias included), ties, -inf, vocab sizes 1, 17, 1000 and 151936.
 //
 // Chosen ids must be identical. The only allowed difference: the GPU sums probabilities in another order
 // (and with fixed-point mass for top-p), so when the draw u (or the top-p target) lies within 1e-6 (relative
@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <numeric>
 
 #include "nanovllm/core/rng.h"
@@ -94,6 +95,16 @@ std::vector<SamplingParams> all_cases() {
     p.frequency_penalty = 0.2f; p.presence_penalty = 0.1f; p.logprobs = 5; p.min_tokens = 100;
     p.stop_token_ids = {0, 3}; add(p); }
   { auto p = sp(2.0f); p.top_k = 3; p.repetition_penalty = 2.0f; p.logprobs = 3; add(p); }
+  // logit_bias (ids reduced modulo the vocab by make_seq): alone, greedy and sampled, a ban, a zero bias,
+  // on ids of the history with penalties (ids < 60 are seen tokens), and on a suppressed stop id.
+  { auto p = sp(0.0f); p.logit_bias = {{5, 100.0f}}; add(p); }
+  { auto p = sp(0.0f); p.logit_bias = {{1, -100.0f}, {2, 3.5f}, {4, 0.0f}, {900, 7.25f}}; p.logprobs = 3; add(p); }
+  { auto p = sp(1.0f); p.logit_bias = {{3, 5.0f}, {10, -100.0f}, {11, 2.5f}, {40, -0.5f}, {700, 1.0f}}; add(p); }
+  { auto p = sp(0.8f); p.top_k = 20; p.top_p = 0.9f; p.logit_bias = {{0, 1.5f}, {7, -2.0f}, {65, 4.0f}}; add(p); }
+  { auto p = sp(0.9f); p.repetition_penalty = 1.3f; p.frequency_penalty = 0.5f; p.presence_penalty = -0.25f;
+    p.logit_bias = {{1, 2.0f}, {2, -3.0f}, {30, 0.75f}, {61, -1.5f}, {150, 6.0f}}; add(p); }
+  { auto p = sp(1.0f); p.min_tokens = 100; p.stop_token_ids = {0, 3}; p.logit_bias = {{0, 100.0f}, {3, 50.0f},
+    {2, 100.0f}, {8, 9.0f}}; add(p); }
   return c;
 }
 
@@ -107,6 +118,9 @@ Sequence make_seq(int64_t id, int64_t V, const SamplingParams& p, std::mt19937& 
   for (int64_t i = 0; i < prompt + out; ++i) s.token_ids.push_back(static_cast<int32_t>(rng() % range));
   s.num_prompt_tokens = prompt;
   for (auto& t : s.params.stop_token_ids) t %= V;
+  std::map<int32_t, float> bias;  // ids modulo V (the first of colliding ids wins)
+  for (const auto& [id, b] : s.params.logit_bias) bias.emplace(static_cast<int32_t>(id % V), b);
+  s.params.logit_bias = bias;
   s.rng_state = (static_cast<uint64_t>(rng()) << 32) ^ rng();
   return s;
 }
@@ -124,6 +138,8 @@ double straddle_margin(const float* raw, int64_t V, const Sequence& seq) {
       for (int64_t id : kEos)
         if (id < V) x[id] = kNegInf;
   }
+  for (const auto& [id, b] : p.logit_bias)
+    if (b != 0.0f) x[id] += b;
   if (p.repetition_penalty != 1.0f) {
     std::vector<bool> seen(static_cast<size_t>(V));
     for (int32_t id : seq.token_ids) seen[id] = true;
@@ -323,6 +339,37 @@ TEST(CudaSampling, RejectsOutOfVocabHistory) {
   DeviceLogits d(logits);
   GpuSampler g(kEos, V, 1);
   EXPECT_THROW(g.sample({&s}, d.get(), nullptr), Error);
+}
+
+// logit_bias at scale: up to 300 random biases in [-100, 100] per row (OpenAI's limit), over the whole
+// vocabulary or the history's ids, on greedy, seeded temperature and filtered rows, with and without
+// penalties, on normal and tied logits: the same tokens and logprobs as the CPU sampler.
+TEST(CudaSampling, LogitBiasMatchesCpu) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(31);
+  for (const int64_t V : {17, 1000, 151936}) {
+    std::vector<Sequence> seqs;
+    std::vector<float> logits;
+    for (int row = 0; row < 48; ++row) {
+      SamplingParams p = sp(row % 4 == 0 ? 0.0f : 0.5f + 0.25f * static_cast<float>(row % 5));
+      if (row % 3 == 1) { p.top_k = 30; p.top_p = 0.9f; }
+      if (row % 6 == 2) { p.repetition_penalty = 1.2f; p.frequency_penalty = 0.3f; p.presence_penalty = 0.2f; }
+      if (row % 8 == 5) p.logprobs = 4;
+      const int n = static_cast<int>(rng() % 301);
+      std::uniform_real_distribution<float> bias(-100.0f, 100.0f);
+      for (int i = 0; i < n; ++i) {
+        // Half the ids from the history's range (seen tokens, penalised), half anywhere.
+        const int64_t id = i % 2 == 0 ? static_cast<int64_t>(rng() % 60) : static_cast<int64_t>(rng() % V);
+        p.logit_bias[static_cast<int32_t>(id % V)] = i % 7 == 0 ? std::round(bias(rng)) : bias(rng);
+      }
+      Sequence s = make_seq(row, V, p, rng);
+      s.rng_state = rng_key_from_seed(static_cast<uint64_t>(row));
+      seqs.push_back(std::move(s));
+      const auto l = make_logits(V, row % 5 == 3 ? LogitKind::kTies : LogitKind::kNormal, rng);
+      logits.insert(logits.end(), l.begin(), l.end());
+    }
+    EXPECT_LE(compare_rows(V, logits, seqs, "logit_bias V=" + std::to_string(V)), 1);
+  }
 }
 
 // The chunk pass (scratch given: raw statistics of every row, and the whole draw of greedy and plain

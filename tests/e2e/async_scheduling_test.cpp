@@ -1,7 +1,8 @@
 // Async scheduling (EngineConfig::async_scheduling): step N + 1 is scheduled and launched before step
 // N's tokens are read. It must give every request exactly what scheduling after each step gives:
 // tokens, finish reasons and logprobs (an aborted request: a prefix of the same tokens), with stops at EOS / stop ids / max_tokens / max_model_len,
-// aborts and new requests arriving between steps, penalties (never scheduled ahead) and preemption.
+// aborts and new requests arriving between steps, penalties (never scheduled ahead), logit_bias (scheduled
+// ahead) and preemption.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -192,6 +193,26 @@ TEST_F(AsyncScheduling, MaxModelLenPenaltiesAndPreemption) {
   EXPECT_EQ(async.outputs.at(0).token_ids.size(), 20u);  // stopped by max_model_len
   EXPECT_EQ(async.outputs.at(0).finish_reason, FinishReason::kLength);
   EXPECT_GT(async.stats.scheduled_ahead_steps, 0);
+}
+
+TEST_F(AsyncScheduling, LogitBiasRowsAreScheduledAheadAndTakeEffect) {
+  // Unlike penalties, logit_bias does not depend on the tokens sampled so far: its rows are scheduled
+  // ahead like any other, with the same tokens as scheduling after each step.
+  const auto prompts = random_prompts({6, 10, 4}, 512, 17);
+  EngineConfig sync_config = base_;
+  sync_config.scheduler.async_scheduling = false;
+  const RunResult plain = run(sync_config, {{prompts[1], greedy(12)}});
+  std::vector<Request> requests = {{prompts[0], greedy(12)}, {prompts[1], greedy(12)}, {prompts[2], greedy(12)}};
+  requests[0].params.logit_bias = {{42, 100.0f}};  // forces token 42
+  for (int32_t t : plain.outputs.at(0).token_ids) requests[1].params.logit_bias[t] = -100.0f;  // bans them
+  requests[2].params.temperature = 0.9f;
+  requests[2].params.seed = 5;
+  requests[2].params.logit_bias = {{7, 3.0f}, {8, -2.5f}, {300, 1.25f}};
+  const RunResult async = compare(requests, base_);
+  EXPECT_GT(async.stats.scheduled_ahead_steps, 8);
+  EXPECT_EQ(async.outputs.at(0).token_ids, std::vector<int32_t>(12, 42));
+  for (int32_t t : async.outputs.at(1).token_ids)
+    EXPECT_EQ(requests[1].params.logit_bias.count(t), 0u) << "banned token " << t << " was generated";
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "nanovllm/core/error.h"
 #include "nanovllm/llm/llm.h"
 #include "nanovllm/tokenizer/tokenizer.h"
+#include "support/expect_error.h"
 #include "support/process_scratch_dir.h"
 #include "support/test_models.h"
 #include "text_test_util.h"
@@ -219,6 +220,26 @@ TEST(TextGenerate, TextErrors) {
   EXPECT_EQ(llm.engine().num_generated_tokens(), 0);
   // An empty text prompt is an empty prompt.
   EXPECT_THROW(llm.generate(std::vector<std::string>{""}, greedy(2)), Error);
+}
+
+TEST(TextGenerate, TokenizerIdsOutsideTheModelVocabularyAreErrors) {
+  // The Qwen3 tokenizer (ids up to 151668) next to a model of 1000 ids: its ids would index past the
+  // embedding. The old loader took the eos id 151645 and the tokenizer as they were.
+  const auto model = testing::tiny_model_dir("text-small-vocab", {{"vocab_size", 1000}}, 5);
+  const auto copy = light_copy(model, "small-vocab");
+  std::filesystem::copy_file(testing::qwen3_tokenizer_dir() / "tokenizer.json", copy / "tokenizer.json");
+  std::filesystem::copy_file(testing::qwen3_tokenizer_dir() / "tokenizer_config.json",
+                             copy / "tokenizer_config.json");
+  testing::expect_error([&] { LLMEngine engine(cpu_config(copy)); },
+                        {"tokenizer_config.json", "added_tokens_decoder['151645']", "<|im_end|>", "[0, 1000)",
+                         "vocab_size"});
+  // Without the eos_token shortcut the tokenizer itself is checked when text first needs it.
+  std::ofstream(copy / "tokenizer_config.json") << "{}";
+  LLM llm(cpu_config(copy));
+  testing::expect_error([&] { llm.generate(std::vector<std::string>{"hi"}, greedy(2)); },
+                        {"tokenizer.json", "model.vocab", "[0, 1000)", "vocab_size"});
+  EXPECT_EQ(llm.generate({{1, 2, 3}}, greedy(2))[0].token_ids.size(), 2u);  // ids still work
+  std::filesystem::remove_all(copy);
 }
 
 }  // namespace

@@ -41,10 +41,17 @@ std::filesystem::path write_temp_file(const std::string& name, const std::string
   return p;
 }
 
+std::filesystem::path nanovllm_binary() { return kBinary; }
+
 CliResult run_nanovllm(const std::string& args, const std::string& stdin_text) {
+  return run_nanovllm_env("", args, stdin_text);
+}
+
+CliResult run_nanovllm_env(const std::string& env, const std::string& args, const std::string& stdin_text) {
   const auto in = write_temp_file("stdin.txt", stdin_text);
   const auto err = write_temp_file("stderr.txt", "");
-  const std::string cmd = kBinary.string() + " " + args + " < " + in.string() + " 2> " + err.string();
+  const std::string cmd =
+      (env.empty() ? "" : env + " ") + kBinary.string() + " " + args + " < " + in.string() + " 2> " + err.string();
   CliResult r;
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (!pipe) return r;

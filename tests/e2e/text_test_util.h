@@ -19,6 +19,10 @@ struct CliResult {
 };
 // Runs `nanovllm <args>` through /bin/sh (args are shell words) with `stdin_text` on stdin.
 CliResult run_nanovllm(const std::string& args, const std::string& stdin_text = "");
+// The same with environment assignments in front ("NANOVLLM_LOG_LEVEL=debug").
+CliResult run_nanovllm_env(const std::string& env, const std::string& args, const std::string& stdin_text = "");
+// The binary's path.
+std::filesystem::path nanovllm_binary();
 // Writes `content` to a fresh file under the test scratch directory; returns its path.
 std::filesystem::path write_temp_file(const std::string& name, const std::string& content);
 

@@ -281,6 +281,39 @@ TEST(ModelConfig, EosAsListAndGenerationConfigOverride) {
   expect_error([&] { ModelConfig::from_model_dir(dir.path()); }, {"generation_config.json", "eos_token_id"});
 }
 
+TEST(ModelConfig, VocabSizeAndSpecialIdsAreBounded) {
+  // An eos_token_id of 1e12 used to be accepted; ids and vocab_size are now bounded by 2^24 with the
+  // file and the field in the error. Ids in [vocab_size, 2^24) stay a warning (HF accepts them).
+  json j = qwen3();
+  j["vocab_size"] = (1 << 24) + 1;
+  expect_error([&] { parse(j); }, {"config.json", "'vocab_size'", "2^24"});
+  j = qwen3();
+  j["eos_token_id"] = 1'000'000'000'000LL;
+  expect_error([&] { parse(j); }, {"config.json", "'eos_token_id'", "1000000000000"});
+  j["eos_token_id"] = {151645, 1 << 24};
+  expect_error([&] { parse(j); }, {"config.json", "'eos_token_id'", "16777216"});
+  j["eos_token_id"] = 18446744073709551615ULL;
+  expect_error([&] { parse(j); }, {"config.json", "'eos_token_id'"});
+  j = qwen3();
+  j["bos_token_id"] = 1'000'000'000;
+  expect_error([&] { parse(j); }, {"config.json", "'bos_token_id'", "1000000000"});
+  j = qwen3();
+  j["pad_token_id"] = -1;
+  expect_error([&] { parse(j); }, {"config.json", "'pad_token_id'"});
+  j = qwen3();
+  j["eos_token_id"] = (1 << 24) - 1;  // outside the vocabulary but below the limit: accepted
+  EXPECT_EQ(parse(j).eos_token_ids, std::vector<int64_t>{(1 << 24) - 1});
+
+  TempDir dir;
+  model_test::write_file(dir / "config.json", qwen3().dump());
+  for (const char* gen : {R"({"eos_token_id": 1000000000000})", R"({"eos_token_id": [1, 99999999999]})",
+                          R"({"bos_token_id": 20000000})", R"({"pad_token_id": 20000000})"}) {
+    SCOPED_TRACE(gen);
+    model_test::write_file(dir / "generation_config.json", gen);
+    expect_error([&] { ModelConfig::from_model_dir(dir.path()); }, {"generation_config.json", "_token_id", "2^24"});
+  }
+}
+
 TEST(ModelConfig, UnknownArchitectureIsNamed) {
   json j = qwen3();
   j["architectures"] = {"MistralForCausalLM"};

@@ -11,6 +11,7 @@
 #include "bench_cost.h"
 #include "commands.h"
 #include "engine_options.h"
+#include "option_checks.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/llm/llm.h"
 #include "nanovllm/runner/device_peaks.h"
@@ -233,30 +234,32 @@ void register_bench_engine(CLI::App& app) {
   auto t = std::make_shared<ThroughputOptions>();
   CLI::App* tp = bench->add_subcommand("throughput", "offline throughput on the nano-vLLM workload");
   add_engine_options(*tp, t->engine);
-  tp->add_option("--num-seqs", t->num_seqs)->capture_default_str();
-  tp->add_option("--min-input", t->min_input)->capture_default_str();
-  tp->add_option("--max-input", t->max_input)->capture_default_str();
-  tp->add_option("--min-output", t->min_output)->capture_default_str();
-  tp->add_option("--max-output", t->max_output)->capture_default_str();
+  tp->add_option("--num-seqs", t->num_seqs)->check(at_least(1))->capture_default_str();
+  tp->add_option("--min-input", t->min_input)->check(at_least(1))->capture_default_str();
+  tp->add_option("--max-input", t->max_input)->check(at_least(1))->capture_default_str();
+  tp->add_option("--min-output", t->min_output)->check(at_least(1))->capture_default_str();
+  tp->add_option("--max-output", t->max_output)->check(at_least(1))->capture_default_str();
   tp->add_option("--seed", t->seed)->capture_default_str();
-  tp->add_option("--temperature", t->temperature)->capture_default_str();
+  tp->add_option("--temperature", t->temperature)->check(at_least(0))->capture_default_str();
   tp->add_option("--json-out", t->json_out, "write the report as JSON");
   tp->add_option("--dump-workload", t->dump_workload, "write the workload (prompts, output lengths) as JSON");
   tp->callback([t] {
-    NANOVLLM_CHECK(t->num_seqs > 0 && t->min_input >= 1 && t->min_input <= t->max_input && t->min_output >= 1 &&
-                       t->min_output <= t->max_output, "bench throughput: bad workload ranges");
+    NANOVLLM_CHECK(t->min_input <= t->max_input, "--min-input (", t->min_input, ") must be <= --max-input (",
+                   t->max_input, ")");
+    NANOVLLM_CHECK(t->min_output <= t->max_output, "--min-output (", t->min_output, ") must be <= --max-output (",
+                   t->max_output, ")");
     run_throughput(*t);
   });
 
   auto l = std::make_shared<LatencyOptions>();
   CLI::App* lat = bench->add_subcommand("latency", "bs=1 decode ms/token and prefill tok/s");
   add_engine_options(*lat, l->engine);
-  lat->add_option("--context", l->context, "decode context length")->capture_default_str();
-  lat->add_option("--decode-tokens", l->decode_tokens)->capture_default_str();
-  lat->add_option("--prefill", l->prefill_lens, "prefill lengths")->delimiter(',');
+  lat->add_option("--context", l->context, "decode context length")->check(at_least(1))->capture_default_str();
+  lat->add_option("--decode-tokens", l->decode_tokens)->check(at_least(1))->capture_default_str();
+  lat->add_option("--prefill", l->prefill_lens, "prefill lengths")->delimiter(',')->check(at_least(1));
   lat->add_option("--json-out", l->json_out, "write the report as JSON");
   lat->callback([l] {
-    NANOVLLM_CHECK(l->context >= 1 && l->decode_tokens >= 1 && !l->prefill_lens.empty(), "bench latency: bad options");
+    NANOVLLM_CHECK(!l->prefill_lens.empty(), "--prefill: give at least one length");
     run_latency(*l);
   });
 }

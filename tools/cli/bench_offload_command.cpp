@@ -13,6 +13,7 @@
 #include "bench_cost.h"
 #include "commands.h"
 #include "engine_options.h"
+#include "option_checks.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/llm/llm.h"
 #include "nanovllm/runner/device_peaks.h"
@@ -200,15 +201,16 @@ void register_bench_offload(CLI::App& bench) {
   auto o = std::make_shared<OffloadBenchOptions>();
   CLI::App* cmd = bench.add_subcommand("offload", "long context with layer-wise CPU KV offload vs the GPU cache");
   add_engine_options(*cmd, o->engine);
-  cmd->add_option("--context", o->contexts, "prompt lengths")->delimiter(',')->capture_default_str();
-  cmd->add_option("--output-len", o->output_len, "tokens generated per prompt")->capture_default_str();
+  cmd->add_option("--context", o->contexts, "prompt lengths")->delimiter(',')->check(at_least(1))->capture_default_str();
+  cmd->add_option("--output-len", o->output_len, "tokens generated per prompt")->check(at_least(2))->capture_default_str();
   cmd->add_option("--offload-gpu-blocks", o->offload_gpu_blocks,
-                  "paged GPU KV blocks of the offload run (it does not use them)")->capture_default_str();
+                  "paged GPU KV blocks of the offload run (it does not use them)")
+      ->check(at_least(1))
+      ->capture_default_str();
   cmd->add_flag("--no-compare", o->no_compare, "skip the offload-off run");
   cmd->add_option("--json-out", o->json_out, "write the report as JSON");
   cmd->callback([o] {
-    NANOVLLM_CHECK(!o->contexts.empty() && o->output_len >= 2, "bench offload: need --context and --output-len >= 2");
-    for (int64_t c : o->contexts) NANOVLLM_CHECK(c >= 1, "bench offload: bad context ", c);
+    NANOVLLM_CHECK(!o->contexts.empty(), "--context: give at least one length");
     run_offload_bench(*o);
   });
 }

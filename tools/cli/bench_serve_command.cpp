@@ -15,6 +15,7 @@
 
 #include "commands.h"
 #include "engine_options.h"
+#include "option_checks.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/llm/llm_engine.h"
 #include "nanovllm/server/server.h"
@@ -142,15 +143,17 @@ void register_bench_serve(CLI::App& bench) {
   auto o = std::make_shared<BenchServeOptions>();
   CLI::App* cmd = bench.add_subcommand("serve", "HTTP serving load test on loopback (in-process server)");
   add_engine_options(*cmd, o->engine);
-  cmd->add_option("--num-clients", o->num_clients, "concurrent streaming clients")->capture_default_str();
-  cmd->add_option("--num-requests", o->num_requests, "requests in total")->capture_default_str();
-  cmd->add_option("--input-len", o->input_len, "prompt tokens per request")->capture_default_str();
-  cmd->add_option("--output-len", o->output_len, "generated tokens per request")->capture_default_str();
+  cmd->add_option("--num-clients", o->num_clients, "concurrent streaming clients")
+      ->check(in_range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--num-requests", o->num_requests, "requests in total")->check(at_least(1))->capture_default_str();
+  cmd->add_option("--input-len", o->input_len, "prompt tokens per request")->check(at_least(1))->capture_default_str();
+  cmd->add_option("--output-len", o->output_len, "generated tokens per request")
+      ->check(at_least(1))
+      ->capture_default_str();
   cmd->add_option("--seed", o->seed, "prompt RNG seed")->capture_default_str();
   cmd->add_option("--json-out", o->json_out, "write the report as JSON");
   cmd->callback([o] {
-    NANOVLLM_CHECK(o->num_clients >= 1 && o->num_requests >= 1 && o->input_len >= 1 && o->output_len >= 1,
-                   "bench serve: --num-clients, --num-requests, --input-len and --output-len must be >= 1");
     run_bench_serve(*o);
   });
 }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "option_checks.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/tokenizer/bench.h"
 #include "text_util.h"
@@ -64,16 +65,19 @@ void register_bench_tokenizer(CLI::App& bench) {
   model->excludes(file);
   cmd->add_option("--corpus", opt->corpus,
                   "UTF-8 text file (default: tests/data/tokenizer/corpus.json's cases repeated to --corpus-mb)");
-  cmd->add_option("--corpus-mb", opt->corpus_mb, "size of the default corpus in MB")->capture_default_str();
-  cmd->add_option("--passes", opt->passes, "timed passes (the best is reported)")->capture_default_str();
-  cmd->add_option("--chunk-bytes", opt->chunk_bytes, "encode() input size, cut at line ends")->capture_default_str();
+  cmd->add_option("--corpus-mb", opt->corpus_mb, "size of the default corpus in MB")
+      ->check(in_range_above(0, 4096))
+      ->capture_default_str();
+  cmd->add_option("--passes", opt->passes, "timed passes (the best is reported)")
+      ->check(at_least(1))
+      ->capture_default_str();
+  cmd->add_option("--chunk-bytes", opt->chunk_bytes, "encode() input size, cut at line ends")
+      ->check(at_least(1))
+      ->capture_default_str();
   cmd->add_flag("--json", opt->json, "print one JSON object");
   cmd->callback([opt] {
     NANOVLLM_CHECK(!opt->model.empty() || !opt->tokenizer.empty(), "bench tokenizer: give --model DIR or "
                    "--tokenizer FILE");
-    NANOVLLM_CHECK(opt->passes >= 1, "--passes must be >= 1");
-    NANOVLLM_CHECK(opt->chunk_bytes >= 1, "--chunk-bytes must be >= 1");
-    NANOVLLM_CHECK(opt->corpus_mb > 0 && opt->corpus_mb <= 4096, "--corpus-mb must be in (0, 4096]");
     const Tokenizer tok = opt->model.empty() ? Tokenizer::from_file(opt->tokenizer) : load_model_tokenizer(opt->model);
     const std::string corpus = opt->corpus.empty()
                                    ? build_default_corpus(static_cast<size_t>(opt->corpus_mb * 1e6))

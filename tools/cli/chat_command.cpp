@@ -13,6 +13,7 @@
 
 #include "commands.h"
 #include "engine_options.h"
+#include "errors.h"
 #include "nanovllm/chat/chat_template.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/llm/llm_engine.h"
@@ -95,10 +96,10 @@ void register_chat(CLI::App& app) {
   add_sampling_options(*cmd, opt->sampling);
   cmd->add_option("--system", opt->system, "system prompt");
 
-  cmd->callback([opt] {
+  cmd->callback([opt, cmd] {
     const SamplingParams params = opt->sampling.to_params();
     LLMEngine engine(opt->engine.to_config());
-    params.validate(engine.model_config().vocab_size);
+    SamplingOptions::check_token_ids(params, engine.model_config().vocab_size);
     ChatSession s{engine, engine.tokenizer(), engine.chat_template(), params, opt->system, {}, std::nullopt};
     s.reset();
     const bool interactive = ::isatty(STDIN_FILENO) != 0;
@@ -136,7 +137,7 @@ void register_chat(CLI::App& app) {
         s.turn(text);
       } catch (const Error& e) {
         engine.set_delta_callback(nullptr);
-        std::fprintf(stderr, "error: %s\n", e.what());
+        print_error(e, debug_requested(*cmd));
       }
     }
   });

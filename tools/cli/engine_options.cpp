@@ -8,20 +8,35 @@
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/kernels/device.h"
+#include "nanovllm/model/config.h"
+#include "option_checks.h"
 
 namespace nanovllm::cli {
 
-void add_engine_options(CLI::App& cmd, EngineOptions& o) {
-  cmd.add_option("--model", o.model, "Hugging Face model directory (config.json, *.safetensors)")->required();
+void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) {
+  // "model,--model": CLI11 takes it as the first positional argument or as --model.
+  cmd.add_option(model_positional ? "model,--model" : "--model", o.model,
+                 "Hugging Face model directory (config.json, *.safetensors)")
+      ->required();
   cmd.add_option("--backend", o.backend, "cpu | cuda (default: cuda when a GPU is present)");
-  cmd.add_option("--max-num-seqs", o.max_num_seqs, "most sequences in one step")->capture_default_str();
-  cmd.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "token budget of one step")
+  cmd.add_option("--max-num-seqs", o.max_num_seqs, "most sequences in one step")
+      ->check(at_least(1))
       ->capture_default_str();
-  cmd.add_option("--block-size", o.block_size, "KV cache block size in tokens")->capture_default_str();
-  cmd.add_option("--max-model-len", o.max_model_len, "longest prompt + output (default: the model's limit)");
-  cmd.add_option("--num-kv-blocks", o.num_kv_blocks, "KV cache blocks (default: from the memory budget)");
-  cmd.add_option("--kv-cache-gib", o.kv_cache_gib, "CPU backend: KV cache budget in GiB")->capture_default_str();
+  cmd.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "token budget of one step")
+      ->check(at_least(1))
+      ->capture_default_str();
+  cmd.add_option("--block-size", o.block_size, "KV cache block size in tokens")
+      ->check(in_range(1, 1024))
+      ->capture_default_str();
+  cmd.add_option("--max-model-len", o.max_model_len, "longest prompt + output (default: the model's limit)")
+      ->check(at_least(0));
+  cmd.add_option("--num-kv-blocks", o.num_kv_blocks, "KV cache blocks (default: from the memory budget)")
+      ->check(at_least(0));
+  cmd.add_option("--kv-cache-gib", o.kv_cache_gib, "CPU backend: KV cache budget in GiB")
+      ->check(greater_than(0))
+      ->capture_default_str();
   cmd.add_option("--gpu-memory-utilization", o.gpu_memory_utilization, "CUDA backend: share of GPU memory to use")
+      ->check(in_range_above(0, 1))
       ->capture_default_str();
   cmd.add_flag("--enforce-eager", o.enforce_eager, "CUDA backend: run decode without CUDA graphs");
   cmd.add_flag("--no-async-scheduling", o.no_async_scheduling,
@@ -32,34 +47,48 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_flag("--enable-cpu-offload", o.enable_cpu_offload,
                "long context: keep the KV cache of requests that do not fit the GPU cache in host memory "
                "(layer-wise offload, one such request at a time)");
-  cmd.add_option("--num-kv-buffers", o.num_kv_buffers, "offload: GPU ring of whole-layer KV buffers (1-8)")
+  cmd.add_option("--num-kv-buffers", o.num_kv_buffers, "offload: GPU ring of whole-layer KV buffers")
+      ->check(in_range(1, 8))
       ->capture_default_str();
-  cmd.add_option("--offload-block-size", o.offload_block_size, "offload: host KV block in tokens")->capture_default_str();
-  cmd.add_option("--cpu-memory-limit", o.cpu_memory_limit_gib, "offload: host KV pool limit in GiB (0: available RAM)");
+  cmd.add_option("--offload-block-size", o.offload_block_size, "offload: host KV block in tokens")
+      ->check(at_least(1))
+      ->capture_default_str();
+  cmd.add_option("--cpu-memory-limit", o.cpu_memory_limit_gib, "offload: host KV pool limit in GiB (0: available RAM)")
+      ->check(at_least(0));
   cmd.add_option("--offload-min-tokens", o.offload_min_tokens,
-                 "offload also requests with prompt + max_tokens >= this (0: only those that do not fit the GPU cache)");
+                 "offload also requests with prompt + max_tokens >= this (0: only those that do not fit the GPU cache)")
+      ->check(at_least(0));
   cmd.add_option("--sparse-policy", o.sparse_policy,
                  "decode attention: full | quest (per-head page selection; CPU backend for now)")
       ->capture_default_str();
   cmd.add_option("--sparse-budget", o.sparse_budget,
                  "sparse decode: keys one query attends, in whole KV blocks (sink and recent pages included)")
+      ->check(at_least(1))
       ->capture_default_str();
 }
 
 void add_sampling_options(CLI::App& cmd, SamplingOptions& o) {
-  cmd.add_option("--max-tokens", o.max_tokens, "tokens to generate per prompt")->capture_default_str();
-  cmd.add_option("--min-tokens", o.min_tokens, "EOS/stop ids are suppressed until this many tokens");
-  cmd.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();
-  cmd.add_option("--top-k", o.top_k, "-1 = off");
-  cmd.add_option("--top-p", o.top_p, "nucleus sampling mass");
-  cmd.add_option("--min-p", o.min_p, "drop tokens below min_p * max probability");
-  cmd.add_option("--repetition-penalty", o.repetition_penalty);
-  cmd.add_option("--presence-penalty", o.presence_penalty);
-  cmd.add_option("--frequency-penalty", o.frequency_penalty);
-  cmd.add_option("--seed", o.seed, "per-request sampling seed");
+  cmd.add_option("--max-tokens", o.max_tokens, "tokens to generate per prompt")
+      ->check(at_least(1))
+      ->capture_default_str();
+  cmd.add_option("--min-tokens", o.min_tokens, "EOS/stop ids are suppressed until this many tokens")
+      ->check(at_least(0));
+  cmd.add_option("--temperature", o.temperature, "0 = greedy")->check(at_least(0))->capture_default_str();
+  cmd.add_option("--top-k", o.top_k, "-1 = off")->check(at_least(-1));
+  cmd.add_option("--top-p", o.top_p, "nucleus sampling mass")->check(in_range_above(0, 1));
+  cmd.add_option("--min-p", o.min_p, "drop tokens below min_p * max probability")->check(in_range(0, 1));
+  cmd.add_option("--repetition-penalty", o.repetition_penalty)->check(greater_than(0));
+  cmd.add_option("--presence-penalty", o.presence_penalty)->check(in_range(-2, 2));
+  cmd.add_option("--frequency-penalty", o.frequency_penalty)->check(in_range(-2, 2));
+  cmd.add_option("--seed", o.seed, "per-request sampling seed")->check(at_least(-1));
   cmd.add_flag("--ignore-eos", o.ignore_eos, "keep generating past EOS");
-  cmd.add_option("--logprobs", o.logprobs, "return the top-K logprobs of each generated token");
-  cmd.add_option("--stop-token-ids", o.stop_token_ids, "extra token ids that end generation")->delimiter(',');
+  cmd.add_option("--logprobs", o.logprobs, "return the top-K logprobs of each generated token")->check(in_range(0, 20));
+  cmd.add_option("--stop-token-ids", o.stop_token_ids, "extra token ids that end generation")
+      ->delimiter(',')
+      ->check(at_least(0));
+  cmd.add_option("--logit-bias", o.logit_bias,
+                 "ID:BIAS,...: add BIAS (in [-100, 100]) to token ID's logit before sampling (-100 bans it)")
+      ->delimiter(',');
 }
 
 EngineConfig EngineOptions::to_config() const {
@@ -67,11 +96,15 @@ EngineConfig EngineOptions::to_config() const {
   c.model.path = model;
   c.model.backend = backend.empty() ? default_backend() : parse_backend(backend);
   c.model.max_model_len = max_model_len;
+  if (max_model_len > 0) {  // checked here to name the flag (the engine would say "max_model_len")
+    const int64_t limit = ModelConfig::from_model_dir(model).max_model_len();
+    NANOVLLM_CHECK(max_model_len <= limit, "--max-model-len ", max_model_len, " is more than the model supports (",
+                   limit, " positions)");
+  }
   c.model.seed = engine_seed;
   c.model.enforce_eager = enforce_eager;
   c.cache.block_size = block_size;
   c.cache.num_kv_blocks = num_kv_blocks;
-  NANOVLLM_CHECK(kv_cache_gib > 0, "--kv-cache-gib must be > 0");
   c.cache.kv_cache_bytes = static_cast<int64_t>(kv_cache_gib * (1LL << 30));
   c.cache.gpu_memory_utilization = gpu_memory_utilization;
   c.cache.enable_prefix_caching = !no_prefix_caching;
@@ -82,7 +115,6 @@ EngineConfig EngineOptions::to_config() const {
   c.offload.enabled = enable_cpu_offload;
   c.offload.num_kv_buffers = num_kv_buffers;
   c.offload.block_size = offload_block_size;
-  NANOVLLM_CHECK(cpu_memory_limit_gib >= 0, "--cpu-memory-limit must be >= 0");
   c.offload.cpu_memory_limit = static_cast<int64_t>(cpu_memory_limit_gib * (1LL << 30));
   c.offload.min_tokens = offload_min_tokens;
   c.sparse.policy = parse_sparse_policy(sparse_policy);
@@ -105,7 +137,47 @@ SamplingParams SamplingOptions::to_params() const {
   p.ignore_eos = ignore_eos;
   p.logprobs = logprobs;
   p.stop_token_ids = stop_token_ids;
+  NANOVLLM_CHECK(min_tokens <= max_tokens, "--min-tokens (", min_tokens, ") must be <= --max-tokens (", max_tokens,
+                 ")");
+  p.logit_bias = parse_logit_bias(logit_bias);
   return p;
+}
+
+void SamplingOptions::check_token_ids(const SamplingParams& params, int64_t vocab_size) {
+  for (int64_t id : params.stop_token_ids)
+    NANOVLLM_CHECK(id < vocab_size, "--stop-token-ids: token id ", id, " is outside the model's vocabulary [0, ",
+                   vocab_size, ")");
+  for (const auto& [id, bias] : params.logit_bias)
+    NANOVLLM_CHECK(id < vocab_size, "--logit-bias: token id ", id, " is outside the model's vocabulary [0, ",
+                   vocab_size, ")");
+}
+
+std::map<int32_t, float> parse_logit_bias(const std::vector<std::string>& items, const std::string& option) {
+  auto trim = [](const std::string& t) {
+    const size_t b = t.find_first_not_of(" \t");
+    return b == std::string::npos ? std::string() : t.substr(b, t.find_last_not_of(" \t") - b + 1);
+  };
+  std::map<int32_t, float> bias;
+  for (const std::string& item : items) {
+    const size_t colon = item.find(':');
+    const std::string id_text = trim(item.substr(0, colon));
+    const std::string value = colon == std::string::npos ? std::string() : trim(item.substr(colon + 1));
+    char* id_end = nullptr;
+    char* value_end = nullptr;
+    const long long id = std::strtoll(id_text.c_str(), &id_end, 10);
+    const double b = std::strtod(value.c_str(), &value_end);
+    const bool digits = !id_text.empty() && id_text.find_first_not_of("0123456789") == std::string::npos;
+    NANOVLLM_CHECK(digits && *id_end == '\0' && !value.empty() && *value_end == '\0', option,
+                   ": expected ID:BIAS items separated by commas (e.g. 42:-100), got '", item, "'");
+    NANOVLLM_CHECK(id <= INT32_MAX, option, ": token id ", id_text, " is too large");
+    NANOVLLM_CHECK(b >= -kMaxLogitBias && b <= kMaxLogitBias, option, ": the bias of token ", id,
+                   " must be in [-100, 100], got ", value);
+    NANOVLLM_CHECK(bias.emplace(static_cast<int32_t>(id), static_cast<float>(b)).second, option, ": token ", id,
+                   " is given twice");
+  }
+  NANOVLLM_CHECK(bias.size() <= kMaxLogitBiasEntries, option, ": ", bias.size(), " tokens; at most ",
+                 kMaxLogitBiasEntries, " may be biased");
+  return bias;
 }
 
 std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& option) {

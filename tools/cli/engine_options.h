@@ -1,6 +1,7 @@
 // CLI options shared by the subcommands that run the engine (generate, chat, serve, bench).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -51,12 +52,24 @@ struct SamplingOptions {
   bool ignore_eos = false;
   int64_t logprobs = 0;
   std::vector<int64_t> stop_token_ids;
+  std::vector<std::string> logit_bias;  // "ID:BIAS" items
 
+  // Throws nanovllm::Error naming the flag for what the option checks cannot see: --min-tokens above
+  // --max-tokens, malformed --logit-bias items.
   SamplingParams to_params() const;
+  // The checks that need the model: token ids of --stop-token-ids and --logit-bias inside the vocabulary.
+  static void check_token_ids(const SamplingParams& params, int64_t vocab_size);
 };
 
-void add_engine_options(CLI::App& cmd, EngineOptions& o);
+// `model_positional`: the model directory may also be given as the first positional argument
+// (`nanovllm serve MODEL`, as `vllm serve MODEL`).
+void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional = false);
 void add_sampling_options(CLI::App& cmd, SamplingOptions& o);
+
+// "5:10, 7:-100" -> {5: 10, 7: -100}; throws nanovllm::Error naming `option` for anything else (a bias
+// outside [-100, 100], an id given twice, more than kMaxLogitBias entries).
+std::map<int32_t, float> parse_logit_bias(const std::vector<std::string>& items,
+                                          const std::string& option = "--logit-bias");
 
 // "1, 2,3" -> {1, 2, 3}; anything else (empty, non-digits, overflow) throws nanovllm::Error naming `option`.
 std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& option = "--prompt-ids");

@@ -1,4 +1,5 @@
 // nanovllm generate: prompts (text or token ids) in, generated tokens out, as text or one JSON object per prompt.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +10,7 @@
 
 #include "commands.h"
 #include "engine_options.h"
+#include "progress.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/llm/llm.h"
 #include "nanovllm/model/layer_taps.h"
@@ -79,6 +81,7 @@ void register_generate(CLI::App& app) {
     EngineConfig config = opt->engine.to_config();
     if (!opt->dump_taps.empty()) config.model.enforce_eager = true;  // taps run every step eagerly anyway
     LLM llm(std::move(config));
+    SamplingOptions::check_token_ids(params, llm.engine().model_config().vocab_size);
     const bool with_text = !opt->prompts.empty() || llm.engine().has_tokenizer();
 
     // Prompts in command-line order, --prompt and --prompt-ids interleaved as given.
@@ -92,7 +95,7 @@ void register_generate(CLI::App& app) {
         try {
           prompts.push_back(llm.encode(opt->prompts.at(i)));
         } catch (const Error& e) {
-          throw Error(detail::concat("--prompt ", i, ": ", e.what()));
+          throw e.prefixed(detail::concat("--prompt ", i, ": "));
         }
       }
     }
@@ -115,8 +118,30 @@ void register_generate(CLI::App& app) {
       llm.engine().runner().set_layer_taps(taps.get());
     }
 
+    // The engine ends a request at max_model_len: say so when --max-tokens asks for more than fits.
+    const int64_t max_len = llm.engine().config().model.max_model_len;
+    int64_t longest = 0, most_tokens = 0;
+    for (const auto& p : prompts) {
+      const auto n = static_cast<int64_t>(p.size());
+      longest = std::max(longest, n);
+      most_tokens += std::clamp<int64_t>(max_len - n, 0, params.max_tokens);
+    }
+    if (longest > 0 && longest < max_len && longest + params.max_tokens > max_len)
+      std::fprintf(stderr,
+                   "warning: --max-tokens %lld is capped at %lld: the model length (%lld, --max-model-len) minus "
+                   "the %sprompt of %lld tokens\n",
+                   static_cast<long long>(params.max_tokens), static_cast<long long>(max_len - longest),
+                   static_cast<long long>(max_len), prompts.size() > 1 ? "longest " : "", static_cast<long long>(longest));
+
+    ProgressLine progress(most_tokens, ProgressLine::stderr_is_terminal());
+    if (ProgressLine::stderr_is_terminal())
+      llm.engine().set_delta_callback([&](const RequestDelta& d) {
+        progress.add(static_cast<int64_t>(d.new_token_ids.size()));
+      });
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<RequestOutput> outputs = llm.generate(prompts, params);
+    llm.engine().set_delta_callback(nullptr);
+    progress.finish();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (taps) {
       llm.engine().runner().set_layer_taps(nullptr);
@@ -155,6 +180,7 @@ void register_generate(CLI::App& app) {
         std::cout << "\n";
       }
     }
+    std::cout.flush();  // the outputs before the summary, also when both streams go to one pipe
     std::fprintf(stderr, "generated %lld tokens for %zu prompts in %.3f s (%.1f tok/s, backend %s)\n",
                  static_cast<long long>(generated), outputs.size(), seconds, seconds > 0 ? generated / seconds : 0.0,
                  to_string(llm.engine().config().model.backend));

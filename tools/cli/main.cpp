@@ -1,9 +1,8 @@
-// nanovllm — command-line front end. Errors a user can cause print "error: ..." and exit 1.
-#include <cstdio>
+// nanovllm — command-line front end. Every user error prints "error: ..." and exits 1 (errors.h).
 #include <exception>
 
 #include "commands.h"
-#include "nanovllm/core/error.h"
+#include "errors.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"nano-vLLM C++: fast LLM inference for Qwen3-family Hugging Face checkpoints"};
@@ -22,15 +21,14 @@ int main(int argc, char** argv) {
   nanovllm::cli::register_bench_offload(*bench);
   nanovllm::cli::register_bench_tokenizer(*bench);
   nanovllm::cli::register_bench_serve(*bench);
+  nanovllm::cli::add_debug_flag(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  } catch (const nanovllm::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    return nanovllm::cli::report_parse_error(app, e);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    // The callbacks' errors (nanovllm::Error and anything else) are all reported the same way.
+    nanovllm::cli::print_error(e, nanovllm::cli::debug_requested(app));
     return 1;
   }
   return 0;

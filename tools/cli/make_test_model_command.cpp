@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "option_checks.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/model/test_model.h"
 #include "nanovllm/tokenizer/tokenizer.h"
@@ -26,7 +27,8 @@ void register_make_test_model(CLI::App& app) {
   cmd->add_option("--seed", opt->seed, "weights are a function of the seed")->capture_default_str();
   cmd->add_option("--config-override", opt->overrides,
                   "JSON object merged into the preset's config.json, e.g. '{\"num_key_value_heads\": 1}'");
-  cmd->add_option("--shard-max-bytes", opt->shard_max_bytes, "write sharded safetensors of at most this size");
+  cmd->add_option("--shard-max-bytes", opt->shard_max_bytes, "write sharded safetensors of at most this size")
+      ->check(at_least(0));
   cmd->add_option("--tokenizer", opt->tokenizer_dir,
                   "copy tokenizer.json, tokenizer_config.json (and chat_template.jinja) from this directory; "
                   "eos_token_id becomes the tokenizer's EOS; vocab_size must cover the tokenizer's ids");

@@ -1,13 +1,17 @@
 // nanovllm serve: the OpenAI-compatible HTTP server (src/nanovllm/server). Prints the address it listens on
 // ("serving MODEL on http://HOST:PORT", to stdout, flushed: --port 0 picks a free port) and runs until
 // SIGINT/SIGTERM, then shuts down gracefully (new requests get 503, in-flight ones finish within
-// --shutdown-grace seconds or are aborted, the listener closes).
+// --shutdown-grace seconds or are aborted, the listener closes); a second signal exits at once.
+#include <pthread.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
-#include <pthread.h>
+#include <thread>
 
 #include "commands.h"
 #include "engine_options.h"
+#include "option_checks.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/llm/llm_engine.h"
 #include "nanovllm/server/server.h"
@@ -22,24 +26,33 @@ void register_serve(CLI::App& app) {
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, "
-                                     "/v1/chat/completions, /v1/models, /health, /metrics)");
-  add_engine_options(*cmd, opt->engine);
+                                     "/v1/chat/completions, /v1/models, /health, /metrics); MODEL may come first, "
+                                     "as in `nanovllm serve MODEL`");
+  add_engine_options(*cmd, opt->engine, /*model_positional=*/true);
   cmd->add_option("--host", opt->server.host, "address to bind (use 0.0.0.0 to accept remote clients)")
       ->capture_default_str();
-  cmd->add_option("--port", opt->server.port, "TCP port; 0 picks a free one (printed)")->capture_default_str();
+  cmd->add_option("--port", opt->server.port, "TCP port; 0 picks a free one (printed)")
+      ->check(in_range(0, 65535))
+      ->capture_default_str();
   cmd->add_option("--api-key", opt->server.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
   cmd->add_option("--served-model-name", opt->server.served_model_names,
                   "model name(s) clients use (default: the --model path and its last component)");
   cmd->add_option("--max-concurrent-requests", opt->server.max_concurrent_requests,
-                  "generation requests served at once; more get 429")->capture_default_str();
-  cmd->add_option("--max-body-mib", opt->max_body_mib, "request body limit (413 beyond)")->capture_default_str();
+                  "generation requests served at once; more get 429")
+      ->check(in_range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--max-body-mib", opt->max_body_mib, "request body limit (413 beyond)")
+      ->check(in_range_above(0, 1024))
+      ->capture_default_str();
   cmd->add_option("--shutdown-grace", opt->server.shutdown_grace_s,
-                  "seconds in-flight requests get to finish on SIGINT/SIGTERM")->capture_default_str();
-  cmd->add_option("--max-n", opt->server.limits.max_n, "largest 'n' accepted")->capture_default_str();
+                  "seconds in-flight requests get to finish on SIGINT/SIGTERM (a second signal exits at once)")
+      ->check(in_range(0, 86400))
+      ->capture_default_str();
+  cmd->add_option("--max-n", opt->server.limits.max_n, "largest 'n' accepted")
+      ->check(in_range(1, 1024))
+      ->capture_default_str();
 
   cmd->callback([opt] {
-    NANOVLLM_CHECK(opt->max_body_mib > 0 && opt->max_body_mib <= 1024, "--max-body-mib must be in (0, 1024]");
-    NANOVLLM_CHECK(opt->server.port >= 0 && opt->server.port <= 65535, "--port must be in [0, 65535]");
     opt->server.max_body_bytes = static_cast<size_t>(opt->max_body_mib * (1 << 20));
     // Every thread started from here on inherits the blocked signals; this thread takes them with sigwait.
     sigset_t signals;
@@ -56,8 +69,17 @@ void register_serve(CLI::App& app) {
     std::fflush(stdout);
     int sig = 0;
     sigwait(&signals, &sig);
-    std::fprintf(stderr, "%s: shutting down (in-flight requests get %.0f s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
-                 opt->server.shutdown_grace_s);
+    std::fprintf(stderr, "%s: shutting down (in-flight requests get %.0f s; signal again to exit now)\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", opt->server.shutdown_grace_s);
+    // A second signal while the in-flight requests drain ends the process at once, as a second Ctrl-C
+    // does in vLLM: no destructors, the shell's 128 + signal status.
+    std::thread([signals] {
+      int again = 0;
+      sigwait(&signals, &again);
+      static const char kMsg[] = "second signal: exiting now\n";
+      (void)!::write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
+      ::_exit(128 + again);
+    }).detach();
     srv.shutdown();
   });
 }

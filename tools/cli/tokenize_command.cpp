@@ -40,7 +40,7 @@ void register_tokenize(CLI::App& app) {
       try {
         out.push_back(tok.encode(texts[i], !opt->no_special));
       } catch (const Error& e) {
-        throw Error(detail::concat("input ", i, ": ", e.what()));
+        throw e.prefixed(detail::concat("input ", i, ": "));
       }
     }
     std::cout << out.dump() << "\n";

@@ -15,7 +15,7 @@ static const char* short_path(const char* file) {
 }
 
 void throw_error(const char* file, int line, const std::string& msg) {
-  throw Error(std::string(short_path(file)) + ":" + std::to_string(line) + ": " + msg);
+  throw Error(msg, std::string(short_path(file)) + ":" + std::to_string(line));
 }
 
 void abort_invariant(const char* file, int line, const char* cond, const std::string& msg) {

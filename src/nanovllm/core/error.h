@@ -1,5 +1,7 @@
 // Errors: NANOVLLM_CHECK throws nanovllm::Error (always on, release builds too) for anything a user can
 // cause — bad configs, bad weights, bad requests. NANOVLLM_ASSERT aborts: a failed one is a bug.
+// An Error keeps its message and the source location apart: what() is "file:line: message" (logs, tests),
+// while front ends show message() to users and the location only when asked (the CLI's --debug).
 #pragma once
 
 #include <sstream>
@@ -10,7 +12,22 @@ namespace nanovllm {
 
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  // No location: what() == message().
+  explicit Error(const std::string& message) : std::runtime_error(message), message_(message) {}
+  // location: "file:line" (may be empty); what() is "location: message".
+  Error(const std::string& message, const std::string& location)
+      : std::runtime_error(location.empty() ? message : location + ": " + message),
+        message_(message),
+        location_(location) {}
+
+  const std::string& message() const { return message_; }
+  const std::string& location() const { return location_; }
+  // The same error with `prefix` in front of its message (context added by a caller), same location.
+  Error prefixed(const std::string& prefix) const { return Error(prefix + message_, location_); }
+
+ private:
+  std::string message_;
+  std::string location_;
 };
 
 namespace detail {

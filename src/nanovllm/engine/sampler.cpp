@@ -86,6 +86,13 @@ SampledToken Sampler::sample_row(const float* raw, int64_t vocab, const Sequence
     }
   }
 
+  // logit_bias, before the penalties (vLLM's order); a suppressed id stays -inf. A zero bias is skipped so
+  // the logit keeps its exact bits (-0 + 0 would turn into +0), as on the GPU.
+  for (const auto& [id, bias] : p.logit_bias) {
+    check_token(id, vocab, seq);
+    if (bias != 0.0f) x[id] += bias;
+  }
+
   if (p.repetition_penalty != 1.0f) {
     std::unordered_set<int32_t> seen(seq.token_ids.begin(), seq.token_ids.end());
     for (int32_t id : seen) {

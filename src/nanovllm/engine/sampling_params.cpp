@@ -32,6 +32,14 @@ void SamplingParams::validate(int64_t vocab_size) const {
   }
   NANOVLLM_CHECK(logprobs >= 0 && logprobs <= kMaxLogprobs, "SamplingParams.logprobs must be in [0, ",
                  kMaxLogprobs, "], got ", logprobs);
+  NANOVLLM_CHECK(logit_bias.size() <= kMaxLogitBiasEntries, "SamplingParams.logit_bias has ", logit_bias.size(),
+                 " entries; at most ", kMaxLogitBiasEntries, " are allowed");
+  for (const auto& [id, bias] : logit_bias) {
+    NANOVLLM_CHECK(id >= 0 && id < vocab_size, "SamplingParams.logit_bias: id ", id,
+                   " is outside the vocabulary [0, ", vocab_size, ")");
+    NANOVLLM_CHECK(std::isfinite(bias) && bias >= -kMaxLogitBias && bias <= kMaxLogitBias,
+                   "SamplingParams.logit_bias: the bias of id ", id, " must be in [-100, 100], got ", bias);
+  }
 }
 
 }  // namespace nanovllm

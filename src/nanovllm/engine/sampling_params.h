@@ -2,10 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <vector>
 
 namespace nanovllm {
+
+constexpr float kMaxLogitBias = 100.0f;     // |bias| limit (OpenAI's)
+constexpr size_t kMaxLogitBiasEntries = 300;  // tokens one request may bias
 
 struct SamplingParams {
   float temperature = 1.0f;          // 0 = greedy
@@ -21,6 +25,9 @@ struct SamplingParams {
   bool ignore_eos = false;
   std::vector<int64_t> stop_token_ids;
   int64_t logprobs = 0;              // return the top-K logprobs of each step (0 = none)
+  // OpenAI logit_bias: token id -> bias in [-100, 100], added to that token's logit before penalties and
+  // temperature (vLLM's order); -100 all but bans a token, +100 all but forces it.
+  std::map<int32_t, float> logit_bias;
 
   // Throws nanovllm::Error naming the offending field.
   void validate(int64_t vocab_size) const;

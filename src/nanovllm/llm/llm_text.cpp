@@ -31,8 +31,9 @@ const tokenizer::Tokenizer& LLMEngine::tokenizer() const {
     NANOVLLM_CHECK(has_tokenizer(), config_.model.path.string(),
                    ": no tokenizer.json in the model directory; text prompts and decoded text need one "
                    "(use token ids instead, e.g. --prompt-ids)");
-    tokenizer_ =
-        std::make_shared<const tokenizer::Tokenizer>(tokenizer::Tokenizer::from_model_dir(config_.model.path));
+    // Its ids must fit the model's vocabulary: an id outside would index past the embedding.
+    tokenizer_ = std::make_shared<const tokenizer::Tokenizer>(
+        tokenizer::Tokenizer::from_model_dir(config_.model.path, model_config_.vocab_size));
   }
   return *tokenizer_;
 }
@@ -72,7 +73,11 @@ std::optional<int32_t> LLMEngine::tokenizer_eos_token_id() const {
       if (!entry.is_object() || entry.value("content", std::string()) != name) continue;
       char* end = nullptr;
       const long long id = std::strtoll(key.c_str(), &end, 10);
-      if (end != key.c_str() && *end == '\0' && id >= 0 && id <= INT32_MAX) return static_cast<int32_t>(id);
+      NANOVLLM_CHECK(end != key.c_str() && *end == '\0' && id >= 0 && id < model_config_.vocab_size, path.string(),
+                     ": added_tokens_decoder['", key, "'] (the eos_token '", name,
+                     "') is not a token id of the model's vocabulary [0, ", model_config_.vocab_size,
+                     ") (config.json vocab_size)");
+      return static_cast<int32_t>(id);
     }
   }
   if (!has_tokenizer()) return std::nullopt;
@@ -92,7 +97,7 @@ std::vector<RequestOutput> LLM::generate(const std::vector<std::string>& prompts
     try {
       ids.push_back(tok.encode(prompts[i]));
     } catch (const Error& e) {
-      throw Error(detail::concat("prompt ", i, ": ", e.what()));  // keeps the tokenizer's file:line
+      throw e.prefixed(detail::concat("prompt ", i, ": "));  // keeps the tokenizer's file:line
     }
   }
   std::vector<RequestOutput> outputs = generate(ids, params);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nanovllm/core/error.h"
+#include "nanovllm/core/limits.h"
 
 namespace nanovllm {
 namespace {
@@ -59,14 +60,19 @@ class Fields {
     NANOVLLM_CHECK(v.is_string(), where_, ": field '", key, "' must be a string (got ", v.dump(), ")");
     return v.get<std::string>();
   }
-  // An int, a list of ints, or null/absent (empty).
+  // An int, a list of ints, or null/absent (empty). Ids are < 2^24 (kMaxVocabSize): a larger one can be
+  // no token of any model.
   std::vector<int64_t> token_ids(const char* key) const {
     std::vector<int64_t> ids;
     if (!has(key)) return ids;
     const json& v = obj_.at(key);
+    NANOVLLM_CHECK(!v.is_array() || v.size() <= 1024, where_, ": field '", key, "' lists ", v.size(),
+                   " token ids; at most 1024 are supported");
     auto one = [&](const json& e) {
-      NANOVLLM_CHECK(e.is_number_integer() && e.get<int64_t>() >= 0, where_, ": field '", key,
-                     "' must be a non-negative token id or a list of them (got ", v.dump(), ")");
+      NANOVLLM_CHECK(e.is_number_integer() && (e.is_number_unsigned() || e.get<int64_t>() >= 0), where_, ": field '",
+                     key, "' must be a non-negative token id or a list of them (got ", v.dump(), ")");
+      NANOVLLM_CHECK(e.get<uint64_t>() < static_cast<uint64_t>(kMaxVocabSize), where_, ": field '", key,
+                     "' holds token id ", e.dump(), ", outside [0, 2^24) (no vocabulary is larger)");
       ids.push_back(e.get<int64_t>());
     };
     if (v.is_array()) {
@@ -205,6 +211,8 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   }
 
   c.vocab_size = f.positive_int("vocab_size");
+  NANOVLLM_CHECK(c.vocab_size <= kMaxVocabSize, origin, ": field 'vocab_size' is ", c.vocab_size,
+                 "; at most 2^24 (", kMaxVocabSize, ") is supported");
   c.hidden_size = f.positive_int("hidden_size");
   c.intermediate_size = f.positive_int("intermediate_size");
   c.num_hidden_layers = f.positive_int("num_hidden_layers");
@@ -258,6 +266,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   const std::vector<int64_t> bos = f.token_ids("bos_token_id");
   NANOVLLM_CHECK(bos.size() <= 1, origin, ": field 'bos_token_id' must be a single token id");
   c.bos_token_id = bos.empty() ? -1 : bos[0];
+  (void)f.token_ids("pad_token_id");  // unused, but a broken value is reported like the others
   return c;
 }
 
@@ -275,12 +284,11 @@ ModelConfig ModelConfig::from_model_dir(const std::filesystem::path& dir) {
     const json g = parse_json(read_text_file(gen_path), gen_path.string());
     const Fields f(g, gen_path.string());
     if (f.has("eos_token_id")) c.eos_token_ids = f.token_ids("eos_token_id");
-    if (c.bos_token_id < 0 && f.has("bos_token_id")) {
-      const std::vector<int64_t> bos = f.token_ids("bos_token_id");
-      if (bos.size() == 1) c.bos_token_id = bos[0];
-    }
+    const std::vector<int64_t> bos = f.token_ids("bos_token_id");
+    if (c.bos_token_id < 0 && bos.size() == 1) c.bos_token_id = bos[0];
+    (void)f.token_ids("pad_token_id");  // unused, but a broken value is reported like the others
   }
-  // An EOS id outside the vocabulary can never be sampled; HF accepts such configs (small test models
+  // An EOS id inside [vocab_size, 2^24) can never be sampled; HF accepts such configs (small test models
   // keep the real model's special ids), so only warn.
   for (int64_t id : c.eos_token_ids)
     if (id >= c.vocab_size)

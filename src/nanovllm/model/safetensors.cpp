@@ -39,6 +39,78 @@ uint64_t read_u64_le(const unsigned char* p) {
 
 }  // namespace
 
+std::map<std::string, TensorInfo> parse_safetensors(const void* image, size_t size, const std::filesystem::path& file) {
+  const std::string where = file.string();
+  NANOVLLM_CHECK(size >= 8, where, ": file is ", size, " bytes, too small for a safetensors header");
+  std::map<std::string, TensorInfo> tensors;
+  const auto* bytes = static_cast<const unsigned char*>(image);
+  const uint64_t header_len = read_u64_le(bytes);
+  NANOVLLM_CHECK(header_len <= size - 8, where, ": header length ", header_len,
+                 " is larger than the file allows (file is ", size, " bytes); the file is truncated or corrupt");
+  NANOVLLM_CHECK(header_len <= kMaxHeaderBytes, where, ": header length ", header_len, " exceeds ",
+                 kMaxHeaderBytes, " bytes");
+  const size_t data_start = 8 + static_cast<size_t>(header_len);
+  const size_t data_size = size - data_start;
+
+  json header;
+  try {
+    header = json::parse(reinterpret_cast<const char*>(bytes + 8), reinterpret_cast<const char*>(bytes + data_start));
+  } catch (const json::exception& e) {
+    NANOVLLM_FAIL(where, ": header is not valid JSON: ", e.what());
+  }
+  NANOVLLM_CHECK(header.is_object(), where, ": header must be a JSON object");
+
+  struct Range { size_t begin, end; std::string name; };
+  std::vector<Range> ranges;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") continue;
+    NANOVLLM_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") &&
+                       entry.contains("data_offsets"),
+                   where, ": tensor '", name, "': header entry must have dtype, shape and data_offsets");
+    const json& jd = entry.at("dtype");
+    const json& js = entry.at("shape");
+    const json& jo = entry.at("data_offsets");
+    TensorInfo t;
+    t.file = file;
+    NANOVLLM_CHECK(jd.is_string(), where, ": tensor '", name, "': dtype must be a string");
+    NANOVLLM_CHECK(parse_dtype(jd.get<std::string>(), t.dtype), where, ": tensor '", name, "' has dtype ",
+                   jd.get<std::string>(), "; only BF16, F16 and F32 are supported");
+    NANOVLLM_CHECK(js.is_array() && js.size() <= static_cast<size_t>(kMaxDims), where, ": tensor '", name,
+                   "': shape must be a list of at most ", kMaxDims, " dimensions (got ", js.dump(), ")");
+    uint64_t numel = 1;
+    for (const json& d : js) {
+      NANOVLLM_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0), where,
+                     ": tensor '", name, "': shape ", js.dump(), " must hold non-negative integers");
+      const uint64_t v = d.get<uint64_t>();
+      NANOVLLM_CHECK(v < (1ull << 40) && (v == 0 || numel <= (1ull << 60) / v), where, ": tensor '", name,
+                     "': shape ", js.dump(), " is too large");
+      numel *= v;
+      t.shape.dims[static_cast<size_t>(t.shape.ndim++)] = static_cast<int64_t>(v);
+    }
+    NANOVLLM_CHECK(jo.is_array() && jo.size() == 2 && jo[0].is_number_unsigned() && jo[1].is_number_unsigned(),
+                   where, ": tensor '", name, "': data_offsets must be [begin, end] (got ", jo.dump(), ")");
+    const uint64_t begin = jo[0].get<uint64_t>();
+    const uint64_t end = jo[1].get<uint64_t>();
+    NANOVLLM_CHECK(begin <= end, where, ": tensor '", name, "': data_offsets ", jo.dump(), " are reversed");
+    NANOVLLM_CHECK(end <= data_size, where, ": tensor '", name, "': data_offsets ", jo.dump(),
+                   " run past the end of the file (", data_size, " data bytes); the file is truncated");
+    const uint64_t expect = numel * dtype_size(t.dtype);
+    NANOVLLM_CHECK(end - begin == expect, where, ": tensor '", name, "': data_offsets ", jo.dump(), " span ",
+                   end - begin, " bytes but shape ", t.shape.str(), " x ", jd.get<std::string>(), " needs ",
+                   expect);
+    t.nbytes = static_cast<size_t>(expect);
+    t.data = bytes + data_start + begin;
+    ranges.push_back({static_cast<size_t>(begin), static_cast<size_t>(end), name});
+    tensors.emplace(name, t);
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < ranges.size(); ++i)
+    NANOVLLM_CHECK(ranges[i].begin >= ranges[i - 1].end || ranges[i].begin == ranges[i].end ||
+                       ranges[i - 1].begin == ranges[i - 1].end,
+                   where, ": tensors '", ranges[i - 1].name, "' and '", ranges[i].name, "' overlap");
+  return tensors;
+}
+
 SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path) {
   const std::string where = path.string();
   const int fd = ::open(where.c_str(), O_RDONLY | O_CLOEXEC);
@@ -61,71 +133,7 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
   map_ = m;
 
   try {
-    const auto* bytes = static_cast<const unsigned char*>(map_);
-    const uint64_t header_len = read_u64_le(bytes);
-    NANOVLLM_CHECK(header_len <= size_ - 8, where, ": header length ", header_len,
-                   " is larger than the file allows (file is ", size_, " bytes); the file is truncated or corrupt");
-    NANOVLLM_CHECK(header_len <= kMaxHeaderBytes, where, ": header length ", header_len, " exceeds ",
-                   kMaxHeaderBytes, " bytes");
-    const size_t data_start = 8 + static_cast<size_t>(header_len);
-    const size_t data_size = size_ - data_start;
-
-    json header;
-    try {
-      header = json::parse(reinterpret_cast<const char*>(bytes + 8), reinterpret_cast<const char*>(bytes + data_start));
-    } catch (const json::exception& e) {
-      NANOVLLM_FAIL(where, ": header is not valid JSON: ", e.what());
-    }
-    NANOVLLM_CHECK(header.is_object(), where, ": header must be a JSON object");
-
-    struct Range { size_t begin, end; std::string name; };
-    std::vector<Range> ranges;
-    for (const auto& [name, entry] : header.items()) {
-      if (name == "__metadata__") continue;
-      NANOVLLM_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") &&
-                         entry.contains("data_offsets"),
-                     where, ": tensor '", name, "': header entry must have dtype, shape and data_offsets");
-      const json& jd = entry.at("dtype");
-      const json& js = entry.at("shape");
-      const json& jo = entry.at("data_offsets");
-      TensorInfo t;
-      t.file = path;
-      NANOVLLM_CHECK(jd.is_string(), where, ": tensor '", name, "': dtype must be a string");
-      NANOVLLM_CHECK(parse_dtype(jd.get<std::string>(), t.dtype), where, ": tensor '", name, "' has dtype ",
-                     jd.get<std::string>(), "; only BF16, F16 and F32 are supported");
-      NANOVLLM_CHECK(js.is_array() && js.size() <= static_cast<size_t>(kMaxDims), where, ": tensor '", name,
-                     "': shape must be a list of at most ", kMaxDims, " dimensions (got ", js.dump(), ")");
-      uint64_t numel = 1;
-      for (const json& d : js) {
-        NANOVLLM_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0), where,
-                       ": tensor '", name, "': shape ", js.dump(), " must hold non-negative integers");
-        const uint64_t v = d.get<uint64_t>();
-        NANOVLLM_CHECK(v < (1ull << 40) && (v == 0 || numel <= (1ull << 60) / v), where, ": tensor '", name,
-                       "': shape ", js.dump(), " is too large");
-        numel *= v;
-        t.shape.dims[static_cast<size_t>(t.shape.ndim++)] = static_cast<int64_t>(v);
-      }
-      NANOVLLM_CHECK(jo.is_array() && jo.size() == 2 && jo[0].is_number_unsigned() && jo[1].is_number_unsigned(),
-                     where, ": tensor '", name, "': data_offsets must be [begin, end] (got ", jo.dump(), ")");
-      const uint64_t begin = jo[0].get<uint64_t>();
-      const uint64_t end = jo[1].get<uint64_t>();
-      NANOVLLM_CHECK(begin <= end, where, ": tensor '", name, "': data_offsets ", jo.dump(), " are reversed");
-      NANOVLLM_CHECK(end <= data_size, where, ": tensor '", name, "': data_offsets ", jo.dump(),
-                     " run past the end of the file (", data_size, " data bytes); the file is truncated");
-      const uint64_t expect = numel * dtype_size(t.dtype);
-      NANOVLLM_CHECK(end - begin == expect, where, ": tensor '", name, "': data_offsets ", jo.dump(), " span ",
-                     end - begin, " bytes but shape ", t.shape.str(), " x ", jd.get<std::string>(), " needs ",
-                     expect);
-      t.nbytes = static_cast<size_t>(expect);
-      t.data = bytes + data_start + begin;
-      ranges.push_back({static_cast<size_t>(begin), static_cast<size_t>(end), name});
-      tensors_.emplace(name, t);
-    }
-    std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
-    for (size_t i = 1; i < ranges.size(); ++i)
-      NANOVLLM_CHECK(ranges[i].begin >= ranges[i - 1].end || ranges[i].begin == ranges[i].end ||
-                         ranges[i - 1].begin == ranges[i - 1].end,
-                     where, ": tensors '", ranges[i - 1].name, "' and '", ranges[i].name, "' overlap");
+    tensors_ = parse_safetensors(map_, size_, path);
   } catch (...) {
     ::munmap(map_, size_);
     map_ = nullptr;

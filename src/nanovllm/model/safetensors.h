@@ -26,6 +26,12 @@ struct TensorInfo {
   std::filesystem::path file;  // the file it comes from (for error messages)
 };
 
+// Validates a whole safetensors file image (`size` bytes: the u64 header length, the JSON header, the
+// data) and returns its tensors, whose `data` point into `image`. Throws nanovllm::Error naming `file`
+// (and the tensor) for anything malformed: a header past the end or over 100 MB, bad JSON, unsupported
+// dtypes, shapes too large, offsets outside the data or not matching the shape, overlapping tensors.
+std::map<std::string, TensorInfo> parse_safetensors(const void* image, size_t size, const std::filesystem::path& file);
+
 class SafetensorsFile {
  public:
   // Maps `path` and validates the whole header; throws nanovllm::Error naming the file (and tensor).

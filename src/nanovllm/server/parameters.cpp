@@ -15,9 +15,7 @@ constexpr std::string_view kCommon[] = {
     "repetition_penalty", "seed", "stop", "stop_token_ids", "min_tokens", "ignore_eos", "n", "logprobs", "stream",
     "stream_options",
     // Labels for the caller's own bookkeeping: they change nothing that is generated.
-    "user", "metadata", "prompt_cache_key", "safety_identifier",
-    // Not applied yet: SamplingParams::logit_bias comes with another change, which also validates it here.
-    "logit_bias"};
+    "user", "metadata", "prompt_cache_key", "safety_identifier", "logit_bias"};
 constexpr std::string_view kCompletions[] = {"prompt"};
 constexpr std::string_view kChat[] = {"messages", "max_completion_tokens", "top_logprobs", "tools",
                                       "chat_template_kwargs", "add_generation_prompt"};

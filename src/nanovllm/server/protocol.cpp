@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -138,7 +139,6 @@ std::vector<int32_t> parse_chat_prompt(Body& body, const ModelContext& ctx) {
     if (content.is_null() && role != "assistant") fail(key + ".content", "'" + key + ".content' is required");
     // An assistant turn with only tool_calls has "content": null (the OpenAI SDKs send it so). Templates test
     // `'</think>' in message.content` (Qwen3), which fails on None; like vLLM, render it as the empty string.
-    // (Branch hardening-cli makes the same change.)
     if (content.is_null()) content = "";
     ordered_json msg = std::move(m);  // moved, not copied: tool_calls and the like stay as they came
     msg["content"] = std::move(content);
@@ -196,6 +196,22 @@ std::vector<std::string> parse_stop(const Body& v, const ProtocolLimits& lim) {
   return stop;
 }
 
+// logit_bias, OpenAI's form: an object mapping token ids, as strings, to biases in [-100, 100].
+std::map<int32_t, float> parse_logit_bias(const Body& v, int64_t vocab) {
+  if (!v.is_object()) fail("logit_bias", "'logit_bias' must be an object mapping token ids to biases");
+  if (v.size() > kMaxLogitBiasEntries)
+    fail("logit_bias", "'logit_bias' may bias at most " + std::to_string(kMaxLogitBiasEntries) + " tokens");
+  std::map<int32_t, float> bias;
+  for (const auto& [key, value] : v.items()) {
+    const bool digits = !key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos;
+    const long long id = digits ? std::stoll(key) : -1;
+    if (id < 0 || id >= vocab)
+      fail("logit_bias", "'logit_bias' key '" + key + "' is not a token id in [0, " + std::to_string(vocab) + ")");
+    bias[static_cast<int32_t>(id)] = static_cast<float>(get_number(value, "logit_bias", -100, 100));
+  }
+  return bias;
+}
+
 void parse_sampling(const Body& body, Endpoint endpoint, const ModelContext& ctx, GenerationRequest& r) {
   SamplingParams& p = r.params;
   if (const Body* v = field(body, "temperature")) p.temperature = static_cast<float>(get_number(*v, "temperature", 0, 100));
@@ -223,6 +239,7 @@ void parse_sampling(const Body& body, Endpoint endpoint, const ModelContext& ctx
     if (!v->is_array()) fail("stop_token_ids", "'stop_token_ids' must be a list of token ids");
     for (int32_t id : token_list(*v, ctx.vocab_size, "stop_token_ids")) p.stop_token_ids.push_back(id);
   }
+  if (const Body* v = field(body, "logit_bias")) p.logit_bias = parse_logit_bias(*v, ctx.vocab_size);
   if (const Body* v = field(body, "stop")) r.stop = parse_stop(*v, ctx.limits);
   if (const Body* v = field(body, "n")) r.n = get_int(*v, "n", 1, ctx.limits.max_n);
 

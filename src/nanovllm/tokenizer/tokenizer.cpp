@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "nanovllm/core/error.h"
+#include "nanovllm/core/limits.h"
 #include "nanovllm/tokenizer/bpe.h"
 #include "nanovllm/tokenizer/byte_level.h"
 #include "nanovllm/tokenizer/normalizer.h"
@@ -27,11 +28,28 @@ struct Tokenizer::Impl {
 
   std::unordered_map<std::string, int32_t> vocab;        // byte-level spelling -> id
   std::unordered_map<std::string, int32_t> added_by_content;
-  std::vector<std::string> id_token;   // [vocab_size] spelling, empty when unused
-  std::vector<std::string> id_bytes;   // [vocab_size] decoded bytes
-  std::vector<uint8_t> id_known;       // [vocab_size]
-  std::vector<uint8_t> id_special;     // [vocab_size]
+  // Per id, through a 4-byte slot (so sparse ids cost 4 bytes each, not a table row).
+  struct IdInfo {
+    std::string token;  // spelling
+    std::string bytes;  // decoded bytes
+    bool special = false;
+  };
+  std::vector<int32_t> id_slot;  // [vocab_size] index into id_info, -1 when the id is unused
+  std::vector<IdInfo> id_info;
   std::optional<int32_t> eos, bos, pad;
+
+  const IdInfo* info(int32_t id) const {
+    if (id < 0 || static_cast<size_t>(id) >= id_slot.size() || id_slot[id] < 0) return nullptr;
+    return &id_info[static_cast<size_t>(id_slot[id])];
+  }
+  IdInfo& info_for_write(int32_t id) {
+    int32_t& slot = id_slot[static_cast<size_t>(id)];
+    if (slot < 0) {
+      slot = static_cast<int32_t>(id_info.size());
+      id_info.emplace_back();
+    }
+    return id_info[static_cast<size_t>(slot)];
+  }
 
   void encode_text(std::string_view text, std::vector<int32_t>& out) const;
   void encode_normalized(std::string_view text, std::vector<int32_t>& out) const;
@@ -151,20 +169,36 @@ std::optional<std::string> config_token_name(const json& cfg, const char* key) {
 
 }  // namespace
 
-Tokenizer Tokenizer::from_model_dir(const std::filesystem::path& dir) {
+Tokenizer Tokenizer::from_model_dir(const std::filesystem::path& dir, int64_t model_vocab_size) {
   const auto tok_path = dir / "tokenizer.json";
   NANOVLLM_CHECK(std::filesystem::exists(tok_path), "tokenizer: ", tok_path.string(),
                  " not found (only fast-tokenizer tokenizer.json files are supported)");
   const auto cfg_path = dir / "tokenizer_config.json";
   const std::string cfg = std::filesystem::exists(cfg_path) ? read_file(cfg_path) : std::string();
-  return from_json_string(read_file(tok_path), cfg);
+  return from_json_string(read_file(tok_path), cfg, model_vocab_size);
 }
 
 Tokenizer Tokenizer::from_file(const std::filesystem::path& tokenizer_json) {
   return from_json_string(read_file(tokenizer_json));
 }
 
-Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::string_view config_json) {
+Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::string_view config_json,
+                                      int64_t model_vocab_size) {
+  NANOVLLM_CHECK(model_vocab_size >= 0 && model_vocab_size <= kMaxVocabSize, "tokenizer: model vocabulary size ",
+                 model_vocab_size, " is outside [0, 2^24]");
+  // Every id must be below this bound; `bound_what` says where it comes from.
+  const int64_t bound = model_vocab_size > 0 ? model_vocab_size : kMaxVocabSize;
+  const std::string bound_what = model_vocab_size > 0
+                                     ? "the model's vocabulary [0, " + std::to_string(bound) + ") (config.json vocab_size)"
+                                     : "[0, 2^24), the largest vocabulary supported";
+  // `where`: the file and field, for errors.
+  auto checked_id = [&](const json& v, const std::string& where) -> int32_t {
+    NANOVLLM_CHECK(v.is_number_integer(), where, ": the token id must be an integer, got ", v.dump());
+    const bool inside = v.is_number_unsigned() ? v.get<uint64_t>() < static_cast<uint64_t>(bound)
+                                               : v.get<int64_t>() >= 0 && v.get<int64_t>() < bound;
+    NANOVLLM_CHECK(inside, where, ": token id ", v.dump(), " is outside ", bound_what);
+    return static_cast<int32_t>(v.get<int64_t>());
+  };
   json j;
   try {
     j = json::parse(tokenizer_json);
@@ -194,9 +228,11 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::stri
     std::vector<std::pair<std::string, int32_t>> vocab;
     vocab.reserve(model.at("vocab").size());
     int32_t max_id = -1;
+    NANOVLLM_CHECK(model.at("vocab").is_object(), "tokenizer.json: model.vocab must be an object");
+    NANOVLLM_CHECK(static_cast<int64_t>(model["vocab"].size()) <= bound, "tokenizer.json: model.vocab has ",
+                   model["vocab"].size(), " tokens, more than ", bound_what, " holds");
     for (const auto& [token, id] : model["vocab"].items()) {
-      const int32_t i = id.get<int32_t>();
-      NANOVLLM_CHECK(i >= 0, "tokenizer.json: negative id for vocab token '", token, "'");
+      const int32_t i = checked_id(id, "tokenizer.json: model.vocab['" + token + "']");
       vocab.emplace_back(token, i);
       max_id = std::max(max_id, i);
     }
@@ -241,31 +277,38 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::stri
       impl->added.push_back(std::move(a));
       max_id = std::max(max_id, id);
     };
-    for (const auto& t : j.value("added_tokens", json::array())) add_token(t, t.at("id").get<int32_t>());
+    const json added_tokens = j.value("added_tokens", json::array());
+    NANOVLLM_CHECK(added_tokens.is_array(), "tokenizer.json: added_tokens must be a list");
+    for (size_t i = 0; i < added_tokens.size(); ++i)
+      add_token(added_tokens[i], checked_id(added_tokens[i].at("id"), "tokenizer.json: added_tokens[" +
+                                                                           std::to_string(i) + "].id"));
     if (cfg.is_object() && cfg.contains("added_tokens_decoder")) {
-      for (const auto& [id, t] : cfg["added_tokens_decoder"].items()) add_token(t, std::stoi(id));
+      NANOVLLM_CHECK(cfg["added_tokens_decoder"].is_object(),
+                     "tokenizer_config.json: added_tokens_decoder must be an object");
+      for (const auto& [key, t] : cfg["added_tokens_decoder"].items()) {
+        const std::string where = "tokenizer_config.json: added_tokens_decoder['" + key + "']";
+        const bool digits = !key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos;
+        NANOVLLM_CHECK(digits, where, ": the key must be a token id");
+        add_token(t, checked_id(json(std::stoll(key)), where));
+      }
     }
 
     // ---- id tables ----
-    const size_t n = static_cast<size_t>(max_id + 1);
-    impl->id_token.assign(n, {});
-    impl->id_bytes.assign(n, {});
-    impl->id_known.assign(n, 0);
-    impl->id_special.assign(n, 0);
+    impl->id_slot.assign(static_cast<size_t>(max_id + 1), -1);
     impl->vocab.reserve(vocab.size());
     for (auto& [token, id] : vocab) {
-      impl->id_bytes[id] = byte_level_token_bytes(token);
-      impl->id_known[id] = 1;
-      impl->id_token[id] = token;
+      Impl::IdInfo& info = impl->info_for_write(id);
+      info.bytes = byte_level_token_bytes(token);
+      info.token = token;
       impl->vocab.emplace(std::move(token), id);
     }
     std::vector<std::string> raw_pats, norm_pats;
     std::vector<const AddedToken*> raw_toks, norm_toks;
     for (const AddedToken& a : impl->added) {
-      impl->id_token[a.id] = a.content;
-      impl->id_bytes[a.id] = byte_level_token_bytes(a.content);  // what HF's ByteLevel decoder does
-      impl->id_known[a.id] = 1;
-      impl->id_special[a.id] = a.special;
+      Impl::IdInfo& info = impl->info_for_write(a.id);
+      info.token = a.content;
+      info.bytes = byte_level_token_bytes(a.content);  // what HF's ByteLevel decoder does
+      info.special = a.special;
       if (a.normalized) {
         std::string p;
         impl->normalizer.normalize(a.content, p);
@@ -351,9 +394,9 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   const Impl& im = *impl_;
   std::string bytes;
   for (int32_t id : ids) {
-    if (id < 0 || static_cast<size_t>(id) >= im.id_known.size() || !im.id_known[id]) continue;
-    if (skip_special_tokens && im.id_special[id]) continue;
-    bytes += im.id_bytes[id];
+    const Impl::IdInfo* info = im.info(id);
+    if (info == nullptr || (skip_special_tokens && info->special)) continue;
+    bytes += info->bytes;
   }
   std::string out;
   out.reserve(bytes.size());
@@ -361,7 +404,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   return out;
 }
 
-int64_t Tokenizer::vocab_size() const { return static_cast<int64_t>(impl_->id_known.size()); }
+int64_t Tokenizer::vocab_size() const { return static_cast<int64_t>(impl_->id_slot.size()); }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
   const std::string key(token);
@@ -371,17 +414,19 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
 }
 
 std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
-  if (id < 0 || static_cast<size_t>(id) >= impl_->id_known.size() || !impl_->id_known[id]) return std::nullopt;
-  return impl_->id_token[id];
+  const Impl::IdInfo* info = impl_->info(id);
+  if (info == nullptr) return std::nullopt;
+  return info->token;
 }
 
 std::string_view Tokenizer::token_bytes(int32_t id) const {
-  if (id < 0 || static_cast<size_t>(id) >= impl_->id_known.size() || !impl_->id_known[id]) return {};
-  return impl_->id_bytes[id];
+  const Impl::IdInfo* info = impl_->info(id);
+  return info == nullptr ? std::string_view() : std::string_view(info->bytes);
 }
 
 bool Tokenizer::is_special(int32_t id) const {
-  return id >= 0 && static_cast<size_t>(id) < impl_->id_special.size() && impl_->id_special[id];
+  const Impl::IdInfo* info = impl_->info(id);
+  return info != nullptr && info->special;
 }
 
 const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }

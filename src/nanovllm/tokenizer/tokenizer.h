@@ -32,11 +32,14 @@ namespace nanovllm::tokenizer {
 class Tokenizer {
  public:
   // Reads <dir>/tokenizer.json, plus <dir>/tokenizer_config.json when present (eos/bos/pad token names and
-  // any added_tokens_decoder entries missing from tokenizer.json).
-  static Tokenizer from_model_dir(const std::filesystem::path& dir);
+  // any added_tokens_decoder entries missing from tokenizer.json). Every token id must be below
+  // `model_vocab_size` (the model's config.json vocab_size; 0: no model, then below 2^24, the largest
+  // vocabulary supported): a file with an id outside is an Error naming the file and the field.
+  static Tokenizer from_model_dir(const std::filesystem::path& dir, int64_t model_vocab_size = 0);
   static Tokenizer from_file(const std::filesystem::path& tokenizer_json);
   // The content of a tokenizer.json; `config_json` optionally that of tokenizer_config.json.
-  static Tokenizer from_json_string(std::string_view tokenizer_json, std::string_view config_json = {});
+  static Tokenizer from_json_string(std::string_view tokenizer_json, std::string_view config_json = {},
+                                    int64_t model_vocab_size = 0);
 
   // Throws nanovllm::Error when `text` is not valid UTF-8 (message gives the byte offset).
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const;

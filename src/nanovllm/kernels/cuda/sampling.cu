@@ -489,22 +489,26 @@ sample_kernel(float* __restrict__ logits, int64_t vocab, const GpuSamplingParams
   }
   if (drawn) return;
 
-  // 3. Suppression and penalties, in place (ids are unique within a row's entries).
+  // 3. Suppression, logit_bias and penalties, in place (ids are unique within a row's entries).
   GpuPenaltyEntry* ent = p.entry_count > 0 ? entries + p.entry_begin : nullptr;
   if (p.entry_count > 0) {
     const bool rep = p.repetition_penalty != 1.0f;
     const bool freq = p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
     for (int e = threadIdx.x; e < p.entry_count; e += kThreads) {
       const int32_t id = ent[e].id, c = ent[e].count;
+      const float bias = ent[e].bias;
       float v = row_p[id];
       ent[e].saved = v;
-      if (c < 0) {
+      if (c == kEntrySuppressed) {
         v = kNegInf;
       } else {
         // Same fp32 operations as the CPU, no contraction: the penalised logit must match bit for bit.
-        if (rep) v = v > 0.0f ? __fdiv_rn(v, p.repetition_penalty) : __fmul_rn(v, p.repetition_penalty);
-        if (freq && c > 0)
-          v = __fsub_rn(v, __fadd_rn(__fmul_rn(p.frequency_penalty, static_cast<float>(c)), p.presence_penalty));
+        if (bias != 0.0f) v = __fadd_rn(v, bias);
+        if (c >= 0) {  // a seen token
+          if (rep) v = v > 0.0f ? __fdiv_rn(v, p.repetition_penalty) : __fmul_rn(v, p.repetition_penalty);
+          if (freq && c > 0)
+            v = __fsub_rn(v, __fadd_rn(__fmul_rn(p.frequency_penalty, static_cast<float>(c)), p.presence_penalty));
+        }
       }
       row_p[id] = v;
     }

@@ -2,7 +2,7 @@
 // given scratch), with the exact semantics of the CPU Sampler (engine/sampler.h), so only a few bytes per
 // sequence come back to the host.
 //
-// Per row: penalty/suppression list -> (greedy) argmax, or temperature -> top-k (count radix select on
+// Per row: suppression / logit_bias / penalty list -> (greedy) argmax, or temperature -> top-k (count radix select on
 // the fp32 bits) -> top-p (radix search on the same bits weighted by fixed-point probability mass, ties
 // at the pivot kept in id order) -> min-p -> inverse-CDF draw in id order with
 // rng_uniform(rng_key, step) (core/rng.h, evaluated on the device). Raw-logit log-softmax of the
@@ -47,14 +47,19 @@ __host__ __device__ inline bool plain_temperature(const GpuSamplingParams& p) {
 }
 
 // A token whose logit is changed before sampling. One per distinct id per row (ids unique in a row).
-//   count == -1: suppressed (min_tokens not reached: eos / stop id) -> -inf.
-//   count >= 0 : seen token. The repetition penalty (when != 1) applies to every entry, so a row with
-//                repetition_penalty != 1 lists all distinct prompt + output ids; frequency/presence
-//                penalties apply to entries with count (occurrences in the output) > 0.
-// `saved` is scratch written by the kernel (the raw logit, restored before the kernel ends).
+//   count == kEntrySuppressed: min_tokens not reached (eos / stop id) -> -inf.
+//   count == kEntryBiasOnly  : not a seen token; only `bias` applies (logit_bias).
+//   count >= 0               : seen token: logit + bias, then the repetition penalty (when != 1; so a row with
+//                              repetition_penalty != 1 lists all distinct prompt + output ids), then the
+//                              frequency/presence penalties when count (occurrences in the output) > 0.
+// `bias` is the request's logit_bias for the id (0: none). `saved` is scratch written by the kernel (the raw
+// logit, restored before the kernel ends).
+constexpr int32_t kEntrySuppressed = -1;
+constexpr int32_t kEntryBiasOnly = -2;
 struct GpuPenaltyEntry {
   int32_t id;
   int32_t count;
+  float bias;
   float saved;
 };
 

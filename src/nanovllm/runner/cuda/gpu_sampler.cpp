@@ -96,24 +96,28 @@ cuda_ops::StagedWords GpuSampler::pack(int slot_index, const std::vector<const S
     if (p.repetition_penalty != 1.0f) {  // every seen token (prompt + output)
       for (int32_t id : seq.token_ids) {
         check_token(id, V, seq);
-        scratch_.emplace(id, 0);
+        scratch_.emplace(id, EntryScratch{0, 0.0f});
       }
     }
     if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
       for (int64_t t = seq.num_prompt_tokens; t < seq.num_tokens(); ++t) {
         const int32_t id = seq.token_ids[t];
         check_token(id, V, seq);
-        ++scratch_[id];
+        ++scratch_.try_emplace(id, EntryScratch{0, 0.0f}).first->second.count;
       }
     }
-    if (num_out < p.min_tokens) {  // suppressed ids win over penalties (-inf stays -inf on the CPU too)
+    for (const auto& [id, bias] : p.logit_bias) {  // on a seen token's entry, or an entry of its own
+      check_token(id, V, seq);
+      if (bias != 0.0f) scratch_.try_emplace(id, EntryScratch{cuda_ops::kEntryBiasOnly, 0.0f}).first->second.bias = bias;
+    }
+    if (num_out < p.min_tokens) {  // suppressed ids win over bias and penalties (-inf stays -inf on the CPU too)
       for (int64_t id : p.stop_token_ids) {
         check_token(id, V, seq);
-        scratch_[static_cast<int32_t>(id)] = -1;
+        scratch_[static_cast<int32_t>(id)].count = cuda_ops::kEntrySuppressed;
       }
       if (!p.ignore_eos)
         for (int64_t id : eos_token_ids_)
-          if (id >= 0 && id < V) scratch_[static_cast<int32_t>(id)] = -1;
+          if (id >= 0 && id < V) scratch_[static_cast<int32_t>(id)].count = cuda_ops::kEntrySuppressed;
     }
     GpuSamplingParams& g = params[i];
     g.temperature = p.temperature;
@@ -131,7 +135,7 @@ cuda_ops::StagedWords GpuSampler::pack(int slot_index, const std::vector<const S
                    "GpuSampler: too many penalty entries in one step");
     g.entry_begin = static_cast<int32_t>(entries.size());
     g.entry_count = static_cast<int32_t>(scratch_.size());
-    for (const auto& [id, c] : scratch_) entries.push_back({id, c, 0.0f});
+    for (const auto& [id, e] : scratch_) entries.push_back({id, e.count, e.bias, 0.0f});
     slot.rows.emplace_back(seq.seq_id, std::min<int64_t>(p.logprobs, V));
   }
 

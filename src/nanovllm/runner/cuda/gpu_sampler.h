@@ -1,5 +1,5 @@
 // GpuSampler: the CPU Sampler's contract (engine/sampler.h) on device logits. Per step: the rows'
-// parameters and penalty/suppression lists are packed into one pinned buffer and reach the device in one
+// parameters and suppression / logit_bias / penalty lists are packed into one pinned buffer and reach the device in one
 // transfer (an H2D copy, or the caller's staging kernel), one kernel samples every row
 // (kernels/cuda/sampling.h) and writes the token ids (plus top-K logprobs when some row asks for them)
 // straight into pinned host memory: a few bytes per sequence instead of [S, V] logits, and no D2H copy.
@@ -77,7 +77,11 @@ class GpuSampler {
   Slot& slot_at(int slot_index);  // checks the index
   const int32_t* last_token_ids_ = nullptr;  // device_token_ids()
   Buffer stats_dev_;           // [sample_scratch_bytes(cap_rows, vocab)]: the chunk pass's scratch
-  std::unordered_map<int32_t, int32_t> scratch_;  // id -> count, reused per row
+  struct EntryScratch {
+    int32_t count = 0;  // GpuPenaltyEntry::count
+    float bias = 0.0f;
+  };
+  std::unordered_map<int32_t, EntryScratch> scratch_;  // id -> its entry, reused per row
 };
 
 }  // namespace nanovllm

@@ -1,0 +1,13 @@
+// Sane absolute limits on what a model directory may declare, checked where its files are read: a
+// corrupt or hostile file gets an error naming the file and the field instead of a huge allocation.
+#pragma once
+
+#include <cstdint>
+
+namespace nanovllm {
+
+// Token ids are < 2^24 (the largest real vocabularies hold ~262K ids): tokenizer ids, vocab_size and the
+// special ids of config.json / generation_config.json.
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
+
+}  // namespace nanovllm
