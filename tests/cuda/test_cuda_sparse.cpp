@@ -41,7 +41,9 @@ struct Batch {
   }
   int64_t pages(int64_t s) const { return (ctx[static_cast<size_t>(s)] + BS - 1) / BS; }
   Shape cache_shape() const { return {NB, BS, Hk, D}; }
-  TensorView host(std::vector<uint16_t>& bits, Shape shape) const { return TensorView(bits.data(), DType::kBF16, shape); }
+  TensorView host(std::vector<uint16_t>& bits, Shape shape) const {
+    return TensorView(bits.data(), DType::kBF16, shape);
+  }
 };
 
 TEST(CudaSparse, QuestMetadataMatchesTheCpuBitForBit) {
@@ -164,6 +166,100 @@ TEST(CudaSparse, AttentionOverSelectedPagesMatchesTheCpu) {
   check_attention(16, 8, 128, 7, 4);   // odd block size
   check_attention(8, 8, 64, 16, 5);    // no GQA, D 64
   check_attention(16, 2, 64, 5, 6);    // group of 8
+}
+
+}  // namespace
+}  // namespace nanovllm
+
+namespace nanovllm {
+namespace {
+
+// Per-layer time of one decode step's attention on the GPU-resident target shape of issue #30: 8
+// sequences x 32K context, Qwen3-4B heads (Hq 32, Hk 8, D 128), block 16. Dense paged_attention against
+// the Quest pipeline at a 2048-token budget (scores, selection, sparse attention; the metadata update of
+// the step's one new token per sequence is timed apart). Each variant is captured in a CUDA graph and
+// replayed; the median replay is reported. KV: 1 GiB, far past L2. Run with
+// --gtest_also_run_disabled_tests --gtest_filter='CudaSparseBench.*'.
+TEST(CudaSparseBench, DISABLED_Decode8x32K) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t S = 8, Hq = 32, Hk = 8, D = 128, BS = 16, ctx = 32768, pages = ctx / BS, NB = S * pages;
+  const int64_t budget_tokens = 2048, K = budget_tokens / BS;
+  // Cheap deterministic bf16 values in [-2, 2) (a full random fill of 2 x 537M values is slow on the host).
+  std::vector<uint16_t> kv(static_cast<size_t>(NB * BS * Hk * D));
+  uint32_t x = 12345;
+  for (auto& v : kv) {
+    x = x * 1664525u + 1013904223u;
+    v = f32_to_bf16(static_cast<float>(x >> 8) / static_cast<float>(1u << 24) * 4.0f - 2.0f);
+  }
+  const Shape cache{NB, BS, Hk, D};
+  DeviceTensor kc(DType::kBF16, cache, kv), vc(DType::kBF16, cache, kv);
+  kv.clear();
+  kv.shrink_to_fit();
+  std::mt19937 rng(9);
+  cuda_test::Bf16Data qd = cuda_test::random_bf16(static_cast<size_t>(S * Hq * D), rng);
+  std::vector<int32_t> bt(static_cast<size_t>(S * pages)), ctxs(static_cast<size_t>(S), static_cast<int32_t>(ctx));
+  std::iota(bt.begin(), bt.end(), 0);
+  std::shuffle(bt.begin(), bt.end(), rng);
+  std::vector<int32_t> cu(static_cast<size_t>(S + 1)), all_slots(static_cast<size_t>(S * ctx));
+  std::vector<int32_t> last(static_cast<size_t>(S));
+  std::iota(cu.begin(), cu.end(), 0);
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t pos = 0; pos < ctx; ++pos)
+      all_slots[static_cast<size_t>(s * ctx + pos)] =
+          bt[static_cast<size_t>(s * pages + pos / BS)] * static_cast<int32_t>(BS) + static_cast<int32_t>(pos % BS);
+  for (int64_t s = 0; s < S; ++s) last[static_cast<size_t>(s)] = all_slots[static_cast<size_t>(s * ctx + ctx - 1)];
+  DeviceTensor q(DType::kBF16, {S, Hq, D}, qd.bits), out(DType::kBF16, {S, Hq, D}),
+      block_tables(DType::kI32, {S, pages}, bt), context(DType::kI32, {S}, ctxs), cu_d(DType::kI32, {S + 1}, cu),
+      slots(DType::kI32, {S * ctx}, all_slots), step_slots(DType::kI32, {S}, last),
+      k_min(DType::kBF16, {NB, Hk, D}), k_max(DType::kBF16, {NB, Hk, D}),
+      scores(DType::kF32, {S, Hk, pages}), selected(DType::kI32, {S, Hk, K}),
+      scratch(DType::kI32, {ops::sparse_decode_scratch_ints(S, Hk, K, BS)});
+  ops::quest_update_pages(k_min.view(), k_max.view(), kc.view(), slots.view(), on());  // the prefill's metadata
+  AttentionMetadata meta;
+  meta.num_seqs = S;
+  meta.num_tokens = S;
+  meta.max_query_len = 1;
+  meta.max_context_len = ctx;
+  meta.cu_seqlens_q = cu_d.view();
+  meta.context_lens = context.view();
+  meta.block_tables = block_tables.view();
+  meta.slot_mapping = step_slots.view();
+  meta.block_size = BS;
+  meta.num_leading_decodes = S;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  auto median_us = [&](auto&& body) {
+    cudaGraphExec_t g = cuda_test::warm_up_and_capture(st, body);
+    const std::vector<float> ms = cuda_test::graph_replay_ms(g, st, 21);
+    CUDA_CHECK(cudaGraphExecDestroy(g));
+    return 1000.0 * ms[ms.size() / 2];
+  };
+  const double dense =
+      median_us([&] { ops::paged_attention(out.view(), q.view(), kc.view(), vc.view(), meta, scale, on(st)); });
+  const double update = median_us(
+      [&] { ops::quest_update_pages(k_min.view(), k_max.view(), kc.view(), step_slots.view(), on(st)); });
+  const double score = median_us([&] {
+    ops::quest_scores(scores.view(), q.view(), k_min.view(), k_max.view(), block_tables.view(), context.view(), BS,
+                      on(st));
+  });
+  const double select =
+      median_us([&] { ops::select_pages(selected.view(), scores.view(), context.view(), BS, 1, 2, on(st)); });
+  const double attend = median_us([&] {
+    ops::sparse_decode_attention(out.view(), q.view(), kc.view(), vc.view(), block_tables.view(), context.view(),
+                                 selected.view(), scale, scratch.view(), on(st));
+  });
+  const double kv_gb = static_cast<double>(S * ctx * Hk * D * 2 * 2) / 1e9;
+  std::printf("8 x 32K, Hq 32 / Hk 8 / D 128, block 16, budget %lld tokens; per layer:\n",
+              static_cast<long long>(budget_tokens));
+  std::printf("  dense paged_attention   %8.1f us  (%.0f GB/s of KV)\n", dense, kv_gb / (dense * 1e-6));
+  std::printf("  quest_update_pages      %8.1f us\n", update);
+  std::printf("  quest_scores            %8.1f us\n", score);
+  std::printf("  select_pages            %8.1f us\n", select);
+  std::printf("  sparse_decode_attention %8.1f us\n", attend);
+  std::printf("  quest total             %8.1f us  = %.3f x dense\n", update + score + select + attend,
+              (update + score + select + attend) / dense);
+  CUDA_CHECK(cudaStreamDestroy(st));
 }
 
 }  // namespace
