@@ -235,13 +235,27 @@ std::vector<std::string> SafetensorsCheckpoint::names() const {
   return out;
 }
 
+std::ofstream begin_safetensors_file(const std::filesystem::path& path, std::string header_json) {
+  header_json.append((8 - header_json.size() % 8) % 8, ' ');  // data starts 8-byte aligned
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  NANOVLLM_CHECK(out.good(), "cannot write ", path.string());
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<uint64_t>(header_json.size()) >> (8 * i));
+  out.write(reinterpret_cast<const char*>(len), 8);
+  out.write(header_json.data(), static_cast<std::streamsize>(header_json.size()));
+  return out;
+}
+
 void write_safetensors(const std::filesystem::path& path, const std::vector<SafetensorsEntry>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const SafetensorsEntry& t : tensors) {
-    const char* dtype = t.dtype == DType::kF32 ? "F32" : t.dtype == DType::kBF16 ? "BF16" : t.dtype == DType::kF16 ? "F16" : nullptr;
+    const char* dtype = t.dtype == DType::kF32    ? "F32"
+                        : t.dtype == DType::kBF16 ? "BF16"
+                        : t.dtype == DType::kF16  ? "F16"
+                                                  : nullptr;
     NANOVLLM_CHECK(dtype != nullptr, path.string(), ": tensor '", t.name, "' has dtype ", dtype_name(t.dtype),
                    "; only F32, BF16 and F16 are written");
     NANOVLLM_CHECK(t.name != "__metadata__" && !header.contains(t.name), path.string(), ": tensor name '", t.name,
@@ -253,14 +267,7 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Safe
     header[t.name] = json{{"dtype", dtype}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
-  std::string h = header.dump();
-  h.append((8 - h.size() % 8) % 8, ' ');  // data starts 8-byte aligned
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  NANOVLLM_CHECK(out.good(), "cannot write ", path.string());
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<uint64_t>(h.size()) >> (8 * i));
-  out.write(reinterpret_cast<const char*>(len), 8);
-  out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  std::ofstream out = begin_safetensors_file(path, header.dump());
   for (const SafetensorsEntry& t : tensors)
     out.write(static_cast<const char*>(t.data), static_cast<std::streamsize>(t.shape.numel() * dtype_size(t.dtype)));
   out.close();

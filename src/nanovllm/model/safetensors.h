@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -51,6 +52,11 @@ class SafetensorsFile {
   size_t size_ = 0;
   std::map<std::string, TensorInfo> tensors_;
 };
+
+// Creates `path` and writes a safetensors preamble: the header's length (u64 little-endian) and the header
+// JSON, space-padded so the data starts 8-byte aligned. The caller writes the tensors' bytes next, in the
+// header's offset order, into the returned stream. Throws nanovllm::Error when the file cannot be written.
+std::ofstream begin_safetensors_file(const std::filesystem::path& path, std::string header_json);
 
 // A tensor for write_safetensors: row-major host data of `shape` (F32, BF16 or F16).
 struct SafetensorsEntry {

@@ -12,6 +12,7 @@
 #include "nanovllm/core/dtype.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/model/config.h"
+#include "nanovllm/model/safetensors.h"
 #include "nanovllm/model/weights.h"
 
 namespace nanovllm {
@@ -160,14 +161,7 @@ void write_shard(const fs::path& path, const std::vector<const TensorPlan*>& ten
     for (int d = 0; d < t->shape.ndim; ++d) shape.push_back(t->shape[d]);
     header[t->name] = json{{"dtype", "BF16"}, {"shape", shape}, {"data_offsets", {t->offset, t->offset + t->nbytes()}}};
   }
-  std::string h = header.dump();
-  h.append((8 - h.size() % 8) % 8, ' ');  // data starts 8-byte aligned
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  NANOVLLM_CHECK(out.good(), "cannot write ", path.string());
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<uint64_t>(h.size()) >> (8 * i));
-  out.write(reinterpret_cast<const char*>(len), 8);
-  out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  std::ofstream out = begin_safetensors_file(path, header.dump());
 
   // Work items: at most kChunk elements of one tensor, in file order.
   struct Item { const TensorPlan* t; uint64_t begin, count; size_t batch_offset; };
