@@ -24,8 +24,8 @@ std::vector<SampleResult> run_samples(LLMEngine& engine, const std::vector<Sampl
     try {
       engine.validate_request(samples[i].prompt_ids, greedy(samples[i].max_new_tokens));
     } catch (const Error& e) {
-      throw Error(detail::concat("sample ", samples[i].task, " #", samples[i].index, " (context ",
-                                 samples[i].context, "): ", e.what()));
+      throw e.prefixed(detail::concat("sample ", samples[i].task, " #", samples[i].index, " (context ",
+                                      samples[i].context, "): "));
     }
   }
   std::unordered_map<int64_t, size_t> by_request;

@@ -236,6 +236,7 @@ void Session::pump() {
   try {
     out = exchange_->next();
   } catch (const std::exception& e) {
+    exchange_->cancel();  // nobody will read the rest: free its slot and stop its generation
     out = {};
     out.whole = ApiError::internal(user_message(e)).response();
   }

@@ -13,9 +13,9 @@ using Body = nlohmann::ordered_json;
 constexpr std::string_view kCommon[] = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "seed", "stop", "stop_token_ids", "min_tokens", "ignore_eos", "n", "logprobs", "stream",
-    "stream_options",
+    "stream_options", "logit_bias",
     // Labels for the caller's own bookkeeping: they change nothing that is generated.
-    "user", "metadata", "prompt_cache_key", "safety_identifier", "logit_bias"};
+    "user", "metadata", "prompt_cache_key", "safety_identifier"};
 constexpr std::string_view kCompletions[] = {"prompt"};
 constexpr std::string_view kChat[] = {"messages", "max_completion_tokens", "top_logprobs", "tools",
                                       "chat_template_kwargs", "add_generation_prompt"};

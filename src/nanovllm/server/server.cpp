@@ -91,9 +91,11 @@ struct Server::Impl final : HttpHandler {
     return (static_cast<uint64_t>(rd()) << 32) ^ rd();
   }();
   int64_t created = unix_time();
+  Clock::time_point last_reap{};  // take_slot's last look for gone clients
   boost::asio::thread_pool parse_pool;
   GenerationEnv env;
-  // Last: destroyed first, so no connection outlives what its exchanges use.
+  // Destroyed before the members above, so no connection outlives what its exchanges use (shutdown(),
+  // which ~Server calls, has stopped it already).
   HttpServer http;
   std::mutex shutdown_mu;
   bool started = false;
@@ -214,9 +216,14 @@ struct Server::Impl final : HttpHandler {
     return {std::nullopt, std::make_shared<Generation>(env, ep, std::move(req.body), std::move(*slot))};
   }
 
-  // A client that hung up may still hold a slot until its FIN is read; look for such before refusing.
+  // A client that hung up may still hold a slot until its FIN is read; look for such before refusing, at
+  // most every 100 ms: a look costs a recv(MSG_PEEK) per serving connection on the I/O thread (the only
+  // caller), and an overloaded server refuses many requests in a row.
   std::optional<Slot> take_slot() {
     if (auto slot = Slot::try_take(in_flight, config.max_concurrent_requests, metrics)) return slot;
+    const Clock::time_point now = Clock::now();
+    if (now - last_reap < std::chrono::milliseconds(100)) return std::nullopt;
+    last_reap = now;
     if (http.reap_gone_clients() == 0) return std::nullopt;
     return Slot::try_take(in_flight, config.max_concurrent_requests, metrics);
   }
@@ -245,9 +252,11 @@ struct Server::Impl final : HttpHandler {
       loop.abort_all();  // what is left finishes with "abort"; streams end with their finish chunk + [DONE]
       wait_idle(5);
     }
-    http.stop();
+    // Producers first, the connections last: parse jobs and the engine thread wake exchanges by posting
+    // to the HTTP server's io_context, which http.stop() destroys.
     parse_pool.join();
     loop.stop();
+    http.stop();
   }
 };
 
