@@ -46,10 +46,9 @@ struct Batch {
   }
 };
 
-TEST(CudaSparse, QuestMetadataMatchesTheCpuBitForBit) {
-  SKIP_WITHOUT_CUDA();
-  std::mt19937 rng(1);
-  Batch b({150, 7, 33, 64}, 8, 2, 128, 16, rng);
+void check_quest_metadata_and_scores(int64_t d) {
+  std::mt19937 rng(static_cast<uint32_t>(d));
+  Batch b({150, 7, 33, 64}, 8, 2, d, 16, rng);
   // Step 1: every position but the last two of each sequence, one -1 slot; steps 2 and 3: one token each.
   std::vector<std::vector<int32_t>> steps(3);
   for (int64_t s = 0; s < b.S; ++s) {
@@ -103,6 +102,15 @@ TEST(CudaSparse, QuestMetadataMatchesTheCpuBitForBit) {
     } else {
       EXPECT_NEAR(got[i], cpu_scores[i], 1e-4f * (1.0f + std::fabs(cpu_scores[i]))) << i;
     }
+  }
+}
+
+// head_dim 64 / 128 / 256 take the vectorised score kernel, 40 the generic one.
+TEST(CudaSparse, QuestMetadataAndScoresMatchTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  for (int64_t d : {128, 64, 256, 40}) {
+    SCOPED_TRACE("head_dim " + std::to_string(d));
+    check_quest_metadata_and_scores(d);
   }
 }
 

@@ -1,10 +1,11 @@
 // Sparse decode on CUDA (contracts: kernels/sparse_ops.h). bf16 caches and metadata.
 // - quest_update_pages: the last token of each block written in the step recomputes the block's key
-//   min/max over offsets [0, its offset] from the cache (earlier offsets were stored by earlier steps
+//   min/max (a thread per element of Hk x D) over offsets [0, its offset] from the cache (earlier offsets were stored by earlier steps
 //   or by this one): no ordering between tokens is needed, and the result equals the CPU fold.
-// - quest_scores: a warp per page, the GQA group's queries in shared memory, fp32 sums.
+// - quest_scores: the GQA group's queries in shared memory, fp32 sums; D / 8 lanes per page with 16-byte
+//   loads for head_dim 64 / 128 / 256, a warp per page otherwise.
 // - select_pages: a CTA per (sequence, KV head); a 4-pass radix select over the order-preserving bits
-//   of the middle pages' scores finds the threshold, then a block scan writes the chosen pages in
+//   of the middle pages' scores (block histogram, warp 0 finds the digit) finds the threshold, then a block scan writes the chosen pages in
 //   increasing order (ties: the earlier pages), after the sink pages and before the recent ones.
 // - sparse_decode_attention: the selected keys' cache rows (slot x Hk + head) are gathered into the
 //   scratch, and the dense decode attention (paged_attention) runs on a virtual batch of S x Hk one-head
@@ -24,29 +25,32 @@ namespace nanovllm::cuda_ops {
 namespace {
 
 // ---- quest_update_pages ----
-// Block per token. keys: k_cache [NB, BS, Hk, D]; k_min/k_max [NB, Hk, D].
-__global__ void quest_update_kernel(__nv_bfloat16* __restrict__ k_min, __nv_bfloat16* __restrict__ k_max,
-                                    const __nv_bfloat16* __restrict__ k_cache, const int32_t* __restrict__ slots,
-                                    int num_tokens, int block_size, int hk_d) {
+constexpr int kUpdateThreads = 128;
+
+// Grid (token, chunks of kUpdateThreads elements of Hk x D). keys: k_cache [NB, BS, Hk, D];
+// k_min/k_max [NB, Hk, D]. A thread folds one element over the block's offsets [0, offset].
+__global__ void __launch_bounds__(kUpdateThreads)
+    quest_update_kernel(__nv_bfloat16* __restrict__ k_min, __nv_bfloat16* __restrict__ k_max,
+                        const __nv_bfloat16* __restrict__ k_cache, const int32_t* __restrict__ slots, int num_tokens,
+                        int block_size, int hk_d) {
   const int t = blockIdx.x;
+  const int e = blockIdx.y * kUpdateThreads + threadIdx.x;
   const int slot = slots[t];
-  if (slot < 0) return;
+  if (slot < 0 || e >= hk_d) return;
   const int offset = slot % block_size;
   const int next = t + 1 < num_tokens ? slots[t + 1] : -1;
   if (next == slot + 1 && offset + 1 < block_size) return;  // a later token of this step fills the block on
   const int64_t block = slot / block_size;
-  const __nv_bfloat16* first = k_cache + block * block_size * hk_d;
-  for (int e = threadIdx.x; e < hk_d; e += blockDim.x) {
-    float lo = __bfloat162float(first[e]), hi = lo;
-    for (int o = 1; o <= offset; ++o) {
-      const float k = __bfloat162float(first[int64_t{o} * hk_d + e]);
-      lo = fminf(lo, k);
-      hi = fmaxf(hi, k);
-    }
-    // min / max of bf16 values are bf16 values: the conversions are exact.
-    k_min[block * hk_d + e] = __float2bfloat16_rn(lo);
-    k_max[block * hk_d + e] = __float2bfloat16_rn(hi);
+  const __nv_bfloat16* first = k_cache + block * block_size * hk_d + e;
+  float lo = __bfloat162float(first[0]), hi = lo;
+  for (int o = 1; o <= offset; ++o) {
+    const float k = __bfloat162float(first[int64_t{o} * hk_d]);
+    lo = fminf(lo, k);
+    hi = fmaxf(hi, k);
   }
+  // min / max of bf16 values are bf16 values: the conversions are exact.
+  k_min[block * hk_d + e] = __float2bfloat16_rn(lo);
+  k_max[block * hk_d + e] = __float2bfloat16_rn(hi);
 }
 
 // ---- quest_scores ----
@@ -84,8 +88,48 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
   }
 }
 
+// The same for head_dim D = 8 L with L a power of two <= 32: a group of L lanes scores one page, each lane
+// 8 dims through 16-byte loads of k_min / k_max held in registers across the group's query heads, reduced
+// by L-lane shuffles (the generic kernel re-reads the metadata and reduces over 32 lanes per query head).
+template <int L>
+__global__ void __launch_bounds__(kScoreWarps * 32)
+    quest_scores_vec_kernel(float* __restrict__ scores, const __nv_bfloat16* __restrict__ q,
+                            const __nv_bfloat16* __restrict__ k_min, const __nv_bfloat16* __restrict__ k_max,
+                            const int32_t* __restrict__ block_tables, const int32_t* __restrict__ context_lens, int hq,
+                            int hk, int max_pages, int max_blocks, int block_size) {
+  constexpr int D = L * 8, kGroups = 32 / L;  // pages per warp at a time
+  extern __shared__ float qs[];                // [G, D]
+  const int item = blockIdx.x, s = item / hk, h = item % hk, g_count = hq / hk;
+  for (int e = threadIdx.x; e < g_count * D; e += blockDim.x)
+    qs[e] = __bfloat162float(q[(int64_t{s} * hq + int64_t{h} * g_count) * D + e]);
+  __syncthreads();
+  const int pages = (context_lens[s] + block_size - 1) / block_size;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = lane / L, sub = lane % L;
+  const int p_end = min(max_pages, (blockIdx.y + 1) * kPagesPerCta);
+  for (int base = blockIdx.y * kPagesPerCta + warp * kGroups; base < p_end; base += kScoreWarps * kGroups) {
+    const int p = base + group;  // every lane stays in the loop: the shuffles need the whole warp
+    float lo[8] = {}, hi[8] = {};
+    if (p < min(pages, p_end)) {
+      const int64_t meta = (int64_t{block_tables[int64_t{s} * max_blocks + p]} * hk + h) * D + sub * 8;
+      bf16x8_to_f32(*reinterpret_cast<const uint4*>(k_min + meta), lo);
+      bf16x8_to_f32(*reinterpret_cast<const uint4*>(k_max + meta), hi);
+    }
+    float best = -INFINITY;
+    for (int g = 0; g < g_count; ++g) {
+      const float* qv = qs + g * D + sub * 8;
+      float bound = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) bound += fmaxf(qv[i] * lo[i], qv[i] * hi[i]);
+#pragma unroll
+      for (int o = L / 2; o > 0; o >>= 1) bound += __shfl_xor_sync(0xffffffffu, bound, o);
+      best = fmaxf(best, bound);
+    }
+    if (p < p_end && sub == 0) scores[int64_t{item} * max_pages + p] = p < pages ? best : -INFINITY;
+  }
+}
+
 // ---- select_pages ----
-constexpr int kSelectThreads = 256;
+constexpr int kSelectThreads = 256;  // >= 32: warp 0 scans the histogram
 
 // Float -> uint32 with the same order (negatives flipped entirely, positives get the sign bit).
 __device__ __forceinline__ uint32_t order_bits(float f) {
@@ -125,14 +169,23 @@ __global__ void __launch_bounds__(kSelectThreads)
       if ((b & mask) == prefix) atomicAdd(&hist[(b >> shift) & 0xff], 1);
     }
     __syncthreads();
-    if (tid == 0) {
-      int acc = 0, digit = 255;
-      for (; digit > 0; --digit) {
-        if (acc + hist[digit] >= need) break;
-        acc += hist[digit];
+    if (tid < 32) {  // warp 0 finds the digit: lane l counts bins 255 - 8 l ... 248 - 8 l (from the top)
+      int cnt[8], sum = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sum += (cnt[i] = hist[255 - 8 * tid - i]);
+      int incl = sum;  // keys in this lane's bins and above
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (tid >= o) incl += v;
       }
-      prefix_s = prefix | (uint32_t(digit) << shift);
-      need_s = need - acc;
+      int acc = incl - sum;
+      if (acc < need && need <= incl) {  // exactly one lane: the need-th largest key is in its bins
+        int i = 0;
+        for (; i < 7 && acc + cnt[i] < need; ++i) acc += cnt[i];
+        prefix_s = prefix | (uint32_t(255 - 8 * tid - i) << shift);
+        need_s = need - acc;
+      }
     }
     __syncthreads();
     prefix = prefix_s;
@@ -200,10 +253,10 @@ void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, 
   const int T = static_cast<int>(slot_mapping.dim(0));
   if (T == 0) return;
   const int hk_d = static_cast<int>(k_cache.dim(2) * k_cache.dim(3));
-  quest_update_kernel<<<T, 128, 0, stream_of(s)>>>(k_min.data_as<__nv_bfloat16>(), k_max.data_as<__nv_bfloat16>(),
-                                                   k_cache.data_as<const __nv_bfloat16>(),
-                                                   slot_mapping.data_as<const int32_t>(), T,
-                                                   static_cast<int>(k_cache.dim(1)), hk_d);
+  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>((hk_d + kUpdateThreads - 1) / kUpdateThreads));
+  quest_update_kernel<<<grid, kUpdateThreads, 0, stream_of(s)>>>(
+      k_min.data_as<__nv_bfloat16>(), k_max.data_as<__nv_bfloat16>(), k_cache.data_as<const __nv_bfloat16>(),
+      slot_mapping.data_as<const int32_t>(), T, static_cast<int>(k_cache.dim(1)), hk_d);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -215,6 +268,19 @@ void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView 
   if (S == 0 || MP == 0) return;
   const dim3 grid(static_cast<unsigned>(S * Hk), static_cast<unsigned>((MP + kPagesPerCta - 1) / kPagesPerCta));
   const size_t smem = static_cast<size_t>(Hq / Hk * D) * sizeof(float);
+  const auto* kmin = k_min.data_as<const __nv_bfloat16>();
+  const auto* kmax = k_max.data_as<const __nv_bfloat16>();
+  const int hq = static_cast<int>(Hq), hk = static_cast<int>(Hk), mp = static_cast<int>(MP);
+  const int mb = static_cast<int>(block_tables.dim(1)), bs = static_cast<int>(block_size);
+  const auto vec = [&](auto kernel) {
+    kernel<<<grid, kScoreWarps * 32, smem, stream_of(s)>>>(scores.data_as<float>(), q.data_as<const __nv_bfloat16>(),
+                                                           kmin, kmax, block_tables.data_as<const int32_t>(),
+                                                           context_lens.data_as<const int32_t>(), hq, hk, mp, mb, bs);
+    CUDA_CHECK_LAUNCH();
+  };
+  if (D == 64) return vec(quest_scores_vec_kernel<8>);
+  if (D == 128) return vec(quest_scores_vec_kernel<16>);
+  if (D == 256) return vec(quest_scores_vec_kernel<32>);
   quest_scores_kernel<<<grid, kScoreWarps * 32, smem, stream_of(s)>>>(
       scores.data_as<float>(), q.data_as<const __nv_bfloat16>(), k_min.data_as<const __nv_bfloat16>(),
       k_max.data_as<const __nv_bfloat16>(), block_tables.data_as<const int32_t>(),
