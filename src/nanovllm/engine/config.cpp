@@ -60,8 +60,6 @@ void EngineConfig::validate() const {
   }
   sparse.validate();
   if (sparse.policy != SparsePolicy::kFull) {
-    NANOVLLM_CHECK(model.backend == Backend::kCpu, "sparse policy ", sparse_policy_name(sparse.policy),
-                   ": the CUDA runner does not run it yet (its kernels are tested alone); use the CPU backend");
     NANOVLLM_CHECK(!offload.enabled, "sparse policy ", sparse_policy_name(sparse.policy),
                    " with CPU offload is not supported yet");
     const int64_t min_pages = SparseConfig::kSinkPages + SparseConfig::kRecentPages + 1;

@@ -69,7 +69,7 @@ struct OffloadConfig {
 // Sparse decode attention (sparse/): a decode query attends only the pages of its context a policy selects
 // within a token budget. A page is one KV cache block (cache.block_size tokens). Every selection keeps the
 // first page (attention sink) and the last two (the query's own page and the one before it). Prefill and
-// mixed steps stay dense. CPU backend only for now, without offload (validate says so).
+// mixed steps stay dense. Both backends; not with CPU offload yet (validate says so).
 enum class SparsePolicy {
   kFull,   // dense attention: every page
   kQuest,  // Quest: per page and KV head an upper bound of q.k from the keys' element-wise min/max

@@ -7,6 +7,7 @@
 #include "nanovllm/model/rope.h"
 #include "nanovllm/model/weights.h"
 #include "nanovllm/runner/forward_batch.h"
+#include "nanovllm/runner/sparse_policy.h"
 
 namespace nanovllm {
 
@@ -44,19 +45,7 @@ CpuModelRunner::CpuModelRunner(const EngineConfig& ec, const ModelConfig& config
   workspace_storage_ = Buffer(cpu_allocator(), ws_bytes);
   ws_ = Qwen3Model::make_workspace(config, DType::kF32, workspace_storage_.data(), Device::cpu(),
                                    ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs);
-  if (ec.sparse.policy == SparsePolicy::kQuest) {
-    const QuestShape shape{.num_layers = layers,
-                           .num_blocks = num_kv_blocks_,
-                           .block_size = ec.cache.block_size,
-                           .num_kv_heads = config.num_key_value_heads,
-                           .num_query_heads = config.num_attention_heads,
-                           .head_dim = config.head_dim,
-                           .kv_dtype = DType::kF32,
-                           .max_num_seqs = ec.scheduler.max_num_seqs,
-                           .max_blocks_per_seq = blocks_per_seq + 1};
-    quest_ = std::make_unique<QuestAttention>(shape, ec.sparse.budget_pages(ec.cache.block_size),
-                                              SparseConfig::kSinkPages, SparseConfig::kRecentPages, cpu_allocator());
-  }
+  quest_ = make_sparse_policy(ec, config, num_kv_blocks_, DType::kF32, cpu_allocator());
   if (ec.offload.enabled) {
     // The CPU offload device defers copies and checks every access against the events (CI's stand-in
     // for CUDA streams).

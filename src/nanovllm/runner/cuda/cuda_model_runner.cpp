@@ -14,6 +14,7 @@
 #include "nanovllm/runner/cuda/cuda_offload_device.h"
 #include "nanovllm/runner/cuda/nvtx_range.h"
 #include "nanovllm/runner/forward_batch.h"
+#include "nanovllm/runner/sparse_policy.h"
 
 namespace nanovllm {
 
@@ -118,7 +119,9 @@ void CudaModelRunner::load_model(const std::filesystem::path& model_dir, const M
 void CudaModelRunner::allocate_kv_cache(const ModelConfig& config) {
   const int64_t layers = config.num_hidden_layers;
   const int64_t block_elems = ec_.cache.block_size * config.num_key_value_heads * config.head_dim;
-  const int64_t bytes_per_block = layers * 2 * block_elems * 2;  // bf16
+  // The sparse policy's page metadata grows with the blocks; its workspace comes off the budget first.
+  const SparsePolicyBytes sparse = sparse_policy_bytes(ec_, config, DType::kBF16);
+  const int64_t bytes_per_block = layers * 2 * block_elems * 2 + sparse.per_block;  // bf16
   if (ec_.cache.num_kv_blocks > 0) {
     num_kv_blocks_ = ec_.cache.num_kv_blocks;
   } else {
@@ -127,7 +130,8 @@ void CudaModelRunner::allocate_kv_cache(const ModelConfig& config) {
     // Everything in use now (weights, workspace, other processes) counts against the budget; keep
     // 256 MiB for cuBLASLt and attention workspaces created on first use.
     const double budget = ec_.cache.gpu_memory_utilization * static_cast<double>(total_bytes) -
-                          static_cast<double>(total_bytes - free_bytes) - 256.0 * (1 << 20);
+                          static_cast<double>(total_bytes - free_bytes) - 256.0 * (1 << 20) -
+                          static_cast<double>(sparse.fixed);
     const int64_t useful = ec_.scheduler.max_num_seqs * ec_.blocks_per_max_len_seq() + 1;
     num_kv_blocks_ = std::min(static_cast<int64_t>(budget / static_cast<double>(bytes_per_block)), useful);
   }
@@ -144,6 +148,7 @@ void CudaModelRunner::allocate_kv_cache(const ModelConfig& config) {
     kv_.push_back({TensorView(k, DType::kBF16, layer_shape, Device::cuda(device_)),
                    TensorView(k + layer_bytes, DType::kBF16, layer_shape, Device::cuda(device_))});
   }
+  quest_ = make_sparse_policy(ec_, config, num_kv_blocks_, DType::kBF16, cuda_allocator(device_));
 }
 
 int64_t CudaModelRunner::graph_bucket(int64_t num_seqs) const {
@@ -187,6 +192,7 @@ void CudaModelRunner::run_eager(const SchedulerOutput& out) {
   upload_batch(batch);
   DecoderInputs in = batch.views(batch_device_.data(), Device::cuda(device_));
   in.taps = taps_;
+  in.attention_policy = quest_.get();
   model_->forward(in, kv_, ws_, ops_stream());
 }
 
@@ -204,7 +210,8 @@ void CudaModelRunner::run_decode_graph(const SchedulerOutput& out, int64_t bucke
     }
   }
   upload_batch(batch, extra);
-  const DecoderInputs in = batch.views(batch_device_.data(), Device::cuda(device_));
+  DecoderInputs in = batch.views(batch_device_.data(), Device::cuda(device_));
+  in.attention_policy = quest_.get();  // captured into the graph with the rest of the step
   CUDA_CHECK(cudaGraphLaunch(graphs_->get(bucket, table_stride, in, batch, num_kv_blocks_), stream_));
 }
 

@@ -88,6 +88,7 @@ class CudaModelRunner final : public ModelRunner {
   std::unique_ptr<DecodeGraphs> graphs_;
   std::unique_ptr<GpuSampler> sampler_;  // samples on the GPU: only ids (+ logprobs) come back
   std::unique_ptr<OffloadRunner> offload_;  // EngineConfig::offload.enabled; its buffers precede the KV cache
+  std::unique_ptr<QuestAttention> quest_;   // EngineConfig::sparse.policy == quest; sized with the KV cache
 };
 
 }  // namespace nanovllm
