@@ -234,6 +234,7 @@ __global__ void gather_key_rows_kernel(int32_t* __restrict__ rows, int32_t* __re
     const int page = list[j];
     const int len = min(block_size, ctx - page * block_size);
     const int64_t block = block_tables[int64_t{s} * max_blocks + page];
+    if (len <= 0 || block < 0) continue;  // never valid (the host checks): read nothing outside the cache
     for (int o = threadIdx.x; o < len; o += blockDim.x)
       mine[n + o] = static_cast<int32_t>((block * block_size + o) * hk + h);
     n += len;
