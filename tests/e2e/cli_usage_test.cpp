@@ -76,6 +76,9 @@ TEST(CliUsage, OptionValuesAreRangeChecked) {
   expect_usage_error(g + "--stop-token-ids 1,-3", {"--stop-token-ids", "-3"});
   expect_usage_error(g + "--stop-token-ids 999999", {"--stop-token-ids", "999999", "vocabulary"});
   expect_usage_error(g + "--block-size 0", {"--block-size", "0"});
+  expect_usage_error(g + "--sparse-page-size 0", {"--sparse-page-size", "0"});
+  expect_usage_error(g + "--sparse-page-size 32 --block-size 16",
+                     {"--sparse-page-size 32 and --block-size 16 disagree: a Quest page is one KV cache block"});
   expect_usage_error(g + "--max-num-seqs 0", {"--max-num-seqs must be >= 1, got 0"});
   expect_usage_error(g + "--gpu-memory-utilization 1.5", {"--gpu-memory-utilization", "1.5"});
   expect_usage_error(g + "--num-kv-buffers 9", {"--num-kv-buffers", "9"});
@@ -94,6 +97,7 @@ TEST(CliUsage, OptionValuesAreRangeChecked) {
   expect_usage_error("bench serve --model x --num-clients 0", {"--num-clients", "0"});
   expect_usage_error("bench tokenizer --model x --passes 0", {"--passes", "0"});
   expect_usage_error("bench latency --model x --prefill 128,0", {"--prefill", "0"});
+  expect_usage_error("bench latency --model x --batch 0", {"--batch", "0"});
 }
 
 TEST(CliUsage, LocationsOnlyInDebugMode) {

@@ -158,19 +158,22 @@ struct LatencyOptions {
   EngineOptions engine;
   int64_t context = 1024;
   int64_t decode_tokens = 128;
+  int64_t batch = 1;  // sequences decoding together, each at `context`
   std::vector<int64_t> prefill_lens{1024, 8192, 32768};
+  bool skip_prefill = false;
   std::string json_out;
 };
 
-// bs=1: decode ms/token at a context length; prefill tok/s of single prompts.
+// Decode ms/step of `batch` sequences at a context length (bs=1 by default); prefill tok/s of single prompts.
 void run_latency(LatencyOptions o) {
   nlohmann::json report;
   const DevicePeaks peaks = measure_device_peaks();
   print_peaks(peaks, report);
-  const int64_t longest = std::max(o.context, *std::max_element(o.prefill_lens.begin(), o.prefill_lens.end()));
+  const int64_t longest =
+      o.skip_prefill ? o.context : std::max(o.context, *std::max_element(o.prefill_lens.begin(), o.prefill_lens.end()));
   EngineConfig ec = o.engine.to_config();
   ec.scheduler.max_num_batched_tokens = std::max(ec.scheduler.max_num_batched_tokens, longest);
-  ec.scheduler.max_num_seqs = std::min<int64_t>(ec.scheduler.max_num_seqs, 8);
+  ec.scheduler.max_num_seqs = std::min<int64_t>(ec.scheduler.max_num_seqs, std::max<int64_t>(8, o.batch));
   ec.cache.enable_prefix_caching = false;  // every run must compute its prompt
   if (ec.model.max_model_len == 0) ec.model.max_model_len = longest + o.decode_tokens + 16;
   LLMEngine engine(ec);
@@ -180,41 +183,55 @@ void run_latency(LatencyOptions o) {
   const double bw = peaks.copy_gbps * 1e9;
   const double flops_rate = peaks.gemm_tflops * 1e12;
 
-  auto run_one = [&](int64_t prompt_len, int64_t max_tokens, std::vector<double>& step_times) {
+  // Runs `count` prompts of prompt_len together; step_times gets every step's wall time and
+  // decode_times the decode-only steps after the last step with prefill tokens (all sequences running).
+  auto run_batch = [&](int64_t count, int64_t prompt_len, int64_t max_tokens, std::vector<double>& step_times,
+                       std::vector<double>& decode_times) {
     SamplingParams sp;
     sp.temperature = 0;
     sp.ignore_eos = true;
     sp.max_tokens = max_tokens;
-    engine.add_request(random_tokens(rng, prompt_len, mc.vocab_size), sp);
+    for (int64_t i = 0; i < count; ++i) engine.add_request(random_tokens(rng, prompt_len, mc.vocab_size), sp);
     step_times.clear();
+    decode_times.clear();
     while (engine.has_unfinished()) {
+      const int64_t prefill_steps = engine.step_stats().prefill_steps;
       const auto t = Clock::now();
       engine.step();
-      step_times.push_back(seconds_since(t));
+      const double s = seconds_since(t);
+      step_times.push_back(s);
+      if (engine.step_stats().prefill_steps != prefill_steps) decode_times.clear();
+      else decode_times.push_back(s);
     }
   };
-  std::vector<double> times;
-  run_one(64, 4, times);  // warm-up
+  std::vector<double> times, decode;
+  run_batch(1, 64, 4, times, decode);  // warm-up
 
-  // Decode at `context`: the first step is the prefill, the rest are decodes.
-  run_one(o.context, o.decode_tokens + 1, times);
-  std::vector<double> decode(times.begin() + 1, times.end());
+  // Decode at `context`: the first steps are the prefills, the rest are decodes.
+  run_batch(o.batch, o.context, o.decode_tokens + 1, times, decode);
+  NANOVLLM_CHECK(!decode.empty(), "bench latency: no decode step ran after the prefills");
   std::sort(decode.begin(), decode.end());
   const double median_ms = 1e3 * decode[decode.size() / 2];
   double mean_ms = 0;
   for (double t : decode) mean_ms += 1e3 * t / static_cast<double>(decode.size());
+  const double batch = static_cast<double>(o.batch);
   const double floor_ms = peaks.measured
-      ? 1e3 * (cost.weight_bytes_per_step + cost.kv_bytes_per_token * static_cast<double>(o.context)) / bw : 0;
-  std::printf("decode bs=1 @ %lld context: %.3f ms/token median, %.3f mean", static_cast<long long>(o.context),
-              median_ms, mean_ms);
-  if (peaks.measured) std::printf(" | weight+KV read floor %.3f ms -> %.2fx the floor", floor_ms, median_ms / floor_ms);
+      ? 1e3 * (cost.weight_bytes_per_step + cost.kv_bytes_per_token * batch * static_cast<double>(o.context)) / bw : 0;
+  std::printf("decode bs=%lld @ %lld context: %.3f ms/step median, %.3f mean (%zu steps)", static_cast<long long>(o.batch),
+              static_cast<long long>(o.context), median_ms, mean_ms, decode.size());
+  if (peaks.measured) std::printf(" | dense weight+KV read floor %.3f ms -> %.2fx the floor", floor_ms, median_ms / floor_ms);
   std::printf("\n");
-  report["decode"] = {{"context", o.context}, {"tokens", decode.size()}, {"median_ms", median_ms},
-                      {"mean_ms", mean_ms}, {"floor_ms", floor_ms}};
+  report["decode"] = {{"batch", o.batch},           {"context", o.context}, {"tokens", decode.size()},
+                      {"median_ms", median_ms},     {"mean_ms", mean_ms},   {"floor_ms", floor_ms},
+                      {"sparse_policy", o.engine.sparse_policy}, {"sparse_budget", o.engine.sparse_budget}};
 
+  if (o.skip_prefill) {
+    write_report(o.json_out, report);
+    return;
+  }
   report["prefill"] = nlohmann::json::array();
   for (int64_t n : o.prefill_lens) {
-    run_one(n, 1, times);
+    run_batch(1, n, 1, times, decode);
     const double s = times.front();
     const double flops = cost.linear_flops(static_cast<double>(n), 1) + cost.prefill_attn_flops(static_cast<double>(n));
     std::printf("prefill %lld tokens: %.1f ms, %.0f tok/s, %.0f TFLOP/s (attention counted)", static_cast<long long>(n),
@@ -252,10 +269,14 @@ void register_bench_engine(CLI::App& app) {
   });
 
   auto l = std::make_shared<LatencyOptions>();
-  CLI::App* lat = bench->add_subcommand("latency", "bs=1 decode ms/token and prefill tok/s");
+  CLI::App* lat = bench->add_subcommand("latency", "decode ms/step (bs=1 or --batch N) and prefill tok/s");
   add_engine_options(*lat, l->engine);
   lat->add_option("--context", l->context, "decode context length")->check(at_least(1))->capture_default_str();
   lat->add_option("--decode-tokens", l->decode_tokens)->check(at_least(1))->capture_default_str();
+  lat->add_option("--batch", l->batch, "sequences decoding together, each at --context")
+      ->check(at_least(1))
+      ->capture_default_str();
+  lat->add_flag("--skip-prefill", l->skip_prefill, "measure decode only");
   lat->add_option("--prefill", l->prefill_lens, "prefill lengths")->delimiter(',')->check(at_least(1));
   lat->add_option("--json-out", l->json_out, "write the report as JSON");
   lat->callback([l] {

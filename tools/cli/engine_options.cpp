@@ -25,9 +25,8 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
   cmd.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "token budget of one step")
       ->check(at_least(1))
       ->capture_default_str();
-  cmd.add_option("--block-size", o.block_size, "KV cache block size in tokens")
-      ->check(in_range(1, 1024))
-      ->capture_default_str();
+  cmd.add_option("--block-size", o.block_size, "KV cache block size in tokens (default 16, or --sparse-page-size)")
+      ->check(in_range(1, 1024));
   cmd.add_option("--max-model-len", o.max_model_len, "longest prompt + output (default: the model's limit)")
       ->check(at_least(0));
   cmd.add_option("--num-kv-blocks", o.num_kv_blocks, "KV cache blocks (default: from the memory budget)")
@@ -59,12 +58,15 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
                  "offload also requests with prompt + max_tokens >= this (0: only those that do not fit the GPU cache)")
       ->check(at_least(0));
   cmd.add_option("--sparse-policy", o.sparse_policy,
-                 "decode attention: full | quest (per-head page selection; CPU backend for now)")
+                 "decode attention: full | quest (per-head page selection; not with --enable-cpu-offload yet)")
       ->capture_default_str();
   cmd.add_option("--sparse-budget", o.sparse_budget,
-                 "sparse decode: keys one query attends, in whole KV blocks (sink and recent pages included)")
+                 "sparse decode: keys one query attends, in whole pages (sink and recent pages included)")
       ->check(at_least(1))
       ->capture_default_str();
+  cmd.add_option("--sparse-page-size", o.sparse_page_size,
+                 "sparse decode: tokens per Quest page; a page is one KV cache block, so this sets --block-size")
+      ->check(in_range(1, 1024));
 }
 
 void add_sampling_options(CLI::App& cmd, SamplingOptions& o) {
@@ -103,7 +105,9 @@ EngineConfig EngineOptions::to_config() const {
   }
   c.model.seed = engine_seed;
   c.model.enforce_eager = enforce_eager;
-  c.cache.block_size = block_size;
+  NANOVLLM_CHECK(sparse_page_size == 0 || block_size == 0 || sparse_page_size == block_size, "--sparse-page-size ",
+                 sparse_page_size, " and --block-size ", block_size, " disagree: a Quest page is one KV cache block");
+  c.cache.block_size = block_size > 0 ? block_size : sparse_page_size > 0 ? sparse_page_size : 16;
   c.cache.num_kv_blocks = num_kv_blocks;
   c.cache.kv_cache_bytes = static_cast<int64_t>(kv_cache_gib * (1LL << 30));
   c.cache.gpu_memory_utilization = gpu_memory_utilization;

@@ -17,7 +17,7 @@ struct EngineOptions {
   std::string backend;  // empty: cuda when a GPU is present, else cpu
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 8192;
-  int64_t block_size = 16;
+  int64_t block_size = 0;  // 0: sparse_page_size if given, else 16
   int64_t max_model_len = 0;
   int64_t num_kv_blocks = 0;
   double kv_cache_gib = 2.0;
@@ -34,6 +34,7 @@ struct EngineOptions {
   int64_t offload_min_tokens = 0;
   std::string sparse_policy = "full";
   int64_t sparse_budget = 2048;
+  int64_t sparse_page_size = 0;  // 0: the block size
 
   EngineConfig to_config() const;
 };

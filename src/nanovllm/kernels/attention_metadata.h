@@ -22,6 +22,10 @@ struct AttentionMetadata {
   // runs them through the decode kernel, which reads each KV head once per GQA group with split-KV, and
   // only the rest through the prefill kernel. 0 is always valid (everything takes the prefill path).
   int64_t num_leading_decodes = 0;
+  // CUDA decode: split the keys only as far as every CTA of the launch is resident at once. For batches of
+  // short, even contexts (sparse decode's virtual batch of S x Hk items of <= budget keys), where a second,
+  // partial wave of short CTAs costs as much as the first (H200, 64 items x 2048 keys: 2.2 waves, 40 us).
+  bool decode_single_wave = false;
 };
 
 }  // namespace nanovllm

@@ -179,6 +179,8 @@ void launch_decode(const Params& p, int head_dim, cudaStream_t st);
 // cluster; only where decode_cluster_available(device). Otherwise p.part_o / part_lse / split_counters.
 constexpr int kMaxDecodeClusterSplits = 16;
 bool decode_tc_supported(int head_dim);
+// CTAs of the tensor-core decode kernel (no cluster, no prologue) one SM holds at once (cached per device).
+int decode_tc_resident_ctas_per_sm(int head_dim);
 bool decode_cluster_available(int device);
 // prologue: the qkv_prologue fused in (the Params' qkv fields; sm_90, D % 8 == 0).
 void launch_decode_tc(const Params& p, int head_dim, int gc, bool cluster, bool prologue, ops::Stream st);

@@ -689,6 +689,31 @@ void launch_decode(const Params& p, int head_dim, cudaStream_t st) {
 
 bool decode_tc_supported(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
+int decode_tc_resident_ctas_per_sm(int head_dim) {
+  NANOVLLM_CHECK(decode_tc_supported(head_dim), "paged_attention (cuda): no tensor-core decode for head_dim ", head_dim);
+  static std::mutex mu;
+  static int cached[64][2] = {};
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  if (device < 0 || device >= 64) device = 0;
+  int& n = cached[device][head_dim == 128];
+  if (n == 0) {
+    const auto query = [&](auto kernel, size_t smem, auto set_attributes) {
+      set_attributes();
+      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kWarps * 32, smem));
+    };
+    const bool three = static_cast<size_t>(smem_optin(device)) >=
+                       (head_dim == 128 ? TcDec<128, 3>::kSmem : TcDec<64, 3>::kSmem);  // as launch_tc_for_device
+    if (head_dim == 128 && three) query(decode_tc_kernel<128, 3, false, false>, TcDec<128, 3>::kSmem, set_tc_attributes<128, 3, false, false>);
+    else if (head_dim == 128) query(decode_tc_kernel<128, 2, false, false>, TcDec<128, 2>::kSmem, set_tc_attributes<128, 2, false, false>);
+    else if (three) query(decode_tc_kernel<64, 3, false, false>, TcDec<64, 3>::kSmem, set_tc_attributes<64, 3, false, false>);
+    else query(decode_tc_kernel<64, 2, false, false>, TcDec<64, 2>::kSmem, set_tc_attributes<64, 2, false, false>);
+    n = std::max(n, 1);
+  }
+  return n;
+}
+
 bool decode_cluster_available(int device) {
   static std::mutex mu;
   static int cached[64] = {};  // 0 unknown, 1 yes, 2 no

@@ -78,7 +78,9 @@ int decode_splits(int64_t ctas, int64_t max_ctx, int sms) {
 // Decode attention over p.num_seqs one-token queries; max_context bounds their context lengths (launch
 // sizing: a CUDA graph replays the launch for any context up to it).
 // prologue: p's qkv fields are set and the tensor-core kernel runs the prologue itself (sm_90, D 64 / 128).
-void launch_decode_attention(attn::Params p, int D, int64_t max_context, ops::Stream s, bool prologue = false) {
+// single_wave: AttentionMetadata::decode_single_wave (tensor-core kernel only).
+void launch_decode_attention(attn::Params p, int D, int64_t max_context, ops::Stream s, bool prologue = false,
+                             bool single_wave = false) {
   const int64_t S = p.num_seqs, Hq = p.hq, Hk = p.hk;
   const DeviceContext& ctx = context_of(s);
   const cudaStream_t st = stream_of(s);
@@ -88,7 +90,9 @@ void launch_decode_attention(attn::Params p, int D, int64_t max_context, ops::St
     const int64_t ctas = S * units;
     const int64_t min_keys = kTcMinSplitKeys, target_per_sm = kTcTargetCtasPerSm;
     const int64_t by_len = (std::max<int64_t>(max_context, 1) + min_keys - 1) / min_keys;
-    const int64_t by_occupancy = (target_per_sm * ctx.sm_count() + ctas - 1) / ctas;
+    const int64_t by_occupancy =
+        single_wave ? std::max<int64_t>(1, attn::decode_tc_resident_ctas_per_sm(D) * ctx.sm_count() / ctas)
+                    : (target_per_sm * ctx.sm_count() + ctas - 1) / ctas;
     const bool cluster = ctx.options.decode_cluster_combine && attn::decode_cluster_available(ctx.device());
     const int64_t max_splits = cluster ? attn::kMaxDecodeClusterSplits : kMaxSplits;
     p.num_splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({by_len, by_occupancy, max_splits})));
@@ -159,7 +163,7 @@ void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorVie
   const attn::Params p = base_params(out, q, k_cache, v_cache, meta, scale);
   const int d = static_cast<int>(D);
   if (meta.max_query_len == 1) {
-    launch_decode_attention(p, d, meta.max_context_len, s);
+    launch_decode_attention(p, d, meta.max_context_len, s, /*prologue=*/false, meta.decode_single_wave);
     return;
   }
   // A mixed step: its leading decodes through the decode kernel (each KV head read once per GQA group,

@@ -1,7 +1,9 @@
-// Sparse decode on CUDA (contracts: kernels/sparse_ops.h). bf16 caches and metadata.
-// - quest_update_pages: the last token of each block written in the step recomputes the block's key
-//   min/max (a thread per element of Hk x D) over offsets [0, its offset] from the cache (earlier offsets were stored by earlier steps
-//   or by this one): no ordering between tokens is needed, and the result equals the CPU fold.
+// Sparse decode on CUDA (contracts: kernels/sparse_ops.h). bf16 caches and metadata. Every kernel is
+// launched with Programmatic Dependent Launch and follows pdl.cuh's protocol (the step's metadata before
+// the wait, everything else after), so each launch overlaps its predecessor's tail inside the decode graph.
+// - quest_update_pages: the last token of each block written in the step folds the block's keys written
+//   in this step into the stored min/max (a thread per element of Hk x D): no ordering between tokens is
+//   needed, and the result equals the CPU fold (min / max are exact).
 // - quest_scores: the GQA group's queries in shared memory, fp32 sums; D / 8 lanes per page with 16-byte
 //   loads for head_dim 64 / 128 / 256, a warp per page otherwise.
 // - select_pages: a CTA per (sequence, KV head); a 4-pass radix select over the order-preserving bits
@@ -20,6 +22,7 @@
 #include "nanovllm/kernels/cuda/cuda_check.h"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
 #include "nanovllm/kernels/cuda/cuda_sparse_ops.h"
+#include "nanovllm/kernels/cuda/pdl.cuh"
 
 namespace nanovllm::cuda_ops {
 namespace {
@@ -28,7 +31,11 @@ namespace {
 constexpr int kUpdateThreads = 128;
 
 // Grid (token, chunks of kUpdateThreads elements of Hk x D). keys: k_cache [NB, BS, Hk, D];
-// k_min/k_max [NB, Hk, D]. A thread folds one element over the block's offsets [0, offset].
+// k_min/k_max [NB, Hk, D]. Only the last token of each block written in the step (-1 slots skipped)
+// stores: it folds one element over the keys of that block written in this step (a sequence's tokens are
+// consecutive in the step) into the stored min / max, which cover the block's earlier offsets, unless
+// the block starts in this step. That is the CPU's fold, without ordering between the step's tokens (one
+// writer per block), and a decode step reads one key row and the stored pair, not the whole block.
 __global__ void __launch_bounds__(kUpdateThreads)
     quest_update_kernel(__nv_bfloat16* __restrict__ k_min, __nv_bfloat16* __restrict__ k_max,
                         const __nv_bfloat16* __restrict__ k_cache, const int32_t* __restrict__ slots, int num_tokens,
@@ -37,25 +44,38 @@ __global__ void __launch_bounds__(kUpdateThreads)
   const int e = blockIdx.y * kUpdateThreads + threadIdx.x;
   const int slot = slots[t];
   if (slot < 0 || e >= hk_d) return;
-  const int offset = slot % block_size;
-  const int next = t + 1 < num_tokens ? slots[t + 1] : -1;
-  if (next == slot + 1 && offset + 1 < block_size) return;  // a later token of this step fills the block on
-  const int64_t block = slot / block_size;
-  const __nv_bfloat16* first = k_cache + block * block_size * hk_d + e;
-  float lo = __bfloat162float(first[0]), hi = lo;
-  for (int o = 1; o <= offset; ++o) {
-    const float k = __bfloat162float(first[int64_t{o} * hk_d]);
+  const int block = slot / block_size;
+  for (int u = t + 1; u < num_tokens; ++u) {
+    if (slots[u] < 0) continue;
+    if (slots[u] / block_size == block) return;  // a later token of this step stores the block
+    break;
+  }
+  pdl_wait();  // the step's keys and the stored metadata come from earlier kernels
+  pdl_trigger();
+  const __nv_bfloat16* rows = k_cache + int64_t{block} * block_size * hk_d + e;
+  int earliest = slot % block_size;
+  float lo = __bfloat162float(rows[int64_t{earliest} * hk_d]), hi = lo;
+  for (int u = t - 1; u >= 0; --u) {
+    if (slots[u] < 0) continue;
+    if (slots[u] / block_size != block) break;
+    earliest = slots[u] % block_size;
+    const float k = __bfloat162float(rows[int64_t{earliest} * hk_d]);
     lo = fminf(lo, k);
     hi = fmaxf(hi, k);
   }
+  const int64_t meta = int64_t{block} * hk_d + e;
+  if (earliest > 0) {  // offsets before this step's keys: stored by an earlier step's last token
+    lo = fminf(lo, __bfloat162float(k_min[meta]));
+    hi = fmaxf(hi, __bfloat162float(k_max[meta]));
+  }
   // min / max of bf16 values are bf16 values: the conversions are exact.
-  k_min[block * hk_d + e] = __float2bfloat16_rn(lo);
-  k_max[block * hk_d + e] = __float2bfloat16_rn(hi);
+  k_min[meta] = __float2bfloat16_rn(lo);
+  k_max[meta] = __float2bfloat16_rn(hi);
 }
 
 // ---- quest_scores ----
 constexpr int kScoreWarps = 8;
-constexpr int kPagesPerCta = 64;
+constexpr int kPagesPerCta = 128;  // 8 x 32K contexts, Hk 8: 1024 CTAs (block 16), 512 (block 32)
 
 // Grid (S x Hk, page chunks of kPagesPerCta); q [S, Hq, D]; scores [S, Hk, MP].
 __global__ void __launch_bounds__(kScoreWarps * 32)
@@ -65,10 +85,12 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
                         int hq, int hk, int d, int max_pages, int max_blocks, int block_size) {
   extern __shared__ float qs[];  // [G, D]
   const int item = blockIdx.x, s = item / hk, h = item % hk, g_count = hq / hk;
+  const int pages = (context_lens[s] + block_size - 1) / block_size;
+  pdl_wait();  // q and the metadata come from the preceding kernels
+  pdl_trigger();
   for (int e = threadIdx.x; e < g_count * d; e += blockDim.x)
     qs[e] = __bfloat162float(q[(int64_t{s} * hq + int64_t{h} * g_count) * d + e]);
   __syncthreads();
-  const int pages = (context_lens[s] + block_size - 1) / block_size;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int p_end = min(max_pages, (blockIdx.y + 1) * kPagesPerCta);
   for (int p = blockIdx.y * kPagesPerCta + warp; p < p_end; p += kScoreWarps) {
@@ -91,40 +113,68 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
 // The same for head_dim D = 8 L with L a power of two <= 32: a group of L lanes scores one page, each lane
 // 8 dims through 16-byte loads of k_min / k_max held in registers across the group's query heads, reduced
 // by L-lane shuffles (the generic kernel re-reads the metadata and reduces over 32 lanes per query head).
+// A lane group takes kScoreUnroll pages at once: their block-table reads, then all their metadata loads,
+// are issued before any is used (H200, 8 x 32K contexts, Hk 8, D 128: 42 -> 40 us; a CTA per sequence
+// scoring all KV heads of a page from one contiguous 4 KB metadata read took 45 us).
+constexpr int kScoreUnroll = 4;
+
 template <int L>
 __global__ void __launch_bounds__(kScoreWarps * 32)
     quest_scores_vec_kernel(float* __restrict__ scores, const __nv_bfloat16* __restrict__ q,
                             const __nv_bfloat16* __restrict__ k_min, const __nv_bfloat16* __restrict__ k_max,
                             const int32_t* __restrict__ block_tables, const int32_t* __restrict__ context_lens, int hq,
                             int hk, int max_pages, int max_blocks, int block_size) {
-  constexpr int D = L * 8, kGroups = 32 / L;  // pages per warp at a time
-  extern __shared__ float qs[];                // [G, D]
+  constexpr int D = L * 8, kGroups = 32 / L;      // pages per warp at a time
+  constexpr int kStride = kScoreWarps * kGroups;  // pages per CTA at a time
+  extern __shared__ float qs[];                   // [G, D]
   const int item = blockIdx.x, s = item / hk, h = item % hk, g_count = hq / hk;
+  const int pages = (context_lens[s] + block_size - 1) / block_size;
+  pdl_wait();  // q and the metadata come from the preceding kernels
+  pdl_trigger();
   for (int e = threadIdx.x; e < g_count * D; e += blockDim.x)
     qs[e] = __bfloat162float(q[(int64_t{s} * hq + int64_t{h} * g_count) * D + e]);
-  __syncthreads();
-  const int pages = (context_lens[s] + block_size - 1) / block_size;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = lane / L, sub = lane % L;
   const int p_end = min(max_pages, (blockIdx.y + 1) * kPagesPerCta);
-  for (int base = blockIdx.y * kPagesPerCta + warp * kGroups; base < p_end; base += kScoreWarps * kGroups) {
-    const int p = base + group;  // every lane stays in the loop: the shuffles need the whole warp
-    float lo[8] = {}, hi[8] = {};
-    if (p < min(pages, p_end)) {
-      const int64_t meta = (int64_t{block_tables[int64_t{s} * max_blocks + p]} * hk + h) * D + sub * 8;
-      bf16x8_to_f32(*reinterpret_cast<const uint4*>(k_min + meta), lo);
-      bf16x8_to_f32(*reinterpret_cast<const uint4*>(k_max + meta), hi);
-    }
-    float best = -INFINITY;
-    for (int g = 0; g < g_count; ++g) {
-      const float* qv = qs + g * D + sub * 8;
-      float bound = 0.0f;
+  const int p_live = min(pages, p_end);
+  __syncthreads();
+  // warp_base is uniform over the warp, so every lane stays in the loop (the shuffles need the whole warp).
+  for (int warp_base = blockIdx.y * kPagesPerCta + warp * kGroups; warp_base < p_end;
+       warp_base += kScoreUnroll * kStride) {
+    const int base = warp_base + group;
+    int64_t meta[kScoreUnroll];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) bound += fmaxf(qv[i] * lo[i], qv[i] * hi[i]);
-#pragma unroll
-      for (int o = L / 2; o > 0; o >>= 1) bound += __shfl_xor_sync(0xffffffffu, bound, o);
-      best = fmaxf(best, bound);
+    for (int u = 0; u < kScoreUnroll; ++u) {
+      const int p = base + u * kStride;
+      meta[u] = p < p_live ? (int64_t{block_tables[int64_t{s} * max_blocks + p]} * hk + h) * D + sub * 8 : -1;
     }
-    if (p < p_end && sub == 0) scores[int64_t{item} * max_pages + p] = p < pages ? best : -INFINITY;
+    uint4 raw_lo[kScoreUnroll], raw_hi[kScoreUnroll];
+#pragma unroll
+    for (int u = 0; u < kScoreUnroll; ++u) {
+      raw_lo[u] = raw_hi[u] = make_uint4(0, 0, 0, 0);
+      if (meta[u] >= 0) {
+        raw_lo[u] = *reinterpret_cast<const uint4*>(k_min + meta[u]);
+        raw_hi[u] = *reinterpret_cast<const uint4*>(k_max + meta[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kScoreUnroll; ++u) {
+      float lo[8], hi[8];
+      bf16x8_to_f32(raw_lo[u], lo);
+      bf16x8_to_f32(raw_hi[u], hi);
+      float best = -INFINITY;
+      for (int g = 0; g < g_count; ++g) {
+        const float* qv = qs + g * D + sub * 8;
+        float bound = 0.0f;
+#pragma unroll
+        // max(q lo, q hi) = q x (q >= 0 ? hi : lo) since lo <= hi: one select and one FMA per dim.
+        for (int i = 0; i < 8; ++i) bound = fmaf(qv[i], qv[i] >= 0.0f ? hi[i] : lo[i], bound);
+#pragma unroll
+        for (int o = L / 2; o > 0; o >>= 1) bound += __shfl_xor_sync(0xffffffffu, bound, o);
+        best = fmaxf(best, bound);
+      }
+      const int p = base + u * kStride;
+      if (p < p_end && sub == 0) scores[int64_t{item} * max_pages + p] = p < pages ? best : -INFINITY;
+    }
   }
 }
 
@@ -146,9 +196,11 @@ __global__ void __launch_bounds__(kSelectThreads)
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int hist[256];
   __shared__ uint32_t prefix_s;
-  __shared__ int need_s, base_s;
+  __shared__ int need_s;
   const int item = blockIdx.x, tid = threadIdx.x;
   const int pages = (context_lens[item / hk] + block_size - 1) / block_size;
+  pdl_wait();  // the scores come from the preceding kernel; the list is read by the next ones
+  pdl_trigger();
   int32_t* list = selected + int64_t{item} * budget;
   if (pages <= budget) {
     for (int i = tid; i < budget; i += kSelectThreads) list[i] = i < pages ? i : -1;
@@ -192,57 +244,69 @@ __global__ void __launch_bounds__(kSelectThreads)
     need = need_s;
     __syncthreads();
   }
-  // prefix = the threshold key; `need` keys equal to it are taken, the earliest first.
-  if (tid == 0) base_s = 0;
-  __syncthreads();
+  // prefix = the threshold key; `need` keys equal to it are taken, the earliest first. Each thread owns a
+  // contiguous run of the middle pages, so two block scans (equal keys before the run, chosen pages before
+  // the run) place every chosen page in increasing order (a scan per 256-page chunk: 2.5x slower).
   for (int i = tid; i < sink; i += kSelectThreads) list[i] = i;
-  int equal_seen = 0;  // equal keys before this chunk
-  for (int c = lo; c < hi; c += kSelectThreads) {
-    const int p = c + tid;
-    const uint32_t b = p < hi ? order_bits(row[p]) : 0u;
-    const int eq = p < hi && b == prefix;
-    int eq_before, eq_total;
-    Scan(scan_tmp).ExclusiveSum(eq, eq_before, eq_total);
-    __syncthreads();
-    const int take_me = p < hi && (b > prefix || (eq && equal_seen + eq_before < need));
-    int before, total;
-    Scan(scan_tmp).ExclusiveSum(take_me, before, total);
-    if (take_me) list[sink + base_s + before] = p;
-    __syncthreads();
-    if (tid == 0) base_s += total;
-    equal_seen += eq_total;
-    __syncthreads();
+  const int n = hi - lo, per = (n + kSelectThreads - 1) / kSelectThreads;
+  const int r0 = lo + min(n, tid * per), r1 = lo + min(n, (tid + 1) * per);
+  int eq = 0;
+  for (int p = r0; p < r1; ++p) eq += order_bits(row[p]) == prefix;
+  int eq_before;
+  Scan(scan_tmp).ExclusiveSum(eq, eq_before);
+  __syncthreads();  // scan_tmp is reused
+  int chosen = 0;
+  for (int p = r0, seen = eq_before; p < r1; ++p) {
+    const uint32_t b = order_bits(row[p]);
+    chosen += b > prefix || (b == prefix && seen++ < need);
+  }
+  int out;
+  Scan(scan_tmp).ExclusiveSum(chosen, out);
+  out += sink;
+  for (int p = r0, seen = eq_before; p < r1; ++p) {
+    const uint32_t b = order_bits(row[p]);
+    if (b > prefix || (b == prefix && seen++ < need)) list[out++] = p;
   }
   for (int i = tid; i < recent; i += kSelectThreads) list[sink + take + i] = pages - recent + i;
 }
 
 // ---- sparse_decode_attention: gather the selected keys' rows ----
-// Block per (sequence, KV head). rows [S Hk, K BS]; counts [S Hk]; cu [S Hk + 1] = 0, 1, 2, ...
-__global__ void gather_key_rows_kernel(int32_t* __restrict__ rows, int32_t* __restrict__ counts,
-                                       int32_t* __restrict__ cu, const int32_t* __restrict__ selected,
-                                       const int32_t* __restrict__ block_tables,
-                                       const int32_t* __restrict__ context_lens, int hk, int budget, int block_size,
-                                       int max_blocks, int num_items) {
+constexpr int kGatherThreads = 256;
+
+// Grid (S x Hk, chunks of kGatherThreads list entries x offsets). rows [S Hk, K BS]; counts [S Hk];
+// cu [S Hk + 1] = 0, 1, 2, ... A thread per (list entry j, offset o): listed pages are whole except the
+// context's last page, which (the highest page) comes last, so key j BS + o of the item is offset o of
+// page list[j] and every entry is independent (a loop over the list costs a dependent load per page:
+// ~60 us for 8 x 8 items x 128 pages on an H200).
+__global__ void __launch_bounds__(kGatherThreads)
+    gather_key_rows_kernel(int32_t* __restrict__ rows, int32_t* __restrict__ counts, int32_t* __restrict__ cu,
+                           const int32_t* __restrict__ selected, const int32_t* __restrict__ block_tables,
+                           const int32_t* __restrict__ context_lens, int hk, int budget, int block_size,
+                           int max_blocks, int num_items) {
   const int item = blockIdx.x, s = item / hk, h = item % hk;
-  const int ctx = context_lens[s];
+  const int e = blockIdx.y * kGatherThreads + threadIdx.x;
+  if (e >= budget * block_size) return;
+  const int j = e / block_size, o = e % block_size;
+  // No early trigger: the decode kernel after this one reads its metadata (these rows, counts and cu)
+  // before its own wait, so it may only start once this grid is complete.
+  pdl_wait();  // the selection comes from the preceding kernel
   const int32_t* list = selected + int64_t{item} * budget;
-  int32_t* mine = rows + int64_t{item} * budget * block_size;
-  // Listed pages are whole except the context's last page, which (the highest page) comes last: page j of
-  // the list covers keys [j BS, j BS + its length).
-  int n = 0;
-  for (int j = 0; j < budget && list[j] >= 0; ++j) {
-    const int page = list[j];
-    const int len = min(block_size, ctx - page * block_size);
-    const int64_t block = block_tables[int64_t{s} * max_blocks + page];
-    if (len <= 0 || block < 0) continue;  // never valid (the host checks): read nothing outside the cache
-    for (int o = threadIdx.x; o < len; o += blockDim.x)
-      mine[n + o] = static_cast<int32_t>((block * block_size + o) * hk + h);
-    n += len;
-  }
-  if (threadIdx.x == 0) {
-    counts[item] = n;
+  const int page = list[j];
+  if (e == 0) {
     cu[item] = item;
     if (item == num_items - 1) cu[num_items] = num_items;
+    if (page < 0) counts[item] = 0;  // an empty list (a padding row of a graph batch)
+  }
+  if (page < 0) return;  // past the list's end
+  const int ctx = context_lens[s];
+  const int len = min(block_size, ctx - page * block_size);
+  const int64_t block = page < max_blocks ? block_tables[int64_t{s} * max_blocks + page] : -1;
+  // Never invalid (selection lists pages of the context, the engine maps them); if it were, read key
+  // row h (block 0, offset 0) rather than anything outside the cache.
+  const bool valid = o < len && block >= 0;
+  rows[int64_t{item} * budget * block_size + e] = valid ? static_cast<int32_t>((block * block_size + o) * hk + h) : h;
+  if (o == 0 && (j + 1 == budget || list[j + 1] < 0)) {  // the last listed page: the item's key count
+    counts[item] = j * block_size + max(0, len);
   }
 }
 
@@ -255,10 +319,9 @@ void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, 
   if (T == 0) return;
   const int hk_d = static_cast<int>(k_cache.dim(2) * k_cache.dim(3));
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>((hk_d + kUpdateThreads - 1) / kUpdateThreads));
-  quest_update_kernel<<<grid, kUpdateThreads, 0, stream_of(s)>>>(
-      k_min.data_as<__nv_bfloat16>(), k_max.data_as<__nv_bfloat16>(), k_cache.data_as<const __nv_bfloat16>(),
-      slot_mapping.data_as<const int32_t>(), T, static_cast<int>(k_cache.dim(1)), hk_d);
-  CUDA_CHECK_LAUNCH();
+  launch_pdl(quest_update_kernel, grid, dim3(kUpdateThreads), 0, s, k_min.data_as<__nv_bfloat16>(),
+             k_max.data_as<__nv_bfloat16>(), k_cache.data_as<const __nv_bfloat16>(),
+             slot_mapping.data_as<const int32_t>(), T, static_cast<int>(k_cache.dim(1)), hk_d);
 }
 
 void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView k_max, TensorView block_tables,
@@ -267,38 +330,33 @@ void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView 
                  "quest_scores (cuda): q and the page metadata must be BF16");
   const int64_t S = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hk = k_min.dim(1), MP = scores.dim(2);
   if (S == 0 || MP == 0) return;
-  const dim3 grid(static_cast<unsigned>(S * Hk), static_cast<unsigned>((MP + kPagesPerCta - 1) / kPagesPerCta));
-  const size_t smem = static_cast<size_t>(Hq / Hk * D) * sizeof(float);
   const auto* kmin = k_min.data_as<const __nv_bfloat16>();
   const auto* kmax = k_max.data_as<const __nv_bfloat16>();
   const int hq = static_cast<int>(Hq), hk = static_cast<int>(Hk), mp = static_cast<int>(MP);
   const int mb = static_cast<int>(block_tables.dim(1)), bs = static_cast<int>(block_size);
+  const dim3 grid(static_cast<unsigned>(S * Hk), static_cast<unsigned>((MP + kPagesPerCta - 1) / kPagesPerCta));
+  const size_t smem = static_cast<size_t>(Hq / Hk * D) * sizeof(float);
   const auto vec = [&](auto kernel) {
-    kernel<<<grid, kScoreWarps * 32, smem, stream_of(s)>>>(scores.data_as<float>(), q.data_as<const __nv_bfloat16>(),
-                                                           kmin, kmax, block_tables.data_as<const int32_t>(),
-                                                           context_lens.data_as<const int32_t>(), hq, hk, mp, mb, bs);
-    CUDA_CHECK_LAUNCH();
+    launch_pdl(kernel, grid, dim3(kScoreWarps * 32), smem, s, scores.data_as<float>(), q.data_as<const __nv_bfloat16>(),
+               kmin, kmax, block_tables.data_as<const int32_t>(), context_lens.data_as<const int32_t>(), hq, hk, mp,
+               mb, bs);
   };
   if (D == 64) return vec(quest_scores_vec_kernel<8>);
   if (D == 128) return vec(quest_scores_vec_kernel<16>);
   if (D == 256) return vec(quest_scores_vec_kernel<32>);
-  quest_scores_kernel<<<grid, kScoreWarps * 32, smem, stream_of(s)>>>(
-      scores.data_as<float>(), q.data_as<const __nv_bfloat16>(), k_min.data_as<const __nv_bfloat16>(),
-      k_max.data_as<const __nv_bfloat16>(), block_tables.data_as<const int32_t>(),
-      context_lens.data_as<const int32_t>(), static_cast<int>(Hq), static_cast<int>(Hk), static_cast<int>(D),
-      static_cast<int>(MP), static_cast<int>(block_tables.dim(1)), static_cast<int>(block_size));
-  CUDA_CHECK_LAUNCH();
+  launch_pdl(quest_scores_kernel, grid, dim3(kScoreWarps * 32), smem, s, scores.data_as<float>(),
+             q.data_as<const __nv_bfloat16>(), kmin, kmax, block_tables.data_as<const int32_t>(),
+             context_lens.data_as<const int32_t>(), hq, hk, static_cast<int>(D), mp, mb, bs);
 }
 
 void select_pages(TensorView selected, TensorView scores, TensorView context_lens, int64_t block_size,
                   int64_t sink_pages, int64_t recent_pages, ops::Stream s) {
   const int64_t S = scores.dim(0), Hk = scores.dim(1);
   if (S == 0) return;
-  select_pages_kernel<<<static_cast<unsigned>(S * Hk), kSelectThreads, 0, stream_of(s)>>>(
-      selected.data_as<int32_t>(), scores.data_as<const float>(), context_lens.data_as<const int32_t>(),
-      static_cast<int>(Hk), static_cast<int>(scores.dim(2)), static_cast<int>(selected.dim(2)),
-      static_cast<int>(block_size), static_cast<int>(sink_pages), static_cast<int>(recent_pages));
-  CUDA_CHECK_LAUNCH();
+  launch_pdl(select_pages_kernel, dim3(static_cast<unsigned>(S * Hk)), dim3(kSelectThreads), 0, s,
+             selected.data_as<int32_t>(), scores.data_as<const float>(), context_lens.data_as<const int32_t>(),
+             static_cast<int>(Hk), static_cast<int>(scores.dim(2)), static_cast<int>(selected.dim(2)),
+             static_cast<int>(block_size), static_cast<int>(sink_pages), static_cast<int>(recent_pages));
 }
 
 void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
@@ -311,11 +369,11 @@ void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, T
   int32_t* rows = scratch.data_as<int32_t>();  // [S Hk, K BS]
   int32_t* counts = rows + items * keys;       // [S Hk]
   int32_t* cu = counts + items;                // [S Hk + 1]
-  gather_key_rows_kernel<<<static_cast<unsigned>(items), 64, 0, stream_of(s)>>>(
-      rows, counts, cu, selected.data_as<const int32_t>(), block_tables.data_as<const int32_t>(),
-      context_lens.data_as<const int32_t>(), static_cast<int>(Hk), static_cast<int>(K), static_cast<int>(BS),
-      static_cast<int>(block_tables.dim(1)), static_cast<int>(items));
-  CUDA_CHECK_LAUNCH();
+  const dim3 gather_grid(static_cast<unsigned>(items), static_cast<unsigned>((keys + kGatherThreads - 1) / kGatherThreads));
+  launch_pdl(gather_key_rows_kernel, gather_grid, dim3(kGatherThreads), 0, s, rows, counts, cu,
+             selected.data_as<const int32_t>(), block_tables.data_as<const int32_t>(),
+             context_lens.data_as<const int32_t>(), static_cast<int>(Hk), static_cast<int>(K), static_cast<int>(BS),
+             static_cast<int>(block_tables.dim(1)), static_cast<int>(items));
   // The virtual batch: sequence (s, h) has one query row of G heads and counts[s, h] keys, block size 1.
   const Device dev = q.device();
   AttentionMetadata meta;
@@ -328,6 +386,7 @@ void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, T
   meta.block_tables = TensorView(rows, DType::kI32, Shape{items, keys}, dev);
   meta.block_size = 1;
   meta.num_leading_decodes = items;
+  meta.decode_single_wave = true;
   const Shape rows_shape{NB * BS * Hk, 1, 1, D};
   cuda_ops::paged_attention(out.reshape({items, Hq / Hk, D}), q.reshape({items, Hq / Hk, D}),
                             k_cache.reshape(rows_shape), v_cache.reshape(rows_shape), meta, scale, s);

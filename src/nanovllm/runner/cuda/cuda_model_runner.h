@@ -18,6 +18,7 @@
 #include "nanovllm/runner/forward_batch.h"
 #include "nanovllm/runner/model_runner.h"
 #include "nanovllm/runner/offload_runner.h"
+#include "nanovllm/runner/sparse_policy.h"
 
 namespace nanovllm {
 
