@@ -55,6 +55,7 @@ std::filesystem::path golden_model_dir(const std::string& name) {
   const auto m = golden_model_spec(name);
   nlohmann::json config = test_model_config(m["preset"].get<std::string>());
   config.merge_patch(m["override"]);
+  if (m.value("layout", "hf") == "chatglm") config = chatglm_test_model_config(config);  // as --layout chatglm
   return write_once("golden-" + name, config, m["seed"].get<uint64_t>());
 }
 
@@ -76,7 +77,8 @@ std::vector<std::vector<int32_t>> random_prompts(const std::vector<int>& lens, i
 }
 
 nlohmann::json load_golden(const std::string& name) {
-  std::ifstream f(golden_dir() / (name + ".json"));
+  // An entry in another checkpoint layout shares the file of the entry it names in `golden`.
+  std::ifstream f(golden_dir() / (golden_model_spec(name).value("golden", name) + ".json"));
   if (!f) return nullptr;
   return nlohmann::json::parse(f);
 }

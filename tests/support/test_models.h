@@ -22,7 +22,8 @@ std::filesystem::path golden_model_dir(const std::string& name);
 std::filesystem::path tiny_model_dir(const std::string& key, const nlohmann::json& override, uint64_t seed);
 // Random prompts of the given lengths with ids in [0, vocab), deterministic per seed (std::mt19937).
 std::vector<std::vector<int32_t>> random_prompts(const std::vector<int>& lens, int vocab, uint32_t seed);
-// Parsed golden file tests/data/golden/<name>.json, or null json when it is missing.
+// Parsed golden file tests/data/golden/<name>.json (or the file of the entry named by its `golden` field),
+// or null json when it is missing.
 nlohmann::json load_golden(const std::string& name);
 
 }  // namespace nanovllm::testing
