@@ -25,10 +25,15 @@ def main():
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json-out", default="")
+    ap.add_argument("--max-model-len", type=int, default=0, help="nano-vLLM's --max-model-len (0: the model's)")
     args = ap.parse_args()
 
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16, attn_implementation="sdpa").cuda()
     model.eval()
+    if model.config.model_type == "glm":  # partial RoPE: the factor must have reached transformers' table
+        pairs = model.model.rotary_emb.inv_freq.numel()
+        print(f"glm: {pairs} RoPE frequencies for head_dim {model.config.head_dim}", flush=True)
+        assert pairs == model.config.head_dim // 4, "GLM RoPE must cover half the head"
     vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(args.seed)
     hf = []  # (prompt, tokens, logprobs of the tokens)
@@ -43,12 +48,18 @@ def main():
             lps = [float(torch.log_softmax(l[0].float(), -1)[t]) for l, t in zip(out.logits, tokens)]
             hf.append((prompt, tokens, lps))
 
+    del model  # the GPU memory goes to nano-vLLM (a 9B model twice does not leave room for its KV cache)
+    torch.cuda.empty_cache()
     forced = [p + t[:k] for p, t, _ in hf for k in range(args.steps)]
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(forced, f)
     res = subprocess.run([args.nanovllm, "generate", "--backend", "cuda", "--model", args.model,
                           "--prompt-ids-file", f.name, "--max-tokens", "1", "--temperature", "0",
-                          "--ignore-eos", "--logprobs", "20", "--json"], capture_output=True, text=True, check=True)
+                          "--ignore-eos", "--logprobs", "20", "--json"] +
+                         (["--max-model-len", str(args.max_model_len)] if args.max_model_len else []),
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"nanovllm generate failed ({res.returncode}):\n{res.stderr[-4000:]}")
     ours = [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
     assert len(ours) == len(forced), (len(ours), len(forced))
 

@@ -7,7 +7,7 @@ For every model in tests/data/golden/models.json: write the checkpoint with `nan
 each prompt record `greedy_steps` greedy tokens (no EOS stop) with the top-`top_logprobs` log-softmax
 entries and the chosen token's logprob at every step.
 
-  python3 scripts/hf_golden.py --nanovllm build/cpu/tools/nanovllm --out tests/data/golden
+  python3 scripts/hf_golden.py --nanovllm build/cpu/tools/nanovllm --out tests/data/golden [--only glm4]
 """
 import argparse
 import json
@@ -70,7 +70,9 @@ def main():
     ap.add_argument("--nanovllm", required=True, help="path to the nanovllm binary")
     ap.add_argument("--out", default="tests/data/golden")
     ap.add_argument("--models", default="tests/data/golden/models.json")
+    ap.add_argument("--only", default="", help="comma-separated name prefixes: write only these entries' files")
     args = ap.parse_args()
+    only = [p for p in args.only.split(",") if p]
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -79,6 +81,8 @@ def main():
     import transformers
     for m in spec["models"]:
         if "golden" in m:  # checked against another entry's file (a layout transformers cannot load)
+            continue
+        if only and not any(m["name"].startswith(p) for p in only):
             continue
         with tempfile.TemporaryDirectory() as d:
             subprocess.run([args.nanovllm, "make-test-model", "--out", d, "--preset", m["preset"],

@@ -60,9 +60,14 @@ std::filesystem::path golden_model_dir(const std::string& name) {
 }
 
 std::filesystem::path tiny_model_dir(const std::string& key, const nlohmann::json& override, uint64_t seed) {
-  nlohmann::json config = test_model_config("tiny");
+  return preset_model_dir("tiny", key, override, seed);
+}
+
+std::filesystem::path preset_model_dir(const std::string& preset, const std::string& key,
+                                       const nlohmann::json& override, uint64_t seed) {
+  nlohmann::json config = test_model_config(preset);
   config.merge_patch(override);
-  return write_once("tiny-" + key, config, seed);
+  return write_once(preset + "-" + key, config, seed);
 }
 
 std::vector<std::vector<int32_t>> random_prompts(const std::vector<int>& lens, int vocab, uint32_t seed) {

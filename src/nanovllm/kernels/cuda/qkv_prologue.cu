@@ -218,9 +218,9 @@ void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorVie
   const size_t smem = static_cast<size_t>(D) * sizeof(float);
   const int heads_per_block = T <= kSplitHeadsMaxTokens ? kWarps : total_heads;
   const dim3 grid(static_cast<unsigned>(T), ceil_div_u(total_heads, heads_per_block));
-  const int pairs = static_cast<int>((D / 2 + 31) / 32);
-  const auto kernel = pairs <= 1 ? qkv_prologue_kernel<1> : pairs <= 2 ? qkv_prologue_kernel<2>
-                      : pairs <= 4 ? qkv_prologue_kernel<4> : qkv_prologue_kernel<kMaxPairsPerLane>;
+  const int lane_pairs = static_cast<int>((D / 2 + 31) / 32);
+  const auto kernel = lane_pairs <= 1 ? qkv_prologue_kernel<1> : lane_pairs <= 2 ? qkv_prologue_kernel<2>
+                      : lane_pairs <= 4 ? qkv_prologue_kernel<4> : qkv_prologue_kernel<kMaxPairsPerLane>;
   launch_pdl(kernel, grid, dim3(kWarps * 32), smem, st, q_out.data(), dt(q_out), qkv.data(), dt(qkv),
       has_qn ? q_norm.data() : nullptr, has_qn ? dt(q_norm) : 0,
       has_kn ? k_norm.data() : nullptr, has_kn ? dt(k_norm) : 0, eps, pos, inv_freq, pairs, rope.interleaved,
