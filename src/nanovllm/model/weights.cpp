@@ -105,80 +105,99 @@ class Loader {
   std::vector<char> staging_;
 };
 
+// Appends `dst` and its checkpoint parts (and their transformers-native split, when it differs) to `t`.
+void add_source(std::vector<WeightSource>& t, TensorView* dst, std::vector<WeightSpec> parts,
+                std::vector<WeightSpec> canonical = {}) {
+  if (canonical.empty()) canonical = parts;
+  t.push_back({dst, std::move(parts), std::move(canonical)});
+}
+
+// The transformers-native layouts (model.layers.N.self_attn..., model.norm, lm_head).
+void hf_sources(const ModelConfig& c, ModelWeights& m, std::vector<WeightSource>& t) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, D = c.head_dim;
+  const int64_t q = c.q_size(), kv = c.kv_size();
+  auto add = [&](TensorView* dst, std::vector<WeightSpec> parts, std::vector<WeightSpec> canonical = {}) {
+    add_source(t, dst, std::move(parts), std::move(canonical));
+  };
+  auto lw = [&](int64_t i) -> LayerWeights& { return m.layers[static_cast<size_t>(i)]; };
+  // Qwen2 and GLM have q/k/v biases only; Qwen3 and Llama put `attention_bias` on o_proj as well.
+  const bool o_bias = c.attention_bias && c.arch != Architecture::kQwen2 && c.arch != Architecture::kGlm;
+  add(&m.embed_tokens, {{"model.embed_tokens.weight", {V, H}}});
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = layer_prefix(i);
+    LayerWeights& l = lw(i);
+    add(&l.input_layernorm, {{p + "input_layernorm.weight", {H}}});
+    add(&l.qkv_proj, {{p + "self_attn.q_proj.weight", {q, H}}, {p + "self_attn.k_proj.weight", {kv, H}},
+                      {p + "self_attn.v_proj.weight", {kv, H}}});
+    if (c.attention_bias)
+      add(&l.qkv_bias, {{p + "self_attn.q_proj.bias", {q}}, {p + "self_attn.k_proj.bias", {kv}},
+                        {p + "self_attn.v_proj.bias", {kv}}});
+    if (c.qk_norm) {
+      add(&l.q_norm, {{p + "self_attn.q_norm.weight", {D}}});
+      add(&l.k_norm, {{p + "self_attn.k_norm.weight", {D}}});
+    }
+    add(&l.o_proj, {{p + "self_attn.o_proj.weight", {H, q}}});
+    if (o_bias) add(&l.o_bias, {{p + "self_attn.o_proj.bias", {H}}});
+    add(&l.post_attention_layernorm, {{p + "post_attention_layernorm.weight", {H}}});
+    if (c.arch == Architecture::kGlm) {
+      add(&l.gate_up_proj, {{p + "mlp.gate_up_proj.weight", {2 * I, H}}});  // fused: gate rows then up rows
+    } else {
+      add(&l.gate_up_proj, {{p + "mlp.gate_proj.weight", {I, H}}, {p + "mlp.up_proj.weight", {I, H}}});
+    }
+    add(&l.down_proj, {{p + "mlp.down_proj.weight", {H, I}}});
+  }
+  add(&m.norm, {{"model.norm.weight", {H}}});
+  if (!c.tie_word_embeddings) add(&m.lm_head, {{"lm_head.weight", {V, H}}});
+}
+
+// THUDM's ChatGLM layout (GLM-4); `canonical` names each tensor's parts as transformers' GlmForCausalLM has them.
+void chatglm_sources(const ModelConfig& c, ModelWeights& m, std::vector<WeightSource>& t) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const int64_t q = c.q_size(), kv = c.kv_size();
+  auto add = [&](TensorView* dst, std::vector<WeightSpec> parts, std::vector<WeightSpec> canonical = {}) {
+    add_source(t, dst, std::move(parts), std::move(canonical));
+  };
+  auto lw = [&](int64_t i) -> LayerWeights& { return m.layers[static_cast<size_t>(i)]; };
+  add(&m.embed_tokens, {{"transformer.embedding.word_embeddings.weight", {V, H}}},
+      {{"model.embed_tokens.weight", {V, H}}});
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "transformer.encoder.layers." + std::to_string(i) + ".";
+    const std::string g = layer_prefix(i);
+    LayerWeights& l = lw(i);
+    add(&l.input_layernorm, {{p + "input_layernorm.weight", {H}}}, {{g + "input_layernorm.weight", {H}}});
+    add(&l.qkv_proj, {{p + "self_attention.query_key_value.weight", {q + 2 * kv, H}}},
+        {{g + "self_attn.q_proj.weight", {q, H}}, {g + "self_attn.k_proj.weight", {kv, H}},
+         {g + "self_attn.v_proj.weight", {kv, H}}});
+    if (c.attention_bias)
+      add(&l.qkv_bias, {{p + "self_attention.query_key_value.bias", {q + 2 * kv}}},
+          {{g + "self_attn.q_proj.bias", {q}}, {g + "self_attn.k_proj.bias", {kv}},
+           {g + "self_attn.v_proj.bias", {kv}}});
+    add(&l.o_proj, {{p + "self_attention.dense.weight", {H, q}}}, {{g + "self_attn.o_proj.weight", {H, q}}});
+    add(&l.post_attention_layernorm, {{p + "post_attention_layernorm.weight", {H}}},
+        {{g + "post_attention_layernorm.weight", {H}}});
+    // dense_h_to_4h: gate rows then up rows (swiglu: silu(chunk 0) * chunk 1), as GLM's gate_up_proj.
+    add(&l.gate_up_proj, {{p + "mlp.dense_h_to_4h.weight", {2 * I, H}}},
+        {{g + "mlp.gate_up_proj.weight", {2 * I, H}}});
+    add(&l.down_proj, {{p + "mlp.dense_4h_to_h.weight", {H, I}}}, {{g + "mlp.down_proj.weight", {H, I}}});
+  }
+  add(&m.norm, {{"transformer.encoder.final_layernorm.weight", {H}}}, {{"model.norm.weight", {H}}});
+  add(&m.lm_head, {{"transformer.output_layer.weight", {V, H}}}, {{"lm_head.weight", {V, H}}});
+}
+
 }  // namespace
 
 std::vector<WeightSource> weight_sources(const ModelConfig& c, ModelWeights* w) {
-  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, D = c.head_dim;
-  const int64_t q = c.q_size(), kv = c.kv_size();
   std::vector<WeightSource> t;
   ModelWeights scratch;  // the targets when the caller wants the table only
   ModelWeights& m = w ? *w : scratch;
   m.layers.resize(static_cast<size_t>(c.num_hidden_layers));
-  auto add = [&](TensorView* dst, std::vector<WeightSpec> parts, std::vector<WeightSpec> canonical = {}) {
-    t.push_back({dst, std::move(parts), std::move(canonical)});
-  };
-  auto lw = [&](int64_t i) -> LayerWeights& { return m.layers[static_cast<size_t>(i)]; };
-
   if (c.arch == Architecture::kChatGlm) {
-    // THUDM's layout; `canonical` names each tensor's parts as transformers' GlmForCausalLM has them.
-    add(&m.embed_tokens, {{"transformer.embedding.word_embeddings.weight", {V, H}}},
-        {{"model.embed_tokens.weight", {V, H}}});
-    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      const std::string p = "transformer.encoder.layers." + std::to_string(i) + ".";
-      const std::string g = layer_prefix(i);
-      LayerWeights& l = lw(i);
-      add(&l.input_layernorm, {{p + "input_layernorm.weight", {H}}}, {{g + "input_layernorm.weight", {H}}});
-      add(&l.qkv_proj, {{p + "self_attention.query_key_value.weight", {q + 2 * kv, H}}},
-          {{g + "self_attn.q_proj.weight", {q, H}}, {g + "self_attn.k_proj.weight", {kv, H}},
-           {g + "self_attn.v_proj.weight", {kv, H}}});
-      if (c.attention_bias)
-        add(&l.qkv_bias, {{p + "self_attention.query_key_value.bias", {q + 2 * kv}}},
-            {{g + "self_attn.q_proj.bias", {q}}, {g + "self_attn.k_proj.bias", {kv}},
-             {g + "self_attn.v_proj.bias", {kv}}});
-      add(&l.o_proj, {{p + "self_attention.dense.weight", {H, q}}}, {{g + "self_attn.o_proj.weight", {H, q}}});
-      add(&l.post_attention_layernorm, {{p + "post_attention_layernorm.weight", {H}}},
-          {{g + "post_attention_layernorm.weight", {H}}});
-      // dense_h_to_4h: gate rows then up rows (swiglu: silu(chunk 0) * chunk 1), as GLM's gate_up_proj.
-      add(&l.gate_up_proj, {{p + "mlp.dense_h_to_4h.weight", {2 * I, H}}},
-          {{g + "mlp.gate_up_proj.weight", {2 * I, H}}});
-      add(&l.down_proj, {{p + "mlp.dense_4h_to_h.weight", {H, I}}}, {{g + "mlp.down_proj.weight", {H, I}}});
-    }
-    add(&m.norm, {{"transformer.encoder.final_layernorm.weight", {H}}}, {{"model.norm.weight", {H}}});
-    add(&m.lm_head, {{"transformer.output_layer.weight", {V, H}}}, {{"lm_head.weight", {V, H}}});
+    chatglm_sources(c, m, t);
   } else {
-    // Qwen2 and GLM have q/k/v biases only; Qwen3 and Llama put `attention_bias` on o_proj as well.
-    const bool o_bias = c.attention_bias && c.arch != Architecture::kQwen2 && c.arch != Architecture::kGlm;
-    add(&m.embed_tokens, {{"model.embed_tokens.weight", {V, H}}});
-    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      const std::string p = layer_prefix(i);
-      LayerWeights& l = lw(i);
-      add(&l.input_layernorm, {{p + "input_layernorm.weight", {H}}});
-      add(&l.qkv_proj, {{p + "self_attn.q_proj.weight", {q, H}}, {p + "self_attn.k_proj.weight", {kv, H}},
-                        {p + "self_attn.v_proj.weight", {kv, H}}});
-      if (c.attention_bias)
-        add(&l.qkv_bias, {{p + "self_attn.q_proj.bias", {q}}, {p + "self_attn.k_proj.bias", {kv}},
-                          {p + "self_attn.v_proj.bias", {kv}}});
-      if (c.qk_norm) {
-        add(&l.q_norm, {{p + "self_attn.q_norm.weight", {D}}});
-        add(&l.k_norm, {{p + "self_attn.k_norm.weight", {D}}});
-      }
-      add(&l.o_proj, {{p + "self_attn.o_proj.weight", {H, q}}});
-      if (o_bias) add(&l.o_bias, {{p + "self_attn.o_proj.bias", {H}}});
-      add(&l.post_attention_layernorm, {{p + "post_attention_layernorm.weight", {H}}});
-      if (c.arch == Architecture::kGlm) {
-        add(&l.gate_up_proj, {{p + "mlp.gate_up_proj.weight", {2 * I, H}}});  // fused: gate rows then up rows
-      } else {
-        add(&l.gate_up_proj, {{p + "mlp.gate_proj.weight", {I, H}}, {p + "mlp.up_proj.weight", {I, H}}});
-      }
-      add(&l.down_proj, {{p + "mlp.down_proj.weight", {H, I}}});
-    }
-    add(&m.norm, {{"model.norm.weight", {H}}});
-    if (!c.tie_word_embeddings) add(&m.lm_head, {{"lm_head.weight", {V, H}}});
+    hf_sources(c, m, t);
   }
-  for (WeightSource& src : t) {
-    if (src.canonical.empty()) src.canonical = src.parts;
-    if (!w) src.target = nullptr;
-  }
+  if (!w)
+    for (WeightSource& src : t) src.target = nullptr;
   return t;
 }
 
