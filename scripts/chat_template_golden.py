@@ -213,6 +213,25 @@ TEMPLATES = {
     "llama3.1_instruct": ("llama3.1_instruct.jinja", "<|begin_of_text|>", "<|eot_id|>"),
 }
 
+# GLM-4-9B-Chat's template (THUDM's tokenization_chatglm.py default_chat_template, as its tokenizer_config.json
+# carries it): tools come as a message's `tools` list, `metadata` is printed after the role. Kept out of the
+# random rotation over TEMPLATES so the other templates' cases stay as they were.
+GLM4 = "glm4_chat"
+GLM4_TEMPLATE = ("glm4_chat.jinja", "", "<|endoftext|>")
+GLM4_CONVERSATIONS = {
+    "glm4_tools_in_system": [
+        {"role": "system", "content": "Answer briefly.", "tools": [
+            {"type": "function", "function": WEATHER_TOOL["function"]}, {"type": "python"},
+            {"type": "simple_browser"}, {"type": "cogview"}]},
+        {"role": "user", "content": "天气怎么样？"},
+    ],
+    "glm4_observation": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "metadata": "get_weather", "content": "{\"city\": \"Paris\"}"},
+        {"role": "observation", "content": "{\"temp\": 18}"},
+    ],
+}
+
 # ---- feature templates (name, template, extra context) ------------------------------------------------
 FEATURES = [
     ("ws_trim_lstrip", "a\n  {% if true %}\n    b\n  {% endif %}\nc\n", {}),
@@ -362,7 +381,8 @@ def random_conversations(seed, count):
 
 def main():
     cases = []
-    templates = {name: ((DATA / f).read_text(), bos, eos) for name, (f, bos, eos) in TEMPLATES.items()}
+    templates = {name: ((DATA / f).read_text(), bos, eos)
+                 for name, (f, bos, eos) in {**TEMPLATES, GLM4: GLM4_TEMPLATE}.items()}
 
     def add(name, tname, messages, **opts):
         src, bos, eos = templates[tname]
@@ -404,6 +424,10 @@ def main():
         if i % 5 == 0:
             opts["tools"] = [SEARCH_TOOL]
         add(f"random/{i}/{tname}", tname, messages, **opts)
+
+    for cname, messages in {**CONVERSATIONS, **GLM4_CONVERSATIONS}.items():
+        for agp in (True, False):
+            add(f"{GLM4}/{cname}/agp{int(agp)}", GLM4, messages, add_generation_prompt=agp)
 
     for cname, (tname, messages, opts) in ERROR_CONVERSATIONS.items():
         add(f"error/{cname}", tname, messages, **opts)

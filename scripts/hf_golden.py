@@ -7,7 +7,7 @@ For every model in tests/data/golden/models.json: write the checkpoint with `nan
 each prompt record `greedy_steps` greedy tokens (no EOS stop) with the top-`top_logprobs` log-softmax
 entries and the chosen token's logprob at every step.
 
-  python3 scripts/hf_golden.py --nanovllm build/cpu/tools/nanovllm --out tests/data/golden
+  python3 scripts/hf_golden.py --nanovllm build/cpu/tools/nanovllm --out tests/data/golden [--only glm4]
 """
 import argparse
 import json
@@ -38,12 +38,41 @@ def greedy_with_logprobs(model, prompt, steps, top):
     return tokens, chosen, tops
 
 
+def glm_rope_pairs(model):
+    """GLM: the RoPE frequencies transformers built, to check that partial_rotary_factor reached the table
+    (transformers moved it from the top level into rope_parameters between versions). None for others."""
+    if model.config.model_type != "glm":
+        return None
+    pairs = model.model.rotary_emb.inv_freq.numel()
+    print(f"glm: head_dim {model.config.head_dim}, {pairs} RoPE frequencies", flush=True)
+    return pairs
+
+
+def load(d):
+    model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32, attn_implementation="eager")
+    pairs = glm_rope_pairs(model)
+    if pairs is not None and pairs != model.config.head_dim // 4:
+        # Our test models write partial_rotary_factor 0.5 at the top level like the hub's -hf configs; if this
+        # transformers ignores it there, give it the same values in its rope_parameters form.
+        path = os.path.join(d, "config.json")
+        cfg = json.load(open(path))
+        cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg.pop("rope_theta"),
+                                  "partial_rotary_factor": cfg.pop("partial_rotary_factor")}
+        json.dump(cfg, open(path, "w"))
+        model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32, attn_implementation="eager")
+        assert glm_rope_pairs(model) == model.config.head_dim // 4, "GLM RoPE must cover half the head"
+    model.eval()
+    return model
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--nanovllm", required=True, help="path to the nanovllm binary")
     ap.add_argument("--out", default="tests/data/golden")
     ap.add_argument("--models", default="tests/data/golden/models.json")
+    ap.add_argument("--only", default="", help="comma-separated name prefixes: write only these entries' files")
     args = ap.parse_args()
+    only = [p for p in args.only.split(",") if p]
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -51,11 +80,15 @@ def main():
     spec = json.load(open(args.models))
     import transformers
     for m in spec["models"]:
+        if "golden" in m:  # checked against another entry's file (a layout transformers cannot load)
+            continue
+        if only and not any(m["name"].startswith(p) for p in only):
+            continue
         with tempfile.TemporaryDirectory() as d:
             subprocess.run([args.nanovllm, "make-test-model", "--out", d, "--preset", m["preset"],
-                            "--seed", str(m["seed"]), "--config-override", json.dumps(m["override"])], check=True)
-            model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32, attn_implementation="eager")
-            model.eval()
+                            "--seed", str(m["seed"]), "--config-override", json.dumps(m["override"]),
+                            "--layout", m.get("layout", "hf")], check=True)
+            model = load(d)
             vocab = model.config.vocab_size
             gen = torch.Generator().manual_seed(m["seed"])
             prompts = []

@@ -37,6 +37,7 @@ const std::map<std::string, TemplateInfo> kTemplates = {
     {"qwen3", {"qwen3.jinja", "", "<|im_end|>"}},
     {"qwen2.5_instruct", {"qwen2.5_instruct.jinja", "", "<|im_end|>"}},
     {"llama3.1_instruct", {"llama3.1_instruct.jinja", "<|begin_of_text|>", "<|eot_id|>"}},
+    {"glm4_chat", {"glm4_chat.jinja", "", "<|endoftext|>"}},
 };
 
 ChatTemplateOptions options_of(const nlohmann::ordered_json& c) {

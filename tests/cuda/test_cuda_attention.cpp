@@ -772,7 +772,10 @@ TEST(CudaPrologue, MatchesReference) {
   uint32_t seed = 300;
   for (int64_t D : {64, 128}) {
     for (auto [Hq, Hk] : {std::pair<int64_t, int64_t>{8, 8}, {16, 2}, {32, 4}, {8, 1}}) {
-      for (bool norms : {true, false}) {
+      // rotate_half on the whole head with and without norms; GLM-4's interleaved RoPE on half the head.
+      for (auto [norms, pairs] : {std::pair<bool, int64_t>{true, 0}, {false, 0}, {false, D / 4}}) {
+        const bool interleaved = pairs > 0;
+        if (!interleaved) pairs = D / 2;
         std::mt19937 rng(seed++);
         const int64_t BS = 16;
         Batch b{{17, 1, 129}, {40, 300, 129}};
@@ -786,17 +789,17 @@ TEST(CudaPrologue, MatchesReference) {
         auto kn = random_bf16(static_cast<size_t>(D), rng, 0.5f, 1.5f);
         auto kc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng);
         auto vc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng);
-        std::vector<float> inv_freq(static_cast<size_t>(D / 2));
-        for (int64_t i = 0; i < D / 2; ++i)
-          inv_freq[static_cast<size_t>(i)] = static_cast<float>(std::pow(1e6, -2.0 * static_cast<double>(i) / D));
+        std::vector<float> inv_freq(static_cast<size_t>(pairs));
+        for (int64_t i = 0; i < pairs; ++i)
+          inv_freq[static_cast<size_t>(i)] = static_cast<float>(std::pow(1e6, -static_cast<double>(i) / pairs));
         const float attn_scaling = 1.1f;
         DeviceTensor d_qkv(DType::kBF16, {T, W}, qkv.bits), d_qn(DType::kBF16, {D}, qn.bits),
             d_kn(DType::kBF16, {D}, kn.bits), d_k(DType::kBF16, {NB, BS, Hk, D}, kc.bits),
             d_v(DType::kBF16, {NB, BS, Hk, D}, vc.bits), d_pos(DType::kI32, {T}, m.positions),
-            d_if(DType::kF32, {D / 2}, inv_freq), d_q(DType::kBF16, {T, Hq, D});
+            d_if(DType::kF32, {pairs}, inv_freq), d_q(DType::kBF16, {T, Hq, D});
         d_q.fill_bytes(0xff);
         DeviceMeta dm(m, BS);
-        ops::RopeParams rope{d_if.view(), attn_scaling};
+        ops::RopeParams rope{d_if.view(), attn_scaling, interleaved};
         cuda_ops::qkv_prologue(d_q.view(), d_qkv.view(), norms ? d_qn.view() : TensorView(),
                                norms ? d_kn.view() : TensorView(), 1e-6f, d_pos.view(), rope, d_k.view(), d_v.view(),
                                dm.meta, cuda_test::on());
@@ -806,9 +809,10 @@ TEST(CudaPrologue, MatchesReference) {
                           norms ? cuda_test::host_view(kn.f32, {D}) : TensorView(), 1e-6f,
                           cuda_test::host_view(m.positions, {T}), inv_freq.data(), attn_scaling,
                           cuda_test::host_view(ref_k, {NB, BS, Hk, D}), cuda_test::host_view(ref_v, {NB, BS, Hk, D}),
-                          host_meta(m, BS));
+                          host_meta(m, BS), pairs, interleaved);
         const std::string what = "prologue D=" + std::to_string(D) + " Hq=" + std::to_string(Hq) +
-                                 " Hk=" + std::to_string(Hk) + (norms ? " norms" : "");
+                                 " Hk=" + std::to_string(Hk) + (norms ? " norms" : "") +
+                                 (interleaved ? " interleaved pairs=" + std::to_string(pairs) : "");
         expect_close(d_q.download_f32(), ref_q, kAtol, kRtol, what + " q");
         // Untouched cache rows keep their bf16 values exactly; written rows are one rounding of fp32 math.
         expect_close(d_k.download_f32(), ref_k, kAtol, kRtol, what + " k cache");
@@ -823,7 +827,7 @@ TEST(CudaPrologue, MatchesReference) {
 // both caches bit for bit (the fused kernel rounds q and the new K exactly as qkv_prologue does and reads
 // the same cached values), with the cluster combine and with the global one; and against the CPU
 // reference (tolerance as the decode tests). Covers GQA 1-16, head_dim 64 / 128, with and without q/k
-// norms, contexts around the 16-key tiles and the splits, a graph-sized max_context_len, block size 256,
+// norms, GLM-4's interleaved RoPE on half the head (and on a quarter, odd GQA 4), contexts around the 16-key tiles and the splits, a graph-sized max_context_len, block size 256,
 // and a padding token (slot -1: nothing cached, the stale row attended as in the unfused path).
 struct FusedPrologueGuard : cuda_test::RestoreOptions {
   explicit FusedPrologueGuard(bool on) { cuda_test::context().options.decode_fused_prologue = on; }
@@ -836,14 +840,20 @@ TEST(CudaAttention, DecodeFusedPrologueMatchesTwoKernels) {
     int64_t D, Hq, Hk, BS;
     std::vector<int32_t> ctx;
     int64_t graph_max_ctx;
+    int64_t rope_pairs = 0;  // > 0: GLM-4's interleaved RoPE on the first 2 * rope_pairs elements (no norms)
   };
   const std::vector<int32_t> ctxs{1, 15, 16, 17, 64, 65, 300, 1024, 5000};
   const std::vector<Case> cases{{128, 16, 8, 16, ctxs, 0},        {128, 32, 8, 16, ctxs, 40960},
                                 {128, 8, 1, 16, {1000, 17}, 0},   {128, 32, 2, 256, {2049, 255, 256, 257}, 0},
-                                {64, 8, 8, 16, ctxs, 0},          {64, 16, 2, 32, {1, 700, 129}, 8192}};
+                                {64, 8, 8, 16, ctxs, 0},          {64, 16, 2, 32, {1, 700, 129}, 8192},
+                                {128, 32, 4, 16, ctxs, 0, 32},    {128, 32, 2, 256, {2049, 257, 3}, 40960, 32},
+                                {64, 12, 3, 16, {1, 33, 700}, 0, 16}};
   uint32_t seed = 1400;
   for (const Case& c : cases) {
     for (const bool norms : {true, false}) {
+      if (norms && c.rope_pairs > 0) continue;  // GLM-4 has no q/k norms
+      const bool interleaved = c.rope_pairs > 0;
+      const int64_t pairs = interleaved ? c.rope_pairs : c.D / 2;
       std::mt19937 rng(seed++);
       const int64_t D = c.D, Hq = c.Hq, Hk = c.Hk, BS = c.BS;
       Batch b{std::vector<int32_t>(c.ctx.size(), 1), c.ctx};
@@ -857,17 +867,18 @@ TEST(CudaAttention, DecodeFusedPrologueMatchesTwoKernels) {
       auto kn = random_bf16(static_cast<size_t>(D), rng, 0.5f, 1.5f);
       auto kc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng, -2.0f, 2.0f);
       auto vc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng);
-      std::vector<float> inv_freq(static_cast<size_t>(D / 2));
-      for (int64_t i = 0; i < D / 2; ++i)
-        inv_freq[static_cast<size_t>(i)] = static_cast<float>(std::pow(1e6, -2.0 * static_cast<double>(i) / D));
+      std::vector<float> inv_freq(static_cast<size_t>(pairs));
+      for (int64_t i = 0; i < pairs; ++i)
+        inv_freq[static_cast<size_t>(i)] = static_cast<float>(std::pow(1e6, -static_cast<double>(i) / pairs));
       DeviceTensor d_qkv(DType::kBF16, {T, W}, qkv.bits), d_qn(DType::kBF16, {D}, qn.bits),
-          d_kn(DType::kBF16, {D}, kn.bits), d_pos(DType::kI32, {T}, m.positions), d_if(DType::kF32, {D / 2}, inv_freq);
+          d_kn(DType::kBF16, {D}, kn.bits), d_pos(DType::kI32, {T}, m.positions), d_if(DType::kF32, {pairs}, inv_freq);
       DeviceMeta dm(m, BS);
       if (c.graph_max_ctx > 0) dm.meta.max_context_len = c.graph_max_ctx;
-      const ops::RopeParams rope{d_if.view(), 1.0f};
+      const ops::RopeParams rope{d_if.view(), 1.0f, interleaved};
       const float scale = 1.0f / std::sqrt(static_cast<float>(D));
       const std::string what = "fused prologue D=" + std::to_string(D) + " Hq=" + std::to_string(Hq) +
-                               " Hk=" + std::to_string(Hk) + " BS=" + std::to_string(BS) + (norms ? " norms" : "");
+                               " Hk=" + std::to_string(Hk) + " BS=" + std::to_string(BS) + (norms ? " norms" : "") +
+                               (interleaved ? " interleaved pairs=" + std::to_string(pairs) : "");
       // [fused x cluster]: out, k cache, v cache
       std::vector<uint16_t> got[2][2][3];
       for (const bool fused : {true, false}) {
@@ -896,7 +907,7 @@ TEST(CudaAttention, DecodeFusedPrologueMatchesTwoKernels) {
                         norms ? cuda_test::host_view(kn.f32, {D}) : TensorView(), 1e-6f,
                         cuda_test::host_view(m.positions, {T}), inv_freq.data(), 1.0f,
                         cuda_test::host_view(hk, {NB, BS, Hk, D}), cuda_test::host_view(hv, {NB, BS, Hk, D}),
-                        host_meta(m, BS));
+                        host_meta(m, BS), pairs, interleaved);
       for (float& x : hq) x = bf16_to_f32(f32_to_bf16(x));  // q is bf16 on the GPU
       for (float& x : hk) x = bf16_to_f32(f32_to_bf16(x));
       cpu::paged_attention(cuda_test::host_view(hout, {T, Hq, D}), cuda_test::host_view(hq, {T, Hq, D}),

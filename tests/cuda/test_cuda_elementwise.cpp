@@ -149,12 +149,18 @@ TEST(CudaElementwise, GatherAddRmsNormMatchesReference) {
 
 // The prologue at decode sizes (a few heads per block) and beyond kSplitHeadsMaxTokens (one block per
 // token); D = 64 / 128 / 256 take the 16-byte kernel (D = 64 with heads of mixed kinds in one warp), D = 96
-// the generic one. CudaPrologue.MatchesReference (test_cuda_attention.cpp) covers mixed batches.
+// and 40 the generic one; each with GLM-4's interleaved partial RoPE as well. CudaPrologue.MatchesReference (test_cuda_attention.cpp) covers mixed batches.
 TEST(CudaElementwise, QkvPrologueSmallAndLargeBatches) {
   SKIP_WITHOUT_CUDA();
   std::mt19937 rng(7);
   for (int64_t T : {1, 3, 1100}) {
-    for (auto [Hq, Hk, D] : {std::tuple<int64_t, int64_t, int64_t>{16, 8, 128}, {6, 1, 64}, {4, 2, 256}, {3, 1, 96}}) {
+    // pairs 0: rotate_half on the whole head; > 0: GLM-4's interleaved RoPE on the first 2 * pairs elements
+    // (half the head, an odd count on the generic kernel, D = 96 and D = 40).
+    for (auto [Hq, Hk, D, pairs] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{16, 8, 128, 0}, {6, 1, 64, 0},
+                                    {4, 2, 256, 0}, {3, 1, 96, 0}, {32, 4, 128, 32}, {6, 3, 64, 16},
+                                    {5, 1, 96, 21}, {3, 3, 40, 10}}) {
+      const bool interleaved = pairs > 0;
+      if (!interleaved) pairs = D / 2;
       const int64_t BS = 16, NB = (T + 40 + BS - 1) / BS, W = (Hq + 2 * Hk) * D;
       std::vector<int32_t> pos(static_cast<size_t>(T)), slots(static_cast<size_t>(NB * BS));
       for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<int32_t>(i);
@@ -165,12 +171,12 @@ TEST(CudaElementwise, QkvPrologueSmallAndLargeBatches) {
       auto qkv = random_bf16(static_cast<size_t>(T * W), rng, -3.0f, 3.0f);
       auto qn = random_bf16(static_cast<size_t>(D), rng, 0.5f, 1.5f), kn = random_bf16(static_cast<size_t>(D), rng, 0.5f, 1.5f);
       auto kc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng), vc = random_bf16(static_cast<size_t>(NB * BS * Hk * D), rng);
-      std::vector<float> inv_freq(static_cast<size_t>(D / 2));
-      for (int64_t i = 0; i < D / 2; ++i)
-        inv_freq[static_cast<size_t>(i)] = static_cast<float>(std::pow(1e6, -2.0 * static_cast<double>(i) / D));
+      std::vector<float> inv_freq(static_cast<size_t>(pairs));
+      for (int64_t i = 0; i < pairs; ++i)
+        inv_freq[static_cast<size_t>(i)] = static_cast<float>(std::pow(1e6, -static_cast<double>(i) / pairs));
       DeviceTensor d_qkv(DType::kBF16, {T, W}, qkv.bits), d_qn(DType::kBF16, {D}, qn.bits), d_kn(DType::kBF16, {D}, kn.bits),
           d_k(DType::kBF16, {NB, BS, Hk, D}, kc.bits), d_v(DType::kBF16, {NB, BS, Hk, D}, vc.bits),
-          d_pos(DType::kI32, {T}, pos), d_slots(DType::kI32, {T}, slots), d_if(DType::kF32, {D / 2}, inv_freq),
+          d_pos(DType::kI32, {T}, pos), d_slots(DType::kI32, {T}, slots), d_if(DType::kF32, {pairs}, inv_freq),
           d_q(DType::kBF16, {T, Hq, D});
       d_q.fill_bytes(0xff);
       AttentionMetadata dm;
@@ -178,16 +184,19 @@ TEST(CudaElementwise, QkvPrologueSmallAndLargeBatches) {
       dm.block_size = BS;
       dm.slot_mapping = d_slots.view();
       cuda_ops::qkv_prologue(d_q.view(), d_qkv.view(), d_qn.view(), d_kn.view(), 1e-6f, d_pos.view(),
-                             ops::RopeParams{d_if.view(), 1.05f}, d_k.view(), d_v.view(), dm, cuda_test::on());
+                             ops::RopeParams{d_if.view(), 1.05f, interleaved}, d_k.view(), d_v.view(), dm,
+                             cuda_test::on());
       std::vector<float> ref_q(static_cast<size_t>(T * Hq * D)), ref_k = kc.f32, ref_v = vc.f32;
       AttentionMetadata hm = dm;
       hm.slot_mapping = cuda_test::host_view(slots, {T});
       cpu::qkv_prologue(cuda_test::host_view(ref_q, {T, Hq, D}), cuda_test::host_view(qkv.f32, {T, W}),
                         cuda_test::host_view(qn.f32, {D}), cuda_test::host_view(kn.f32, {D}), 1e-6f,
                         cuda_test::host_view(pos, {T}), inv_freq.data(), 1.05f,
-                        cuda_test::host_view(ref_k, {NB, BS, Hk, D}), cuda_test::host_view(ref_v, {NB, BS, Hk, D}), hm);
+                        cuda_test::host_view(ref_k, {NB, BS, Hk, D}), cuda_test::host_view(ref_v, {NB, BS, Hk, D}), hm,
+                        pairs, interleaved);
       const std::string what = "prologue T=" + std::to_string(T) + " Hq=" + std::to_string(Hq) + " Hk=" +
-                               std::to_string(Hk) + " D=" + std::to_string(D);
+                               std::to_string(Hk) + " D=" + std::to_string(D) +
+                               (interleaved ? " interleaved pairs=" + std::to_string(pairs) : "");
       expect_close(d_q.download_f32(), ref_q, kAtol, kRtol, what + " q");
       expect_close(d_k.download_f32(), ref_k, kAtol, kRtol, what + " k cache");
       expect_close(d_v.download_f32(), ref_v, 0, 0, what + " v cache");

@@ -55,11 +55,10 @@ void expect_same(const std::vector<RequestOutput>& a, const std::vector<RequestO
   }
 }
 
-EngineConfig tiny_config(int64_t max_model_len) {
+EngineConfig tiny_config(int64_t max_model_len, const std::string& preset = "tiny") {
   EngineConfig ec;
-  ec.model.path = testing::tiny_model_dir("offload-hd64",
-                                     {{"num_hidden_layers", 4}, {"head_dim", 64}, {"max_position_embeddings", 1 << 18}},
-                                     31);
+  ec.model.path = testing::preset_model_dir(
+      preset, "offload-hd64", {{"num_hidden_layers", 4}, {"head_dim", 64}, {"max_position_embeddings", 1 << 18}}, 31);
   ec.model.backend = Backend::kCuda;
   ec.cache.block_size = 16;
   ec.model.max_model_len = max_model_len;
@@ -92,6 +91,26 @@ TEST(CudaOffload, MatchesGpuCacheAt4KTokens) {
     expect_same(llm.generate(prompts, greedy(70)), reference, 1e-2, "num_kv_buffers " + std::to_string(nb));
     EXPECT_EQ(llm.engine().runner().offload()->stats().prefills, 3);
   }
+}
+
+// GLM-4 (q/k/v bias, interleaved RoPE on half the head) through the offload path: the same tokens as the
+// GPU cache.
+TEST(CudaOffload, Glm4MatchesGpuCache) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const EngineConfig plain = tiny_config(8192, "glm4-tiny");
+  const std::vector<std::vector<int32_t>> prompts = {random_prompt(4097, 512, 7), random_prompt(1500, 512, 8)};
+  std::vector<RequestOutput> reference;
+  {
+    LLM llm(plain);
+    for (const auto& p : prompts) reference.push_back(llm.generate({p}, greedy(40))[0]);
+  }
+  EngineConfig ec = plain;
+  ec.offload.enabled = true;
+  ec.offload.min_tokens = 1;
+  ec.offload.block_size = 32;
+  LLM llm(ec);
+  expect_same(llm.generate(prompts, greedy(40)), reference, 1e-2, "glm4 offload");
+  EXPECT_EQ(llm.engine().runner().offload()->stats().prefills, 2);
 }
 
 TEST(CudaOffload, SequentialRequestsMatchEachRunAlone) {

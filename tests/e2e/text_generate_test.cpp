@@ -242,5 +242,17 @@ TEST(TextGenerate, TokenizerIdsOutsideTheModelVocabularyAreErrors) {
   std::filesystem::remove_all(copy);
 }
 
+TEST(TextGenerate, Glm4OriginalRepoTokenizerIsNamed) {
+  // THUDM's original GLM-4 layout ships tokenizer.model (tiktoken) + tokenization_chatglm.py, no tokenizer.json:
+  // token ids work; text names what is missing and where to get it.
+  const auto copy = light_copy(testing::golden_model_dir("glm4_chatglm_layout"), "glm4-tiktoken");
+  std::ofstream(copy / "tokenizer.model") << "IQ== 0\n";
+  LLM llm(cpu_config(copy));
+  EXPECT_EQ(llm.generate({{1, 2, 3}}, greedy(2))[0].token_ids.size(), 2u);
+  testing::expect_error([&] { llm.generate(std::vector<std::string>{"hi"}, greedy(2)); },
+                        {"no tokenizer.json", "tokenization_chatglm.py", "-hf"});
+  std::filesystem::remove_all(copy);
+}
+
 }  // namespace
 }  // namespace nanovllm

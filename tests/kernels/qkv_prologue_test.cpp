@@ -1,6 +1,8 @@
 // qkv_prologue against a double reference of HF's Qwen3 attention prologue: per-head RMSNorm of q/k,
 // rotate_half RoPE with the fp32 angle float(pos) * inv_freq[i] (as HF forms it), cos/sin scaled by
-// attention_scaling; K/V stored at slot_mapping, slot -1 skipped, every other slot untouched.
+// attention_scaling; K/V stored at slot_mapping, slot -1 skipped, every other slot untouched. GLM-4's
+// variant as transformers' modeling_glm.py writes it: cos/sin of the first R/2 frequencies repeat_interleave'd,
+// rotate_half over the pairs (2i, 2i + 1) of the first R elements, the rest of the head passed through.
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -21,19 +23,22 @@ struct Case {
   bool norms;
   float scaling;
   DType cache_dtype;
+  int64_t rope_pairs = 0;  // 0: D/2 (rotate_half); > 0: interleaved on the first 2 * rope_pairs elements
 };
 
 void run(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
   const int64_t T = c.T, Hq = c.Hq, Hk = c.Hk, D = c.D, half = D / 2, BS = 16;
+  const bool interleaved = c.rope_pairs > 0;
+  const int64_t pairs = interleaved ? c.rope_pairs : half, R = 2 * pairs;
   const int64_t NB = (T + BS - 1) / BS + 2, W = (Hq + 2 * Hk) * D;
   const double eps = 1e-6;
   HostTensor qkv = test::random_tensor(DType::kF32, {T, W}, rng, -2.0f, 2.0f);
   HostTensor qn = test::random_tensor(DType::kF32, {D}, rng, 0.5f, 1.5f);
   HostTensor kn = test::random_tensor(DType::kBF16, {D}, rng, 0.5f, 1.5f);
-  HostTensor inv(DType::kF32, {half});
-  for (int64_t i = 0; i < half; ++i)  // any positive frequencies will do; these are the default table's
-    inv.set(i, static_cast<float>(std::pow(1e6, -2.0 * static_cast<double>(i) / static_cast<double>(D))));
+  HostTensor inv(DType::kF32, {pairs});
+  for (int64_t i = 0; i < pairs; ++i)  // any positive frequencies will do; these are the default table's
+    inv.set(i, static_cast<float>(std::pow(1e6, -2.0 * static_cast<double>(i) / static_cast<double>(R))));
   std::vector<int32_t> pos(static_cast<size_t>(T)), slots(static_cast<size_t>(T));
   std::uniform_int_distribution<int32_t> pick_pos(0, 40000);
   for (auto& p : pos) p = pick_pos(rng);
@@ -54,7 +59,7 @@ void run(const Case& c, uint32_t seed) {
   meta.num_tokens = T;
   meta.slot_mapping = slot_t.v;
   meta.block_size = BS;
-  ops::RopeParams rope{inv.v, c.scaling};
+  ops::RopeParams rope{inv.v, c.scaling, interleaved};
   ops::qkv_prologue(q_out.v, qkv.v, c.norms ? qn.v : TensorView(), c.norms ? kn.v : TensorView(),
                     static_cast<float>(eps), positions.v, rope, kc.v, vc.v, meta);
 
@@ -69,9 +74,23 @@ void run(const Case& c, uint32_t seed) {
       for (int64_t d = 0; d < D; ++d) r[d] = r[d] * s * (*w)[d];
     }
     std::vector<double> o(static_cast<size_t>(D));
+    auto angle = [&](int64_t i) {  // HF's fp32 angle
+      return static_cast<double>(static_cast<float>(static_cast<float>(pos[t]) * inv.get(i)));
+    };
+    if (interleaved) {
+      std::vector<double> rot(static_cast<size_t>(R));  // stack((-x2, x1), -1).flatten(-2)
+      for (int64_t i = 0; i < pairs; ++i) {
+        rot[2 * i] = -r[2 * i + 1];
+        rot[2 * i + 1] = r[2 * i];
+      }
+      for (int64_t j = 0; j < D; ++j) {
+        const double cs = std::cos(angle(j / 2)) * c.scaling, sn = std::sin(angle(j / 2)) * c.scaling;
+        o[j] = j < R ? r[j] * cs + rot[j] * sn : r[j];  // cos[..., :R/2].repeat_interleave(2); q_pass
+      }
+      return o;
+    }
     for (int64_t i = 0; i < half; ++i) {
-      const double angle = static_cast<float>(static_cast<float>(pos[t]) * inv.get(i));  // HF's fp32 angle
-      const double cs = std::cos(angle) * c.scaling, sn = std::sin(angle) * c.scaling;
+      const double cs = std::cos(angle(i)) * c.scaling, sn = std::sin(angle(i)) * c.scaling;
       o[i] = r[i] * cs - r[i + half] * sn;
       o[i + half] = r[i + half] * cs + r[i] * sn;
     }
@@ -84,7 +103,7 @@ void run(const Case& c, uint32_t seed) {
       q_ref.insert(q_ref.end(), o.begin(), o.end());
     }
   SCOPED_TRACE(::testing::Message() << "T=" << T << " Hq=" << Hq << " Hk=" << Hk << " D=" << D
-                                    << " norms=" << c.norms);
+                                    << " norms=" << c.norms << " rope_pairs=" << c.rope_pairs);
   test::expect_close_f32(q_out, q_ref, "q");
 
   // Expected caches: sentinel everywhere except the written slots.
@@ -121,6 +140,34 @@ TEST(QkvPrologue, MatchesReferenceOverShapes) {
 TEST(QkvPrologue, NoNormsYarnScalingAndBf16Cache) {
   run({17, 4, 1, 64, false, 1.1386294f, DType::kF32}, 50);
   run({33, 8, 2, 128, true, 1.0f, DType::kBF16}, 51);
+}
+
+// GLM-4: RoPE on half the head (R = D/2), pairs (2i, 2i + 1); also a full interleaved head and an odd
+// count of pairs.
+TEST(QkvPrologue, InterleavedPartialRotary) {
+  uint32_t seed = 100;
+  for (int64_t T : {1, 17})
+    for (int64_t D : {16, 64, 128}) run({T, 4, 2, D, false, 1.0f, DType::kF32, D / 4}, seed++);
+  run({9, 2, 1, 64, false, 1.0f, DType::kF32, 32}, seed++);   // the whole head, interleaved
+  run({9, 6, 3, 40, true, 1.05f, DType::kBF16, 5}, seed++);   // odd pairs, norms, scaling, bf16 cache
+}
+
+TEST(QkvPrologue, RefusesFrequencyCountsThatDoNotFit) {
+  const int64_t T = 1, H = 1, D = 16;
+  HostTensor qkv(DType::kF32, {T, 3 * H * D}), q(DType::kF32, {T, H, D});
+  HostTensor kc(DType::kF32, {2, 16, H, D}), vc(DType::kF32, {2, 16, H, D});
+  HostTensor positions = test::i32_tensor({0}), slots = test::i32_tensor({0});
+  AttentionMetadata meta;
+  meta.num_tokens = T;
+  meta.slot_mapping = slots.v;
+  meta.block_size = 16;
+  for (auto [pairs, interleaved] : {std::pair<int64_t, bool>{4, false}, {9, true}}) {
+    HostTensor inv(DType::kF32, {pairs});
+    EXPECT_THROW(ops::qkv_prologue(q.v, qkv.v, TensorView(), TensorView(), 1e-6f, positions.v,
+                                   ops::RopeParams{inv.v, 1.0f, interleaved}, kc.v, vc.v, meta),
+                 Error)
+        << pairs;
+  }
 }
 
 }  // namespace

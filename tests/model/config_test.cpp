@@ -396,3 +396,161 @@ TEST(ModelConfig, FileErrors) {
   expect_error([&] { ModelConfig::from_model_dir(dir.path()); },
                {(dir / "config.json").string(), "'vocab_size'"});
 }
+
+namespace {
+
+// THUDM/glm-4-9b-chat-1m's config.json (the original ChatGLM layout; auto_map left out).
+const char* kGlm4Chat1M = R"({
+  "_name_or_path": "THUDM/glm-4-9b-chat-1m",
+  "model_type": "chatglm",
+  "architectures": ["ChatGLMModel"],
+  "add_bias_linear": false,
+  "add_qkv_bias": true,
+  "apply_query_key_layer_scaling": true,
+  "apply_residual_connection_post_layernorm": false,
+  "attention_dropout": 0.0,
+  "attention_softmax_in_fp32": true,
+  "bias_dropout_fusion": true,
+  "ffn_hidden_size": 13696,
+  "fp32_residual_connection": false,
+  "hidden_dropout": 0.0,
+  "hidden_size": 4096,
+  "kv_channels": 128,
+  "layernorm_epsilon": 1.5625e-07,
+  "multi_query_attention": true,
+  "multi_query_group_num": 4,
+  "num_attention_heads": 32,
+  "num_layers": 40,
+  "original_rope": true,
+  "padded_vocab_size": 151552,
+  "post_layer_norm": true,
+  "rmsnorm": true,
+  "rope_ratio": 10000,
+  "seq_length": 1048576,
+  "use_cache": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.44.0",
+  "tie_word_embeddings": false,
+  "eos_token_id": [151329, 151336, 151338],
+  "pad_token_id": 151329
+})";
+
+// THUDM/glm-4-9b-chat-1m-hf's config.json (transformers' GlmForCausalLM).
+const char* kGlm4Chat1MHf = R"({
+  "architectures": ["GlmForCausalLM"],
+  "attention_bias": true,
+  "attention_dropout": 0.0,
+  "eos_token_id": [151329, 151336, 151338],
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 13696,
+  "max_position_embeddings": 1048576,
+  "model_type": "glm",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 40,
+  "num_key_value_heads": 4,
+  "pad_token_id": 151329,
+  "partial_rotary_factor": 0.5,
+  "rms_norm_eps": 1.5625e-07,
+  "rope_theta": 100000000.0,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.46.0",
+  "use_cache": true,
+  "vocab_size": 151552
+})";
+
+void expect_glm4_9b_1m(const ModelConfig& c) {
+  EXPECT_EQ(c.vocab_size, 151552);
+  EXPECT_EQ(c.hidden_size, 4096);
+  EXPECT_EQ(c.intermediate_size, 13696);
+  EXPECT_EQ(c.num_hidden_layers, 40);
+  EXPECT_EQ(c.num_attention_heads, 32);
+  EXPECT_EQ(c.num_key_value_heads, 4);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.rotary_dim, 64);  // RoPE on half the head
+  EXPECT_TRUE(c.rope_interleaved);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e8);  // 10000 * rope_ratio
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1.5625e-07);
+  EXPECT_EQ(c.max_position_embeddings, 1048576);
+  EXPECT_EQ(c.max_model_len(), 1048576);
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{151329, 151336, 151338}));
+  EXPECT_EQ(c.bos_token_id, -1);
+  EXPECT_EQ(c.torch_dtype, DType::kBF16);
+}
+
+}  // namespace
+
+TEST(ModelConfig, Glm4ChatGlmLayout) {
+  const ModelConfig c = ModelConfig::from_json_text(kGlm4Chat1M);
+  EXPECT_EQ(c.arch, Architecture::kChatGlm);
+  EXPECT_EQ(c.model_type, "chatglm");
+  expect_glm4_9b_1m(c);
+  json j = json::parse(kGlm4Chat1M);
+  j["architectures"] = {"ChatGLMForConditionalGeneration"};
+  EXPECT_EQ(parse(j).arch, Architecture::kChatGlm);
+  j.erase("architectures");
+  EXPECT_EQ(parse(j).arch, Architecture::kChatGlm);  // from model_type
+  j["multi_query_attention"] = false;  // every head has its own K/V
+  EXPECT_EQ(parse(j).num_key_value_heads, 32);
+  j = json::parse(kGlm4Chat1M);
+  j["add_qkv_bias"] = false;
+  EXPECT_FALSE(parse(j).attention_bias);
+  j.erase("rope_ratio");  // glm-4-9b-chat: base 10000
+  EXPECT_DOUBLE_EQ(parse(j).rope_theta, 10000.0);
+}
+
+TEST(ModelConfig, Glm4ChatGlmLayoutRefusesVariantsByName) {
+  for (auto [field, value] : {std::pair<const char*, json>{"rmsnorm", false},
+                              {"post_layer_norm", false},
+                              {"add_bias_linear", true},
+                              {"apply_residual_connection_post_layernorm", true},
+                              {"original_rope", false},
+                              {"rope_scaling", json{{"type", "linear"}, {"factor", 2.0}}}}) {
+    json j = json::parse(kGlm4Chat1M);
+    j[field] = value;
+    expect_error([&] { parse(j); }, {field});
+  }
+  json j = json::parse(kGlm4Chat1M);
+  j["multi_query_group_num"] = 5;
+  expect_error([&] { parse(j); }, {"multi_query_group_num"});
+  j = json::parse(kGlm4Chat1M);
+  j["kv_channels"] = 2;  // rotary dimension 1
+  expect_error([&] { parse(j); }, {"rotary dimension"});
+  j = json::parse(kGlm4Chat1M);
+  j.erase("seq_length");
+  expect_error([&] { parse(j); }, {"seq_length"});
+}
+
+TEST(ModelConfig, Glm4TransformersLayout) {
+  const ModelConfig c = ModelConfig::from_json_text(kGlm4Chat1MHf);
+  EXPECT_EQ(c.arch, Architecture::kGlm);
+  EXPECT_EQ(c.model_type, "glm");
+  expect_glm4_9b_1m(c);
+  json j = json::parse(kGlm4Chat1MHf);
+  j.erase("partial_rotary_factor");  // GlmConfig's default
+  j.erase("attention_bias");
+  EXPECT_EQ(parse(j).rotary_dim, 64);
+  EXPECT_TRUE(parse(j).attention_bias);
+  // transformers 5 writes rope_parameters with the factor inside.
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e8}, {"partial_rotary_factor", 0.25}};
+  EXPECT_EQ(parse(j).rotary_dim, 32);
+  EXPECT_DOUBLE_EQ(parse(j).rope_theta, 1e8);
+  j["rope_parameters"]["partial_rotary_factor"] = 1.5;
+  expect_error([&] { parse(j); }, {"partial_rotary_factor", "(0, 1]"});
+  j = json::parse(kGlm4Chat1MHf);
+  j["architectures"] = {"Glm4ForCausalLM"};  // GLM-4-0414: a different decoder (extra norms)
+  expect_error([&] { parse(j); }, {"Glm4ForCausalLM", "GlmForCausalLM", "ChatGLMModel"});
+}
+
+TEST(ModelConfig, QwenRopeCoversTheWholeHead) {
+  const ModelConfig c = ModelConfig::from_json_text(kQwen3_06B);
+  EXPECT_EQ(c.rotary_dim, 128);
+  EXPECT_FALSE(c.rope_interleaved);
+}

@@ -10,6 +10,7 @@
 #include "model/model_test_util.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/model/config.h"
+#include "nanovllm/model/safetensors.h"
 #include "nanovllm/model/test_model.h"
 #include "nanovllm/model/weights.h"
 
@@ -58,7 +59,8 @@ std::map<std::string, std::string> dir_files(const fs::path& dir) {
 }  // namespace
 
 TEST(TestModel, PresetsMatchTheHubConfigs) {
-  EXPECT_EQ(test_model_presets(), (std::vector<std::string>{"tiny", "qwen3-0.6b", "qwen3-4b", "qwen3-8b"}));
+  EXPECT_EQ(test_model_presets(), (std::vector<std::string>{"tiny", "qwen3-0.6b", "qwen3-4b", "qwen3-8b",
+                                                            "glm4-tiny", "glm4-9b"}));
   struct Want { const char* preset; int64_t hidden, inter, layers, heads, kv; bool tied; double non_embed_params; };
   // Non-embedding parameter counts from the Qwen3 model cards: 0.44B, 3.6B, 6.95B.
   for (const Want& w : {Want{"qwen3-0.6b", 1024, 3072, 28, 16, 8, true, 0.44e9},
@@ -98,6 +100,102 @@ TEST(TestModel, PresetsMatchTheHubConfigs) {
   EXPECT_TRUE(tiny.tie_word_embeddings);
   EXPECT_EQ(tiny.eos_token_ids, std::vector<int64_t>{2});
   expect_error([] { test_model_config("qwen3-72b"); }, {"qwen3-72b", "tiny"});
+}
+
+// GLM-4-9B-Chat-1M (THUDM/glm-4-9b-chat-1m-hf): 9.4B parameters, 4 KV groups of 128, RoPE on 64 of 128
+// with theta 10000 * rope_ratio 10000; the same model in the ChatGLM layout.
+TEST(TestModel, Glm4PresetsMatchTheHubConfigs) {
+  const json j = test_model_config("glm4-9b");
+  EXPECT_EQ(j["architectures"], json::array({"GlmForCausalLM"}));
+  const ModelConfig c = ModelConfig::from_json_text(j.dump());
+  EXPECT_EQ(c.arch, Architecture::kGlm);
+  EXPECT_EQ(c.hidden_size, 4096);
+  EXPECT_EQ(c.intermediate_size, 13696);
+  EXPECT_EQ(c.num_hidden_layers, 40);
+  EXPECT_EQ(c.num_attention_heads, 32);
+  EXPECT_EQ(c.num_key_value_heads, 4);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.rotary_dim, 64);
+  EXPECT_TRUE(c.rope_interleaved);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e8);
+  EXPECT_EQ(c.vocab_size, 151552);
+  EXPECT_EQ(c.max_position_embeddings, 1048576);
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{151329, 151336, 151338}));
+  double params = 0;
+  for (const WeightSpec& s : weight_table(c)) params += static_cast<double>(s.shape.numel());
+  EXPECT_NEAR(params / 9.4e9, 1.0, 0.015);
+
+  const ModelConfig g = ModelConfig::from_json_text(chatglm_test_model_config(j).dump());
+  EXPECT_EQ(g.arch, Architecture::kChatGlm);
+  for (auto [a, b] : {std::pair{g.hidden_size, c.hidden_size}, {g.intermediate_size, c.intermediate_size},
+                      {g.num_hidden_layers, c.num_hidden_layers}, {g.num_attention_heads, c.num_attention_heads},
+                      {g.num_key_value_heads, c.num_key_value_heads}, {g.head_dim, c.head_dim},
+                      {g.rotary_dim, c.rotary_dim}, {g.vocab_size, c.vocab_size},
+                      {g.max_position_embeddings, c.max_position_embeddings}})
+    EXPECT_EQ(a, b);
+  EXPECT_DOUBLE_EQ(g.rope_theta, c.rope_theta);
+  EXPECT_DOUBLE_EQ(g.rms_norm_eps, c.rms_norm_eps);
+  EXPECT_EQ(g.eos_token_ids, c.eos_token_ids);
+  EXPECT_EQ(weight_table(g).size(), weight_table(c).size() - 4 * 40);  // fused query_key_value and its bias
+
+  const ModelConfig tiny = ModelConfig::from_json_text(test_model_config("glm4-tiny").dump());
+  EXPECT_EQ(tiny.arch, Architecture::kGlm);
+  EXPECT_EQ(tiny.eos_token_ids, (std::vector<int64_t>{2, 3, 4}));
+  expect_error([] { chatglm_test_model_config(test_model_config("tiny")); }, {"GlmForCausalLM", "Qwen3ForCausalLM"});
+  json third = test_model_config("glm4-tiny");
+  third["partial_rotary_factor"] = 0.25;
+  expect_error([&] { chatglm_test_model_config(third); }, {"partial_rotary_factor must be 0.5"});
+}
+
+// Both layouts of one seed hold the same values: the ChatGLM query_key_value is q_proj, k_proj, v_proj's
+// rows, every other tensor its renamed twin, and the loader makes identical engine tensors of both.
+TEST(TestModel, ChatGlmLayoutHoldsTheSameWeights) {
+  TempDir dir;
+  const fs::path hf_dir = dir / "hf", cg_dir = dir / "chatglm";
+  json cfg = test_model_config("glm4-tiny");
+  cfg["num_hidden_layers"] = 1;
+  write_test_model(hf_dir, cfg, 5);
+  write_test_model(cg_dir, chatglm_test_model_config(cfg), 5);
+  const SafetensorsCheckpoint hf(hf_dir), cg(cg_dir);
+  auto bytes = [](const SafetensorsCheckpoint& ck, const std::string& name) {
+    const TensorInfo& t = ck.info(name);
+    return std::string(static_cast<const char*>(t.data), static_cast<size_t>(t.shape.numel()) * 2);
+  };
+  const std::string p = "model.layers.0.", q = "transformer.encoder.layers.0.";
+  EXPECT_EQ(bytes(cg, q + "self_attention.query_key_value.weight"),
+            bytes(hf, p + "self_attn.q_proj.weight") + bytes(hf, p + "self_attn.k_proj.weight") +
+                bytes(hf, p + "self_attn.v_proj.weight"));
+  EXPECT_EQ(bytes(cg, q + "self_attention.query_key_value.bias"),
+            bytes(hf, p + "self_attn.q_proj.bias") + bytes(hf, p + "self_attn.k_proj.bias") +
+                bytes(hf, p + "self_attn.v_proj.bias"));
+  for (auto [a, b] : {std::pair<std::string, std::string>{"transformer.embedding.word_embeddings.weight",
+                                                          "model.embed_tokens.weight"},
+                      {q + "input_layernorm.weight", p + "input_layernorm.weight"},
+                      {q + "self_attention.dense.weight", p + "self_attn.o_proj.weight"},
+                      {q + "post_attention_layernorm.weight", p + "post_attention_layernorm.weight"},
+                      {q + "mlp.dense_h_to_4h.weight", p + "mlp.gate_up_proj.weight"},
+                      {q + "mlp.dense_4h_to_h.weight", p + "mlp.down_proj.weight"},
+                      {"transformer.encoder.final_layernorm.weight", "model.norm.weight"},
+                      {"transformer.output_layer.weight", "lm_head.weight"}})
+    EXPECT_EQ(bytes(cg, a), bytes(hf, b)) << a;
+  EXPECT_EQ(cg.names().size(), 10u);
+
+  const ModelWeights wh = load_weights(hf_dir, ModelConfig::from_model_dir(hf_dir));
+  const ModelWeights wc = load_weights(cg_dir, ModelConfig::from_model_dir(cg_dir));
+  auto same = [](TensorView a, TensorView b) {
+    return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+  };
+  EXPECT_TRUE(same(wh.embed_tokens, wc.embed_tokens));
+  EXPECT_TRUE(same(wh.layers[0].qkv_proj, wc.layers[0].qkv_proj));
+  EXPECT_TRUE(same(wh.layers[0].qkv_bias, wc.layers[0].qkv_bias));
+  EXPECT_TRUE(same(wh.layers[0].o_proj, wc.layers[0].o_proj));
+  EXPECT_FALSE(wc.layers[0].o_bias.defined());
+  EXPECT_TRUE(same(wh.layers[0].gate_up_proj, wc.layers[0].gate_up_proj));
+  EXPECT_TRUE(same(wh.layers[0].down_proj, wc.layers[0].down_proj));
+  EXPECT_TRUE(same(wh.norm, wc.norm));
+  EXPECT_TRUE(same(wh.lm_head, wc.lm_head));
 }
 
 TEST(TestModel, HubFileLayout) {

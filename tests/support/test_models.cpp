@@ -55,13 +55,19 @@ std::filesystem::path golden_model_dir(const std::string& name) {
   const auto m = golden_model_spec(name);
   nlohmann::json config = test_model_config(m["preset"].get<std::string>());
   config.merge_patch(m["override"]);
+  if (m.value("layout", "hf") == "chatglm") config = chatglm_test_model_config(config);  // as --layout chatglm
   return write_once("golden-" + name, config, m["seed"].get<uint64_t>());
 }
 
 std::filesystem::path tiny_model_dir(const std::string& key, const nlohmann::json& override, uint64_t seed) {
-  nlohmann::json config = test_model_config("tiny");
+  return preset_model_dir("tiny", key, override, seed);
+}
+
+std::filesystem::path preset_model_dir(const std::string& preset, const std::string& key,
+                                       const nlohmann::json& override, uint64_t seed) {
+  nlohmann::json config = test_model_config(preset);
   config.merge_patch(override);
-  return write_once("tiny-" + key, config, seed);
+  return write_once(preset + "-" + key, config, seed);
 }
 
 std::vector<std::vector<int32_t>> random_prompts(const std::vector<int>& lens, int vocab, uint32_t seed) {
@@ -76,7 +82,8 @@ std::vector<std::vector<int32_t>> random_prompts(const std::vector<int>& lens, i
 }
 
 nlohmann::json load_golden(const std::string& name) {
-  std::ifstream f(golden_dir() / (name + ".json"));
+  // An entry in another checkpoint layout shares the file of the entry it names in `golden`.
+  std::ifstream f(golden_dir() / (golden_model_spec(name).value("golden", name) + ".json"));
   if (!f) return nullptr;
   return nlohmann::json::parse(f);
 }

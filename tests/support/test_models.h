@@ -20,9 +20,13 @@ nlohmann::json golden_model_spec(const std::string& name);
 std::filesystem::path golden_model_dir(const std::string& name);
 // A tiny checkpoint from the "tiny" preset with `override` merged in (written on first use per key).
 std::filesystem::path tiny_model_dir(const std::string& key, const nlohmann::json& override, uint64_t seed);
+// The same for any make-test-model preset (e.g. "glm4-tiny").
+std::filesystem::path preset_model_dir(const std::string& preset, const std::string& key,
+                                       const nlohmann::json& override, uint64_t seed);
 // Random prompts of the given lengths with ids in [0, vocab), deterministic per seed (std::mt19937).
 std::vector<std::vector<int32_t>> random_prompts(const std::vector<int>& lens, int vocab, uint32_t seed);
-// Parsed golden file tests/data/golden/<name>.json, or null json when it is missing.
+// Parsed golden file tests/data/golden/<name>.json (or the file of the entry named by its `golden` field),
+// or null json when it is missing.
 nlohmann::json load_golden(const std::string& name);
 
 }  // namespace nanovllm::testing

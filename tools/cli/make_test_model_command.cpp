@@ -15,7 +15,7 @@ namespace nanovllm::cli {
 
 void register_make_test_model(CLI::App& app) {
   struct Options {
-    std::string out, preset = "tiny", overrides, tokenizer_dir;
+    std::string out, preset = "tiny", overrides, tokenizer_dir, layout = "hf";
     uint64_t seed = 0;
     int64_t shard_max_bytes = 0;
   };
@@ -23,7 +23,13 @@ void register_make_test_model(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("make-test-model", "write a random-weight checkpoint (config.json, "
                                      "generation_config.json, bf16 safetensors) in the hub's layout");
   cmd->add_option("--out", opt->out, "output directory")->required();
-  cmd->add_option("--preset", opt->preset, "tiny | qwen3-0.6b | qwen3-4b | qwen3-8b")->capture_default_str();
+  cmd->add_option("--preset", opt->preset, "tiny | qwen3-0.6b | qwen3-4b | qwen3-8b | glm4-tiny | glm4-9b")
+      ->capture_default_str();
+  cmd->add_option("--layout", opt->layout,
+                  "hf: transformers-native tensor names; chatglm: THUDM's original ChatGLM layout (glm4-* presets; "
+                  "the same weights as hf for the same seed)")
+      ->check(CLI::IsMember({"hf", "chatglm"}))
+      ->capture_default_str();
   cmd->add_option("--seed", opt->seed, "weights are a function of the seed")->capture_default_str();
   cmd->add_option("--config-override", opt->overrides,
                   "JSON object merged into the preset's config.json, e.g. '{\"num_key_value_heads\": 1}'");
@@ -58,6 +64,7 @@ void register_make_test_model(CLI::App& app) {
                      " ids but the model's vocab_size is ", vocab,
                      "; raise it, e.g. --config-override '{\"vocab_size\": 151936}'");
     }
+    if (opt->layout == "chatglm") config = chatglm_test_model_config(config);  // after the overrides
     write_test_model(opt->out, config, opt->seed, opt->shard_max_bytes);
     if (tok) {
       for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {

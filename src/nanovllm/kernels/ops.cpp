@@ -210,7 +210,13 @@ void check_qkv_prologue(std::string_view op, TensorView q_out, TensorView qkv, T
   check_tensor(op, "rope.inv_freq", rope.inv_freq, dev, 1);
   NANOVLLM_CHECK(rope.inv_freq.dtype() == DType::kF32, op, ": rope.inv_freq must be F32, got ",
                  dtype_name(rope.inv_freq.dtype()));
-  check_shape(op, "rope.inv_freq", rope.inv_freq, {D / 2});
+  const int64_t pairs = rope.inv_freq.numel();
+  if (rope.interleaved) {
+    NANOVLLM_CHECK(pairs > 0 && 2 * pairs <= D, op, ": rope.inv_freq ", rope.inv_freq.shape().str(),
+                   " must hold 1 to head_dim / 2 = ", D / 2, " frequencies");
+  } else {
+    check_shape(op, "rope.inv_freq", rope.inv_freq, {D / 2});  // rotate_half: the whole head
+  }
   check_slot_mapping(op, meta, T, NB * BS, dev);
 }
 
@@ -246,7 +252,7 @@ void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorVie
   for (int64_t t = 0; t < T; ++t)
     NANOVLLM_CHECK(pos[t] >= 0, op, ": positions[", t, "] = ", pos[t], " is negative");
   cpu::qkv_prologue(q_out, qkv, q_norm, k_norm, eps, positions, rope.inv_freq.data_as<const float>(),
-                    rope.attention_scaling, k_cache, v_cache, meta);
+                    rope.attention_scaling, k_cache, v_cache, meta, rope.inv_freq.numel(), rope.interleaved);
 }
 
 void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,

@@ -60,9 +60,13 @@ void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, S
 
 // RoPE parameters: inv_freq [D/2] f32 (scaling already folded in) and the cos/sin multiplier (YaRN's
 // attention factor; 1 otherwise). Rotation is the half-split ("rotate_half") form HF uses.
+// RoPE on the first R = 2 * inv_freq.numel() elements of each head; elements [R, D) pass through.
+// rotate_half (interleaved = false, R must be D): pairs (i, i + D/2) at frequency i (Qwen, Llama).
+// interleaved (GLM-4, R <= D): pairs (2i, 2i + 1) at frequency i.
 struct RopeParams {
-  TensorView inv_freq;  // [D/2] f32
+  TensorView inv_freq;  // [R/2] f32
   float attention_scaling = 1.0f;
+  bool interleaved = false;
 };
 
 // The attention prologue, fused on CUDA: split qkv [T, (Hq + 2 Hk) D] into q/k/v; optional per-head

@@ -28,9 +28,17 @@ bool LLMEngine::has_tokenizer() const {
 const tokenizer::Tokenizer& LLMEngine::tokenizer() const {
   std::lock_guard<std::mutex> lock(text_mu_);
   if (!tokenizer_) {
+    // THUDM's original GLM-4 repos ship a tiktoken file read by their own Python (tokenization_chatglm.py);
+    // the transformers-native `-hf` repos carry the same vocabulary as tokenizer.json.
+    const bool tiktoken = std::filesystem::is_regular_file(config_.model.path / "tokenizer.model") ||
+                          std::filesystem::is_regular_file(config_.model.path / "tokenization_chatglm.py");
     NANOVLLM_CHECK(has_tokenizer(), config_.model.path.string(),
                    ": no tokenizer.json in the model directory; text prompts and decoded text need one "
-                   "(use token ids instead, e.g. --prompt-ids)");
+                   "(use token ids instead, e.g. --prompt-ids)",
+                   tiktoken ? ". Its tokenizer.model / tokenization_chatglm.py (GLM-4's tiktoken tokenizer) is not "
+                              "supported: copy tokenizer.json and tokenizer_config.json from the model's "
+                              "transformers-native repo (e.g. THUDM/glm-4-9b-chat-1m-hf) into it"
+                            : "");
     // Its ids must fit the model's vocabulary: an id outside would index past the embedding.
     tokenizer_ = std::make_shared<const tokenizer::Tokenizer>(
         tokenizer::Tokenizer::from_model_dir(config_.model.path, model_config_.vocab_size));

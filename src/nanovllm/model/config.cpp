@@ -173,12 +173,87 @@ void parse_rope(const json& j, const std::string& origin, ModelConfig& c) {
   }
 }
 
+// The fields every architecture reads the same way: dtype, eos / bos / pad ids.
+void parse_dtype_and_ids(const Fields& f, ModelConfig& c) {
+  // Newer transformers write `dtype`, older `torch_dtype`.
+  if (f.has("dtype")) {
+    c.torch_dtype = parse_dtype(f.string_or("dtype", ""), f.where(), "dtype");
+  } else if (f.has("torch_dtype")) {
+    c.torch_dtype = parse_dtype(f.string_or("torch_dtype", ""), f.where(), "torch_dtype");
+  }
+  c.eos_token_ids = f.token_ids("eos_token_id");
+  const std::vector<int64_t> bos = f.token_ids("bos_token_id");
+  NANOVLLM_CHECK(bos.size() <= 1, f.where(), ": field 'bos_token_id' must be a single token id");
+  c.bos_token_id = bos.empty() ? -1 : bos[0];
+  (void)f.token_ids("pad_token_id");  // unused, but a broken value is reported like the others
+}
+
+void check_heads(const std::string& origin, const ModelConfig& c, const char* kv_field) {
+  NANOVLLM_CHECK(c.num_attention_heads % c.num_key_value_heads == 0, origin, ": field 'num_attention_heads' (",
+                 c.num_attention_heads, ") must be a multiple of '", kv_field, "' (", c.num_key_value_heads, ")");
+}
+
+// GLM-4 shares the RoPE of ChatGLM: rotary on the first rotary_dim elements, pairs (2i, 2i + 1).
+void set_glm_rope(const std::string& origin, const char* field, double partial_rotary_factor, ModelConfig& c) {
+  NANOVLLM_CHECK(partial_rotary_factor > 0.0 && partial_rotary_factor <= 1.0, origin, ": field '", field,
+                 "' must be in (0, 1] (got ", partial_rotary_factor, ")");
+  c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial_rotary_factor);  // HF: int(D * f)
+  NANOVLLM_CHECK(c.rotary_dim >= 2 && c.rotary_dim % 2 == 0, origin, ": the rotary dimension ", c.rotary_dim,
+                 " (head_dim ", c.head_dim, " x ", field, " ", partial_rotary_factor, ") must be even and >= 2");
+  c.rope_interleaved = true;
+}
+
+// THUDM's ChatGLM config.json (configuration_chatglm.py): its own field names, and switches for variants
+// GLM-4 never uses, each refused by name rather than computed wrongly.
+void parse_chatglm(const json& j, const std::string& origin, ModelConfig& c) {
+  const Fields f(j, origin);
+  c.vocab_size = f.has("padded_vocab_size") ? f.positive_int("padded_vocab_size") : f.positive_int("vocab_size");
+  NANOVLLM_CHECK(c.vocab_size <= kMaxVocabSize, origin, ": field 'padded_vocab_size' is ", c.vocab_size,
+                 "; at most 2^24 (", kMaxVocabSize, ") is supported");
+  c.hidden_size = f.positive_int("hidden_size");
+  c.intermediate_size = f.positive_int("ffn_hidden_size");
+  c.num_hidden_layers = f.has("num_layers") ? f.positive_int("num_layers") : f.positive_int("num_hidden_layers");
+  c.num_attention_heads = f.positive_int("num_attention_heads");
+  c.num_key_value_heads = f.bool_or("multi_query_attention", false) ? f.positive_int("multi_query_group_num")
+                                                                    : c.num_attention_heads;
+  check_heads(origin, c, "multi_query_group_num");
+  if (f.has("kv_channels")) {
+    c.head_dim = f.positive_int("kv_channels");
+  } else {
+    NANOVLLM_CHECK(c.hidden_size % c.num_attention_heads == 0, origin, ": field 'hidden_size' (", c.hidden_size,
+                   ") must be a multiple of 'num_attention_heads' (", c.num_attention_heads,
+                   ") when 'kv_channels' is not given");
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  c.rms_norm_eps = f.positive_number_or("layernorm_epsilon", 1e-5);
+  c.max_position_embeddings = f.positive_int("seq_length");
+  // modeling_chatglm.py: RotaryEmbedding(kv_channels // 2, rope_ratio) with base 10000 * rope_ratio.
+  c.rope_theta = 10000.0 * f.positive_number_or("rope_ratio", 1.0);
+  set_glm_rope(origin, "kv_channels / 2", 0.5, c);
+  c.attention_bias = f.bool_or("add_qkv_bias", false);
+  c.qk_norm = false;
+  c.tie_word_embeddings = false;  // ChatGLM always has its own output_layer
+  NANOVLLM_CHECK(f.bool_or("rmsnorm", true), origin, ": field 'rmsnorm' = false (LayerNorm) is not supported");
+  NANOVLLM_CHECK(f.bool_or("post_layer_norm", true), origin,
+                 ": field 'post_layer_norm' = false is not supported (GLM-4 has a final norm)");
+  NANOVLLM_CHECK(!f.bool_or("add_bias_linear", false), origin,
+                 ": field 'add_bias_linear' = true is not supported (GLM-4 has biases only on query_key_value)");
+  NANOVLLM_CHECK(!f.bool_or("apply_residual_connection_post_layernorm", false), origin,
+                 ": field 'apply_residual_connection_post_layernorm' = true is not supported");
+  NANOVLLM_CHECK(f.bool_or("original_rope", true), origin, ": field 'original_rope' = false is not supported");
+  NANOVLLM_CHECK(!f.has("rope_scaling"), origin, ": field 'rope_scaling' is not supported for ChatGLM");
+  parse_dtype_and_ids(f, c);
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_json_text(const std::string& text, const std::string& origin) {
   const json j = parse_json(text, origin);
   const Fields f(j, origin);
   ModelConfig c;
+  constexpr const char* kSupported =
+      "Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM, GlmForCausalLM, ChatGLMModel, "
+      "ChatGLMForConditionalGeneration";
 
   // Architecture: `architectures[0]`, else `model_type`.
   if (f.has("architectures")) {
@@ -192,9 +267,11 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
     if (c.model_type == "qwen3") c.architecture_name = "Qwen3ForCausalLM";
     if (c.model_type == "qwen2") c.architecture_name = "Qwen2ForCausalLM";
     if (c.model_type == "llama") c.architecture_name = "LlamaForCausalLM";
+    if (c.model_type == "glm") c.architecture_name = "GlmForCausalLM";
+    if (c.model_type == "chatglm") c.architecture_name = "ChatGLMModel";
     NANOVLLM_CHECK(!c.architecture_name.empty(), origin,
-                   ": field 'architectures' is missing and 'model_type' is '", c.model_type,
-                   "' (supported: Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM)");
+                   ": field 'architectures' is missing and 'model_type' is '", c.model_type, "' (supported: ",
+                   kSupported, ")");
   }
   if (c.architecture_name == "Qwen3ForCausalLM") {
     c.arch = Architecture::kQwen3;
@@ -205,9 +282,16 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   } else if (c.architecture_name == "LlamaForCausalLM") {
     c.arch = Architecture::kLlama;
     if (c.model_type.empty()) c.model_type = "llama";
+  } else if (c.architecture_name == "GlmForCausalLM") {
+    c.arch = Architecture::kGlm;
+    if (c.model_type.empty()) c.model_type = "glm";
+  } else if (c.architecture_name == "ChatGLMModel" || c.architecture_name == "ChatGLMForConditionalGeneration") {
+    c.arch = Architecture::kChatGlm;
+    if (c.model_type.empty()) c.model_type = "chatglm";
+    parse_chatglm(j, origin, c);
+    return c;
   } else {
-    NANOVLLM_FAIL(origin, ": unsupported architecture '", c.architecture_name,
-                  "' (supported: Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM)");
+    NANOVLLM_FAIL(origin, ": unsupported architecture '", c.architecture_name, "' (supported: ", kSupported, ")");
   }
 
   c.vocab_size = f.positive_int("vocab_size");
@@ -218,9 +302,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   c.num_hidden_layers = f.positive_int("num_hidden_layers");
   c.num_attention_heads = f.positive_int("num_attention_heads");
   c.num_key_value_heads = f.positive_int_or("num_key_value_heads", c.num_attention_heads);
-  NANOVLLM_CHECK(c.num_attention_heads % c.num_key_value_heads == 0, origin, ": field 'num_attention_heads' (",
-                 c.num_attention_heads, ") must be a multiple of 'num_key_value_heads' (", c.num_key_value_heads,
-                 ")");
+  check_heads(origin, c, "num_key_value_heads");
   if (f.has("head_dim")) {
     c.head_dim = f.positive_int("head_dim");
   } else {
@@ -230,6 +312,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
   NANOVLLM_CHECK(c.head_dim % 2 == 0, origin, ": field 'head_dim' (", c.head_dim, ") must be even for RoPE");
+  c.rotary_dim = c.head_dim;
   c.rms_norm_eps = f.positive_number_or("rms_norm_eps", 1e-6);
   c.max_position_embeddings = f.positive_int("max_position_embeddings");
   parse_rope(j, origin, c);
@@ -254,19 +337,22 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
       c.attention_bias = f.bool_or("attention_bias", false);
       c.qk_norm = false;
       break;
+    case Architecture::kGlm: {
+      // GlmConfig: attention_bias defaults to true (q/k/v only; o_proj never has one), and
+      // partial_rotary_factor to 0.5, at the top level or (transformers 5) inside rope_parameters.
+      c.attention_bias = f.bool_or("attention_bias", true);
+      c.qk_norm = false;
+      double factor = f.number_or("partial_rotary_factor", 0.5);
+      if (f.has("rope_parameters") && j.at("rope_parameters").is_object())
+        factor = Fields(j.at("rope_parameters"), origin + ": rope_parameters").number_or("partial_rotary_factor", factor);
+      set_glm_rope(origin, "partial_rotary_factor", factor, c);
+      break;
+    }
+    case Architecture::kChatGlm:
+      break;  // parsed above
   }
   c.tie_word_embeddings = f.bool_or("tie_word_embeddings", false);
-  // Newer transformers write `dtype`, older `torch_dtype`.
-  if (f.has("dtype")) {
-    c.torch_dtype = parse_dtype(f.string_or("dtype", ""), origin, "dtype");
-  } else if (f.has("torch_dtype")) {
-    c.torch_dtype = parse_dtype(f.string_or("torch_dtype", ""), origin, "torch_dtype");
-  }
-  c.eos_token_ids = f.token_ids("eos_token_id");
-  const std::vector<int64_t> bos = f.token_ids("bos_token_id");
-  NANOVLLM_CHECK(bos.size() <= 1, origin, ": field 'bos_token_id' must be a single token id");
-  c.bos_token_id = bos.empty() ? -1 : bos[0];
-  (void)f.token_ids("pad_token_id");  // unused, but a broken value is reported like the others
+  parse_dtype_and_ids(f, c);
   return c;
 }
 

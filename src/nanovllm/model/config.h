@@ -1,5 +1,6 @@
 // ModelConfig: what the engine needs from a Hugging Face model directory's config.json and
-// generation_config.json, for Qwen3ForCausalLM, Qwen2ForCausalLM and LlamaForCausalLM.
+// generation_config.json, for Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM and GLM-4 (transformers'
+// GlmForCausalLM and the original ChatGLMModel / ChatGLMForConditionalGeneration layout).
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,9 @@
 
 namespace nanovllm {
 
-enum class Architecture { kQwen3, kQwen2, kLlama };
+// kGlm: transformers' GlmForCausalLM ("glm", the `*-hf` hub repos); kChatGlm: THUDM's original ChatGLM
+// layout (`transformer.encoder.layers.N...`, model_type "chatglm"). Both are GLM-4's math.
+enum class Architecture { kQwen3, kQwen2, kLlama, kGlm, kChatGlm };
 
 // RoPE scaling, normalised from both the legacy hub form (`rope_theta` + `rope_scaling`) and the newer
 // `rope_parameters` form.
@@ -35,7 +38,7 @@ struct RopeScaling {
 struct ModelConfig {
   Architecture arch = Architecture::kQwen3;
   std::string architecture_name;  // as written in config.json, e.g. "Qwen3ForCausalLM"
-  std::string model_type;         // "qwen3", "qwen2", "llama"
+  std::string model_type;         // "qwen3", "qwen2", "llama", "glm", "chatglm"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -44,10 +47,15 @@ struct ModelConfig {
   int64_t num_key_value_heads = 0;
   int64_t head_dim = 0;           // explicit, or hidden_size / num_attention_heads
   double rms_norm_eps = 1e-6;
-  double rope_theta = 10000.0;
+  double rope_theta = 10000.0;     // GLM-4 (ChatGLM layout): 10000 * rope_ratio
   RopeScaling rope_scaling;
+  // RoPE rotates the first rotary_dim elements of each head (head_dim, or head_dim * partial_rotary_factor
+  // for GLM-4); the rest pass through. Interleaved (GLM-4): pairs (2i, 2i + 1) at frequency i; otherwise
+  // HF's rotate_half: pairs (i, i + rotary_dim / 2) (only with rotary_dim = head_dim).
+  int64_t rotary_dim = 0;  // 0: head_dim (configs built by hand); the parser always sets it
+  bool rope_interleaved = false;
   int64_t max_position_embeddings = 0;
-  bool attention_bias = false;    // q/k/v biases (Qwen2: always true)
+  bool attention_bias = false;    // q/k/v biases (Qwen2: always true; GLM-4: attention_bias / add_qkv_bias)
   bool qk_norm = false;           // per-head q/k RMSNorm (Qwen3)
   bool tie_word_embeddings = false;
   DType torch_dtype = DType::kBF16;
@@ -62,6 +70,7 @@ struct ModelConfig {
 
   int64_t q_size() const { return num_attention_heads * head_dim; }
   int64_t kv_size() const { return num_key_value_heads * head_dim; }
+  int64_t rope_dim() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
   // The longest sequence the RoPE configuration supports (max_position_embeddings; for yarn/linear
   // with a stated original length, original * factor when larger).
   int64_t max_model_len() const;

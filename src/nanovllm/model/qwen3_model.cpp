@@ -45,6 +45,7 @@ Qwen3Model::Qwen3Model(ModelConfig config, ModelWeights weights, TensorView rope
     : config_(std::move(config)), weights_(std::move(weights)) {
   rope_.inv_freq = rope_inv_freq;
   rope_.attention_scaling = rope_attention_scaling;
+  rope_.interleaved = config_.rope_interleaved;  // GLM-4
   act_dtype_ = weights_.embed_tokens.device().is_cpu() ? DType::kF32 : DType::kBF16;
   attn_scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
 }

@@ -1,4 +1,4 @@
-// The Qwen3-family decoder (Qwen3, Qwen2/2.5, Llama-3.x: one decoder with small switches) as an explicit
+// The Qwen3-family decoder (Qwen3, Qwen2/2.5, Llama-3.x, GLM-4: one decoder with small switches) as an explicit
 // layer loop over ops.h. Backend-agnostic: the tensors' device picks the kernels. The runner owns the
 // KV cache and the workspace and drives embed -> layer 0..L-1 -> head; the offload path drives layers
 // one at a time, so each stage is its own call.
@@ -49,7 +49,7 @@ struct DecoderInputs {
 
 class Qwen3Model {
  public:
-  // `rope_inv_freq` [D/2] f32 lives on the weights' device.
+  // `rope_inv_freq` [R/2] f32 (R = config.rope_dim()) lives on the weights' device.
   Qwen3Model(ModelConfig config, ModelWeights weights, TensorView rope_inv_freq, float rope_attention_scaling);
 
   const ModelConfig& config() const { return config_; }

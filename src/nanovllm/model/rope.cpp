@@ -123,8 +123,9 @@ RopeTable llama3(const ModelConfig& cfg, int64_t D) {
 }  // namespace
 
 RopeTable compute_rope(const ModelConfig& cfg) {
-  const int64_t D = cfg.head_dim;
-  NANOVLLM_CHECK(D > 0 && D % 2 == 0, "config.json: head_dim ", D, " must be even and > 0 for RoPE");
+  const int64_t D = cfg.rope_dim();  // HF: int(head_dim * partial_rotary_factor)
+  NANOVLLM_CHECK(D > 0 && D % 2 == 0, "config.json: the rotary dimension ", D, " must be even and > 0");
+  NANOVLLM_CHECK(D <= cfg.head_dim, "config.json: the rotary dimension ", D, " exceeds head_dim ", cfg.head_dim);
   NANOVLLM_CHECK(cfg.rope_theta > 1.0 && std::isfinite(cfg.rope_theta), "config.json: rope_theta ",
                  cfg.rope_theta, " must be > 1");
   const RopeScaling& rs = cfg.rope_scaling;

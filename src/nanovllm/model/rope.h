@@ -10,7 +10,7 @@
 namespace nanovllm {
 
 struct RopeTable {
-  std::vector<float> inv_freq;     // [D/2], scaling folded in
+  std::vector<float> inv_freq;     // [R/2] (R = cfg.rope_dim(), the rotary dimension), scaling folded in
   float attention_scaling = 1.0f;  // YaRN attention factor; 1 otherwise
 };
 

@@ -52,6 +52,34 @@ json qwen3_config(int64_t hidden, int64_t inter, int64_t layers, int64_t heads, 
               {"vocab_size", vocab}};
 }
 
+json glm_config(int64_t hidden, int64_t inter, int64_t layers, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                int64_t vocab, int64_t max_pos, double rope_theta, double eps, json eos, int64_t pad) {
+  // Key layout of the hub's THUDM/glm-4-9b-chat-1m-hf/config.json (transformers' GlmForCausalLM).
+  return json{{"architectures", json::array({"GlmForCausalLM"})},
+              {"attention_bias", true},
+              {"attention_dropout", 0.0},
+              {"eos_token_id", std::move(eos)},
+              {"head_dim", head_dim},
+              {"hidden_act", "silu"},
+              {"hidden_size", hidden},
+              {"initializer_range", 0.02},
+              {"intermediate_size", inter},
+              {"max_position_embeddings", max_pos},
+              {"model_type", "glm"},
+              {"num_attention_heads", heads},
+              {"num_hidden_layers", layers},
+              {"num_key_value_heads", kv_heads},
+              {"pad_token_id", pad},
+              {"partial_rotary_factor", 0.5},
+              {"rms_norm_eps", eps},
+              {"rope_theta", rope_theta},
+              {"tie_word_embeddings", false},
+              {"torch_dtype", "bfloat16"},
+              {"transformers_version", "4.46.0"},
+              {"use_cache", true},
+              {"vocab_size", vocab}};
+}
+
 // ---- counter-based RNG: value = f(seed, tensor name, element index) ----------------------------------
 
 uint64_t mix64(uint64_t z) {  // splitmix64's finaliser
@@ -68,12 +96,19 @@ uint64_t name_hash(const std::string& s) {  // FNV-1a
 
 enum class Init { kNormal, kUniformNorm };
 
-struct TensorPlan {
-  std::string name;
-  Shape shape;
+// A run of a tensor's elements drawn from one key: a whole checkpoint tensor, or one of the transformers-
+// native tensors a ChatGLM tensor fuses (query_key_value = q_proj, k_proj, v_proj rows).
+struct Segment {
   Init init = Init::kNormal;
   float scale = 1.0f;  // normal: standard deviation
   uint64_t key = 0;
+  uint64_t numel = 0;
+};
+
+struct TensorPlan {
+  std::string name;
+  Shape shape;
+  std::vector<Segment> segments;  // in row order, covering the tensor
   size_t offset = 0;   // into its shard's data section
   int shard = 0;
   size_t nbytes() const { return static_cast<size_t>(shape.numel()) * 2; }
@@ -90,8 +125,8 @@ void normal_pair(uint64_t key, uint64_t j, float& z0, float& z1) {
   z1 = rad * std::sin(th);
 }
 
-// Fills elements [begin, begin + count) of tensor `t` as bf16.
-void fill(const TensorPlan& t, uint64_t begin, uint64_t count, uint16_t* out) {
+// Fills elements [begin, begin + count) of segment `t` as bf16.
+void fill_segment(const Segment& t, uint64_t begin, uint64_t count, uint16_t* out) {
   if (t.init == Init::kUniformNorm) {
     for (uint64_t i = 0; i < count; ++i) {
       const uint64_t r = mix64(t.key + (begin + i + 1) * 0x9e3779b97f4a7c15ull);
@@ -117,14 +152,24 @@ void fill(const TensorPlan& t, uint64_t begin, uint64_t count, uint16_t* out) {
   }
 }
 
+// Fills elements [begin, begin + count) of tensor `t` as bf16, segment by segment.
+void fill(const TensorPlan& t, uint64_t begin, uint64_t count, uint16_t* out) {
+  uint64_t seg_begin = 0;
+  for (const Segment& seg : t.segments) {
+    const uint64_t lo = std::max(begin, seg_begin), hi = std::min(begin + count, seg_begin + seg.numel);
+    if (lo < hi) fill_segment(seg, lo - seg_begin, hi - lo, out + (lo - begin));
+    seg_begin += seg.numel;
+  }
+}
+
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-TensorPlan plan_tensor(const WeightSpec& w, uint64_t seed) {
-  TensorPlan t;
-  t.name = w.name;
-  t.shape = w.shape;
+// The values of a checkpoint tensor named `w.name` (in transformers-native naming).
+Segment plan_segment(const WeightSpec& w, uint64_t seed) {
+  Segment t;
+  t.numel = static_cast<uint64_t>(w.shape.numel());
   t.key = mix64(seed ^ mix64(name_hash(w.name)));
   if (ends_with(w.name, "norm.weight")) {  // input/post_attention layernorm, q/k norm, final norm
     t.init = Init::kUniformNorm;
@@ -136,6 +181,25 @@ TensorPlan plan_tensor(const WeightSpec& w, uint64_t seed) {
     t.scale = 1.0f / std::sqrt(static_cast<float>(w.shape[1]));
   }
   return t;
+}
+
+// The checkpoint tensors of one engine tensor. A single part holds the canonical tensors' values in row
+// order (so a ChatGLM checkpoint equals the transformers-native one of the same seed); several parts are
+// the canonical tensors themselves.
+void plan_source(const WeightSource& src, uint64_t seed, std::vector<TensorPlan>& plan) {
+  if (src.parts.size() == 1) {
+    TensorPlan t{src.parts[0].name, src.parts[0].shape, {}};
+    uint64_t total = 0;
+    for (const WeightSpec& c : src.canonical) {
+      t.segments.push_back(plan_segment(c, seed));
+      total += t.segments.back().numel;
+    }
+    NANOVLLM_CHECK(total == static_cast<uint64_t>(t.shape.numel()), "test model: ", t.name,
+                   " does not match its canonical tensors");
+    plan.push_back(std::move(t));
+    return;
+  }
+  for (const WeightSpec& p : src.parts) plan.push_back({p.name, p.shape, {plan_segment(p, seed)}});
 }
 
 void write_text(const fs::path& path, const std::string& text) {
@@ -211,14 +275,66 @@ void write_shard(const fs::path& path, const std::vector<const TensorPlan*>& ten
 
 }  // namespace
 
-std::vector<std::string> test_model_presets() { return {"tiny", "qwen3-0.6b", "qwen3-4b", "qwen3-8b"}; }
+std::vector<std::string> test_model_presets() {
+  return {"tiny", "qwen3-0.6b", "qwen3-4b", "qwen3-8b", "glm4-tiny", "glm4-9b"};
+}
 
 json test_model_config(const std::string& preset) {
   if (preset == "tiny") return qwen3_config(64, 128, 2, 4, 2, 512, true, 1, 2);
   if (preset == "qwen3-0.6b") return qwen3_config(1024, 3072, 28, 16, 8, 151936, true, 151643, 151645);
   if (preset == "qwen3-4b") return qwen3_config(2560, 9728, 36, 32, 8, 151936, true, 151643, 151645);
   if (preset == "qwen3-8b") return qwen3_config(4096, 12288, 36, 32, 8, 151936, false, 151643, 151645);
-  NANOVLLM_FAIL("unknown test model preset '", preset, "' (choose tiny, qwen3-0.6b, qwen3-4b, qwen3-8b)");
+  // GLM-4: a 2-layer model with the real one's EOS list shape (ids 2, 3, 4), and GLM-4-9B-Chat-1M
+  // (multi_query_group_num 4; glm-4-9b-chat has 2; rope_theta = 10000 * rope_ratio 10000).
+  if (preset == "glm4-tiny") return glm_config(64, 128, 2, 4, 2, 32, 512, 4096, 10000.0, 1e-5, {2, 3, 4}, 2);
+  if (preset == "glm4-9b")
+    return glm_config(4096, 13696, 40, 32, 4, 128, 151552, 1048576, 1e8, 1.5625e-07, {151329, 151336, 151338},
+                      151329);
+  NANOVLLM_FAIL("unknown test model preset '", preset,
+                "' (choose tiny, qwen3-0.6b, qwen3-4b, qwen3-8b, glm4-tiny, glm4-9b)");
+}
+
+json chatglm_test_model_config(const json& glm) {
+  const ModelConfig c = ModelConfig::from_json_text(glm.dump(), "config.json (test model)");
+  NANOVLLM_CHECK(c.arch == Architecture::kGlm, "the ChatGLM layout needs a GlmForCausalLM config (a glm4-* preset), "
+                 "got ", c.architecture_name);
+  NANOVLLM_CHECK(c.rotary_dim * 2 == c.head_dim, "the ChatGLM layout rotates exactly half of each head: "
+                 "partial_rotary_factor must be 0.5");
+  NANOVLLM_CHECK(c.rope_scaling.type == RopeScaling::Type::kNone, "the ChatGLM layout has no rope_scaling");
+  NANOVLLM_CHECK(!c.tie_word_embeddings, "the ChatGLM layout has no tied embeddings");
+  // Key layout of the hub's THUDM/glm-4-9b-chat-1m/config.json.
+  json out{{"architectures", json::array({"ChatGLMModel"})},
+           {"model_type", "chatglm"},
+           {"add_bias_linear", false},
+           {"add_qkv_bias", c.attention_bias},
+           {"apply_query_key_layer_scaling", true},
+           {"apply_residual_connection_post_layernorm", false},
+           {"attention_dropout", 0.0},
+           {"attention_softmax_in_fp32", true},
+           {"bias_dropout_fusion", true},
+           {"ffn_hidden_size", c.intermediate_size},
+           {"fp32_residual_connection", false},
+           {"hidden_dropout", 0.0},
+           {"hidden_size", c.hidden_size},
+           {"kv_channels", c.head_dim},
+           {"layernorm_epsilon", c.rms_norm_eps},
+           {"multi_query_attention", true},
+           {"multi_query_group_num", c.num_key_value_heads},
+           {"num_attention_heads", c.num_attention_heads},
+           {"num_layers", c.num_hidden_layers},
+           {"original_rope", true},
+           {"padded_vocab_size", c.vocab_size},
+           {"post_layer_norm", true},
+           {"rmsnorm", true},
+           {"rope_ratio", c.rope_theta / 10000.0},
+           {"seq_length", c.max_position_embeddings},
+           {"tie_word_embeddings", false},
+           {"torch_dtype", "bfloat16"},
+           {"transformers_version", "4.44.0"},
+           {"use_cache", true}};
+  for (const char* key : {"eos_token_id", "pad_token_id"})
+    if (glm.contains(key)) out[key] = glm[key];
+  return out;
 }
 
 void write_test_model(const fs::path& out_dir, const json& config, uint64_t seed, int64_t shard_max_bytes,
@@ -245,7 +361,7 @@ void write_test_model(const fs::path& out_dir, const json& config, uint64_t seed
   write_text(out_dir / "generation_config.json", gen.dump(2) + "\n");
 
   std::vector<TensorPlan> plan;
-  for (const WeightSpec& w : weight_table(cfg)) plan.push_back(plan_tensor(w, seed));
+  for (const WeightSource& src : weight_sources(cfg)) plan_source(src, seed, plan);
 
   // Assign shards: a new shard when the current one is non-empty and would grow past the limit.
   int num_shards = 1;

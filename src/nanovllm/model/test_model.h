@@ -12,19 +12,26 @@
 
 namespace nanovllm {
 
-// Names accepted by test_model_config: "tiny", "qwen3-0.6b", "qwen3-4b", "qwen3-8b".
+// Names accepted by test_model_config: "tiny", "qwen3-0.6b", "qwen3-4b", "qwen3-8b", "glm4-tiny", "glm4-9b".
 std::vector<std::string> test_model_presets();
 
 // Hub-format config.json for a preset (the real Qwen3 configs' numbers; "tiny" is a 2-layer Qwen3 with
-// hidden 64, vocab 512, bos 1, eos 2). Throws nanovllm::Error for an unknown preset. Callers may edit
-// fields before write_test_model.
+// hidden 64, vocab 512, bos 1, eos 2; the glm4-* presets are transformers' GlmForCausalLM configs, glm4-9b
+// GLM-4-9B-Chat-1M's). Throws nanovllm::Error for an unknown preset. Callers may edit fields before
+// write_test_model.
 nlohmann::json test_model_config(const std::string& preset);
+
+// The same model as a GlmForCausalLM config in THUDM's original ChatGLM layout (ChatGLMModel: padded_vocab_size,
+// kv_channels, multi_query_group_num, rope_ratio, ...). write_test_model with the same seed then writes the
+// same weights under the ChatGLM tensor names. Throws for a non-GLM config or one ChatGLM cannot express.
+nlohmann::json chatglm_test_model_config(const nlohmann::json& glm_config);
 
 // Writes config.json (as given), generation_config.json (bos/eos from the config) and bf16 weights into
 // out_dir (created if needed; stale model.safetensors / index / shard files there are removed first).
 // shard_max_bytes > 0: shards model-0000i-of-0000n.safetensors of at most that many data bytes (a tensor
 // larger than the limit gets a shard of its own) + model.safetensors.index.json; 0: one model.safetensors.
-// Values are a pure function of (seed, tensor name, element index) — identical for any thread count:
+// Values are a pure function of (seed, tensor name, element index) — identical for any thread count; the
+// name is the transformers-native one (a ChatGLM query_key_value holds q_proj's, k_proj's, v_proj's values):
 //   embeddings (and an untied lm_head ~ N(0,1)/sqrt(H)) ~ N(0,1); linear weights ~ N(0,1)/sqrt(fan_in);
 //   RMSNorm weights ~ U(0.8, 1.2); biases ~ N(0, 0.02^2).
 // The config is parsed with ModelConfig::from_json_text first, so an invalid one fails with a clear error.

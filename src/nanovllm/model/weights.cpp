@@ -105,44 +105,112 @@ class Loader {
   std::vector<char> staging_;
 };
 
-}  // namespace
+// Appends `dst` and its checkpoint parts (and their transformers-native split, when it differs) to `t`.
+void add_source(std::vector<WeightSource>& t, TensorView* dst, std::vector<WeightSpec> parts,
+                std::vector<WeightSpec> canonical = {}) {
+  if (canonical.empty()) canonical = parts;
+  t.push_back({dst, std::move(parts), std::move(canonical)});
+}
 
-std::vector<WeightSpec> weight_table(const ModelConfig& c) {
+// The transformers-native layouts (model.layers.N.self_attn..., model.norm, lm_head).
+void hf_sources(const ModelConfig& c, ModelWeights& m, std::vector<WeightSource>& t) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, D = c.head_dim;
   const int64_t q = c.q_size(), kv = c.kv_size();
-  // Qwen2 has q/k/v biases only; Qwen3 and Llama put `attention_bias` on o_proj as well.
-  const bool o_bias = c.attention_bias && c.arch != Architecture::kQwen2;
-  std::vector<WeightSpec> t;
-  t.push_back({"model.embed_tokens.weight", {V, H}});
+  auto add = [&](TensorView* dst, std::vector<WeightSpec> parts, std::vector<WeightSpec> canonical = {}) {
+    add_source(t, dst, std::move(parts), std::move(canonical));
+  };
+  auto lw = [&](int64_t i) -> LayerWeights& { return m.layers[static_cast<size_t>(i)]; };
+  // Qwen2 and GLM have q/k/v biases only; Qwen3 and Llama put `attention_bias` on o_proj as well.
+  const bool o_bias = c.attention_bias && c.arch != Architecture::kQwen2 && c.arch != Architecture::kGlm;
+  add(&m.embed_tokens, {{"model.embed_tokens.weight", {V, H}}});
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = layer_prefix(i);
-    t.push_back({p + "input_layernorm.weight", {H}});
-    t.push_back({p + "self_attn.q_proj.weight", {q, H}});
-    t.push_back({p + "self_attn.k_proj.weight", {kv, H}});
-    t.push_back({p + "self_attn.v_proj.weight", {kv, H}});
-    if (c.attention_bias) {
-      t.push_back({p + "self_attn.q_proj.bias", {q}});
-      t.push_back({p + "self_attn.k_proj.bias", {kv}});
-      t.push_back({p + "self_attn.v_proj.bias", {kv}});
-    }
+    LayerWeights& l = lw(i);
+    add(&l.input_layernorm, {{p + "input_layernorm.weight", {H}}});
+    add(&l.qkv_proj, {{p + "self_attn.q_proj.weight", {q, H}}, {p + "self_attn.k_proj.weight", {kv, H}},
+                      {p + "self_attn.v_proj.weight", {kv, H}}});
+    if (c.attention_bias)
+      add(&l.qkv_bias, {{p + "self_attn.q_proj.bias", {q}}, {p + "self_attn.k_proj.bias", {kv}},
+                        {p + "self_attn.v_proj.bias", {kv}}});
     if (c.qk_norm) {
-      t.push_back({p + "self_attn.q_norm.weight", {D}});
-      t.push_back({p + "self_attn.k_norm.weight", {D}});
+      add(&l.q_norm, {{p + "self_attn.q_norm.weight", {D}}});
+      add(&l.k_norm, {{p + "self_attn.k_norm.weight", {D}}});
     }
-    t.push_back({p + "self_attn.o_proj.weight", {H, q}});
-    if (o_bias) t.push_back({p + "self_attn.o_proj.bias", {H}});
-    t.push_back({p + "post_attention_layernorm.weight", {H}});
-    t.push_back({p + "mlp.gate_proj.weight", {I, H}});
-    t.push_back({p + "mlp.up_proj.weight", {I, H}});
-    t.push_back({p + "mlp.down_proj.weight", {H, I}});
+    add(&l.o_proj, {{p + "self_attn.o_proj.weight", {H, q}}});
+    if (o_bias) add(&l.o_bias, {{p + "self_attn.o_proj.bias", {H}}});
+    add(&l.post_attention_layernorm, {{p + "post_attention_layernorm.weight", {H}}});
+    if (c.arch == Architecture::kGlm) {
+      add(&l.gate_up_proj, {{p + "mlp.gate_up_proj.weight", {2 * I, H}}});  // fused: gate rows then up rows
+    } else {
+      add(&l.gate_up_proj, {{p + "mlp.gate_proj.weight", {I, H}}, {p + "mlp.up_proj.weight", {I, H}}});
+    }
+    add(&l.down_proj, {{p + "mlp.down_proj.weight", {H, I}}});
   }
-  t.push_back({"model.norm.weight", {H}});
-  if (!c.tie_word_embeddings) t.push_back({"lm_head.weight", {V, H}});
+  add(&m.norm, {{"model.norm.weight", {H}}});
+  if (!c.tie_word_embeddings) add(&m.lm_head, {{"lm_head.weight", {V, H}}});
+}
+
+// THUDM's ChatGLM layout (GLM-4); `canonical` names each tensor's parts as transformers' GlmForCausalLM has them.
+void chatglm_sources(const ModelConfig& c, ModelWeights& m, std::vector<WeightSource>& t) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const int64_t q = c.q_size(), kv = c.kv_size();
+  auto add = [&](TensorView* dst, std::vector<WeightSpec> parts, std::vector<WeightSpec> canonical = {}) {
+    add_source(t, dst, std::move(parts), std::move(canonical));
+  };
+  auto lw = [&](int64_t i) -> LayerWeights& { return m.layers[static_cast<size_t>(i)]; };
+  add(&m.embed_tokens, {{"transformer.embedding.word_embeddings.weight", {V, H}}},
+      {{"model.embed_tokens.weight", {V, H}}});
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "transformer.encoder.layers." + std::to_string(i) + ".";
+    const std::string g = layer_prefix(i);
+    LayerWeights& l = lw(i);
+    add(&l.input_layernorm, {{p + "input_layernorm.weight", {H}}}, {{g + "input_layernorm.weight", {H}}});
+    add(&l.qkv_proj, {{p + "self_attention.query_key_value.weight", {q + 2 * kv, H}}},
+        {{g + "self_attn.q_proj.weight", {q, H}}, {g + "self_attn.k_proj.weight", {kv, H}},
+         {g + "self_attn.v_proj.weight", {kv, H}}});
+    if (c.attention_bias)
+      add(&l.qkv_bias, {{p + "self_attention.query_key_value.bias", {q + 2 * kv}}},
+          {{g + "self_attn.q_proj.bias", {q}}, {g + "self_attn.k_proj.bias", {kv}},
+           {g + "self_attn.v_proj.bias", {kv}}});
+    add(&l.o_proj, {{p + "self_attention.dense.weight", {H, q}}}, {{g + "self_attn.o_proj.weight", {H, q}}});
+    add(&l.post_attention_layernorm, {{p + "post_attention_layernorm.weight", {H}}},
+        {{g + "post_attention_layernorm.weight", {H}}});
+    // dense_h_to_4h: gate rows then up rows (swiglu: silu(chunk 0) * chunk 1), as GLM's gate_up_proj.
+    add(&l.gate_up_proj, {{p + "mlp.dense_h_to_4h.weight", {2 * I, H}}},
+        {{g + "mlp.gate_up_proj.weight", {2 * I, H}}});
+    add(&l.down_proj, {{p + "mlp.dense_4h_to_h.weight", {H, I}}}, {{g + "mlp.down_proj.weight", {H, I}}});
+  }
+  add(&m.norm, {{"transformer.encoder.final_layernorm.weight", {H}}}, {{"model.norm.weight", {H}}});
+  add(&m.lm_head, {{"transformer.output_layer.weight", {V, H}}}, {{"lm_head.weight", {V, H}}});
+}
+
+}  // namespace
+
+std::vector<WeightSource> weight_sources(const ModelConfig& c, ModelWeights* w) {
+  std::vector<WeightSource> t;
+  ModelWeights scratch;  // the targets when the caller wants the table only
+  ModelWeights& m = w ? *w : scratch;
+  m.layers.resize(static_cast<size_t>(c.num_hidden_layers));
+  if (c.arch == Architecture::kChatGlm) {
+    chatglm_sources(c, m, t);
+  } else {
+    hf_sources(c, m, t);
+  }
+  if (!w)
+    for (WeightSource& src : t) src.target = nullptr;
+  return t;
+}
+
+std::vector<WeightSpec> weight_table(const ModelConfig& c) {
+  std::vector<WeightSpec> t;
+  for (WeightSource& s : weight_sources(c, nullptr))
+    for (WeightSpec& p : s.parts) t.push_back(std::move(p));
   return t;
 }
 
 bool is_ignored_checkpoint_tensor(const std::string& name, const ModelConfig& cfg) {
-  if (ends_with(name, "rotary_emb.inv_freq")) return true;
+  // rotary_emb.inv_freq (HF), transformer.rotary_pos_emb.inv_freq (ChatGLM): RoPE buffers, recomputed.
+  if (ends_with(name, "rotary_emb.inv_freq") || ends_with(name, "rotary_pos_emb.inv_freq")) return true;
   return cfg.tie_word_embeddings && name == "lm_head.weight";
 }
 
@@ -175,42 +243,20 @@ ModelWeights load_weights(const std::filesystem::path& dir, const ModelConfig& c
   }
 
   ModelWeights w;
-  w.layers.resize(static_cast<size_t>(cfg.num_hidden_layers));
   std::vector<OutputTensor> outs;
-  auto add = [&](TensorView* target, std::vector<std::string> names) {
+  for (const WeightSource& src : weight_sources(cfg, &w)) {
     OutputTensor o;
-    o.target = target;
+    o.target = src.target;
     int64_t rows = 0;
-    for (const std::string& n : names) {
-      o.parts.push_back(&ckpt.info(n));
+    for (const WeightSpec& part : src.parts) {
+      o.parts.push_back(&ckpt.info(part.name));
       rows += o.parts.back()->shape[0];
     }
     o.shape = o.parts.front()->shape;
     o.shape.dims[0] = rows;
     o.dtype = opt.dtype.value_or(o.parts.front()->dtype);
     outs.push_back(std::move(o));
-  };
-  add(&w.embed_tokens, {"model.embed_tokens.weight"});
-  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
-    LayerWeights& l = w.layers[static_cast<size_t>(i)];
-    const std::string p = layer_prefix(i);
-    add(&l.input_layernorm, {p + "input_layernorm.weight"});
-    add(&l.qkv_proj, {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"});
-    if (cfg.attention_bias)
-      add(&l.qkv_bias, {p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"});
-    if (cfg.qk_norm) {
-      add(&l.q_norm, {p + "self_attn.q_norm.weight"});
-      add(&l.k_norm, {p + "self_attn.k_norm.weight"});
-    }
-    add(&l.o_proj, {p + "self_attn.o_proj.weight"});
-    if (expected.count(p + "self_attn.o_proj.bias")) add(&l.o_bias, {p + "self_attn.o_proj.bias"});
-    add(&l.post_attention_layernorm, {p + "post_attention_layernorm.weight"});
-    add(&l.gate_up_proj, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"});
-    add(&l.down_proj, {p + "mlp.down_proj.weight"});
   }
-  add(&w.norm, {"model.norm.weight"});
-  if (!cfg.tie_word_embeddings) add(&w.lm_head, {"lm_head.weight"});
-
   // One arena, every tensor 256-byte aligned (what vectorised kernels and cuBLASLt like).
   constexpr size_t kAlign = 256;
   size_t total = 0;

@@ -1,4 +1,4 @@
-// The weight table of a Qwen3 / Qwen2 / Llama decoder (HF tensor names -> expected shapes) and the loader
+// The weight table of a Qwen3 / Qwen2 / Llama / GLM-4 decoder (HF tensor names -> expected shapes) and the loader
 // that validates a checkpoint against it and copies the weights, merged for the fused GEMMs, into owned
 // memory on the target device.
 #pragma once
@@ -50,11 +50,26 @@ struct WeightSpec {
   Shape shape;
 };
 
+// One engine tensor and where it comes from: checkpoint tensors `parts`, concatenated by rows (q/k/v and
+// gate/up are fused for the GEMMs). `canonical` splits the same rows into the tensors a transformers-native
+// checkpoint holds (GLM-4's ChatGLM layout: query_key_value -> q_proj, k_proj, v_proj; equal to `parts`
+// for the other layouts), so test checkpoints of both layouts can hold the same values.
+struct WeightSource {
+  TensorView* target = nullptr;  // into the ModelWeights passed to weight_sources (null without one)
+  std::vector<WeightSpec> parts;
+  std::vector<WeightSpec> canonical;
+};
+
+// Every engine tensor of `cfg` in a fixed order: embed_tokens, then per layer, then norm, then lm_head
+// (untied only). With `w`, targets point into it (its layers are resized).
+std::vector<WeightSource> weight_sources(const ModelConfig& cfg, ModelWeights* w = nullptr);
+
 // Every tensor a checkpoint for `cfg` must hold (no more, no less — besides ignorable extras such as
 // rotary_emb.inv_freq), in a fixed order: embed_tokens, then per layer, then norm, then lm_head (untied only).
 std::vector<WeightSpec> weight_table(const ModelConfig& cfg);
 
-// True for checkpoint tensors the loader ignores (rotary_emb.inv_freq buffers; lm_head.weight when tied).
+// True for checkpoint tensors the loader ignores (rotary_emb.inv_freq / ChatGLM's rotary_pos_emb.inv_freq
+// buffers; lm_head.weight when tied).
 bool is_ignored_checkpoint_tensor(const std::string& name, const ModelConfig& cfg);
 
 // Validates the checkpoint in `dir` (model.safetensors or a sharded index) against weight_table(cfg) and

@@ -16,9 +16,12 @@ void gather_add_rms_norm(TensorView out, TensorView out_residual, TensorView x, 
                          TensorView weight, float eps);
 void linear(TensorView out, TensorView in, TensorView weight, TensorView bias);
 // inv_freq [D/2] f32 on the host.
+// RoPE as ops::RopeParams: inv_freq [rope_pairs] (0: D/2); interleaved pairs (2i, 2i + 1), else
+// rotate_half pairs (i, i + D/2) (rope_pairs must then be D/2); elements past 2 rope_pairs pass through.
 void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
                   TensorView positions, const float* inv_freq, float attention_scaling, TensorView k_cache,
-                  TensorView v_cache, const AttentionMetadata& meta);
+                  TensorView v_cache, const AttentionMetadata& meta, int64_t rope_pairs = 0,
+                  bool interleaved = false);
 void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
                      const AttentionMetadata& meta, float scale);
 void silu_mul(TensorView out, TensorView gate_up);

@@ -1,10 +1,13 @@
-// Attention prologue: split qkv, optional per-head RMSNorm of q and k, RoPE (HF rotate_half form),
-// q -> q_out, k/v -> paged caches at slot_mapping. Math follows HF's fp32 path:
-//   angle = float(pos) * inv_freq[i] (fp32), cos/sin of that fp32 angle, times attention_scaling,
-//   out[i] = x[i] cos - x[i + D/2] sin;  out[i + D/2] = x[i + D/2] cos + x[i] sin.
+// Attention prologue: split qkv, optional per-head RMSNorm of q and k, RoPE, q -> q_out, k/v -> paged caches
+// at slot_mapping. Math follows HF's fp32 path:
+//   angle = float(pos) * inv_freq[i] (fp32), cos/sin of that fp32 angle, times attention_scaling;
+//   pair (a, b) of frequency i: a' = a cos - b sin;  b' = b cos + a sin, where the pair is
+//   (i, i + D/2) for rotate_half (Qwen, Llama) and (2i, 2i + 1) for interleaved (GLM-4, whose RoPE covers
+//   only the first 2 * pairs elements; the rest pass through unchanged).
 #include <cmath>
 #include <vector>
 
+#include "nanovllm/core/error.h"
 #include "nanovllm/core/parallel.h"
 #include "nanovllm/kernels/cpu/cpu_ops.h"
 #include "nanovllm/kernels/cpu/rms_norm_row.h"
@@ -13,11 +16,15 @@
 namespace nanovllm::cpu {
 namespace {
 
-inline void rope_row(float* x, const float* cos_t, const float* sin_t, int64_t half) {
-  for (int64_t i = 0; i < half; ++i) {
-    const float x1 = x[i], x2 = x[i + half];
-    x[i] = x1 * cos_t[i] - x2 * sin_t[i];
-    x[i + half] = x2 * cos_t[i] + x1 * sin_t[i];
+// `pairs` rotations of frequency i over the pairs (i, i + stride) (stride = D/2) or, interleaved, (2i, 2i + 1).
+inline void rope_row(float* x, const float* cos_t, const float* sin_t, int64_t pairs, int64_t stride,
+                     bool interleaved) {
+  for (int64_t i = 0; i < pairs; ++i) {
+    float* a = interleaved ? x + 2 * i : x + i;
+    float* b = interleaved ? a + 1 : a + stride;
+    const float x1 = *a, x2 = *b;
+    *a = x1 * cos_t[i] - x2 * sin_t[i];
+    *b = x2 * cos_t[i] + x1 * sin_t[i];
   }
 }
 
@@ -25,10 +32,13 @@ inline void rope_row(float* x, const float* cos_t, const float* sin_t, int64_t h
 
 void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
                   TensorView positions, const float* inv_freq, float attention_scaling, TensorView k_cache,
-                  TensorView v_cache, const AttentionMetadata& meta) {
+                  TensorView v_cache, const AttentionMetadata& meta, int64_t rope_pairs, bool interleaved) {
   const int64_t T = q_out.dim(0), Hq = q_out.dim(1), D = q_out.dim(2);
   const int64_t Hk = k_cache.dim(2);
   const int64_t half = D / 2;
+  const int64_t pairs = rope_pairs > 0 ? rope_pairs : half;
+  NANOVLLM_CHECK(pairs <= half && (interleaved || pairs == half), "qkv_prologue (cpu): ", pairs,
+                 " RoPE frequencies for head_dim ", D, (interleaved ? "" : " (rotate_half needs head_dim / 2)"));
   const int64_t W = (Hq + 2 * Hk) * D;  // qkv row width
   const bool has_qn = q_norm.defined() && q_norm.numel() > 0;
   const bool has_kn = k_norm.defined() && k_norm.numel() > 0;
@@ -45,7 +55,7 @@ void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorVie
     if (has_kn) load_row_f32(k_norm.data(), k_norm.dtype(), 0, D, kn);
     for (int64_t t = b; t < e; ++t) {
       const float p = static_cast<float>(pos[t]);
-      for (int64_t i = 0; i < half; ++i) {
+      for (int64_t i = 0; i < pairs; ++i) {
         const float angle = p * inv_freq[i];
         cos_t[i] = static_cast<float>(std::cos(static_cast<double>(angle))) * attention_scaling;
         sin_t[i] = static_cast<float>(std::sin(static_cast<double>(angle))) * attention_scaling;
@@ -53,7 +63,7 @@ void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorVie
       for (int64_t h = 0; h < Hq; ++h) {
         load_row_f32(qkv.data(), qkv.dtype(), t * W + h * D, D, row);
         if (has_qn) rms_norm_row(row, qn, D, eps);
-        rope_row(row, cos_t, sin_t, half);
+        rope_row(row, cos_t, sin_t, pairs, half, interleaved);
         store_row_f32(row, D, q_out.data(), q_out.dtype(), (t * Hq + h) * D);
       }
       const int64_t slot = slots[t];
@@ -61,7 +71,7 @@ void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorVie
       for (int64_t h = 0; h < Hk; ++h) {
         load_row_f32(qkv.data(), qkv.dtype(), t * W + (Hq + h) * D, D, row);
         if (has_kn) rms_norm_row(row, kn, D, eps);
-        rope_row(row, cos_t, sin_t, half);
+        rope_row(row, cos_t, sin_t, pairs, half, interleaved);
         store_row_f32(row, D, k_cache.data(), k_cache.dtype(), (slot * Hk + h) * D);
         load_row_f32(qkv.data(), qkv.dtype(), t * W + (Hq + Hk + h) * D, D, row);
         store_row_f32(row, D, v_cache.data(), v_cache.dtype(), (slot * Hk + h) * D);

@@ -49,13 +49,16 @@ struct Params {
   int min_split_keys;
   // Tensor-core decode with the attention prologue fused in (launch_decode_tc's `prologue`): q is made
   // from qkv [T, (Hq + 2 Hk) D] (q_norm / k_norm [D] or null, RoPE at positions[t] with inv_freq
-  // [D / 2] and rope_scaling), and the token's K / V go to the caches at slots[t] (-1: not cached).
+  // [rope_pairs] and rope_scaling as ops::RopeParams), and the token's K / V go to the caches at slots[t]
+  // (-1: not cached).
   const __nv_bfloat16* qkv = nullptr;
   const __nv_bfloat16* q_norm = nullptr;
   const __nv_bfloat16* k_norm = nullptr;
   float eps = 0.0f;
   const int32_t* positions = nullptr;
-  const float* inv_freq = nullptr;
+  const float* inv_freq = nullptr;  // [rope_pairs]
+  int rope_pairs = 0;               // D / 2, or fewer for GLM-4's interleaved partial RoPE
+  bool rope_interleaved = false;
   float rope_scaling = 1.0f;
   const int32_t* slots = nullptr;
 };

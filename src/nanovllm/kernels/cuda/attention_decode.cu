@@ -281,7 +281,8 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
   const int gq = lane >> 2, tq = lane & 3;
   // kPro: this CTA attends to the token's own key (the last of the context) and the token is cached.
   const bool owns_new_key = kPro && ctx > 0 && ctx - 1 >= k_begin && ctx - 1 < k_end && p.slots[t] >= 0;
-  if constexpr (kPro) rope_table(pro_cs, D / 2, static_cast<float>(p.positions[t]), p.inv_freq, p.rope_scaling);
+  if constexpr (kPro)
+    rope_table(pro_cs, D / 2, static_cast<float>(p.positions[t]), p.inv_freq, p.rope_pairs, p.rope_scaling);
 
   // Block-table lookup of key (tile ti, lane & 15): cache slot, or -1 past the range.
   const int32_t* bt = block_table(p, seq);
@@ -351,7 +352,7 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
         raw = qkv[(int64_t{t} * total + h) * kLanes + hl];
         if (nw != nullptr) wraw = reinterpret_cast<const uint4*>(nw)[hl];
       }
-      const uint4 y = norm_rope_chunk<kLanes>(raw, wraw, nw != nullptr, p.eps, pro_cs, hl);
+      const uint4 y = norm_rope_chunk<kLanes>(raw, wraw, nw != nullptr, p.eps, pro_cs, hl, p.rope_interleaved);
       if (active && is_q) {
         *reinterpret_cast<uint4*>(pro_q + item * (D + 8) + hl * 8) = y;
       } else if (active) {  // the new key's row: into shared memory and the cache

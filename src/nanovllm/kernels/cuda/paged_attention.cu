@@ -215,6 +215,8 @@ void qkv_prologue_attention(TensorView out, TensorView q, TensorView qkv, Tensor
   p.eps = eps;
   p.positions = positions.data_as<const int32_t>();
   p.inv_freq = rope.inv_freq.data_as<const float>();
+  p.rope_pairs = static_cast<int>(rope.inv_freq.numel());
+  p.rope_interleaved = rope.interleaved;
   p.rope_scaling = rope.attention_scaling;
   p.slots = meta.slot_mapping.data_as<const int32_t>();
   launch_decode_attention(p, static_cast<int>(D), meta.max_context_len, s, /*prologue=*/true);

@@ -1,4 +1,5 @@
-// Fused attention prologue: optional per-head q/k RMSNorm, rotate_half RoPE on q and k, q -> q_out[t, h, :],
+// Fused attention prologue: optional per-head q/k RMSNorm, RoPE on q and k (rotate_half, or GLM-4's
+// interleaved pairs (2i, 2i + 1) on the first 2 * pairs elements, ops::RopeParams), q -> q_out[t, h, :],
 // k/v -> caches at slot_mapping[t] (slot -1: padding token, nothing cached; q still written).
 // Per block: one token and a group of its Hq + 2 Hk heads (q heads, then k heads, then v heads). The block
 // first puts cos/sin of angle = float(pos) * inv_freq[i] (fp32, accurate sincosf), times attention_scaling,
@@ -12,7 +13,8 @@
 //    store); the first half of the lanes holds the first half of the head, so the RoPE partner of element i
 //    is the same register of lane ^ (lanes_per_head / 2). A warp takes 32 / lanes_per_head heads at once.
 //    Measured need: the generic kernel's 2-byte accesses ran at 1.3 TB/s at T = 8192.
-//  * generic (run-time dtypes, any even D <= 512): one warp per head, lane i holding the pairs (i, i + D/2).
+//  * generic (run-time dtypes, any even D <= 512): one warp per head, lane i holding the pairs (i, i + D/2)
+//    (interleaved: (2i, 2i + 1)).
 // Both: RMSNorm over D in fp32 (w * (x * r)), RoPE in fp32, one rounding to the output dtype; math order as
 // kernels/cpu/qkv_prologue.cpp.
 #include "nanovllm/kernels/cuda/common.cuh"
@@ -33,15 +35,15 @@ template <int kPairs>
 __global__ void __launch_bounds__(kWarps * 32, 1)
 qkv_prologue_kernel(void* q_out, int q_dt, const void* qkv, int qkv_dt, const void* q_norm, int qn_dt,
                     const void* k_norm, int kn_dt, float eps, const int32_t* __restrict__ positions,
-                    const float* __restrict__ inv_freq, float attn_scaling, void* k_cache, int k_dt,
-                    void* v_cache, int v_dt, const int32_t* __restrict__ slots, int Hq, int Hk, int D,
-                    int heads_per_block) {
+                    const float* __restrict__ inv_freq, int pairs, bool interleaved, float attn_scaling,
+                    void* k_cache, int k_dt, void* v_cache, int v_dt, const int32_t* __restrict__ slots, int Hq,
+                    int Hk, int D, int heads_per_block) {
   extern __shared__ float cs[];  // [D/2] cos, [D/2] sin
   const int half = D / 2;
   const int64_t t = blockIdx.x;
   const float* cos_t = cs;
   const float* sin_t = cs + half;
-  rope_table(cs, half, static_cast<float>(positions[t]), inv_freq, attn_scaling);
+  rope_table(cs, half, static_cast<float>(positions[t]), inv_freq, pairs, attn_scaling);
   // PDL: the table above needs only step metadata; qkv is the predecessor's output and the caches may
   // still be read by it.
   pdl_wait();
@@ -52,6 +54,8 @@ qkv_prologue_kernel(void* q_out, int q_dt, const void* qkv, int qkv_dt, const vo
   const int64_t W = int64_t{Hq + 2 * Hk} * D;  // qkv row width
   const int h_begin = blockIdx.y * heads_per_block;
   const int h_end = min(Hq + 2 * Hk, h_begin + heads_per_block);
+  // Element offsets of pair i's two members: (2i, 2i + 1) interleaved, (i, i + D/2) rotate_half.
+  const int step = interleaved ? 2 : 1, second = interleaved ? 1 : half;
   for (int h = h_begin + warp; h < h_end; h += kWarps) {
     const bool is_q = h < Hq, is_k = !is_q && h < Hq + Hk;
     if (!is_q && slot < 0) continue;  // padding token: nothing to cache
@@ -66,11 +70,12 @@ qkv_prologue_kernel(void* q_out, int q_dt, const void* qkv, int qkv_dt, const vo
       const int i = lane + 32 * k;
       x1[k] = x2[k] = w1[k] = w2[k] = 0.0f;
       if (i < half) {
-        x1[k] = load_f32(qkv, qkv_dt, src + i);
-        x2[k] = load_f32(qkv, qkv_dt, src + i + half);
+        const int e = step * i;
+        x1[k] = load_f32(qkv, qkv_dt, src + e);
+        x2[k] = load_f32(qkv, qkv_dt, src + e + second);
         if (nw != nullptr) {
-          w1[k] = load_f32(nw, nw_dt, i);
-          w2[k] = load_f32(nw, nw_dt, i + half);
+          w1[k] = load_f32(nw, nw_dt, e);
+          w2[k] = load_f32(nw, nw_dt, e + second);
         }
         ss += x1[k] * x1[k] + x2[k] * x2[k];
       }
@@ -112,8 +117,8 @@ qkv_prologue_kernel(void* q_out, int q_dt, const void* qkv, int qkv_dt, const vo
     for (int k = 0; k < kPairs; ++k) {
       const int i = lane + 32 * k;
       if (i < half) {
-        store_f32(dst, dst_dt, off + i, x1[k]);
-        store_f32(dst, dst_dt, off + i + half, x2[k]);
+        store_f32(dst, dst_dt, off + step * i, x1[k]);
+        store_f32(dst, dst_dt, off + step * i + second, x2[k]);
       }
     }
   }
@@ -125,15 +130,15 @@ template <int kLanesPerHead>
 __global__ void __launch_bounds__(kWarps * 32)
 qkv_prologue_vec_kernel(uint4* __restrict__ q_out, const uint4* __restrict__ qkv, const uint4* __restrict__ q_norm,
                         const uint4* __restrict__ k_norm, float eps, const int32_t* __restrict__ positions,
-                        const float* __restrict__ inv_freq, float attn_scaling, uint4* __restrict__ k_cache,
-                        uint4* __restrict__ v_cache, const int32_t* __restrict__ slots, int Hq, int Hk,
-                        int heads_per_block) {
+                        const float* __restrict__ inv_freq, int pairs, bool interleaved, float attn_scaling,
+                        uint4* __restrict__ k_cache, uint4* __restrict__ v_cache, const int32_t* __restrict__ slots,
+                        int Hq, int Hk, int heads_per_block) {
   constexpr int kChunks = kLanesPerHead;           // 16-byte chunks per head row
   constexpr int kHalf = kLanesPerHead * 4;         // D / 2
   constexpr int kHeadsPerWarp = 32 / kLanesPerHead;
   __shared__ float cs[2 * kHalf];  // [D/2] cos, [D/2] sin
   const int64_t t = blockIdx.x;
-  rope_table(cs, kHalf, static_cast<float>(positions[t]), inv_freq, attn_scaling);
+  rope_table(cs, kHalf, static_cast<float>(positions[t]), inv_freq, pairs, attn_scaling);
   // PDL: the table needs only step metadata; qkv is the predecessor's output and the caches may still be
   // read by it.
   pdl_wait();
@@ -156,7 +161,7 @@ qkv_prologue_vec_kernel(uint4* __restrict__ q_out, const uint4* __restrict__ qkv
       raw = qkv[(t * total + h) * kChunks + hl];
       if (nw != nullptr) wraw = nw[hl];
     }
-    const uint4 y = norm_rope_chunk<kLanesPerHead>(raw, wraw, nw != nullptr, eps, cs, hl);
+    const uint4 y = norm_rope_chunk<kLanesPerHead>(raw, wraw, nw != nullptr, eps, cs, hl, interleaved);
     if (active) {
       uint4* dst = is_q   ? q_out + (t * Hq + h) * kChunks
                    : is_k ? k_cache + (slot * Hk + (h - Hq)) * kChunks
@@ -182,6 +187,7 @@ void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorVie
   const ops::Stream st = s;
   const int32_t* pos = positions.data_as<const int32_t>();
   const float* inv_freq = rope.inv_freq.data_as<const float>();
+  const int pairs = static_cast<int>(rope.inv_freq.numel());  // ops.cpp checked: D/2, or <= D/2 interleaved
   const int32_t* slots = meta.slot_mapping.data_as<const int32_t>();
   const int64_t lanes_per_head = D / 8;
   const bool vec = D % 8 == 0 && lanes_per_head >= 2 && lanes_per_head <= 32 &&
@@ -203,7 +209,8 @@ void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorVie
                                                : qkv_prologue_vec_kernel<32>;
     launch_pdl(kernel, grid, dim3(kWarps * 32), 0, st, q_out.data_as<uint4>(), qkv.data_as<const uint4>(),
                has_qn ? q_norm.data_as<const uint4>() : nullptr, has_kn ? k_norm.data_as<const uint4>() : nullptr,
-               eps, pos, inv_freq, rope.attention_scaling, k_cache.data_as<uint4>(), v_cache.data_as<uint4>(), slots,
+               eps, pos, inv_freq, pairs, rope.interleaved, rope.attention_scaling, k_cache.data_as<uint4>(),
+               v_cache.data_as<uint4>(), slots,
                static_cast<int>(Hq), static_cast<int>(Hk), heads_per_block);
     CUDA_CHECK_LAUNCH();
     return;
@@ -211,12 +218,13 @@ void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorVie
   const size_t smem = static_cast<size_t>(D) * sizeof(float);
   const int heads_per_block = T <= kSplitHeadsMaxTokens ? kWarps : total_heads;
   const dim3 grid(static_cast<unsigned>(T), ceil_div_u(total_heads, heads_per_block));
-  const int pairs = static_cast<int>((D / 2 + 31) / 32);
-  const auto kernel = pairs <= 1 ? qkv_prologue_kernel<1> : pairs <= 2 ? qkv_prologue_kernel<2>
-                      : pairs <= 4 ? qkv_prologue_kernel<4> : qkv_prologue_kernel<kMaxPairsPerLane>;
+  const int lane_pairs = static_cast<int>((D / 2 + 31) / 32);
+  const auto kernel = lane_pairs <= 1 ? qkv_prologue_kernel<1> : lane_pairs <= 2 ? qkv_prologue_kernel<2>
+                      : lane_pairs <= 4 ? qkv_prologue_kernel<4> : qkv_prologue_kernel<kMaxPairsPerLane>;
   launch_pdl(kernel, grid, dim3(kWarps * 32), smem, st, q_out.data(), dt(q_out), qkv.data(), dt(qkv),
       has_qn ? q_norm.data() : nullptr, has_qn ? dt(q_norm) : 0,
-      has_kn ? k_norm.data() : nullptr, has_kn ? dt(k_norm) : 0, eps, pos, inv_freq, rope.attention_scaling,
+      has_kn ? k_norm.data() : nullptr, has_kn ? dt(k_norm) : 0, eps, pos, inv_freq, pairs, rope.interleaved,
+      rope.attention_scaling,
       k_cache.data(), dt(k_cache), v_cache.data(), dt(v_cache), slots, static_cast<int>(Hq), static_cast<int>(Hk),
       static_cast<int>(D), heads_per_block);
   CUDA_CHECK_LAUNCH();
