@@ -42,10 +42,11 @@ py::object apply_chat_template(TokenizerHandle& t, const py::object& conversatio
   }
   const nlohmann::ordered_json messages = to_json(conversation, "conversation");
   NANOVLLM_CHECK(messages.is_array(), "conversation must be a list of messages ({'role': ..., 'content': ...})");
+  const chat::ChatTemplate& tmpl = t.chat_template();  // loaded with the GIL held: the handle is shared
   std::string text;
   {
     py::gil_scoped_release release;
-    text = t.chat_template().render(messages, opt);
+    text = tmpl.render(messages, opt);
   }
   if (!tokenize) return py::str(text);
   // The template writes the special tokens itself.
