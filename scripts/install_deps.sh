@@ -4,9 +4,11 @@
 #   --fuzz: also clang and its libFuzzer runtime (scripts/fuzz_*.sh, CI)
 #   --node: also node + npm for the OpenAI Node SDK test (tests/openai_sdk, CI), unless both exist already
 # libboost1.81-dev: Boost.Beast / Asio for the HTTP server (header-only: nothing to carry at run time).
+# python3-*, pybind11-dev: the Python package (pip install ., offline) and its tests (pytest).
 set -euo pipefail
 packages=(cmake ninja-build ccache g++ pkg-config nlohmann-json3-dev libxxhash-dev libcli11-dev libgtest-dev
-          libpcre2-dev libutf8proc-dev libboost1.81-dev)
+          libpcre2-dev libutf8proc-dev libboost1.81-dev
+          python3-dev python3-venv python3-pip python3-setuptools python3-wheel pybind11-dev python3-pytest)
 for a in "$@"; do
   case "$a" in
     --fuzz) packages+=(clang libclang-rt-dev) ;;

@@ -97,7 +97,7 @@ std::vector<RequestOutput> LLM::generate(const std::vector<std::string>& prompts
 }
 
 std::vector<RequestOutput> LLM::generate(const std::vector<std::string>& prompts,
-                                         const std::vector<SamplingParams>& params) {
+                                         const std::vector<SamplingParams>& params, const StepCallback& on_step) {
   const tokenizer::Tokenizer& tok = engine_.tokenizer();
   std::vector<std::vector<int32_t>> ids;
   ids.reserve(prompts.size());
@@ -108,7 +108,7 @@ std::vector<RequestOutput> LLM::generate(const std::vector<std::string>& prompts
       throw e.prefixed(detail::concat("prompt ", i, ": "));  // keeps the tokenizer's file:line
     }
   }
-  std::vector<RequestOutput> outputs = generate(ids, params);
+  std::vector<RequestOutput> outputs = generate(ids, params, on_step);
   for (RequestOutput& o : outputs) o.text = tok.decode(o.token_ids, /*skip_special_tokens=*/true);
   return outputs;
 }

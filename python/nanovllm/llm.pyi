@@ -1,0 +1,65 @@
+# Type stub of nanovllm.llm: LLM's engine options spelled out so editors complete them (llm.py takes them
+# as **engine_options and hands them to the engine, which rejects unknown ones with TypeError).
+from typing import Any, Iterator, Literal, Mapping, Optional, Sequence, Union
+
+from ._core import RequestOutput, SamplingParams, StreamOutput, Tokenizer
+
+Prompt = Union[str, Sequence[int], Mapping[str, Any]]
+Message = Mapping[str, Any]
+
+class LLM:
+    def __init__(
+        self,
+        model: str,
+        *,
+        backend: Optional[Literal["cpu", "cuda"]] = None,  # None: cuda when a GPU is present
+        max_model_len: Optional[int] = None,  # None: the model's limit
+        seed: int = 0,  # engine RNG, for requests without a seed
+        enforce_eager: bool = False,  # CUDA: no decode CUDA graphs
+        block_size: int = 16,
+        kvcache_block_size: int = 16,  # nano-vLLM's name for block_size
+        num_kv_blocks: int = 0,  # 0: from the memory budget
+        num_kvcache_blocks: int = -1,  # nano-vLLM's name (-1: from the memory budget)
+        kv_cache_bytes: int = 2 << 30,  # CPU backend KV budget
+        gpu_memory_utilization: float = 0.9,
+        enable_prefix_caching: bool = True,
+        max_num_seqs: int = 256,
+        max_num_batched_tokens: int = 8192,
+        enable_chunked_prefill: bool = True,
+        async_scheduling: bool = True,
+        enable_cpu_offload: bool = False,  # layer-wise CPU KV offload for requests that do not fit the GPU cache
+        num_kv_buffers: int = 4,
+        offload_block_size: int = 1024,
+        cpu_memory_limit: int = 0,  # bytes of host KV pool; 0: the available memory
+        offload_min_tokens: int = 0,
+        sparse_policy: Literal["full", "quest"] = "full",
+        sparse_budget: int = 2048,
+        tensor_parallel_size: Literal[1] = 1,
+    ) -> None: ...
+    @staticmethod
+    def engine_options() -> list[str]: ...
+    def generate(
+        self,
+        prompts: Union[Prompt, Sequence[Prompt]],
+        sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
+        use_tqdm: bool = True,
+    ) -> list[RequestOutput]: ...
+    def chat(
+        self,
+        messages: Union[Sequence[Message], Sequence[Sequence[Message]]],
+        sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
+        use_tqdm: bool = True,
+        chat_template_kwargs: Optional[Mapping[str, Any]] = None,
+        add_generation_prompt: bool = True,
+        tools: Optional[Sequence[Mapping[str, Any]]] = None,
+    ) -> list[RequestOutput]: ...
+    def stream(
+        self,
+        prompts: Union[Prompt, Sequence[Prompt]],
+        sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
+    ) -> Iterator[StreamOutput]: ...
+    def get_tokenizer(self) -> Tokenizer: ...
+    @property
+    def max_model_len(self) -> int: ...
+    @property
+    def backend(self) -> str: ...

@@ -1,0 +1,42 @@
+"""Every EngineConfig field is a keyword of LLM(), and each reaches the engine."""
+
+from nanovllm import LLM, SamplingParams
+
+EXPECTED_OPTIONS = {
+    "backend", "max_model_len", "seed", "enforce_eager",
+    "block_size", "num_kv_blocks", "kv_cache_bytes", "gpu_memory_utilization", "enable_prefix_caching",
+    "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "async_scheduling",
+    "enable_cpu_offload", "num_kv_buffers", "offload_block_size", "cpu_memory_limit", "offload_min_tokens",
+    "sparse_policy", "sparse_budget", "tensor_parallel_size", "kvcache_block_size", "num_kvcache_blocks",
+}
+
+
+def test_option_names():
+    assert set(LLM.engine_options()) == EXPECTED_OPTIONS
+
+
+def test_options_take_effect(tiny_model, llm):
+    p = SamplingParams(temperature=0, max_tokens=6)
+    reference = llm.generate(["The capital of France is"], p, use_tqdm=False)[0].token_ids
+    small = LLM(str(tiny_model), backend="cpu", max_model_len=256, block_size=32, num_kv_blocks=64,
+                kv_cache_bytes=1 << 26, max_num_seqs=4, max_num_batched_tokens=64, enable_chunked_prefill=True,
+                enable_prefix_caching=False, async_scheduling=False, enforce_eager=True, seed=3,
+                gpu_memory_utilization=0.5, tensor_parallel_size=1)
+    assert small.max_model_len == 256 and small.backend == "cpu"
+    assert small.generate(["The capital of France is"], p, use_tqdm=False)[0].token_ids == reference
+    # nano-vLLM's names
+    alias = LLM(str(tiny_model), backend="cpu", kvcache_block_size=16, num_kvcache_blocks=-1, max_model_len=128)
+    assert alias.generate(["The capital of France is"], p, use_tqdm=False)[0].token_ids == reference
+
+
+def test_sparse_decode_options(tiny_model):
+    llm = LLM(str(tiny_model), backend="cpu", sparse_policy="quest", sparse_budget=64, block_size=16)
+    (out,) = llm.generate([[7] * 200], SamplingParams(temperature=0, max_tokens=5), use_tqdm=False)
+    assert len(out.token_ids) == 5
+
+
+def test_cpu_offload_options_are_checked(tiny_model):
+    import pytest
+
+    with pytest.raises(ValueError, match="num_kv_buffers"):
+        LLM(str(tiny_model), backend="cpu", enable_cpu_offload=True, num_kv_buffers=99)
