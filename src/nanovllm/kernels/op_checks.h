@@ -2,10 +2,12 @@
 // naming the op and the argument. Internal to kernels/.
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/attention_metadata.h"
 
 namespace nanovllm::ops {
 
@@ -20,6 +22,16 @@ void check_shape(std::string_view op, std::string_view name, const TensorView& t
 void check_float_tensor(std::string_view op, std::string_view name, const TensorView& t, Device dev, Shape shape);
 // An I32 tensor of the given shape on `dev`.
 void check_i32_tensor(std::string_view op, std::string_view name, const TensorView& t, Device dev, Shape shape);
+
+// Paged KV cache pair [NB, BS, Hk, D] of one float dtype, BS == meta.block_size.
+void check_kv_cache(std::string_view op, const TensorView& k_cache, const TensorView& v_cache, Device dev,
+                    const AttentionMetadata& meta);
+// cu_seqlens_q [S+1], context_lens [S], block_tables [S, MB] i32; on the host also their contents.
+void check_seq_metadata(std::string_view op, const AttentionMetadata& meta, int64_t T, int64_t num_blocks,
+                        int64_t BS, Device dev);
+// paged_attention's arguments: out, q [T, Hq, D], the cache pair, GQA heads, a finite scale, metadata.
+void check_paged_attention(std::string_view op, TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                           const AttentionMetadata& meta, float scale);
 
 #if !NANOVLLM_WITH_CUDA
 [[noreturn]] void no_cuda(std::string_view op, Device dev);

@@ -32,21 +32,6 @@ void check_host_rows(std::string_view op, const TensorView& rows, int64_t n) {
     NANOVLLM_CHECK(r[i] >= 0 && r[i] < n, op, ": rows[", i, "] = ", r[i], " is outside [0, ", n, ")");
 }
 
-
-// Paged KV cache [NB, BS, Hk, D] pair.
-void check_kv_cache(std::string_view op, const TensorView& k_cache, const TensorView& v_cache, Device dev,
-                    const AttentionMetadata& meta) {
-  check_tensor(op, "k_cache", k_cache, dev, 4);
-  check_float(op, "k_cache", k_cache);
-  check_float_tensor(op, "v_cache", v_cache, dev, k_cache.shape());
-  NANOVLLM_CHECK(v_cache.dtype() == k_cache.dtype(), op, ": k_cache is ", dtype_name(k_cache.dtype()),
-                 " but v_cache is ", dtype_name(v_cache.dtype()));
-  NANOVLLM_CHECK(k_cache.dim(1) > 0 && k_cache.dim(2) > 0 && k_cache.dim(3) > 0, op,
-                 ": empty KV cache dimension in ", k_cache.shape().str());
-  NANOVLLM_CHECK(meta.block_size == k_cache.dim(1), op, ": meta.block_size ", meta.block_size,
-                 " != KV cache block size ", k_cache.dim(1), " (k_cache ", k_cache.shape().str(), ")");
-}
-
 // slot_mapping [T] I32 in [-1, NB * BS) (range checked on the host only).
 void check_slot_mapping(std::string_view op, const AttentionMetadata& meta, int64_t T, int64_t num_slots,
                         Device dev) {
@@ -59,50 +44,6 @@ void check_slot_mapping(std::string_view op, const AttentionMetadata& meta, int6
   for (int64_t t = 0; t < T; ++t)
     NANOVLLM_CHECK(sm[t] >= -1 && sm[t] < num_slots, op, ": meta.slot_mapping[", t, "] = ", sm[t],
                    " is outside [-1, ", num_slots, ")");
-}
-
-// cu_seqlens_q [S+1], context_lens [S], block_tables [S, MB]; on the host also their contents.
-void check_seq_metadata(std::string_view op, const AttentionMetadata& meta, int64_t T, int64_t num_blocks,
-                        int64_t BS, Device dev) {
-  const int64_t S = meta.num_seqs;
-  NANOVLLM_CHECK(S >= 0, op, ": meta.num_seqs is negative");
-  NANOVLLM_CHECK(meta.num_tokens == T, op, ": meta.num_tokens ", meta.num_tokens, " != ", T, " query rows");
-  check_tensor(op, "meta.cu_seqlens_q", meta.cu_seqlens_q, dev, 1);
-  check_i32(op, "meta.cu_seqlens_q", meta.cu_seqlens_q);
-  check_shape(op, "meta.cu_seqlens_q", meta.cu_seqlens_q, {S + 1});
-  check_tensor(op, "meta.context_lens", meta.context_lens, dev, 1);
-  check_i32(op, "meta.context_lens", meta.context_lens);
-  check_shape(op, "meta.context_lens", meta.context_lens, {S});
-  check_tensor(op, "meta.block_tables", meta.block_tables, dev, 2);
-  check_i32(op, "meta.block_tables", meta.block_tables);
-  NANOVLLM_CHECK(meta.block_tables.dim(0) == S, op, ": meta.block_tables has ", meta.block_tables.dim(0),
-                 " rows for ", S, " sequences");
-  NANOVLLM_CHECK(meta.num_leading_decodes >= 0 && meta.num_leading_decodes <= S, op,
-                 ": meta.num_leading_decodes ", meta.num_leading_decodes, " is outside [0, ", S, "]");
-  if (!dev.is_cpu()) return;
-  const int32_t* cu = meta.cu_seqlens_q.data_as<const int32_t>();
-  const int32_t* ctx = meta.context_lens.data_as<const int32_t>();
-  const int32_t* bt = meta.block_tables.data_as<const int32_t>();
-  const int64_t MB = meta.block_tables.dim(1);
-  NANOVLLM_CHECK(S == 0 || cu[0] == 0, op, ": meta.cu_seqlens_q[0] = ", cu[0], ", expected 0");
-  NANOVLLM_CHECK(cu[S] == T, op, ": meta.cu_seqlens_q[", S, "] = ", cu[S], " != ", T, " query rows");
-  for (int64_t s = 0; s < S; ++s) {
-    const int64_t qlen = int64_t{cu[s + 1]} - cu[s];
-    NANOVLLM_CHECK(qlen >= 0, op, ": meta.cu_seqlens_q decreases at sequence ", s);
-    NANOVLLM_CHECK(s >= meta.num_leading_decodes || qlen == 1, op, ": sequence ", s, " has ", qlen,
-                   " query tokens but is one of meta.num_leading_decodes = ", meta.num_leading_decodes);
-    if (qlen == 0) continue;
-    NANOVLLM_CHECK(ctx[s] >= qlen, op, ": sequence ", s, " has context_lens ", ctx[s], " < its ", qlen,
-                   " query tokens");
-    const int64_t blocks = (int64_t{ctx[s]} + BS - 1) / BS;
-    NANOVLLM_CHECK(blocks <= MB, op, ": sequence ", s, " needs ", blocks, " blocks for context ", ctx[s],
-                   " but meta.block_tables has ", MB, " columns");
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int32_t id = bt[s * MB + b];
-      NANOVLLM_CHECK(id >= 0 && id < num_blocks, op, ": meta.block_tables[", s, "][", b, "] = ", id,
-                     " is outside [0, ", num_blocks, ")");
-    }
-  }
 }
 
 }  // namespace
@@ -218,22 +159,6 @@ void check_qkv_prologue(std::string_view op, TensorView q_out, TensorView qkv, T
     check_shape(op, "rope.inv_freq", rope.inv_freq, {D / 2});  // rotate_half: the whole head
   }
   check_slot_mapping(op, meta, T, NB * BS, dev);
-}
-
-void check_paged_attention(std::string_view op, TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                           const AttentionMetadata& meta, float scale) {
-  const Device dev = q.device();
-  check_tensor(op, "q", q, dev, 3);
-  check_float(op, "q", q);
-  check_float_tensor(op, "out", out, dev, q.shape());
-  check_kv_cache(op, k_cache, v_cache, dev, meta);
-  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2);
-  const int64_t NB = k_cache.dim(0), BS = k_cache.dim(1), Hk = k_cache.dim(2);
-  NANOVLLM_CHECK(D > 0 && k_cache.dim(3) == D, op, ": k_cache ", k_cache.shape().str(),
-                 " head_dim != q head_dim ", D);
-  NANOVLLM_CHECK(Hq > 0 && Hq % Hk == 0, op, ": query heads ", Hq, " must be a multiple of KV heads ", Hk);
-  NANOVLLM_CHECK(std::isfinite(scale), op, ": scale must be finite, got ", scale);
-  check_seq_metadata(op, meta, T, NB, BS, dev);
 }
 
 }  // namespace

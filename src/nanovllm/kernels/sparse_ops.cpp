@@ -1,6 +1,7 @@
-// Sparse decode op entry points: validate (on the host also the index contents), then dispatch.
+// Sparse attention op entry points: validate (on the host also the index contents), then dispatch.
 #include "nanovllm/kernels/sparse_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string_view>
@@ -48,6 +49,55 @@ void check_decode_tables(std::string_view op, const TensorView& block_tables, co
       NANOVLLM_CHECK(bt[s * MB + p] >= 0 && bt[s * MB + p] < num_blocks, op, ": block_tables[", s, "][", p,
                      "] = ", bt[s * MB + p], " is outside [0, ", num_blocks, ")");
   }
+}
+
+
+// One [Hk, NQB] count tensor and its [Hk, NQB, MAX] list of pattern; the list width MAX >= 1.
+void check_pattern_lists(std::string_view op, std::string_view counts_name, const TensorView& counts,
+                         std::string_view index_name, const TensorView& index, int64_t Hk, int64_t NQB, Device dev) {
+  check_i32_tensor(op, counts_name, counts, dev, {Hk, NQB});
+  check_tensor(op, index_name, index, dev, 3);
+  check_i32(op, index_name, index);
+  NANOVLLM_CHECK(index.dim(0) == Hk && index.dim(1) == NQB && index.dim(2) >= 1, op, ": ", index_name, " ",
+                 index.shape().str(), " must be [", Hk, ", ", NQB, ", >= 1] (KV heads, query blocks, list width)");
+}
+
+// On the host: the lists of the query blocks the chunk touches (query rows [ctx - T, ctx)) follow the
+// pattern's contract (sparse_ops.h).
+void check_pattern_contents(std::string_view op, const BlockSparsePattern& pt, int64_t Hk, int64_t ctx, int64_t T) {
+  const int64_t bs = pt.block_size, NQB = (ctx + bs - 1) / bs, MAXB = pt.block_index.dim(2);
+  const bool columns = pt.column_counts.defined();
+  const int64_t MAXC = columns ? pt.column_index.dim(2) : 0;
+  const int32_t* bc = pt.block_counts.data_as<const int32_t>();
+  const int32_t* bi = pt.block_index.data_as<const int32_t>();
+  for (int64_t h = 0; h < Hk; ++h)
+    for (int64_t i = (ctx - T) / bs; i < NQB; ++i) {
+      const int64_t row = h * NQB + i;
+      const int32_t n = bc[row];
+      NANOVLLM_CHECK(n >= 0 && n <= MAXB, op, ": pattern.block_counts[", h, "][", i, "] = ", n,
+                     " is outside [0, ", MAXB, "]");
+      const int32_t* blocks = bi + row * MAXB;
+      for (int32_t j = 0; j < n; ++j)
+        NANOVLLM_CHECK(blocks[j] >= 0 && blocks[j] <= i && (j == 0 || blocks[j] > blocks[j - 1]), op,
+                       ": pattern.block_index[", h, "][", i, "] must list distinct key blocks in increasing order "
+                       "in [0, ", i, "] (causal), got ", blocks[j], " at ", j);
+      if (!columns) continue;
+      const int32_t nc = pt.column_counts.data_as<const int32_t>()[row];
+      NANOVLLM_CHECK(nc >= 0 && nc <= MAXC, op, ": pattern.column_counts[", h, "][", i, "] = ", nc,
+                     " is outside [0, ", MAXC, "]");
+      const int32_t* cols = pt.column_index.data_as<const int32_t>() + row * MAXC;
+      const int64_t end = std::min((i + 1) * bs, ctx);  // no row of block i sees a key at or past it
+      int32_t next_block = 0;                           // walks the block list alongside the columns
+      for (int32_t j = 0; j < nc; ++j) {
+        NANOVLLM_CHECK(cols[j] >= 0 && cols[j] < end && (j == 0 || cols[j] > cols[j - 1]), op,
+                       ": pattern.column_index[", h, "][", i, "] must list distinct key positions in increasing "
+                       "order in [0, ", end, "), got ", cols[j], " at ", j);
+        while (next_block < n && blocks[next_block] < cols[j] / bs) ++next_block;
+        NANOVLLM_CHECK(next_block == n || blocks[next_block] != cols[j] / bs, op, ": pattern.column_index[", h,
+                       "][", i, "] lists position ", cols[j], " of key block ", cols[j] / bs,
+                       ", which block_index lists too (a key would count twice)");
+      }
+    }
 }
 
 }  // namespace
@@ -166,6 +216,34 @@ void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, T
                      i % Hk, "] must list pages in increasing order below ", pages, ", got ", list[j], " at ", j);
   }
   cpu::sparse_decode_attention(out, q, k_cache, v_cache, block_tables, context_lens, selected, scale, scratch);
+}
+
+void block_sparse_prefill_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                                    const AttentionMetadata& meta, const BlockSparsePattern& pattern, float scale,
+                                    Stream s) {
+  constexpr std::string_view op = "block_sparse_prefill_attention";
+  const Device dev = q.device();
+  check_paged_attention(op, out, q, k_cache, v_cache, meta, scale);
+  NANOVLLM_CHECK(meta.num_seqs == 1, op, ": runs one sequence, got meta.num_seqs = ", meta.num_seqs);
+  const int64_t T = q.dim(0), Hk = k_cache.dim(2), bs = pattern.block_size;
+  NANOVLLM_CHECK(bs >= 1, op, ": pattern.block_size must be >= 1, got ", bs);
+  // The host-side context (the CUDA launch is sized by it); on the host it must be context_lens[0].
+  const int64_t ctx = meta.max_context_len;
+  NANOVLLM_CHECK(ctx >= T && ctx <= INT32_MAX, op, ": meta.max_context_len ", ctx, " must hold the ", T,
+                 " query rows (and fit 32 bits)");
+  if (dev.is_cpu())
+    NANOVLLM_CHECK(meta.context_lens.data_as<const int32_t>()[0] == ctx, op, ": meta.max_context_len ", ctx,
+                   " != context_lens[0] ", meta.context_lens.data_as<const int32_t>()[0]);
+  const int64_t NQB = (ctx + bs - 1) / bs;
+  check_pattern_lists(op, "pattern.block_counts", pattern.block_counts, "pattern.block_index", pattern.block_index,
+                      Hk, NQB, dev);
+  if (pattern.column_counts.defined() || pattern.column_index.defined())
+    check_pattern_lists(op, "pattern.column_counts", pattern.column_counts, "pattern.column_index",
+                        pattern.column_index, Hk, NQB, dev);
+  if (dev.is_cuda())
+    NANOVLLM_DISPATCH_CUDA(block_sparse_prefill_attention, dev, out, q, k_cache, v_cache, meta, pattern, scale, s);
+  check_pattern_contents(op, pattern, Hk, ctx, T);
+  cpu::block_sparse_prefill_attention(out, q, k_cache, v_cache, meta, pattern, scale);
 }
 
 }  // namespace nanovllm::ops

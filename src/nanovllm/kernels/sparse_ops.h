@@ -1,6 +1,6 @@
-// Op entry points of sparse decode attention (the policies in sparse/ decide, these compute). Same rules
-// as ops.h: each validates, then dispatches on the tensors' device (CPU reference kernels, CUDA kernels
-// in kernels/cuda/sparse_decode.cu; bf16 there).
+// Op entry points of sparse attention, decode and prefill (the policies in sparse/ decide, these
+// compute). Same rules as ops.h: each validates, then dispatches on the tensors' device (CPU reference
+// kernels, CUDA kernels in kernels/cuda/sparse_decode.cu and block_sparse_prefill.cu; bf16 there).
 //
 // A page is one block of the paged KV cache (BS tokens): page p of a sequence holds its positions
 // [p BS, (p + 1) BS) in physical block block_tables[s][p]. Shapes: S = sequences (one query token each:
@@ -55,5 +55,33 @@ void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, T
 inline int64_t sparse_decode_scratch_ints(int64_t S, int64_t Hk, int64_t K, int64_t BS) {
   return S * Hk * (K * BS + 2) + 1;
 }
+
+// A block-sparse prefill pattern (sparse/ estimators make them). Positions are cut into blocks of
+// block_size tokens: query block i = positions [i bs, (i+1) bs), key block j alike. Per KV head (the union
+// of its GQA group's wishes, so one CTA serves the group's heads together) and query block i: key blocks
+// to attend, and optionally single key positions ("columns": MInference's vertical lines) outside them.
+// NQB = ceil(ctx / bs) for the context ctx of the sequence after this chunk.
+struct BlockSparsePattern {
+  int64_t block_size = 128;  // tokens per query block and per key block
+  TensorView block_counts;   // [Hk, NQB] i32: key blocks listed for query block i, in [0, MAXB]
+  TensorView block_index;    // [Hk, NQB, MAXB] i32: key block ids, increasing, distinct, each <= i
+  TensorView column_counts;  // [Hk, NQB] i32 in [0, MAXC], or undefined (no column lists)
+  TensorView column_index;   // [Hk, NQB, MAXC] i32: key positions, increasing, < min((i+1) bs, ctx),
+                             // none inside a key block listed for (h, i)
+};
+
+// Block-sparse causal prefill attention for ONE sequence (meta.num_seqs == 1): its T query rows are the
+// positions [ctx - T, ctx) of the cache, ctx = context_lens[0], as in paged_attention. The query row at
+// position p of head g (KV head h = g / (Hq / Hk)) attends, with the exact softmax over them, the keys at
+// positions <= p that lie in a key block listed for (h, p / bs) or in its column list; a row with no such
+// key gets zeros. With every causal block listed this is paged_attention for that sequence (the CPU
+// kernels agree bit for bit). Rows of the pattern for query blocks before the chunk are ignored; the chunk
+// may start mid-block. out, q [T, Hq, D]; k_cache/v_cache [NB, BS, Hk, D] through meta.block_tables.
+// The lists' contents are checked on the host (CPU tensors); CUDA kernels trust them (counts are clamped
+// to MAXB / MAXC) and take ctx from meta.max_context_len (host-side). CUDA: bf16, head_dim 64 / 128, the
+// sm_90a wgmma prefill kernel (other GPUs / head dims: an error); any block_size, 128 fits its key tiles.
+void block_sparse_prefill_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                                    const AttentionMetadata& meta, const BlockSparsePattern& pattern, float scale,
+                                    Stream s = {});
 
 }  // namespace nanovllm::ops

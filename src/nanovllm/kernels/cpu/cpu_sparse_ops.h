@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/sparse_ops.h"
 
 namespace nanovllm::cpu {
 
@@ -16,5 +17,8 @@ void select_pages(TensorView selected, TensorView scores, TensorView context_len
 void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
                              TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
                              TensorView scratch);
+void block_sparse_prefill_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                                    const AttentionMetadata& meta, const ops::BlockSparsePattern& pattern,
+                                    float scale);
 
 }  // namespace nanovllm::cpu
