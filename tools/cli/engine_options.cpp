@@ -67,6 +67,10 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
   cmd.add_option("--sparse-page-size", o.sparse_page_size,
                  "sparse decode: tokens per Quest page; a page is one KV cache block, so this sets --block-size")
       ->check(in_range(1, 1024));
+  cmd.add_option("--tensor-parallel-size", o.tensor_parallel_size,
+                 "GPUs one model is split over (tensor parallel; only 1 until issue #34 lands)")
+      ->check(at_least(1))
+      ->capture_default_str();
 }
 
 void add_sampling_options(CLI::App& cmd, SamplingOptions& o) {
@@ -123,6 +127,7 @@ EngineConfig EngineOptions::to_config() const {
   c.offload.min_tokens = offload_min_tokens;
   c.sparse.policy = parse_sparse_policy(sparse_policy);
   c.sparse.budget_tokens = sparse_budget;
+  c.parallel.tensor_parallel_size = tensor_parallel_size;
   return c;
 }
 

@@ -35,6 +35,7 @@ struct EngineOptions {
   std::string sparse_policy = "full";
   int64_t sparse_budget = 2048;
   int64_t sparse_page_size = 0;  // 0: the block size
+  int64_t tensor_parallel_size = 1;
 
   EngineConfig to_config() const;
 };

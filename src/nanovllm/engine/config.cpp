@@ -41,6 +41,10 @@ void SparseConfig::validate() const {
   NANOVLLM_CHECK(budget_tokens >= 1, "sparse_budget must be >= 1 token, got ", budget_tokens);
 }
 
+void ParallelConfig::validate() const {
+  NANOVLLM_CHECK(tensor_parallel_size >= 1, "tensor_parallel_size must be >= 1, got ", tensor_parallel_size);
+}
+
 void EngineConfig::resolve(int64_t model_max_len) {
   if (model.max_model_len <= 0) model.max_model_len = model_max_len;
   NANOVLLM_CHECK(model.max_model_len <= model_max_len, "max_model_len ", model.max_model_len,
@@ -59,6 +63,10 @@ void EngineConfig::validate() const {
     NANOVLLM_CHECK(model.max_model_len >= 2, "offload: max_model_len must be >= 2, got ", model.max_model_len);
   }
   sparse.validate();
+  parallel.validate();
+  // Until the runners shard the model (issue #34), N > 1 is refused here so nothing half-works.
+  NANOVLLM_CHECK(parallel.tensor_parallel_size == 1, "tensor_parallel_size ", parallel.tensor_parallel_size,
+                 ": tensor parallel is not implemented yet (issue #34); use tensor_parallel_size 1");
   if (sparse.policy != SparsePolicy::kFull) {
     NANOVLLM_CHECK(!offload.enabled, "sparse policy ", sparse_policy_name(sparse.policy),
                    " with CPU offload is not supported yet");
