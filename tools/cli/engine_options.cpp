@@ -127,6 +127,9 @@ EngineConfig EngineOptions::to_config() const {
   c.offload.min_tokens = offload_min_tokens;
   c.sparse.policy = parse_sparse_policy(sparse_policy);
   c.sparse.budget_tokens = sparse_budget;
+  // Named by flag here; EngineConfig::validate refuses it too (library callers), by field name.
+  NANOVLLM_CHECK(tensor_parallel_size == 1, "--tensor-parallel-size ", tensor_parallel_size,
+                 ": tensor parallel is not implemented yet (issue #34); use 1");
   c.parallel.tensor_parallel_size = tensor_parallel_size;
   return c;
 }
