@@ -84,8 +84,12 @@ void run(const Case& c, uint32_t seed) {
         rot[2 * i + 1] = r[2 * i];
       }
       for (int64_t j = 0; j < D; ++j) {
+        if (j >= R) {  // q_pass: past the rotated part (the table has R / 2 frequencies)
+          o[j] = r[j];
+          continue;
+        }
         const double cs = std::cos(angle(j / 2)) * c.scaling, sn = std::sin(angle(j / 2)) * c.scaling;
-        o[j] = j < R ? r[j] * cs + rot[j] * sn : r[j];  // cos[..., :R/2].repeat_interleave(2); q_pass
+        o[j] = r[j] * cs + rot[j] * sn;  // cos[..., :R/2].repeat_interleave(2)
       }
       return o;
     }

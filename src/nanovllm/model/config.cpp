@@ -193,6 +193,15 @@ void check_heads(const std::string& origin, const ModelConfig& c, const char* kv
                  c.num_attention_heads, ") must be a multiple of '", kv_field, "' (", c.num_key_value_heads, ")");
 }
 
+// Head size from `field` (kv_channels in ChatGLM, head_dim elsewhere), else hidden_size / num_attention_heads.
+int64_t read_head_dim(const Fields& f, const std::string& origin, const ModelConfig& c, const char* field) {
+  if (f.has(field)) return f.positive_int(field);
+  NANOVLLM_CHECK(c.hidden_size % c.num_attention_heads == 0, origin, ": field 'hidden_size' (", c.hidden_size,
+                 ") must be a multiple of 'num_attention_heads' (", c.num_attention_heads, ") when '", field,
+                 "' is not given");
+  return c.hidden_size / c.num_attention_heads;
+}
+
 // GLM-4 shares the RoPE of ChatGLM: rotary on the first rotary_dim elements, pairs (2i, 2i + 1).
 void set_glm_rope(const std::string& origin, const char* field, double partial_rotary_factor, ModelConfig& c) {
   NANOVLLM_CHECK(partial_rotary_factor > 0.0 && partial_rotary_factor <= 1.0, origin, ": field '", field,
@@ -217,14 +226,7 @@ void parse_chatglm(const json& j, const std::string& origin, ModelConfig& c) {
   c.num_key_value_heads = f.bool_or("multi_query_attention", false) ? f.positive_int("multi_query_group_num")
                                                                     : c.num_attention_heads;
   check_heads(origin, c, "multi_query_group_num");
-  if (f.has("kv_channels")) {
-    c.head_dim = f.positive_int("kv_channels");
-  } else {
-    NANOVLLM_CHECK(c.hidden_size % c.num_attention_heads == 0, origin, ": field 'hidden_size' (", c.hidden_size,
-                   ") must be a multiple of 'num_attention_heads' (", c.num_attention_heads,
-                   ") when 'kv_channels' is not given");
-    c.head_dim = c.hidden_size / c.num_attention_heads;
-  }
+  c.head_dim = read_head_dim(f, origin, c, "kv_channels");
   c.rms_norm_eps = f.positive_number_or("layernorm_epsilon", 1e-5);
   c.max_position_embeddings = f.positive_int("seq_length");
   // modeling_chatglm.py: RotaryEmbedding(kv_channels // 2, rope_ratio) with base 10000 * rope_ratio.
@@ -303,14 +305,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   c.num_attention_heads = f.positive_int("num_attention_heads");
   c.num_key_value_heads = f.positive_int_or("num_key_value_heads", c.num_attention_heads);
   check_heads(origin, c, "num_key_value_heads");
-  if (f.has("head_dim")) {
-    c.head_dim = f.positive_int("head_dim");
-  } else {
-    NANOVLLM_CHECK(c.hidden_size % c.num_attention_heads == 0, origin, ": field 'hidden_size' (", c.hidden_size,
-                   ") must be a multiple of 'num_attention_heads' (", c.num_attention_heads,
-                   ") when 'head_dim' is not given");
-    c.head_dim = c.hidden_size / c.num_attention_heads;
-  }
+  c.head_dim = read_head_dim(f, origin, c, "head_dim");
   NANOVLLM_CHECK(c.head_dim % 2 == 0, origin, ": field 'head_dim' (", c.head_dim, ") must be even for RoPE");
   c.rotary_dim = c.head_dim;
   c.rms_norm_eps = f.positive_number_or("rms_norm_eps", 1e-6);

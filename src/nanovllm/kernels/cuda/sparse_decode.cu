@@ -77,6 +77,16 @@ __global__ void __launch_bounds__(kUpdateThreads)
 constexpr int kScoreWarps = 8;
 constexpr int kPagesPerCta = 128;  // 8 x 32K contexts, Hk 8: 1024 CTAs (block 16), 512 (block 32)
 
+// The score kernels' prologue: waits for q and the metadata (PDL), then loads the GQA group of KV head h
+// of sequence s into shared memory as fp32 (qs [G, D]). The caller synchronises before reading qs.
+__device__ __forceinline__ void load_group_queries(float* qs, const __nv_bfloat16* __restrict__ q, int s, int h,
+                                                   int hq, int g_count, int d) {
+  pdl_wait();  // q and the metadata come from the preceding kernels
+  pdl_trigger();
+  for (int e = threadIdx.x; e < g_count * d; e += blockDim.x)
+    qs[e] = __bfloat162float(q[(int64_t{s} * hq + int64_t{h} * g_count) * d + e]);
+}
+
 // Grid (S x Hk, page chunks of kPagesPerCta); q [S, Hq, D]; scores [S, Hk, MP].
 __global__ void __launch_bounds__(kScoreWarps * 32)
     quest_scores_kernel(float* __restrict__ scores, const __nv_bfloat16* __restrict__ q,
@@ -86,10 +96,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
   extern __shared__ float qs[];  // [G, D]
   const int item = blockIdx.x, s = item / hk, h = item % hk, g_count = hq / hk;
   const int pages = (context_lens[s] + block_size - 1) / block_size;
-  pdl_wait();  // q and the metadata come from the preceding kernels
-  pdl_trigger();
-  for (int e = threadIdx.x; e < g_count * d; e += blockDim.x)
-    qs[e] = __bfloat162float(q[(int64_t{s} * hq + int64_t{h} * g_count) * d + e]);
+  load_group_queries(qs, q, s, h, hq, g_count, d);
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int p_end = min(max_pages, (blockIdx.y + 1) * kPagesPerCta);
@@ -131,10 +138,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
   extern __shared__ float qs[];                   // [G, D]
   const int item = blockIdx.x, s = item / hk, h = item % hk, g_count = hq / hk;
   const int pages = (context_lens[s] + block_size - 1) / block_size;
-  pdl_wait();  // q and the metadata come from the preceding kernels
-  pdl_trigger();
-  for (int e = threadIdx.x; e < g_count * D; e += blockDim.x)
-    qs[e] = __bfloat162float(q[(int64_t{s} * hq + int64_t{h} * g_count) * D + e]);
+  load_group_queries(qs, q, s, h, hq, g_count, D);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = lane / L, sub = lane % L;
   const int p_end = min(max_pages, (blockIdx.y + 1) * kPagesPerCta);
   const int p_live = min(pages, p_end);
