@@ -68,7 +68,7 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
                  "sparse decode: tokens per Quest page; a page is one KV cache block, so this sets --block-size")
       ->check(in_range(1, 1024));
   cmd.add_option("--tensor-parallel-size", o.tensor_parallel_size,
-                 "GPUs one model is split over (tensor parallel; only 1 until issue #34 lands)")
+                 "GPUs one model is split over (tensor parallel; threads on --backend cpu)")
       ->check(at_least(1))
       ->capture_default_str();
 }
@@ -127,9 +127,6 @@ EngineConfig EngineOptions::to_config() const {
   c.offload.min_tokens = offload_min_tokens;
   c.sparse.policy = parse_sparse_policy(sparse_policy);
   c.sparse.budget_tokens = sparse_budget;
-  // Named by flag here; EngineConfig::validate refuses it too (library callers), by field name.
-  NANOVLLM_CHECK(tensor_parallel_size == 1, "--tensor-parallel-size ", tensor_parallel_size,
-                 ": tensor parallel is not implemented yet (issue #34); use 1");
   c.parallel.tensor_parallel_size = tensor_parallel_size;
   return c;
 }

@@ -64,9 +64,9 @@ void EngineConfig::validate() const {
   }
   sparse.validate();
   parallel.validate();
-  // Until the runners shard the model (issue #34), N > 1 is refused here so nothing half-works.
-  NANOVLLM_CHECK(parallel.tensor_parallel_size == 1, "tensor_parallel_size ", parallel.tensor_parallel_size,
-                 ": tensor parallel is not implemented yet (issue #34); use tensor_parallel_size 1");
+  // The offload lane drives the model layer by layer outside the runner's rank threads (issue #34).
+  NANOVLLM_CHECK(parallel.tensor_parallel_size == 1 || !offload.enabled, "tensor_parallel_size ",
+                 parallel.tensor_parallel_size, " with CPU offload is not implemented yet (issue #34)");
   if (sparse.policy != SparsePolicy::kFull) {
     NANOVLLM_CHECK(!offload.enabled, "sparse policy ", sparse_policy_name(sparse.policy),
                    " with CPU offload is not supported yet");

@@ -94,7 +94,7 @@ struct SparseConfig {
 struct ParallelConfig {
   int64_t tensor_parallel_size = 1;
 
-  // tensor_parallel_size >= 1. Ranks are not implemented yet: EngineConfig::validate refuses N > 1.
+  // tensor_parallel_size >= 1. EngineConfig::validate refuses N > 1 with CPU offload (not implemented).
   void validate() const;
 };
 

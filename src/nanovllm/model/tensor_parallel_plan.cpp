@@ -70,6 +70,14 @@ int64_t shard_numel(const ShardSlice& slice, int64_t rows, int64_t cols) {
   }
 }
 
+ModelConfig rank_config(const ModelConfig& cfg, const TensorParallelPlan& plan) {
+  ModelConfig c = cfg;
+  c.num_attention_heads = plan.num_heads;
+  c.num_key_value_heads = plan.num_kv_heads;
+  c.intermediate_size = plan.intermediate;
+  return c;
+}
+
 void copy_shard(const ShardSlice& slice, const void* src, int64_t rows, int64_t cols, int64_t elem_bytes, void* dst) {
   const auto* s = static_cast<const char*>(src);
   auto* o = static_cast<char*>(dst);

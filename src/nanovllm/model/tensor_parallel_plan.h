@@ -66,6 +66,10 @@ void validate_tensor_parallel(const ModelConfig& cfg, int64_t size);
 // Rank `rank` of `size`; validates as above and 0 <= rank < size.
 TensorParallelPlan shard_for_rank(const ModelConfig& cfg, int64_t rank, int64_t size);
 
+// The config one rank's decoder runs with: its query / KV heads and intermediate columns; everything else
+// (the vocabulary included: the logits are gathered whole) as in `cfg`.
+ModelConfig rank_config(const ModelConfig& cfg, const TensorParallelPlan& plan);
+
 // Copies `slice` of a row-major [rows, cols] tensor of `elem_bytes`-sized elements (any dtype) into
 // `dst`, sized for the rank's tensor. kFirstRankOnly copies the whole tensor (the caller skips it on
 // other ranks). Throws if a range falls outside the tensor.

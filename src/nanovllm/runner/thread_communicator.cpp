@@ -57,7 +57,7 @@ void ThreadCommunicator::publish(const void* src, int64_t count, const char* op)
   }
 }
 
-void ThreadCommunicator::all_reduce_sum(TensorView data) {
+void ThreadCommunicator::all_reduce_sum(TensorView data, ops::Stream) {
   NANOVLLM_CHECK(data.dtype() == DType::kF32, "all_reduce_sum: the thread communicator sums f32, got ",
                  dtype_name(data.dtype()));
   const int64_t n = data.numel();
@@ -73,7 +73,7 @@ void ThreadCommunicator::all_reduce_sum(TensorView data) {
   std::memcpy(data.data(), sum.data(), sum.size() * sizeof(float));
 }
 
-void ThreadCommunicator::all_gather(TensorView in, TensorView out) {
+void ThreadCommunicator::all_gather(TensorView in, TensorView out, ops::Stream) {
   NANOVLLM_CHECK(in.dtype() == out.dtype(), "all_gather: in is ", dtype_name(in.dtype()), ", out is ",
                  dtype_name(out.dtype()));
   NANOVLLM_CHECK(out.numel() == in.numel() * size(), "all_gather: out has ", out.numel(), " elements, expected ",

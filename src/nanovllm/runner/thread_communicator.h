@@ -13,7 +13,7 @@
 #include <mutex>
 #include <vector>
 
-#include "nanovllm/runner/communicator.h"
+#include "nanovllm/kernels/communicator.h"
 
 namespace nanovllm {
 
@@ -45,8 +45,8 @@ class ThreadCommunicator final : public Communicator {
   ThreadCommunicator(std::shared_ptr<ThreadCommGroup> group, int rank);
   int rank() const override { return rank_; }
   int size() const override { return group_->size(); }
-  void all_reduce_sum(TensorView data) override;  // F32
-  void all_gather(TensorView in, TensorView out) override;
+  void all_reduce_sum(TensorView data, ops::Stream s = {}) override;  // F32; `s` unused
+  void all_gather(TensorView in, TensorView out, ops::Stream s = {}) override;
 
  private:
   // Publishes this rank's pointer and count, waits for all, and checks the counts agree.
