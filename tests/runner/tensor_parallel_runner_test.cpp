@@ -44,11 +44,11 @@ class StandInRank final : public ModelRunner {
   int step_ = 0;
 };
 
-std::unique_ptr<TensorParallelRunner> stand_in_group(int size, int fail_rank, int fail_step) {
+std::unique_ptr<TensorParallelRunner> stand_in_group(int size, int fail_rank, int fail_step, bool ranks_launch = false) {
   auto group = std::make_shared<ThreadCommGroup>(size);
   return std::make_unique<TensorParallelRunner>(
       size, [&](int r) { return std::make_unique<StandInRank>(group, r, fail_rank, fail_step); },
-      [group] { group->abort(); }, group);
+      [group] { group->abort(); }, group, ranks_launch);
 }
 
 TEST(RankThreads, RunsEveryRankOnItsOwnThreadWithRankZeroOnTheCaller) {
@@ -81,6 +81,20 @@ TEST(TensorParallelRunner, EveryRankRunsTheStepAndRankZeroAnswers) {
       EXPECT_EQ(t[0].token_id, sum);
     }
   }
+}
+
+TEST(TensorParallelRunner, LaunchedStepsFanOutWhenTheRanksLaunch) {
+  // Two steps in flight on every rank (each rank's own queue), then waited for in order.
+  auto runner = stand_in_group(3, -1, -1, /*ranks_launch=*/true);
+  runner->launch(SchedulerOutput{}, false);
+  runner->launch(SchedulerOutput{}, false);
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<SampledToken> t = runner->wait_oldest();
+    ASSERT_EQ(t.size(), 1u);
+    EXPECT_EQ(t[0].token_id, 6 + 3);
+  }
+  EXPECT_THROW(runner->wait_oldest(), Error);  // nothing launched: every rank says so
+  EXPECT_THROW(runner->execute(SchedulerOutput{}), Error);  // and the group stays failed
 }
 
 TEST(TensorParallelRunner, ARankFailingMidStepIsTheStepsErrorNotAHang) {

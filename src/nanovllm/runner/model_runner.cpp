@@ -8,6 +8,7 @@
 #include "nanovllm/runner/tensor_parallel_runner.h"
 #if NANOVLLM_WITH_CUDA
 #include "nanovllm/runner/cuda/cuda_model_runner.h"
+#include "nanovllm/runner/cuda/cuda_tensor_parallel.h"
 #endif
 
 namespace nanovllm {
@@ -70,6 +71,7 @@ std::unique_ptr<ModelRunner> ModelRunner::create(const EngineConfig& config, con
                      " (this binary: ", NANOVLLM_WITH_CUDA ? "CUDA build, no usable GPU" : "built without CUDA",
                      "); use --backend cpu");
 #if NANOVLLM_WITH_CUDA
+      if (config.parallel.tensor_parallel_size > 1) return make_cuda_tensor_parallel_runner(config, model_config);
       return std::make_unique<CudaModelRunner>(config, model_config);
 #else
       break;

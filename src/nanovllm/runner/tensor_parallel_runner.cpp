@@ -15,8 +15,12 @@ namespace nanovllm {
 
 TensorParallelRunner::TensorParallelRunner(int size,
                                            const std::function<std::unique_ptr<ModelRunner>(int rank)>& make_rank,
-                                           std::function<void()> abort_group, std::shared_ptr<void> group_state)
-    : group_state_(std::move(group_state)), ranks_(static_cast<size_t>(size)), threads_(size, std::move(abort_group)) {
+                                           std::function<void()> abort_group, std::shared_ptr<void> group_state,
+                                           bool ranks_launch)
+    : group_state_(std::move(group_state)),
+      ranks_(static_cast<size_t>(size)),
+      ranks_launch_(ranks_launch),
+      threads_(size, std::move(abort_group)) {
   threads_.run([&](int r) { ranks_[static_cast<size_t>(r)] = make_rank(r); });
 }
 
@@ -26,14 +30,15 @@ int64_t TensorParallelRunner::num_kv_blocks() const {
   return blocks;
 }
 
-std::vector<SampledToken> TensorParallelRunner::execute(const SchedulerOutput& out) {
+std::vector<SampledToken> TensorParallelRunner::on_all_ranks(
+    const std::function<std::vector<SampledToken>(ModelRunner&)>& fn) {
   NANOVLLM_CHECK(failed_.empty(), "the tensor-parallel group failed in an earlier step (", failed_,
                  "); it does not recover");
   NANOVLLM_CHECK(taps_ == nullptr, "layer taps with tensor_parallel_size > 1 are not supported");
   std::vector<SampledToken> tokens;
   try {
     threads_.run([&](int r) {
-      std::vector<SampledToken> t = ranks_[static_cast<size_t>(r)]->execute(out);
+      std::vector<SampledToken> t = fn(*ranks_[static_cast<size_t>(r)]);
       if (r == 0) tokens = std::move(t);
     });
   } catch (const std::exception& e) {
@@ -41,6 +46,28 @@ std::vector<SampledToken> TensorParallelRunner::execute(const SchedulerOutput& o
     throw;
   }
   return tokens;
+}
+
+std::vector<SampledToken> TensorParallelRunner::execute(const SchedulerOutput& out) {
+  return on_all_ranks([&](ModelRunner& r) { return r.execute(out); });
+}
+
+// Every rank decides alike (same step, same configuration), so rank 0 answers for the group.
+bool TensorParallelRunner::can_launch(const SchedulerOutput& out) const {
+  return ranks_launch_ ? ranks_[0]->can_launch(out) : ModelRunner::can_launch(out);
+}
+
+void TensorParallelRunner::launch(const SchedulerOutput& out, bool fed_from_previous) {
+  if (!ranks_launch_) return ModelRunner::launch(out, fed_from_previous);
+  on_all_ranks([&](ModelRunner& r) {
+    r.launch(out, fed_from_previous);
+    return std::vector<SampledToken>{};
+  });
+}
+
+std::vector<SampledToken> TensorParallelRunner::wait_oldest() {
+  if (!ranks_launch_) return ModelRunner::wait_oldest();
+  return on_all_ranks([](ModelRunner& r) { return r.wait_oldest(); });
 }
 
 std::unique_ptr<ModelRunner> TensorParallelRunner::create_cpu(const EngineConfig& config,

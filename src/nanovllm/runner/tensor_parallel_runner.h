@@ -25,8 +25,12 @@ class TensorParallelRunner final : public ModelRunner {
   // blocked in a collective of the group (ThreadCommGroup::abort, ncclCommAbort). `group_state` (the
   // communicators the ranks use) is kept until the ranks are gone. Throws the first rank's error if a
   // rank cannot be built.
+  // ranks_launch: the ranks' own launch / wait_oldest overlap steps and feed tokens on their devices
+  // (CUDA: every rank samples the same gathered logits), so the group fans them out; otherwise (CPU ranks,
+  // only rank 0 samples) the group runs each launched step at once (ModelRunner's default).
   TensorParallelRunner(int size, const std::function<std::unique_ptr<ModelRunner>(int rank)>& make_rank,
-                       std::function<void()> abort_group, std::shared_ptr<void> group_state = nullptr);
+                       std::function<void()> abort_group, std::shared_ptr<void> group_state = nullptr,
+                       bool ranks_launch = false);
 
   // The CPU backend's group: the checkpoint loaded once, rank r's runner on shard_weights(r), ranks
   // talking through a ThreadCommGroup. config.parallel.tensor_parallel_size ranks.
@@ -34,11 +38,18 @@ class TensorParallelRunner final : public ModelRunner {
 
   int64_t num_kv_blocks() const override;  // the smallest rank's: block ids are the same on every rank
   std::vector<SampledToken> execute(const SchedulerOutput& out) override;
+  bool can_launch(const SchedulerOutput& out) const override;
+  void launch(const SchedulerOutput& out, bool fed_from_previous) override;
+  std::vector<SampledToken> wait_oldest() override;
   const QuestCounters* sparse_counters() const override { return ranks_[0]->sparse_counters(); }
 
  private:
   std::shared_ptr<void> group_state_;  // first: outlives the ranks
   std::vector<std::unique_ptr<ModelRunner>> ranks_;
+  // Runs fn(rank runner) on every rank; rank 0's result is returned. Checks and records group failure.
+  std::vector<SampledToken> on_all_ranks(const std::function<std::vector<SampledToken>(ModelRunner&)>& fn);
+
+  bool ranks_launch_ = false;
   std::string failed_;  // the error that broke the group; empty while it works
   RankThreads threads_;  // last: joined before the ranks are destroyed
 };
