@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <set>
 #include <thread>
 
@@ -81,6 +82,26 @@ TEST(TensorParallelRunner, EveryRankRunsTheStepAndRankZeroAnswers) {
       EXPECT_EQ(t[0].token_id, sum);
     }
   }
+}
+
+TEST(TensorParallelRunner, StartRunsOnEveryRankOnceAllAreBuilt) {
+  auto group = std::make_shared<ThreadCommGroup>(3);
+  std::atomic<int> built{0}, started{0}, started_early{0};
+  TensorParallelRunner runner(
+      3,
+      [&](int r) -> std::unique_ptr<ModelRunner> {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10 * r));  // ranks finish at different times
+        ++built;
+        return std::make_unique<StandInRank>(group, r, -1, -1);
+      },
+      [group] { group->abort(); }, group, false,
+      [&](ModelRunner& rank) {
+        if (built.load() != 3) ++started_early;
+        ++started;
+        rank.execute(SchedulerOutput{});  // collectives: every rank takes part
+      });
+  EXPECT_EQ(started.load(), 3);
+  EXPECT_EQ(started_early.load(), 0);
 }
 
 TEST(TensorParallelRunner, LaunchedStepsFanOutWhenTheRanksLaunch) {

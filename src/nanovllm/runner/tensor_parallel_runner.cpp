@@ -16,12 +16,13 @@ namespace nanovllm {
 TensorParallelRunner::TensorParallelRunner(int size,
                                            const std::function<std::unique_ptr<ModelRunner>(int rank)>& make_rank,
                                            std::function<void()> abort_group, std::shared_ptr<void> group_state,
-                                           bool ranks_launch)
+                                           bool ranks_launch, const std::function<void(ModelRunner&)>& start_rank)
     : group_state_(std::move(group_state)),
       ranks_(static_cast<size_t>(size)),
       ranks_launch_(ranks_launch),
       threads_(size, std::move(abort_group)) {
   threads_.run([&](int r) { ranks_[static_cast<size_t>(r)] = make_rank(r); });
+  if (start_rank) threads_.run([&](int r) { start_rank(*ranks_[static_cast<size_t>(r)]); });  // after all are built
 }
 
 int64_t TensorParallelRunner::num_kv_blocks() const {

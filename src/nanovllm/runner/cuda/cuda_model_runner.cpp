@@ -24,7 +24,7 @@ CudaModelRunner::CudaModelRunner(const EngineConfig& ec, const ModelConfig& conf
   CUDA_CHECK(cudaSetDevice(device_));
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   load_model(ec.model.path, config);
-  init(config, 1);
+  init(config, 1, true);
 }
 
 CudaModelRunner::CudaModelRunner(const EngineConfig& ec, const ModelConfig& config, const ModelWeights& host_weights,
@@ -35,10 +35,25 @@ CudaModelRunner::CudaModelRunner(const EngineConfig& ec, const ModelConfig& conf
   const int64_t tp_size = tp.plan.size;
   const ModelConfig rank = rank_config(config, tp.plan);
   load_shard(host_weights, config, std::move(tp));
-  init(rank, tp_size);
+  init(rank, tp_size, false);
 }
 
-void CudaModelRunner::init(const ModelConfig& config, int64_t tp_size) {
+void CudaModelRunner::start_tensor_parallel() {
+  CUDA_CHECK(cudaSetDevice(device_));
+  const int64_t bs = ec_.cache.block_size;
+  const int64_t tokens = std::min({ec_.scheduler.max_num_batched_tokens, ec_.model.max_model_len, num_kv_blocks_ * bs});
+  Sequence seq;  // a stand-in prompt; its K/V lands in blocks a real request overwrites before reading
+  seq.seq_id = -1;
+  seq.token_ids.assign(static_cast<size_t>(tokens), 0);
+  seq.num_prompt_tokens = tokens;
+  for (int64_t b = 0; b * bs < tokens; ++b) seq.block_table.push_back(static_cast<int32_t>(b));
+  SchedulerOutput out;
+  out.seqs.push_back(ScheduledSequence{&seq, tokens, false});
+  execute(out);
+  capture_decode_graphs();
+}
+
+void CudaModelRunner::init(const ModelConfig& config, int64_t tp_size, bool capture_graphs) {
   const EngineConfig& ec = ec_;
   // Activations for the largest step, then the KV cache from what the memory budget leaves.
   size_t ws_bytes = 0;
@@ -77,7 +92,7 @@ void CudaModelRunner::init(const ModelConfig& config, int64_t tp_size) {
   graphs_ = std::make_unique<DecodeGraphs>(
       stream_, kernels_, [this](const DecoderInputs& in) { model_->forward(in, kv_, ws_, ops_stream()); },
       [this](const ForwardBatch& batch) { upload_batch(batch); });
-  capture_decode_graphs();
+  if (capture_graphs) capture_decode_graphs();
 }
 
 void CudaModelRunner::capture_decode_graphs() {

@@ -31,6 +31,11 @@ class CudaModelRunner final : public ModelRunner {
   // logits (so fed async steps work per rank); the group returns rank 0's tokens.
   CudaModelRunner(const EngineConfig& ec, const ModelConfig& config, const ModelWeights& host_weights,
                   TensorParallelRank tp);
+  // A rank's second phase, once every rank of the group is built (allocations done: a blocking free or
+  // allocation while a peer GPU waits in a collective for this rank can deadlock the group): one eager
+  // prefill of the largest step, so the ops' workspaces reach their prefill sizes now rather than
+  // growing inside a later step, then the decode graphs. All ranks at once (the steps have collectives).
+  void start_tensor_parallel();
   ~CudaModelRunner() override;
 
   int64_t num_kv_blocks() const override { return num_kv_blocks_; }
@@ -44,7 +49,7 @@ class CudaModelRunner final : public ModelRunner {
 
  private:
   // The constructors' common part once the model is built (config: the rank's).
-  void init(const ModelConfig& config, int64_t tp_size);
+  void init(const ModelConfig& config, int64_t tp_size, bool capture_graphs);
   void load_model(const std::filesystem::path& model_dir, const ModelConfig& config);
   // A rank's model: its shard of the host weights, uploaded to device_.
   void load_shard(const ModelWeights& host_weights, const ModelConfig& full_config, TensorParallelRank tp);

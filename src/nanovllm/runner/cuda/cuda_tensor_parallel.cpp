@@ -31,7 +31,8 @@ std::unique_ptr<ModelRunner> make_cuda_tensor_parallel_runner(const EngineConfig
         return std::make_unique<CudaModelRunner>(config, model_config, host,
                                                  TensorParallelRank{shard_for_rank(model_config, r, size), group->rank(r)});
       },
-      [group] { group->abort(); }, group, /*ranks_launch=*/true);
+      [group] { group->abort(); }, group, /*ranks_launch=*/true,
+      [](ModelRunner& rank) { static_cast<CudaModelRunner&>(rank).start_tensor_parallel(); });
 }
 
 }  // namespace nanovllm
