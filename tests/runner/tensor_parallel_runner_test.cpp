@@ -142,6 +142,31 @@ TEST(TensorParallelRunner, ARankFailingMidStepIsTheStepsErrorNotAHang) {
   }
 }
 
+TEST(RankThreads, AStuckGroupTimesOutIntoAnErrorInsteadOfHanging) {
+  // Rank 1 waits in an all-reduce rank 0 never joins (an unmatched collective): the watchdog aborts the
+  // group, rank 1's collective throws, and run() throws the timeout, not rank 1's "aborted".
+  auto group = std::make_shared<ThreadCommGroup>(2);
+  ThreadCommunicator rank1(group, 1);
+  RankThreads threads(2, [group] { group->abort(); }, std::chrono::milliseconds(200));
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    threads.run([&](int r) {
+      if (r == 0) return;
+      float x = 1.0f;
+      rank1.all_reduce_sum(TensorView(&x, DType::kF32, Shape{1}));
+    });
+    ADD_FAILURE() << "no error thrown";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("did not finish within 200 ms"), std::string::npos) << e.what();
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(200));
+  // A step that finishes in time is not touched by the watchdog.
+  RankThreads ok(2, [group] { group->abort(); }, std::chrono::milliseconds(5000));
+  std::atomic<int> calls{0};
+  ok.run([&](int) { ++calls; });
+  EXPECT_EQ(calls.load(), 2);
+}
+
 TEST(TensorParallelRunner, ARankThatCannotBeBuiltFailsTheConstructor) {
   auto group = std::make_shared<ThreadCommGroup>(3);
   try {

@@ -5,8 +5,12 @@
 // Failure: when fn throws on a rank, `on_failure` runs at once (it aborts the group's communicator, so
 // ranks waiting in a collective for the failed one throw instead of waiting forever), and run() rethrows,
 // after every rank returned, the first exception thrown — the cause, not the other ranks' "aborted".
+// Watchdog (timeout > 0): a run() still going after `timeout` is a stuck group (a rank blocked, its peers
+// waiting in a collective for it): on_failure runs, and run() throws "did not finish within" once the
+// ranks return (aborted collectives return; a rank stuck outside them still keeps run() waiting).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -19,7 +23,8 @@ namespace nanovllm {
 
 class RankThreads {
  public:
-  RankThreads(int size, std::function<void()> on_failure);
+  RankThreads(int size, std::function<void()> on_failure,
+              std::chrono::milliseconds timeout = std::chrono::milliseconds::zero());
   ~RankThreads();  // stops and joins the workers (no run() may be in progress)
   RankThreads(const RankThreads&) = delete;
   RankThreads& operator=(const RankThreads&) = delete;
@@ -30,9 +35,12 @@ class RankThreads {
  private:
   void worker(int rank);
   void run_rank(int rank);  // fn_(rank), recording a failure
+  void fail(std::exception_ptr error);  // records the first error, then on_failure_ (once per run)
+  void watchdog();
 
   int size_;
   std::function<void()> on_failure_;
+  std::chrono::milliseconds timeout_;
   std::mutex mu_;
   std::condition_variable cv_;
   const std::function<void(int)>* fn_ = nullptr;  // the job of the current run()
@@ -40,7 +48,11 @@ class RankThreads {
   int pending_ = 0;                               // workers not yet done with the current job
   bool stop_ = false;
   std::exception_ptr first_error_;
+  bool running_ = false;  // a run() is in progress (the watchdog's subject)
+  bool failed_ = false;   // on_failure_ ran for the current run()
+  std::chrono::steady_clock::time_point started_;
   std::vector<std::thread> workers_;
+  std::thread watchdog_;  // only with a timeout
 };
 
 }  // namespace nanovllm

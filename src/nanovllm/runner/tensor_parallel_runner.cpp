@@ -16,11 +16,12 @@ namespace nanovllm {
 TensorParallelRunner::TensorParallelRunner(int size,
                                            const std::function<std::unique_ptr<ModelRunner>(int rank)>& make_rank,
                                            std::function<void()> abort_group, std::shared_ptr<void> group_state,
-                                           bool ranks_launch, const std::function<void(ModelRunner&)>& start_rank)
+                                           bool ranks_launch, const std::function<void(ModelRunner&)>& start_rank,
+                                           std::chrono::milliseconds step_timeout)
     : group_state_(std::move(group_state)),
       ranks_(static_cast<size_t>(size)),
       ranks_launch_(ranks_launch),
-      threads_(size, std::move(abort_group)) {
+      threads_(size, std::move(abort_group), step_timeout) {
   threads_.run([&](int r) { ranks_[static_cast<size_t>(r)] = make_rank(r); });
   if (start_rank) threads_.run([&](int r) { start_rank(*ranks_[static_cast<size_t>(r)]); });  // after all are built
 }

@@ -8,6 +8,7 @@
 // the failing rank's error, and every later step throws too (a group does not recover).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -28,11 +29,14 @@ class TensorParallelRunner final : public ModelRunner {
   // ranks_launch: the ranks' own launch / wait_oldest overlap steps and feed tokens on their devices
   // (CUDA: every rank samples the same gathered logits), so the group fans them out; otherwise (CPU ranks,
   // only rank 0 samples) the group runs each launched step at once (ModelRunner's default).
+  // step_timeout > 0: a construction, start or step that takes longer aborts the group (RankThreads'
+  // watchdog) and throws, instead of hanging when a rank is stuck.
   // start_rank (optional) runs on every rank once all are built: work with collectives (warm-up steps,
   // graph capture) must not overlap another rank's construction (see CudaModelRunner::start_tensor_parallel).
   TensorParallelRunner(int size, const std::function<std::unique_ptr<ModelRunner>(int rank)>& make_rank,
                        std::function<void()> abort_group, std::shared_ptr<void> group_state = nullptr,
-                       bool ranks_launch = false, const std::function<void(ModelRunner&)>& start_rank = nullptr);
+                       bool ranks_launch = false, const std::function<void(ModelRunner&)>& start_rank = nullptr,
+                       std::chrono::milliseconds step_timeout = std::chrono::milliseconds::zero());
 
   // The CPU backend's group: the checkpoint loaded once, rank r's runner on shard_weights(r), ranks
   // talking through a ThreadCommGroup. config.parallel.tensor_parallel_size ranks.

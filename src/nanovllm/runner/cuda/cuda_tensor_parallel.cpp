@@ -10,6 +10,13 @@
 #include "nanovllm/runner/tensor_parallel_runner.h"
 
 namespace nanovllm {
+namespace {
+
+// A GPU step (or a rank's construction: reading its shard, capturing its graphs) taking longer than this
+// is a stuck group (docs/tensor_parallel.md, "the deadlock to avoid"): abort NCCL and fail, not hang.
+constexpr std::chrono::milliseconds kStepTimeout{300'000};
+
+}  // namespace
 
 std::unique_ptr<ModelRunner> make_cuda_tensor_parallel_runner(const EngineConfig& config,
                                                               const ModelConfig& model_config) {
@@ -32,7 +39,8 @@ std::unique_ptr<ModelRunner> make_cuda_tensor_parallel_runner(const EngineConfig
                                                  TensorParallelRank{shard_for_rank(model_config, r, size), group->rank(r)});
       },
       [group] { group->abort(); }, group, /*ranks_launch=*/true,
-      [](ModelRunner& rank) { static_cast<CudaModelRunner&>(rank).start_tensor_parallel(); });
+      [](ModelRunner& rank) { static_cast<CudaModelRunner&>(rank).start_tensor_parallel(); },
+      kStepTimeout);
 }
 
 }  // namespace nanovllm
