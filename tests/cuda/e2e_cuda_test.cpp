@@ -11,6 +11,7 @@
 
 #include "nanovllm/llm/llm.h"
 #include "nanovllm/llm/llm_engine.h"
+#include "support/expect_error.h"
 #include "support/test_models.h"
 
 namespace nanovllm {
@@ -180,6 +181,39 @@ TEST(CudaVsCpu, AsyncSchedulingGivesTheTokensOfSyncScheduling) {
   }
   EXPECT_EQ(sync.at(0).finish_reason, FinishReason::kStop);
   EXPECT_EQ(sync.at(2).finish_reason, FinishReason::kStop);
+}
+
+// Tensor parallel over two GPUs (NCCL, decode graphs per rank; the single KV head replicated on both
+// ranks): the greedy tokens of one GPU, through graphs and eager. The peaked model keeps bf16 rounding
+// (NCCL sums the two ranks' partials in another order than one GEMM) from flipping a token.
+// Disabled with EngineConfig::validate's refusal of CUDA tensor parallel: its ranks hang (issue #34).
+TEST(CudaTensorParallel, DISABLED_TwoGpusGiveTheOneGpuTokens) {
+  int devices = 0;
+  if (!have_gpu() || cudaGetDeviceCount(&devices) != cudaSuccess || devices < 2) GTEST_SKIP() << "needs 2 GPUs";
+  EngineConfig ec = tied_tiny_config(Backend::kCuda);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int n : {1, 15, 16, 17, 100, 129}) {
+    std::vector<int32_t> p;
+    for (int i = 0; i < n; ++i) p.push_back((i * 7919 + n * 31) % 512);
+    prompts.push_back(p);
+  }
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.ignore_eos = true;
+  sp.max_tokens = 40;
+  const auto one = LLM(ec).generate(prompts, sp);
+  ec.parallel.tensor_parallel_size = 2;
+  const auto two = LLM(ec).generate(prompts, sp);
+  ec.model.enforce_eager = true;
+  const auto two_eager = LLM(ec).generate(prompts, sp);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(two[i].token_ids, one[i].token_ids) << "prompt " << i;
+    EXPECT_EQ(two_eager[i].token_ids, one[i].token_ids) << "prompt " << i;
+  }
+  if (devices < 4) {  // more ranks than GPUs (4 divides the model's heads)
+    ec.parallel.tensor_parallel_size = 4;
+    testing::expect_error([&] { LLM llm(ec); }, {"tensor_parallel_size 4 needs 4 GPUs; this machine has"});
+  }
 }
 
 }  // namespace

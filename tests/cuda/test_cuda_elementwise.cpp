@@ -43,6 +43,54 @@ TEST(CudaElementwise, EmbeddingCopiesRows) {
   }
 }
 
+// A vocab-parallel rank's rows (ids [begin, begin + rows) of the vocabulary; others zero) against the CPU
+// reference, for each rank of a split; and the all-gathered logits' un-padding.
+TEST(CudaElementwise, EmbeddingVocabShardMatchesReference) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(11);
+  for (int64_t H : {8, 1001, 4096}) {
+    for (int64_t n : {2, 3}) {
+      const int64_t V = 1000, T = 129, rows = (V + n - 1) / n;
+      std::vector<int32_t> ids(static_cast<size_t>(T));
+      for (auto& i : ids) i = static_cast<int32_t>(rng() % V);
+      for (int64_t r = 0; r < n; ++r) {
+        auto table = random_bf16(static_cast<size_t>(rows * H), rng);
+        DeviceTensor d_table(DType::kBF16, {rows, H}, table.bits), d_ids(DType::kI32, {T}, ids);
+        DeviceTensor d_out(DType::kBF16, {T, H});
+        d_out.fill_bytes(0xff);  // NaN poison
+        cuda_ops::embedding_vocab_shard(d_out.view(), d_ids.view(), d_table.view(), r * rows, cuda_test::on());
+        std::vector<float> ref(static_cast<size_t>(T * H));
+        cpu::embedding(cuda_test::host_view(ref, {T, H}), cuda_test::host_view(ids, {T}),
+                       cuda_test::host_view(table.f32, {rows, H}), r * rows);
+        expect_close(d_out.download_f32(), ref, 0, 0,
+                     "embedding_vocab_shard H=" + std::to_string(H) + " rank " + std::to_string(r));
+      }
+    }
+  }
+}
+
+TEST(CudaElementwise, GatherVocabShardsMatchesReference) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> u(-5.0f, 5.0f);
+  for (int64_t V : {17, 1001, 151936}) {
+    for (int64_t n : {2, 3, 8}) {
+      for (int64_t S : {1, 15}) {
+        const int64_t per_rank = (V + n - 1) / n;
+        std::vector<float> shards(static_cast<size_t>(n * S * per_rank));
+        for (float& x : shards) x = u(rng);
+        DeviceTensor d_shards(DType::kF32, {n, S, per_rank}, shards), d_out(DType::kF32, {S, V});
+        d_out.fill_bytes(0xff);
+        cuda_ops::gather_vocab_shards(d_out.view(), d_shards.view(), cuda_test::on());
+        std::vector<float> ref(static_cast<size_t>(S * V));
+        cpu::gather_vocab_shards(cuda_test::host_view(ref, {S, V}), cuda_test::host_view(shards, {n, S, per_rank}));
+        expect_close(d_out.download_f32(), ref, 0, 0,
+                     "gather_vocab_shards V=" + std::to_string(V) + " n=" + std::to_string(n));
+      }
+    }
+  }
+}
+
 TEST(CudaElementwise, RmsNormMatchesReference) {
   SKIP_WITHOUT_CUDA();
   std::mt19937 rng(2);

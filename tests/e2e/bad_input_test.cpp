@@ -48,6 +48,10 @@ TEST_F(BadInput, BadEngineConfigIsAnError) {
   ec = ec_;
   ec.model.path = "/nonexistent/model/dir";
   testing::expect_error([&] { LLM llm(ec); }, {"does not exist"});
+  // Tensor parallel: the model's limits (the tiny model has 4 heads; more in tensor_parallel_test.cpp).
+  ec = ec_;
+  ec.parallel.tensor_parallel_size = 3;
+  testing::expect_error([&] { LLM llm(ec); }, {"tensor_parallel_size 3 does not divide num_attention_heads 4"});
 }
 
 }  // namespace

@@ -83,6 +83,8 @@ TEST(CliUsage, OptionValuesAreRangeChecked) {
   expect_usage_error(g + "--gpu-memory-utilization 1.5", {"--gpu-memory-utilization", "1.5"});
   expect_usage_error(g + "--num-kv-buffers 9", {"--num-kv-buffers", "9"});
   expect_usage_error(g + "--kv-cache-gib 0", {"--kv-cache-gib must be > 0, got 0"});
+  expect_usage_error(g + "--tensor-parallel-size 0", {"--tensor-parallel-size", "0"});
+  expect_usage_error(g + "--tensor-parallel-size 3", {"tensor_parallel_size 3 does not divide num_attention_heads 4"});
   expect_usage_error(g + "--max-model-len 100000000", {"--max-model-len 100000000 is more than the model supports"});
   const std::string s = "serve --model " + tiny_model() + " ";
   expect_usage_error(s + "--shutdown-grace -1", {"--shutdown-grace", "-1"});

@@ -1,5 +1,5 @@
-// embedding, rms_norm, add_rms_norm, copy_rms_norm, gather_add_rms_norm, silu_mul, silu_mlp, gather_rows,
-// convert against double references.
+// embedding, embedding_vocab_shard, gather_vocab_shards, rms_norm, add_rms_norm, copy_rms_norm, gather_add_rms_norm,
+// silu_mul, silu_mlp, gather_rows, convert against double references (or exact copies).
 #include <cmath>
 #include <random>
 #include <vector>
@@ -37,6 +37,68 @@ TEST(Embedding, CopiesTableRowsForEveryDtype) {
           ASSERT_EQ(out.get(t * H + h), table.get(ids[t] * H + h)) << dtype_name(td) << " t=" << t << " h=" << h;
     }
   }
+}
+
+// The vocab-parallel embedding: split a table over N ranks (ceil(V / N) rows each, the last zero-padded);
+// each rank's output has the rows of its ids and zeros elsewhere, and the sum over ranks is the plain
+// embedding of the whole table.
+TEST(EmbeddingVocabShard, RanksSumToTheWholeTablesEmbedding) {
+  std::mt19937 rng(2);
+  for (DType td : {DType::kF32, DType::kBF16}) {
+    for (int64_t H : kSizes) {
+      for (int64_t n : {1, 2, 3, 8}) {
+        const int64_t V = 37, T = 17, per_rank = (V + n - 1) / n;
+        HostTensor table = random_tensor(td, {V, H}, rng);
+        std::vector<int32_t> ids(T);
+        std::uniform_int_distribution<int32_t> pick(0, V - 1);
+        for (auto& id : ids) id = pick(rng);
+        ids[0] = 0;
+        ids[1] = V - 1;
+        HostTensor idt = test::i32_tensor(ids);
+        std::vector<float> sum(static_cast<size_t>(T * H), 0.0f);
+        for (int64_t r = 0; r < n; ++r) {
+          HostTensor shard(td, {per_rank, H});  // rows [r per_rank, (r + 1) per_rank) of the table, zero-padded
+          for (int64_t i = 0; i < per_rank * H; ++i) {
+            const int64_t row = r * per_rank + i / H;
+            shard.set(i, row < V ? table.get(row * H + i % H) : 0.0f);
+          }
+          HostTensor out = random_tensor(DType::kF32, {T, H}, rng);  // every element is written
+          ops::embedding_vocab_shard(out.v, idt.v, shard.v, r * per_rank);
+          for (int64_t t = 0; t < T; ++t) {
+            const bool mine = ids[t] >= r * per_rank && ids[t] < (r + 1) * per_rank;
+            for (int64_t h = 0; h < H; ++h) {
+              ASSERT_EQ(out.get(t * H + h), mine ? table.get(ids[t] * H + h) : 0.0f)
+                  << dtype_name(td) << " n=" << n << " r=" << r << " t=" << t;
+              sum[static_cast<size_t>(t * H + h)] += out.get(t * H + h);
+            }
+          }
+        }
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t h = 0; h < H; ++h) ASSERT_EQ(sum[static_cast<size_t>(t * H + h)], table.get(ids[t] * H + h));
+      }
+    }
+  }
+}
+
+TEST(GatherVocabShards, UnpadsRankMajorLogits) {
+  std::mt19937 rng(3);
+  for (int64_t V : {1, 17, 129, 512}) {
+    for (int64_t n : {1, 2, 3, 4, 8}) {
+      for (int64_t S : {1, 3}) {
+        const int64_t per_rank = (V + n - 1) / n;
+        HostTensor shards = random_tensor(DType::kF32, {n, S, per_rank}, rng);
+        HostTensor out = random_tensor(DType::kF32, {S, V}, rng);
+        ops::gather_vocab_shards(out.v, shards.v);
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t c = 0; c < V; ++c)
+            ASSERT_EQ(out.get(s * V + c), shards.get(((c / per_rank) * S + s) * per_rank + c % per_rank))
+                << "V=" << V << " n=" << n << " s=" << s << " c=" << c;
+      }
+    }
+  }
+  HostTensor bad(DType::kF32, {2, 1, 8});
+  HostTensor out(DType::kF32, {1, 20});  // ceil(20 / 2) = 10 columns per rank, not 8
+  EXPECT_THROW(ops::gather_vocab_shards(out.v, bad.v), Error);
 }
 
 // Reference: x * (1 / sqrt(mean(x^2) + eps)) * w in double.

@@ -71,6 +71,10 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
                  "sparse decode with --enable-cpu-offload: GPU cache of recently selected pages, tokens per layer and "
                  "KV head (0: none; default 4 x --sparse-budget)")
       ->check(at_least(0));
+  cmd.add_option("--tensor-parallel-size", o.tensor_parallel_size,
+                 "GPUs one model is split over (tensor parallel; threads on --backend cpu)")
+      ->check(at_least(1))
+      ->capture_default_str();
 }
 
 void add_sampling_options(CLI::App& cmd, SamplingOptions& o) {
@@ -128,6 +132,7 @@ EngineConfig EngineOptions::to_config() const {
   c.sparse.policy = parse_sparse_policy(sparse_policy);
   c.sparse.budget_tokens = sparse_budget;
   c.sparse.gpu_cache_tokens = sparse_gpu_cache_tokens;
+  c.parallel.tensor_parallel_size = tensor_parallel_size;
   return c;
 }
 

@@ -36,6 +36,7 @@ struct EngineOptions {
   int64_t sparse_budget = 2048;
   int64_t sparse_page_size = 0;  // 0: the block size
   int64_t sparse_gpu_cache_tokens = -1;  // -1: 4 x sparse_budget
+  int64_t tensor_parallel_size = 1;
 
   EngineConfig to_config() const;
 };

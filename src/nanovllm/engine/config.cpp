@@ -45,6 +45,10 @@ void SparseConfig::validate() const {
   NANOVLLM_CHECK(gpu_cache_tokens >= -1, "sparse_gpu_cache_tokens must be >= -1, got ", gpu_cache_tokens);
 }
 
+void ParallelConfig::validate() const {
+  NANOVLLM_CHECK(tensor_parallel_size >= 1, "tensor_parallel_size must be >= 1, got ", tensor_parallel_size);
+}
+
 void EngineConfig::resolve(int64_t model_max_len) {
   if (model.max_model_len <= 0) model.max_model_len = model_max_len;
   NANOVLLM_CHECK(model.max_model_len <= model_max_len, "max_model_len ", model.max_model_len,
@@ -63,6 +67,15 @@ void EngineConfig::validate() const {
     NANOVLLM_CHECK(model.max_model_len >= 2, "offload: max_model_len must be >= 2, got ", model.max_model_len);
   }
   sparse.validate();
+  parallel.validate();
+  // The offload lane drives the model layer by layer outside the runner's rank threads (issue #34).
+  NANOVLLM_CHECK(parallel.tensor_parallel_size == 1 || !offload.enabled, "tensor_parallel_size ",
+                 parallel.tensor_parallel_size, " with CPU offload is not implemented yet (issue #34)");
+  // The CUDA ranks (one thread per GPU, NCCL) are written but hung in most two-GPU runs on the device
+  // (bench/results/2026-11-26/issue34-tp-h100x2.md): refused until they are fixed and measured.
+  NANOVLLM_CHECK(parallel.tensor_parallel_size == 1 || model.backend != Backend::kCuda, "tensor_parallel_size ",
+                 parallel.tensor_parallel_size, " on the CUDA backend is not ready yet (its NCCL ranks can hang; "
+                 "issue #34); the CPU backend supports it");
   if (sparse.policy != SparsePolicy::kFull) {
     const int64_t min_pages = SparseConfig::kSinkPages + SparseConfig::kRecentPages + 1;
     NANOVLLM_CHECK(sparse.budget_pages(cache.block_size) >= min_pages, "sparse_budget ", sparse.budget_tokens,

@@ -91,6 +91,16 @@ struct SparseConfig {
   void validate() const;
 };
 
+// Tensor parallel (docs/tensor_parallel.md, issue #34): one model split over tensor_parallel_size ranks
+// (GPUs, or threads on the CPU backend), driven by one scheduler. The checks that need the model (heads and
+// intermediate size divisible) are validate_tensor_parallel (model/tensor_parallel_plan.h).
+struct ParallelConfig {
+  int64_t tensor_parallel_size = 1;
+
+  // tensor_parallel_size >= 1. EngineConfig::validate refuses N > 1 with CPU offload (not implemented).
+  void validate() const;
+};
+
 struct EngineConfig {
   // {} initializers: a designated initializer may name only some, e.g. {.model = {.path = dir}}.
   ModelOptions model{};
@@ -98,7 +108,7 @@ struct EngineConfig {
   SchedulerConfig scheduler{};
   OffloadConfig offload{};
   SparseConfig sparse{};
-  // Next to come: ParallelConfig parallel (tensor-parallel ranks), a sub-config with its own validate().
+  ParallelConfig parallel{};
 
   // Once, before anything is built from the config: model.max_model_len 0 (or less) becomes
   // model_max_len and may not exceed it, every sub-config validates itself, and max_num_seqs is capped

@@ -2,6 +2,7 @@
 // then dispatch on the device to kernels/cpu or kernels/cuda.
 #include "nanovllm/kernels/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <string_view>
@@ -68,6 +69,39 @@ void embedding(TensorView out, TensorView ids, TensorView table, Stream s) {
     NANOVLLM_CHECK(id[t] >= 0 && id[t] < V, op, ": ids[", t, "] = ", id[t], " is outside the vocabulary [0, ",
                    V, ")");
   cpu::embedding(out, ids, table);
+}
+
+void embedding_vocab_shard(TensorView out, TensorView ids, TensorView table, int64_t vocab_begin, Stream s) {
+  constexpr std::string_view op = "embedding_vocab_shard";
+  const Device dev = out.device();
+  check_tensor(op, "out", out, dev, 2);
+  check_float(op, "out", out);
+  check_tensor(op, "table", table, dev, 2);
+  check_float(op, "table", table);
+  check_tensor(op, "ids", ids, dev, 1);
+  check_i32(op, "ids", ids);
+  check_shape(op, "ids", ids, {out.dim(0)});
+  NANOVLLM_CHECK(table.dim(1) == out.dim(1), op, ": table ", table.shape().str(), " has hidden size ", table.dim(1),
+                 " but out ", out.shape().str(), " has ", out.dim(1));
+  NANOVLLM_CHECK(vocab_begin >= 0, op, ": vocab_begin ", vocab_begin, " is negative");
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(embedding_vocab_shard, dev, out, ids, table, vocab_begin, s);
+  cpu::embedding(out, ids, table, vocab_begin);
+}
+
+void gather_vocab_shards(TensorView out, TensorView shards, Stream s) {
+  constexpr std::string_view op = "gather_vocab_shards";
+  const Device dev = out.device();
+  check_tensor(op, "out", out, dev, 2);
+  check_tensor(op, "shards", shards, dev, 3);
+  NANOVLLM_CHECK(out.dtype() == DType::kF32 && shards.dtype() == DType::kF32, op, ": out and shards must be f32, got ",
+                 dtype_name(out.dtype()), " and ", dtype_name(shards.dtype()));
+  const int64_t n = shards.dim(0), rows = shards.dim(1), per_rank = shards.dim(2), vocab = out.dim(1);
+  NANOVLLM_CHECK(rows == out.dim(0), op, ": shards ", shards.shape().str(), " have ", rows, " rows, out ",
+                 out.shape().str(), " has ", out.dim(0));
+  NANOVLLM_CHECK(n >= 1 && per_rank == (vocab + n - 1) / n, op, ": ", n, " shards of ", per_rank,
+                 " columns; a vocabulary of ", vocab, " needs ceil(V / N) = ", (vocab + n - 1) / std::max<int64_t>(n, 1));
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(gather_vocab_shards, dev, out, shards, s);
+  cpu::gather_vocab_shards(out, shards);
 }
 
 void rms_norm(TensorView out, TensorView x, TensorView weight, float eps, Stream s) {

@@ -31,6 +31,17 @@ struct Stream {
 // (CPU) — the engine validates prompts before they reach a kernel.
 void embedding(TensorView out, TensorView ids, TensorView table, Stream s = {});
 
+// The vocab-parallel embedding of one tensor-parallel rank: table [Vr, H] holds the rows of token ids
+// [vocab_begin, vocab_begin + Vr); out[t, :] = table[ids[t] - vocab_begin, :] for ids in that range and
+// zeros for every other id (another rank's row; the all-reduce that follows sums the ranks' rows).
+// out [T, H], ids [T] i32, vocab_begin >= 0.
+void embedding_vocab_shard(TensorView out, TensorView ids, TensorView table, int64_t vocab_begin, Stream s = {});
+
+// Un-pads the all-gathered logits of a vocab-parallel LM head: out[s, r Vr + j] = shards[r, s, j] for
+// every column r Vr + j < V (the last rank's padded rows are dropped). out [S, V] f32, shards [N, S, Vr]
+// f32 with Vr = ceil(V / N) (trailing ranks may cover no column at all).
+void gather_vocab_shards(TensorView out, TensorView shards, Stream s = {});
+
 // out = x / sqrt(mean(x^2) + eps) * weight.  out, x [T, H]; weight [H].
 void rms_norm(TensorView out, TensorView x, TensorView weight, float eps, Stream s = {});
 

@@ -7,6 +7,7 @@
 
 #include "nanovllm/core/logging.h"
 #include "nanovllm/engine/scheduler.h"
+#include "nanovllm/model/tensor_parallel_plan.h"
 #include "nanovllm/runner/offload_runner.h"
 
 namespace nanovllm {
@@ -56,6 +57,8 @@ LLMEngine::LLMEngine(EngineConfig config) : config_(std::move(config)) {
     auto& ids = model_config_.eos_token_ids;
     if (std::find(ids.begin(), ids.end(), *eos) == ids.end()) ids.push_back(*eos);
   }
+  // The model's own limits on the split first (they name heads / sizes), then the config's checks.
+  validate_tensor_parallel(model_config_, config_.parallel.tensor_parallel_size);
   config_.resolve(model_config_.max_model_len());
   runner_ = ModelRunner::create(config_, model_config_);
   config_.cache.num_kv_blocks = runner_->num_kv_blocks();

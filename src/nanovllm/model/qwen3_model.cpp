@@ -41,8 +41,11 @@ void unfused_attention(int64_t l, LayerTaps* taps, AttentionPolicy* policy, cons
 }  // namespace
 
 Qwen3Model::Qwen3Model(ModelConfig config, ModelWeights weights, TensorView rope_inv_freq,
-                       float rope_attention_scaling)
-    : config_(std::move(config)), weights_(std::move(weights)) {
+                       float rope_attention_scaling, TensorParallelRank tp)
+    : config_(std::move(config)), weights_(std::move(weights)), tp_(std::move(tp)) {
+  NANOVLLM_CHECK(tp_.plan.size == 1 || (tp_.comm != nullptr && tp_.comm->size() == tp_.plan.size &&
+                                        tp_.comm->rank() == tp_.plan.rank),
+                 "Qwen3Model: rank ", tp_.plan.rank, " of ", tp_.plan.size, " needs that rank's communicator");
   rope_.inv_freq = rope_inv_freq;
   rope_.attention_scaling = rope_attention_scaling;
   rope_.interleaved = config_.rope_interleaved;  // GLM-4
@@ -51,7 +54,8 @@ Qwen3Model::Qwen3Model(ModelConfig config, ModelWeights weights, TensorView rope
 }
 
 DecoderWorkspace Qwen3Model::make_workspace(const ModelConfig& c, DType act, void* arena, Device dev,
-                                            int64_t max_tokens, int64_t max_seqs, size_t* bytes_out) {
+                                            int64_t max_tokens, int64_t max_seqs, size_t* bytes_out,
+                                            int64_t tp_size) {
   size_t offset = 0;
   auto take = [&](DType dt, Shape shape) {
     TensorView v(arena ? static_cast<char*>(arena) + offset : nullptr, dt, shape, dev);
@@ -70,6 +74,11 @@ DecoderWorkspace Qwen3Model::make_workspace(const ModelConfig& c, DType act, voi
   ws.last_hidden = take(act, {max_seqs, h});
   ws.last_residual = take(act, {max_seqs, h});
   ws.logits = take(DType::kF32, {max_seqs, c.vocab_size});
+  if (tp_size > 1) {
+    const int64_t per_rank = (c.vocab_size + tp_size - 1) / tp_size;
+    ws.logits_shard = take(DType::kF32, {max_seqs, per_rank});
+    ws.logits_gathered = take(DType::kF32, {tp_size * max_seqs * per_rank});
+  }
   if (bytes_out) *bytes_out = offset;
   return ws;
 }
@@ -83,9 +92,19 @@ void Qwen3Model::forward(const DecoderInputs& in, const std::vector<LayerKvCache
   head(in, ws, s);
 }
 
+void Qwen3Model::all_reduce(TensorView x, ops::Stream s) const {
+  if (tp_.plan.size > 1) tp_.comm->all_reduce_sum(x, s);
+}
+
 void Qwen3Model::embed(const DecoderInputs& in, const DecoderWorkspace& ws, ops::Stream s) const {
   const StepViews v = step_views(ws, in.attn.num_tokens);
-  ops::embedding(v.hidden, in.input_ids, weights_.embed_tokens, s);  // [T, H]
+  if (tp_.plan.size == 1) {
+    ops::embedding(v.hidden, in.input_ids, weights_.embed_tokens, s);  // [T, H]
+    return;
+  }
+  // Each rank has its vocabulary rows; the other ids give zeros, and the sum over ranks is the embedding.
+  ops::embedding_vocab_shard(v.hidden, in.input_ids, weights_.embed_tokens, tp_.plan.vocab.begin, s);  // [T, H]
+  all_reduce(v.hidden, s);
 }
 
 // hidden holds the layer input; residual the running sum (unused before layer 0).
@@ -112,11 +131,13 @@ void Qwen3Model::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& k
                                 in.attn, attn_scale_, s);  // [T, Hq, D]
   }
   ops::linear(v.hidden, v.attn_out.reshape({t, config_.q_size()}), w.o_proj, w.o_bias, s);  // [T, H]
+  all_reduce(v.hidden, s);  // row-parallel: each rank's heads' share (o_bias on rank 0 only)
 
   // MLP block.
   ops::add_rms_norm(v.hidden, v.residual, w.post_attention_layernorm, eps, s);
   // [T, H]; gate_up [T, 2 I] and mlp_act [T, I] scratch
   ops::silu_mlp(v.hidden, v.hidden, w.gate_up_proj, w.down_proj, v.gate_up, v.mlp_act, s);
+  all_reduce(v.hidden, s);  // row-parallel: each rank's intermediate columns' share
   if (taps) taps->record(l, TapPoint::kOutput, v.hidden, v.residual, s);  // the residual add is the next layer's
 }
 
@@ -129,7 +150,18 @@ void Qwen3Model::head(const DecoderInputs& in, const DecoderWorkspace& ws, ops::
   TensorView residual = ws.last_residual.slice_rows(0, num_sampled);  // [S, H]
   ops::gather_add_rms_norm(hidden, residual, v.hidden, v.residual, in.sample_rows, weights_.norm,
                            static_cast<float>(config_.rms_norm_eps), s);
-  ops::linear(ws.logits.slice_rows(0, num_sampled), hidden, weights_.lm_head, TensorView(), s);  // [S, V]
+  if (tp_.plan.size == 1) {
+    ops::linear(ws.logits.slice_rows(0, num_sampled), hidden, weights_.lm_head, TensorView(), s);  // [S, V]
+    return;
+  }
+  // Vocab-parallel: each rank's rows of the logits, gathered rank-major, then the padding dropped.
+  const TensorView shard = ws.logits_shard.slice_rows(0, num_sampled);  // [S, Vr]
+  ops::linear(shard, hidden, weights_.lm_head, TensorView(), s);
+  const int64_t n = tp_.plan.size, per_rank = ws.logits_shard.dim(1);
+  const TensorView gathered(ws.logits_gathered.data(), DType::kF32, Shape{n, num_sampled, per_rank},
+                            ws.logits_gathered.device());  // [N, S, Vr]
+  tp_.comm->all_gather(shard, gathered, s);
+  ops::gather_vocab_shards(ws.logits.slice_rows(0, num_sampled), gathered, s);  // [S, V]
 }
 
 }  // namespace nanovllm

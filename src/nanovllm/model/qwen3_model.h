@@ -8,10 +8,12 @@
 
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/kernels/attention_metadata.h"
+#include "nanovllm/kernels/communicator.h"
 #include "nanovllm/kernels/ops.h"
 #include "nanovllm/model/attention_policy.h"
 #include "nanovllm/model/config.h"
 #include "nanovllm/model/layer_taps.h"
+#include "nanovllm/model/tensor_parallel_plan.h"
 #include "nanovllm/model/weights.h"
 
 namespace nanovllm {
@@ -35,6 +37,17 @@ struct DecoderWorkspace {
   TensorView last_hidden;    // [S, H]
   TensorView last_residual;  // [S, H]
   TensorView logits;         // [S, V] f32 on every backend: sampling and logprobs want full precision
+  // Tensor parallel only (N ranks, Vr = ceil(V / N)); undefined with one rank.
+  TensorView logits_shard;     // [S, Vr] f32: this rank's LM head rows
+  TensorView logits_gathered;  // [N S Vr] f32: every rank's logits_shard, rank-major
+};
+
+// One tensor-parallel rank's share of the decoder (docs/tensor_parallel.md): its plan (heads, MLP
+// columns, vocabulary rows) and the collectives between the ops. The default is the whole model on one
+// rank, with no communication.
+struct TensorParallelRank {
+  TensorParallelPlan plan;        // plan.size == 1: the whole model
+  Communicator* comm = nullptr;   // required when plan.size > 1; outlives the model
 };
 
 // The step's inputs, on the model's device.
@@ -49,8 +62,12 @@ struct DecoderInputs {
 
 class Qwen3Model {
  public:
-  // `rope_inv_freq` [R/2] f32 (R = config.rope_dim()) lives on the weights' device.
-  Qwen3Model(ModelConfig config, ModelWeights weights, TensorView rope_inv_freq, float rope_attention_scaling);
+  // `rope_inv_freq` [R/2] f32 (R = config.rope_dim()) lives on the weights' device. With several ranks,
+  // `config` is the rank's (rank_config(): its heads and MLP columns, the full vocabulary) and `weights`
+  // its shard (shard_weights()); the all-reduces after the embedding, o_proj and down_proj and the
+  // all-gather of the logits go through tp.comm.
+  Qwen3Model(ModelConfig config, ModelWeights weights, TensorView rope_inv_freq, float rope_attention_scaling,
+             TensorParallelRank tp = {});
 
   const ModelConfig& config() const { return config_; }
   int64_t num_layers() const { return config_.num_hidden_layers; }
@@ -58,11 +75,14 @@ class Qwen3Model {
   const ModelWeights& weights() const { return weights_; }
   const ops::RopeParams& rope() const { return rope_; }
   float attention_scale() const { return attn_scale_; }
+  const TensorParallelRank& tensor_parallel() const { return tp_; }
 
-  // Workspace views carved from one arena for max_tokens tokens and max_seqs sampled rows.
+  // Workspace views carved from one arena for max_tokens tokens and max_seqs sampled rows; `c` the
+  // rank's config and tp_size the number of ranks (the gathered logits).
   // With arena == nullptr only `bytes_out` is meaningful (the arena size to allocate).
   static DecoderWorkspace make_workspace(const ModelConfig& c, DType act, void* arena, Device dev,
-                                         int64_t max_tokens, int64_t max_seqs, size_t* bytes_out = nullptr);
+                                         int64_t max_tokens, int64_t max_seqs, size_t* bytes_out = nullptr,
+                                         int64_t tp_size = 1);
 
   // Full forward: logits for in.sample_rows go to ws.logits rows [0, S).
   void forward(const DecoderInputs& in, const std::vector<LayerKvCache>& kv, const DecoderWorkspace& ws,
@@ -80,6 +100,10 @@ class Qwen3Model {
   ops::RopeParams rope_;
   DType act_dtype_;
   float attn_scale_;
+  TensorParallelRank tp_;
+
+  // The sum over ranks of a row-parallel result (nothing with one rank).
+  void all_reduce(TensorView x, ops::Stream s) const;
 };
 
 }  // namespace nanovllm

@@ -12,11 +12,17 @@
 namespace nanovllm {
 
 CpuModelRunner::CpuModelRunner(const EngineConfig& ec, const ModelConfig& config)
-    : ec_(ec), sampler_(config.eos_token_ids) {
+    : CpuModelRunner(ec, config, load_weights(ec.model.path, config), TensorParallelRank{}) {}
+
+CpuModelRunner::CpuModelRunner(const EngineConfig& ec, const ModelConfig& full_config, ModelWeights weights,
+                               TensorParallelRank tp)
+    : ec_(ec), sampler_(full_config.eos_token_ids), samples_(tp.plan.rank == 0) {
+  const int64_t tp_size = tp.plan.size;
+  const ModelConfig config = tp_size > 1 ? rank_config(full_config, tp.plan) : full_config;
   const RopeTable rope = compute_rope(config);
   rope_inv_freq_ = rope.inv_freq;
   const TensorView inv_freq(rope_inv_freq_.data(), DType::kF32, Shape{static_cast<int64_t>(rope_inv_freq_.size())});
-  model_ = std::make_unique<Qwen3Model>(config, load_weights(ec.model.path, config), inv_freq, rope.attention_scaling);
+  model_ = std::make_unique<Qwen3Model>(config, std::move(weights), inv_freq, rope.attention_scaling, std::move(tp));
 
   // KV cache: [L, 2, NB, BS, Hk, D] in fp32, one allocation.
   const int64_t layers = config.num_hidden_layers;
@@ -28,7 +34,8 @@ CpuModelRunner::CpuModelRunner(const EngineConfig& ec, const ModelConfig& config
                                                          ec.scheduler.max_num_seqs * blocks_per_seq);
   NANOVLLM_CHECK(num_kv_blocks_ >= 1, "KV cache budget of ", ec.cache.kv_cache_bytes, " bytes holds no block of ",
                  bytes_per_block, " bytes");
-  NANOVLLM_INFO("cpu runner: ", num_kv_blocks_, " KV blocks of ", ec.cache.block_size, " tokens (",
+  if (samples_)
+    NANOVLLM_INFO("cpu runner: ", num_kv_blocks_, " KV blocks of ", ec.cache.block_size, " tokens (",
                 num_kv_blocks_ * bytes_per_block / (1 << 20), " MiB)");
   kv_storage_ = Buffer(cpu_allocator(), DType::kF32, Shape{layers, 2, num_kv_blocks_, block_elems});
   float* kv = static_cast<float*>(kv_storage_.data());
@@ -41,10 +48,10 @@ CpuModelRunner::CpuModelRunner(const EngineConfig& ec, const ModelConfig& config
 
   size_t ws_bytes = 0;
   Qwen3Model::make_workspace(config, DType::kF32, nullptr, Device::cpu(), ec.scheduler.max_num_batched_tokens,
-                             ec.scheduler.max_num_seqs, &ws_bytes);
+                             ec.scheduler.max_num_seqs, &ws_bytes, tp_size);
   workspace_storage_ = Buffer(cpu_allocator(), ws_bytes);
   ws_ = Qwen3Model::make_workspace(config, DType::kF32, workspace_storage_.data(), Device::cpu(),
-                                   ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs);
+                                   ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs, nullptr, tp_size);
   quest_ = make_sparse_policy(ec, config, num_kv_blocks_, DType::kF32, cpu_allocator());
   if (ec.offload.enabled) {
     // The CPU offload device defers copies and checks every access against the events (CI's stand-in
@@ -66,6 +73,7 @@ std::vector<SampledToken> CpuModelRunner::execute(const SchedulerOutput& out) {
   in.taps = taps_;
   in.attention_policy = quest_.get();
   model_->forward(in, kv_, ws_);
+  if (!samples_) return {};  // tensor parallel: rank 0 samples from the same gathered logits
 
   std::vector<const Sequence*> sampled;
   for (const ScheduledSequence& s : out.seqs)

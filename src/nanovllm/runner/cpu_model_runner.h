@@ -1,4 +1,5 @@
-// The CPU reference runner: fp32 activations and KV cache, weights in their checkpoint dtype.
+// The CPU reference runner: fp32 activations and KV cache, weights in their checkpoint dtype. One rank of a
+// tensor-parallel group (TensorParallelRunner) is one of these, built from the rank's weight shard.
 #pragma once
 
 #include "nanovllm/core/tensor.h"
@@ -13,6 +14,9 @@ namespace nanovllm {
 class CpuModelRunner final : public ModelRunner {
  public:
   CpuModelRunner(const EngineConfig& ec, const ModelConfig& config);
+  // Rank tp.plan.rank of a tensor-parallel group: `config` the full model's, `weights` the rank's shard
+  // (shard_weights). Only rank 0 samples; the other ranks' execute() returns no tokens.
+  CpuModelRunner(const EngineConfig& ec, const ModelConfig& config, ModelWeights weights, TensorParallelRank tp);
 
   int64_t num_kv_blocks() const override { return num_kv_blocks_; }
   std::vector<SampledToken> execute(const SchedulerOutput& out) override;
@@ -29,6 +33,7 @@ class CpuModelRunner final : public ModelRunner {
   Buffer workspace_storage_;
   DecoderWorkspace ws_;
   Sampler sampler_;
+  bool samples_ = true;  // false on tensor-parallel ranks other than 0
   std::unique_ptr<OffloadRunner> offload_;  // EngineConfig::offload.enabled
   std::unique_ptr<QuestAttention> quest_;   // EngineConfig::sparse.policy == quest
 };

@@ -5,8 +5,10 @@
 #include "nanovllm/core/error.h"
 #include "nanovllm/kernels/device.h"
 #include "nanovllm/runner/cpu_model_runner.h"
+#include "nanovllm/runner/tensor_parallel_runner.h"
 #if NANOVLLM_WITH_CUDA
 #include "nanovllm/runner/cuda/cuda_model_runner.h"
+#include "nanovllm/runner/cuda/cuda_tensor_parallel.h"
 #endif
 
 namespace nanovllm {
@@ -62,12 +64,14 @@ std::vector<SampledToken> ModelRunner::wait_oldest() {
 std::unique_ptr<ModelRunner> ModelRunner::create(const EngineConfig& config, const ModelConfig& model_config) {
   switch (config.model.backend) {
     case Backend::kCpu:
+      if (config.parallel.tensor_parallel_size > 1) return TensorParallelRunner::create_cpu(config, model_config);
       return std::make_unique<CpuModelRunner>(config, model_config);
     case Backend::kCuda:
       NANOVLLM_CHECK(cuda_device_available(), "the cuda backend needs an NVIDIA GPU and a CUDA build",
                      " (this binary: ", NANOVLLM_WITH_CUDA ? "CUDA build, no usable GPU" : "built without CUDA",
                      "); use --backend cpu");
 #if NANOVLLM_WITH_CUDA
+      if (config.parallel.tensor_parallel_size > 1) return make_cuda_tensor_parallel_runner(config, model_config);
       return std::make_unique<CudaModelRunner>(config, model_config);
 #else
       break;

@@ -8,7 +8,9 @@
 
 namespace nanovllm::cpu {
 
-void embedding(TensorView out, TensorView ids, TensorView table);
+// id_offset: table row r holds id id_offset + r; ids with no row give zeros (ops::embedding_vocab_shard).
+void embedding(TensorView out, TensorView ids, TensorView table, int64_t id_offset = 0);
+void gather_vocab_shards(TensorView out, TensorView shards);
 void rms_norm(TensorView out, TensorView x, TensorView weight, float eps);
 void add_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps);
 void copy_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps);

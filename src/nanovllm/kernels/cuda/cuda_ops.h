@@ -12,6 +12,8 @@
 namespace nanovllm::cuda_ops {
 
 void embedding(TensorView out, TensorView ids, TensorView table, ops::Stream s);
+void embedding_vocab_shard(TensorView out, TensorView ids, TensorView table, int64_t vocab_begin, ops::Stream s);
+void gather_vocab_shards(TensorView out, TensorView shards, ops::Stream s);
 void rms_norm(TensorView out, TensorView x, TensorView weight, float eps, ops::Stream s);
 void add_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps, ops::Stream s);
 void copy_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps, ops::Stream s);

@@ -10,6 +10,7 @@
 #include "nanovllm/kernels/cuda/cuda_memory.h"
 #include "nanovllm/kernels/cuda/sampling.h"
 #include "nanovllm/model/rope.h"
+#include "nanovllm/model/tensor_parallel_weights.h"
 #include "nanovllm/model/weights.h"
 #include "nanovllm/runner/cuda/cuda_offload_device.h"
 #include "nanovllm/runner/cuda/nvtx_range.h"
@@ -23,14 +24,44 @@ CudaModelRunner::CudaModelRunner(const EngineConfig& ec, const ModelConfig& conf
   CUDA_CHECK(cudaSetDevice(device_));
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   load_model(ec.model.path, config);
+  init(config, 1, true);
+}
 
+CudaModelRunner::CudaModelRunner(const EngineConfig& ec, const ModelConfig& config, const ModelWeights& host_weights,
+                                 TensorParallelRank tp)
+    : ec_(ec), device_(static_cast<int>(tp.plan.rank)), kernels_(device_) {
+  CUDA_CHECK(cudaSetDevice(device_));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  const int64_t tp_size = tp.plan.size;
+  const ModelConfig rank = rank_config(config, tp.plan);
+  load_shard(host_weights, config, std::move(tp));
+  init(rank, tp_size, false);
+}
+
+void CudaModelRunner::start_tensor_parallel() {
+  CUDA_CHECK(cudaSetDevice(device_));
+  const int64_t bs = ec_.cache.block_size;
+  const int64_t tokens = std::min({ec_.scheduler.max_num_batched_tokens, ec_.model.max_model_len, num_kv_blocks_ * bs});
+  Sequence seq;  // a stand-in prompt; its K/V lands in blocks a real request overwrites before reading
+  seq.seq_id = -1;
+  seq.token_ids.assign(static_cast<size_t>(tokens), 0);
+  seq.num_prompt_tokens = tokens;
+  for (int64_t b = 0; b * bs < tokens; ++b) seq.block_table.push_back(static_cast<int32_t>(b));
+  SchedulerOutput out;
+  out.seqs.push_back(ScheduledSequence{&seq, tokens, false});
+  execute(out);
+  capture_decode_graphs();
+}
+
+void CudaModelRunner::init(const ModelConfig& config, int64_t tp_size, bool capture_graphs) {
+  const EngineConfig& ec = ec_;
   // Activations for the largest step, then the KV cache from what the memory budget leaves.
   size_t ws_bytes = 0;
   Qwen3Model::make_workspace(config, DType::kBF16, nullptr, Device::cuda(device_),
-                             ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs, &ws_bytes);
+                             ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs, &ws_bytes, tp_size);
   workspace_ = Buffer(cuda_allocator(device_), ws_bytes);
   ws_ = Qwen3Model::make_workspace(config, DType::kBF16, workspace_.data(), Device::cuda(device_),
-                                   ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs);
+                                   ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs, nullptr, tp_size);
 
   // Packed step inputs: ids, positions, slots [T each], cu_seqlens, context lens, sample rows, tables.
   const int64_t max_blocks_per_seq = ec.blocks_per_max_len_seq();
@@ -61,7 +92,7 @@ CudaModelRunner::CudaModelRunner(const EngineConfig& ec, const ModelConfig& conf
   graphs_ = std::make_unique<DecodeGraphs>(
       stream_, kernels_, [this](const DecoderInputs& in) { model_->forward(in, kv_, ws_, ops_stream()); },
       [this](const ForwardBatch& batch) { upload_batch(batch); });
-  capture_decode_graphs();
+  if (capture_graphs) capture_decode_graphs();
 }
 
 void CudaModelRunner::capture_decode_graphs() {
@@ -89,6 +120,7 @@ void CudaModelRunner::capture_decode_graphs() {
 }
 
 CudaModelRunner::~CudaModelRunner() {
+  cudaSetDevice(device_);  // a tensor-parallel group destroys its ranks from one thread
   if (stream_) cudaStreamSynchronize(stream_);
   graphs_.reset();
   offload_.reset();  // synchronizes its copy streams, destroys them; before the compute stream goes
@@ -109,11 +141,43 @@ void CudaModelRunner::load_model(const std::filesystem::path& model_dir, const M
   ModelWeights weights = load_weights(model_dir, config, opt);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   NANOVLLM_INFO("loaded ", uploaded / 1e9, " GB of weights in ", seconds, " s (", uploaded / 1e9 / seconds, " GB/s)");
+  make_model(config, std::move(weights), TensorParallelRank{});
+}
 
+void CudaModelRunner::load_shard(const ModelWeights& host_weights, const ModelConfig& full_config,
+                                 TensorParallelRank tp) {
+  const ModelWeights host = shard_weights(host_weights, full_config, tp.plan);
+  ModelWeights w;
+  size_t uploaded = 0;
+  auto upload = [&](const TensorView& t) -> TensorView {
+    if (!t.defined() || t.data() == nullptr) return {};
+    Buffer& b = w.storage.emplace_back(cuda_allocator(device_), t.dtype(), t.shape());
+    CUDA_CHECK(cudaMemcpy(b.data(), t.data(), t.nbytes(), cudaMemcpyHostToDevice));
+    uploaded += t.nbytes();
+    return b.view();
+  };
+  w.embed_tokens = upload(host.embed_tokens);
+  w.lm_head = host.lm_head.data() == host.embed_tokens.data() ? w.embed_tokens : upload(host.lm_head);
+  w.norm = upload(host.norm);
+  for (const LayerWeights& h : host.layers) {
+    LayerWeights& l = w.layers.emplace_back();
+    for (auto [dst, src] : {std::pair{&l.input_layernorm, &h.input_layernorm}, {&l.qkv_proj, &h.qkv_proj},
+                            {&l.qkv_bias, &h.qkv_bias}, {&l.q_norm, &h.q_norm}, {&l.k_norm, &h.k_norm},
+                            {&l.o_proj, &h.o_proj}, {&l.o_bias, &h.o_bias},
+                            {&l.post_attention_layernorm, &h.post_attention_layernorm},
+                            {&l.gate_up_proj, &h.gate_up_proj}, {&l.down_proj, &h.down_proj}})
+      *dst = upload(*src);
+  }
+  NANOVLLM_INFO("rank ", tp.plan.rank, ": ", uploaded / 1e9, " GB of weights on GPU ", device_);
+  make_model(rank_config(full_config, tp.plan), std::move(w), std::move(tp));
+}
+
+void CudaModelRunner::make_model(const ModelConfig& config, ModelWeights weights, TensorParallelRank tp) {
   const RopeTable rope = compute_rope(config);
   rope_inv_freq_ = Buffer(cuda_allocator(device_), DType::kF32, Shape{static_cast<int64_t>(rope.inv_freq.size())});
   CUDA_CHECK(cudaMemcpy(rope_inv_freq_.data(), rope.inv_freq.data(), rope.inv_freq.size() * 4, cudaMemcpyHostToDevice));
-  model_ = std::make_unique<Qwen3Model>(config, std::move(weights), rope_inv_freq_.view(), rope.attention_scaling);
+  model_ = std::make_unique<Qwen3Model>(config, std::move(weights), rope_inv_freq_.view(), rope.attention_scaling,
+                                        std::move(tp));
 }
 
 void CudaModelRunner::allocate_kv_cache(const ModelConfig& config) {
@@ -217,6 +281,7 @@ void CudaModelRunner::run_decode_graph(const SchedulerOutput& out, int64_t bucke
 
 std::vector<SampledToken> CudaModelRunner::execute(const SchedulerOutput& out) {
   if (out.empty()) return {};
+  CUDA_CHECK(cudaSetDevice(device_));  // a tensor-parallel rank's thread may not have it current
   NANOVLLM_CHECK(out.num_tokens() <= ec_.scheduler.max_num_batched_tokens &&
                      static_cast<int64_t>(out.seqs.size()) <= ec_.scheduler.max_num_seqs,
                  "step of ", out.num_tokens(), " tokens / ", out.seqs.size(), " seqs exceeds the runner's limits");
@@ -245,6 +310,7 @@ bool CudaModelRunner::can_launch(const SchedulerOutput& out) const {
 
 void CudaModelRunner::launch(const SchedulerOutput& out, bool fed_from_previous) {
   NANOVLLM_CHECK(can_launch(out), "CudaModelRunner::launch: not a decode step with a graph");
+  CUDA_CHECK(cudaSetDevice(device_));
   NANOVLLM_CHECK(launched_.size() < 2, "CudaModelRunner::launch: two steps are already in flight");
   NANOVLLM_CHECK(!fed_from_previous || !last_step_rows_.empty(), "CudaModelRunner::launch: nothing to feed from");
   NvtxRange range("decode");
@@ -280,6 +346,7 @@ void CudaModelRunner::launch(const SchedulerOutput& out, bool fed_from_previous)
 
 std::vector<SampledToken> CudaModelRunner::wait_oldest() {
   NANOVLLM_CHECK(!launched_.empty(), "CudaModelRunner::wait_oldest: no launched step");
+  CUDA_CHECK(cudaSetDevice(device_));
   const LaunchedStep step = std::move(launched_.front());
   launched_.pop_front();
   std::vector<SampledToken> tokens = sampler_->collect(step.slot);

@@ -32,6 +32,14 @@ GpuSampler::GpuSampler(std::vector<int64_t> eos_token_ids, int64_t vocab, int64_
   NANOVLLM_CHECK(vocab >= 1, "GpuSampler: vocab must be >= 1, got ", vocab);
   for (Slot& slot : slots_) CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
   reserve(std::max<int64_t>(max_num_seqs, 1), 4096);
+  // The slots' pinned buffers too, now: a pinned free inside a step may wait for every GPU, and with
+  // tensor parallel a peer GPU can be waiting in a collective for this rank (a deadlock).
+  for (Slot& slot : slots_) {
+    slot.in_host = Buffer(pinned_host_allocator(), in_bytes(cap_rows_, cap_entries_));
+    slot.in_mapped = mapped_device_pointer(slot.in_host.data());
+    slot.out_host = Buffer(pinned_host_allocator(), cuda_ops::sample_output_words(cap_rows_) * 4);
+    slot.out_mapped = mapped_device_pointer(slot.out_host.data());
+  }
 }
 
 GpuSampler::~GpuSampler() {

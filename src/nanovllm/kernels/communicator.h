@@ -1,0 +1,30 @@
+// Communicator: one rank's handle on its tensor-parallel group's collectives (docs/tensor_parallel.md).
+// Every rank of a group calls the same collectives with the same sizes in the same order (SPMD, as NCCL
+// requires). Implementations: ThreadCommunicator (runner/: ranks as threads of one process, the CPU
+// backend's TP simulation; returns when this rank's result is complete) and NcclCommunicator
+// (runner/cuda/: one GPU per rank; enqueues on the stream and returns, capturable in CUDA graphs).
+// It lives beside the ops because the decoder (model/) calls it between them.
+#pragma once
+
+#include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/ops.h"
+
+namespace nanovllm {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // data <- the element-wise sum of every rank's data, identical on every rank (row-parallel linears,
+  // vocab-parallel embedding). Throws nanovllm::Error for an unsupported dtype or sizes that differ
+  // between ranks (then on every rank). `s`: the stream to enqueue on (device communicators).
+  virtual void all_reduce_sum(TensorView data, ops::Stream s = {}) = 0;
+
+  // out <- every rank's `in`, concatenated in rank order: out.numel() == size() * in.numel(), same dtype
+  // (vocab-parallel LM head logits).
+  virtual void all_gather(TensorView in, TensorView out, ops::Stream s = {}) = 0;
+};
+
+}  // namespace nanovllm

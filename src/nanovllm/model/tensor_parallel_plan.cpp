@@ -1,0 +1,108 @@
+#include "nanovllm/model/tensor_parallel_plan.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "nanovllm/core/error.h"
+
+namespace nanovllm {
+
+int64_t ShardSlice::extent() const {
+  int64_t n = pad;
+  for (const IndexRange& r : ranges) n += r.size();
+  return n;
+}
+
+void validate_tensor_parallel(const ModelConfig& cfg, int64_t size) {
+  NANOVLLM_CHECK(size >= 1, "tensor_parallel_size must be >= 1, got ", size);
+  NANOVLLM_CHECK(cfg.num_attention_heads % size == 0, "tensor_parallel_size ", size,
+                 " does not divide num_attention_heads ", cfg.num_attention_heads);
+  NANOVLLM_CHECK(cfg.intermediate_size % size == 0, "tensor_parallel_size ", size, " does not divide intermediate_size ",
+                 cfg.intermediate_size);
+  const int64_t hk = cfg.num_key_value_heads;
+  NANOVLLM_CHECK(hk > 0 && (hk % size == 0 || size % hk == 0), "tensor_parallel_size ", size,
+                 " and num_key_value_heads ", hk,
+                 ": one must divide the other (KV heads are split, or replicated when there are more ranks)");
+}
+
+TensorParallelPlan shard_for_rank(const ModelConfig& cfg, int64_t rank, int64_t size) {
+  validate_tensor_parallel(cfg, size);
+  NANOVLLM_CHECK(rank >= 0 && rank < size, "tensor-parallel rank ", rank, " outside [0, ", size, ")");
+  const int64_t d = cfg.head_dim, hq = cfg.num_attention_heads, hk = cfg.num_key_value_heads;
+  TensorParallelPlan p;
+  p.rank = rank;
+  p.size = size;
+  p.num_heads = hq / size;
+  p.q_head_begin = rank * p.num_heads;
+  if (hk % size == 0) {  // split
+    p.num_kv_heads = hk / size;
+    p.kv_head_begin = rank * p.num_kv_heads;
+  } else {  // replicated: N / Hk consecutive ranks share one KV head; their query heads all read it
+    p.num_kv_heads = 1;
+    p.kv_head_begin = rank / (size / hk);
+  }
+  p.intermediate = cfg.intermediate_size / size;
+  p.vocab_per_rank = (cfg.vocab_size + size - 1) / size;
+  const int64_t vb = std::min(cfg.vocab_size, rank * p.vocab_per_rank);
+  p.vocab = {vb, std::min(cfg.vocab_size, vb + p.vocab_per_rank)};
+
+  using Axis = ShardSlice::Axis;
+  const IndexRange q_rows{p.q_head_begin * d, (p.q_head_begin + p.num_heads) * d};
+  const int64_t k0 = hq * d, v0 = (hq + hk) * d;  // where k and v rows start in the fused qkv
+  const IndexRange kv_heads{p.kv_head_begin * d, (p.kv_head_begin + p.num_kv_heads) * d};
+  p.qkv_proj = {Axis::kRows, {q_rows, {k0 + kv_heads.begin, k0 + kv_heads.end}, {v0 + kv_heads.begin, v0 + kv_heads.end}}};
+  p.qkv_bias = p.qkv_proj;
+  p.o_proj = {Axis::kColumns, {q_rows}};
+  p.o_bias = {Axis::kFirstRankOnly, {}};
+  const int64_t i = cfg.intermediate_size, ib = rank * p.intermediate;
+  p.gate_up_proj = {Axis::kRows, {{ib, ib + p.intermediate}, {i + ib, i + ib + p.intermediate}}};
+  p.down_proj = {Axis::kColumns, {{ib, ib + p.intermediate}}};
+  p.embed_tokens = {Axis::kRows, {p.vocab}, p.vocab_per_rank - p.vocab.size()};
+  p.lm_head = p.embed_tokens;
+  return p;
+}
+
+int64_t shard_numel(const ShardSlice& slice, int64_t rows, int64_t cols) {
+  switch (slice.axis) {
+    case ShardSlice::Axis::kRows: return slice.extent() * cols;
+    case ShardSlice::Axis::kColumns: return rows * slice.extent();
+    default: return rows * cols;
+  }
+}
+
+ModelConfig rank_config(const ModelConfig& cfg, const TensorParallelPlan& plan) {
+  ModelConfig c = cfg;
+  c.num_attention_heads = plan.num_heads;
+  c.num_key_value_heads = plan.num_kv_heads;
+  c.intermediate_size = plan.intermediate;
+  return c;
+}
+
+void copy_shard(const ShardSlice& slice, const void* src, int64_t rows, int64_t cols, int64_t elem_bytes, void* dst) {
+  const auto* s = static_cast<const char*>(src);
+  auto* o = static_cast<char*>(dst);
+  const int64_t limit = slice.axis == ShardSlice::Axis::kColumns ? cols : rows;
+  for (const IndexRange& r : slice.ranges)
+    NANOVLLM_CHECK(0 <= r.begin && r.begin <= r.end && r.end <= limit, "shard range [", r.begin, ", ", r.end,
+                   ") outside the tensor's ", limit, slice.axis == ShardSlice::Axis::kColumns ? " columns" : " rows");
+  const int64_t row_bytes = cols * elem_bytes;
+  switch (slice.axis) {
+    case ShardSlice::Axis::kRows:
+      for (const IndexRange& r : slice.ranges) {
+        std::memcpy(o, s + r.begin * row_bytes, static_cast<size_t>(r.size() * row_bytes));
+        o += r.size() * row_bytes;
+      }
+      std::memset(o, 0, static_cast<size_t>(slice.pad * row_bytes));
+      return;
+    case ShardSlice::Axis::kColumns:
+      for (int64_t row = 0; row < rows; ++row)
+        for (const IndexRange& r : slice.ranges) {
+          std::memcpy(o, s + row * row_bytes + r.begin * elem_bytes, static_cast<size_t>(r.size() * elem_bytes));
+          o += r.size() * elem_bytes;
+        }
+      return;
+    default: std::memcpy(o, s, static_cast<size_t>(rows * row_bytes));
+  }
+}
+
+}  // namespace nanovllm

@@ -1,0 +1,63 @@
+// TensorParallelRunner: one model split over N ranks of this process (docs/tensor_parallel.md). Each rank
+// is an ordinary ModelRunner over its shard — its heads, MLP columns and vocabulary rows, with the
+// collectives inside the decoder — on its own thread (RankThreads; rank 0 on the engine thread). The
+// engine drives it like one runner: every step goes to every rank (each builds its own inputs from the
+// same SchedulerOutput), and rank 0's sampled tokens are the step's (it samples the gathered logits).
+//
+// A rank that throws aborts the group: the others' collectives fail instead of hanging, the step throws
+// the failing rank's error, and every later step throws too (a group does not recover).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nanovllm/runner/model_runner.h"
+#include "nanovllm/runner/rank_threads.h"
+
+namespace nanovllm {
+
+class TensorParallelRunner final : public ModelRunner {
+ public:
+  // make_rank(r) builds rank r's runner; it runs on rank r's thread, all ranks at once (a CUDA rank sets
+  // its device there; NCCL communicators are created by all ranks together). abort_group wakes the ranks
+  // blocked in a collective of the group (ThreadCommGroup::abort, ncclCommAbort). `group_state` (the
+  // communicators the ranks use) is kept until the ranks are gone. Throws the first rank's error if a
+  // rank cannot be built.
+  // ranks_launch: the ranks' own launch / wait_oldest overlap steps and feed tokens on their devices
+  // (CUDA: every rank samples the same gathered logits), so the group fans them out; otherwise (CPU ranks,
+  // only rank 0 samples) the group runs each launched step at once (ModelRunner's default).
+  // step_timeout > 0: a construction, start or step that takes longer aborts the group (RankThreads'
+  // watchdog) and throws, instead of hanging when a rank is stuck.
+  // start_rank (optional) runs on every rank once all are built: work with collectives (warm-up steps,
+  // graph capture) must not overlap another rank's construction (see CudaModelRunner::start_tensor_parallel).
+  TensorParallelRunner(int size, const std::function<std::unique_ptr<ModelRunner>(int rank)>& make_rank,
+                       std::function<void()> abort_group, std::shared_ptr<void> group_state = nullptr,
+                       bool ranks_launch = false, const std::function<void(ModelRunner&)>& start_rank = nullptr,
+                       std::chrono::milliseconds step_timeout = std::chrono::milliseconds::zero());
+
+  // The CPU backend's group: the checkpoint loaded once, rank r's runner on shard_weights(r), ranks
+  // talking through a ThreadCommGroup. config.parallel.tensor_parallel_size ranks.
+  static std::unique_ptr<ModelRunner> create_cpu(const EngineConfig& config, const ModelConfig& model_config);
+
+  int64_t num_kv_blocks() const override;  // the smallest rank's: block ids are the same on every rank
+  std::vector<SampledToken> execute(const SchedulerOutput& out) override;
+  bool can_launch(const SchedulerOutput& out) const override;
+  void launch(const SchedulerOutput& out, bool fed_from_previous) override;
+  std::vector<SampledToken> wait_oldest() override;
+  const QuestCounters* sparse_counters() const override { return ranks_[0]->sparse_counters(); }
+
+ private:
+  std::shared_ptr<void> group_state_;  // first: outlives the ranks
+  std::vector<std::unique_ptr<ModelRunner>> ranks_;
+  // Runs fn(rank runner) on every rank; rank 0's result is returned. Checks and records group failure.
+  std::vector<SampledToken> on_all_ranks(const std::function<std::vector<SampledToken>(ModelRunner&)>& fn);
+
+  bool ranks_launch_ = false;
+  std::string failed_;  // the error that broke the group; empty while it works
+  RankThreads threads_;  // last: joined before the ranks are destroyed
+};
+
+}  // namespace nanovllm
