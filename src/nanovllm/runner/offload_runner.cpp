@@ -209,6 +209,7 @@ void OffloadRunner::prefill(const Sequence& seq, int64_t num_tokens) {
     in.sample_rows = ints(T + 4 * c + 3, 1);
     in.attn = attention(start, n, ints(T + 4 * c, 2), ints(T + 4 * c + 2, 1));
     in.taps = taps_;
+    in.attention_policy = prefill_policy_;
     return in;
   };
   auto chunk_workspace = [&](int64_t c) {  // hidden/residual rows of the chunk; the rest is the shared workspace

@@ -81,6 +81,9 @@ class OffloadRunner {
   OffloadDevice& device() { return *dev_; }
   // Layer taps for the steps run from now on (ModelRunner::set_layer_taps); nullptr: none.
   void set_layer_taps(LayerTaps* taps) { taps_ = taps; }
+  // The sparse prefill policy the prefill's chunks go through (sparse/sparse_prefill_attention.h); nullptr:
+  // dense. Decode steps never use it.
+  void set_prefill_policy(AttentionPolicy* policy) { prefill_policy_ = policy; }
 
  private:
   struct Slot {
@@ -130,6 +133,7 @@ class OffloadRunner {
 
   OffloadStats stats_;
   LayerTaps* taps_ = nullptr;
+  AttentionPolicy* prefill_policy_ = nullptr;
 };
 
 }  // namespace nanovllm
