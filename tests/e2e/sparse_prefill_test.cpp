@@ -164,13 +164,39 @@ TEST_F(SparsePrefill, DenseLayersShortContextsAndBatchedStepsStayDense) {
   last_layer.sparse_prefill.dense_layers = 2;
   got = run(last_layer, prompts, 8);
   EXPECT_EQ(got.counters.sparse_layer_chunks, 2);
-  // Several sequences in a step: dense (the block-sparse kernel runs one sequence).
+  // Two prompts prefilled in one step: dense (the block-sparse kernel runs one sequence).
   EngineConfig batched = sparse(SparsePrefillPolicy::kAvgPool, 0.2);
   batched.scheduler.max_num_seqs = 4;
   batched.scheduler.max_num_batched_tokens = 640;
   const auto two = random_prompts({200, 210}, 512, 4);
   got = run(batched, two, 4);
   EXPECT_EQ(got.counters.sparse_layer_chunks, 0);
+}
+
+TEST_F(SparsePrefill, AChunkAfterDecodesInAMixedStepGoesSparse) {
+  // Step 1 prefills the short prompt and the long one's first chunk together (dense); then the short one decodes
+  // while the long one's chunks follow in the same steps: decodes dense, the chunk sparse.
+  const auto prompts = random_prompts({40, 400}, 512, 6);
+  EngineConfig dense_ec = base_;
+  dense_ec.scheduler.max_num_seqs = 4;
+  const Outcome dense = run(dense_ec, prompts, 12);
+  for (SparsePrefillPolicy p : kPolicies) {
+    SCOPED_TRACE(sparse_prefill_policy_name(p));
+    EngineConfig ec = full(sparse(p, 1.0));
+    ec.scheduler.max_num_seqs = 4;
+    const Outcome got = run(ec, prompts, 12);
+    EXPECT_EQ(got.tokens, dense.tokens);
+    EXPECT_EQ(got.top_logprobs, dense.top_logprobs);
+    EXPECT_GE(got.counters.sparse_layer_chunks, 3);  // at least one mixed step's chunk, in every layer
+    EXPECT_EQ(got.counters.attended_blocks, got.counters.causal_blocks);
+    EngineConfig low = sparse(p, 0.2);
+    low.scheduler.max_num_seqs = 4;
+    if (p == SparsePrefillPolicy::kMInference) low.sparse_prefill.slash = 101;
+    const Outcome a = run(low, prompts, 12), b = run(low, prompts, 12);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_GE(a.counters.sparse_layer_chunks, 3);
+    EXPECT_LT(a.counters.attended_blocks, a.counters.causal_blocks);
+  }
 }
 
 TEST_F(SparsePrefill, WorksBesideQuestSparseDecode) {

@@ -19,10 +19,50 @@ SparsePrefillAttention::SparsePrefillAttention(const SparsePrefillOptions& optio
                  " query heads are not a multiple of ", num_kv_heads, " KV heads");
 }
 
-bool SparsePrefillAttention::applies(int64_t layer, const AttentionMetadata& meta) const {
-  // One sequence's prefill chunk (a decode step's single query gains nothing from a block pattern).
-  return layer >= options_.first_sparse_layer && meta.num_seqs == 1 && meta.num_leading_decodes == 0 &&
-         meta.num_tokens >= 2 && meta.max_context_len >= options_.min_context;
+int64_t SparsePrefillAttention::sparse_sequence(int64_t layer, const AttentionMetadata& meta) const {
+  const int64_t S = meta.num_seqs;
+  if (layer < options_.first_sparse_layer || S < 1 || meta.num_leading_decodes != S - 1) return -1;
+  // A prefill chunk of at least two tokens (a single query gains nothing from a block pattern).
+  if (S == 1) return meta.num_tokens >= 2 && meta.max_context_len >= options_.min_context ? 0 : -1;
+  // After decodes: its length and context are read on the host.
+  if (!meta.context_lens.device().is_cpu()) return -1;
+  const int32_t* cu = meta.cu_seqlens_q.data_as<const int32_t>();
+  const int32_t* ctx = meta.context_lens.data_as<const int32_t>();
+  return cu[S] - cu[S - 1] >= 2 && ctx[S - 1] >= options_.min_context ? S - 1 : -1;
+}
+
+AttentionMetadata SparsePrefillAttention::last_sequence(const AttentionMetadata& meta) {
+  const int64_t S = meta.num_seqs;
+  if (S == 1) return meta;
+  const int32_t* cu = meta.cu_seqlens_q.data_as<const int32_t>();
+  cu_[0] = 0;
+  cu_[1] = cu[S] - cu[S - 1];
+  AttentionMetadata m = meta;
+  m.num_seqs = 1;
+  m.num_tokens = m.max_query_len = cu_[1];
+  m.max_context_len = meta.context_lens.data_as<const int32_t>()[S - 1];
+  m.cu_seqlens_q = TensorView(cu_, DType::kI32, Shape{2}, meta.cu_seqlens_q.device());
+  m.context_lens = meta.context_lens.slice_rows(S - 1, S);
+  m.block_tables = meta.block_tables.slice_rows(S - 1, S);
+  m.slot_mapping = meta.slot_mapping.slice_rows(cu[S - 1], cu[S]);
+  m.num_leading_decodes = 0;
+  return m;
+}
+
+AttentionMetadata SparsePrefillAttention::leading_decodes(const AttentionMetadata& meta) {
+  const int64_t D = meta.num_seqs - 1;
+  const int32_t* ctx = meta.context_lens.data_as<const int32_t>();
+  AttentionMetadata m = meta;
+  m.num_seqs = D;
+  m.num_tokens = D;
+  m.max_query_len = 1;
+  m.max_context_len = *std::max_element(ctx, ctx + D);
+  m.cu_seqlens_q = meta.cu_seqlens_q.slice_rows(0, D + 1);
+  m.context_lens = meta.context_lens.slice_rows(0, D);
+  m.block_tables = meta.block_tables.slice_rows(0, D);
+  m.slot_mapping = meta.slot_mapping.slice_rows(0, D);
+  m.num_leading_decodes = D;
+  return m;
 }
 
 ops::VerticalSlashParams SparsePrefillAttention::vertical_slash_for(int64_t ctx) const {
@@ -93,15 +133,22 @@ void SparsePrefillAttention::count(const ops::BlockSparsePattern& pattern, int64
 
 bool SparsePrefillAttention::attend(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv,
                                     const AttentionMetadata& meta, float scale, ops::Stream s) {
-  if (!applies(layer, meta)) {
+  const int64_t seq = sparse_sequence(layer, meta);
+  if (seq < 0) {
     ++counters_.dense_layer_chunks;
     return false;
   }
-  const int64_t ctx = meta.max_context_len;
-  const ops::BlockSparsePattern pattern = pattern_for(ctx);
-  estimate(pattern, q, kv, meta, scale, s);
-  ops::block_sparse_prefill_attention(out, q, kv.k, kv.v, meta, pattern, scale, s);
-  count(pattern, ctx, meta.num_tokens);
+  const int64_t decodes = seq;  // the decode rows before the chunk (a mixed step): dense
+  if (decodes > 0)
+    ops::paged_attention(out.slice_rows(0, decodes), q.slice_rows(0, decodes), kv.k, kv.v, leading_decodes(meta), scale,
+                         s);
+  const AttentionMetadata m = last_sequence(meta);
+  const TensorView chunk_q = q.slice_rows(decodes, decodes + m.num_tokens);
+  const TensorView chunk_out = out.slice_rows(decodes, decodes + m.num_tokens);
+  const ops::BlockSparsePattern pattern = pattern_for(m.max_context_len);
+  estimate(pattern, chunk_q, kv, m, scale, s);
+  ops::block_sparse_prefill_attention(chunk_out, chunk_q, kv.k, kv.v, m, pattern, scale, s);
+  count(pattern, m.max_context_len, m.num_tokens);
   return true;
 }
 
