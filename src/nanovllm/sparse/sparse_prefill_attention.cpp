@@ -1,7 +1,6 @@
 #include "nanovllm/sparse/sparse_prefill_attention.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/kernels/pattern_estimators.h"
