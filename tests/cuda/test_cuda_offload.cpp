@@ -129,6 +129,40 @@ TEST(CudaOffload, SequentialRequestsMatchEachRunAlone) {
   }
 }
 
+// Quest sparse decode over offload: only the selected pages come over PCIe (or from the hot-page cache),
+// and they are the pages the GPU-resident sparse path attends, so the tokens are that path's, with and
+// without the cache; the cache serves a part of the pages.
+TEST(CudaOffload, SparseDecodeMatchesTheResidentSparsePath) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  EngineConfig resident = tiny_config(8192);
+  resident.sparse.policy = SparsePolicy::kQuest;
+  resident.sparse.budget_tokens = 512;  // 32 pages of 16 of 3-5K-token contexts
+  const std::vector<std::vector<int32_t>> prompts = {random_prompt(4097, 512, 11), random_prompt(3001, 512, 12)};
+  std::vector<RequestOutput> reference;
+  {
+    LLM llm(resident);
+    for (const auto& p : prompts) reference.push_back(llm.generate({p}, greedy(60))[0]);
+  }
+  for (int64_t cache_tokens : {int64_t{-1}, int64_t{0}}) {
+    EngineConfig ec = resident;
+    ec.offload.enabled = true;
+    ec.offload.min_tokens = 1;
+    ec.offload.block_size = 32;
+    ec.sparse.gpu_cache_tokens = cache_tokens;
+    LLM llm(ec);
+    expect_same(llm.generate(prompts, greedy(60)), reference, 1e-2,
+                "sparse offload, cache tokens " + std::to_string(cache_tokens));
+    const PageCacheCounters c = llm.engine().runner().offload()->sparse_cache_counters();
+    EXPECT_GT(c.misses, 0);
+    if (cache_tokens != 0) {
+      EXPECT_GT(c.hits, c.misses) << "a stable selection should mostly hit";
+    } else {
+      EXPECT_EQ(c.hits, 0);
+    }
+    EXPECT_EQ(llm.engine().runner().offload()->stats().last_step_h2d_bytes, 0);  // no whole-layer loads
+  }
+}
+
 // The lead's long-context check: offload vs the GPU cache at 128K tokens on the tiny head_dim-64 model
 // (its whole KV fits the GPU, so both paths can run), or a real checkpoint:
 //   NANOVLLM_OFFLOAD_MODEL=/path/to/Qwen3-4B NANOVLLM_OFFLOAD_CONTEXT=131072

@@ -116,16 +116,22 @@ TEST(CudaSparse, QuestMetadataAndScoresMatchTheCpu) {
   }
 }
 
-TEST(CudaSparse, SelectPagesMatchesTheCpuOnTheSameScores) {
-  SKIP_WITHOUT_CUDA();
+// `copies` repetitions of five sequences (short, exactly the budget, one past it, long with ties, all equal):
+// 15 (sequence, KV head) items take the few-items kernel (1024 threads), 120 the batch one (256).
+void check_select(int64_t copies) {
+  SCOPED_TRACE("copies " + std::to_string(copies));
   std::mt19937 rng(2);
-  const int64_t S = 5, Hk = 3, BS = 16, MP = 3000, K = 130, sink = 1, recent = 2;
-  std::vector<int32_t> ctx{40, 130 * 16, 130 * 16 + 1, 3000 * 16, 1234 * 16 - 5};
+  const int64_t S = 5 * copies, Hk = 3, BS = 16, MP = 3000, K = 130, sink = 1, recent = 2;
+  std::vector<int32_t> ctx;
+  for (int64_t c = 0; c < copies; ++c) ctx.insert(ctx.end(), {40, 130 * 16, 130 * 16 + 1, 3000 * 16, 1234 * 16 - 5});
   std::vector<float> sc(static_cast<size_t>(S * Hk * MP));
   std::uniform_real_distribution<float> u(-5.0f, 5.0f);
   for (float& x : sc) x = u(rng);
-  for (int64_t i = 0; i < 400; ++i) sc[static_cast<size_t>(3 * Hk * MP + 100 + i)] = 1.25f;  // ties
-  for (int64_t i = 0; i < MP; ++i) sc[static_cast<size_t>(4 * Hk * MP + MP + i)] = -0.0f;     // all equal
+  for (int64_t c = 0; c < copies; ++c) {
+    const int64_t base = 5 * c * Hk * MP;
+    for (int64_t i = 0; i < 400; ++i) sc[static_cast<size_t>(base + 3 * Hk * MP + 100 + i)] = 1.25f;  // ties
+    for (int64_t i = 0; i < MP; ++i) sc[static_cast<size_t>(base + 4 * Hk * MP + MP + i)] = -0.0f;     // all equal
+  }
   std::vector<int32_t> cpu_sel(static_cast<size_t>(S * Hk * K));
   ops::select_pages(cuda_test::host_view(cpu_sel, {S, Hk, K}), cuda_test::host_view(sc, {S, Hk, MP}),
                     cuda_test::host_view(ctx, {S}), BS, sink, recent);
@@ -133,6 +139,12 @@ TEST(CudaSparse, SelectPagesMatchesTheCpuOnTheSameScores) {
   sel.fill_bytes(0x7f);
   ops::select_pages(sel.view(), scores.view(), context.view(), BS, sink, recent, on());
   EXPECT_EQ(sel.download<int32_t>(), cpu_sel);
+}
+
+TEST(CudaSparse, SelectPagesMatchesTheCpuOnTheSameScores) {
+  SKIP_WITHOUT_CUDA();
+  check_select(1);
+  check_select(8);
 }
 
 void check_attention(int64_t hq, int64_t hk, int64_t d, int64_t bs, uint32_t seed) {

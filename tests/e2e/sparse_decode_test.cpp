@@ -105,9 +105,10 @@ TEST_F(SparseDecode, RefusesImpossibleConfigurations) {
   EXPECT_THROW(parse_sparse_policy("qwest"), Error);
   EXPECT_EQ(parse_sparse_policy("quest"), SparsePolicy::kQuest);
   EXPECT_THROW({ LLM llm(quest(24)); }, Error);  // 3 pages of 8: no page left to select
-  EngineConfig off = quest(320);
-  off.offload.enabled = true;
-  EXPECT_THROW({ LLM llm(off); }, Error);
+  EngineConfig small_cache = quest(64);
+  small_cache.offload.enabled = true;
+  small_cache.sparse.gpu_cache_tokens = 32;  // less than one selection
+  EXPECT_THROW({ LLM llm(small_cache); }, Error);
 }
 
 }  // namespace

@@ -213,6 +213,12 @@ TEST_F(SparsePrefill, WorksBesideQuestSparseDecode) {
   ASSERT_TRUE(quest && prefill);
   EXPECT_GT(quest->sparse_layer_steps, 0);
   EXPECT_GT(prefill->sparse_layer_chunks, 0);
+  // Offloaded: the sparse decode policy keeps its page metadata from the prefill, the chunks go sparse.
+  with_offload(both);
+  const Outcome off = run(both, prompts, 16);
+  EXPECT_EQ(off.tokens, dense.tokens);
+  EXPECT_EQ(off.offloaded_prefills, 2);
+  EXPECT_GT(off.counters.sparse_layer_chunks, 0);
 }
 
 TEST_F(SparsePrefill, RefusesImpossibleConfigurations) {

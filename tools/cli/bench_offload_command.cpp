@@ -1,6 +1,7 @@
 // nanovllm bench offload — long context with layer-wise CPU KV offload: prefill tok/s, decode ms/token,
 // bytes moved per step, the PCIe floor (KV bytes per decode step / measured H2D rate) and the peak GPU
-// memory next to its formula; then the same prompts with offload off where they fit the GPU cache.
+// memory next to its formula; then the same prompts with offload off where they fit the GPU cache. With a
+// sparse policy (--sparse-policy quest) also the hot-page cache's hit rate and the selected pages' PCIe bytes.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -122,17 +123,35 @@ void run_offload_bench(const OffloadBenchOptions& o) {
       const double steps = static_cast<double>(s1.decode_steps - s0.decode_steps);
       // Decode traffic: every step loads each layer's flushed prefix; D2H only when a host block fills.
       const double prefill_d2h = kv_token_layer * static_cast<double>(c * layers);
-      const double h2d_step = steps > 0 ? static_cast<double>(s1.h2d_bytes - s0.h2d_bytes) / steps : 0;
+      double h2d_step = steps > 0 ? static_cast<double>(s1.h2d_bytes - s0.h2d_bytes) / steps : 0;
       const double d2h_step = steps > 0 ? (static_cast<double>(s1.d2h_bytes - s0.d2h_bytes) - prefill_d2h) / steps : 0;
       const double ms = 1e3 * median(r.decode_step_s);
-      std::printf("context %7lld: prefill %8.2f s = %8.0f tok/s | decode %8.2f ms/token (median of %zu) | per step H2D %.1f MiB, D2H %.3f MiB",
-                  static_cast<long long>(c), r.prefill_s, static_cast<double>(c) / r.prefill_s, ms, r.decode_step_s.size(),
-                  h2d_step / (1 << 20), d2h_step / (1 << 20));
       nlohmann::json row = {{"context", c},           {"prefill_s", r.prefill_s},
                             {"prefill_tok_s", static_cast<double>(c) / r.prefill_s},
                             {"decode_ms_median", ms}, {"decode_steps", steps},
-                            {"h2d_bytes_per_step", h2d_step}, {"d2h_bytes_per_step", d2h_step},
                             {"host_alloc_s", s1.host_alloc_s - s0.host_alloc_s}};
+      if (off->sparse()) {
+        // Only the cache misses cross PCIe (plus the page straddling the host pool's end, not counted):
+        // a miss is one (layer, KV head, page) of page_size tokens, K and V.
+        const PageCacheCounters pc = off->sparse_cache_counters();  // this request's (reset by its prefill)
+        const double page_bytes = static_cast<double>(ec.cache.block_size) * kv_token_layer /
+                                  static_cast<double>(mc.num_key_value_heads);
+        h2d_step = steps > 0 ? static_cast<double>(pc.misses) * page_bytes / steps : 0;
+        const double lookups = static_cast<double>(pc.hits + pc.misses);
+        const double hit_rate = lookups > 0 ? static_cast<double>(pc.hits) / lookups : 0;
+        std::printf("context %7lld: sparse %s, budget %lld tokens, pages of %lld, GPU cache %lld tokens per layer and KV "
+                    "head: hit rate %.1f%%\n", static_cast<long long>(c), o.engine.sparse_policy.c_str(),
+                    static_cast<long long>(ec.sparse.budget_tokens), static_cast<long long>(ec.cache.block_size),
+                    static_cast<long long>(ec.sparse.cache_tokens()), 100 * hit_rate);
+        row["sparse"] = {{"policy", o.engine.sparse_policy}, {"budget_tokens", ec.sparse.budget_tokens},
+                         {"page_size", ec.cache.block_size}, {"gpu_cache_tokens", ec.sparse.cache_tokens()},
+                         {"cache_hits", pc.hits}, {"cache_misses", pc.misses}, {"hit_rate", hit_rate}};
+      }
+      std::printf("context %7lld: prefill %8.2f s = %8.0f tok/s | decode %8.2f ms/token (median of %zu) | per step H2D %.1f MiB, D2H %.3f MiB",
+                  static_cast<long long>(c), r.prefill_s, static_cast<double>(c) / r.prefill_s, ms, r.decode_step_s.size(),
+                  h2d_step / (1 << 20), d2h_step / (1 << 20));
+      row["h2d_bytes_per_step"] = h2d_step;
+      row["d2h_bytes_per_step"] = d2h_step;
       if (peaks.measured && ms > 0) {
         const double floor_ms = 1e3 * h2d_step / (peaks.h2d_gbps * 1e9);
         const double achieved_gbps = h2d_step / (ms * 1e-3) / 1e9;
@@ -151,12 +170,13 @@ void run_offload_bench(const OffloadBenchOptions& o) {
                            kv_token_layer * static_cast<double>(layers);
       const double formula = weights + static_cast<double>(fp.total()) + paged;
       std::printf("peak GPU memory (nano-vLLM allocator): %.2f GiB | formula: weights %.2f + num_kv_buffers x layer KV %.2f "
-                  "+ decode buffers %.2f + prefill hidden/residual %.2f + index arrays %.3f + paged cache %.2f = %.2f GiB "
+                  "+ decode buffers %.2f + prefill hidden/residual %.2f + index arrays %.3f + sparse %.2f + paged cache %.2f = %.2f GiB "
                   "(+ the step workspace of max_num_batched_tokens rows, cuBLASLt/attention scratch not counted)\n",
                   gib(peak), gib(weights), gib(static_cast<double>(fp.ring)), gib(static_cast<double>(fp.decode_buffers)),
-                  gib(static_cast<double>(fp.hidden)), gib(static_cast<double>(fp.metadata)), gib(paged), gib(formula));
+                  gib(static_cast<double>(fp.hidden)), gib(static_cast<double>(fp.metadata)),
+                  gib(static_cast<double>(fp.sparse)), gib(paged), gib(formula));
       report["memory"] = {{"peak_bytes", peak},        {"weights", weights},       {"ring", fp.ring},
-                          {"decode_buffers", fp.decode_buffers}, {"hidden", fp.hidden}, {"metadata", fp.metadata},
+                          {"decode_buffers", fp.decode_buffers}, {"hidden", fp.hidden}, {"metadata", fp.metadata}, {"sparse", fp.sparse},
                           {"paged_cache", paged},      {"formula_bytes", formula}};
     }
   }

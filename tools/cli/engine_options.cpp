@@ -58,7 +58,7 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
                  "offload also requests with prompt + max_tokens >= this (0: only those that do not fit the GPU cache)")
       ->check(at_least(0));
   cmd.add_option("--sparse-policy", o.sparse_policy,
-                 "decode attention: full | quest (per-head page selection; not with --enable-cpu-offload yet)")
+                 "decode attention: full | quest (per-head page selection)")
       ->capture_default_str();
   cmd.add_option("--sparse-budget", o.sparse_budget,
                  "sparse decode: keys one query attends, in whole pages (sink and recent pages included)")
@@ -67,6 +67,10 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
   cmd.add_option("--sparse-page-size", o.sparse_page_size,
                  "sparse decode: tokens per Quest page; a page is one KV cache block, so this sets --block-size")
       ->check(in_range(1, 1024));
+  cmd.add_option("--sparse-gpu-cache-tokens", o.sparse_gpu_cache_tokens,
+                 "sparse decode with --enable-cpu-offload: GPU cache of recently selected pages, tokens per layer and "
+                 "KV head (0: none; default 4 x --sparse-budget)")
+      ->check(at_least(0));
   cmd.add_option("--sparse-prefill-policy", o.sparse_prefill_policy,
                  "prefill attention of long chunks: dense | xattention | minference | flexprefill | avgpool "
                  "(block-sparse patterns; CPU backend only for now)")
@@ -164,6 +168,7 @@ EngineConfig EngineOptions::to_config() const {
   c.offload.min_tokens = offload_min_tokens;
   c.sparse.policy = parse_sparse_policy(sparse_policy);
   c.sparse.budget_tokens = sparse_budget;
+  c.sparse.gpu_cache_tokens = sparse_gpu_cache_tokens;
   c.sparse_prefill.policy = parse_sparse_prefill_policy(sparse_prefill_policy);
   c.sparse_prefill.threshold = sparse_prefill_threshold;
   c.sparse_prefill.dense_layers = sparse_prefill_dense_layers;

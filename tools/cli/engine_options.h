@@ -35,6 +35,7 @@ struct EngineOptions {
   std::string sparse_policy = "full";
   int64_t sparse_budget = 2048;
   int64_t sparse_page_size = 0;  // 0: the block size
+  int64_t sparse_gpu_cache_tokens = -1;  // -1: 4 x sparse_budget
   std::string sparse_prefill_policy = "dense";
   double sparse_prefill_threshold = 0;  // 0: the policy's default
   int64_t sparse_prefill_dense_layers = 0;

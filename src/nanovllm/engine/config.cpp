@@ -39,6 +39,10 @@ const char* sparse_policy_name(SparsePolicy p) { return p == SparsePolicy::kQues
 
 void SparseConfig::validate() const {
   NANOVLLM_CHECK(budget_tokens >= 1, "sparse_budget must be >= 1 token, got ", budget_tokens);
+  NANOVLLM_CHECK(gpu_cache_tokens <= 0 || gpu_cache_tokens >= budget_tokens, "sparse_gpu_cache_tokens ",
+                 gpu_cache_tokens, " must be 0 (no cache), -1 (4 x sparse_budget) or hold a whole selection (>= "
+                 "sparse_budget ", budget_tokens, ")");
+  NANOVLLM_CHECK(gpu_cache_tokens >= -1, "sparse_gpu_cache_tokens must be >= -1, got ", gpu_cache_tokens);
 }
 
 SparsePrefillPolicy parse_sparse_prefill_policy(std::string_view name) {
@@ -119,8 +123,6 @@ void EngineConfig::validate() const {
   sparse.validate();
   sparse_prefill.validate(model.backend);
   if (sparse.policy != SparsePolicy::kFull) {
-    NANOVLLM_CHECK(!offload.enabled, "sparse policy ", sparse_policy_name(sparse.policy),
-                   " with CPU offload is not supported yet");
     const int64_t min_pages = SparseConfig::kSinkPages + SparseConfig::kRecentPages + 1;
     NANOVLLM_CHECK(sparse.budget_pages(cache.block_size) >= min_pages, "sparse_budget ", sparse.budget_tokens,
                    " holds ", sparse.budget_pages(cache.block_size), " pages of block_size ", cache.block_size,

@@ -69,7 +69,8 @@ struct OffloadConfig {
 // Sparse decode attention (sparse/): a decode query attends only the pages of its context a policy selects
 // within a token budget. A page is one KV cache block (cache.block_size tokens). Every selection keeps the
 // first page (attention sink) and the last two (the query's own page and the one before it). Prefill and
-// mixed steps stay dense. Both backends; not with CPU offload yet (validate says so).
+// mixed steps stay dense. Both backends, with or without CPU offload: offloaded, only the selected pages
+// cross PCIe, and a GPU cache of gpu_cache_tokens per layer and KV head keeps recently selected ones.
 enum class SparsePolicy {
   kFull,   // dense attention: every page
   kQuest,  // Quest: per page and KV head an upper bound of q.k from the keys' element-wise min/max
@@ -80,11 +81,13 @@ const char* sparse_policy_name(SparsePolicy p);
 struct SparseConfig {
   SparsePolicy policy = SparsePolicy::kFull;
   int64_t budget_tokens = 2048;  // keys one decode query attends at most (whole pages, sink and recent included)
+  int64_t gpu_cache_tokens = -1;  // offload: cached tokens per layer and KV head; 0: none; -1: 4 x budget_tokens
 
   static constexpr int64_t kSinkPages = 1;
   static constexpr int64_t kRecentPages = 2;
   // The budget in whole pages of `page_size` tokens.
   int64_t budget_pages(int64_t page_size) const { return budget_tokens / page_size; }
+  int64_t cache_tokens() const { return gpu_cache_tokens < 0 ? 4 * budget_tokens : gpu_cache_tokens; }
   void validate() const;
 };
 

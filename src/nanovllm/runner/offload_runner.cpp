@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/core/logging.h"
@@ -37,7 +38,10 @@ OffloadRunner::OffloadRunner(const Qwen3Model& model, std::unique_ptr<OffloadDev
   token_bytes_ = c.num_key_value_heads * c.head_dim * static_cast<int64_t>(dtype_size(act_));
   chunk_ = ws_.hidden.dim(0);
   NANOVLLM_CHECK(chunk_ >= 1 && ws_.logits.dim(0) >= 1, "offload: the runner workspace has no rows");
-  capacity_ = round_up(max_model_len_, kViewBlock);
+  const bool sparse = config.sparse.policy == SparsePolicy::kQuest;
+  const int64_t page = config.cache.block_size;  // a Quest page (sparse decode)
+  // The buffers must hold whole view blocks and, for sparse decode, whole pages.
+  capacity_ = round_up(max_model_len_, sparse ? std::lcm(kViewBlock, page) : kViewBlock);
   const Device dev = dev_->device();
   Allocator& da = dev_->device_allocator();
 
@@ -56,6 +60,23 @@ OffloadRunner::OffloadRunner(const Qwen3Model& model, std::unique_ptr<OffloadDev
   meta_dev_ = Buffer(da, DType::kI32, Shape{std::max(meta_ints, capacity_ + 2)});
   meta_host_ = Buffer(dev_->host_allocator(), DType::kI32, Shape{std::max(meta_ints, capacity_ + 2)});
   (void)dev;
+  if (sparse) {
+    const int64_t pages = capacity_ / page;
+    const QuestShape shape{.num_layers = num_layers_,
+                           .num_blocks = pages,
+                           .block_size = page,
+                           .num_kv_heads = c.num_key_value_heads,
+                           .num_query_heads = c.num_attention_heads,
+                           .head_dim = c.head_dim,
+                           .kv_dtype = act_,
+                           .max_num_seqs = 1,
+                           .max_blocks_per_seq = pages};
+    sparse_ = std::make_unique<OffloadSparseAttention>(
+        shape, config.sparse.budget_pages(page), SparseConfig::kSinkPages, SparseConfig::kRecentPages,
+        config.sparse.cache_tokens(), iota_.view(), host_, da);
+    footprint_.sparse = sparse_->device_bytes();
+    prefill_attention_ = sparse_.get();  // sparse decode: fills the page metadata, attends densely
+  }
 
   footprint_.ring = ring_.nbytes();
   footprint_.decode_buffers = decode_buf_.nbytes();
@@ -81,7 +102,21 @@ OffloadRunner::OffloadRunner(const Qwen3Model& model, std::unique_ptr<OffloadDev
   dev_->synchronize();  // once, at construction: the staging buffer is reused by every step
   NANOVLLM_INFO("cpu offload: ", num_slots_, " layer buffers of ", capacity_, " tokens (", gib(footprint_.ring),
                 " GiB), decode buffers ", gib(footprint_.decode_buffers), " GiB, prefill hidden state ",
-                gib(footprint_.hidden), " GiB, prefill chunk ", chunk_, " tokens");
+                gib(footprint_.hidden), " GiB, prefill chunk ", chunk_, " tokens",
+                sparse ? detail::concat(", sparse decode (page min/max + hot-page cache) ", gib(footprint_.sparse), " GiB")
+                       : std::string());
+}
+
+void OffloadRunner::set_prefill_policy(AttentionPolicy* policy) {
+  prefill_chain_.reset();
+  prefill_attention_ = sparse_.get();
+  if (policy == nullptr) return;
+  if (sparse_ == nullptr) {
+    prefill_attention_ = policy;
+    return;
+  }
+  prefill_chain_ = std::make_unique<AttentionPolicyChain>(std::vector<AttentionPolicy*>{sparse_.get(), policy});
+  prefill_attention_ = prefill_chain_.get();
 }
 
 OffloadRunner::~OffloadRunner() {
@@ -209,7 +244,7 @@ void OffloadRunner::prefill(const Sequence& seq, int64_t num_tokens) {
     in.sample_rows = ints(T + 4 * c + 3, 1);
     in.attn = attention(start, n, ints(T + 4 * c, 2), ints(T + 4 * c + 2, 1));
     in.taps = taps_;
-    in.attention_policy = prefill_policy_;
+    in.attention_policy = prefill_attention_;  // sparse decode's page metadata, then sparse prefill
     return in;
   };
   auto chunk_workspace = [&](int64_t c) {  // hidden/residual rows of the chunk; the rest is the shared workspace
@@ -220,6 +255,7 @@ void OffloadRunner::prefill(const Sequence& seq, int64_t num_tokens) {
     return w;
   };
 
+  if (sparse_) sparse_->begin_sequence(st);
   for (int64_t c = 0; c < num_chunks; ++c) model_.embed(chunk_inputs(c), chunk_workspace(c), st);
   for (int64_t l = 0; l < num_layers_; ++l) {
     const int64_t s = l % num_slots_;
@@ -283,16 +319,28 @@ void OffloadRunner::decode(const Sequence& seq) {
   in.sample_rows = index_view(0, 1);
   in.attn = attention(n, 1, index_view(0, 2), index_view(n + 1, 1));
   in.taps = taps_;
+  in.attention_policy = sparse_.get();
 
   dev_->wait(compute, flush_done_);  // the decode buffers' last flush has read them
-  for (int64_t l = 0; l < num_slots_; ++l) issue_load(l);
+  if (sparse_) {
+    sparse_->begin_step(flushed_);
+  } else {
+    for (int64_t l = 0; l < num_slots_; ++l) issue_load(l);
+  }
   model_.embed(in, ws_, st);
   for (int64_t l = 0; l < num_layers_; ++l) {
     const int64_t s = l % num_slots_;
     const Slot& slot = slots_[static_cast<size_t>(s)];
     char* dk = static_cast<char*>(decode_buf_.data()) + static_cast<size_t>(2 * l * cfg_.block_size) * tb;
     char* dv = dk + static_cast<size_t>(cfg_.block_size) * tb;
-    dev_->wait(compute, slot_loaded_[static_cast<size_t>(s)]);
+    if (sparse_) {  // the selected pages of [0, F) are read from the host pool inside the layer
+      dev_->wait(compute, slot_drained_[static_cast<size_t>(s)]);  // a prefill D2H from the slot has read it
+      dev_->wait(compute, host_ready_[static_cast<size_t>(l)]);    // the layer's host region is written
+      dev_->note_access(host_.k(l), static_cast<size_t>(flushed_) * tb, false, compute, "sparse fetch host K");
+      dev_->note_access(host_.v(l), static_cast<size_t>(flushed_) * tb, false, compute, "sparse fetch host V");
+    } else {
+      dev_->wait(compute, slot_loaded_[static_cast<size_t>(s)]);
+    }
     // Slot = [host prefix 0..F) | decode buffer F..n) | new token n].
     dev_->copy(slot.k + static_cast<size_t>(flushed_) * tb, dk, static_cast<size_t>(m) * tb, CopyKind::kD2D, compute,
                "decode buffer K -> layer buffer");
@@ -306,12 +354,16 @@ void OffloadRunner::decode(const Sequence& seq) {
     dev_->copy(dv + static_cast<size_t>(m) * tb, slot.v + static_cast<size_t>(n) * tb, tb, CopyKind::kD2D, compute,
                "new token V -> decode buffer");
     dev_->record(slot_computed_[static_cast<size_t>(s)], compute);
-    if (l + num_slots_ < num_layers_) issue_load(l + num_slots_);
+    if (!sparse_ && l + num_slots_ < num_layers_) issue_load(l + num_slots_);
   }
   model_.head(in, ws_, st);
   len_ = n + 1;
   if (len_ % cfg_.block_size == 0) flush_decode_buffers(len_);
   stats_.decode_steps += 1;
+}
+
+PageCacheCounters OffloadRunner::sparse_cache_counters() const {
+  return sparse_ ? sparse_->cache_counters(dev_->compute_stream()) : PageCacheCounters{};
 }
 
 void OffloadRunner::flush_decode_buffers(int64_t end) {

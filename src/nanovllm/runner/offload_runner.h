@@ -20,6 +20,12 @@
 //
 // GPU memory: num_kv_buffers x one layer's KV at max_model_len + decode buffers (L x offload.block_size
 // tokens) + hidden and residual [max_model_len, H] + the runner's workspace (bounded by its rows).
+//
+// Sparse decode (config.sparse.policy quest; offload_sparse_attention.h): no whole-layer loads. The
+// policy keeps every page's key min/max on the GPU (updated by prefill and decode), selects per KV head,
+// and only the selected pages of [0, F) reach the layer buffer: from a GPU cache of recently selected
+// pages or, read by a gather kernel through the pinned pool's mapped pointers, over PCIe. The decode
+// buffer [F, n) is copied in as above; the selected pages are attended with the exact softmax.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +39,8 @@
 #include "nanovllm/model/qwen3_model.h"
 #include "nanovllm/runner/offload_device.h"
 #include "nanovllm/runner/offload_host_pool.h"
+#include "nanovllm/runner/offload_sparse_attention.h"
+#include "nanovllm/sparse/attention_policy_chain.h"
 
 namespace nanovllm {
 
@@ -49,7 +57,8 @@ struct OffloadFootprint {
   size_t decode_buffers = 0;  // L x 2 x offload.block_size x Hk x D
   size_t hidden = 0;          // hidden + residual [max_model_len, H]
   size_t metadata = 0;        // index arrays
-  size_t total() const { return ring + decode_buffers + hidden + metadata; }
+  size_t sparse = 0;          // sparse decode: page min/max of every layer + the hot-page cache
+  size_t total() const { return ring + decode_buffers + hidden + metadata + sparse; }
 };
 
 class OffloadRunner {
@@ -79,11 +88,14 @@ class OffloadRunner {
   OffloadFootprint footprint() const { return footprint_; }
   int64_t kv_bytes_per_token_per_layer() const { return 2 * token_bytes_; }  // K + V
   OffloadDevice& device() { return *dev_; }
+  // Sparse decode only (nullptr otherwise): its policy counters and hot-page cache hits since the prefill.
+  const OffloadSparseAttention* sparse() const { return sparse_.get(); }
+  PageCacheCounters sparse_cache_counters() const;
   // Layer taps for the steps run from now on (ModelRunner::set_layer_taps); nullptr: none.
   void set_layer_taps(LayerTaps* taps) { taps_ = taps; }
-  // The sparse prefill policy the prefill's chunks go through (sparse/sparse_prefill_attention.h); nullptr:
-  // dense. Decode steps never use it.
-  void set_prefill_policy(AttentionPolicy* policy) { prefill_policy_ = policy; }
+  // The sparse prefill policy the prefill's chunks go through (sparse/sparse_prefill_attention.h), after the
+  // sparse decode policy's page metadata update when there is one; nullptr: dense. Decode steps never use it.
+  void set_prefill_policy(AttentionPolicy* policy);
 
  private:
   struct Slot {
@@ -117,6 +129,7 @@ class OffloadRunner {
   Buffer meta_host_;       // its host staging
   std::vector<Slot> slots_;
   OffloadHostPool host_;
+  std::unique_ptr<OffloadSparseAttention> sparse_;  // config.sparse.policy quest; nullptr: dense decode
   OffloadFootprint footprint_;
 
   OffloadDevice::Queue d2h_q_ = 0;
@@ -133,7 +146,8 @@ class OffloadRunner {
 
   OffloadStats stats_;
   LayerTaps* taps_ = nullptr;
-  AttentionPolicy* prefill_policy_ = nullptr;
+  std::unique_ptr<AttentionPolicyChain> prefill_chain_;  // sparse_, then the sparse prefill policy
+  AttentionPolicy* prefill_attention_ = nullptr;          // what the prefill's chunks use (nullptr: dense)
 };
 
 }  // namespace nanovllm

@@ -30,38 +30,53 @@ QuestAttention::QuestAttention(const QuestShape& shape, int64_t budget_pages, in
 
 bool QuestAttention::attend(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv,
                             const AttentionMetadata& meta, float scale, ops::Stream s) {
-  const TensorView k_min = key_min(layer), k_max = key_max(layer);
-  ops::quest_update_pages(k_min, k_max, kv.k, meta.slot_mapping, s);
-  const int64_t S = meta.num_seqs;
+  update_pages(layer, kv.k, meta.slot_mapping, s);
   // Only whole decode steps go sparse: a prefill query needs its causal prefix, which the dense kernel does.
-  if (S == 0 || meta.num_leading_decodes != S) {
-    ++counters_.dense_layer_steps;
+  if (meta.num_seqs == 0 || meta.num_leading_decodes != meta.num_seqs) {
+    count_dense_step();
     return false;
   }
-  const int64_t Hk = shape_.num_kv_heads, MB = meta.block_tables.dim(1);
+  attend_selected(out, q, kv, meta, select(layer, q, meta, s), scale, s);
+  return true;
+}
+
+void QuestAttention::update_pages(int64_t layer, TensorView k_cache, TensorView slot_mapping, ops::Stream s) {
+  ops::quest_update_pages(key_min(layer), key_max(layer), k_cache, slot_mapping, s);
+}
+
+TensorView QuestAttention::select(int64_t layer, TensorView q, const AttentionMetadata& meta, ops::Stream s) {
+  const int64_t S = meta.num_seqs, Hk = shape_.num_kv_heads, MB = meta.block_tables.dim(1);
   NANOVLLM_CHECK(S <= shape_.max_num_seqs && MB <= shape_.max_blocks_per_seq, "quest: step of ", S,
                  " sequences with ", MB, " block-table columns exceeds the policy's workspace");
   const TensorView scores = scores_.view().reshape({shape_.max_num_seqs * Hk * shape_.max_blocks_per_seq})
                                 .slice_rows(0, S * Hk * MB).reshape({S, Hk, MB});
   const TensorView selected = selected_.view().reshape({shape_.max_num_seqs * Hk * budget_pages_})
                                   .slice_rows(0, S * Hk * budget_pages_).reshape({S, Hk, budget_pages_});
-  ops::quest_scores(scores, q, k_min, k_max, meta.block_tables, meta.context_lens, shape_.block_size, s);
+  ops::quest_scores(scores, q, key_min(layer), key_max(layer), meta.block_tables, meta.context_lens,
+                    shape_.block_size, s);
   ops::select_pages(selected, scores, meta.context_lens, shape_.block_size, sink_pages_, recent_pages_, s);
+  count_selection(selected, meta);
+  return selected;
+}
+
+void QuestAttention::attend_selected(TensorView out, TensorView q, const LayerKvCache& kv,
+                                     const AttentionMetadata& meta, TensorView selected, float scale, ops::Stream s) {
   ops::sparse_decode_attention(out, q, kv.k, kv.v, meta.block_tables, meta.context_lens, selected, scale,
                                attention_scratch_.view(), s);
+}
+
+void QuestAttention::count_selection(TensorView selected, const AttentionMetadata& meta) {
   ++counters_.sparse_layer_steps;
-  if (selected.device().is_cpu()) {  // the counters read the selection on the host
-    const int32_t* ctx = meta.context_lens.data_as<const int32_t>();
-    const int32_t* sel = selected.data_as<const int32_t>();
-    const int64_t BS = shape_.block_size;
-    for (int64_t i = 0; i < S * Hk; ++i) {
-      const int64_t len = ctx[i / Hk];
-      counters_.context_keys += len;
-      for (int64_t j = 0; j < budget_pages_ && sel[i * budget_pages_ + j] >= 0; ++j)
-        counters_.attended_keys += std::min(BS, len - sel[i * budget_pages_ + j] * BS);
-    }
+  if (!selected.device().is_cpu()) return;  // the counters read the selection on the host
+  const int64_t S = meta.num_seqs, Hk = shape_.num_kv_heads, BS = shape_.block_size;
+  const int32_t* ctx = meta.context_lens.data_as<const int32_t>();
+  const int32_t* sel = selected.data_as<const int32_t>();
+  for (int64_t i = 0; i < S * Hk; ++i) {
+    const int64_t len = ctx[i / Hk];
+    counters_.context_keys += len;
+    for (int64_t j = 0; j < budget_pages_ && sel[i * budget_pages_ + j] >= 0; ++j)
+      counters_.attended_keys += std::min(BS, len - sel[i * budget_pages_ + j] * BS);
   }
-  return true;
 }
 
 }  // namespace nanovllm

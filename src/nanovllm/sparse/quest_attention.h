@@ -47,6 +47,17 @@ class QuestAttention final : public AttentionPolicy {
   bool attend(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv, const AttentionMetadata& meta,
               float scale, ops::Stream s) override;
 
+  // The steps of attend, for a runner that must move the selected pages before they are attended (the
+  // offloaded decode): fold the keys just stored at slot_mapping into the layer's page metadata ...
+  void update_pages(int64_t layer, TensorView k_cache, TensorView slot_mapping, ops::Stream s);
+  // ... select the pages of a decode step (every query one token) into the returned [S, Hk, budget_pages]
+  // view (select_pages' lists; valid until the next select), counting them ...
+  TensorView select(int64_t layer, TensorView q, const AttentionMetadata& meta, ops::Stream s);
+  // ... and attend them (kv as update_pages saw it).
+  void attend_selected(TensorView out, TensorView q, const LayerKvCache& kv, const AttentionMetadata& meta,
+                       TensorView selected, float scale, ops::Stream s);
+  void count_dense_step() { ++counters_.dense_layer_steps; }
+
   const QuestCounters& counters() const { return counters_; }
   TensorView key_min(int64_t layer) const { return key_min_[static_cast<size_t>(layer)]; }  // [NB, Hk, D]
   TensorView key_max(int64_t layer) const { return key_max_[static_cast<size_t>(layer)]; }  // [NB, Hk, D]
@@ -60,6 +71,8 @@ class QuestAttention final : public AttentionPolicy {
   Buffer selected_;                       // [max_num_seqs, Hk, budget_pages] i32
   Buffer attention_scratch_;              // sparse_decode_scratch_ints(max_num_seqs, Hk, budget_pages, BS) i32
   QuestCounters counters_;
+
+  void count_selection(TensorView selected, const AttentionMetadata& meta);
 };
 
 }  // namespace nanovllm

@@ -1,0 +1,87 @@
+// CPU reference of the page cache ops (contracts: kernels/page_cache_ops.h).
+#include <algorithm>
+#include <cstring>
+
+#include "nanovllm/kernels/cpu/cpu_page_cache.h"
+
+namespace nanovllm::cpu {
+
+void page_cache_reset(const ops::PageCacheState& st, TensorView counters) {
+  if (counters.data() != nullptr) std::fill_n(counters.data_as<int64_t>(), 2, int64_t{0});
+  std::fill_n(st.page_slot.data_as<int32_t>(), st.page_slot.numel(), -1);
+  std::fill_n(st.slot_page.data_as<int32_t>(), st.slot_page.numel(), -1);
+  std::fill_n(st.slot_stamp.data_as<int32_t>(), st.slot_stamp.numel(), -1);
+  std::fill_n(st.hand.data_as<int32_t>(), st.hand.numel(), 0);
+}
+
+void page_cache_plan(TensorView plan, TensorView selected, const ops::PageCacheState& st, int64_t host_tokens,
+                     int64_t page_size, int32_t step, TensorView counters) {
+  const int64_t Hk = st.page_slot.dim(0), P = st.page_slot.dim(1), C = st.slot_page.dim(1), K = selected.dim(2);
+  int64_t* count = counters.data_as<int64_t>();
+  for (int64_t h = 0; h < Hk; ++h) {
+    const int32_t* sel = selected.data_as<const int32_t>() + h * K;
+    int32_t* out = plan.data_as<int32_t>() + h * K * 2;
+    int32_t* page_slot = st.page_slot.data_as<int32_t>() + h * P;
+    int32_t* slot_page = st.slot_page.data_as<int32_t>() + h * C;
+    int32_t* stamp = st.slot_stamp.data_as<int32_t>() + h * C;
+    int32_t& hand = st.hand.data_as<int32_t>()[h];
+    // Hits first, so that no miss of this step evicts a page this step uses.
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t p = sel[k];
+      out[2 * k] = -1, out[2 * k + 1] = 0;
+      if (p < 0 || p * page_size >= host_tokens) continue;  // nothing in the host pool
+      out[2 * k + 1] = 1;                                   // from the host unless a hit below
+      if ((p + 1) * page_size > host_tokens) continue;      // the straddling page: uncached
+      const int32_t c = page_slot[p];
+      if (c < 0) continue;
+      out[2 * k] = c, out[2 * k + 1] = 0;
+      stamp[c] = step;
+      ++count[0];
+    }
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t p = sel[k];
+      if (p < 0 || (p + 1) * page_size > host_tokens || out[2 * k + 1] == 0) continue;
+      ++count[1];
+      if (C == 0) continue;  // no cache: the page comes from the host uncached
+      int32_t c = hand;
+      while (stamp[c] == step) c = static_cast<int32_t>((c + 1) % C);  // C >= K: a free slot exists
+      if (slot_page[c] >= 0) page_slot[slot_page[c]] = -1;
+      slot_page[c] = static_cast<int32_t>(p), page_slot[p] = c, stamp[c] = step;
+      hand = static_cast<int32_t>((c + 1) % C);
+      out[2 * k] = c;
+    }
+  }
+}
+
+void page_cache_fetch(TensorView dst_k, TensorView dst_v, TensorView host_k, TensorView host_v, TensorView cache_k,
+                      TensorView cache_v, TensorView selected, TensorView plan, int64_t host_tokens) {
+  const int64_t Hk = dst_k.dim(1), K = selected.dim(2), ps = cache_k.dim(1);
+  const size_t row = static_cast<size_t>(dst_k.dim(2)) * dtype_size(dst_k.dtype());  // one head's D elements
+  const int32_t* sel = selected.data_as<const int32_t>();
+  const int32_t* pl = plan.data_as<const int32_t>();
+  // Byte address of (token t, head h) in a [*, Hk, D] tensor, and of (slot c, offset o, head h) in the cache.
+  const auto at = [&](const TensorView& t, int64_t tok, int64_t h) {
+    return static_cast<char*>(t.data()) + static_cast<size_t>(tok * Hk + h) * row;
+  };
+  for (int64_t h = 0; h < Hk; ++h)
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t i = h * K + k, p = sel[i], slot = pl[2 * i];
+      const bool from_host = pl[2 * i + 1] != 0;
+      if (p < 0 || (!from_host && slot < 0)) continue;
+      for (int64_t r = p * ps; r < std::min((p + 1) * ps, host_tokens); ++r) {
+        const int64_t cache_tok = slot * ps + (r - p * ps);
+        for (int kv = 0; kv < 2; ++kv) {
+          const TensorView& dst = kv ? dst_v : dst_k;
+          const TensorView& cache = kv ? cache_v : cache_k;
+          if (from_host) {
+            std::memcpy(at(dst, r, h), at(kv ? host_v : host_k, r, h), row);
+            if (slot >= 0) std::memcpy(at(cache, cache_tok, h), at(dst, r, h), row);
+          } else {
+            std::memcpy(at(dst, r, h), at(cache, cache_tok, h), row);
+          }
+        }
+      }
+    }
+}
+
+}  // namespace nanovllm::cpu

@@ -1,0 +1,53 @@
+// The GPU hot-page cache of offloaded sparse decode (runner/offload_sparse_attention.h): per layer and KV
+// head a fixed number of page slots that hold recently selected pages, so a page selected again does not
+// cross PCIe. Two ops per layer and step: page_cache_plan decides which selected pages are hits and which
+// slot each miss takes (serial per KV head, on the device, so the step never waits for the host);
+// page_cache_fetch then moves the rows. Same rules as ops.h: validate, then dispatch (CPU reference
+// kernels in kernels/cpu/page_cache.cpp, CUDA in kernels/cuda/page_cache.cu).
+//
+// Shapes: Hk KV heads, K = pages one selection holds, P = pages of the layer, C = cache slots per KV head,
+// ps = tokens per page, D = head_dim, N = tokens of the layer buffer. Selections are select_pages' lists
+// of one sequence ([1, Hk, K] i32, pages increasing, -1 after them).
+#pragma once
+
+#include <cstdint>
+
+#include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/ops.h"
+
+namespace nanovllm::ops {
+
+// One layer's cache bookkeeping (device i32). Slot c of head h holds rows cache[c, :, h, :].
+struct PageCacheState {
+  TensorView page_slot;   // [Hk, P]: the slot holding page p of head h, -1 none
+  TensorView slot_page;   // [Hk, C]: the page slot c holds, -1 empty
+  TensorView slot_stamp;  // [Hk, C]: the last step that used the slot, -1 never
+  TensorView hand;        // [Hk]: the slot where the next victim search starts (a clock hand)
+};
+
+// Empties the cache: page_slot, slot_page and slot_stamp become -1, hand 0; and counters [2] i64 (see
+// page_cache_plan) become 0 unless undefined.
+void page_cache_reset(const PageCacheState& state, TensorView counters, Stream s = {});
+
+// Plans the fetch of `selected` for step `step` (>= 0, increasing between resets). A page p with
+// (p + 1) ps <= host_tokens lies wholly in the host pool and is cached: when a slot holds it, a hit (the
+// slot's stamp becomes `step`); otherwise a miss takes the next slot, circularly from the hand, whose stamp
+// is not `step` (evicting its page), so no page this step uses is evicted by it. The page straddling
+// host_tokens (at most one) comes from the host uncached; pages from host_tokens on need no fetch (the
+// caller's recent window). plan [1, Hk, K, 2] i32: per entry {slot or -1, 1 if the rows come from the
+// host}; {-1, 0}: nothing to fetch. counters [2] i64 += {hits, misses} over the cacheable pages.
+// C == 0 is no cache: every page in the host pool comes from it, counted as a miss; otherwise C >= K.
+void page_cache_plan(TensorView plan, TensorView selected, const PageCacheState& state, int64_t host_tokens,
+                     int64_t page_size, int32_t step, TensorView counters, Stream s = {});
+
+// Moves the rows of every planned entry (h, k), page p = selected[0, h, k], rows r in
+// [p ps, min((p + 1) ps, host_tokens)), K and V alike:
+//   from the host: dst[r, h] = host[r, h], and cache[slot, r - p ps, h] = the same row when slot >= 0;
+//   a hit:         dst[r, h] = cache[slot, r - p ps, h].
+// dst_k/dst_v [N, Hk, D] (the layer buffer, device); host_k/host_v [>= host_tokens, Hk, D] (the host
+// pool; on CUDA pinned memory the kernel reads over PCIe); cache_k/cache_v [C, ps, Hk, D] (device).
+void page_cache_fetch(TensorView dst_k, TensorView dst_v, TensorView host_k, TensorView host_v, TensorView cache_k,
+                      TensorView cache_v, TensorView selected, TensorView plan, int64_t host_tokens,
+                      Stream s = {});
+
+}  // namespace nanovllm::ops
