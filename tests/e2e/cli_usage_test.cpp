@@ -79,6 +79,12 @@ TEST(CliUsage, OptionValuesAreRangeChecked) {
   expect_usage_error(g + "--sparse-page-size 0", {"--sparse-page-size", "0"});
   expect_usage_error(g + "--sparse-page-size 32 --block-size 16",
                      {"--sparse-page-size 32 and --block-size 16 disagree: a Quest page is one KV cache block"});
+  expect_usage_error(g + "--sparse-prefill-policy xattn",
+                     {"unknown sparse prefill policy 'xattn'", "xattention, minference, flexprefill or avgpool"});
+  expect_usage_error(g + "--sparse-prefill-threshold 1.5", {"--sparse-prefill-threshold", "1.5"});
+  expect_usage_error(g + "--sparse-prefill-min-tokens 0", {"--sparse-prefill-min-tokens", "0"});
+  expect_usage_error(g + "--sparse-prefill-policy xattention --sparse-prefill-stride 3",
+                     {"sparse_prefill_stride 3 must be >= 1 and divide sparse_prefill_block_size 128"});
   expect_usage_error(g + "--max-num-seqs 0", {"--max-num-seqs must be >= 1, got 0"});
   expect_usage_error(g + "--gpu-memory-utilization 1.5", {"--gpu-memory-utilization", "1.5"});
   expect_usage_error(g + "--num-kv-buffers 9", {"--num-kv-buffers", "9"});

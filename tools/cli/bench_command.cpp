@@ -15,6 +15,8 @@
 #include "nanovllm/core/error.h"
 #include "nanovllm/llm/llm.h"
 #include "nanovllm/runner/device_peaks.h"
+#include "nanovllm/runner/model_runner.h"
+#include "nanovllm/sparse/sparse_prefill_attention.h"
 
 namespace nanovllm::cli {
 namespace {
@@ -238,7 +240,11 @@ void run_latency(LatencyOptions o) {
                 s * 1e3, n / s, flops / s / 1e12);
     if (peaks.measured) std::printf(" = %.1f%% of the measured GEMM rate", 100 * flops / s / flops_rate);
     std::printf("\n");
-    report["prefill"].push_back({{"tokens", n}, {"ms", s * 1e3}, {"tok_s", n / s}, {"tflops", flops / s / 1e12}});
+    report["prefill"].push_back({{"tokens", n}, {"ms", s * 1e3}, {"tok_s", n / s}, {"tflops", flops / s / 1e12},
+                                 {"sparse_prefill_policy", o.engine.sparse_prefill_policy}});
+    if (const SparsePrefillCounters* sp = engine.runner().sparse_prefill_counters(); sp && sp->causal_blocks > 0)
+      report["prefill"].back()["sparse_prefill_density_so_far"] =
+          static_cast<double>(sp->attended_blocks) / static_cast<double>(sp->causal_blocks);
   }
   write_report(o.json_out, report);
 }

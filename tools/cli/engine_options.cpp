@@ -75,6 +75,47 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
                  "GPUs one model is split over (tensor parallel; threads on --backend cpu)")
       ->check(at_least(1))
       ->capture_default_str();
+  cmd.add_option("--sparse-prefill-policy", o.sparse_prefill_policy,
+                 "prefill attention of long chunks: dense | xattention | minference | flexprefill | avgpool "
+                 "(block-sparse patterns; CPU backend only for now)")
+      ->capture_default_str();
+  cmd.add_option("--sparse-prefill-threshold", o.sparse_prefill_threshold,
+                 "sparse prefill: the policy's threshold in (0, 1]: xattention tau (default 0.95), flexprefill gamma "
+                 "(0.9), avgpool mass share (0.9), minference budget share of the context (0.3)")
+      ->check(in_range(0, 1));
+  cmd.add_option("--sparse-prefill-dense-layers", o.sparse_prefill_dense_layers,
+                 "sparse prefill: the first N layers stay dense")
+      ->check(at_least(0))
+      ->capture_default_str();
+  cmd.add_option("--sparse-prefill-min-tokens", o.sparse_prefill_min_tokens,
+                 "sparse prefill: chunks whose context (prefix + chunk) is shorter stay dense")
+      ->check(at_least(1))
+      ->capture_default_str();
+  cmd.add_option("--sparse-prefill-block-size", o.sparse_prefill_block_size,
+                 "sparse prefill: tokens per query block and per key block of the pattern")
+      ->check(in_range(1, 4096))
+      ->capture_default_str();
+  cmd.add_option("--sparse-prefill-stride", o.sparse_prefill_stride, "xattention: antidiagonal stride")
+      ->check(at_least(1))
+      ->capture_default_str();
+  cmd.add_option("--sparse-prefill-last-q", o.sparse_prefill_last_q,
+                 "minference: the chunk's last queries the estimate reads")
+      ->check(at_least(1))
+      ->capture_default_str();
+  cmd.add_option("--sparse-prefill-vertical", o.sparse_prefill_vertical,
+                 "minference: key columns kept per query head (default: adaptive, from the threshold)")
+      ->check(at_least(0));
+  cmd.add_option("--sparse-prefill-slash", o.sparse_prefill_slash,
+                 "minference: diagonals kept per query head (default: adaptive, from the threshold)")
+      ->check(at_least(0));
+  cmd.add_option("--sparse-prefill-tau", o.sparse_prefill_tau,
+                 "flexprefill: Jensen-Shannon distance below which a head is query-aware")
+      ->check(at_least(0))
+      ->capture_default_str();
+  cmd.add_option("--sparse-prefill-min-budget", o.sparse_prefill_min_budget,
+                 "flexprefill: at least this many tokens of vertical and of slash blocks")
+      ->check(at_least(0))
+      ->capture_default_str();
 }
 
 void add_sampling_options(CLI::App& cmd, SamplingOptions& o) {
@@ -133,6 +174,17 @@ EngineConfig EngineOptions::to_config() const {
   c.sparse.budget_tokens = sparse_budget;
   c.sparse.gpu_cache_tokens = sparse_gpu_cache_tokens;
   c.parallel.tensor_parallel_size = tensor_parallel_size;
+  c.sparse_prefill.policy = parse_sparse_prefill_policy(sparse_prefill_policy);
+  c.sparse_prefill.threshold = sparse_prefill_threshold;
+  c.sparse_prefill.dense_layers = sparse_prefill_dense_layers;
+  c.sparse_prefill.min_tokens = sparse_prefill_min_tokens;
+  c.sparse_prefill.block_size = sparse_prefill_block_size;
+  c.sparse_prefill.stride = sparse_prefill_stride;
+  c.sparse_prefill.last_q = sparse_prefill_last_q;
+  c.sparse_prefill.vertical = sparse_prefill_vertical;
+  c.sparse_prefill.slash = sparse_prefill_slash;
+  c.sparse_prefill.tau = sparse_prefill_tau;
+  c.sparse_prefill.min_budget = sparse_prefill_min_budget;
   return c;
 }
 

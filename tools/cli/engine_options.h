@@ -37,6 +37,17 @@ struct EngineOptions {
   int64_t sparse_page_size = 0;  // 0: the block size
   int64_t sparse_gpu_cache_tokens = -1;  // -1: 4 x sparse_budget
   int64_t tensor_parallel_size = 1;
+  std::string sparse_prefill_policy = "dense";
+  double sparse_prefill_threshold = 0;  // 0: the policy's default
+  int64_t sparse_prefill_dense_layers = 0;
+  int64_t sparse_prefill_min_tokens = 8192;
+  int64_t sparse_prefill_block_size = 128;
+  int64_t sparse_prefill_stride = 8;
+  int64_t sparse_prefill_last_q = 64;
+  int64_t sparse_prefill_vertical = 0;  // 0: adaptive
+  int64_t sparse_prefill_slash = 0;     // 0: adaptive
+  double sparse_prefill_tau = 0.1;
+  int64_t sparse_prefill_min_budget = 1024;
 
   EngineConfig to_config() const;
 };

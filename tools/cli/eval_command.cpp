@@ -21,6 +21,8 @@
 #include "eval/runner.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/model/config.h"
+#include "nanovllm/runner/model_runner.h"
+#include "nanovllm/sparse/sparse_prefill_attention.h"
 
 namespace nanovllm::cli {
 namespace {
@@ -184,6 +186,15 @@ void run_and_report(const EvalOptions& o, const std::string& command, const std:
   std::printf("%s", table.format(row_header).c_str());
   std::printf("overall %.2f | prompts %.1f s, run %.1f s (%lld prompt tokens, %lld generated)\n", table.overall_mean(),
               gen_s, run_s, static_cast<long long>(prompt_tokens), static_cast<long long>(generated));
+  // Sparse prefill: the share of the causal key blocks its patterns listed (1 when no chunk went sparse).
+  const SparsePrefillCounters* sp = engine.runner().sparse_prefill_counters();
+  const double density = sp && sp->causal_blocks > 0
+                             ? static_cast<double>(sp->attended_blocks) / static_cast<double>(sp->causal_blocks)
+                             : 1.0;
+  if (sp)
+    std::printf("sparse prefill %s: %.1f%% of the causal key blocks attended (%lld layer-chunks sparse, %lld dense)\n",
+                sparse_prefill_policy_name(cfg.sparse_prefill.policy), 100 * density,
+                static_cast<long long>(sp->sparse_layer_chunks), static_cast<long long>(sp->dense_layer_chunks));
 
   if (!o.json_out.empty()) {
     nlohmann::ordered_json j;
@@ -198,6 +209,9 @@ void run_and_report(const EvalOptions& o, const std::string& command, const std:
     j["samples_per_cell"] = o.samples;
     j["contexts"] = o.contexts;
     j["rows"] = rows;
+    j["sparse_prefill_policy"] = sparse_prefill_policy_name(cfg.sparse_prefill.policy);
+    j["sparse_prefill_threshold"] = cfg.sparse_prefill.enabled() ? cfg.sparse_prefill.effective_threshold() : 1.0;
+    j["sparse_prefill_density"] = density;
     const nlohmann::ordered_json scores = table.to_json(row_header);
     for (const auto& [k, v] : scores.items()) j[k] = v;
     j["time_s"] = {{"prompts", gen_s}, {"run", run_s}};

@@ -49,6 +49,64 @@ void ParallelConfig::validate() const {
   NANOVLLM_CHECK(tensor_parallel_size >= 1, "tensor_parallel_size must be >= 1, got ", tensor_parallel_size);
 }
 
+SparsePrefillPolicy parse_sparse_prefill_policy(std::string_view name) {
+  for (SparsePrefillPolicy p : {SparsePrefillPolicy::kDense, SparsePrefillPolicy::kXAttention,
+                                SparsePrefillPolicy::kMInference, SparsePrefillPolicy::kFlexPrefill,
+                                SparsePrefillPolicy::kAvgPool})
+    if (name == sparse_prefill_policy_name(p)) return p;
+  NANOVLLM_FAIL("unknown sparse prefill policy '", name,
+                "' (choose dense, xattention, minference, flexprefill or avgpool)");
+}
+
+const char* sparse_prefill_policy_name(SparsePrefillPolicy p) {
+  switch (p) {
+    case SparsePrefillPolicy::kXAttention: return "xattention";
+    case SparsePrefillPolicy::kMInference: return "minference";
+    case SparsePrefillPolicy::kFlexPrefill: return "flexprefill";
+    case SparsePrefillPolicy::kAvgPool: return "avgpool";
+    case SparsePrefillPolicy::kDense: break;
+  }
+  return "dense";
+}
+
+double SparsePrefillConfig::effective_threshold() const {
+  if (threshold > 0) return threshold;
+  switch (policy) {
+    case SparsePrefillPolicy::kXAttention: return 0.95;  // the seeds' engine default (their factory: 0.9)
+    case SparsePrefillPolicy::kMInference: return 0.3;   // the seeds' minference_adaptive_budget
+    case SparsePrefillPolicy::kFlexPrefill:              // FlexPrefill's gamma
+    case SparsePrefillPolicy::kAvgPool: return 0.9;
+    case SparsePrefillPolicy::kDense: break;
+  }
+  return 1.0;
+}
+
+void SparsePrefillConfig::validate(Backend backend) const {
+  if (!enabled()) return;
+  const char* name = sparse_prefill_policy_name(policy);
+  NANOVLLM_CHECK(backend != Backend::kCuda, "sparse_prefill_policy ", name,
+                 " runs on the CPU backend only for now (no CUDA pattern estimators yet); use "
+                 "--sparse-prefill-policy dense, or --backend cpu");
+  NANOVLLM_CHECK(threshold >= 0 && threshold <= 1,
+                 "sparse_prefill_threshold must be in (0, 1] (0: the policy's default), got ", threshold);
+  NANOVLLM_CHECK(dense_layers >= 0, "sparse_prefill_dense_layers must be >= 0, got ", dense_layers);
+  NANOVLLM_CHECK(min_tokens >= 1, "sparse_prefill_min_tokens must be >= 1, got ", min_tokens);
+  NANOVLLM_CHECK(block_size >= 1 && block_size <= 4096, "sparse_prefill_block_size must be in [1, 4096], got ",
+                 block_size);
+  if (policy == SparsePrefillPolicy::kXAttention)
+    NANOVLLM_CHECK(stride >= 1 && block_size % stride == 0, "sparse_prefill_stride ", stride,
+                   " must be >= 1 and divide sparse_prefill_block_size ", block_size);
+  if (policy == SparsePrefillPolicy::kMInference) {
+    NANOVLLM_CHECK(last_q >= 1, "sparse_prefill_last_q must be >= 1, got ", last_q);
+    NANOVLLM_CHECK(vertical >= 0 && slash >= 0, "sparse_prefill_vertical and sparse_prefill_slash must be >= 0 ",
+                   "(0: adaptive), got ", vertical, " and ", slash);
+  }
+  if (policy == SparsePrefillPolicy::kFlexPrefill) {
+    NANOVLLM_CHECK(tau >= 0, "sparse_prefill_tau must be >= 0, got ", tau);
+    NANOVLLM_CHECK(min_budget >= 0, "sparse_prefill_min_budget must be >= 0, got ", min_budget);
+  }
+}
+
 void EngineConfig::resolve(int64_t model_max_len) {
   if (model.max_model_len <= 0) model.max_model_len = model_max_len;
   NANOVLLM_CHECK(model.max_model_len <= model_max_len, "max_model_len ", model.max_model_len,
@@ -76,6 +134,7 @@ void EngineConfig::validate() const {
   NANOVLLM_CHECK(parallel.tensor_parallel_size == 1 || model.backend != Backend::kCuda, "tensor_parallel_size ",
                  parallel.tensor_parallel_size, " on the CUDA backend is not ready yet (its NCCL ranks can hang; "
                  "issue #34); the CPU backend supports it");
+  sparse_prefill.validate(model.backend);
   if (sparse.policy != SparsePolicy::kFull) {
     const int64_t min_pages = SparseConfig::kSinkPages + SparseConfig::kRecentPages + 1;
     NANOVLLM_CHECK(sparse.budget_pages(cache.block_size) >= min_pages, "sparse_budget ", sparse.budget_tokens,

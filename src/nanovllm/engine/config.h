@@ -97,8 +97,48 @@ struct SparseConfig {
 struct ParallelConfig {
   int64_t tensor_parallel_size = 1;
 
-  // tensor_parallel_size >= 1. EngineConfig::validate refuses N > 1 with CPU offload (not implemented).
+  // tensor_parallel_size >= 1. EngineConfig::validate refuses N > 1 with CPU offload (not implemented) and
+  // on the CUDA backend (its ranks can hang: not ready).
   void validate() const;
+};
+
+// Sparse prefill attention (sparse/sparse_prefill_attention.h): a prefill chunk of one sequence whose context
+// (prefix + chunk) reaches min_tokens attends, per KV head and query block of `block_size` tokens, only the key
+// blocks (and, for minference, single key columns) an estimator picks from the chunk's queries and keys; the first
+// dense_layers layers stay dense (and decode steps, short chunks, steps of two prefills; a chunk after decodes is
+// fine). CPU backend only for now (no CUDA estimators yet: validate says so); with or without CPU offload.
+enum class SparsePrefillPolicy {
+  kDense,        // no estimator: dense causal attention
+  kXAttention,   // antidiagonal block scores, blocks up to a cumulative share tau
+  kMInference,   // vertical-slash from the chunk's last queries
+  kFlexPrefill,  // per head query-aware or vertical-slash (Jensen-Shannon test), up to a mass gamma
+  kAvgPool,      // block-mean pooled q.k, blocks up to a cumulative share
+};
+// "dense" | "xattention" | "minference" | "flexprefill" | "avgpool"; throws naming the choices.
+SparsePrefillPolicy parse_sparse_prefill_policy(std::string_view name);
+const char* sparse_prefill_policy_name(SparsePrefillPolicy p);
+
+struct SparsePrefillConfig {
+  SparsePrefillPolicy policy = SparsePrefillPolicy::kDense;
+  // The policy's threshold in (0, 1]; 0: its default. xattention: tau (0.95), flexprefill: gamma (0.9), avgpool:
+  // the pooled mass share (0.9); at 1 these keep every causal block. minference: the share of the context spent on
+  // adaptive vertical/slash counts (0.3: vertical = max(31, 0.2 x share x context), slash = max(101, 0.8 x ...)).
+  double threshold = 0;
+  int64_t dense_layers = 0;   // the first N layers stay dense
+  int64_t min_tokens = 8192;  // chunks whose context (prefix + chunk) is shorter stay dense
+  int64_t block_size = 128;   // pattern block: tokens per query block and per key block
+  int64_t stride = 8;         // xattention: antidiagonal tile side (divides block_size)
+  int64_t last_q = 64;        // minference: the chunk's last queries the estimate reads
+  int64_t vertical = 0;       // minference: columns kept per query head; 0: adaptive (threshold)
+  int64_t slash = 0;          // minference: diagonals kept per query head; 0: adaptive (threshold)
+  double tau = 0.1;           // flexprefill: Jensen-Shannon distance below which a head is query-aware
+  int64_t min_budget = 1024;  // flexprefill: at least this many tokens of vertical and of slash blocks
+
+  static constexpr int64_t kMinferenceSinkTokens = 30;        // columns always kept
+  static constexpr int64_t kMinferenceRecentDiagonals = 100;  // diagonals always kept
+  bool enabled() const { return policy != SparsePrefillPolicy::kDense; }
+  double effective_threshold() const;  // threshold, or the policy's default when 0
+  void validate(Backend backend) const;
 };
 
 struct EngineConfig {
@@ -109,6 +149,7 @@ struct EngineConfig {
   OffloadConfig offload{};
   SparseConfig sparse{};
   ParallelConfig parallel{};
+  SparsePrefillConfig sparse_prefill{};
 
   // Once, before anything is built from the config: model.max_model_len 0 (or less) becomes
   // model_max_len and may not exceed it, every sub-config validates itself, and max_num_seqs is capped

@@ -53,6 +53,14 @@ CpuModelRunner::CpuModelRunner(const EngineConfig& ec, const ModelConfig& full_c
   ws_ = Qwen3Model::make_workspace(config, DType::kF32, workspace_storage_.data(), Device::cpu(),
                                    ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs, nullptr, tp_size);
   quest_ = make_sparse_policy(ec, config, num_kv_blocks_, DType::kF32, cpu_allocator());
+  sparse_prefill_ = make_sparse_prefill_policy(ec, config, cpu_allocator());
+  if (quest_ && sparse_prefill_) {  // Quest first: it keeps its page metadata from every step
+    policies_ =
+        std::make_unique<AttentionPolicyChain>(std::vector<AttentionPolicy*>{quest_.get(), sparse_prefill_.get()});
+    attention_policy_ = policies_.get();
+  } else {
+    attention_policy_ = quest_ ? static_cast<AttentionPolicy*>(quest_.get()) : sparse_prefill_.get();
+  }
   if (ec.offload.enabled) {
     // The CPU offload device defers copies and checks every access against the events (CI's stand-in
     // for CUDA streams).
@@ -60,6 +68,7 @@ CpuModelRunner::CpuModelRunner(const EngineConfig& ec, const ModelConfig& full_c
         *model_, make_cpu_offload_device(), ec, ws_, [this](const std::vector<const Sequence*>& seqs, float* logits) {
           return sampler_.sample(logits, model_->config().vocab_size, seqs);
         });
+    offload_->set_prefill_policy(sparse_prefill_.get());
   }
 }
 
@@ -71,7 +80,7 @@ std::vector<SampledToken> CpuModelRunner::execute(const SchedulerOutput& out) {
   ForwardBatch batch = build_forward_batch(out, ec_.cache.block_size);
   DecoderInputs in = batch.views(batch.data.data(), Device::cpu());
   in.taps = taps_;
-  in.attention_policy = quest_.get();
+  in.attention_policy = attention_policy_;
   model_->forward(in, kv_, ws_);
   if (!samples_) return {};  // tensor parallel: rank 0 samples from the same gathered logits
 

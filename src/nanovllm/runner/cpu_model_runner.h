@@ -7,7 +7,9 @@
 #include "nanovllm/model/qwen3_model.h"
 #include "nanovllm/runner/model_runner.h"
 #include "nanovllm/runner/offload_runner.h"
+#include "nanovllm/sparse/attention_policy_chain.h"
 #include "nanovllm/sparse/quest_attention.h"
+#include "nanovllm/sparse/sparse_prefill_attention.h"
 
 namespace nanovllm {
 
@@ -22,6 +24,9 @@ class CpuModelRunner final : public ModelRunner {
   std::vector<SampledToken> execute(const SchedulerOutput& out) override;
   OffloadRunner* offload() override { return offload_.get(); }
   const QuestCounters* sparse_counters() const override { return quest_ ? &quest_->counters() : nullptr; }
+  const SparsePrefillCounters* sparse_prefill_counters() const override {
+    return sparse_prefill_ ? &sparse_prefill_->counters() : nullptr;
+  }
 
  private:
   EngineConfig ec_;
@@ -36,6 +41,9 @@ class CpuModelRunner final : public ModelRunner {
   bool samples_ = true;  // false on tensor-parallel ranks other than 0
   std::unique_ptr<OffloadRunner> offload_;  // EngineConfig::offload.enabled
   std::unique_ptr<QuestAttention> quest_;   // EngineConfig::sparse.policy == quest
+  std::unique_ptr<SparsePrefillAttention> sparse_prefill_;  // EngineConfig::sparse_prefill.policy != dense
+  std::unique_ptr<AttentionPolicyChain> policies_;          // both of them
+  AttentionPolicy* attention_policy_ = nullptr;             // what the model's steps use (nullptr: dense)
 };
 
 }  // namespace nanovllm

@@ -17,6 +17,7 @@ namespace nanovllm {
 class LayerTaps;
 class OffloadRunner;
 struct QuestCounters;
+struct SparsePrefillCounters;
 
 class ModelRunner {
  public:
@@ -46,6 +47,8 @@ class ModelRunner {
   virtual OffloadRunner* offload() { return nullptr; }
   // What the sparse decode policy did (EngineConfig::sparse); nullptr when attention is dense.
   virtual const QuestCounters* sparse_counters() const { return nullptr; }
+  // What the sparse prefill policy did (EngineConfig::sparse_prefill), on both paths; nullptr when it is dense.
+  virtual const SparsePrefillCounters* sparse_prefill_counters() const { return nullptr; }
 
   // Layer taps (model/layer_taps.h) for the steps run from now on, on both paths; nullptr: none. While
   // set, every step runs eagerly (the CUDA runner neither replays decode graphs nor launches ahead), so

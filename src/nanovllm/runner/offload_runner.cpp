@@ -75,6 +75,7 @@ OffloadRunner::OffloadRunner(const Qwen3Model& model, std::unique_ptr<OffloadDev
         shape, config.sparse.budget_pages(page), SparseConfig::kSinkPages, SparseConfig::kRecentPages,
         config.sparse.cache_tokens(), iota_.view(), host_, da);
     footprint_.sparse = sparse_->device_bytes();
+    prefill_attention_ = sparse_.get();  // sparse decode: fills the page metadata, attends densely
   }
 
   footprint_.ring = ring_.nbytes();
@@ -104,6 +105,18 @@ OffloadRunner::OffloadRunner(const Qwen3Model& model, std::unique_ptr<OffloadDev
                 gib(footprint_.hidden), " GiB, prefill chunk ", chunk_, " tokens",
                 sparse ? detail::concat(", sparse decode (page min/max + hot-page cache) ", gib(footprint_.sparse), " GiB")
                        : std::string());
+}
+
+void OffloadRunner::set_prefill_policy(AttentionPolicy* policy) {
+  prefill_chain_.reset();
+  prefill_attention_ = sparse_.get();
+  if (policy == nullptr) return;
+  if (sparse_ == nullptr) {
+    prefill_attention_ = policy;
+    return;
+  }
+  prefill_chain_ = std::make_unique<AttentionPolicyChain>(std::vector<AttentionPolicy*>{sparse_.get(), policy});
+  prefill_attention_ = prefill_chain_.get();
 }
 
 OffloadRunner::~OffloadRunner() {
@@ -231,7 +244,7 @@ void OffloadRunner::prefill(const Sequence& seq, int64_t num_tokens) {
     in.sample_rows = ints(T + 4 * c + 3, 1);
     in.attn = attention(start, n, ints(T + 4 * c, 2), ints(T + 4 * c + 2, 1));
     in.taps = taps_;
-    in.attention_policy = sparse_.get();  // sparse decode: fills the page metadata, attends densely
+    in.attention_policy = prefill_attention_;  // sparse decode's page metadata, then sparse prefill
     return in;
   };
   auto chunk_workspace = [&](int64_t c) {  // hidden/residual rows of the chunk; the rest is the shared workspace

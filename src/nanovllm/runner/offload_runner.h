@@ -40,6 +40,7 @@
 #include "nanovllm/runner/offload_device.h"
 #include "nanovllm/runner/offload_host_pool.h"
 #include "nanovllm/runner/offload_sparse_attention.h"
+#include "nanovllm/sparse/attention_policy_chain.h"
 
 namespace nanovllm {
 
@@ -92,6 +93,9 @@ class OffloadRunner {
   PageCacheCounters sparse_cache_counters() const;
   // Layer taps for the steps run from now on (ModelRunner::set_layer_taps); nullptr: none.
   void set_layer_taps(LayerTaps* taps) { taps_ = taps; }
+  // The sparse prefill policy the prefill's chunks go through (sparse/sparse_prefill_attention.h), after the
+  // sparse decode policy's page metadata update when there is one; nullptr: dense. Decode steps never use it.
+  void set_prefill_policy(AttentionPolicy* policy);
 
  private:
   struct Slot {
@@ -142,6 +146,8 @@ class OffloadRunner {
 
   OffloadStats stats_;
   LayerTaps* taps_ = nullptr;
+  std::unique_ptr<AttentionPolicyChain> prefill_chain_;  // sparse_, then the sparse prefill policy
+  AttentionPolicy* prefill_attention_ = nullptr;          // what the prefill's chunks use (nullptr: dense)
 };
 
 }  // namespace nanovllm

@@ -27,6 +27,43 @@ std::unique_ptr<QuestAttention> make_sparse_policy(const EngineConfig& config, c
                                           SparseConfig::kSinkPages, SparseConfig::kRecentPages, alloc);
 }
 
+std::unique_ptr<SparsePrefillAttention> make_sparse_prefill_policy(const EngineConfig& config,
+                                                                   const ModelConfig& model, Allocator& alloc) {
+  const SparsePrefillConfig& c = config.sparse_prefill;
+  if (!c.enabled()) return nullptr;
+  using E = SparsePrefillOptions::Estimator;
+  SparsePrefillOptions o;
+  o.block_size = c.block_size;
+  o.first_sparse_layer = c.dense_layers;
+  o.min_context = c.min_tokens;
+  const double threshold = c.effective_threshold();
+  switch (c.policy) {
+    case SparsePrefillPolicy::kXAttention:
+      o.estimator = E::kXAttention;
+      o.xattention = {.stride = c.stride, .threshold = threshold};
+      break;
+    case SparsePrefillPolicy::kMInference:
+      o.estimator = E::kVerticalSlash;
+      o.vertical_slash = {.last_q = c.last_q,
+                          .vertical = c.vertical,
+                          .slash = c.slash,
+                          .sink_tokens = SparsePrefillConfig::kMinferenceSinkTokens,
+                          .recent_diagonals = SparsePrefillConfig::kMinferenceRecentDiagonals};
+      o.budget_share = threshold;
+      break;
+    case SparsePrefillPolicy::kFlexPrefill:
+      o.estimator = E::kFlexPrefill;
+      o.flexprefill = {.gamma = threshold, .tau = c.tau, .min_budget = c.min_budget};
+      break;
+    case SparsePrefillPolicy::kAvgPool:
+      o.estimator = E::kAvgPool;
+      o.avgpool = {.threshold = threshold};
+      break;
+    case SparsePrefillPolicy::kDense: return nullptr;
+  }
+  return std::make_unique<SparsePrefillAttention>(o, model.num_attention_heads, model.num_key_value_heads, alloc);
+}
+
 SparsePolicyBytes sparse_policy_bytes(const EngineConfig& config, const ModelConfig& model, DType kv_dtype) {
   if (config.sparse.policy != SparsePolicy::kQuest) return {};
   const QuestShape q = quest_shape(config, model, 0, kv_dtype);

@@ -9,12 +9,18 @@
 #include "nanovllm/engine/config.h"
 #include "nanovllm/model/config.h"
 #include "nanovllm/sparse/quest_attention.h"
+#include "nanovllm/sparse/sparse_prefill_attention.h"
 
 namespace nanovllm {
 
 // nullptr when config.sparse.policy is full (dense attention needs no policy).
 std::unique_ptr<QuestAttention> make_sparse_policy(const EngineConfig& config, const ModelConfig& model,
                                                    int64_t num_kv_blocks, DType kv_dtype, Allocator& alloc);
+
+// The sparse prefill policy (EngineConfig::sparse_prefill) with its pattern buffer on `alloc`'s device; nullptr
+// when the policy is dense.
+std::unique_ptr<SparsePrefillAttention> make_sparse_prefill_policy(const EngineConfig& config,
+                                                                   const ModelConfig& model, Allocator& alloc);
 
 // Device bytes make_sparse_policy allocates: per_block x num_kv_blocks + fixed (0, 0 when dense).
 struct SparsePolicyBytes {

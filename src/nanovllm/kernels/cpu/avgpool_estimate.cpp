@@ -1,0 +1,52 @@
+// AvgPool's estimate, per query head and query block of the chunk: the block-mean query (the chunk's rows of the block)
+// against every causal key block's mean key, softmax over those key blocks, and the blocks covering `threshold` of that
+// mass (sink and diagonal first).
+#include <vector>
+
+#include "nanovllm/core/parallel.h"
+#include "nanovllm/kernels/cpu/cpu_pattern_estimators.h"
+
+namespace nanovllm::cpu {
+
+void avgpool_estimate(const PatternOut& out, TensorView q, TensorView k_cache, const int32_t* block_table,
+                      const PrefillChunk& c, const ops::AvgPoolParams& p) {
+  const int64_t D = c.D, T = c.T, ctx = c.ctx, B = c.B, first = c.first_block(), NQB = c.num_blocks();
+  const std::vector<float> qs = queries_by_head(q);
+  const std::vector<float> ks = keys_by_head(k_cache, block_table, ctx);
+  PatternSets sets(c);
+  parallel_for(c.Hk, [&](int64_t b, int64_t e) {
+    std::vector<float> mean_q(static_cast<size_t>(D)), score;
+    std::vector<double> mass;
+    for (int64_t h = b; h < e; ++h) {
+      if (p.threshold >= 1) {
+        for (int64_t i = first; i < NQB; ++i) sets.add_causal_row(h, i);
+        continue;
+      }
+      std::vector<float> mean_k(static_cast<size_t>(NQB * D), 0.0f);  // [NQB][D]
+      for (int64_t k = 0; k < ctx; ++k)
+        for (int64_t d = 0; d < D; ++d)
+          mean_k[static_cast<size_t>(k / B * D + d)] += ks[static_cast<size_t>((h * ctx + k) * D + d)];
+      for (int64_t j = 0; j < NQB; ++j)
+        for (int64_t d = 0; d < D; ++d)
+          mean_k[static_cast<size_t>(j * D + d)] /= static_cast<float>(c.key_end(j) - j * B);
+      for (int64_t g = h * c.group(); g < (h + 1) * c.group(); ++g) {
+        for (int64_t i = first; i < NQB; ++i) {
+          std::fill(mean_q.begin(), mean_q.end(), 0.0f);
+          for (int64_t r = c.row_begin(i); r < c.row_end(i); ++r)
+            for (int64_t d = 0; d < D; ++d)
+              mean_q[static_cast<size_t>(d)] += qs[static_cast<size_t>((g * T + r - c.start()) * D + d)];
+          for (float& x : mean_q) x /= static_cast<float>(c.row_end(i) - c.row_begin(i));
+          score.resize(static_cast<size_t>(i + 1));
+          for (int64_t j = 0; j <= i; ++j)
+            score[static_cast<size_t>(j)] = c.scale * dot(mean_q.data(), &mean_k[static_cast<size_t>(j * D)], D);
+          softmax(score.data(), i + 1);
+          mass.assign(score.begin(), score.end());
+          for (int32_t j : cover_mass(mass, {0, static_cast<int32_t>(i)}, p.threshold)) sets.add_block(h, i, j);
+        }
+      }
+    }
+  });
+  sets.write(out.block_counts, out.block_index, out.column_counts, out.column_index);
+}
+
+}  // namespace nanovllm::cpu

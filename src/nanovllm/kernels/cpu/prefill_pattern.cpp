@@ -1,0 +1,152 @@
+#include "nanovllm/kernels/cpu/prefill_pattern.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "nanovllm/core/error.h"
+#include "nanovllm/kernels/cpu/row_io.h"
+
+namespace nanovllm::cpu {
+
+std::vector<float> queries_by_head(TensorView q) {
+  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2);
+  std::vector<float> out(static_cast<size_t>(Hq * T * D));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t g = 0; g < Hq; ++g)
+      load_row_f32(q.data(), q.dtype(), (t * Hq + g) * D, D, &out[static_cast<size_t>((g * T + t) * D)]);
+  return out;
+}
+
+std::vector<float> keys_by_head(TensorView k_cache, const int32_t* block_table, int64_t ctx) {
+  const int64_t BS = k_cache.dim(1), Hk = k_cache.dim(2), D = k_cache.dim(3);
+  std::vector<float> out(static_cast<size_t>(Hk * ctx * D));
+  for (int64_t p = 0; p < ctx; ++p) {
+    const int64_t slot = int64_t{block_table[p / BS]} * BS + p % BS;
+    for (int64_t h = 0; h < Hk; ++h)
+      load_row_f32(k_cache.data(), k_cache.dtype(), (slot * Hk + h) * D, D,
+                   &out[static_cast<size_t>((h * ctx + p) * D)]);
+  }
+  return out;
+}
+
+float dot(const float* s, const float* t, int64_t D) {
+  float acc = 0;
+  for (int64_t d = 0; d < D; ++d) acc += s[d] * t[d];
+  return acc;
+}
+
+void softmax(float* x, int64_t n) {
+  const float m = *std::max_element(x, x + n);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - m);
+    sum += x[i];
+  }
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(x[i] / sum);
+}
+
+std::vector<int32_t> cover_mass(const std::vector<double>& mass, const std::vector<int32_t>& forced, double threshold) {
+  const auto n = static_cast<int32_t>(mass.size());
+  std::vector<int32_t> keep;
+  if (threshold >= 1) {
+    keep.resize(mass.size());
+    std::iota(keep.begin(), keep.end(), 0);
+    return keep;
+  }
+  std::vector<uint8_t> taken(mass.size(), 0);
+  double kept = 0;
+  for (int32_t f : forced) {
+    if (taken[static_cast<size_t>(f)]) continue;
+    taken[static_cast<size_t>(f)] = 1;
+    keep.push_back(f);
+    kept += mass[static_cast<size_t>(f)];
+  }
+  std::vector<int32_t> rest;
+  for (int32_t j = 0; j < n; ++j)
+    if (!taken[static_cast<size_t>(j)]) rest.push_back(j);
+  std::sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) {
+    return mass[static_cast<size_t>(a)] > mass[static_cast<size_t>(b)] ||
+           (mass[static_cast<size_t>(a)] == mass[static_cast<size_t>(b)] && a < b);
+  });
+  const double need = threshold * std::accumulate(mass.begin(), mass.end(), 0.0);
+  for (int32_t j : rest) {
+    if (kept >= need) break;
+    keep.push_back(j);
+    kept += mass[static_cast<size_t>(j)];
+  }
+  return keep;
+}
+
+PatternSets::PatternSets(const PrefillChunk& c) : c_(c) {
+  const auto rows = static_cast<size_t>(c.Hk * (c.num_blocks() - c.first_block()));
+  blocks_.assign(rows, std::vector<uint8_t>(static_cast<size_t>(c.num_blocks()), 0));
+  columns_.resize(rows);
+  for (int64_t h = 0; h < c.Hk; ++h)
+    for (int64_t i = c.first_block(); i < c.num_blocks(); ++i) {
+      add_block(h, i, 0);
+      add_block(h, i, i);
+    }
+}
+
+size_t PatternSets::row(int64_t h, int64_t i) const {
+  NANOVLLM_ASSERT(h >= 0 && h < c_.Hk && i >= c_.first_block() && i < c_.num_blocks());
+  return static_cast<size_t>(h * (c_.num_blocks() - c_.first_block()) + i - c_.first_block());
+}
+
+void PatternSets::add_block(int64_t h, int64_t i, int64_t j) {
+  NANOVLLM_ASSERT(j >= 0 && j <= i);
+  blocks_[row(h, i)][static_cast<size_t>(j)] = 1;
+}
+
+void PatternSets::add_column(int64_t h, int64_t i, int64_t p) {
+  NANOVLLM_ASSERT(p >= 0 && p < i * c_.B);
+  columns_[row(h, i)].push_back(static_cast<int32_t>(p));
+}
+
+void PatternSets::add_causal_row(int64_t h, int64_t i) {
+  std::fill(blocks_[row(h, i)].begin(), blocks_[row(h, i)].begin() + i + 1, uint8_t{1});
+}
+
+void PatternSets::write(TensorView block_counts, TensorView block_index, TensorView column_counts,
+                        TensorView column_index) const {
+  const int64_t NQB = c_.num_blocks(), MAXB = block_index.dim(2);
+  const bool has_columns = column_counts.defined();
+  const int64_t MAXC = has_columns ? column_index.dim(2) : 0;
+  int32_t* bc = block_counts.data_as<int32_t>();
+  int32_t* bi = block_index.data_as<int32_t>();
+  int32_t* cc = has_columns ? column_counts.data_as<int32_t>() : nullptr;
+  int32_t* ci = has_columns ? column_index.data_as<int32_t>() : nullptr;
+  std::vector<int32_t> cols;
+  for (int64_t h = 0; h < c_.Hk; ++h) {
+    for (int64_t i = 0; i < NQB; ++i) {
+      int32_t* list = bi + (h * NQB + i) * MAXB;
+      int32_t n = 0;
+      cols.clear();
+      if (i < c_.first_block()) {
+        list[n++] = 0;
+        if (i > 0) list[n++] = static_cast<int32_t>(i);
+      } else {
+        const std::vector<uint8_t>& listed = blocks_[row(h, i)];
+        for (int64_t j = 0; j <= i; ++j)
+          if (listed[static_cast<size_t>(j)]) list[n++] = static_cast<int32_t>(j);
+        for (int32_t p : columns_[row(h, i)])
+          if (!listed[static_cast<size_t>(p / c_.B)]) cols.push_back(p);
+        std::sort(cols.begin(), cols.end());
+        cols.erase(std::unique(cols.begin(), cols.end()), cols.end());
+      }
+      std::fill(list + n, list + MAXB, -1);
+      bc[h * NQB + i] = n;
+      NANOVLLM_CHECK(has_columns || cols.empty(), "prefill pattern: columns estimated but no column lists given");
+      if (!has_columns) continue;
+      NANOVLLM_CHECK(static_cast<int64_t>(cols.size()) <= MAXC, "prefill pattern: query block ", i, " of KV head ", h,
+                     " lists ", cols.size(), " columns; column_index holds ", MAXC);
+      int32_t* clist = ci + (h * NQB + i) * MAXC;
+      std::copy(cols.begin(), cols.end(), clist);
+      std::fill(clist + cols.size(), clist + MAXC, -1);
+      cc[h * NQB + i] = static_cast<int32_t>(cols.size());
+    }
+  }
+}
+
+}  // namespace nanovllm::cpu

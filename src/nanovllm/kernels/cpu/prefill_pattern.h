@@ -1,0 +1,68 @@
+// What the CPU pattern estimators share: the chunk's geometry, its queries and keys in fp32, the "keep the best until a
+// share of the mass is covered" rule, and the per-(KV head, query block) sets a pattern is built from. Internal to
+// kernels/cpu.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "nanovllm/core/tensor.h"
+
+namespace nanovllm::cpu {
+
+// One sequence's prefill chunk: queries at positions [ctx - T, ctx) attend keys [0, ctx) causally. Pattern blocks are B
+// tokens in absolute positions: query block i holds positions [iB, (i + 1) B).
+struct PrefillChunk {
+  int64_t T = 0, ctx = 0;         // chunk tokens, keys (prefix + chunk)
+  int64_t Hq = 0, Hk = 0, D = 0;  // query heads, KV heads, head_dim
+  int64_t B = 0;                  // pattern block size
+  float scale = 0;                // softmax scale of q.k
+  int64_t group() const { return Hq / Hk; }
+  int64_t start() const { return ctx - T; }                 // first query position
+  int64_t num_blocks() const { return (ctx + B - 1) / B; }  // NQB (and key blocks)
+  int64_t first_block() const { return start() / B; }       // the chunk's first query block
+  // Query rows of block i inside the chunk: positions [row_begin(i), row_end(i)).
+  int64_t row_begin(int64_t i) const { return i * B > start() ? i * B : start(); }
+  int64_t row_end(int64_t i) const { return (i + 1) * B < ctx ? (i + 1) * B : ctx; }
+  int64_t key_end(int64_t j) const { return (j + 1) * B < ctx ? (j + 1) * B : ctx; }
+};
+
+// q [T, Hq, D] as fp32 [Hq][T][D]; the sequence's keys [0, ctx) read through block_table from k_cache [NB, BS, Hk, D]
+// as fp32 [Hk][ctx][D]. A reference's simplicity over memory: the CPU backend runs tiny models; the CUDA estimators
+// read the cache in place.
+std::vector<float> queries_by_head(TensorView q);
+std::vector<float> keys_by_head(TensorView k_cache, const int32_t* block_table, int64_t ctx);
+
+// s . t over D elements, in fp32 (the estimators' scores; the exact attention is the kernel's).
+float dot(const float* s, const float* t, int64_t D);
+
+// Softmax of x[0, n) in place (max-subtracted, fp64 sum).
+void softmax(float* x, int64_t n);
+
+// The entries to keep of mass[0, n) (non-negative): the forced ones first, then the others by decreasing mass (ties:
+// the lower index) while the mass kept so far is below threshold x the total. threshold >= 1 keeps every entry (a float
+// sum may never reach the total exactly).
+std::vector<int32_t> cover_mass(const std::vector<double>& mass, const std::vector<int32_t>& forced, double threshold);
+
+// Key blocks and columns per (KV head, query block of the chunk), the sink block 0 and the diagonal block always in.
+// write() fills the pattern views: blocks increasing, columns increasing and outside the listed blocks; query blocks
+// before the chunk list just {0, i} (the kernel computes no row there).
+class PatternSets {
+ public:
+  explicit PatternSets(const PrefillChunk& c);
+  void add_block(int64_t h, int64_t i,
+                 int64_t j);                         // key block j <= i for query block i of head h
+  void add_column(int64_t h, int64_t i, int64_t p);  // key position p < iB
+  void add_causal_row(int64_t h, int64_t i);         // every key block 0..i
+  // block_counts [Hk, NQB], block_index [Hk, NQB, MAXB >= NQB]; column_counts [Hk, NQB] and column_index [Hk, NQB,
+  // MAXC] may be undefined when no column was added. Fails when a row's columns exceed MAXC.
+  void write(TensorView block_counts, TensorView block_index, TensorView column_counts, TensorView column_index) const;
+
+ private:
+  size_t row(int64_t h, int64_t i) const;
+  PrefillChunk c_;
+  std::vector<std::vector<uint8_t>> blocks_;   // [Hk x chunk blocks][NQB]: 1 = listed
+  std::vector<std::vector<int32_t>> columns_;  // [Hk x chunk blocks]: positions, unsorted, maybe repeated
+};
+
+}  // namespace nanovllm::cpu

@@ -1,0 +1,124 @@
+// Pattern estimator entry points: validate the chunk, the cache, the pattern views and the knobs, then dispatch (CPU
+// reference kernels; CUDA tensors are refused until the CUDA estimators exist).
+#include "nanovllm/kernels/pattern_estimators.h"
+
+#include <cmath>
+#include <string_view>
+
+#include "nanovllm/core/error.h"
+#include "nanovllm/kernels/cpu/cpu_pattern_estimators.h"
+#include "nanovllm/kernels/op_checks.h"
+
+namespace nanovllm::ops {
+namespace {
+
+// [Hk, NQB] counts and [Hk, NQB, width >= min_width] lists, i32 on dev.
+void check_lists(std::string_view op, std::string_view counts_name, const TensorView& counts,
+                 std::string_view index_name, const TensorView& index, int64_t Hk, int64_t NQB, int64_t min_width,
+                 Device dev) {
+  check_i32_tensor(op, counts_name, counts, dev, {Hk, NQB});
+  check_tensor(op, index_name, index, dev, 3);
+  check_i32(op, index_name, index);
+  NANOVLLM_CHECK(index.dim(0) == Hk && index.dim(1) == NQB && index.dim(2) >= min_width, op, ": ", index_name, " ",
+                 index.shape().str(), " must be [", Hk, ", ", NQB, ", >= ", min_width,
+                 "] (KV heads, query blocks, list width)");
+}
+
+// The common arguments (pattern_estimators.h); returns the chunk's geometry. `needs_columns`: the column lists must be
+// given (otherwise they may be undefined).
+cpu::PrefillChunk check_estimate(std::string_view op, const BlockSparsePattern& pattern, const TensorView& q,
+                                 const TensorView& k_cache, const AttentionMetadata& meta, float scale,
+                                 bool needs_columns = false) {
+  const Device dev = q.device();
+  check_tensor(op, "q", q, dev, 3);
+  check_float(op, "q", q);
+  check_tensor(op, "k_cache", k_cache, dev, 4);
+  check_float(op, "k_cache", k_cache);
+  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hk = k_cache.dim(2);
+  NANOVLLM_CHECK(T >= 1 && D >= 1 && k_cache.dim(1) >= 1 && k_cache.dim(3) == D, op, ": q ", q.shape().str(),
+                 " and k_cache ", k_cache.shape().str(), " must be [T >= 1, Hq, D] and [NB, BS, Hk, D]");
+  NANOVLLM_CHECK(Hk >= 1 && Hq % Hk == 0, op, ": query heads ", Hq, " must be a multiple of KV heads ", Hk);
+  NANOVLLM_CHECK(std::isfinite(scale), op, ": scale must be finite, got ", scale);
+  NANOVLLM_CHECK(meta.block_size == k_cache.dim(1), op, ": meta.block_size ", meta.block_size,
+                 " != KV cache block size ", k_cache.dim(1));
+  NANOVLLM_CHECK(meta.num_seqs == 1, op, ": estimates one sequence's chunk, got meta.num_seqs = ", meta.num_seqs);
+  check_seq_metadata(op, meta, T, k_cache.dim(0), k_cache.dim(1), dev);
+  const int64_t ctx = meta.max_context_len;
+  NANOVLLM_CHECK(ctx >= T && ctx <= INT32_MAX, op, ": meta.max_context_len ", ctx, " must hold the ", T,
+                 " query rows (and fit 32 bits)");
+  if (dev.is_cpu())
+    NANOVLLM_CHECK(meta.context_lens.data_as<const int32_t>()[0] == ctx, op, ": meta.max_context_len ", ctx,
+                   " != context_lens[0] ", meta.context_lens.data_as<const int32_t>()[0]);
+  const int64_t bs = pattern.block_size;
+  NANOVLLM_CHECK(bs >= 1, op, ": pattern.block_size must be >= 1, got ", bs);
+  const int64_t NQB = (ctx + bs - 1) / bs;
+  check_lists(op, "pattern.block_counts", pattern.block_counts, "pattern.block_index", pattern.block_index, Hk, NQB,
+              NQB, dev);
+  NANOVLLM_CHECK(!needs_columns || pattern.column_counts.defined(), op, ": needs column lists (pattern.column_counts ",
+                 "and pattern.column_index)");
+  if (pattern.column_counts.defined() || pattern.column_index.defined())
+    check_lists(op, "pattern.column_counts", pattern.column_counts, "pattern.column_index", pattern.column_index, Hk,
+                NQB, 1, dev);
+  NANOVLLM_CHECK(!dev.is_cuda(), op, ": no CUDA estimator yet (tensors are on ", to_string(dev), ")");
+  return {.T = T, .ctx = ctx, .Hq = Hq, .Hk = Hk, .D = D, .B = bs, .scale = scale};
+}
+
+cpu::PatternOut outputs(const BlockSparsePattern& p) {
+  return {p.block_counts, p.block_index, p.column_counts, p.column_index};
+}
+
+const int32_t* block_table(const AttentionMetadata& meta) { return meta.block_tables.data_as<const int32_t>(); }
+
+}  // namespace
+
+void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+                         const AttentionMetadata& meta, float scale, const XAttentionParams& params, Stream s) {
+  constexpr std::string_view op = "xattention_estimate";
+  static_cast<void>(s);
+  const cpu::PrefillChunk c = check_estimate(op, pattern, q, k_cache, meta, scale);
+  NANOVLLM_CHECK(params.stride >= 1 && c.B % params.stride == 0, op, ": stride ", params.stride,
+                 " must divide the pattern block size ", c.B);
+  NANOVLLM_CHECK(params.threshold > 0, op, ": threshold must be > 0, got ", params.threshold);
+  cpu::xattention_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
+}
+
+void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+                             const AttentionMetadata& meta, float scale, const VerticalSlashParams& params, Stream s) {
+  constexpr std::string_view op = "vertical_slash_estimate";
+  static_cast<void>(s);
+  NANOVLLM_CHECK(params.last_q >= 1 && params.vertical >= 0 && params.slash >= 0 && params.sink_tokens >= 0 &&
+                     params.recent_diagonals >= 0,
+                 op,
+                 ": last_q must be >= 1 and vertical, slash, sink_tokens, "
+                 "recent_diagonals >= 0 (got ",
+                 params.last_q, ", ", params.vertical, ", ", params.slash, ", ", params.sink_tokens, ", ",
+                 params.recent_diagonals, ")");
+  const cpu::PrefillChunk c = check_estimate(op, pattern, q, k_cache, meta, scale, /*needs_columns=*/true);
+  const int64_t columns = vertical_slash_max_columns(c.ctx, c.group(), params.vertical);
+  NANOVLLM_CHECK(pattern.column_index.dim(2) >= columns, op, ": pattern.column_index ",
+                 pattern.column_index.shape().str(), " holds ", pattern.column_index.dim(2),
+                 " columns per list; up to ", columns, " may be chosen (vertical_slash_max_columns)");
+  cpu::vertical_slash_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
+}
+
+void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+                          const AttentionMetadata& meta, float scale, const FlexPrefillParams& params, Stream s) {
+  constexpr std::string_view op = "flexprefill_estimate";
+  static_cast<void>(s);
+  NANOVLLM_CHECK(params.gamma > 0 && params.tau >= 0 && params.min_budget >= 0, op,
+                 ": gamma must be > 0, tau and min_budget >= 0 (got ", params.gamma, ", ", params.tau, ", ",
+                 params.min_budget, ")");
+  const cpu::PrefillChunk c = check_estimate(op, pattern, q, k_cache, meta, scale);
+  cpu::flexprefill_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
+}
+
+void avgpool_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+                      const AttentionMetadata& meta, float scale, const AvgPoolParams& params, Stream s) {
+  constexpr std::string_view op = "avgpool_estimate";
+  static_cast<void>(s);
+  NANOVLLM_CHECK(params.threshold > 0, op, ": threshold must be > 0, got ", params.threshold);
+  const cpu::PrefillChunk c = check_estimate(op, pattern, q, k_cache, meta, scale);
+  cpu::avgpool_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
+}
+
+}  // namespace nanovllm::ops

@@ -1,0 +1,81 @@
+// Sparse prefill attention: for a long prefill chunk of one sequence, an estimator (XAttention, MInference
+// vertical-slash, FlexPrefill or AvgPool: kernels/pattern_estimators.h) picks per KV head and query block the key
+// blocks (and columns) worth attending, and block_sparse_prefill_attention (kernels/sparse_ops.h) attends exactly
+// those, with the exact softmax over them. The chunk is a step's only sequence, or (CPU tensors) its last one after
+// decodes only (a mixed step: the decodes' rows run dense paged_attention here). Layers before
+// first_sparse_layer, chunks whose context is shorter than min_context, decode steps and steps of several
+// prefill sequences are left to dense attention (attend returns false).
+//
+// Decides and computes, never moves memory: the pattern lives in a buffer of the policy, grown to the longest
+// context seen (on the cache's device).
+#pragma once
+
+#include <cstdint>
+
+#include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/estimator_params.h"
+#include "nanovllm/kernels/sparse_ops.h"
+#include "nanovllm/model/attention_policy.h"
+#include "nanovllm/model/qwen3_model.h"
+
+namespace nanovllm {
+
+struct SparsePrefillOptions {
+  enum class Estimator { kXAttention, kVerticalSlash, kFlexPrefill, kAvgPool };
+  Estimator estimator = Estimator::kXAttention;
+  int64_t block_size = 128;        // pattern block (tokens)
+  int64_t first_sparse_layer = 0;  // layers [0, first_sparse_layer) stay dense
+  int64_t min_context = 8192;      // chunks whose context (prefix + chunk) is shorter stay dense
+  ops::XAttentionParams xattention;
+  // Vertical-slash: vertical_slash.vertical / .slash of 0 are adaptive, from budget_share x context (the
+  // seeds' minference_adaptive_budget): vertical = max(sinks + 1, 0.2 x budget), slash = max(recent + 1, 0.8 x ...).
+  ops::VerticalSlashParams vertical_slash;
+  double budget_share = 0.3;
+  ops::FlexPrefillParams flexprefill;
+  ops::AvgPoolParams avgpool;
+};
+
+// What the policy did, for tests and eval (density = attended_blocks / causal_blocks).
+struct SparsePrefillCounters {
+  int64_t sparse_layer_chunks = 0;  // (layer, chunk) pairs attended sparsely
+  int64_t dense_layer_chunks = 0;   // (layer, step) pairs left to dense attention
+  int64_t attended_blocks =
+      0;                      // (KV head, query block, key block) triples listed, over the sparse chunks' query blocks
+  int64_t causal_blocks = 0;  // ... that dense causal attention covers
+  int64_t attended_columns = 0;  // single key positions listed besides the blocks (vertical-slash)
+};
+
+class SparsePrefillAttention final : public AttentionPolicy {
+ public:
+  // num_query_heads / num_kv_heads: the model's (GQA group sizes the column lists).
+  SparsePrefillAttention(const SparsePrefillOptions& options, int64_t num_query_heads, int64_t num_kv_heads,
+                         Allocator& alloc);
+
+  bool attend(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv, const AttentionMetadata& meta,
+              float scale, ops::Stream s) override;
+
+  const SparsePrefillOptions& options() const { return options_; }
+  const SparsePrefillCounters& counters() const { return counters_; }
+  // The step's sequence that goes sparse at `layer` (the rules above), or -1.
+  int64_t sparse_sequence(int64_t layer, const AttentionMetadata& meta) const;
+
+ private:
+  ops::BlockSparsePattern pattern_for(int64_t ctx);  // views of pattern_ for a context, grown when needed
+  ops::VerticalSlashParams vertical_slash_for(int64_t ctx) const;
+  void estimate(const ops::BlockSparsePattern& pattern, TensorView q, const LayerKvCache& kv,
+                const AttentionMetadata& meta, float scale, ops::Stream s);
+  void count(const ops::BlockSparsePattern& pattern, int64_t ctx, int64_t num_tokens);
+  // The metadata of the step's last sequence alone (its cu_seqlens in cu_), and of the decodes before it.
+  AttentionMetadata last_sequence(const AttentionMetadata& meta);
+  static AttentionMetadata leading_decodes(const AttentionMetadata& meta);
+
+  SparsePrefillOptions options_;
+  int64_t num_query_heads_, num_kv_heads_;
+  Allocator& alloc_;
+  Buffer pattern_;  // [Hk, NQB] counts + [Hk, NQB, NQB] blocks + [Hk, NQB] + [Hk, NQB, MAXC] columns, i32
+  int64_t pattern_ints_ = 0;
+  int32_t cu_[2] = {0, 0};  // host cu_seqlens of a mixed step's prefill sequence
+  SparsePrefillCounters counters_;
+};
+
+}  // namespace nanovllm
