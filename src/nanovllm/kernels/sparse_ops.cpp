@@ -240,8 +240,8 @@ void block_sparse_prefill_attention(TensorView out, TensorView q, TensorView k_c
   if (pattern.column_counts.defined() || pattern.column_index.defined())
     check_pattern_lists(op, "pattern.column_counts", pattern.column_counts, "pattern.column_index",
                         pattern.column_index, Hk, NQB, dev);
-  NANOVLLM_CHECK(!dev.is_cuda(), op, ": no CUDA kernel yet (tensors are on ", to_string(dev), ")");
-  static_cast<void>(s);
+  if (dev.is_cuda())
+    NANOVLLM_DISPATCH_CUDA(block_sparse_prefill_attention, dev, out, q, k_cache, v_cache, meta, pattern, scale, s);
   check_pattern_contents(op, pattern, Hk, ctx, T);
   cpu::block_sparse_prefill_attention(out, q, k_cache, v_cache, meta, pattern, scale);
 }

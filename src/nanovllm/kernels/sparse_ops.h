@@ -78,7 +78,8 @@ struct BlockSparsePattern {
 // kernels agree bit for bit). Rows of the pattern for query blocks before the chunk are ignored; the chunk
 // may start mid-block. out, q [T, Hq, D]; k_cache/v_cache [NB, BS, Hk, D] through meta.block_tables.
 // The lists' contents are checked on the host (CPU tensors); CUDA kernels trust them (counts are clamped
-// to MAXB / MAXC) and take ctx from meta.max_context_len (host-side).
+// to MAXB / MAXC) and take ctx from meta.max_context_len (host-side). CUDA: bf16, head_dim 64 / 128, the
+// sm_90a wgmma prefill kernel (other GPUs / head dims: an error); any block_size, 128 fits its key tiles.
 void block_sparse_prefill_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
                                     const AttentionMetadata& meta, const BlockSparsePattern& pattern, float scale,
                                     Stream s = {});

@@ -63,6 +63,11 @@ struct Params {
   const int32_t* slots = nullptr;
 };
 
+// The kernels' view of one attention call (paged_attention.cu; no split workspace yet). Throws unless
+// q, out and the caches are BF16 and Hq is a multiple of Hk.
+Params attention_params(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                        const AttentionMetadata& meta, float scale);
+
 // Paged KV cache: the block table of sequence `seq` ([max_blocks] cache block ids).
 __device__ __forceinline__ const int32_t* block_table(const Params& p, int seq) {
   return p.bt + int64_t{seq} * p.max_blocks;

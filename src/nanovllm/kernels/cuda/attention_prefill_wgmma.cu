@@ -21,10 +21,19 @@
 // A warpgroup skips the tiles past its own last query position (causal early exit) and, in a CTA with
 // fewer items than 128 (decode tokens in a mixed batch), warpgroup 1 skips every tile.
 //
-// Resources (D 128): 160 KB + 2 KB shared memory -> 1 CTA per SM, 255-register cap (256 threads).
+// Key sources (the kSparse template switch): dense, the causal keys 0..last of the CTA's sequence in order
+// (paged_attention); block-sparse, the key stream of one (KV head, query block) list (block_sparse_tiles.cuh:
+// block-aligned query tiles, tiles of 128 listed-block positions or columns, each key's position in a
+// shared table for the causal mask). Everything else is the same code.
+//
+// Resources (D 128): 160 KB + 2 KB shared memory (+ 1.5 KB sparse) -> 1 CTA per SM, 255-register cap
+// (256 threads; dense 212 registers, sparse 224, no spills).
+
+#include <algorithm>
 
 #include "nanovllm/kernels/cuda/attention_softmax.cuh"
 #include "nanovllm/kernels/cuda/attention_tiles.cuh"
+#include "nanovllm/kernels/cuda/block_sparse_tiles.cuh"
 #include "nanovllm/kernels/cuda/bulk_copy.cuh"
 #include "nanovllm/kernels/cuda/per_device_flag.h"
 #include "nanovllm/kernels/cuda/wgmma.cuh"
@@ -37,12 +46,14 @@ constexpr int kThreads = 128 * kWgs;
 constexpr int kBM = 64 * kWgs;        // items per CTA
 constexpr int kBN = 128;              // keys per tile
 
-template <int D>
+template <int D, bool kSparse = false>
 struct WgCfg {
   static constexpr int kQBytes = 64 * D * 2;          // per warpgroup
   static constexpr int kKvBytes = kBN * D * 2;        // one K (or V) tile
-  // Q, 2 x K, 2 x V, 2 slot tables, + 1 KB so the tiles can be aligned to the 1024-byte swizzle atom
-  static constexpr size_t kSmem = size_t{kWgs} * kQBytes + size_t{4} * kKvBytes + size_t{2} * kBN * 4 + 1024;
+  // Q, 2 x K, 2 x V, 2 slot tables, (sparse: 3 key-position tables), + 1 KB so the tiles can be aligned
+  // to the 1024-byte swizzle atom
+  static constexpr size_t kSmem = size_t{kWgs} * kQBytes + size_t{4} * kKvBytes + size_t{2} * kBN * 4 +
+                                  (kSparse ? size_t{3} * kBN * 4 : 0) + 1024;
 };
 
 #ifdef NANOVLLM_WGMMA_DEVICE
@@ -91,9 +102,10 @@ template <> struct PvMma<64> {
 };
 #endif  // NANOVLLM_WGMMA_DEVICE
 
-template <int D>
+// sp: the pattern (kSparse only).
+template <int D, bool kSparse>
 __global__ void __launch_bounds__(kThreads, 1)
-    prefill_wgmma_kernel(Params p, int rows_per_cta, int gc, int gchunks) {
+    prefill_wgmma_kernel(Params p, SparsePattern sp, int rows_per_cta, int gc, int gchunks) {
 #ifdef NANOVLLM_WGMMA_DEVICE
   using C = WgDev<D>;
   extern __shared__ unsigned char smem_raw[];
@@ -103,6 +115,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned char* ks = qs + kWgs * C::kQBytes;             // [2 stages][halves][128][128 B]
   unsigned char* vs = ks + 2 * C::kKvBytes;               // [2 stages][halves][128][128 B]
   int* slots = reinterpret_cast<int*>(vs + 2 * C::kKvBytes);  // [2][128] cache slot per key, -1 = none
+  int* kpos = slots + 2 * kBN;  // sparse: [3][128] position per key of tiles t % 3 (INT_MAX: none)
   __shared__ int tile_info[2];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -110,9 +123,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   const PackedUnit u = packed_unit(p, gc, gchunks);
 
   // CTA -> (sequence, query tile), heaviest first; none: the grid is over-provisioned.
-  if (!find_cta_tile<true>(p, rows_per_cta, u.rev, warp, lane, tile_info)) return;
-  const QueryTile qt = query_tile(p, tile_info, rows_per_cta);
-  const int ntiles = qt.nkeys > 0 ? (qt.nkeys + kBN - 1) / kBN : 0;
+  QueryTile qt;
+  if constexpr (kSparse) {
+    if (!sparse_query_tile(p, sp, u.rev, qt)) return;
+  } else {
+    if (!find_cta_tile<true>(p, rows_per_cta, u.rev, warp, lane, tile_info)) return;
+    qt = query_tile(p, tile_info, rows_per_cta);
+  }
+  // Sparse: the CTA's key stream (dense: unused).
+  const SparseKeys keys = kSparse ? SparseKeys(sp, u.kvh, qt.pos0 / sp.block_size) : SparseKeys{};
+  const int nkeys = kSparse ? keys.entries : qt.nkeys;
+  const int ntiles = nkeys > 0 ? (nkeys + kBN - 1) / kBN : 0;
   const int32_t* bt = block_table(p, qt.seq);
 
   // This warpgroup's query positions: items [64 wg, 64 wg + 64) -> rows [first_row, last_row].
@@ -121,8 +142,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg_first_pos = qt.pos0 + wg_first_row;
   const int wg_last_pos = qt.pos0 + min(qt.rows - 1, (64 * wg + 63) / gc);
 
-  auto key_slot = [&](int tile, int k) {  // cache slot of key `k` of `tile`, -1 past the visible keys
+  // Cache slot of key `k` of `tile`, -1 past the visible keys; sparse: its position goes to `pos`.
+  auto key_slot = [&](int tile, int k, int& pos) {
     const int j = tile * kBN + k;
+    if constexpr (kSparse) {
+      pos = keys.position(j);
+      if (pos < 0) pos = INT_MAX;  // (contents are trusted; a bad entry must still not read outside the cache)
+      return pos <= qt.last_pos ? paged_slot(bt, pos, p.block_size) : -1;
+    }
+    pos = j;
     return j < qt.nkeys ? paged_slot(bt, j, p.block_size) : -1;
   };
   const int cc = tid % C::kChunks, r_base = tid / C::kChunks;
@@ -140,7 +168,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
 
   // Slot tables of tiles 0 and 1 (threads 0-127: tile 0, 128-255: tile 1).
-  slots[tid] = key_slot(tid / kBN, tid % kBN);
+  {
+    int pos;
+    slots[tid] = key_slot(tid / kBN, tid % kBN, pos);
+    if constexpr (kSparse) kpos[tid] = pos;
+  }
   // Queries (zero rows for unused items): item i -> query row i / gc, head g0 + i % gc.
 #pragma unroll
   for (int k = 0; k < C::kQPasses; ++k) {
@@ -169,6 +201,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const unsigned q_base = smem_u32(qs + wg * C::kQBytes);
   const unsigned k_base = smem_u32(ks), v_base = smem_u32(vs);
 
+  // The key positions of the tile: [key0, key0 + 127] (dense); [lo, hi] (sparse, looked up one tile
+  // ahead so the index loads overlap the MMAs), full: no empty entry.
+  int lo = 0, hi = kBN - 1;
+  bool full = true;
+  if constexpr (kSparse)
+    if (ntiles > 0) keys.tile_range(0, kBN, lo, hi, full);
   for (int tile = 0; tile < ntiles; ++tile) {
     const int buf = tile & 1;
     cp_async_wait<0>();
@@ -177,11 +215,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tile + 1 < ntiles) issue_kv(buf ^ 1);
     cp_async_commit();
     // Slot table for tile + 2 (table buf is free: tile's copies were issued before the barrier);
-    // looked up now, stored after the MMAs.
-    const int next_slot = tid < kBN && tile + 2 < ntiles ? key_slot(tile + 2, tid) : -1;
+    // looked up now, stored after the MMAs. Its positions (sparse) go to table (tile + 2) % 3, which
+    // held tile - 1's (every thread is done with them).
+    int next_pos = INT_MAX;
+    const int next_slot = tid < kBN && tile + 2 < ntiles ? key_slot(tile + 2, tid, next_pos) : -1;
+    int next_lo = 0, next_hi = 0;
+    bool next_full = true;
+    if constexpr (kSparse)
+      if (tile + 1 < ntiles) keys.tile_range(tile + 1, kBN, next_lo, next_hi, next_full);
 
     const int key0 = tile * kBN;
-    if (wg_live && key0 <= wg_last_pos) {
+    if constexpr (!kSparse) {
+      lo = key0;
+      hi = key0 + kBN - 1;
+    }
+    if (wg_live && lo <= wg_last_pos) {
       // S = Q K^T  [64 items x 128 keys] per warpgroup
       float s[64];
       const unsigned kb = k_base + buf * C::kKvBytes;
@@ -197,7 +245,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_regs(s);
 
       // causal diagonal / ragged end: mask keys past each row's limit
-      if (key0 + kBN - 1 > wg_first_pos) mask_scores(s, key0, tq, lim);
+      if constexpr (kSparse) {
+        if (!full || hi > wg_first_pos) mask_scores_at(s, kpos + (tile % 3) * kBN, tq, lim);
+      } else {
+        if (hi > wg_first_pos) mask_scores(s, key0, tq, lim);
+      }
 
       float alpha[2];
       uint32_t pa[8][4];  // P as the A operand of 8 k-steps (16 keys each)
@@ -217,7 +269,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
       fence_regs(o);
     }
-    if (tid < kBN && tile + 2 < ntiles) slots[buf * kBN + tid] = next_slot;
+    if (tid < kBN && tile + 2 < ntiles) {
+      slots[buf * kBN + tid] = next_slot;
+      if constexpr (kSparse) kpos[((tile + 2) % 3) * kBN + tid] = next_pos;
+    }
+    if constexpr (kSparse) {
+      lo = next_lo;
+      hi = next_hi;
+      full = next_full;
+    }
   }
 
   // Epilogue: normalise, stage each warp's 16 rows as bf16 (swizzled, in its warpgroup's Q tile), then
@@ -255,18 +315,19 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // The loaded binary of the kernel is sm_90a code (not a JIT of an older target's PTX, not a plain sm_90
 // build): its PTX / binary versions are 90 and the device is compute capability 9.0.
-template <int D>
+template <int D, bool kSparse>
 bool wgmma_usable(int device) {
   static PerDeviceFlag flag;
   NANOVLLM_CHECK(device >= 0 && device < PerDeviceFlag::kMaxDevices, "paged_attention (cuda): device index ", device);
   return flag.get(device, [](int dev) {
-    if (!runs_sm90a_code(dev, reinterpret_cast<const void*>(prefill_wgmma_kernel<D>))) return false;
+    if (!runs_sm90a_code(dev, reinterpret_cast<const void*>(prefill_wgmma_kernel<D, kSparse>))) return false;
+    constexpr size_t kSmem = WgCfg<D, kSparse>::kSmem;
     int optin = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    if (static_cast<size_t>(optin) < WgCfg<D>::kSmem) return false;
+    if (static_cast<size_t>(optin) < kSmem) return false;
     // (the dynamic shared-memory limit is a per-function attribute of the current device's context)
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(WgCfg<D>::kSmem)));
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<D, kSparse>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(kSmem)));
     return true;
   });
 }
@@ -275,9 +336,29 @@ template <int D>
 bool launch(const Params& p, int64_t num_tokens, cudaStream_t st) {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
-  if (!wgmma_usable<D>(device)) return false;
+  if (!wgmma_usable<D, false>(device)) return false;
   const PackedGrid g = packed_grid(p, num_tokens, kBM);
-  prefill_wgmma_kernel<D><<<g.ctas, kThreads, WgCfg<D>::kSmem, st>>>(p, g.rows_per_cta, g.gc, g.gchunks);
+  prefill_wgmma_kernel<D, false>
+      <<<g.ctas, kThreads, WgCfg<D>::kSmem, st>>>(p, SparsePattern{}, g.rows_per_cta, g.gc, g.gchunks);
+  CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+// Block-sparse: query tiles of min(128 / gc, bs) rows, tiles_per_block of them per query block.
+template <int D>
+bool launch_sparse(const Params& p, SparsePattern sp, cudaStream_t st) {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  if (!wgmma_usable<D, true>(device)) return false;
+  const int gc = p.g < kBM ? p.g : kBM;
+  const int gchunks = (p.g + gc - 1) / gc;
+  sp.rows_per_tile = std::min(kBM / gc, sp.block_size);
+  sp.tiles_per_block = (sp.block_size + sp.rows_per_tile - 1) / sp.rows_per_tile;
+  const int64_t ctas = int64_t{sp.num_query_blocks - sp.first_block} * sp.tiles_per_block * p.hk * gchunks;
+  NANOVLLM_CHECK(ctas < (int64_t{1} << 31), "block_sparse_prefill_attention (cuda): grid too large (", ctas, " CTAs)");
+  if (ctas == 0) return true;
+  prefill_wgmma_kernel<D, true><<<static_cast<unsigned>(ctas), kThreads, WgCfg<D, true>::kSmem, st>>>(
+      p, sp, sp.rows_per_tile, gc, gchunks);
   CUDA_CHECK_LAUNCH();
   return true;
 }
@@ -288,6 +369,14 @@ bool launch_prefill_wgmma(const Params& p, int head_dim, int64_t num_tokens, cud
   switch (head_dim) {
     case 64: return launch<64>(p, num_tokens, st);
     case 128: return launch<128>(p, num_tokens, st);
+    default: return false;
+  }
+}
+
+bool launch_block_sparse_wgmma(const Params& p, const SparsePattern& sp, int head_dim, cudaStream_t st) {
+  switch (head_dim) {
+    case 64: return launch_sparse<64>(p, sp, st);
+    case 128: return launch_sparse<128>(p, sp, st);
     default: return false;
   }
 }

@@ -22,6 +22,20 @@ __device__ __forceinline__ void mask_scores(S& s, int key0, int tq, const int (&
   }
 }
 
+// Mask by key position (keys of a tile not contiguous: the block-sparse key stream): key k = 8 n + 2 tq + c
+// of the tile sits at position kpos[k] (shared memory, 8-byte aligned); its score becomes -inf past its
+// row's last visible position lim[h].
+template <class S>
+__device__ __forceinline__ void mask_scores_at(S& s, const int* kpos, int tq, const int (&lim)[2]) {
+#pragma unroll
+  for (int n = 0; n < FragTiles<S>::kN; ++n) {
+    const int2 kp = *reinterpret_cast<const int2*>(kpos + n * 8 + 2 * tq);
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if ((e & 1 ? kp.y : kp.x) > lim[e >> 1]) frag(s, n, e) = -INFINITY;
+  }
+}
+
 // One tile's step. s: raw scores (masked ones -inf); sl2 = softmax scale * log2 e, applied here (one
 // FFMA + MUFU.EX2 per score). m: running row maxima (raw scores); l: this lane's partial row sums.
 // Returns alpha (the factor the output accumulators of row h must be scaled by before adding P V) and

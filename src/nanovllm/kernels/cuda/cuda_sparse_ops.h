@@ -1,4 +1,4 @@
-// CUDA entry points of the sparse decode ops (kernels/sparse_ops.h has the contracts), called after
+// CUDA entry points of the sparse attention ops (kernels/sparse_ops.h has the contracts), called after
 // validation. bf16 caches, queries and metadata. Only in the CUDA build.
 #pragma once
 
@@ -6,6 +6,7 @@
 
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/kernels/ops.h"
+#include "nanovllm/kernels/sparse_ops.h"
 
 #if NANOVLLM_WITH_CUDA
 
@@ -20,6 +21,9 @@ void select_pages(TensorView selected, TensorView scores, TensorView context_len
 void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
                              TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
                              TensorView scratch, ops::Stream s);
+void block_sparse_prefill_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                                    const AttentionMetadata& meta, const ops::BlockSparsePattern& pattern,
+                                    float scale, ops::Stream s);
 
 }  // namespace nanovllm::cuda_ops
 

@@ -26,6 +26,37 @@
 #include "nanovllm/kernels/cuda/device_context.h"
 
 namespace nanovllm::cuda_ops {
+
+namespace attn {
+
+Params attention_params(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                        const AttentionMetadata& meta, float scale) {
+  const int64_t Hq = q.dim(1), Hk = k_cache.dim(2);
+  NANOVLLM_CHECK(q.dtype() == DType::kBF16 && out.dtype() == DType::kBF16 && k_cache.dtype() == DType::kBF16 &&
+                     v_cache.dtype() == DType::kBF16,
+                 "paged_attention (cuda): q, out and the KV caches must be BF16");
+  NANOVLLM_CHECK(Hk > 0 && Hq % Hk == 0, "paged_attention (cuda): Hq ", Hq, " not a multiple of Hk ", Hk);
+  Params p{};
+  p.q = q.data_as<const __nv_bfloat16>();
+  p.out = out.data_as<__nv_bfloat16>();
+  p.k_cache = k_cache.data_as<const __nv_bfloat16>();
+  p.v_cache = v_cache.data_as<const __nv_bfloat16>();
+  p.cu = meta.cu_seqlens_q.data_as<const int32_t>();
+  p.ctx = meta.context_lens.data_as<const int32_t>();
+  p.bt = meta.block_tables.data_as<const int32_t>();
+  p.max_blocks = meta.block_tables.dim(1);
+  p.block_size = static_cast<int>(k_cache.dim(1));
+  p.num_seqs = static_cast<int>(meta.num_seqs);
+  p.hq = static_cast<int>(Hq);
+  p.hk = static_cast<int>(Hk);
+  p.g = static_cast<int>(Hq / Hk);
+  p.scale_log2 = scale * 1.4426950408889634f;
+  p.num_splits = 1;
+  return p;
+}
+
+}  // namespace attn
+
 namespace {
 
 constexpr int kMaxSplits = 32;
@@ -126,33 +157,6 @@ void launch_decode_attention(attn::Params p, int D, int64_t max_context, ops::St
   if (p.num_splits > 1) attn::launch_combine(p, D, st);
 }
 
-// The kernels' view of one attention call (no split workspace yet).
-attn::Params base_params(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                         const AttentionMetadata& meta, float scale) {
-  const int64_t Hq = q.dim(1), Hk = k_cache.dim(2);
-  NANOVLLM_CHECK(q.dtype() == DType::kBF16 && out.dtype() == DType::kBF16 && k_cache.dtype() == DType::kBF16 &&
-                     v_cache.dtype() == DType::kBF16,
-                 "paged_attention (cuda): q, out and the KV caches must be BF16");
-  NANOVLLM_CHECK(Hk > 0 && Hq % Hk == 0, "paged_attention (cuda): Hq ", Hq, " not a multiple of Hk ", Hk);
-  attn::Params p{};
-  p.q = q.data_as<const __nv_bfloat16>();
-  p.out = out.data_as<__nv_bfloat16>();
-  p.k_cache = k_cache.data_as<const __nv_bfloat16>();
-  p.v_cache = v_cache.data_as<const __nv_bfloat16>();
-  p.cu = meta.cu_seqlens_q.data_as<const int32_t>();
-  p.ctx = meta.context_lens.data_as<const int32_t>();
-  p.bt = meta.block_tables.data_as<const int32_t>();
-  p.max_blocks = meta.block_tables.dim(1);
-  p.block_size = static_cast<int>(k_cache.dim(1));
-  p.num_seqs = static_cast<int>(meta.num_seqs);
-  p.hq = static_cast<int>(Hq);
-  p.hk = static_cast<int>(Hk);
-  p.g = static_cast<int>(Hq / Hk);
-  p.scale_log2 = scale * 1.4426950408889634f;
-  p.num_splits = 1;
-  return p;
-}
-
 }  // namespace
 
 void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
@@ -160,7 +164,7 @@ void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorVie
   const int64_t T = q.dim(0), D = q.dim(2);
   if (T == 0 || meta.num_seqs == 0) return;
   const cudaStream_t st = stream_of(s);
-  const attn::Params p = base_params(out, q, k_cache, v_cache, meta, scale);
+  const attn::Params p = attn::attention_params(out, q, k_cache, v_cache, meta, scale);
   const int d = static_cast<int>(D);
   if (meta.max_query_len == 1) {
     launch_decode_attention(p, d, meta.max_context_len, s, /*prologue=*/false, meta.decode_single_wave);
@@ -205,7 +209,7 @@ void qkv_prologue_attention(TensorView out, TensorView q, TensorView qkv, Tensor
     cuda_ops::paged_attention(out, q, k_cache, v_cache, meta, scale, s);
     return;
   }
-  attn::Params p = base_params(out, q, k_cache, v_cache, meta, scale);
+  attn::Params p = attn::attention_params(out, q, k_cache, v_cache, meta, scale);
   auto ptr_or_null = [](TensorView t) {
     return t.defined() && t.numel() > 0 ? t.data_as<const __nv_bfloat16>() : nullptr;
   };

@@ -1,0 +1,35 @@
+// block_sparse_prefill_attention on CUDA: the sm_90a wgmma prefill kernel with the block-sparse key source
+// (attention_prefill_wgmma.cu, block_sparse_tiles.cuh), head_dim 64 / 128, bf16. No other path: other
+// GPUs and head dims get an error naming what is supported.
+#include "nanovllm/kernels/cuda/block_sparse_tiles.cuh"
+#include "nanovllm/kernels/cuda/cuda_sparse_ops.h"
+
+namespace nanovllm::cuda_ops {
+
+void block_sparse_prefill_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                                    const AttentionMetadata& meta, const ops::BlockSparsePattern& pattern,
+                                    float scale, ops::Stream s) {
+  constexpr const char* op = "block_sparse_prefill_attention (cuda)";
+  const int64_t T = q.dim(0), D = q.dim(2);
+  if (T == 0) return;
+  const attn::Params p = attn::attention_params(out, q, k_cache, v_cache, meta, scale);
+  attn::SparsePattern sp;
+  sp.block_counts = pattern.block_counts.data_as<const int32_t>();
+  sp.block_index = pattern.block_index.data_as<const int32_t>();
+  sp.max_blocks = static_cast<int>(pattern.block_index.dim(2));
+  if (pattern.column_counts.defined()) {
+    sp.column_counts = pattern.column_counts.data_as<const int32_t>();
+    sp.column_index = pattern.column_index.data_as<const int32_t>();
+    sp.max_columns = static_cast<int>(pattern.column_index.dim(2));
+  }
+  sp.block_size = static_cast<int>(pattern.block_size);
+  sp.ctx = static_cast<int>(meta.max_context_len);
+  sp.num_rows = static_cast<int>(T);
+  sp.num_query_blocks = static_cast<int>(pattern.block_counts.dim(1));
+  sp.first_block = sp.ctx - sp.num_rows;
+  sp.first_block /= sp.block_size;
+  NANOVLLM_CHECK(attn::launch_block_sparse_wgmma(p, sp, static_cast<int>(D), stream_of(s)), op,
+                 ": needs an sm_90a binary on a compute-capability 9.0 GPU and head_dim 64 or 128 (head_dim ", D, ")");
+}
+
+}  // namespace nanovllm::cuda_ops
