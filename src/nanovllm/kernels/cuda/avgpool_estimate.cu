@@ -137,6 +137,7 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
     for (int j = threadIdx.x; j < n; j += blockDim.x) {
       const float* kcol = mean_k + int64_t{h} * g.D * g.nqb + j;  // [D] at stride nqb
       float acc[kMaxHeadsPerPass] = {};
+#pragma unroll 4
       for (int d = 0; d < g.D; ++d) {
         const float k = __ldg(kcol + int64_t{d} * g.nqb);
 #pragma unroll

@@ -21,10 +21,19 @@ __host__ __device__ inline int64_t pow2_at_least(int64_t n) {
   return p;
 }
 
-// Shared scratch of the reductions: kWarps doubles.
+constexpr int kMassBuckets = 32;  // by binary exponent: bucket b holds masses in [2^-b, 2^(1-b)), the last also below
+
+// Shared scratch of the reductions and the selection.
 struct Scratch {
   double warp_total[kWarps];
+  double bucket_mass[kMassBuckets];
+  int candidates;
 };
+
+__device__ __forceinline__ int mass_bucket(float m) {
+  const int e = static_cast<int>(__float_as_uint(m) >> 23) - 127;  // m in [0, 1]: e <= 0 (-127 for 0 and denormals)
+  return min(-e, kMassBuckets - 1);
+}
 
 __device__ __forceinline__ double warp_sum_d(double v) {
 #pragma unroll
@@ -109,13 +118,33 @@ __device__ __forceinline__ void cover_mass(const float* mass, int n, double thre
   const double forced = static_cast<double>(mass[0]) + (n > 1 ? static_cast<double>(mass[n - 1]) : 0.0);
   const int others = n - 2;  // entries 1 .. n - 2
   if (others <= 0 || forced >= need) return;
-  const int P = static_cast<int>(pow2_at_least(others));
-  for (int r = threadIdx.x; r < P; r += blockDim.x) keys[r] = r < others ? mass_key(mass[r + 1], r + 1) : 0ull;
+  // Only entries of the exponent buckets that, with all larger ones, reach `need` can be kept (the selection stops at
+  // or before the last of them), plus one bucket for rounding: sorting just those candidates gives the same prefix.
+  for (int b = threadIdx.x; b < kMassBuckets; b += blockDim.x) sh.bucket_mass[b] = 0;
+  if (threadIdx.x == 0) sh.candidates = 0;
+  __syncthreads();
+  for (int j = 1 + threadIdx.x; j <= others; j += blockDim.x) atomicAdd(&sh.bucket_mass[mass_bucket(mass[j])], mass[j]);
+  __syncthreads();
+  int last = kMassBuckets - 1;
+  double reached = forced;
+  for (int b = 0; b < kMassBuckets - 1; ++b) {
+    reached += sh.bucket_mass[b];
+    if (reached >= need) {
+      last = min(b + 1, kMassBuckets - 1);
+      break;
+    }
+  }
+  for (int j = 1 + threadIdx.x; j <= others; j += blockDim.x)
+    if (mass_bucket(mass[j]) <= last) keys[atomicAdd(&sh.candidates, 1)] = mass_key(mass[j], j);
+  __syncthreads();
+  const int count = sh.candidates;
+  const int P = static_cast<int>(pow2_at_least(count));
+  for (int r = count + threadIdx.x; r < P; r += blockDim.x) keys[r] = 0ull;  // sorts last
   __syncthreads();
   bitonic_sort_desc(keys, P);
   // Kept: the sorted prefix whose mass before each entry (plus the forced) is still below need.
-  const int chunk = (others + blockDim.x - 1) / blockDim.x;
-  const int r0 = min(others, static_cast<int>(threadIdx.x) * chunk), r1 = min(others, r0 + chunk);
+  const int chunk = (count + blockDim.x - 1) / blockDim.x;
+  const int r0 = min(count, static_cast<int>(threadIdx.x) * chunk), r1 = min(count, r0 + chunk);
   double local = 0;
   for (int r = r0; r < r1; ++r) local += static_cast<double>(key_mass(keys[r]));
   double run = forced + block_exclusive_scan_d(local, sh);
