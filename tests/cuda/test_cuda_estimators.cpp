@@ -174,6 +174,29 @@ std::vector<double> avgpool_mass(const Chunk& c, int64_t g, int64_t i) {
   return s;
 }
 
+// XAttention's mass of query block i over its causal key blocks for query head g, in double: per tile row m (stride
+// S) the softmax over tiles n <= m of scale / S x the antidiagonal sum, summed per key block.
+std::vector<double> xattention_mass(const Chunk& c, int64_t S, int64_t g, int64_t i) {
+  const int64_t h = g / (c.Hq / c.Hk), start = c.ctx - c.T;
+  std::vector<double> mass(static_cast<size_t>(i + 1), 0.0), row;
+  for (int64_t m = std::max(i * c.bs, start) / S; m * S < std::min((i + 1) * c.bs, c.ctx); ++m) {
+    row.assign(static_cast<size_t>(m + 1), 0.0);
+    for (int64_t n = 0; n <= m; ++n) {
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t qp = m * S + S - 1 - s, kp = n * S + s;
+        if (qp < start || qp >= c.ctx || kp >= c.ctx) continue;
+        for (int64_t d = 0; d < c.D; ++d) row[static_cast<size_t>(n)] += double{c.qf(qp, g, d)} * c.kf(kp, h, d);
+      }
+      row[static_cast<size_t>(n)] *= c.scale() / static_cast<double>(S);
+    }
+    const double mx = *std::max_element(row.begin(), row.end());
+    double sum = 0;
+    for (double& x : row) sum += (x = std::exp(x - mx));
+    for (int64_t n = 0; n <= m; ++n) mass[static_cast<size_t>(n * S / c.bs)] += row[static_cast<size_t>(n)] / sum;
+  }
+  return mass;
+}
+
 // The checks that hold whatever the near-ties: the CUDA lists increasing, sink and diagonal in, >= threshold of every
 // group member's mass (mass_of(g, i)) covered, at most `max_diff` blocks apart from the CPU's; before the chunk {0, i}.
 template <class Mass>
@@ -260,6 +283,47 @@ TEST(CudaPatternEstimators, AvgPoolIsValidAndCloseToTheCpuOnNoise) {
     }
 }
 
+auto xattention_with(int64_t stride, double threshold) {
+  return [stride, threshold](const ops::BlockSparsePattern& p, TensorView q, TensorView k, const AttentionMetadata& m,
+                             ops::Stream s) {
+    ops::xattention_estimate(p, q, k, m, 1.0f / std::sqrt(static_cast<float>(q.dim(2))),
+                             {.stride = stride, .threshold = threshold}, s);
+  };
+}
+
+// The tile scores come from a bf16 GEMM (another summation order than the CPU's fp32 dots): exact equality where the
+// masses are well apart; one block of slack per KV head list for a cumulative sum landing at the threshold.
+TEST(CudaPatternEstimators, XAttentionMatchesTheCpuOnSeparatedScores) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 200;
+  for (const Case& k : kCases)
+    for (double threshold : {0.5, 0.9, 1.0}) {
+      const int64_t stride = k.bs % 8 == 0 ? 8 : 4;
+      std::mt19937 rng(seed++);
+      const Chunk c(k.ctx, k.T, k.Hq, k.Hk, k.D, k.cache_bs, k.bs, 2.0f, rng);
+      const std::string what = "xattention stride " + std::to_string(stride) + " " + describe(k, threshold);
+      const auto [cpu, gpu] = run_both(c, xattention_with(stride, threshold), what);
+      EXPECT_TRUE(gpu.columns_empty) << what;
+      expect_valid(c, cpu, gpu, threshold, 1,
+                   [&](int64_t g, int64_t i) { return xattention_mass(c, stride, g, i); }, what);
+      int64_t differ = 0;
+      for (size_t r = 0; r < cpu.blocks.size(); ++r) differ += cpu.blocks[r] != gpu.blocks[r];
+      EXPECT_LE(differ, static_cast<int64_t>(cpu.blocks.size()) / 50) << what << ": lists differing from the CPU's";
+    }
+}
+
+TEST(CudaPatternEstimators, XAttentionIsValidAndCloseToTheCpuOnNoise) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 300;
+  for (const Case& k : kCases) {
+    std::mt19937 rng(seed++);
+    const Chunk c(k.ctx, k.T, k.Hq, k.Hk, k.D, k.cache_bs, k.bs, 0.0f, rng);
+    const std::string what = "xattention noise " + describe(k, 0.9);
+    const auto [cpu, gpu] = run_both(c, xattention_with(4, 0.9), what);
+    expect_valid(c, cpu, gpu, 0.9, 2, [&](int64_t g, int64_t i) { return xattention_mass(c, 4, g, i); }, what);
+  }
+}
+
 // Timing only (--gtest_also_run_disabled_tests --gtest_filter='CudaEstimatorBench.*'): one layer of a 128K-token
 // prefill, Qwen3-4B heads (Hq 32, Hk 8, D 128), cache blocks of 16, pattern blocks of 128, structured data (per-block
 // offsets as above, amplitude 3: pooled scores of spread ~3): each estimator's time, the density of its pattern and the block-sparse attention time
@@ -333,6 +397,10 @@ TEST(CudaEstimatorBench, DISABLED_Estimate128K) {
   for (double threshold : {0.9, 0.95})
     report(("avgpool threshold " + std::to_string(threshold).substr(0, 4)).c_str(), [&] {
       ops::avgpool_estimate(p, q.view(), kc.view(), m, scale, {.threshold = threshold}, on());
+    });
+  for (double threshold : {0.9, 0.95})
+    report(("xattention stride 8 thr " + std::to_string(threshold).substr(0, 4)).c_str(), [&] {
+      ops::xattention_estimate(p, q.view(), kc.view(), m, scale, {.stride = 8, .threshold = threshold}, on());
     });
 }
 

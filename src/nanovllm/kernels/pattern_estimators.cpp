@@ -1,5 +1,5 @@
 // Pattern estimator entry points: validate the chunk, the cache, the pattern views and the knobs, then dispatch (CPU
-// reference kernels; CUDA kernels for AvgPool, other estimators refuse CUDA tensors until theirs exist).
+// reference kernels; CUDA kernels for XAttention and AvgPool, the others refuse CUDA tensors until theirs exist).
 #include "nanovllm/kernels/pattern_estimators.h"
 
 #include <cmath>
@@ -79,12 +79,12 @@ void refuse_cuda(std::string_view op, const TensorView& q) {
 void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                          const AttentionMetadata& meta, float scale, const XAttentionParams& params, Stream s) {
   constexpr std::string_view op = "xattention_estimate";
-  static_cast<void>(s);
   const cpu::PrefillChunk c = check_estimate(op, pattern, q, k_cache, meta, scale);
   NANOVLLM_CHECK(params.stride >= 1 && c.B % params.stride == 0, op, ": stride ", params.stride,
                  " must divide the pattern block size ", c.B);
   NANOVLLM_CHECK(params.threshold > 0, op, ": threshold must be > 0, got ", params.threshold);
-  refuse_cuda(op, q);
+  if (q.device().is_cuda())
+    NANOVLLM_DISPATCH_CUDA(xattention_estimate, q.device(), pattern, q, k_cache, meta, scale, params, s);
   cpu::xattention_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
 }
 

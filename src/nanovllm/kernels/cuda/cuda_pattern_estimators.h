@@ -12,6 +12,9 @@
 
 namespace nanovllm::cuda_ops {
 
+void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+                         const AttentionMetadata& meta, float scale, const ops::XAttentionParams& params,
+                         ops::Stream s);
 void avgpool_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                       const AttentionMetadata& meta, float scale, const ops::AvgPoolParams& params, ops::Stream s);
 
