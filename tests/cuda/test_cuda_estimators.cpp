@@ -326,8 +326,8 @@ TEST(CudaPatternEstimators, XAttentionIsValidAndCloseToTheCpuOnNoise) {
 
 // Timing only (--gtest_also_run_disabled_tests --gtest_filter='CudaEstimatorBench.*'): one layer of a 128K-token
 // prefill, Qwen3-4B heads (Hq 32, Hk 8, D 128), cache blocks of 16, pattern blocks of 128, structured data (per-block
-// offsets as above, amplitude 3: pooled scores of spread ~3): each estimator's time, the density of its pattern and the block-sparse attention time
-// on it, next to dense paged_attention. Median of 5 runs.
+// offsets as above, amplitude 3: pooled scores spread by ~3): each estimator's time, the density of its pattern and
+// the block-sparse attention time on it, next to dense paged_attention. Median of 5 runs.
 TEST(CudaEstimatorBench, DISABLED_Estimate128K) {
   SKIP_WITHOUT_CUDA();
   const int64_t L = 131072, Hq = 32, Hk = 8, D = 128, BS = 16, bs = 128, NQB = L / bs;

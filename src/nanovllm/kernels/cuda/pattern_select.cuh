@@ -87,7 +87,9 @@ __device__ __forceinline__ double block_exclusive_scan_d(double v, Scratch& sh) 
 __device__ __forceinline__ unsigned long long mass_key(float m, int j) {
   return (static_cast<unsigned long long>(__float_as_uint(m)) << 32) | static_cast<unsigned>(~j);
 }
-__device__ __forceinline__ float key_mass(unsigned long long k) { return __uint_as_float(static_cast<unsigned>(k >> 32)); }
+__device__ __forceinline__ float key_mass(unsigned long long k) {
+  return __uint_as_float(static_cast<unsigned>(k >> 32));
+}
 __device__ __forceinline__ int key_index(unsigned long long k) { return static_cast<int>(~static_cast<unsigned>(k)); }
 
 // keys[0, P) sorted in decreasing order (P a power of two).

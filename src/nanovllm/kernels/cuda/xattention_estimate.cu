@@ -1,4 +1,5 @@
-// xattention_estimate on CUDA (contract: kernels/pattern_estimators.h; CPU reference: kernels/cpu/xattention_estimate.cpp).
+// xattention_estimate on CUDA (contract: kernels/pattern_estimators.h; CPU reference:
+// kernels/cpu/xattention_estimate.cpp).
 // The antidiagonal sum of tile (m, n) is one dot product of S D elements: the tile's S queries in reverse order,
 // concatenated, against its S keys in order. So per query head the tile scores are a GEMM: Qr [tile rows, S D] times
 // Kt [tile columns, S D]^T, run through the linear op (cuBLASLt, bf16 in, fp32 accumulate and out) on the tensor cores.
@@ -83,12 +84,14 @@ __global__ void __launch_bounds__(kThreads)
     for (int c = threadIdx.x; c < n; c += blockDim.x) mx = fmaxf(mx, __fmul_rn(row[c], tile_scale));
     mx = pt::block_max_f(mx, sh);
     double part = 0;
-    for (int c = threadIdx.x; c < n; c += blockDim.x) part += static_cast<double>(expf(__fmul_rn(row[c], tile_scale) - mx));
+    for (int c = threadIdx.x; c < n; c += blockDim.x)
+      part += static_cast<double>(expf(__fmul_rn(row[c], tile_scale) - mx));
     const double sum = pt::block_sum_d(part, sh);
     for (int j = threadIdx.x; j * per_block < n; j += blockDim.x) {
       double a = 0;
       for (int c = j * per_block; c < min(n, (j + 1) * per_block); ++c)
-        a += static_cast<double>(static_cast<float>(static_cast<double>(expf(__fmul_rn(row[c], tile_scale) - mx)) / sum));
+        a += static_cast<double>(
+            static_cast<float>(static_cast<double>(expf(__fmul_rn(row[c], tile_scale) - mx)) / sum));
       acc[j] += a;  // the same thread owns j for every row
     }
   }
@@ -187,7 +190,8 @@ void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, T
   NANOVLLM_CHECK(std::max(sel_smem, mass_smem) + static_cast<int64_t>(sizeof(pt::Scratch)) <= optin, op, ": ", g.nqb,
                  " query blocks of ", g.B, " tokens need more shared memory than the device's ", optin,
                  " bytes per CTA (use larger blocks)");
-  CUDA_CHECK(cudaFuncSetAttribute(select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sel_smem)));
+  CUDA_CHECK(cudaFuncSetAttribute(select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(sel_smem)));
   if (params.threshold >= 1) {
     for (int h = 0; h < g.Hk; ++h) {
       select_kernel<<<g.nqb, pt::kSelectThreads, 0, st>>>(nullptr, pattern.block_counts.data_as<int32_t>(),
