@@ -1,5 +1,5 @@
 // Pattern estimator entry points: validate the chunk, the cache, the pattern views and the knobs, then dispatch (CPU
-// reference kernels; CUDA tensors are refused until the CUDA estimators exist).
+// reference kernels; CUDA kernels for XAttention and AvgPool, the others refuse CUDA tensors until theirs exist).
 #include "nanovllm/kernels/pattern_estimators.h"
 
 #include <cmath>
@@ -7,6 +7,8 @@
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/kernels/cpu/cpu_pattern_estimators.h"
+#include "nanovllm/kernels/cuda/cuda_pattern_estimators.h"
+#include "nanovllm/kernels/cuda/device_context.h"
 #include "nanovllm/kernels/op_checks.h"
 
 namespace nanovllm::ops {
@@ -59,7 +61,6 @@ cpu::PrefillChunk check_estimate(std::string_view op, const BlockSparsePattern& 
   if (pattern.column_counts.defined() || pattern.column_index.defined())
     check_lists(op, "pattern.column_counts", pattern.column_counts, "pattern.column_index", pattern.column_index, Hk,
                 NQB, 1, dev);
-  NANOVLLM_CHECK(!dev.is_cuda(), op, ": no CUDA estimator yet (tensors are on ", to_string(dev), ")");
   return {.T = T, .ctx = ctx, .Hq = Hq, .Hk = Hk, .D = D, .B = bs, .scale = scale};
 }
 
@@ -69,16 +70,21 @@ cpu::PatternOut outputs(const BlockSparsePattern& p) {
 
 const int32_t* block_table(const AttentionMetadata& meta) { return meta.block_tables.data_as<const int32_t>(); }
 
+void refuse_cuda(std::string_view op, const TensorView& q) {
+  NANOVLLM_CHECK(!q.device().is_cuda(), op, ": no CUDA estimator yet (tensors are on ", to_string(q.device()), ")");
+}
+
 }  // namespace
 
 void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                          const AttentionMetadata& meta, float scale, const XAttentionParams& params, Stream s) {
   constexpr std::string_view op = "xattention_estimate";
-  static_cast<void>(s);
   const cpu::PrefillChunk c = check_estimate(op, pattern, q, k_cache, meta, scale);
   NANOVLLM_CHECK(params.stride >= 1 && c.B % params.stride == 0, op, ": stride ", params.stride,
                  " must divide the pattern block size ", c.B);
   NANOVLLM_CHECK(params.threshold > 0, op, ": threshold must be > 0, got ", params.threshold);
+  if (q.device().is_cuda())
+    NANOVLLM_DISPATCH_CUDA(xattention_estimate, q.device(), pattern, q, k_cache, meta, scale, params, s);
   cpu::xattention_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
 }
 
@@ -98,6 +104,7 @@ void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, Te
   NANOVLLM_CHECK(pattern.column_index.dim(2) >= columns, op, ": pattern.column_index ",
                  pattern.column_index.shape().str(), " holds ", pattern.column_index.dim(2),
                  " columns per list; up to ", columns, " may be chosen (vertical_slash_max_columns)");
+  refuse_cuda(op, q);
   cpu::vertical_slash_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
 }
 
@@ -109,15 +116,17 @@ void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, Tenso
                  ": gamma must be > 0, tau and min_budget >= 0 (got ", params.gamma, ", ", params.tau, ", ",
                  params.min_budget, ")");
   const cpu::PrefillChunk c = check_estimate(op, pattern, q, k_cache, meta, scale);
+  refuse_cuda(op, q);
   cpu::flexprefill_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
 }
 
 void avgpool_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                       const AttentionMetadata& meta, float scale, const AvgPoolParams& params, Stream s) {
   constexpr std::string_view op = "avgpool_estimate";
-  static_cast<void>(s);
   NANOVLLM_CHECK(params.threshold > 0, op, ": threshold must be > 0, got ", params.threshold);
   const cpu::PrefillChunk c = check_estimate(op, pattern, q, k_cache, meta, scale);
+  if (q.device().is_cuda())
+    NANOVLLM_DISPATCH_CUDA(avgpool_estimate, q.device(), pattern, q, k_cache, meta, scale, params, s);
   cpu::avgpool_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
 }
 

@@ -1,0 +1,268 @@
+// avgpool_estimate on CUDA (contract: kernels/pattern_estimators.h; CPU reference: kernels/cpu/avgpool_estimate.cpp).
+// Three launches: the block-mean keys (read through the block table) and the block-mean queries of the chunk into an
+// fp32 workspace, then one CTA per (query block, KV head) scores every causal key block for each query head of the
+// group, takes the softmax, keeps the cover-mass selection (pattern_select.cuh) and writes the group's union.
+// Means and scores are computed in the CPU's order without fused multiply-adds, so they are the CPU's bits; only the
+// exponential may differ by an ulp, which moves a pick only at a near-tie of two blocks' mass.
+// The pooling reads q and the keys once (16-byte loads for bf16); the score loop gives each thread one key block and
+// all query heads of a pass, reading the transposed mean keys coalesced (from L2: [D, NQB] per KV head).
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <type_traits>
+
+#include "nanovllm/core/error.h"
+#include "nanovllm/kernels/cuda/common.cuh"
+#include "nanovllm/kernels/cuda/cuda_pattern_estimators.h"
+#include "nanovllm/kernels/cuda/device_context.h"
+#include "nanovllm/kernels/cuda/pattern_select.cuh"
+
+namespace nanovllm::cuda_ops {
+namespace {
+
+namespace pt = pattern;
+
+constexpr int kPoolThreads = 128;
+constexpr int kMaxHeadsPerPass = 8;  // query heads scored per pass over the mean keys (register accumulators)
+
+// x[0, kVec) = p[0, kVec) as floats: one 16-byte load for 8 bf16, else element by element.
+template <typename T, int kVec>
+__device__ __forceinline__ void load_vec(const T* p, float (&x)[kVec]) {
+  if constexpr (kVec == 8 && std::is_same_v<T, __nv_bfloat16>) {
+    bf16x8_to_f32(*reinterpret_cast<const uint4*>(p), x);
+  } else {
+#pragma unroll
+    for (int t = 0; t < kVec; ++t) x[t] = static_cast<float>(p[t]);
+  }
+}
+
+// The chunk's geometry (cpu::PrefillChunk's): queries at positions [start, ctx), blocks of B tokens.
+struct Geometry {
+  int T, ctx, Hq, Hk, D, B, nqb, first, BS;
+  __host__ __device__ int start() const { return ctx - T; }
+  __host__ __device__ int row_begin(int i) const { return max(i * B, start()); }
+  __host__ __device__ int row_end(int i) const { return min((i + 1) * B, ctx); }
+  __host__ __device__ int key_end(int j) const { return min((j + 1) * B, ctx); }
+  __host__ __device__ int group() const { return Hq / Hk; }
+};
+
+// mean_k [Hk, D, nqb] fp32 (transposed: the score loop reads consecutive key blocks in consecutive threads): per KV
+// head and key block j, the mean of keys [jB, key_end(j)) read from k_cache [NB, BS, Hk, D] through block_table,
+// summed in position order (the CPU's order). blockIdx (j, slice of the [Hk x D] row); T the cache's element type,
+// kVec elements per thread (16-byte loads where D allows).
+template <typename T, int kVec>
+__global__ void pool_keys_kernel(const T* __restrict__ k_cache, const int32_t* __restrict__ block_table,
+                                 float* __restrict__ mean_k, Geometry g) {
+  const int j = blockIdx.x;
+  const int e = (static_cast<int>(blockIdx.y) * blockDim.x + threadIdx.x) * kVec;  // in the [Hk x D] row
+  if (e >= g.Hk * g.D) return;
+  const int p0 = j * g.B, p1 = g.key_end(j);
+  float acc[kVec] = {};
+  for (int p = p0; p < p1; ++p) {
+    const int64_t slot = int64_t{block_table[p / g.BS]} * g.BS + p % g.BS;
+    float x[kVec];
+    load_vec<T, kVec>(k_cache + slot * g.Hk * g.D + e, x);
+#pragma unroll
+    for (int t = 0; t < kVec; ++t) acc[t] = __fadd_rn(acc[t], x[t]);
+  }
+  const int h = e / g.D, d = e % g.D;
+#pragma unroll
+  for (int t = 0; t < kVec; ++t)
+    mean_k[(int64_t{h} * g.D + d + t) * g.nqb + j] = acc[t] / static_cast<float>(p1 - p0);
+}
+
+// mean_q [Hq, nqb - first, D] fp32: per query head and query block i of the chunk, the mean of the chunk's rows
+// [row_begin(i), row_end(i)) of q [T, Hq, D], in row order. blockIdx (i - first, slice of the [Hq x D] row).
+template <typename T, int kVec>
+__global__ void pool_queries_kernel(const T* __restrict__ q, float* __restrict__ mean_q, Geometry g) {
+  const int i = g.first + static_cast<int>(blockIdx.x);
+  const int e = (static_cast<int>(blockIdx.y) * blockDim.x + threadIdx.x) * kVec;  // in the [Hq x D] row
+  if (e >= g.Hq * g.D) return;
+  const int r0 = g.row_begin(i), r1 = g.row_end(i);
+  float acc[kVec] = {};
+  for (int r = r0; r < r1; ++r) {
+    float x[kVec];
+    load_vec<T, kVec>(q + int64_t{r - g.start()} * g.Hq * g.D + e, x);
+#pragma unroll
+    for (int t = 0; t < kVec; ++t) acc[t] = __fadd_rn(acc[t], x[t]);
+  }
+  const int qh = e / g.D, d = e % g.D;
+#pragma unroll
+  for (int t = 0; t < kVec; ++t)
+    mean_q[(int64_t{qh} * (g.nqb - g.first) + blockIdx.x) * g.D + d + t] = acc[t] / static_cast<float>(r1 - r0);
+}
+
+// Dynamic shared memory of select_kernel: sort keys, heads_per_pass score rows, their mean queries, the block flags.
+struct SelectSmem {
+  int64_t keys_bytes, scores_off, mq_off, flags_off, total;
+  __host__ __device__ SelectSmem(const Geometry& g, int heads_per_pass) {
+    keys_bytes = 8 * pt::pow2_at_least(g.nqb > 3 ? g.nqb - 2 : 1);
+    scores_off = keys_bytes;
+    mq_off = scores_off + 4 * int64_t{heads_per_pass} * g.nqb;
+    flags_off = mq_off + 4 * int64_t{heads_per_pass} * g.D;
+    total = flags_off + (g.nqb + 15) / 16 * 16;
+  }
+};
+
+// One CTA per (query block i, KV head h): block_counts[h, i] and block_index[h, i, :] (max_blocks wide).
+__global__ void __launch_bounds__(pt::kSelectThreads)
+    select_kernel(const float* __restrict__ mean_q, const float* __restrict__ mean_k, int32_t* __restrict__ counts,
+                  int32_t* __restrict__ index, int max_blocks, Geometry g, float scale, double threshold,
+                  int heads_per_pass) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ pt::Scratch sh;
+  const int i = blockIdx.x, h = blockIdx.y, n = i + 1;
+  int32_t* list = index + (int64_t{h} * g.nqb + i) * max_blocks;
+  int32_t* count = counts + int64_t{h} * g.nqb + i;
+  if (i < g.first || threshold >= 1) {
+    pt::write_fixed_row(i, i >= g.first, list, count, max_blocks);
+    return;
+  }
+  const SelectSmem layout(g, heads_per_pass);
+  auto* keys = reinterpret_cast<unsigned long long*>(smem);
+  auto* scores = reinterpret_cast<float*>(smem + layout.scores_off);  // [heads_per_pass][nqb]
+  auto* mq = reinterpret_cast<float*>(smem + layout.mq_off);          // [heads_per_pass][D]
+  auto* flags = smem + layout.flags_off;                               // [nqb]
+  for (int j = threadIdx.x; j < n; j += blockDim.x) flags[j] = (j == 0 || j == i) ? 1 : 0;
+  const int G = g.group(), qb = i - g.first;
+  for (int g0 = 0; g0 < G; g0 += heads_per_pass) {
+    const int ng = min(heads_per_pass, G - g0);
+    __syncthreads();  // the previous pass's scores and queries are read
+    for (int e = threadIdx.x; e < ng * g.D; e += blockDim.x) {
+      const int qh = h * G + g0 + e / g.D;
+      mq[e] = mean_q[(int64_t{qh} * (g.nqb - g.first) + qb) * g.D + e % g.D];
+    }
+    __syncthreads();
+    // score[gi][j] = scale x (mean query . mean key), the dot summed over d in order (the CPU's dot()).
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+      const float* kcol = mean_k + int64_t{h} * g.D * g.nqb + j;  // [D] at stride nqb
+      float acc[kMaxHeadsPerPass] = {};
+#pragma unroll 4
+      for (int d = 0; d < g.D; ++d) {
+        const float k = __ldg(kcol + int64_t{d} * g.nqb);
+#pragma unroll
+        for (int gi = 0; gi < kMaxHeadsPerPass; ++gi)
+          if (gi < ng) acc[gi] = __fadd_rn(acc[gi], __fmul_rn(mq[gi * g.D + d], k));
+      }
+#pragma unroll
+      for (int gi = 0; gi < kMaxHeadsPerPass; ++gi)
+        if (gi < ng) scores[gi * g.nqb + j] = __fmul_rn(scale, acc[gi]);
+    }
+    __syncthreads();
+    for (int gi = 0; gi < ng; ++gi) {
+      float* s = scores + gi * g.nqb;
+      // Softmax as cpu::softmax: max-subtracted exponentials, their sum in double, each divided by it.
+      float m = -INFINITY;
+      for (int j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, s[j]);
+      m = pt::block_max_f(m, sh);
+      double part = 0;
+      for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        s[j] = expf(s[j] - m);
+        part += static_cast<double>(s[j]);
+      }
+      const double sum = pt::block_sum_d(part, sh);
+      for (int j = threadIdx.x; j < n; j += blockDim.x) s[j] = static_cast<float>(static_cast<double>(s[j]) / sum);
+      __syncthreads();
+      pt::cover_mass(s, n, threshold, keys, flags, sh);
+    }
+  }
+  __syncthreads();
+  pt::write_flagged(flags, n, list, count, max_blocks, sh);
+}
+
+// The op's per-device workspace (DeviceContext::op_state): the mean keys and queries, grow-only.
+struct AvgPoolWorkspace {
+  float* data = nullptr;
+  size_t floats = 0;
+  AvgPoolWorkspace() = default;
+  ~AvgPoolWorkspace() { cudaFree(data); }
+  AvgPoolWorkspace(const AvgPoolWorkspace&) = delete;
+  AvgPoolWorkspace& operator=(const AvgPoolWorkspace&) = delete;
+};
+
+float* workspace(size_t floats, ops::Stream s) {
+  AvgPoolWorkspace& w = context_of(s).op_state<AvgPoolWorkspace>([] { return std::make_unique<AvgPoolWorkspace>(); });
+  if (w.floats < floats) {
+    CUDA_CHECK(cudaFree(w.data));  // synchronises: no launch still reads the old block
+    w.data = nullptr;
+    CUDA_CHECK(cudaMalloc(&w.data, floats * sizeof(float)));
+    w.floats = floats;
+  }
+  return w.data;
+}
+
+template <typename T, int kVec>
+void launch_pooling_as(const void* q, const void* k_cache, const int32_t* block_table, float* mean_q, float* mean_k,
+                       const Geometry& g, cudaStream_t st) {
+  const int64_t per_cta = int64_t{kPoolThreads} * kVec;
+  pool_keys_kernel<T, kVec><<<dim3(g.nqb, ceil_div_u(int64_t{g.Hk} * g.D, per_cta)), kPoolThreads, 0, st>>>(
+      static_cast<const T*>(k_cache), block_table, mean_k, g);
+  CUDA_CHECK(cudaGetLastError());
+  pool_queries_kernel<T, kVec><<<dim3(g.nqb - g.first, ceil_div_u(int64_t{g.Hq} * g.D, per_cta)), kPoolThreads, 0,
+                                 st>>>(static_cast<const T*>(q), mean_q, g);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// The pooling kernels for q's and k_cache's element type (the entry point checks they are floats).
+void launch_pooling(const TensorView& q, const TensorView& k_cache, const int32_t* block_table, float* mean_q,
+                    float* mean_k, const Geometry& g, cudaStream_t st) {
+  NANOVLLM_CHECK(q.dtype() == k_cache.dtype(), "avgpool_estimate (cuda): q and k_cache must have one dtype, got ",
+                 dtype_name(q.dtype()), " and ", dtype_name(k_cache.dtype()));
+  const bool vec = g.D % 8 == 0 && aligned16(q.data()) && aligned16(k_cache.data());
+  if (q.dtype() == DType::kBF16) {
+    if (vec) return launch_pooling_as<__nv_bfloat16, 8>(q.data(), k_cache.data(), block_table, mean_q, mean_k, g, st);
+    return launch_pooling_as<__nv_bfloat16, 1>(q.data(), k_cache.data(), block_table, mean_q, mean_k, g, st);
+  }
+  if (q.dtype() == DType::kF16)
+    return launch_pooling_as<__half, 1>(q.data(), k_cache.data(), block_table, mean_q, mean_k, g, st);
+  launch_pooling_as<float, 1>(q.data(), k_cache.data(), block_table, mean_q, mean_k, g, st);
+}
+
+}  // namespace
+
+void avgpool_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+                      const AttentionMetadata& meta, float scale, const ops::AvgPoolParams& params, ops::Stream s) {
+  constexpr const char* op = "avgpool_estimate (cuda)";
+  const cudaStream_t st = stream_of(s);
+  Geometry g{};
+  g.T = static_cast<int>(q.dim(0));
+  g.ctx = static_cast<int>(meta.max_context_len);
+  g.Hq = static_cast<int>(q.dim(1));
+  g.Hk = static_cast<int>(k_cache.dim(2));
+  g.D = static_cast<int>(q.dim(2));
+  g.B = static_cast<int>(pattern.block_size);
+  g.BS = static_cast<int>(k_cache.dim(1));
+  g.nqb = (g.ctx + g.B - 1) / g.B;
+  g.first = g.start() / g.B;
+  const int max_blocks = static_cast<int>(pattern.block_index.dim(2));
+  if (pattern.column_counts.defined()) {  // no columns: counts 0, lists -1
+    CUDA_CHECK(cudaMemsetAsync(pattern.column_counts.data(), 0, pattern.column_counts.nbytes(), st));
+    CUDA_CHECK(cudaMemsetAsync(pattern.column_index.data(), 0xff, pattern.column_index.nbytes(), st));
+  }
+  const bool full = params.threshold >= 1;
+  // Heads per pass: the whole group (up to kMaxHeadsPerPass) unless its score rows overflow shared memory.
+  int optin = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, context_of(s).device()));
+  const int64_t static_bytes = static_cast<int64_t>(sizeof(pt::Scratch));
+  int heads = std::min(g.group(), kMaxHeadsPerPass);
+  while (heads > 1 && SelectSmem(g, heads).total + static_bytes > optin) --heads;
+  const int64_t smem = full ? 0 : SelectSmem(g, heads).total;
+  NANOVLLM_CHECK(smem + static_bytes <= optin, op, ": ", g.nqb, " query blocks of ", g.B,
+                 " tokens need more shared memory than the device's ", optin, " bytes per CTA (use larger blocks)");
+  const int nqc = g.nqb - g.first;  // query blocks of the chunk
+  float* mean_k = nullptr;
+  float* mean_q = nullptr;
+  if (!full) {
+    const size_t k_floats = static_cast<size_t>(g.Hk) * g.nqb * g.D;
+    mean_k = workspace(k_floats + static_cast<size_t>(g.Hq) * nqc * g.D, s);
+    mean_q = mean_k + k_floats;
+    launch_pooling(q, k_cache, meta.block_tables.data_as<const int32_t>(), mean_q, mean_k, g, st);
+  }
+  CUDA_CHECK(cudaFuncSetAttribute(select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  select_kernel<<<dim3(g.nqb, g.Hk), pt::kSelectThreads, static_cast<size_t>(smem), st>>>(
+      mean_q, mean_k, pattern.block_counts.data_as<int32_t>(), pattern.block_index.data_as<int32_t>(), max_blocks, g,
+      scale, params.threshold, heads);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace nanovllm::cuda_ops

@@ -1,0 +1,23 @@
+// CUDA entry points of the sparse prefill pattern estimators (kernels/pattern_estimators.h has the contracts), called
+// after validation. q and k_cache F32 / BF16 / F16, metadata and pattern views on the device. Only in the CUDA build.
+#pragma once
+
+#include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/attention_metadata.h"
+#include "nanovllm/kernels/estimator_params.h"
+#include "nanovllm/kernels/ops.h"
+#include "nanovllm/kernels/sparse_ops.h"
+
+#if NANOVLLM_WITH_CUDA
+
+namespace nanovllm::cuda_ops {
+
+void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+                         const AttentionMetadata& meta, float scale, const ops::XAttentionParams& params,
+                         ops::Stream s);
+void avgpool_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+                      const AttentionMetadata& meta, float scale, const ops::AvgPoolParams& params, ops::Stream s);
+
+}  // namespace nanovllm::cuda_ops
+
+#endif  // NANOVLLM_WITH_CUDA

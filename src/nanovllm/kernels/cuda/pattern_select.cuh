@@ -1,0 +1,183 @@
+// Block-wide pieces the CUDA pattern estimators share (one CTA per (KV head, query block)): double reductions and
+// scans, the cover-mass selection of the CPU reference (kernels/cpu/prefill_pattern.cpp, cover_mass: forced entries,
+// then by decreasing mass, ties to the lower index, while the kept mass is below threshold x total) as a bitonic sort
+// in shared memory plus a scan, and the write of a (KV head, query block)'s list from per-key-block flags. Every
+// function is called by all threads of the block (blockDim.x = kSelectThreads) and synchronises.
+#pragma once
+
+#include <cstdint>
+
+#include "nanovllm/kernels/cuda/common.cuh"
+
+namespace nanovllm::cuda_ops::pattern {
+
+constexpr int kSelectThreads = 256;
+constexpr int kWarps = kSelectThreads / 32;
+
+// The smallest power of two >= n (n >= 1).
+__host__ __device__ inline int64_t pow2_at_least(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+constexpr int kMassBuckets = 32;  // by binary exponent: bucket b holds masses in [2^-b, 2^(1-b)), the last also below
+
+// Shared scratch of the reductions and the selection.
+struct Scratch {
+  double warp_total[kWarps];
+  double bucket_mass[kMassBuckets];
+  int candidates;
+};
+
+__device__ __forceinline__ int mass_bucket(float m) {
+  const int e = static_cast<int>(__float_as_uint(m) >> 23) - 127;  // m in [0, 1]: e <= 0 (-127 for 0 and denormals)
+  return min(-e, kMassBuckets - 1);
+}
+
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum of every thread's v, the same value (same order) in every thread.
+__device__ __forceinline__ double block_sum_d(double v, Scratch& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum_d(v);
+  __syncthreads();  // the previous call's readers are done
+  if (lane == 0) sh.warp_total[warp] = v;
+  __syncthreads();
+  double t = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) t += sh.warp_total[w];
+  return t;
+}
+
+__device__ __forceinline__ float block_max_f(float v, Scratch& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) sh.warp_total[warp] = v;
+  __syncthreads();
+  float t = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) t = fmaxf(t, static_cast<float>(sh.warp_total[w]));
+  return t;
+}
+
+// Exclusive prefix of the threads' v in thread order.
+__device__ __forceinline__ double block_exclusive_scan_d(double v, Scratch& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  double incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const double u = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += u;
+  }
+  __syncthreads();
+  if (lane == 31) sh.warp_total[warp] = incl;
+  __syncthreads();
+  double before = 0;
+  for (int w = 0; w < warp; ++w) before += sh.warp_total[w];
+  return before + incl - v;
+}
+
+// Sort key of entry j with mass m >= 0: descending key order = decreasing mass, ties to the lower index.
+__device__ __forceinline__ unsigned long long mass_key(float m, int j) {
+  return (static_cast<unsigned long long>(__float_as_uint(m)) << 32) | static_cast<unsigned>(~j);
+}
+__device__ __forceinline__ float key_mass(unsigned long long k) {
+  return __uint_as_float(static_cast<unsigned>(k >> 32));
+}
+__device__ __forceinline__ int key_index(unsigned long long k) { return static_cast<int>(~static_cast<unsigned>(k)); }
+
+// keys[0, P) sorted in decreasing order (P a power of two).
+__device__ __forceinline__ void bitonic_sort_desc(unsigned long long* keys, int P) {
+  for (int k = 2; k <= P; k <<= 1)
+    for (int half = k >> 1; half > 0; half >>= 1) {
+      for (int r = threadIdx.x; r < P; r += blockDim.x) {
+        const int o = r ^ half;
+        if (o > r) {
+          const unsigned long long a = keys[r], b = keys[o];
+          if ((r & k) == 0 ? a < b : a > b) {
+            keys[r] = b;
+            keys[o] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+}
+
+// cover_mass over mass[0, n) with the forced entries 0 and n - 1 (n >= 1): sets flags[j] = 1 for the entries kept
+// besides the forced ones (the caller flags those). mass >= 0; `keys` holds pow2_at_least(n - 2) entries.
+__device__ __forceinline__ void cover_mass(const float* mass, int n, double threshold, unsigned long long* keys,
+                                           uint8_t* flags, Scratch& sh) {
+  double part = 0;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) part += static_cast<double>(mass[j]);
+  const double need = threshold * block_sum_d(part, sh);
+  const double forced = static_cast<double>(mass[0]) + (n > 1 ? static_cast<double>(mass[n - 1]) : 0.0);
+  const int others = n - 2;  // entries 1 .. n - 2
+  if (others <= 0 || forced >= need) return;
+  // Only entries of the exponent buckets that, with all larger ones, reach `need` can be kept (the selection stops at
+  // or before the last of them), plus one bucket for rounding: sorting just those candidates gives the same prefix.
+  for (int b = threadIdx.x; b < kMassBuckets; b += blockDim.x) sh.bucket_mass[b] = 0;
+  if (threadIdx.x == 0) sh.candidates = 0;
+  __syncthreads();
+  for (int j = 1 + threadIdx.x; j <= others; j += blockDim.x) atomicAdd(&sh.bucket_mass[mass_bucket(mass[j])], mass[j]);
+  __syncthreads();
+  int last = kMassBuckets - 1;
+  double reached = forced;
+  for (int b = 0; b < kMassBuckets - 1; ++b) {
+    reached += sh.bucket_mass[b];
+    if (reached >= need) {
+      last = min(b + 1, kMassBuckets - 1);
+      break;
+    }
+  }
+  for (int j = 1 + threadIdx.x; j <= others; j += blockDim.x)
+    if (mass_bucket(mass[j]) <= last) keys[atomicAdd(&sh.candidates, 1)] = mass_key(mass[j], j);
+  __syncthreads();
+  const int count = sh.candidates;
+  const int P = static_cast<int>(pow2_at_least(count));
+  for (int r = count + threadIdx.x; r < P; r += blockDim.x) keys[r] = 0ull;  // sorts last
+  __syncthreads();
+  bitonic_sort_desc(keys, P);
+  // Kept: the sorted prefix whose mass before each entry (plus the forced) is still below need.
+  const int chunk = (count + blockDim.x - 1) / blockDim.x;
+  const int r0 = min(count, static_cast<int>(threadIdx.x) * chunk), r1 = min(count, r0 + chunk);
+  double local = 0;
+  for (int r = r0; r < r1; ++r) local += static_cast<double>(key_mass(keys[r]));
+  double run = forced + block_exclusive_scan_d(local, sh);
+  for (int r = r0; r < r1 && run < need; ++r) {
+    flags[key_index(keys[r])] = 1;
+    run += static_cast<double>(key_mass(keys[r]));
+  }
+  __syncthreads();
+}
+
+// list[0, MAXB) = the flagged key blocks j in [0, n) in increasing order, -1 after them; *count = how many.
+__device__ __forceinline__ void write_flagged(const uint8_t* flags, int n, int32_t* list, int32_t* count, int maxb,
+                                              Scratch& sh) {
+  const int chunk = (n + blockDim.x - 1) / blockDim.x;
+  const int j0 = min(n, static_cast<int>(threadIdx.x) * chunk), j1 = min(n, j0 + chunk);
+  int local = 0;
+  for (int j = j0; j < j1; ++j) local += flags[j];
+  int at = static_cast<int>(block_exclusive_scan_d(local, sh));
+  const int total = static_cast<int>(block_sum_d(local, sh));
+  for (int j = j0; j < j1; ++j)
+    if (flags[j] && at < maxb) list[at++] = j;
+  for (int r = total + threadIdx.x; r < maxb; r += blockDim.x) list[r] = -1;
+  if (threadIdx.x == 0) *count = min(total, maxb);
+}
+
+// Query blocks that need no estimate: `full` (threshold >= 1, a block of the chunk) every causal block, else (a block
+// before the chunk) {0, i}.
+__device__ __forceinline__ void write_fixed_row(int i, bool full, int32_t* list, int32_t* count, int maxb) {
+  const int n = full ? i + 1 : (i > 0 ? 2 : 1);
+  for (int r = threadIdx.x; r < maxb; r += blockDim.x) list[r] = r >= n ? -1 : (full || r == 0 ? r : i);
+  if (threadIdx.x == 0) *count = n;
+}
+
+}  // namespace nanovllm::cuda_ops::pattern

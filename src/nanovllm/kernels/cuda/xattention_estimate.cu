@@ -1,0 +1,248 @@
+// xattention_estimate on CUDA (contract: kernels/pattern_estimators.h; CPU reference:
+// kernels/cpu/xattention_estimate.cpp).
+// The antidiagonal sum of tile (m, n) is one dot product of S D elements: the tile's S queries in reverse order,
+// concatenated, against its S keys in order. So per query head the tile scores are a GEMM: Qr [tile rows, S D] times
+// Kt [tile columns, S D]^T, run through the linear op (cuBLASLt, bf16 in, fp32 accumulate and out) on the tensor cores.
+// Per KV head: gather its keys into Kt (bf16, zeros past the context); per query head of the group: gather Qr (zeros
+// outside the chunk), then in slabs of query blocks (bounded score memory): the GEMM over the causal columns, and one
+// CTA per query block takes each tile row's softmax and sums it per key block (fp32 masses, summed in double). Last,
+// one CTA per query block selects as the CPU does (pattern_select.cuh) over the group's masses and writes the union.
+// The scores differ from the CPU's fp32 dot products by rounding only (other summation order; q and keys rounded to
+// bf16 first when they are F32 / F16), so picks agree except at near-ties. Causal waste: the GEMM of a slab computes
+// its whole rectangle up to the slab's last column.
+#include <algorithm>
+#include <memory>
+
+#include "nanovllm/core/error.h"
+#include "nanovllm/kernels/cuda/common.cuh"
+#include "nanovllm/kernels/cuda/cuda_ops.h"
+#include "nanovllm/kernels/cuda/cuda_pattern_estimators.h"
+#include "nanovllm/kernels/cuda/device_context.h"
+#include "nanovllm/kernels/cuda/pattern_select.cuh"
+
+namespace nanovllm::cuda_ops {
+namespace {
+
+namespace pt = pattern;
+
+constexpr int kThreads = 256;
+constexpr int64_t kScoreSlabBytes = int64_t{256} << 20;  // fp32 tile scores of one slab of query blocks
+
+// The chunk's geometry (cpu::PrefillChunk's) and the tiles: tile rows [m0, m1) cover the chunk's queries, tile columns
+// [0, nt) the keys.
+struct Geometry {
+  int T, ctx, Hq, Hk, D, B, nqb, first, BS, S;
+  int m0, m1, nt;
+  __host__ __device__ int start() const { return ctx - T; }
+  __host__ __device__ int row_begin(int i) const { return max(i * B, start()); }
+  __host__ __device__ int row_end(int i) const { return min((i + 1) * B, ctx); }
+  __host__ __device__ int group() const { return Hq / Hk; }
+  __host__ __device__ int nqc() const { return nqb - first; }
+  __host__ __device__ int64_t width() const { return int64_t{S} * D; }  // elements of a tile's concatenation
+};
+
+// kt [nt S, D] bf16 (= [nt, S D]): KV head h's keys at positions [0, nt S) read through block_table, zeros past ctx.
+__global__ void gather_keys_kernel(const void* __restrict__ k_cache, int k_dtype,
+                                   const int32_t* __restrict__ block_table, __nv_bfloat16* __restrict__ kt, int h,
+                                   Geometry g) {
+  const int p = blockIdx.x;
+  const int64_t slot = p < g.ctx ? int64_t{block_table[p / g.BS]} * g.BS + p % g.BS : -1;
+  for (int d = threadIdx.x; d < g.D; d += blockDim.x)
+    kt[int64_t{p} * g.D + d] =
+        __float2bfloat16_rn(slot < 0 ? 0.0f : load_f32(k_cache, k_dtype, (slot * g.Hk + h) * g.D + d));
+}
+
+// qr [m1 - m0, S D] bf16: row m - m0 holds query head qh's rows at positions m S + S - 1 - s for s = 0 .. S - 1
+// (reversed: the antidiagonal), zeros for positions outside the chunk [start, ctx).
+__global__ void gather_queries_kernel(const void* __restrict__ q, int q_dtype, __nv_bfloat16* __restrict__ qr, int qh,
+                                      Geometry g) {
+  const int m = g.m0 + static_cast<int>(blockIdx.x);
+  for (int64_t e = threadIdx.x; e < g.width(); e += blockDim.x) {
+    const int s = static_cast<int>(e / g.D), d = static_cast<int>(e % g.D);
+    const int pos = m * g.S + g.S - 1 - s;
+    const bool in = pos >= g.start() && pos < g.ctx;
+    qr[int64_t{blockIdx.x} * g.width() + e] = __float2bfloat16_rn(
+        in ? load_f32(q, q_dtype, (int64_t{pos - g.start()} * g.Hq + qh) * g.D + d) : 0.0f);
+  }
+}
+
+// One CTA per query block i of the slab [qb0, ...): for each of its tile rows m (scores row m - row0 of `scores`, ld
+// ncols), the softmax of tile_scale x the row over its causal tiles n <= m, summed per key block (n S / B) in double
+// over the block's rows; mass[i - first, j] (fp32, [nqc, nqb] for this query head) for j <= i.
+__global__ void __launch_bounds__(kThreads)
+    tile_mass_kernel(const float* __restrict__ scores, int64_t ncols, int row0, int qb0, float* __restrict__ mass,
+                     Geometry g, float tile_scale) {
+  extern __shared__ double acc[];  // [nqb]
+  __shared__ pt::Scratch sh;
+  const int i = qb0 + static_cast<int>(blockIdx.x);
+  const int per_block = g.B / g.S;  // tile columns per key block
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) acc[j] = 0.0;
+  for (int m = g.row_begin(i) / g.S; m * g.S < g.row_end(i); ++m) {
+    const float* row = scores + int64_t{m - row0} * ncols;
+    const int n = m + 1;
+    float mx = -INFINITY;
+    for (int c = threadIdx.x; c < n; c += blockDim.x) mx = fmaxf(mx, __fmul_rn(row[c], tile_scale));
+    mx = pt::block_max_f(mx, sh);
+    double part = 0;
+    for (int c = threadIdx.x; c < n; c += blockDim.x)
+      part += static_cast<double>(expf(__fmul_rn(row[c], tile_scale) - mx));
+    const double sum = pt::block_sum_d(part, sh);
+    for (int j = threadIdx.x; j * per_block < n; j += blockDim.x) {
+      double a = 0;
+      for (int c = j * per_block; c < min(n, (j + 1) * per_block); ++c)
+        a += static_cast<double>(
+            static_cast<float>(static_cast<double>(expf(__fmul_rn(row[c], tile_scale) - mx)) / sum));
+      acc[j] += a;  // the same thread owns j for every row
+    }
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j <= i; j += blockDim.x)
+    mass[int64_t{i - g.first} * g.nqb + j] = static_cast<float>(acc[j]);
+}
+
+// One CTA per query block i, KV head h: the cover-mass selection of each query head's masses (mass [G, nqc, nqb]),
+// their union written to block_counts[h, i] / block_index[h, i, :].
+__global__ void __launch_bounds__(pt::kSelectThreads)
+    select_kernel(const float* __restrict__ mass, int32_t* __restrict__ counts, int32_t* __restrict__ index,
+                  int max_blocks, int h, Geometry g, double threshold) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ pt::Scratch sh;
+  const int i = blockIdx.x, n = i + 1;
+  int32_t* list = index + (int64_t{h} * g.nqb + i) * max_blocks;
+  int32_t* count = counts + int64_t{h} * g.nqb + i;
+  if (i < g.first || threshold >= 1) {
+    pt::write_fixed_row(i, i >= g.first, list, count, max_blocks);
+    return;
+  }
+  const int64_t keys_bytes = 8 * pt::pow2_at_least(g.nqb > 3 ? g.nqb - 2 : 1);
+  auto* keys = reinterpret_cast<unsigned long long*>(smem);
+  auto* row = reinterpret_cast<float*>(smem + keys_bytes);  // [nqb]
+  auto* flags = smem + keys_bytes + 4 * int64_t{g.nqb};     // [nqb]
+  for (int j = threadIdx.x; j < n; j += blockDim.x) flags[j] = (j == 0 || j == i) ? 1 : 0;
+  for (int gi = 0; gi < g.group(); ++gi) {
+    __syncthreads();  // the previous head's row is read
+    for (int j = threadIdx.x; j < n; j += blockDim.x)
+      row[j] = mass[(int64_t{gi} * g.nqc() + i - g.first) * g.nqb + j];
+    __syncthreads();
+    pt::cover_mass(row, n, threshold, keys, flags, sh);
+  }
+  __syncthreads();
+  pt::write_flagged(flags, n, list, count, max_blocks, sh);
+}
+
+int64_t select_smem(const Geometry& g) {
+  return 8 * pt::pow2_at_least(g.nqb > 3 ? g.nqb - 2 : 1) + 4 * int64_t{g.nqb} + (g.nqb + 15) / 16 * 16;
+}
+
+// The op's per-device workspace (DeviceContext::op_state), grow-only.
+struct XAttentionWorkspace {
+  void* data = nullptr;
+  size_t bytes = 0;
+  XAttentionWorkspace() = default;
+  ~XAttentionWorkspace() { cudaFree(data); }
+  XAttentionWorkspace(const XAttentionWorkspace&) = delete;
+  XAttentionWorkspace& operator=(const XAttentionWorkspace&) = delete;
+};
+
+unsigned char* workspace(size_t bytes, ops::Stream s) {
+  XAttentionWorkspace& w =
+      context_of(s).op_state<XAttentionWorkspace>([] { return std::make_unique<XAttentionWorkspace>(); });
+  if (w.bytes < bytes) {
+    CUDA_CHECK(cudaFree(w.data));  // synchronises: no launch still reads the old block
+    w.data = nullptr;
+    CUDA_CHECK(cudaMalloc(&w.data, bytes));
+    w.bytes = bytes;
+  }
+  return static_cast<unsigned char*>(w.data);
+}
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+}  // namespace
+
+void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+                         const AttentionMetadata& meta, float scale, const ops::XAttentionParams& params,
+                         ops::Stream s) {
+  constexpr const char* op = "xattention_estimate (cuda)";
+  const cudaStream_t st = stream_of(s);
+  Geometry g{};
+  g.T = static_cast<int>(q.dim(0));
+  g.ctx = static_cast<int>(meta.max_context_len);
+  g.Hq = static_cast<int>(q.dim(1));
+  g.Hk = static_cast<int>(k_cache.dim(2));
+  g.D = static_cast<int>(q.dim(2));
+  g.B = static_cast<int>(pattern.block_size);
+  g.BS = static_cast<int>(k_cache.dim(1));
+  g.S = static_cast<int>(params.stride);
+  g.nqb = (g.ctx + g.B - 1) / g.B;
+  g.first = g.start() / g.B;
+  g.m0 = g.start() / g.S;
+  g.m1 = (g.ctx + g.S - 1) / g.S;
+  g.nt = g.m1;
+  const int max_blocks = static_cast<int>(pattern.block_index.dim(2));
+  if (pattern.column_counts.defined()) {  // no columns: counts 0, lists -1
+    CUDA_CHECK(cudaMemsetAsync(pattern.column_counts.data(), 0, pattern.column_counts.nbytes(), st));
+    CUDA_CHECK(cudaMemsetAsync(pattern.column_index.data(), 0xff, pattern.column_index.nbytes(), st));
+  }
+  int optin = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, context_of(s).device()));
+  const int64_t sel_smem = params.threshold >= 1 ? 0 : select_smem(g), mass_smem = 8 * int64_t{g.nqb};
+  NANOVLLM_CHECK(std::max(sel_smem, mass_smem) + static_cast<int64_t>(sizeof(pt::Scratch)) <= optin, op, ": ", g.nqb,
+                 " query blocks of ", g.B, " tokens need more shared memory than the device's ", optin,
+                 " bytes per CTA (use larger blocks)");
+  CUDA_CHECK(cudaFuncSetAttribute(select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(sel_smem)));
+  if (params.threshold >= 1) {
+    for (int h = 0; h < g.Hk; ++h) {
+      select_kernel<<<g.nqb, pt::kSelectThreads, 0, st>>>(nullptr, pattern.block_counts.data_as<int32_t>(),
+                                                           pattern.block_index.data_as<int32_t>(), max_blocks, h, g,
+                                                           params.threshold);
+      CUDA_CHECK(cudaGetLastError());
+    }
+    return;
+  }
+  // Slabs of query blocks whose tile-score rows (up to the slab's last causal column) fit kScoreSlabBytes.
+  const int rows_per_block = g.B / g.S;
+  const int slab_blocks = static_cast<int>(
+      std::max<int64_t>(1, kScoreSlabBytes / (int64_t{rows_per_block} * g.nt * static_cast<int64_t>(sizeof(float)))));
+  const size_t kt_bytes = align256(static_cast<size_t>(g.nt) * g.width() * 2);
+  const size_t qr_bytes = align256(static_cast<size_t>(g.m1 - g.m0) * g.width() * 2);
+  const size_t score_bytes =
+      align256(static_cast<size_t>(std::min(slab_blocks, g.nqc())) * rows_per_block * g.nt * sizeof(float));
+  const size_t mass_bytes = align256(static_cast<size_t>(g.group()) * g.nqc() * g.nqb * sizeof(float));
+  unsigned char* ws = workspace(kt_bytes + qr_bytes + score_bytes + mass_bytes, s);
+  auto* kt = reinterpret_cast<__nv_bfloat16*>(ws);
+  auto* qr = reinterpret_cast<__nv_bfloat16*>(ws + kt_bytes);
+  auto* scores = reinterpret_cast<float*>(ws + kt_bytes + qr_bytes);
+  auto* mass = reinterpret_cast<float*>(ws + kt_bytes + qr_bytes + score_bytes);
+  const Device dev = q.device();
+  const float tile_scale = scale / static_cast<float>(g.S);
+  CUDA_CHECK(cudaFuncSetAttribute(tile_mass_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(mass_smem)));
+  for (int h = 0; h < g.Hk; ++h) {
+    gather_keys_kernel<<<g.nt * g.S, 128, 0, st>>>(k_cache.data(), dt(k_cache),
+                                                   meta.block_tables.data_as<const int32_t>(), kt, h, g);
+    CUDA_CHECK(cudaGetLastError());
+    for (int gi = 0; gi < g.group(); ++gi) {
+      gather_queries_kernel<<<g.m1 - g.m0, kThreads, 0, st>>>(q.data(), dt(q), qr, h * g.group() + gi, g);
+      CUDA_CHECK(cudaGetLastError());
+      for (int qb0 = g.first; qb0 < g.nqb; qb0 += slab_blocks) {
+        const int qb1 = std::min(g.nqb, qb0 + slab_blocks);
+        const int row0 = std::max(g.m0, qb0 * rows_per_block), row1 = std::min(g.m1, qb1 * rows_per_block);
+        const int64_t ncols = row1;  // causal: tile columns n <= m < row1
+        cuda_ops::linear(TensorView(scores, DType::kF32, {row1 - row0, ncols}, dev),
+               TensorView(qr + int64_t{row0 - g.m0} * g.width(), DType::kBF16, {row1 - row0, g.width()}, dev),
+               TensorView(kt, DType::kBF16, {ncols, g.width()}, dev), TensorView(), s, ops::LinearHint::kNone);
+        tile_mass_kernel<<<qb1 - qb0, kThreads, static_cast<size_t>(mass_smem), st>>>(
+            scores, ncols, row0, qb0, mass + int64_t{gi} * g.nqc() * g.nqb, g, tile_scale);
+        CUDA_CHECK(cudaGetLastError());
+      }
+    }
+    select_kernel<<<g.nqb, pt::kSelectThreads, static_cast<size_t>(sel_smem), st>>>(
+        mass, pattern.block_counts.data_as<int32_t>(), pattern.block_index.data_as<int32_t>(), max_blocks, h, g,
+        params.threshold);
+    CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+}  // namespace nanovllm::cuda_ops
