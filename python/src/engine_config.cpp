@@ -85,10 +85,33 @@ const std::map<std::string, Setter>& setters() {
       c.sparse.policy = parse_sparse_policy(cast_option<std::string>(v, n));
     });
     set("sparse_budget", [i64](EngineConfig& c, py::handle v, const std::string& n) { c.sparse.budget_tokens = i64(v, n); });
-    // parallel: one GPU until ParallelConfig lands; nano-vLLM's examples pass tensor_parallel_size=1.
-    set("tensor_parallel_size", [i64](EngineConfig&, py::handle v, const std::string& n) {
-      const int64_t tp = i64(v, n);
-      NANOVLLM_CHECK(tp == 1, "tensor_parallel_size=", tp, " is not supported yet (one GPU: 1)");
+    set("sparse_gpu_cache_tokens", [i64](EngineConfig& c, py::handle v, const std::string& n) {
+      c.sparse.gpu_cache_tokens = v.is_none() ? -1 : i64(v, n);  // None: 4 x sparse_budget
+    });
+    // sparse prefill
+    set("sparse_prefill_policy", [](EngineConfig& c, py::handle v, const std::string& n) {
+      c.sparse_prefill.policy = parse_sparse_prefill_policy(cast_option<std::string>(v, n));
+    });
+    set("sparse_prefill_threshold", [real](EngineConfig& c, py::handle v, const std::string& n) {
+      c.sparse_prefill.threshold = v.is_none() ? 0 : real(v, n);  // None: the policy's default
+    });
+    auto prefill_int = [&set, i64](const std::string& name, int64_t SparsePrefillConfig::*field) {
+      set(name, [i64, field](EngineConfig& c, py::handle v, const std::string& n) { c.sparse_prefill.*field = i64(v, n); });
+    };
+    prefill_int("sparse_prefill_dense_layers", &SparsePrefillConfig::dense_layers);
+    prefill_int("sparse_prefill_min_tokens", &SparsePrefillConfig::min_tokens);
+    prefill_int("sparse_prefill_block_size", &SparsePrefillConfig::block_size);
+    prefill_int("sparse_prefill_stride", &SparsePrefillConfig::stride);
+    prefill_int("sparse_prefill_last_q", &SparsePrefillConfig::last_q);
+    prefill_int("sparse_prefill_vertical", &SparsePrefillConfig::vertical);
+    prefill_int("sparse_prefill_slash", &SparsePrefillConfig::slash);
+    prefill_int("sparse_prefill_min_budget", &SparsePrefillConfig::min_budget);
+    set("sparse_prefill_tau", [real](EngineConfig& c, py::handle v, const std::string& n) {
+      c.sparse_prefill.tau = real(v, n);
+    });
+    // parallel: EngineConfig::validate says which backends take several ranks (the CPU backend today).
+    set("tensor_parallel_size", [i64](EngineConfig& c, py::handle v, const std::string& n) {
+      c.parallel.tensor_parallel_size = i64(v, n);
     });
     return t;
   }();

@@ -7,7 +7,10 @@ EXPECTED_OPTIONS = {
     "block_size", "num_kv_blocks", "kv_cache_bytes", "gpu_memory_utilization", "enable_prefix_caching",
     "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "async_scheduling",
     "enable_cpu_offload", "num_kv_buffers", "offload_block_size", "cpu_memory_limit", "offload_min_tokens",
-    "sparse_policy", "sparse_budget", "tensor_parallel_size", "kvcache_block_size", "num_kvcache_blocks",
+    "sparse_policy", "sparse_budget", "sparse_gpu_cache_tokens", "tensor_parallel_size", "kvcache_block_size",
+    "num_kvcache_blocks", "sparse_prefill_policy", "sparse_prefill_threshold", "sparse_prefill_dense_layers",
+    "sparse_prefill_min_tokens", "sparse_prefill_block_size", "sparse_prefill_stride", "sparse_prefill_last_q",
+    "sparse_prefill_vertical", "sparse_prefill_slash", "sparse_prefill_tau", "sparse_prefill_min_budget",
 }
 
 
@@ -33,6 +36,38 @@ def test_sparse_decode_options(tiny_model):
     llm = LLM(str(tiny_model), backend="cpu", sparse_policy="quest", sparse_budget=64, block_size=16)
     (out,) = llm.generate([[7] * 200], SamplingParams(temperature=0, max_tokens=5), use_tqdm=False)
     assert len(out.token_ids) == 5
+
+
+def test_sparse_decode_over_offload_options(tiny_model):
+    p = SamplingParams(temperature=0, max_tokens=5)
+    kw = dict(backend="cpu", sparse_policy="quest", sparse_budget=64, block_size=16)
+    resident = LLM(str(tiny_model), **kw).generate([[7] * 200], p, use_tqdm=False)[0].token_ids
+    offloaded = LLM(str(tiny_model), enable_cpu_offload=True, offload_min_tokens=1, sparse_gpu_cache_tokens=128,
+                    **kw).generate([[7] * 200], p, use_tqdm=False)[0].token_ids
+    assert offloaded == resident
+
+
+def test_sparse_prefill_options(tiny_model):
+    import pytest
+
+    p = SamplingParams(temperature=0, max_tokens=5)
+    prompt = [[(i * 7919) % 5000 + 10 for i in range(300)]]
+    dense = LLM(str(tiny_model), backend="cpu").generate(prompt, p, use_tqdm=False)[0].token_ids
+    # A full threshold keeps every causal block: the dense tokens.
+    full = LLM(str(tiny_model), backend="cpu", sparse_prefill_policy="avgpool", sparse_prefill_threshold=1.0,
+               sparse_prefill_min_tokens=64, sparse_prefill_block_size=32).generate(prompt, p, use_tqdm=False)
+    assert full[0].token_ids == dense
+    with pytest.raises(ValueError, match="sparse prefill policy"):
+        LLM(str(tiny_model), backend="cpu", sparse_prefill_policy="magic")
+    with pytest.raises(ValueError, match="sparse_prefill_min_tokens"):
+        LLM(str(tiny_model), backend="cpu", sparse_prefill_policy="xattention", sparse_prefill_min_tokens=0)
+
+
+def test_tensor_parallel_on_the_cpu_backend(tiny_model, llm):
+    p = SamplingParams(temperature=0, max_tokens=6)
+    reference = llm.generate(["The capital of France is"], p, use_tqdm=False)[0].token_ids
+    tp2 = LLM(str(tiny_model), backend="cpu", tensor_parallel_size=2)
+    assert tp2.generate(["The capital of France is"], p, use_tqdm=False)[0].token_ids == reference
 
 
 def test_cpu_offload_options_are_checked(tiny_model):

@@ -13,6 +13,7 @@
 
 #include "nanovllm/llm/llm.h"
 #include "nanovllm/runner/offload_runner.h"
+#include "nanovllm/sparse/sparse_prefill_attention.h"
 #include "support/test_models.h"
 
 namespace nanovllm {
@@ -160,6 +161,45 @@ TEST(CudaOffload, SparseDecodeMatchesTheResidentSparsePath) {
       EXPECT_EQ(c.hits, 0);
     }
     EXPECT_EQ(llm.engine().runner().offload()->stats().last_step_h2d_bytes, 0);  // no whole-layer loads
+  }
+}
+
+// Sparse prefill on CUDA (the AvgPool and XAttention estimators, then the block-sparse kernel): a threshold of
+// 1 keeps every causal block, so the tokens are the dense ones, on the normal path (1024-token chunks) and in
+// the offload prefill; a low threshold really goes sparse and still generates.
+TEST(CudaOffload, SparsePrefillFullThresholdGivesTheDenseTokens) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const EngineConfig plain = tiny_config(8192);
+  const std::vector<std::vector<int32_t>> prompts = {random_prompt(4097, 512, 21), random_prompt(3001, 512, 22)};
+  std::vector<RequestOutput> reference;
+  {
+    LLM llm(plain);
+    for (const auto& p : prompts) reference.push_back(llm.generate({p}, greedy(24))[0]);
+  }
+  for (SparsePrefillPolicy policy : {SparsePrefillPolicy::kAvgPool, SparsePrefillPolicy::kXAttention}) {
+    for (bool offload : {false, true}) {
+      const std::string what = std::string(sparse_prefill_policy_name(policy)) + (offload ? ", offload" : "");
+      EngineConfig ec = plain;
+      ec.sparse_prefill.policy = policy;
+      ec.sparse_prefill.min_tokens = 1024;
+      ec.offload.enabled = offload;
+      ec.offload.min_tokens = offload ? 1 : 0;
+      ec.offload.block_size = 32;
+      for (double threshold : {1.0, 0.5}) {
+        ec.sparse_prefill.threshold = threshold;
+        LLM llm(ec);
+        std::vector<RequestOutput> got;
+        for (const auto& p : prompts) got.push_back(llm.generate({p}, greedy(24))[0]);
+        const SparsePrefillCounters* c = llm.engine().runner().sparse_prefill_counters();
+        ASSERT_NE(c, nullptr) << what;
+        EXPECT_GT(c->sparse_layer_chunks, 0) << what;
+        if (threshold == 1.0) {
+          expect_same(got, reference, 1e-2, what);
+        } else {
+          for (const RequestOutput& o : got) EXPECT_EQ(o.token_ids.size(), 24u) << what;
+        }
+      }
+    }
   }
 }
 

@@ -253,11 +253,20 @@ TEST_F(SparsePrefill, RefusesImpossibleConfigurations) {
         ec.sparse_prefill.tau = -1;
       },
       "sparse_prefill_tau");
-  // The CUDA backend has no estimators yet: refused up front, naming the option (validate needs no GPU).
-  refused([](EngineConfig& ec) { ec.model.backend = Backend::kCuda; }, "--sparse-prefill-policy dense");
-  EngineConfig dense_cuda = base_;
-  dense_cuda.model.backend = Backend::kCuda;
-  EXPECT_NO_THROW(dense_cuda.sparse_prefill.validate(Backend::kCuda));
+  // The CUDA backend has avgpool and xattention estimators only: the others are refused up front, naming the
+  // option (validate needs no GPU).
+  for (SparsePrefillPolicy p : {SparsePrefillPolicy::kMInference, SparsePrefillPolicy::kFlexPrefill})
+    refused(
+        [p](EngineConfig& ec) {
+          ec.sparse_prefill.policy = p;
+          ec.model.backend = Backend::kCuda;
+        },
+        "use another --sparse-prefill-policy");
+  for (SparsePrefillPolicy p :
+       {SparsePrefillPolicy::kDense, SparsePrefillPolicy::kAvgPool, SparsePrefillPolicy::kXAttention}) {
+    EngineConfig cuda = sparse(p, 0.5);
+    EXPECT_NO_THROW(cuda.sparse_prefill.validate(Backend::kCuda)) << sparse_prefill_policy_name(p);
+  }
   // An engine is refused the same way (the CPU backend builds it, so a bad knob fails at construction).
   EngineConfig bad = sparse(SparsePrefillPolicy::kXAttention, 0.5);
   bad.sparse_prefill.stride = 5;

@@ -84,9 +84,11 @@ double SparsePrefillConfig::effective_threshold() const {
 void SparsePrefillConfig::validate(Backend backend) const {
   if (!enabled()) return;
   const char* name = sparse_prefill_policy_name(policy);
-  NANOVLLM_CHECK(backend != Backend::kCuda, "sparse_prefill_policy ", name,
-                 " runs on the CPU backend only for now (no CUDA pattern estimators yet); use "
-                 "--sparse-prefill-policy dense, or --backend cpu");
+  // CUDA estimators exist for these two (kernels/cuda/avgpool_estimate.cu, xattention_estimate.cu).
+  const bool on_cuda = policy == SparsePrefillPolicy::kAvgPool || policy == SparsePrefillPolicy::kXAttention;
+  NANOVLLM_CHECK(backend != Backend::kCuda || on_cuda, "sparse_prefill_policy ", name,
+                 " runs on the CPU backend only for now (no CUDA estimator yet; avgpool and xattention run on "
+                 "CUDA); use another --sparse-prefill-policy, or --backend cpu");
   NANOVLLM_CHECK(threshold >= 0 && threshold <= 1,
                  "sparse_prefill_threshold must be in (0, 1] (0: the policy's default), got ", threshold);
   NANOVLLM_CHECK(dense_layers >= 0, "sparse_prefill_dense_layers must be >= 0, got ", dense_layers);

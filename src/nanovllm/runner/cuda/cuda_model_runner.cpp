@@ -73,10 +73,12 @@ void CudaModelRunner::init(const ModelConfig& config, int64_t tp_size, bool capt
   }
   batch_device_ = Buffer(cuda_allocator(device_), static_cast<size_t>(max_batch_ints_) * 4);
   sampler_ = std::make_unique<GpuSampler>(config.eos_token_ids, config.vocab_size, ec.scheduler.max_num_seqs, device_);
+  sparse_prefill_ = make_sparse_prefill_policy(ec, config, cuda_allocator(device_));
   if (ec.offload.enabled) {  // before the paged KV cache, which takes what the budget leaves
     offload_ = std::make_unique<OffloadRunner>(
         *model_, make_cuda_offload_device(device_, ops_stream()), ec, ws_,
         [this](const std::vector<const Sequence*>& seqs, float* logits) { return sampler_->sample(seqs, logits, stream_); });
+    offload_->set_prefill_policy(sparse_prefill_.get());
   }
   allocate_kv_cache(config);
 
@@ -213,6 +215,17 @@ void CudaModelRunner::allocate_kv_cache(const ModelConfig& config) {
                    TensorView(k + layer_bytes, DType::kBF16, layer_shape, Device::cuda(device_))});
   }
   quest_ = make_sparse_policy(ec_, config, num_kv_blocks_, DType::kBF16, cuda_allocator(device_));
+  if (quest_ && sparse_prefill_)  // Quest first: it keeps its page metadata from every step
+    prefill_policies_ =
+        std::make_unique<AttentionPolicyChain>(std::vector<AttentionPolicy*>{quest_.get(), sparse_prefill_.get()});
+}
+
+AttentionPolicy* CudaModelRunner::eager_policy(const SchedulerOutput& out) const {
+  // Decode-only steps leave the sparse prefill policy out: any policy turns off the fused decode attention.
+  const bool prefill = std::any_of(out.seqs.begin(), out.seqs.end(),
+                                   [](const ScheduledSequence& s) { return s.num_new_tokens > 1; });
+  if (!prefill || sparse_prefill_ == nullptr) return quest_.get();
+  return prefill_policies_ ? static_cast<AttentionPolicy*>(prefill_policies_.get()) : sparse_prefill_.get();
 }
 
 int64_t CudaModelRunner::graph_bucket(int64_t num_seqs) const {
@@ -256,7 +269,7 @@ void CudaModelRunner::run_eager(const SchedulerOutput& out) {
   upload_batch(batch);
   DecoderInputs in = batch.views(batch_device_.data(), Device::cuda(device_));
   in.taps = taps_;
-  in.attention_policy = quest_.get();
+  in.attention_policy = eager_policy(out);
   model_->forward(in, kv_, ws_, ops_stream());
 }
 

@@ -19,6 +19,7 @@
 #include "nanovllm/runner/model_runner.h"
 #include "nanovllm/runner/offload_runner.h"
 #include "nanovllm/runner/sparse_policy.h"
+#include "nanovllm/sparse/attention_policy_chain.h"
 
 namespace nanovllm {
 
@@ -46,6 +47,10 @@ class CudaModelRunner final : public ModelRunner {
   void launch(const SchedulerOutput& out, bool fed_from_previous) override;
   std::vector<SampledToken> wait_oldest() override;
   OffloadRunner* offload() override { return offload_.get(); }
+  const QuestCounters* sparse_counters() const override { return quest_ ? &quest_->counters() : nullptr; }
+  const SparsePrefillCounters* sparse_prefill_counters() const override {
+    return sparse_prefill_ ? &sparse_prefill_->counters() : nullptr;
+  }
 
  private:
   // The constructors' common part once the model is built (config: the rank's).
@@ -106,6 +111,9 @@ class CudaModelRunner final : public ModelRunner {
   std::unique_ptr<GpuSampler> sampler_;  // samples on the GPU: only ids (+ logprobs) come back
   std::unique_ptr<OffloadRunner> offload_;  // EngineConfig::offload.enabled; its buffers precede the KV cache
   std::unique_ptr<QuestAttention> quest_;   // EngineConfig::sparse.policy == quest; sized with the KV cache
+  std::unique_ptr<SparsePrefillAttention> sparse_prefill_;  // EngineConfig::sparse_prefill.policy != dense
+  std::unique_ptr<AttentionPolicyChain> prefill_policies_;  // both of them, for steps with a prefill
+  AttentionPolicy* eager_policy(const SchedulerOutput& out) const;  // what an eager step's layers call
 };
 
 }  // namespace nanovllm
