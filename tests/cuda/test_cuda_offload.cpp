@@ -33,14 +33,7 @@ std::vector<int32_t> random_prompt(int64_t n, int vocab, uint32_t seed) {
   return p;
 }
 
-SamplingParams greedy(int64_t max_tokens) {
-  SamplingParams sp;
-  sp.temperature = 0;
-  sp.ignore_eos = true;
-  sp.max_tokens = max_tokens;
-  sp.logprobs = 1;
-  return sp;
-}
+SamplingParams greedy(int64_t max_tokens) { return testing::greedy(max_tokens, 1); }
 
 // Same tokens; chosen-token logprobs within `tol` (bf16 runs of the same kernels: expect ~0).
 void expect_same(const std::vector<RequestOutput>& a, const std::vector<RequestOutput>& b, double tol,

@@ -12,13 +12,7 @@ namespace {
 
 using testing::random_prompts;
 
-SamplingParams greedy(int64_t max_tokens) {
-  SamplingParams sp;
-  sp.temperature = 0;
-  sp.ignore_eos = true;
-  sp.max_tokens = max_tokens;
-  return sp;
-}
+using testing::greedy;
 
 std::vector<std::vector<int32_t>> run(EngineConfig ec, const std::vector<std::vector<int32_t>>& prompts,
                                       int64_t max_tokens = 12) {

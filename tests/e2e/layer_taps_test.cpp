@@ -47,13 +47,7 @@ EngineConfig offload_config() {
   return ec;
 }
 
-SamplingParams greedy(int64_t max_tokens) {
-  SamplingParams sp;
-  sp.temperature = 0;
-  sp.ignore_eos = true;
-  sp.max_tokens = max_tokens;
-  return sp;
-}
+using testing::greedy;
 
 const std::vector<int32_t> kPrompt = testing::random_prompts({19}, 512, 7)[0];
 constexpr int64_t kMaxTokens = 6;

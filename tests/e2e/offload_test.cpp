@@ -23,14 +23,7 @@ using testing::random_prompts;
 
 // Greedy with the top-5 logprobs of every step: a wrong key somewhere in a long context rarely flips
 // a greedy token of a tiny random model, but it always moves the logprobs.
-SamplingParams greedy(int64_t max_tokens) {
-  SamplingParams sp;
-  sp.temperature = 0;
-  sp.ignore_eos = true;
-  sp.max_tokens = max_tokens;
-  sp.logprobs = 5;
-  return sp;
-}
+SamplingParams greedy(int64_t max_tokens) { return testing::greedy(max_tokens, 5); }
 
 // Tokens followed by their top-5 logprobs (ids and values at 1e-5), one row per request: both paths
 // run the same fp32 kernels, only the KV cache plumbing differs.

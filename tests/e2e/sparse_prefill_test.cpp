@@ -21,14 +21,7 @@ namespace {
 
 using testing::random_prompts;
 
-SamplingParams greedy(int64_t max_tokens) {
-  SamplingParams sp;
-  sp.temperature = 0;
-  sp.ignore_eos = true;
-  sp.max_tokens = max_tokens;
-  sp.logprobs = 3;
-  return sp;
-}
+SamplingParams greedy(int64_t max_tokens) { return testing::greedy(max_tokens, 3); }
 
 struct Outcome {
   std::vector<std::vector<int32_t>> tokens;

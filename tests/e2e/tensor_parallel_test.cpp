@@ -26,14 +26,7 @@ struct Outcome {
   std::vector<std::vector<std::vector<TokenLogprob>>> logprobs;  // [request][step][top-K]
 };
 
-SamplingParams greedy(int64_t max_tokens) {
-  SamplingParams sp;
-  sp.temperature = 0;
-  sp.ignore_eos = true;
-  sp.max_tokens = max_tokens;
-  sp.logprobs = 5;
-  return sp;
-}
+SamplingParams greedy(int64_t max_tokens) { return testing::greedy(max_tokens, 5); }
 
 Outcome run(EngineConfig ec, int64_t tp, const std::vector<std::vector<int32_t>>& prompts, int64_t max_tokens = 10) {
   ec.parallel.tensor_parallel_size = tp;

@@ -27,13 +27,7 @@ EngineConfig cpu_config(const std::filesystem::path& model) {
   return c;
 }
 
-SamplingParams greedy(int64_t max_tokens) {
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
+using testing::greedy;
 
 // A private copy of a model directory whose weights are symlinked (the configs can then be edited).
 std::filesystem::path light_copy(const std::filesystem::path& src, const std::string& name) {

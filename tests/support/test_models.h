@@ -8,7 +8,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nanovllm/engine/sampling_params.h"
+
 namespace nanovllm::testing {
+
+// Greedy decoding of exactly max_tokens tokens (EOS ignored), with the top `logprobs` logprobs of each step.
+inline SamplingParams greedy(int64_t max_tokens, int64_t logprobs = 0) {
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.ignore_eos = true;
+  sp.max_tokens = max_tokens;
+  sp.logprobs = logprobs;
+  return sp;
+}
 
 // tests/data, or $NANOVLLM_TEST_DATA when set (test binaries run from a copied build tree).
 std::filesystem::path test_data_dir();
