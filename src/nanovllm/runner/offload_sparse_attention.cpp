@@ -20,12 +20,13 @@ OffloadSparseAttention::OffloadSparseAttention(const QuestShape& shape, int64_t 
   NANOVLLM_CHECK(iota.numel() >= shape.num_blocks, "offload sparse decode: the identity table is too short");
   const int64_t L = shape.num_layers, Hk = shape.num_kv_heads, P = shape.num_blocks, C = cache_slots_;
   cache_ = Buffer(alloc, shape.kv_dtype, Shape{L * 2, C, shape.block_size, Hk, shape.head_dim});
-  state_ = Buffer(alloc, DType::kI32, Shape{L, Hk * (P + 3 * C + 1)});
+  const int64_t state_ints = Hk * (P + 2 * C + 1);  // one layer's page_slot, slot_page, slot_stamp, hand
+  state_ = Buffer(alloc, DType::kI32, Shape{L, state_ints});
   plan_ = Buffer(alloc, DType::kI32, Shape{1, Hk, budget_pages, 2});
   counters_ = Buffer(alloc, DType::kI64, Shape{2});
   const Device dev = alloc.device();
   for (int64_t l = 0; l < L; ++l) {
-    int32_t* base = state_.view().data_as<int32_t>() + l * Hk * (P + 3 * C + 1);
+    int32_t* base = state_.view().data_as<int32_t>() + l * state_ints;
     const auto view = [&](int64_t offset, Shape shape_of) {
       return TensorView(base + offset, DType::kI32, shape_of, dev);
     };

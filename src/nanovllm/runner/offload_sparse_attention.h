@@ -59,7 +59,7 @@ class OffloadSparseAttention final : public AttentionPolicy {
   TensorView iota_;
   const OffloadHostPool& host_;
   Buffer cache_;                 // [L x 2, C, page_size, Hk, D]: the hot pages' K and V per layer
-  Buffer state_;                 // [L, Hk, P + 3 C + 1] i32: page_slot, slot_page, slot_stamp, hand
+  Buffer state_;                 // [L, Hk x (P + 2 C + 1)] i32: page_slot, slot_page, slot_stamp, hand
   Buffer plan_;                  // [1, Hk, budget_pages, 2] i32
   Buffer counters_;              // [2] i64: hits, misses
   std::vector<ops::PageCacheState> states_;  // [L] views of state_
