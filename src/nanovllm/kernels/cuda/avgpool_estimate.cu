@@ -36,15 +36,7 @@ __device__ __forceinline__ void load_vec(const T* p, float (&x)[kVec]) {
   }
 }
 
-// The chunk's geometry (cpu::PrefillChunk's): queries at positions [start, ctx), blocks of B tokens.
-struct Geometry {
-  int T, ctx, Hq, Hk, D, B, nqb, first, BS;
-  __host__ __device__ int start() const { return ctx - T; }
-  __host__ __device__ int row_begin(int i) const { return max(i * B, start()); }
-  __host__ __device__ int row_end(int i) const { return min((i + 1) * B, ctx); }
-  __host__ __device__ int key_end(int j) const { return min((j + 1) * B, ctx); }
-  __host__ __device__ int group() const { return Hq / Hk; }
-};
+using Geometry = pt::ChunkGeometry;
 
 // mean_k [Hk, D, nqb] fp32 (transposed: the score loop reads consecutive key blocks in consecutive threads): per KV
 // head and key block j, the mean of keys [jB, key_end(j)) read from k_cache [NB, BS, Hk, D] through block_table,
@@ -224,21 +216,9 @@ void avgpool_estimate(const ops::BlockSparsePattern& pattern, TensorView q, Tens
                       const AttentionMetadata& meta, float scale, const ops::AvgPoolParams& params, ops::Stream s) {
   constexpr const char* op = "avgpool_estimate (cuda)";
   const cudaStream_t st = stream_of(s);
-  Geometry g{};
-  g.T = static_cast<int>(q.dim(0));
-  g.ctx = static_cast<int>(meta.max_context_len);
-  g.Hq = static_cast<int>(q.dim(1));
-  g.Hk = static_cast<int>(k_cache.dim(2));
-  g.D = static_cast<int>(q.dim(2));
-  g.B = static_cast<int>(pattern.block_size);
-  g.BS = static_cast<int>(k_cache.dim(1));
-  g.nqb = (g.ctx + g.B - 1) / g.B;
-  g.first = g.start() / g.B;
+  const Geometry g = pt::chunk_geometry(pattern, q, k_cache, meta);
   const int max_blocks = static_cast<int>(pattern.block_index.dim(2));
-  if (pattern.column_counts.defined()) {  // no columns: counts 0, lists -1
-    CUDA_CHECK(cudaMemsetAsync(pattern.column_counts.data(), 0, pattern.column_counts.nbytes(), st));
-    CUDA_CHECK(cudaMemsetAsync(pattern.column_index.data(), 0xff, pattern.column_index.nbytes(), st));
-  }
+  pt::clear_column_lists(pattern, st);
   const bool full = params.threshold >= 1;
   // Heads per pass: the whole group (up to kMaxHeadsPerPass) unless its score rows overflow shared memory.
   int optin = 0;

@@ -7,9 +7,46 @@
 
 #include <cstdint>
 
+#include "nanovllm/kernels/attention_metadata.h"
 #include "nanovllm/kernels/cuda/common.cuh"
+#include "nanovllm/kernels/cuda/cuda_check.h"
+#include "nanovllm/kernels/sparse_ops.h"
 
 namespace nanovllm::cuda_ops::pattern {
+
+// The chunk a pattern is estimated for (cpu::PrefillChunk's geometry): T queries at positions [start, ctx), query and
+// key blocks of B tokens (nqb of them, the chunk's from `first`), keys in a paged cache of BS-token blocks.
+struct ChunkGeometry {
+  int T, ctx, Hq, Hk, D, B, nqb, first, BS;
+  __host__ __device__ int start() const { return ctx - T; }
+  __host__ __device__ int row_begin(int i) const { return max(i * B, start()); }
+  __host__ __device__ int row_end(int i) const { return min((i + 1) * B, ctx); }
+  __host__ __device__ int key_end(int j) const { return min((j + 1) * B, ctx); }
+  __host__ __device__ int group() const { return Hq / Hk; }
+};
+
+// The geometry of an estimator's arguments (q [T, Hq, D], k_cache [NB, BS, Hk, D], one sequence).
+inline ChunkGeometry chunk_geometry(const ops::BlockSparsePattern& pattern, const TensorView& q,
+                                    const TensorView& k_cache, const AttentionMetadata& meta) {
+  ChunkGeometry g{};
+  g.T = static_cast<int>(q.dim(0));
+  g.ctx = static_cast<int>(meta.max_context_len);
+  g.Hq = static_cast<int>(q.dim(1));
+  g.Hk = static_cast<int>(k_cache.dim(2));
+  g.D = static_cast<int>(q.dim(2));
+  g.B = static_cast<int>(pattern.block_size);
+  g.BS = static_cast<int>(k_cache.dim(1));
+  g.nqb = (g.ctx + g.B - 1) / g.B;
+  g.first = g.start() / g.B;
+  return g;
+}
+
+// Empty column lists (counts 0, entries -1) where the pattern has them: only vertical-slash lists columns.
+inline void clear_column_lists(const ops::BlockSparsePattern& pattern, cudaStream_t st) {
+  if (!pattern.column_counts.defined()) return;
+  CUDA_CHECK(cudaMemsetAsync(pattern.column_counts.data(), 0, pattern.column_counts.nbytes(), st));
+  CUDA_CHECK(cudaMemsetAsync(pattern.column_index.data(), 0xff, pattern.column_index.nbytes(), st));
+}
 
 constexpr int kSelectThreads = 256;
 constexpr int kWarps = kSelectThreads / 32;

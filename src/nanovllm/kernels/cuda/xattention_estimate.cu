@@ -30,13 +30,8 @@ constexpr int64_t kScoreSlabBytes = int64_t{256} << 20;  // fp32 tile scores of 
 
 // The chunk's geometry (cpu::PrefillChunk's) and the tiles: tile rows [m0, m1) cover the chunk's queries, tile columns
 // [0, nt) the keys.
-struct Geometry {
-  int T, ctx, Hq, Hk, D, B, nqb, first, BS, S;
-  int m0, m1, nt;
-  __host__ __device__ int start() const { return ctx - T; }
-  __host__ __device__ int row_begin(int i) const { return max(i * B, start()); }
-  __host__ __device__ int row_end(int i) const { return min((i + 1) * B, ctx); }
-  __host__ __device__ int group() const { return Hq / Hk; }
+struct Geometry : pt::ChunkGeometry {
+  int S, m0, m1, nt;
   __host__ __device__ int nqc() const { return nqb - first; }
   __host__ __device__ int64_t width() const { return int64_t{S} * D; }  // elements of a tile's concatenation
 };
@@ -166,24 +161,13 @@ void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, T
   constexpr const char* op = "xattention_estimate (cuda)";
   const cudaStream_t st = stream_of(s);
   Geometry g{};
-  g.T = static_cast<int>(q.dim(0));
-  g.ctx = static_cast<int>(meta.max_context_len);
-  g.Hq = static_cast<int>(q.dim(1));
-  g.Hk = static_cast<int>(k_cache.dim(2));
-  g.D = static_cast<int>(q.dim(2));
-  g.B = static_cast<int>(pattern.block_size);
-  g.BS = static_cast<int>(k_cache.dim(1));
+  static_cast<pt::ChunkGeometry&>(g) = pt::chunk_geometry(pattern, q, k_cache, meta);
   g.S = static_cast<int>(params.stride);
-  g.nqb = (g.ctx + g.B - 1) / g.B;
-  g.first = g.start() / g.B;
   g.m0 = g.start() / g.S;
   g.m1 = (g.ctx + g.S - 1) / g.S;
   g.nt = g.m1;
   const int max_blocks = static_cast<int>(pattern.block_index.dim(2));
-  if (pattern.column_counts.defined()) {  // no columns: counts 0, lists -1
-    CUDA_CHECK(cudaMemsetAsync(pattern.column_counts.data(), 0, pattern.column_counts.nbytes(), st));
-    CUDA_CHECK(cudaMemsetAsync(pattern.column_index.data(), 0xff, pattern.column_index.nbytes(), st));
-  }
+  pt::clear_column_lists(pattern, st);
   int optin = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, context_of(s).device()));
   const int64_t sel_smem = params.threshold >= 1 ? 0 : select_smem(g), mass_smem = 8 * int64_t{g.nqb};
