@@ -159,7 +159,7 @@ TEST(CudaOffload, SparseDecodeMatchesTheResidentSparsePath) {
 
 // Sparse prefill on CUDA (the AvgPool and XAttention estimators, then the block-sparse kernel): a threshold of
 // 1 keeps every causal block, so the tokens are the dense ones, on the normal path (1024-token chunks) and in
-// the offload prefill; a low threshold really goes sparse and still generates.
+// the offload prefill; a low threshold really goes sparse (the counters read the GPU patterns) and still generates.
 TEST(CudaOffload, SparsePrefillFullThresholdGivesTheDenseTokens) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const EngineConfig plain = tiny_config(8192);
@@ -178,6 +178,7 @@ TEST(CudaOffload, SparsePrefillFullThresholdGivesTheDenseTokens) {
       ec.offload.enabled = offload;
       ec.offload.min_tokens = offload ? 1 : 0;
       ec.offload.block_size = 32;
+      ec.sparse_prefill.count_blocks = true;  // read the GPU patterns back: the density is asserted below
       for (double threshold : {1.0, 0.5}) {
         ec.sparse_prefill.threshold = threshold;
         LLM llm(ec);
@@ -186,9 +187,13 @@ TEST(CudaOffload, SparsePrefillFullThresholdGivesTheDenseTokens) {
         const SparsePrefillCounters* c = llm.engine().runner().sparse_prefill_counters();
         ASSERT_NE(c, nullptr) << what;
         EXPECT_GT(c->sparse_layer_chunks, 0) << what;
+        EXPECT_GT(c->causal_blocks, 0) << what;
         if (threshold == 1.0) {
+          EXPECT_EQ(c->attended_blocks, c->causal_blocks) << what << ": every causal block is listed";
           expect_same(got, reference, 1e-2, what);
         } else {
+          EXPECT_GT(c->attended_blocks, 0) << what;
+          EXPECT_LT(c->attended_blocks, c->causal_blocks) << what << ": a threshold of 0.5 drops blocks";
           for (const RequestOutput& o : got) EXPECT_EQ(o.token_ids.size(), 24u) << what;
         }
       }

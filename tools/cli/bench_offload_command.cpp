@@ -19,6 +19,7 @@
 #include "nanovllm/llm/llm.h"
 #include "nanovllm/runner/device_peaks.h"
 #include "nanovllm/runner/offload_runner.h"
+#include "nanovllm/sparse/sparse_prefill_attention.h"
 
 namespace nanovllm::cli {
 namespace {
@@ -68,6 +69,12 @@ RunResult run_request(LLMEngine& e, const std::vector<int32_t>& prompt, int64_t 
   return r;
 }
 
+// The sparse prefill policy's counters so far (zeros when it is dense).
+SparsePrefillCounters sparse_prefill_counters(LLMEngine& e) {
+  const SparsePrefillCounters* c = e.runner().sparse_prefill_counters();
+  return c ? *c : SparsePrefillCounters{};
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -94,6 +101,7 @@ void run_offload_bench(const OffloadBenchOptions& o) {
   EngineConfig ec = base;
   ec.offload.enabled = true;
   ec.offload.min_tokens = 1;
+  ec.sparse_prefill.count_blocks = true;  // the sparse prefill's density per request (a sync per layer chunk)
   if (ec.cache.num_kv_blocks == 0) ec.cache.num_kv_blocks = o.offload_gpu_blocks;
   report["offload"] = nlohmann::json::array();
   std::vector<std::vector<int32_t>> prompts;
@@ -118,8 +126,10 @@ void run_offload_bench(const OffloadBenchOptions& o) {
     for (size_t i = 0; i < o.contexts.size(); ++i) {
       const int64_t c = o.contexts[i];
       const OffloadStats s0 = off->stats();
+      const SparsePrefillCounters sp0 = sparse_prefill_counters(e);
       const RunResult r = run_request(e, prompts[i], o.output_len, off);
       const OffloadStats s1 = off->stats();
+      const SparsePrefillCounters sp1 = sparse_prefill_counters(e);
       const double steps = static_cast<double>(s1.decode_steps - s0.decode_steps);
       // Decode traffic: every step loads each layer's flushed prefix; D2H only when a host block fills.
       const double prefill_d2h = kv_token_layer * static_cast<double>(c * layers);
@@ -146,6 +156,22 @@ void run_offload_bench(const OffloadBenchOptions& o) {
         row["sparse"] = {{"policy", o.engine.sparse_policy}, {"budget_tokens", ec.sparse.budget_tokens},
                          {"page_size", ec.cache.block_size}, {"gpu_cache_tokens", ec.sparse.cache_tokens()},
                          {"cache_hits", pc.hits}, {"cache_misses", pc.misses}, {"hit_rate", hit_rate}};
+      }
+      if (ec.sparse_prefill.enabled()) {
+        const double blocks = static_cast<double>(sp1.attended_blocks - sp0.attended_blocks);
+        const double causal = static_cast<double>(sp1.causal_blocks - sp0.causal_blocks);
+        const double density = causal > 0 ? blocks / causal : 1.0;
+        std::printf("context %7lld: sparse prefill %s, threshold %.3g: %.2f%% of the causal key blocks attended in %lld "
+                    "sparse layer-chunks (%lld dense)\n",
+                    static_cast<long long>(c), sparse_prefill_policy_name(ec.sparse_prefill.policy),
+                    ec.sparse_prefill.effective_threshold(), 100 * density,
+                    static_cast<long long>(sp1.sparse_layer_chunks - sp0.sparse_layer_chunks),
+                    static_cast<long long>(sp1.dense_layer_chunks - sp0.dense_layer_chunks));
+        row["sparse_prefill"] = {{"policy", sparse_prefill_policy_name(ec.sparse_prefill.policy)},
+                                 {"threshold", ec.sparse_prefill.effective_threshold()},
+                                 {"density", density},
+                                 {"sparse_layer_chunks", sp1.sparse_layer_chunks - sp0.sparse_layer_chunks},
+                                 {"dense_layer_chunks", sp1.dense_layer_chunks - sp0.dense_layer_chunks}};
       }
       std::printf("context %7lld: prefill %8.2f s = %8.0f tok/s | decode %8.2f ms/token (median of %zu) | per step H2D %.1f MiB, D2H %.3f MiB",
                   static_cast<long long>(c), r.prefill_s, static_cast<double>(c) / r.prefill_s, ms, r.decode_step_s.size(),

@@ -163,7 +163,9 @@ void run_and_report(const EvalOptions& o, const std::string& command, const std:
     return;
   }
 
-  LLMEngine engine(o.engine.to_config());
+  EngineConfig config = o.engine.to_config();
+  config.sparse_prefill.count_blocks = true;  // the density line below, on a GPU too
+  LLMEngine engine(config);
   const auto t_run = Clock::now();
   std::vector<eval::SampleResult> results;
   {

@@ -134,6 +134,9 @@ struct SparsePrefillConfig {
   int64_t slash = 0;          // minference: diagonals kept per query head; 0: adaptive (threshold)
   double tau = 0.1;           // flexprefill: Jensen-Shannon distance below which a head is query-aware
   int64_t min_budget = 1024;  // flexprefill: at least this many tokens of vertical and of slash blocks
+  // Count the attended blocks of every sparse chunk (SparsePrefillCounters) on a GPU too: reads each pattern back,
+  // a stream sync per (layer, chunk), so only observers (eval, bench) turn it on. The CPU backend always counts.
+  bool count_blocks = false;
 
   static constexpr int64_t kMinferenceSinkTokens = 30;        // columns always kept
   static constexpr int64_t kMinferenceRecentDiagonals = 100;  // diagonals always kept

@@ -36,6 +36,7 @@ std::unique_ptr<SparsePrefillAttention> make_sparse_prefill_policy(const EngineC
   o.block_size = c.block_size;
   o.first_sparse_layer = c.dense_layers;
   o.min_context = c.min_tokens;
+  o.count_on_device = c.count_blocks;
   const double threshold = c.effective_threshold();
   switch (c.policy) {
     case SparsePrefillPolicy::kXAttention:

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "nanovllm/core/error.h"
+#include "nanovllm/kernels/host_copy.h"
 #include "nanovllm/kernels/pattern_estimators.h"
 #include "nanovllm/kernels/sparse_ops.h"
 
@@ -116,12 +117,23 @@ void SparsePrefillAttention::estimate(const ops::BlockSparsePattern& pattern, Te
   }
 }
 
-void SparsePrefillAttention::count(const ops::BlockSparsePattern& pattern, int64_t ctx, int64_t num_tokens) {
+void SparsePrefillAttention::count(const ops::BlockSparsePattern& pattern, int64_t ctx, int64_t num_tokens,
+                                   ops::Stream s) {
   ++counters_.sparse_layer_chunks;
-  if (!pattern.block_counts.device().is_cpu()) return;  // the counters read the pattern on the host
   const int64_t bs = pattern.block_size, NQB = (ctx + bs - 1) / bs;
+  const bool on_host = pattern.block_counts.device().is_cpu();
+  if (!on_host && !options_.count_on_device) return;
   const int32_t* blocks = pattern.block_counts.data_as<const int32_t>();
   const int32_t* cols = pattern.column_counts.defined() ? pattern.column_counts.data_as<const int32_t>() : nullptr;
+  if (!on_host) {  // [Hk, NQB] each: blocks, then columns
+    host_counts_.resize(static_cast<size_t>(2 * num_kv_heads_ * NQB));
+    ops::copy_to_host(host_counts_.data(), pattern.block_counts, s);
+    blocks = host_counts_.data();
+    if (cols) {
+      ops::copy_to_host(host_counts_.data() + num_kv_heads_ * NQB, pattern.column_counts, s);
+      cols = host_counts_.data() + num_kv_heads_ * NQB;
+    }
+  }
   for (int64_t h = 0; h < num_kv_heads_; ++h)
     for (int64_t i = (ctx - num_tokens) / bs; i < NQB; ++i) {  // the chunk's query blocks
       counters_.attended_blocks += blocks[h * NQB + i];
@@ -147,7 +159,7 @@ bool SparsePrefillAttention::attend(int64_t layer, TensorView out, TensorView q,
   const ops::BlockSparsePattern pattern = pattern_for(m.max_context_len);
   estimate(pattern, chunk_q, kv, m, scale, s);
   ops::block_sparse_prefill_attention(chunk_out, chunk_q, kv.k, kv.v, m, pattern, scale, s);
-  count(pattern, m.max_context_len, m.num_tokens);
+  count(pattern, m.max_context_len, m.num_tokens, s);
   return true;
 }
 

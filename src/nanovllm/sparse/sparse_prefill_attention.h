@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/kernels/estimator_params.h"
@@ -33,6 +34,7 @@ struct SparsePrefillOptions {
   double budget_share = 0.3;
   ops::FlexPrefillParams flexprefill;
   ops::AvgPoolParams avgpool;
+  bool count_on_device = false;  // SparsePrefillCounters from a GPU pattern too (a stream sync per layer chunk)
 };
 
 // What the policy did, for tests and eval (density = attended_blocks / causal_blocks).
@@ -64,7 +66,7 @@ class SparsePrefillAttention final : public AttentionPolicy {
   ops::VerticalSlashParams vertical_slash_for(int64_t ctx) const;
   void estimate(const ops::BlockSparsePattern& pattern, TensorView q, const LayerKvCache& kv,
                 const AttentionMetadata& meta, float scale, ops::Stream s);
-  void count(const ops::BlockSparsePattern& pattern, int64_t ctx, int64_t num_tokens);
+  void count(const ops::BlockSparsePattern& pattern, int64_t ctx, int64_t num_tokens, ops::Stream s);
   // The metadata of the step's last sequence alone (its cu_seqlens in cu_), and of the decodes before it.
   AttentionMetadata last_sequence(const AttentionMetadata& meta);
   static AttentionMetadata leading_decodes(const AttentionMetadata& meta);
@@ -76,6 +78,7 @@ class SparsePrefillAttention final : public AttentionPolicy {
   int64_t pattern_ints_ = 0;
   int32_t cu_[2] = {0, 0};  // host cu_seqlens of a mixed step's prefill sequence
   SparsePrefillCounters counters_;
+  std::vector<int32_t> host_counts_;  // a GPU pattern's block and column counts, read back when counting
 };
 
 }  // namespace nanovllm
