@@ -106,6 +106,7 @@ const std::map<std::string, Setter>& setters() {
     prefill_int("sparse_prefill_vertical", &SparsePrefillConfig::vertical);
     prefill_int("sparse_prefill_slash", &SparsePrefillConfig::slash);
     prefill_int("sparse_prefill_min_budget", &SparsePrefillConfig::min_budget);
+    prefill_int("sparse_prefill_budget", &SparsePrefillConfig::budget_tokens);
     set("sparse_prefill_tau", [real](EngineConfig& c, py::handle v, const std::string& n) {
       c.sparse_prefill.tau = real(v, n);
     });

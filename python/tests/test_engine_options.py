@@ -11,6 +11,7 @@ EXPECTED_OPTIONS = {
     "num_kvcache_blocks", "sparse_prefill_policy", "sparse_prefill_threshold", "sparse_prefill_dense_layers",
     "sparse_prefill_min_tokens", "sparse_prefill_block_size", "sparse_prefill_stride", "sparse_prefill_last_q",
     "sparse_prefill_vertical", "sparse_prefill_slash", "sparse_prefill_tau", "sparse_prefill_min_budget",
+    "sparse_prefill_budget",
 }
 
 

@@ -135,6 +135,30 @@ TEST_F(SparsePrefill, LowThresholdsRunAttendFewerBlocksAndAreDeterministic) {
   }
 }
 
+// --sparse-prefill-budget: at most budget / block_size key blocks per (KV head, query block), whatever the threshold
+// keeps, on both paths; a budget covering the context changes nothing.
+TEST_F(SparsePrefill, ABlockBudgetBoundsTheAttendedBlocks) {
+  const auto prompts = random_prompts({600, 420}, 512, 4);
+  for (bool offload : {false, true}) {
+    for (SparsePrefillPolicy p : {SparsePrefillPolicy::kXAttention, SparsePrefillPolicy::kAvgPool}) {
+      SCOPED_TRACE(::testing::Message() << sparse_prefill_policy_name(p) << (offload ? " offload" : ""));
+      const EngineConfig free = sparse(p, 0.95, offload);
+      EngineConfig capped = free, covering = free;
+      capped.sparse_prefill.budget_tokens = 48;  // 3 blocks of 16
+      covering.sparse_prefill.budget_tokens = 640;
+      const Outcome a = run(free, prompts, 6), b = run(capped, prompts, 6), c = run(covering, prompts, 6);
+      ASSERT_GT(b.counters.sparse_layer_chunks, 0);
+      EXPECT_EQ(b.counters.sparse_layer_chunks, a.counters.sparse_layer_chunks);
+      EXPECT_LT(b.counters.attended_blocks, a.counters.attended_blocks);
+      EXPECT_LE(b.counters.attended_blocks, 3 * b.counters.rows);  // at most 3 per (KV head, query block)
+      EXPECT_GT(a.counters.attended_blocks, 3 * a.counters.rows);  // ... where the threshold alone lists more
+      EXPECT_EQ(c.counters.attended_blocks, a.counters.attended_blocks);
+      EXPECT_EQ(c.tokens, a.tokens);
+      EXPECT_EQ(b.tokens[0].size(), 6u);
+    }
+  }
+}
+
 TEST_F(SparsePrefill, DenseLayersShortContextsAndBatchedStepsStayDense) {
   const auto prompts = random_prompts({300}, 512, 3);
   const Outcome dense = run(base_, prompts, 8);
@@ -246,6 +270,15 @@ TEST_F(SparsePrefill, RefusesImpossibleConfigurations) {
         ec.sparse_prefill.tau = -1;
       },
       "sparse_prefill_tau");
+  refused([](EngineConfig& ec) { ec.sparse_prefill.budget_tokens = -1; }, "sparse_prefill_budget must be >= 0");
+  refused([](EngineConfig& ec) { ec.sparse_prefill.budget_tokens = 256, ec.sparse_prefill.threshold = 1.0; },
+          "sparse_prefill_budget needs a sparse_prefill_threshold below 1");
+  refused(
+      [](EngineConfig& ec) {
+        ec.sparse_prefill.policy = SparsePrefillPolicy::kMInference;
+        ec.sparse_prefill.budget_tokens = 256;
+      },
+      "sparse_prefill_budget bounds xattention and avgpool");
   // The CUDA backend has avgpool and xattention estimators only: the others are refused up front, naming the
   // option (validate needs no GPU).
   for (SparsePrefillPolicy p : {SparsePrefillPolicy::kMInference, SparsePrefillPolicy::kFlexPrefill})

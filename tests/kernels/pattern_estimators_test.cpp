@@ -17,6 +17,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "kernels/kernel_test_util.h"
@@ -165,6 +166,9 @@ void expect_sink_and_diagonal(const Estimate& e) {
 }
 
 void expect_full(const Estimate& e) {
+  for (int64_t h = 0; h < e.Hk; ++h)
+    for (int64_t i = 0; i < e.first; ++i)  // rows before the chunk are not written (O(NQB^2) per chunk)
+      EXPECT_EQ(e.bc.v.data_as<const int32_t>()[h * e.NQB + i], 7777) << "head " << h << " block " << i;
   for (int64_t h = 0; h < e.Hk; ++h)
     for (int64_t i = e.first; i < e.NQB; ++i) {
       std::vector<int32_t> all(static_cast<size_t>(i + 1));
@@ -367,6 +371,95 @@ TEST(PatternEstimators, LowerThresholdsListFewerBlocksAndEstimatesAreDeterminist
     attend(c, *low);
     expect_sink_and_diagonal(*low);
   }
+}
+
+// The test's own AvgPool rank of row (h, i), in double: over the group's query heads, the largest softmax(block-mean
+// query . block-mean key) mass each causal key block gets.
+std::vector<double> avgpool_group_rank(Chunk& c, int64_t bs, int64_t h, int64_t i) {
+  std::vector<double> rank(static_cast<size_t>(i + 1), 0.0);
+  const int64_t G = c.Hq / c.Hk, r0 = std::max(i * bs, c.ctx - c.T), r1 = std::min((i + 1) * bs, c.ctx);
+  for (int64_t g = h * G; g < (h + 1) * G; ++g) {
+    std::vector<double> mq(static_cast<size_t>(c.D), 0.0), s(static_cast<size_t>(i + 1), 0.0);
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t d = 0; d < c.D; ++d) mq[static_cast<size_t>(d)] += c.query(r, g, d) / static_cast<double>(r1 - r0);
+    for (int64_t j = 0; j <= i; ++j) {
+      const int64_t p1 = std::min((j + 1) * bs, c.ctx);
+      for (int64_t p = j * bs; p < p1; ++p)
+        for (int64_t d = 0; d < c.D; ++d)
+          s[static_cast<size_t>(j)] += mq[static_cast<size_t>(d)] * c.key(p, h, d) / static_cast<double>(p1 - j * bs);
+      s[static_cast<size_t>(j)] *= c.scale();
+    }
+    const double m = *std::max_element(s.begin(), s.end());
+    double sum = 0;
+    for (double& x : s) sum += (x = std::exp(x - m));
+    for (size_t j = 0; j < s.size(); ++j) rank[j] = std::max(rank[j], s[j] / sum);
+  }
+  return rank;
+}
+
+// kBlockBudget: on nearly flat attention a 0.9 threshold lists most blocks once a GQA group's choices are united; a
+// budget of max_blocks keeps the sink, the diagonal and the best-ranked others. The block that one query head of the
+// group needs (planted) survives (the rank is the group's max, not its mean); the budgeted lists are subsets of the
+// unbudgeted ones (equal where those fit); attention runs on them; for AvgPool every kept block outranks every dropped
+// one by the test's own double-precision masses.
+TEST(PatternEstimators, BlockBudgetKeepsTheBlocksOneHeadOfTheGroupNeeds) {
+  const int64_t bs = 16, qi = 20, kj = 7;
+  std::mt19937 rng(18);
+  Chunk c(400, 330, 8, 2, 32, rng, 0.05f);  // a chunk after a 70-token prefix, starting mid-block
+  plant_hot_block(c, bs, qi, kj, 3);         // query head 3 of KV head 0's group (heads 0..3)
+  c.upload();
+  auto xattention = [&](Estimate& e, int64_t max_blocks) {
+    ops::xattention_estimate(e.p, c.q.v, c.k_cache.v, c.meta, c.scale(),
+                             {.stride = 4, .threshold = 0.9, .max_blocks = max_blocks});
+  };
+  auto avgpool = [&](Estimate& e, int64_t max_blocks) {
+    ops::avgpool_estimate(e.p, c.q.v, c.k_cache.v, c.meta, c.scale(), {.threshold = 0.9, .max_blocks = max_blocks});
+  };
+  for (const auto& [name, run] : std::vector<std::pair<const char*, std::function<void(Estimate&, int64_t)>>>{
+           {"xattention", xattention}, {"avgpool", avgpool}}) {
+    Estimate free(c, bs);
+    run(free, 0);
+    EXPECT_GT(free.listed(), free.causal() / 2) << name << ": the flat data should list most blocks";
+    for (int64_t max_blocks : {2, 3, 5, 1000}) {
+      SCOPED_TRACE(testing::Message() << name << " max_blocks " << max_blocks);
+      Estimate capped(c, bs);
+      run(capped, max_blocks);
+      attend(c, capped);
+      expect_sink_and_diagonal(capped);
+      if (max_blocks >= 3) {
+        EXPECT_TRUE(capped.lists(0, qi, kj));
+      }
+      for (int64_t h = 0; h < c.Hk; ++h)
+        for (int64_t i = capped.first; i < capped.NQB; ++i) {
+          const std::vector<int32_t> got = capped.blocks(h, i), all = free.blocks(h, i);
+          ASSERT_LE(static_cast<int64_t>(got.size()), max_blocks) << "head " << h << " block " << i;
+          EXPECT_TRUE(std::includes(all.begin(), all.end(), got.begin(), got.end())) << "head " << h << " block " << i;
+          if (static_cast<int64_t>(all.size()) <= max_blocks) {
+            EXPECT_EQ(got, all) << "head " << h << " block " << i;
+          }
+          if (std::string(name) != "avgpool" || got == all) continue;
+          const std::vector<double> rank = avgpool_group_rank(c, bs, h, i);
+          double worst_kept = 1e300, best_dropped = 0;
+          for (int32_t j : all) {
+            if (j == 0 || j == i) continue;
+            const bool kept = std::find(got.begin(), got.end(), j) != got.end();
+            const double r = rank[static_cast<size_t>(j)];
+            if (kept) worst_kept = std::min(worst_kept, r);
+            if (!kept) best_dropped = std::max(best_dropped, r);
+          }
+          if (max_blocks > 2) {
+            EXPECT_GE(worst_kept, best_dropped - 1e-6) << "head " << h << " block " << i;
+          }
+        }
+    }
+  }
+  // A budget needs room for the sink and the diagonal, and a threshold that ranks.
+  Estimate e(c, bs);
+  EXPECT_THROW(ops::avgpool_estimate(e.p, c.q.v, c.k_cache.v, c.meta, c.scale(), {.threshold = 0.9, .max_blocks = 1}),
+               Error);
+  EXPECT_THROW(ops::xattention_estimate(e.p, c.q.v, c.k_cache.v, c.meta, c.scale(),
+                                        {.stride = 4, .threshold = 1.0, .max_blocks = 4}),
+               Error);
 }
 
 TEST(PatternEstimators, RefusesBadArguments) {

@@ -116,6 +116,11 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
                  "flexprefill: at least this many tokens of vertical and of slash blocks")
       ->check(at_least(0))
       ->capture_default_str();
+  cmd.add_option("--sparse-prefill-budget", o.sparse_prefill_budget,
+                 "xattention, avgpool: at most this many key tokens per query block (whole blocks, sink and diagonal "
+                 "included) when the threshold's choice lists more; 0: no limit")
+      ->check(at_least(0))
+      ->capture_default_str();
 }
 
 void add_sampling_options(CLI::App& cmd, SamplingOptions& o) {
@@ -185,6 +190,7 @@ EngineConfig EngineOptions::to_config() const {
   c.sparse_prefill.slash = sparse_prefill_slash;
   c.sparse_prefill.tau = sparse_prefill_tau;
   c.sparse_prefill.min_budget = sparse_prefill_min_budget;
+  c.sparse_prefill.budget_tokens = sparse_prefill_budget;
   return c;
 }
 

@@ -48,6 +48,7 @@ struct EngineOptions {
   int64_t sparse_prefill_slash = 0;     // 0: adaptive
   double sparse_prefill_tau = 0.1;
   int64_t sparse_prefill_min_budget = 1024;
+  int64_t sparse_prefill_budget = 0;  // 0: no limit
 
   EngineConfig to_config() const;
 };

@@ -103,6 +103,15 @@ void SparsePrefillConfig::validate(Backend backend) const {
     NANOVLLM_CHECK(vertical >= 0 && slash >= 0, "sparse_prefill_vertical and sparse_prefill_slash must be >= 0 ",
                    "(0: adaptive), got ", vertical, " and ", slash);
   }
+  NANOVLLM_CHECK(budget_tokens >= 0, "sparse_prefill_budget must be >= 0 (0: no limit), got ", budget_tokens);
+  if (budget_tokens > 0) {
+    NANOVLLM_CHECK(policy == SparsePrefillPolicy::kXAttention || policy == SparsePrefillPolicy::kAvgPool,
+                   "sparse_prefill_budget bounds xattention and avgpool; ", name,
+                   " has its own budgets (minference: --sparse-prefill-vertical/--sparse-prefill-slash, flexprefill: "
+                   "its threshold and --sparse-prefill-min-budget)");
+    NANOVLLM_CHECK(effective_threshold() < 1, "sparse_prefill_budget needs a sparse_prefill_threshold below 1 (at 1 ",
+                   "every causal block is kept unranked), got ", effective_threshold());
+  }
   if (policy == SparsePrefillPolicy::kFlexPrefill) {
     NANOVLLM_CHECK(tau >= 0, "sparse_prefill_tau must be >= 0, got ", tau);
     NANOVLLM_CHECK(min_budget >= 0, "sparse_prefill_min_budget must be >= 0, got ", min_budget);

@@ -7,6 +7,7 @@
 // and num_kv_blocks resolved, max_num_seqs capped.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <string_view>
@@ -134,6 +135,13 @@ struct SparsePrefillConfig {
   int64_t slash = 0;          // minference: diagonals kept per query head; 0: adaptive (threshold)
   double tau = 0.1;           // flexprefill: Jensen-Shannon distance below which a head is query-aware
   int64_t min_budget = 1024;  // flexprefill: at least this many tokens of vertical and of slash blocks
+  // xattention, avgpool: per query block at most this many key tokens (whole blocks, sink and diagonal included) when
+  // the group's choices list more; 0: no limit. Bounds the prefill's attention work on flat attention (kBlockBudget,
+  // kernels/estimator_params.h).
+  int64_t budget_tokens = 0;
+  int64_t budget_blocks() const {  // the budget in pattern blocks (at least the sink and the diagonal); 0: no limit
+    return budget_tokens > 0 ? std::max<int64_t>(2, (budget_tokens + block_size - 1) / block_size) : 0;
+  }
   // Count the attended blocks of every sparse chunk (SparsePrefillCounters) on a GPU too: reads each pattern back,
   // a stream sync per (layer, chunk), so only observers (eval, bench) turn it on. The CPU backend always counts.
   bool count_blocks = false;

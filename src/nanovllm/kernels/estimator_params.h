@@ -7,11 +7,19 @@
 
 namespace nanovllm::ops {
 
+// kBlockBudget: XAttention's and AvgPool's max_blocks bounds a prefill's attention work whatever the data (a flat
+// attention, as of a random-weight model, keeps nearly every block at any mass threshold once a GQA group's choices are
+// united). When the group's union lists more, the row keeps the sink and diagonal blocks, then the blocks by decreasing
+// rank (ties: the lower index), a block's rank being the largest mass any query head of the group gave it: the max, not
+// the mean, so a block that one head needs stays (the head-averaging miss the seeds record). Needs threshold < 1.
+
 // XAttention (Xu et al. 2025): block importance from antidiagonal sums of stride x stride tiles of q.k.
 struct XAttentionParams {
   int64_t stride = 8;       // tile side; divides the block size
   double threshold = 0.95;  // tau: share of each query block's estimated attention mass kept
                             // (the seeds' engine default; their factory used 0.9); >= 1 keeps every causal block
+  int64_t max_blocks = 0;   // per (KV head, query block) at most this many key blocks, sink and diagonal included
+                            // (kBlockBudget); 0: no limit
 };
 
 // MInference vertical-slash (Jiang et al. 2024): from the chunk's last queries, the key columns (verticals) and
@@ -38,6 +46,7 @@ struct FlexPrefillParams {
 // share of that mass.
 struct AvgPoolParams {
   double threshold = 0.9;  // share of the pooled mass kept; >= 1 keeps every causal block
+  int64_t max_blocks = 0;  // per (KV head, query block) at most this many key blocks (kBlockBudget); 0: no limit
 };
 
 }  // namespace nanovllm::ops

@@ -70,6 +70,14 @@ cpu::PatternOut outputs(const BlockSparsePattern& p) {
 
 const int32_t* block_table(const AttentionMetadata& meta) { return meta.block_tables.data_as<const int32_t>(); }
 
+// kBlockBudget (estimator_params.h): room for the sink and the diagonal, and a threshold that ranks blocks.
+void check_block_budget(std::string_view op, int64_t max_blocks, double threshold) {
+  NANOVLLM_CHECK(max_blocks == 0 || max_blocks >= 2, op, ": max_blocks must be 0 (no limit) or >= 2 (sink and ",
+                 "diagonal), got ", max_blocks);
+  NANOVLLM_CHECK(max_blocks == 0 || threshold < 1, op, ": max_blocks needs a threshold below 1 (at 1 no block is ",
+                 "ranked), got ", threshold);
+}
+
 void refuse_cuda(std::string_view op, const TensorView& q) {
   NANOVLLM_CHECK(!q.device().is_cuda(), op, ": no CUDA estimator yet (tensors are on ", to_string(q.device()), ")");
 }
@@ -83,6 +91,7 @@ void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, Tensor
   NANOVLLM_CHECK(params.stride >= 1 && c.B % params.stride == 0, op, ": stride ", params.stride,
                  " must divide the pattern block size ", c.B);
   NANOVLLM_CHECK(params.threshold > 0, op, ": threshold must be > 0, got ", params.threshold);
+  check_block_budget(op, params.max_blocks, params.threshold);
   if (q.device().is_cuda())
     NANOVLLM_DISPATCH_CUDA(xattention_estimate, q.device(), pattern, q, k_cache, meta, scale, params, s);
   cpu::xattention_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
@@ -124,6 +133,7 @@ void avgpool_estimate(const BlockSparsePattern& pattern, TensorView q, TensorVie
                       const AttentionMetadata& meta, float scale, const AvgPoolParams& params, Stream s) {
   constexpr std::string_view op = "avgpool_estimate";
   NANOVLLM_CHECK(params.threshold > 0, op, ": threshold must be > 0, got ", params.threshold);
+  check_block_budget(op, params.max_blocks, params.threshold);
   const cpu::PrefillChunk c = check_estimate(op, pattern, q, k_cache, meta, scale);
   if (q.device().is_cuda())
     NANOVLLM_DISPATCH_CUDA(avgpool_estimate, q.device(), pattern, q, k_cache, meta, scale, params, s);

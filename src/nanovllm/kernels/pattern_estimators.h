@@ -9,8 +9,9 @@
 // bs = pattern.block_size and NQB = ceil(ctx / bs): pattern.block_counts [Hk, NQB] and pattern.block_index [Hk, NQB,
 // MAXB >= NQB] i32; column lists ([Hk, NQB] and [Hk, NQB, MAXC]) are required by vertical_slash_estimate and otherwise
 // optional (written empty). Per KV head the pattern is the union of its GQA group's query heads' choices, and always
-// lists the sink block 0 and the diagonal block of every query block. Query blocks before the chunk list just {0, i}
-// (block_sparse_prefill_attention ignores them). Estimates are deterministic.
+// lists the sink block 0 and the diagonal block of every query block. Rows of query blocks before the chunk are not
+// written (block_sparse_prefill_attention ignores them; writing NQB-wide rows for every earlier block would cost
+// O(NQB^2) per chunk, 1 GiB per chunk at 1M tokens). Estimates are deterministic.
 #pragma once
 
 #include <cstdint>

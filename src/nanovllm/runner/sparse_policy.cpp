@@ -41,7 +41,7 @@ std::unique_ptr<SparsePrefillAttention> make_sparse_prefill_policy(const EngineC
   switch (c.policy) {
     case SparsePrefillPolicy::kXAttention:
       o.estimator = E::kXAttention;
-      o.xattention = {.stride = c.stride, .threshold = threshold};
+      o.xattention = {.stride = c.stride, .threshold = threshold, .max_blocks = c.budget_blocks()};
       break;
     case SparsePrefillPolicy::kMInference:
       o.estimator = E::kVerticalSlash;
@@ -58,7 +58,7 @@ std::unique_ptr<SparsePrefillAttention> make_sparse_prefill_policy(const EngineC
       break;
     case SparsePrefillPolicy::kAvgPool:
       o.estimator = E::kAvgPool;
-      o.avgpool = {.threshold = threshold};
+      o.avgpool = {.threshold = threshold, .max_blocks = c.budget_blocks()};
       break;
     case SparsePrefillPolicy::kDense: return nullptr;
   }

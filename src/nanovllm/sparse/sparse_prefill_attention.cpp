@@ -138,6 +138,7 @@ void SparsePrefillAttention::count(const ops::BlockSparsePattern& pattern, int64
     for (int64_t i = (ctx - num_tokens) / bs; i < NQB; ++i) {  // the chunk's query blocks
       counters_.attended_blocks += blocks[h * NQB + i];
       counters_.causal_blocks += i + 1;
+      ++counters_.rows;
       if (cols) counters_.attended_columns += cols[h * NQB + i];
     }
 }

@@ -44,6 +44,7 @@ struct SparsePrefillCounters {
   int64_t attended_blocks =
       0;                      // (KV head, query block, key block) triples listed, over the sparse chunks' query blocks
   int64_t causal_blocks = 0;  // ... that dense causal attention covers
+  int64_t rows = 0;           // (KV head, query block) lists over the sparse chunks' query blocks
   int64_t attended_columns = 0;  // single key positions listed besides the blocks (vertical-slash)
 };
 

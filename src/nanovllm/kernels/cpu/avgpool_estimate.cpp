@@ -1,6 +1,6 @@
 // AvgPool's estimate, per query head and query block of the chunk: the block-mean query (the chunk's rows of the block)
 // against every causal key block's mean key, softmax over those key blocks, and the blocks covering `threshold` of that
-// mass (sink and diagonal first).
+// mass (sink and diagonal first); with max_blocks the group's union is trimmed by rank (kBlockBudget).
 #include <vector>
 
 #include "nanovllm/core/parallel.h"
@@ -13,7 +13,7 @@ void avgpool_estimate(const PatternOut& out, TensorView q, TensorView k_cache, c
   const int64_t D = c.D, T = c.T, ctx = c.ctx, B = c.B, first = c.first_block(), NQB = c.num_blocks();
   const std::vector<float> qs = queries_by_head(q);
   const std::vector<float> ks = keys_by_head(k_cache, block_table, ctx);
-  PatternSets sets(c);
+  PatternSets sets(c, p.max_blocks);
   parallel_for(c.Hk, [&](int64_t b, int64_t e) {
     std::vector<float> mean_q(static_cast<size_t>(D)), score;
     std::vector<double> mass;
@@ -42,6 +42,7 @@ void avgpool_estimate(const PatternOut& out, TensorView q, TensorView k_cache, c
           softmax(score.data(), i + 1);
           mass.assign(score.begin(), score.end());
           for (int32_t j : cover_mass(mass, {0, static_cast<int32_t>(i)}, p.threshold)) sets.add_block(h, i, j);
+          sets.rank_blocks(h, i, mass);
         }
       }
     }

@@ -78,9 +78,10 @@ std::vector<int32_t> cover_mass(const std::vector<double>& mass, const std::vect
   return keep;
 }
 
-PatternSets::PatternSets(const PrefillChunk& c) : c_(c) {
+PatternSets::PatternSets(const PrefillChunk& c, int64_t max_blocks) : c_(c), max_blocks_(max_blocks) {
   const auto rows = static_cast<size_t>(c.Hk * (c.num_blocks() - c.first_block()));
   blocks_.assign(rows, std::vector<uint8_t>(static_cast<size_t>(c.num_blocks()), 0));
+  if (max_blocks > 0) ranks_.assign(rows, std::vector<float>(static_cast<size_t>(c.num_blocks()), 0.0f));
   columns_.resize(rows);
   for (int64_t h = 0; h < c.Hk; ++h)
     for (int64_t i = c.first_block(); i < c.num_blocks(); ++i) {
@@ -108,6 +109,29 @@ void PatternSets::add_causal_row(int64_t h, int64_t i) {
   std::fill(blocks_[row(h, i)].begin(), blocks_[row(h, i)].begin() + i + 1, uint8_t{1});
 }
 
+void PatternSets::rank_blocks(int64_t h, int64_t i, const std::vector<double>& mass) {
+  if (max_blocks_ <= 0) return;
+  std::vector<float>& r = ranks_[row(h, i)];
+  for (int64_t j = 0; j <= i && j < static_cast<int64_t>(mass.size()); ++j)
+    r[static_cast<size_t>(j)] = std::max(r[static_cast<size_t>(j)], static_cast<float>(mass[static_cast<size_t>(j)]));
+}
+
+void PatternSets::limit(int64_t h, int64_t i, std::vector<int32_t>& listed) const {
+  if (max_blocks_ <= 0 || static_cast<int64_t>(listed.size()) <= max_blocks_) return;
+  const std::vector<float>& rank = ranks_[row(h, i)];
+  std::vector<int32_t> others;  // listed blocks besides the sink and the diagonal
+  for (int32_t j : listed)
+    if (j != 0 && j != i) others.push_back(j);
+  std::stable_sort(others.begin(), others.end(), [&](int32_t a, int32_t b) {  // listed is increasing: ties keep a < b
+    return rank[static_cast<size_t>(a)] > rank[static_cast<size_t>(b)];
+  });
+  others.resize(static_cast<size_t>(max_blocks_ - (i > 0 ? 2 : 1)));
+  others.push_back(0);
+  if (i > 0) others.push_back(static_cast<int32_t>(i));
+  std::sort(others.begin(), others.end());
+  listed = std::move(others);
+}
+
 void PatternSets::write(TensorView block_counts, TensorView block_index, TensorView column_counts,
                         TensorView column_index) const {
   const int64_t NQB = c_.num_blocks(), MAXB = block_index.dim(2);
@@ -117,24 +141,22 @@ void PatternSets::write(TensorView block_counts, TensorView block_index, TensorV
   int32_t* bi = block_index.data_as<int32_t>();
   int32_t* cc = has_columns ? column_counts.data_as<int32_t>() : nullptr;
   int32_t* ci = has_columns ? column_index.data_as<int32_t>() : nullptr;
-  std::vector<int32_t> cols;
+  std::vector<int32_t> cols, kept;
   for (int64_t h = 0; h < c_.Hk; ++h) {
-    for (int64_t i = 0; i < NQB; ++i) {
+    for (int64_t i = c_.first_block(); i < NQB; ++i) {
       int32_t* list = bi + (h * NQB + i) * MAXB;
       int32_t n = 0;
       cols.clear();
-      if (i < c_.first_block()) {
-        list[n++] = 0;
-        if (i > 0) list[n++] = static_cast<int32_t>(i);
-      } else {
-        const std::vector<uint8_t>& listed = blocks_[row(h, i)];
-        for (int64_t j = 0; j <= i; ++j)
-          if (listed[static_cast<size_t>(j)]) list[n++] = static_cast<int32_t>(j);
-        for (int32_t p : columns_[row(h, i)])
-          if (!listed[static_cast<size_t>(p / c_.B)]) cols.push_back(p);
-        std::sort(cols.begin(), cols.end());
-        cols.erase(std::unique(cols.begin(), cols.end()), cols.end());
-      }
+      const std::vector<uint8_t>& listed = blocks_[row(h, i)];
+      kept.clear();
+      for (int64_t j = 0; j <= i; ++j)
+        if (listed[static_cast<size_t>(j)]) kept.push_back(static_cast<int32_t>(j));
+      limit(h, i, kept);
+      for (int32_t j : kept) list[n++] = j;
+      for (int32_t p : columns_[row(h, i)])
+        if (!listed[static_cast<size_t>(p / c_.B)]) cols.push_back(p);
+      std::sort(cols.begin(), cols.end());
+      cols.erase(std::unique(cols.begin(), cols.end()), cols.end());
       std::fill(list + n, list + MAXB, -1);
       bc[h * NQB + i] = n;
       NANOVLLM_CHECK(has_columns || cols.empty(), "prefill pattern: columns estimated but no column lists given");

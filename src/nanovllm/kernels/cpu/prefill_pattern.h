@@ -45,22 +45,29 @@ void softmax(float* x, int64_t n);
 std::vector<int32_t> cover_mass(const std::vector<double>& mass, const std::vector<int32_t>& forced, double threshold);
 
 // Key blocks and columns per (KV head, query block of the chunk), the sink block 0 and the diagonal block always in.
-// write() fills the pattern views: blocks increasing, columns increasing and outside the listed blocks; query blocks
-// before the chunk list just {0, i} (the kernel computes no row there).
+// write() fills the pattern views' rows of the chunk's query blocks: blocks increasing, columns increasing and outside
+// the listed blocks; rows before the chunk stay as they are (the kernel computes no row there). With max_blocks > 0 (kBlockBudget,
+// estimator_params.h) write() keeps at most that many blocks per row, by the ranks rank_blocks recorded.
 class PatternSets {
  public:
-  explicit PatternSets(const PrefillChunk& c);
+  explicit PatternSets(const PrefillChunk& c, int64_t max_blocks = 0);
   void add_block(int64_t h, int64_t i,
                  int64_t j);                         // key block j <= i for query block i of head h
   void add_column(int64_t h, int64_t i, int64_t p);  // key position p < iB
   void add_causal_row(int64_t h, int64_t i);         // every key block 0..i
+  // One query head's masses mass[0, i] of row (h, i): each block's rank becomes the largest (as a float, the CUDA
+  // estimators' precision) of the masses given so far. Only with max_blocks > 0; thread-safe across rows.
+  void rank_blocks(int64_t h, int64_t i, const std::vector<double>& mass);
   // block_counts [Hk, NQB], block_index [Hk, NQB, MAXB >= NQB]; column_counts [Hk, NQB] and column_index [Hk, NQB,
   // MAXC] may be undefined when no column was added. Fails when a row's columns exceed MAXC.
   void write(TensorView block_counts, TensorView block_index, TensorView column_counts, TensorView column_index) const;
 
  private:
   size_t row(int64_t h, int64_t i) const;
+  void limit(int64_t h, int64_t i, std::vector<int32_t>& listed) const;  // the budget's trim of one row's blocks
   PrefillChunk c_;
+  int64_t max_blocks_;
+  std::vector<std::vector<float>> ranks_;      // [Hk x chunk blocks][NQB] when max_blocks_ > 0
   std::vector<std::vector<uint8_t>> blocks_;   // [Hk x chunk blocks][NQB]: 1 = listed
   std::vector<std::vector<int32_t>> columns_;  // [Hk x chunk blocks]: positions, unsorted, maybe repeated
 };

@@ -1,5 +1,6 @@
 // XAttention's estimate: per query head, the attention of stride-tile rows over stride-tile columns from antidiagonal
-// sums, block sums of its softmax, and per query block the blocks that cover tau of the mass.
+// sums, block sums of its softmax, and per query block the blocks that cover tau of the mass; with max_blocks the
+// group's union is trimmed by rank (kBlockBudget).
 #include <vector>
 
 #include "nanovllm/core/parallel.h"
@@ -12,7 +13,7 @@ void xattention_estimate(const PatternOut& out, TensorView q, TensorView k_cache
   const int64_t S = p.stride, D = c.D, T = c.T, ctx = c.ctx, first = c.first_block(), NQB = c.num_blocks();
   const std::vector<float> qs = queries_by_head(q);                       // [Hq][T][D]
   const std::vector<float> ks = keys_by_head(k_cache, block_table, ctx);  // [Hk][ctx][D]
-  PatternSets sets(c);
+  PatternSets sets(c, p.max_blocks);
   // Tile (m, n) pairs query m S + S - 1 - s with key n S + s (s < S): its antidiagonal. The reference's reshaped q.k,
   // scaled by scale / S; tiles n <= m are the causal ones (the diagonal tile whole).
   const float tile_scale = c.scale / static_cast<float>(S);
@@ -43,6 +44,7 @@ void xattention_estimate(const PatternOut& out, TensorView q, TensorView k_cache
           for (int64_t n = 0; n <= m; ++n) mass[static_cast<size_t>(n * S / c.B)] += row[static_cast<size_t>(n)];
         }
         for (int32_t j : cover_mass(mass, {0, static_cast<int32_t>(i)}, p.threshold)) sets.add_block(h, i, j);
+        sets.rank_blocks(h, i, mass);
       }
     }
   });

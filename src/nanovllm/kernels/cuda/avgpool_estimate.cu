@@ -84,38 +84,46 @@ __global__ void pool_queries_kernel(const T* __restrict__ q, float* __restrict__
     mean_q[(int64_t{qh} * (g.nqb - g.first) + blockIdx.x) * g.D + d + t] = acc[t] / static_cast<float>(r1 - r0);
 }
 
-// Dynamic shared memory of select_kernel: sort keys, heads_per_pass score rows, their mean queries, the block flags.
+// Dynamic shared memory of select_kernel: sort keys, heads_per_pass score rows, their mean queries, the block ranks
+// (with a block budget), the block flags.
 struct SelectSmem {
-  int64_t keys_bytes, scores_off, mq_off, flags_off, total;
-  __host__ __device__ SelectSmem(const Geometry& g, int heads_per_pass) {
+  int64_t keys_bytes, scores_off, mq_off, rank_off, flags_off, total;
+  __host__ __device__ SelectSmem(const Geometry& g, int heads_per_pass, bool ranked) {
     keys_bytes = 8 * pt::pow2_at_least(g.nqb > 3 ? g.nqb - 2 : 1);
     scores_off = keys_bytes;
     mq_off = scores_off + 4 * int64_t{heads_per_pass} * g.nqb;
-    flags_off = mq_off + 4 * int64_t{heads_per_pass} * g.D;
+    rank_off = mq_off + 4 * int64_t{heads_per_pass} * g.D;
+    flags_off = rank_off + (ranked ? 4 * int64_t{g.nqb} : 0);
     total = flags_off + (g.nqb + 15) / 16 * 16;
   }
 };
 
-// One CTA per (query block i, KV head h): block_counts[h, i] and block_index[h, i, :] (max_blocks wide).
+// One CTA per (query block i of the chunk, KV head h): block_counts[h, i] and block_index[h, i, :] (max_blocks wide),
+// at most budget_blocks of them when > 0 (kBlockBudget).
 __global__ void __launch_bounds__(pt::kSelectThreads)
     select_kernel(const float* __restrict__ mean_q, const float* __restrict__ mean_k, int32_t* __restrict__ counts,
                   int32_t* __restrict__ index, int max_blocks, Geometry g, float scale, double threshold,
-                  int heads_per_pass) {
+                  int heads_per_pass, int budget_blocks) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ pt::Scratch sh;
-  const int i = blockIdx.x, h = blockIdx.y, n = i + 1;
+  const int i = g.first + static_cast<int>(blockIdx.x), h = blockIdx.y, n = i + 1;
   int32_t* list = index + (int64_t{h} * g.nqb + i) * max_blocks;
   int32_t* count = counts + int64_t{h} * g.nqb + i;
-  if (i < g.first || threshold >= 1) {
-    pt::write_fixed_row(i, i >= g.first, list, count, max_blocks);
+  if (threshold >= 1) {
+    pt::write_causal_row(i, list, count, max_blocks);
     return;
   }
-  const SelectSmem layout(g, heads_per_pass);
+  const bool ranked = budget_blocks > 0;
+  const SelectSmem layout(g, heads_per_pass, ranked);
   auto* keys = reinterpret_cast<unsigned long long*>(smem);
   auto* scores = reinterpret_cast<float*>(smem + layout.scores_off);  // [heads_per_pass][nqb]
   auto* mq = reinterpret_cast<float*>(smem + layout.mq_off);          // [heads_per_pass][D]
+  auto* rank = reinterpret_cast<float*>(smem + layout.rank_off);      // [nqb] when ranked
   auto* flags = smem + layout.flags_off;                               // [nqb]
-  for (int j = threadIdx.x; j < n; j += blockDim.x) flags[j] = (j == 0 || j == i) ? 1 : 0;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    flags[j] = (j == 0 || j == i) ? 1 : 0;
+    if (ranked) rank[j] = 0.0f;
+  }
   const int G = g.group(), qb = i - g.first;
   for (int g0 = 0; g0 < G; g0 += heads_per_pass) {
     const int ng = min(heads_per_pass, G - g0);
@@ -156,9 +164,11 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
       for (int j = threadIdx.x; j < n; j += blockDim.x) s[j] = static_cast<float>(static_cast<double>(s[j]) / sum);
       __syncthreads();
       pt::cover_mass(s, n, threshold, keys, flags, sh);
+      if (ranked) pt::rank_blocks(rank, s, n);
     }
   }
   __syncthreads();
+  if (ranked) pt::limit_flagged(flags, rank, n, budget_blocks, keys, sh);
   pt::write_flagged(flags, n, list, count, max_blocks, sh);
 }
 
@@ -225,8 +235,9 @@ void avgpool_estimate(const ops::BlockSparsePattern& pattern, TensorView q, Tens
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, context_of(s).device()));
   const int64_t static_bytes = static_cast<int64_t>(sizeof(pt::Scratch));
   int heads = std::min(g.group(), kMaxHeadsPerPass);
-  while (heads > 1 && SelectSmem(g, heads).total + static_bytes > optin) --heads;
-  const int64_t smem = full ? 0 : SelectSmem(g, heads).total;
+  const bool ranked = params.max_blocks > 0;
+  while (heads > 1 && SelectSmem(g, heads, ranked).total + static_bytes > optin) --heads;
+  const int64_t smem = full ? 0 : SelectSmem(g, heads, ranked).total;
   NANOVLLM_CHECK(smem + static_bytes <= optin, op, ": ", g.nqb, " query blocks of ", g.B,
                  " tokens need more shared memory than the device's ", optin, " bytes per CTA (use larger blocks)");
   const int nqc = g.nqb - g.first;  // query blocks of the chunk
@@ -239,9 +250,9 @@ void avgpool_estimate(const ops::BlockSparsePattern& pattern, TensorView q, Tens
     launch_pooling(q, k_cache, meta.block_tables.data_as<const int32_t>(), mean_q, mean_k, g, st);
   }
   CUDA_CHECK(cudaFuncSetAttribute(select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  select_kernel<<<dim3(g.nqb, g.Hk), pt::kSelectThreads, static_cast<size_t>(smem), st>>>(
+  select_kernel<<<dim3(nqc, g.Hk), pt::kSelectThreads, static_cast<size_t>(smem), st>>>(
       mean_q, mean_k, pattern.block_counts.data_as<int32_t>(), pattern.block_index.data_as<int32_t>(), max_blocks, g,
-      scale, params.threshold, heads);
+      scale, params.threshold, heads, static_cast<int>(params.max_blocks));
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -194,6 +194,32 @@ __device__ __forceinline__ void cover_mass(const float* mass, int n, double thre
   __syncthreads();
 }
 
+// kBlockBudget (estimator_params.h): rank[j] = max(rank[j], mass[j]) for j < n, one query head's masses.
+__device__ __forceinline__ void rank_blocks(float* rank, const float* mass, int n) {
+  for (int j = threadIdx.x; j < n; j += blockDim.x) rank[j] = fmaxf(rank[j], mass[j]);
+  __syncthreads();
+}
+
+// kBlockBudget: keeps at most max_blocks (> 0) of flags[0, n) set, the forced 0 and n - 1 first, then the others by
+// decreasing rank (ties: the lower index) (cpu PatternSets' limit). `keys` holds pow2_at_least(n - 2) entries.
+__device__ __forceinline__ void limit_flagged(uint8_t* flags, const float* rank, int n, int max_blocks,
+                                              unsigned long long* keys, Scratch& sh) {
+  if (threadIdx.x == 0) sh.candidates = 0;
+  __syncthreads();
+  for (int j = 1 + threadIdx.x; j < n - 1; j += blockDim.x)
+    if (flags[j]) keys[atomicAdd(&sh.candidates, 1)] = mass_key(rank[j], j);
+  __syncthreads();
+  const int count = sh.candidates, keep = max(0, max_blocks - (n > 1 ? 2 : 1));
+  if (count > keep) {  // the same in every thread
+    const int P = static_cast<int>(pow2_at_least(count));
+    for (int r = count + threadIdx.x; r < P; r += blockDim.x) keys[r] = 0ull;  // sorts last
+    __syncthreads();
+    bitonic_sort_desc(keys, P);
+    for (int r = keep + threadIdx.x; r < count; r += blockDim.x) flags[key_index(keys[r])] = 0;
+  }
+  __syncthreads();
+}
+
 // list[0, MAXB) = the flagged key blocks j in [0, n) in increasing order, -1 after them; *count = how many.
 __device__ __forceinline__ void write_flagged(const uint8_t* flags, int n, int32_t* list, int32_t* count, int maxb,
                                               Scratch& sh) {
@@ -209,12 +235,10 @@ __device__ __forceinline__ void write_flagged(const uint8_t* flags, int n, int32
   if (threadIdx.x == 0) *count = min(total, maxb);
 }
 
-// Query blocks that need no estimate: `full` (threshold >= 1, a block of the chunk) every causal block, else (a block
-// before the chunk) {0, i}.
-__device__ __forceinline__ void write_fixed_row(int i, bool full, int32_t* list, int32_t* count, int maxb) {
-  const int n = full ? i + 1 : (i > 0 ? 2 : 1);
-  for (int r = threadIdx.x; r < maxb; r += blockDim.x) list[r] = r >= n ? -1 : (full || r == 0 ? r : i);
-  if (threadIdx.x == 0) *count = n;
+// A query block that needs no estimate (threshold >= 1): every causal block.
+__device__ __forceinline__ void write_causal_row(int i, int32_t* list, int32_t* count, int maxb) {
+  for (int r = threadIdx.x; r < maxb; r += blockDim.x) list[r] = r > i ? -1 : r;
+  if (threadIdx.x == 0) *count = i + 1;
 }
 
 }  // namespace nanovllm::cuda_ops::pattern

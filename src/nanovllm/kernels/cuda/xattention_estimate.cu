@@ -95,38 +95,48 @@ __global__ void __launch_bounds__(kThreads)
     mass[int64_t{i - g.first} * g.nqb + j] = static_cast<float>(acc[j]);
 }
 
-// One CTA per query block i, KV head h: the cover-mass selection of each query head's masses (mass [G, nqc, nqb]),
-// their union written to block_counts[h, i] / block_index[h, i, :].
+// One CTA per query block i of the chunk, KV head h: the cover-mass selection of each query head's masses (mass [G, nqc, nqb]),
+// their union written to block_counts[h, i] / block_index[h, i, :], at most budget_blocks of them when > 0
+// (kBlockBudget).
 __global__ void __launch_bounds__(pt::kSelectThreads)
     select_kernel(const float* __restrict__ mass, int32_t* __restrict__ counts, int32_t* __restrict__ index,
-                  int max_blocks, int h, Geometry g, double threshold) {
+                  int max_blocks, int h, Geometry g, double threshold, int budget_blocks) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ pt::Scratch sh;
-  const int i = blockIdx.x, n = i + 1;
+  const int i = g.first + static_cast<int>(blockIdx.x), n = i + 1;
   int32_t* list = index + (int64_t{h} * g.nqb + i) * max_blocks;
   int32_t* count = counts + int64_t{h} * g.nqb + i;
-  if (i < g.first || threshold >= 1) {
-    pt::write_fixed_row(i, i >= g.first, list, count, max_blocks);
+  if (threshold >= 1) {
+    pt::write_causal_row(i, list, count, max_blocks);
     return;
   }
   const int64_t keys_bytes = 8 * pt::pow2_at_least(g.nqb > 3 ? g.nqb - 2 : 1);
   auto* keys = reinterpret_cast<unsigned long long*>(smem);
   auto* row = reinterpret_cast<float*>(smem + keys_bytes);  // [nqb]
-  auto* flags = smem + keys_bytes + 4 * int64_t{g.nqb};     // [nqb]
-  for (int j = threadIdx.x; j < n; j += blockDim.x) flags[j] = (j == 0 || j == i) ? 1 : 0;
+  auto* rank = reinterpret_cast<float*>(smem + keys_bytes + 4 * int64_t{g.nqb});  // [nqb] when ranked
+  const bool ranked = budget_blocks > 0;
+  auto* flags = smem + keys_bytes + 4 * int64_t{g.nqb} * (ranked ? 2 : 1);         // [nqb]
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    flags[j] = (j == 0 || j == i) ? 1 : 0;
+    if (ranked) rank[j] = 0.0f;
+  }
   for (int gi = 0; gi < g.group(); ++gi) {
     __syncthreads();  // the previous head's row is read
     for (int j = threadIdx.x; j < n; j += blockDim.x)
       row[j] = mass[(int64_t{gi} * g.nqc() + i - g.first) * g.nqb + j];
     __syncthreads();
     pt::cover_mass(row, n, threshold, keys, flags, sh);
+    if (ranked) pt::rank_blocks(rank, row, n);
   }
   __syncthreads();
+  if (ranked) pt::limit_flagged(flags, rank, n, budget_blocks, keys, sh);
   pt::write_flagged(flags, n, list, count, max_blocks, sh);
 }
 
-int64_t select_smem(const Geometry& g) {
-  return 8 * pt::pow2_at_least(g.nqb > 3 ? g.nqb - 2 : 1) + 4 * int64_t{g.nqb} + (g.nqb + 15) / 16 * 16;
+// Sort keys, one head's mass row, the block ranks (ranked: a block budget), the flags.
+int64_t select_smem(const Geometry& g, bool ranked) {
+  return 8 * pt::pow2_at_least(g.nqb > 3 ? g.nqb - 2 : 1) + 4 * int64_t{g.nqb} * (ranked ? 2 : 1) +
+         (g.nqb + 15) / 16 * 16;
 }
 
 // The op's per-device workspace (DeviceContext::op_state), grow-only.
@@ -170,7 +180,7 @@ void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, T
   pt::clear_column_lists(pattern, st);
   int optin = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, context_of(s).device()));
-  const int64_t sel_smem = params.threshold >= 1 ? 0 : select_smem(g), mass_smem = 8 * int64_t{g.nqb};
+  const int64_t sel_smem = params.threshold >= 1 ? 0 : select_smem(g, params.max_blocks > 0), mass_smem = 8 * int64_t{g.nqb};
   NANOVLLM_CHECK(std::max(sel_smem, mass_smem) + static_cast<int64_t>(sizeof(pt::Scratch)) <= optin, op, ": ", g.nqb,
                  " query blocks of ", g.B, " tokens need more shared memory than the device's ", optin,
                  " bytes per CTA (use larger blocks)");
@@ -178,9 +188,9 @@ void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, T
                                   static_cast<int>(sel_smem)));
   if (params.threshold >= 1) {
     for (int h = 0; h < g.Hk; ++h) {
-      select_kernel<<<g.nqb, pt::kSelectThreads, 0, st>>>(nullptr, pattern.block_counts.data_as<int32_t>(),
+      select_kernel<<<g.nqc(), pt::kSelectThreads, 0, st>>>(nullptr, pattern.block_counts.data_as<int32_t>(),
                                                            pattern.block_index.data_as<int32_t>(), max_blocks, h, g,
-                                                           params.threshold);
+                                                           params.threshold, 0);
       CUDA_CHECK(cudaGetLastError());
     }
     return;
@@ -222,9 +232,9 @@ void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, T
         CUDA_CHECK(cudaGetLastError());
       }
     }
-    select_kernel<<<g.nqb, pt::kSelectThreads, static_cast<size_t>(sel_smem), st>>>(
+    select_kernel<<<g.nqc(), pt::kSelectThreads, static_cast<size_t>(sel_smem), st>>>(
         mass, pattern.block_counts.data_as<int32_t>(), pattern.block_index.data_as<int32_t>(), max_blocks, h, g,
-        params.threshold);
+        params.threshold, static_cast<int>(params.max_blocks));
     CUDA_CHECK(cudaGetLastError());
   }
 }
