@@ -83,7 +83,8 @@ TEST(EvalKl, NeverAboveTheTrueKlAndExactOverTheWholeVocabulary) {
       EXPECT_LE(bound, true_kl + 1e-6) << "trial " << trial << " k " << k;
     }
     // Every token listed: each is its own cell, the rest cells hold ~0 on both sides.
-    const double full = partition_kl_lower_bound(top_logprobs(a.data(), vocab, vocab), top_logprobs(b.data(), vocab, vocab));
+    const double full =
+        partition_kl_lower_bound(top_logprobs(a.data(), vocab, vocab), top_logprobs(b.data(), vocab, vocab));
     EXPECT_NEAR(full, true_kl, 1e-5 * std::max(1.0, true_kl)) << "trial " << trial;
   }
 }

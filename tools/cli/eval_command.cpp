@@ -14,7 +14,6 @@
 
 #include "commands.h"
 #include "engine_options.h"
-#include "option_checks.h"
 #include "eval/corpus.h"
 #include "eval/dump.h"
 #include "eval/first_token_kl.h"
@@ -26,6 +25,7 @@
 #include "nanovllm/model/config.h"
 #include "nanovllm/runner/model_runner.h"
 #include "nanovllm/sparse/sparse_prefill_attention.h"
+#include "option_checks.h"
 
 namespace nanovllm::cli {
 namespace {

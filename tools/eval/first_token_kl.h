@@ -58,7 +58,9 @@ struct KlStats {
   double sum = 0, max = 0;
   void add(double kl, bool same_top);
   double mean() const { return samples > 0 ? sum / static_cast<double>(samples) : 0.0; }
-  double top1_agreement() const { return samples > 0 ? static_cast<double>(top1_agree) / static_cast<double>(samples) : 0.0; }
+  double top1_agreement() const {
+    return samples > 0 ? static_cast<double>(top1_agree) / static_cast<double>(samples) : 0.0;
+  }
 };
 
 struct FirstTokenKl {
