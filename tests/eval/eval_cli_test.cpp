@@ -54,6 +54,13 @@ TEST(EvalCli, BadInputGetsClearErrors) {
   expect_clear_error("eval ruler --backend cpu --model " + model + " --template chat", "no chat template");
   expect_clear_error("eval needle --backend cpu --model " + model + " --task niah_multikey_1", "single-needle task");
   expect_clear_error("eval needle --backend cpu --model " + model + " --depths 50,120", "[0, 100]");
+  expect_clear_error("eval ruler --backend cpu --model " + model + " --first-token-logprobs 21",
+                     "--first-token-logprobs must be in [1, 20], got 21");
+  expect_clear_error("eval ruler --backend cpu --model " + model + " --kl-reference x.json",
+                     "--kl-reference needs --first-token-logprobs K");
+  expect_clear_error("eval ruler --backend cpu --model " + model + " --first-token-logprobs 5 --kl-reference " +
+                         model + "/config.json",
+                     "not an eval --json-out file");
 
   // A model directory without tokenizer.json: the text tasks cannot be built.
   const auto bare = scratch() / "no-tokenizer";

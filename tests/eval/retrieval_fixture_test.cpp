@@ -4,7 +4,8 @@
 // path must then give the dense path's exact tokens. How the checkpoint was trained, and its accuracy in HF
 // transformers: tests/data/retrieval-model/README.md (HF at 2K: 100 / 100 / 93.8 / 96.9 on these tasks).
 //
-// CPU time (reference kernels, one thread): ~130 s for the accuracy run, ~40 s for dense + offload.
+// CPU time (reference kernels, one thread): ~130 s for the accuracy run, ~40 s for dense + offload, ~5 s for
+// the first-token KL runs.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -72,6 +73,41 @@ TEST_F(RetrievalFixture, OffloadGivesTheDenseAnswers) {
     EXPECT_EQ(dense["samples"][i]["output_ids"], offload["samples"][i]["output_ids"])
         << dense["samples"][i]["task"] << " #" << dense["samples"][i]["index"];
   EXPECT_EQ(dense["scores"], offload["scores"]);
+}
+
+// First-token KL against a reference run (--first-token-logprobs, --kl-reference): the same configuration
+// twice gives identical distributions (KL 0, every argmax the same); sparse prefill, which skips key blocks
+// of the prompt, moves them (KL > 0). One sequence at a time: a step that batches two prefills stays dense.
+TEST_F(RetrievalFixture, FirstTokenKlAgainstAReferenceRun) {
+  const std::string args =
+      "--tasks niah_single_2,niah_multikey_1 --context 1024 --samples 2 --max-new-tokens 1 --max-num-seqs 1 "
+      "--first-token-logprobs 20";
+  static const nanovllm::testing::ProcessScratchDir dir("nanovllm-eval-kl");
+  const std::string ref_path = (dir.path() / "reference.json").string();
+  const auto ref = run(args, "kl-reference");
+  ASSERT_EQ(ref["samples"].size(), 4u);
+  for (const auto& s : ref["samples"]) {
+    ASSERT_EQ(s["first_token"]["ids"].size(), 20u);
+    EXPECT_EQ(s["first_token"]["ids"][0], s["output_ids"][0]);  // greedy: the first token is the argmax
+  }
+  std::ofstream(ref_path) << ref.dump();
+
+  const auto same = run(args + " --kl-reference " + ref_path, "kl-same");
+  const auto& kl = same["first_token_kl"];
+  EXPECT_EQ(kl["overall"]["samples"], 4);
+  EXPECT_LT(kl["overall"]["max"].get<double>(), 1e-9);
+  EXPECT_EQ(kl["overall"]["top1_agreement"], 1.0);
+  EXPECT_EQ(kl["contexts"]["1024"]["samples"], 4);
+
+  const auto sparse = run(args + " --kl-reference " + ref_path +
+                              " --sparse-prefill-policy avgpool --sparse-prefill-threshold 0.3"
+                              " --sparse-prefill-min-tokens 256",
+                          "kl-sparse");
+  ASSERT_LT(sparse["sparse_prefill_density"].get<double>(), 0.9);  // it did go sparse
+  const auto& skl = sparse["first_token_kl"];
+  EXPECT_EQ(skl["overall"]["samples"], 4);
+  EXPECT_GT(skl["overall"]["mean"].get<double>(), 1e-9);
+  EXPECT_GE(skl["overall"]["max"].get<double>(), skl["overall"]["mean"].get<double>());
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -15,6 +16,7 @@
 #include "engine_options.h"
 #include "eval/corpus.h"
 #include "eval/dump.h"
+#include "eval/first_token_kl.h"
 #include "eval/generate.h"
 #include "eval/progress.h"
 #include "eval/report.h"
@@ -23,6 +25,7 @@
 #include "nanovllm/model/config.h"
 #include "nanovllm/runner/model_runner.h"
 #include "nanovllm/sparse/sparse_prefill_attention.h"
+#include "option_checks.h"
 
 namespace nanovllm::cli {
 namespace {
@@ -42,6 +45,8 @@ struct EvalOptions {
   std::string dump_prompts;
   int threads = 0;
   bool skip_too_short = false;
+  int64_t first_token_logprobs = 0;  // K: keep each sample's first-token top-K logprobs (0: off)
+  std::string kl_reference;          // a --json-out file to compare the first-token distributions with
   // ruler
   std::string tasks = "all";
   // needle
@@ -68,6 +73,12 @@ void add_common_options(CLI::App& cmd, EvalOptions& o) {
   cmd.add_option("--threads", o.threads, "threads building prompts (default: all cores)");
   cmd.add_flag("--skip-too-short", o.skip_too_short,
                "leave out samples whose shortest prompt does not fit their context, instead of failing");
+  cmd.add_option("--first-token-logprobs", o.first_token_logprobs,
+                 "K: save each sample's first generated token's top-K logprobs in --json-out (for --kl-reference)")
+      ->check(in_range(1, static_cast<double>(eval::kMaxFirstTokenLogprobs)));
+  cmd.add_option("--kl-reference", o.kl_reference,
+                 "a --json-out file of an earlier run with --first-token-logprobs: print KL(reference || this run) "
+                 "of the first-token distributions (a lower bound from the top-K lists) and the top-1 agreement");
 }
 
 // The longest context the engine will take: --max-model-len, else the model's own limit. Unknown (0) for
@@ -92,6 +103,8 @@ void check_inputs(const EvalOptions& o) {
   NANOVLLM_CHECK(!o.contexts.empty(), "--context: give at least one length");
   NANOVLLM_CHECK(o.samples >= 1, "--samples must be >= 1, got ", o.samples);
   NANOVLLM_CHECK(o.max_new_tokens >= 0, "--max-new-tokens must be >= 0");
+  NANOVLLM_CHECK(o.kl_reference.empty() || o.first_token_logprobs > 0,
+                 "--kl-reference needs --first-token-logprobs K (this run's lists to compare)");
   const int64_t limit = context_limit(o);
   for (int64_t c : o.contexts) {
     NANOVLLM_CHECK(c >= 64, "--context ", c, " is too short (at least 64 tokens)");
@@ -148,6 +161,15 @@ std::vector<eval::Sample> build_samples(const EvalOptions& o, const std::vector<
   return samples;
 }
 
+// Each sample's key (its place in the score table) and prompt fingerprint; the logprobs come after the run.
+std::vector<eval::FirstToken> first_token_keys(const std::vector<eval::Sample>& samples,
+                                               const std::function<std::string(const eval::Sample&)>& row_of) {
+  std::vector<eval::FirstToken> out;
+  for (const eval::Sample& s : samples)
+    out.push_back({{row_of(s), s.context, s.index}, eval::prompt_fingerprint(s.prompt_ids), {}});
+  return out;
+}
+
 // Runs the samples, prints the table, writes --json-out. `row_of(sample)` is its table row.
 void run_and_report(const EvalOptions& o, const std::string& command, const std::vector<std::string>& rows,
                     const std::string& row_header, const std::function<std::string(const eval::Sample&)>& row_of,
@@ -162,6 +184,12 @@ void run_and_report(const EvalOptions& o, const std::string& command, const std:
     std::fprintf(stderr, "prompts built in %.1f s\n", gen_s);
     return;
   }
+  std::vector<eval::FirstToken> firsts;
+  if (o.first_token_logprobs > 0) firsts = first_token_keys(samples, row_of);
+  // Read and matched before the run, so a bad reference fails in seconds, not after it.
+  const std::optional<eval::FirstTokenReference> reference =
+      o.kl_reference.empty() ? std::nullopt : std::optional(eval::load_first_token_reference(o.kl_reference));
+  if (reference) eval::check_reference_matches(*reference, command, firsts);
 
   EngineConfig config = o.engine.to_config();
   config.sparse_prefill.count_blocks = true;  // the density line below, on a GPU too
@@ -170,7 +198,7 @@ void run_and_report(const EvalOptions& o, const std::string& command, const std:
   std::vector<eval::SampleResult> results;
   {
     eval::ProgressBar bar(command, samples.size());
-    results = eval::run_samples(engine, samples, [&](size_t done) { bar.update(done); });
+    results = eval::run_samples(engine, samples, [&](size_t done) { bar.update(done); }, o.first_token_logprobs);
   }
   const double run_s = seconds_since(t_run);
 
@@ -197,6 +225,12 @@ void run_and_report(const EvalOptions& o, const std::string& command, const std:
     std::printf("sparse prefill %s: %.1f%% of the causal key blocks attended (%lld layer-chunks sparse, %lld dense)\n",
                 sparse_prefill_policy_name(cfg.sparse_prefill.policy), 100 * density,
                 static_cast<long long>(sp->sparse_layer_chunks), static_cast<long long>(sp->dense_layer_chunks));
+  for (size_t i = 0; i < firsts.size(); ++i) firsts[i].logprobs = results[i].first_token_logprobs;
+  std::optional<eval::FirstTokenKl> kl;
+  if (reference) {
+    kl = eval::compare_first_tokens(*reference, command, firsts, o.contexts, o.first_token_logprobs);
+    std::printf("%s", kl->format().c_str());
+  }
 
   if (!o.json_out.empty()) {
     nlohmann::ordered_json j;
@@ -217,7 +251,10 @@ void run_and_report(const EvalOptions& o, const std::string& command, const std:
     const nlohmann::ordered_json scores = table.to_json(row_header);
     for (const auto& [k, v] : scores.items()) j[k] = v;
     j["time_s"] = {{"prompts", gen_s}, {"run", run_s}};
+    j["first_token_logprobs"] = o.first_token_logprobs;
+    if (kl) j["first_token_kl"] = kl->to_json();
     j["samples"] = eval::results_json(samples, results);
+    for (size_t i = 0; i < firsts.size(); ++i) j["samples"][i]["first_token"] = eval::first_token_json(firsts[i]);
     std::ofstream f(o.json_out);
     f << j.dump(1) << "\n";
     NANOVLLM_CHECK(f.good(), "cannot write --json-out file ", o.json_out);

@@ -9,20 +9,21 @@
 namespace nanovllm::eval {
 namespace {
 
-SamplingParams greedy(int64_t max_tokens) {
+SamplingParams greedy(int64_t max_tokens, int64_t logprobs) {
   SamplingParams p;
   p.temperature = 0;
   p.max_tokens = max_tokens;
+  p.logprobs = logprobs;
   return p;
 }
 
 }  // namespace
 
 std::vector<SampleResult> run_samples(LLMEngine& engine, const std::vector<Sample>& samples,
-                                      const std::function<void(size_t done)>& progress) {
+                                      const std::function<void(size_t done)>& progress, int64_t logprobs) {
   for (size_t i = 0; i < samples.size(); ++i) {
     try {
-      engine.validate_request(samples[i].prompt_ids, greedy(samples[i].max_new_tokens));
+      engine.validate_request(samples[i].prompt_ids, greedy(samples[i].max_new_tokens, logprobs));
     } catch (const Error& e) {
       throw e.prefixed(detail::concat("sample ", samples[i].task, " #", samples[i].index, " (context ",
                                       samples[i].context, "): "));
@@ -30,7 +31,7 @@ std::vector<SampleResult> run_samples(LLMEngine& engine, const std::vector<Sampl
   }
   std::unordered_map<int64_t, size_t> by_request;
   for (size_t i = 0; i < samples.size(); ++i)
-    by_request[engine.add_request(samples[i].prompt_ids, greedy(samples[i].max_new_tokens))] = i;
+    by_request[engine.add_request(samples[i].prompt_ids, greedy(samples[i].max_new_tokens, logprobs))] = i;
 
   const tokenizer::Tokenizer& tok = engine.tokenizer();
   std::vector<SampleResult> results(samples.size());
@@ -46,6 +47,10 @@ std::vector<SampleResult> run_samples(LLMEngine& engine, const std::vector<Sampl
       r.prediction = tok.decode(o.token_ids, /*skip_special_tokens=*/true);
       r.score = score_prediction(s.metric, r.prediction, s.answers);
       r.finish_reason = to_string(o.finish_reason);
+      if (logprobs > 0) {
+        NANOVLLM_CHECK(!o.logprobs.empty(), "eval: sample ", s.task, " #", s.index, " came back without logprobs");
+        r.first_token_logprobs = o.logprobs.front();
+      }
       ++done;
     }
     if (!finished.empty() && progress) progress(done);
