@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "nanovllm/core/env.h"
 #include "nanovllm/core/logging.h"
 #include "nanovllm/kernels/cuda/cuda_check.h"
 #include "nanovllm/kernels/cuda/cuda_memory.h"
@@ -91,9 +92,10 @@ void CudaModelRunner::init(const ModelConfig& config, int64_t tp_size, bool capt
     if (graph_buckets_.empty() || graph_buckets_.back() < max_bs) graph_buckets_.push_back(max_bs);
   }
   max_table_stride_ = max_blocks_per_seq;
+  // Tensor parallel: no per-rank timing decisions that change how many collectives a rank runs (decode_graphs.h).
   graphs_ = std::make_unique<DecodeGraphs>(
       stream_, kernels_, [this](const DecoderInputs& in) { model_->forward(in, kv_, ws_, ops_stream()); },
-      [this](const ForwardBatch& batch) { upload_batch(batch); });
+      [this](const ForwardBatch& batch) { upload_batch(batch); }, environment().tune_linear && tp_size == 1);
   if (capture_graphs) capture_decode_graphs();
 }
 

@@ -31,8 +31,13 @@ ForwardBatch timing_batch(ForwardBatch b, int64_t context, int64_t num_blocks) {
 
 }  // namespace
 
-DecodeGraphs::DecodeGraphs(cudaStream_t stream, cuda_ops::DeviceContext& kernels, Forward forward, Upload upload)
-    : stream_(stream), kernels_(kernels), forward_(std::move(forward)), upload_(std::move(upload)) {}
+DecodeGraphs::DecodeGraphs(cudaStream_t stream, cuda_ops::DeviceContext& kernels, Forward forward, Upload upload,
+                           bool tune_linear)
+    : stream_(stream),
+      kernels_(kernels),
+      forward_(std::move(forward)),
+      upload_(std::move(upload)),
+      tune_linear_(tune_linear) {}
 
 DecodeGraphs::~DecodeGraphs() {
   for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
@@ -106,7 +111,7 @@ cudaGraphExec_t DecodeGraphs::capture_tuned(const DecoderInputs& in, const Forwa
     exec = capture(in);
   }
   early_norm_[bucket] = early;
-  if (environment().tune_linear) exec = tune_linear_choices(in, bucket, exec);
+  if (tune_linear_) exec = tune_linear_choices(in, bucket, exec);
   early = outside;
   upload_(batch);  // the step's own inputs back
   return exec;

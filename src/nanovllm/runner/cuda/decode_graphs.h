@@ -6,8 +6,13 @@
 //  * the RMSNorm kernels' PDL early trigger (KernelOptions::pdl_early_norm): which pays differs by model
 //    (H200, bs=1 @1K: Qwen3-0.6B 0.887-0.902 -> 0.818-0.825 ms/token with it, Qwen3-8B 4.420-4.445 ->
 //    4.478-4.552; bench/results session 12). NANOVLLM_PDL_EARLY_NORM=0/1 fixes it instead;
-//  * unless NANOVLLM_TUNE_LINEAR=0, each projection's kernel among the options nearly as fast alone
-//    (linear_tuning.h).
+//  * with tune_linear (NANOVLLM_TUNE_LINEAR unset or not 0, and one rank), each projection's kernel among
+//    the options nearly as fast alone (linear_tuning.h). Never with tensor parallel: which options a rank
+//    tries depends on its own timings, so the ranks would replay different numbers of graphs, each holding
+//    all-reduces, and the collectives no longer pair up. That is where the 2-GPU hang of issue #34 was
+//    caught (bench/results/2026-11-26/s27/h200x2-tp-hang-stacks.txt: one rank timing a linear option's
+//    graphs, the other still in its eager warm-up); this fix has not run on two GPUs yet. The early-trigger
+//    choice replays the same count on every rank.
 // The decisions live here (per bucket) and in the runner's DeviceContext (the linear choices).
 #pragma once
 
@@ -30,7 +35,8 @@ class DecodeGraphs {
   using Forward = std::function<void(const DecoderInputs&)>;  // one decode step on `stream` (or captured)
   using Upload = std::function<void(const ForwardBatch&)>;    // a batch's packed inputs to where `in` points
 
-  DecodeGraphs(cudaStream_t stream, cuda_ops::DeviceContext& kernels, Forward forward, Upload upload);
+  DecodeGraphs(cudaStream_t stream, cuda_ops::DeviceContext& kernels, Forward forward, Upload upload,
+               bool tune_linear);
   ~DecodeGraphs();
   DecodeGraphs(const DecodeGraphs&) = delete;
   DecodeGraphs& operator=(const DecodeGraphs&) = delete;
@@ -58,6 +64,7 @@ class DecodeGraphs {
   cuda_ops::DeviceContext& kernels_;
   Forward forward_;
   Upload upload_;
+  bool tune_linear_;  // tune the linear choices on whole graphs (one rank only, see above)
   std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs_;  // (bucket, table stride) -> graph
   std::map<int64_t, bool> early_norm_;                             // bucket -> its graphs' early trigger
 };
