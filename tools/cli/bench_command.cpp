@@ -243,8 +243,7 @@ void run_latency(LatencyOptions o) {
     report["prefill"].push_back({{"tokens", n}, {"ms", s * 1e3}, {"tok_s", n / s}, {"tflops", flops / s / 1e12},
                                  {"sparse_prefill_policy", o.engine.sparse_prefill_policy}});
     if (const SparsePrefillCounters* sp = engine.runner().sparse_prefill_counters(); sp && sp->causal_blocks > 0)
-      report["prefill"].back()["sparse_prefill_density_so_far"] =
-          static_cast<double>(sp->attended_blocks) / static_cast<double>(sp->causal_blocks);
+      report["prefill"].back()["sparse_prefill_density_so_far"] = sp->density();
   }
   write_report(o.json_out, report);
 }

@@ -129,7 +129,7 @@ void run_offload_bench(const OffloadBenchOptions& o) {
       const SparsePrefillCounters sp0 = sparse_prefill_counters(e);
       const RunResult r = run_request(e, prompts[i], o.output_len, off);
       const OffloadStats s1 = off->stats();
-      const SparsePrefillCounters sp1 = sparse_prefill_counters(e);
+      const SparsePrefillCounters sp = sparse_prefill_counters(e).since(sp0);
       const double steps = static_cast<double>(s1.decode_steps - s0.decode_steps);
       // Decode traffic: every step loads each layer's flushed prefix; D2H only when a host block fills.
       const double prefill_d2h = kv_token_layer * static_cast<double>(c * layers);
@@ -158,20 +158,16 @@ void run_offload_bench(const OffloadBenchOptions& o) {
                          {"cache_hits", pc.hits}, {"cache_misses", pc.misses}, {"hit_rate", hit_rate}};
       }
       if (ec.sparse_prefill.enabled()) {
-        const double blocks = static_cast<double>(sp1.attended_blocks - sp0.attended_blocks);
-        const double causal = static_cast<double>(sp1.causal_blocks - sp0.causal_blocks);
-        const double density = causal > 0 ? blocks / causal : 1.0;
-        std::printf("context %7lld: sparse prefill %s, threshold %.3g: %.2f%% of the causal key blocks attended in %lld "
-                    "sparse layer-chunks (%lld dense)\n",
+        std::printf("context %7lld: sparse prefill %s, threshold %.3g: %.2f%% of the causal key blocks attended in "
+                    "%lld sparse layer-chunks (%lld dense)\n",
                     static_cast<long long>(c), sparse_prefill_policy_name(ec.sparse_prefill.policy),
-                    ec.sparse_prefill.effective_threshold(), 100 * density,
-                    static_cast<long long>(sp1.sparse_layer_chunks - sp0.sparse_layer_chunks),
-                    static_cast<long long>(sp1.dense_layer_chunks - sp0.dense_layer_chunks));
+                    ec.sparse_prefill.effective_threshold(), 100 * sp.density(),
+                    static_cast<long long>(sp.sparse_layer_chunks), static_cast<long long>(sp.dense_layer_chunks));
         row["sparse_prefill"] = {{"policy", sparse_prefill_policy_name(ec.sparse_prefill.policy)},
                                  {"threshold", ec.sparse_prefill.effective_threshold()},
-                                 {"density", density},
-                                 {"sparse_layer_chunks", sp1.sparse_layer_chunks - sp0.sparse_layer_chunks},
-                                 {"dense_layer_chunks", sp1.dense_layer_chunks - sp0.dense_layer_chunks}};
+                                 {"density", sp.density()},
+                                 {"sparse_layer_chunks", sp.sparse_layer_chunks},
+                                 {"dense_layer_chunks", sp.dense_layer_chunks}};
       }
       std::printf("context %7lld: prefill %8.2f s = %8.0f tok/s | decode %8.2f ms/token (median of %zu) | per step H2D %.1f MiB, D2H %.3f MiB",
                   static_cast<long long>(c), r.prefill_s, static_cast<double>(c) / r.prefill_s, ms, r.decode_step_s.size(),

@@ -218,9 +218,7 @@ void run_and_report(const EvalOptions& o, const std::string& command, const std:
               gen_s, run_s, static_cast<long long>(prompt_tokens), static_cast<long long>(generated));
   // Sparse prefill: the share of the causal key blocks its patterns listed (1 when no chunk went sparse).
   const SparsePrefillCounters* sp = engine.runner().sparse_prefill_counters();
-  const double density = sp && sp->causal_blocks > 0
-                             ? static_cast<double>(sp->attended_blocks) / static_cast<double>(sp->causal_blocks)
-                             : 1.0;
+  const double density = sp ? sp->density() : 1.0;
   if (sp)
     std::printf("sparse prefill %s: %.1f%% of the causal key blocks attended (%lld layer-chunks sparse, %lld dense)\n",
                 sparse_prefill_policy_name(cfg.sparse_prefill.policy), 100 * density,

@@ -46,6 +46,15 @@ struct SparsePrefillCounters {
   int64_t causal_blocks = 0;  // ... that dense causal attention covers
   int64_t rows = 0;           // (KV head, query block) lists over the sparse chunks' query blocks
   int64_t attended_columns = 0;  // single key positions listed besides the blocks (vertical-slash)
+
+  double density() const {  // 1 when no chunk went sparse
+    return causal_blocks > 0 ? static_cast<double>(attended_blocks) / static_cast<double>(causal_blocks) : 1.0;
+  }
+  SparsePrefillCounters since(const SparsePrefillCounters& earlier) const {  // what happened after `earlier`
+    return {sparse_layer_chunks - earlier.sparse_layer_chunks, dense_layer_chunks - earlier.dense_layer_chunks,
+            attended_blocks - earlier.attended_blocks,         causal_blocks - earlier.causal_blocks,
+            rows - earlier.rows,                               attended_columns - earlier.attended_columns};
+  }
 };
 
 class SparsePrefillAttention final : public AttentionPolicy {

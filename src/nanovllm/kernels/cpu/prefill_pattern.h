@@ -46,8 +46,8 @@ std::vector<int32_t> cover_mass(const std::vector<double>& mass, const std::vect
 
 // Key blocks and columns per (KV head, query block of the chunk), the sink block 0 and the diagonal block always in.
 // write() fills the pattern views' rows of the chunk's query blocks: blocks increasing, columns increasing and outside
-// the listed blocks; rows before the chunk stay as they are (the kernel computes no row there). With max_blocks > 0 (kBlockBudget,
-// estimator_params.h) write() keeps at most that many blocks per row, by the ranks rank_blocks recorded.
+// the listed blocks; rows before the chunk stay as they are (the kernel computes no row there). With max_blocks > 0
+// (kBlockBudget, estimator_params.h) write() keeps at most that many blocks per row, by the ranks rank_blocks recorded.
 class PatternSets {
  public:
   explicit PatternSets(const PrefillChunk& c, int64_t max_blocks = 0);

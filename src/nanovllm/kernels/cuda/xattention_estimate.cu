@@ -95,8 +95,8 @@ __global__ void __launch_bounds__(kThreads)
     mass[int64_t{i - g.first} * g.nqb + j] = static_cast<float>(acc[j]);
 }
 
-// One CTA per query block i of the chunk, KV head h: the cover-mass selection of each query head's masses (mass [G, nqc, nqb]),
-// their union written to block_counts[h, i] / block_index[h, i, :], at most budget_blocks of them when > 0
+// One CTA per query block i of the chunk, KV head h: the cover-mass selection of each query head's masses
+// (mass [G, nqc, nqb]), their union written to block_counts[h, i] / block_index[h, i, :], at most budget_blocks of them when > 0
 // (kBlockBudget).
 __global__ void __launch_bounds__(pt::kSelectThreads)
     select_kernel(const float* __restrict__ mass, int32_t* __restrict__ counts, int32_t* __restrict__ index,
@@ -180,7 +180,8 @@ void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, T
   pt::clear_column_lists(pattern, st);
   int optin = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, context_of(s).device()));
-  const int64_t sel_smem = params.threshold >= 1 ? 0 : select_smem(g, params.max_blocks > 0), mass_smem = 8 * int64_t{g.nqb};
+  const int64_t sel_smem = params.threshold >= 1 ? 0 : select_smem(g, params.max_blocks > 0);
+  const int64_t mass_smem = 8 * int64_t{g.nqb};
   NANOVLLM_CHECK(std::max(sel_smem, mass_smem) + static_cast<int64_t>(sizeof(pt::Scratch)) <= optin, op, ": ", g.nqb,
                  " query blocks of ", g.B, " tokens need more shared memory than the device's ", optin,
                  " bytes per CTA (use larger blocks)");
