@@ -186,8 +186,7 @@ TEST(CudaVsCpu, AsyncSchedulingGivesTheTokensOfSyncScheduling) {
 // Tensor parallel over two GPUs (NCCL, decode graphs per rank; the single KV head replicated on both
 // ranks): the greedy tokens of one GPU, through graphs and eager. The peaked model keeps bf16 rounding
 // (NCCL sums the two ranks' partials in another order than one GEMM) from flipping a token.
-// Disabled with EngineConfig::validate's refusal of CUDA tensor parallel: its ranks hang (issue #34).
-TEST(CudaTensorParallel, DISABLED_TwoGpusGiveTheOneGpuTokens) {
+TEST(CudaTensorParallel, TwoGpusGiveTheOneGpuTokens) {
   int devices = 0;
   if (!have_gpu() || cudaGetDeviceCount(&devices) != cudaSuccess || devices < 2) GTEST_SKIP() << "needs 2 GPUs";
   EngineConfig ec = tied_tiny_config(Backend::kCuda);
@@ -214,6 +213,34 @@ TEST(CudaTensorParallel, DISABLED_TwoGpusGiveTheOneGpuTokens) {
     ec.parallel.tensor_parallel_size = 4;
     testing::expect_error([&] { LLM llm(ec); }, {"tensor_parallel_size 4 needs 4 GPUs; this machine has"});
   }
+}
+
+// Two GPUs with the KV heads split across ranks (2 heads, one per rank) and head_dim 128, whose
+// attention kernels raise their dynamic shared-memory limit past the 48 KiB default: the limit belongs to
+// each device's context, so a process-wide "once" left rank 1 unable to launch them (issue #34's
+// throughput run died in cudaLaunchKernelEx). Random weights make near-ties, so TP2 need only agree
+// with TP1 on nearly every token (the #34 target is 99% over 64 steps on the 8B shape).
+TEST(CudaTensorParallel, ShardedKvHeadsAndLargeSharedMemoryKernelsRunOnEveryRank) {
+  int devices = 0;
+  if (!have_gpu() || cudaGetDeviceCount(&devices) != cudaSuccess || devices < 2) GTEST_SKIP() << "needs 2 GPUs";
+  EngineConfig ec = tied_tiny_config(Backend::kCuda);
+  ec.model.path = testing::tiny_model_dir(
+      "tp-kv2-d128", {{"head_dim", 128}, {"num_key_value_heads", 2}, {"num_attention_heads", 8}}, 5);
+  ec.cache.num_kv_blocks = 512;
+  const auto prompts = testing::random_prompts({1, 17, 64, 129, 200, 255, 256, 300, 33, 2, 90, 150}, 512, 3);
+  const auto sp = testing::greedy(48);
+  const auto one = LLM(ec).generate(prompts, sp);
+  ec.parallel.tensor_parallel_size = 2;
+  const auto two = LLM(ec).generate(prompts, sp);
+  int64_t same = 0, total = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_EQ(two[i].token_ids.size(), one[i].token_ids.size());
+    size_t k = 0;  // greedy streams agree up to their first divergence, then need not
+    while (k < one[i].token_ids.size() && two[i].token_ids[k] == one[i].token_ids[k]) ++k;
+    same += static_cast<int64_t>(k);
+    total += static_cast<int64_t>(one[i].token_ids.size());
+  }
+  EXPECT_GE(same, total * 9 / 10) << same << " of " << total << " tokens before the first divergences";
 }
 
 }  // namespace

@@ -140,11 +140,6 @@ void EngineConfig::validate() const {
   // The offload lane drives the model layer by layer outside the runner's rank threads (issue #34).
   NANOVLLM_CHECK(parallel.tensor_parallel_size == 1 || !offload.enabled, "tensor_parallel_size ",
                  parallel.tensor_parallel_size, " with CPU offload is not implemented yet (issue #34)");
-  // The CUDA ranks (one thread per GPU, NCCL) are written but hung in most two-GPU runs on the device
-  // (bench/results/2026-11-26/issue34-tp-h100x2.md): refused until they are fixed and measured.
-  NANOVLLM_CHECK(parallel.tensor_parallel_size == 1 || model.backend != Backend::kCuda, "tensor_parallel_size ",
-                 parallel.tensor_parallel_size, " on the CUDA backend is not ready yet (its NCCL ranks can hang; "
-                 "issue #34); the CPU backend supports it");
   sparse_prefill.validate(model.backend);
   if (sparse.policy != SparsePolicy::kFull) {
     const int64_t min_pages = SparseConfig::kSinkPages + SparseConfig::kRecentPages + 1;

@@ -38,6 +38,7 @@
 #include "nanovllm/kernels/cuda/attention_softmax.cuh"
 #include "nanovllm/kernels/cuda/cluster.cuh"
 #include "nanovllm/kernels/cuda/pdl.cuh"
+#include "nanovllm/kernels/cuda/per_device_flag.h"
 #include "nanovllm/kernels/cuda/qkv_rope.cuh"
 
 namespace nanovllm::cuda_ops::attn {
@@ -173,8 +174,8 @@ __global__ void __launch_bounds__(D) combine_kernel(Params p) {
 template <int D, int IT>
 void launch(const Params& p, int gc, cudaStream_t st) {
   using Cfg = DecodeCfg<D, IT>;
-  static std::once_flag once;
-  std::call_once(once, [] {
+  static PerDeviceFlag smem_raised;
+  once_per_current_device(smem_raised, [] {
     CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<D, IT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(Cfg::kSmem)));
   });
@@ -584,8 +585,8 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
 
 template <int D, int NST, bool kCluster, bool kPro>
 void set_tc_attributes() {
-  static std::once_flag once;
-  std::call_once(once, [] {
+  static PerDeviceFlag attributes_set;
+  once_per_current_device(attributes_set, [] {
     CUDA_CHECK(cudaFuncSetAttribute(decode_tc_kernel<D, NST, kCluster, kPro>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(TcDec<D, NST>::kSmem)));
     if (kCluster)

@@ -5,9 +5,9 @@
 // accumulators). Query row t of seq s sits at position ctx[s] - (cu[s+1] - t) and sees keys 0..pos.
 // Grid x covers sum_s ceil(qlen_s / BM) <= ceil(T / BM) + S tiles; warp 0 maps a CTA to (seq, tile)
 // by a warp-parallel scan over cu_seqlens (no host-side metadata needed, graph-capturable).
-#include <mutex>
 
 #include "nanovllm/kernels/cuda/attention_tiles.cuh"
+#include "nanovllm/kernels/cuda/per_device_flag.h"
 
 namespace nanovllm::cuda_ops::attn {
 namespace {
@@ -104,8 +104,8 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_kernel(Params p, int rows
 template <int D, int IT>
 void launch(const Params& p, int64_t num_tokens, cudaStream_t st) {
   using Cfg = PrefillCfg<D, IT>;
-  static std::once_flag once;  // raise the dynamic shared-memory limit once per instance (all devices alike)
-  std::call_once(once, [] {
+  static PerDeviceFlag smem_raised;
+  once_per_current_device(smem_raised, [] {
     CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<D, IT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(Cfg::kSmem)));
   });

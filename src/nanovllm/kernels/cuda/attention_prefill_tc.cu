@@ -21,10 +21,10 @@
 // capturable); tiles are issued heaviest first (the last tiles of the last sequence) so long causal
 // rows do not form the tail of the grid. Grid = (ceil(T / rows) + S) tiles x Hk x head chunks,
 // flattened; surplus CTAs exit.
-#include <mutex>
 
 #include "nanovllm/kernels/cuda/attention_softmax.cuh"
 #include "nanovllm/kernels/cuda/attention_tiles.cuh"
+#include "nanovllm/kernels/cuda/per_device_flag.h"
 
 namespace nanovllm::cuda_ops::attn {
 namespace {
@@ -205,8 +205,8 @@ __global__ void __launch_bounds__(kThreads, NANOVLLM_TC_MIN_CTAS(D))
 template <int D>
 void launch(const Params& p, int64_t num_tokens, cudaStream_t st) {
   using C = TcCfg<D>;
-  static std::once_flag once;  // raise the dynamic shared-memory limit once per instance (all devices alike)
-  std::call_once(once, [] {
+  static PerDeviceFlag smem_raised;
+  once_per_current_device(smem_raised, [] {
     CUDA_CHECK(cudaFuncSetAttribute(prefill_tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(C::kSmem)));
   });

@@ -1,7 +1,7 @@
 // A yes/no answer per CUDA device computed once: the first get() for a device runs `probe(device)` (under a
 // lock, so concurrent first calls probe once), later calls return the cached answer without locking.
-// The kernels use it for "does this device run my sm_90a code" checks (runs_sm90a_code, below), which also
-// raise the kernel's dynamic shared-memory limit (a per-function, per-device attribute) as a side effect.
+// The kernels use it for "does this device run my sm_90a code" checks (runs_sm90a_code, below) and to raise
+// a kernel's dynamic shared-memory limit once per device (once_per_current_device, below).
 #pragma once
 
 #include <array>
@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include "nanovllm/core/error.h"
 #include "nanovllm/kernels/cuda/cuda_check.h"
 
 namespace nanovllm::cuda_ops {
@@ -50,5 +51,20 @@ class PerDeviceFlag {
   std::array<std::atomic<int>, kMaxDevices> state_{};  // 0 unknown, 1 yes, 2 no
   std::mutex mu_;
 };
+
+// Runs `set()` once per device, on the first call made while that device is current. For function
+// attributes such as the dynamic shared-memory limit, which belong to each device's context: a process-wide
+// once would leave the other tensor-parallel ranks' GPUs at the defaults (their launches then fail).
+template <typename F>
+void once_per_current_device(PerDeviceFlag& flag, F&& set) {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  NANOVLLM_CHECK(device < PerDeviceFlag::kMaxDevices, "CUDA device index ", device, " is past ",
+                 PerDeviceFlag::kMaxDevices);
+  flag.get(device, [&](int) {
+    set();
+    return true;
+  });
+}
 
 }  // namespace nanovllm::cuda_ops
