@@ -76,12 +76,13 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       const char* what = m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOD   ? "memcpy HtoD"
                          : m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH ? "memcpy DtoH"
                                                                            : "memcpy";
-      got.push_back({what, m->start, m->end, static_cast<int>(m->bytes), 0});
+      got.push_back({what, m->start, m->end, static_cast<int>(m->bytes), 0, static_cast<int>(m->deviceId)});
       continue;
     }
     if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-    got.push_back({demangle(k->name), k->start, k->end, k->gridX * k->gridY * k->gridZ, k->dynamicSharedMemory});
+    got.push_back({demangle(k->name), k->start, k->end, k->gridX * k->gridY * k->gridZ, k->dynamicSharedMemory,
+                   static_cast<int>(k->deviceId)});
   }
   std::free(buffer);
   std::lock_guard<std::mutex> lock(g_mu);

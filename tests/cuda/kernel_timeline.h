@@ -19,6 +19,7 @@ struct KernelRecord {
   uint64_t start_ns = 0, end_ns = 0;  // GPU timestamps
   int grid = 0;                       // gridX * gridY * gridZ (a memcpy: its bytes)
   int dyn_smem = 0;                   // dynamic shared memory per CTA, bytes
+  int device = 0;                     // CUDA device index
 };
 
 class KernelTimeline {

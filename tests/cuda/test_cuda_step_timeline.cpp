@@ -1,12 +1,15 @@
 // Benchmark (DISABLED_, run by hand on the device machine): where the GPU time of a bs=1 decode step
 // goes, graph replay and everything around it, from a CUPTI timeline of an engine's steady-state steps.
-// NANOVLLM_STEP_TIMELINE_MODEL names the checkpoint (e.g. `nanovllm make-test-model --preset qwen3-0.6b`).
+// NANOVLLM_STEP_TIMELINE_MODEL names the checkpoint (e.g. `nanovllm make-test-model --preset qwen3-0.6b`),
+// NANOVLLM_STEP_TIMELINE_TP the tensor-parallel size (default 1; GPU 0's records are shown).
 // Prints, for the last decode steps, every record outside the graph's layers (copies, the sampler,
-// the feed kernel, the embedding and LM head) with its gap to the record before it.
+// the feed kernel, the embedding and LM head) with its gap to the record before it, and one step's GPU
+// time per kernel name with the idle gaps between records.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <random>
 #include <string>
 
@@ -24,6 +27,7 @@ TEST(CudaStepTimelineBench, DISABLED_DecodeBatchOne) {
   ec.model.path = model;
   ec.model.backend = Backend::kCuda;
   ec.scheduler.max_num_seqs = 8;
+  if (const char* tp = std::getenv("NANOVLLM_STEP_TIMELINE_TP")) ec.parallel.tensor_parallel_size = std::atoi(tp);
   LLMEngine engine(ec);
   std::mt19937 rng(1);
   std::vector<int32_t> prompt(1024);
@@ -37,8 +41,9 @@ TEST(CudaStepTimelineBench, DISABLED_DecodeBatchOne) {
   cuda_test::KernelTimeline tl;
   tl.start();
   for (int i = 0; i < 8; ++i) engine.step();
-  const std::vector<cuda_test::KernelRecord> recs = tl.stop();
+  std::vector<cuda_test::KernelRecord> recs = tl.stop();
   while (engine.has_unfinished()) engine.step();
+  std::erase_if(recs, [](const cuda_test::KernelRecord& r) { return r.device != 0; });
   ASSERT_FALSE(recs.empty());
 
   // Step boundaries: the embedding kernel opens each step's graph.
@@ -64,6 +69,22 @@ TEST(CudaStepTimelineBench, DISABLED_DecodeBatchOne) {
   for (size_t i = a >= 12 ? a - 12 : 0; i < a + 12 && i < recs.size(); ++i) print(i);
   std::printf("step end (up to the next step's embedding):\n");
   for (size_t i = b >= 24 ? b - 24 : 0; i <= b; ++i) print(i);
+  // One step (embedding to embedding) by kernel name: count, GPU time, and the idle gaps between records.
+  std::map<std::string, std::pair<int, double>> by_name;
+  double busy_us = 0, idle_us = 0;
+  for (size_t i = a; i < b; ++i) {
+    const double dur = static_cast<double>(recs[i].end_ns - recs[i].start_ns) / 1e3;
+    auto& e = by_name[cuda_test::short_kernel_name(recs[i].name)];
+    e.first += 1;
+    e.second += dur;
+    busy_us += dur;
+    if (i + 1 < recs.size() && recs[i + 1].start_ns > recs[i].end_ns)
+      idle_us += static_cast<double>(recs[i + 1].start_ns - recs[i].end_ns) / 1e3;
+  }
+  std::printf("one step: %.1f us between embeddings, %.1f us of records (overlaps counted twice), %.1f us idle\n",
+              static_cast<double>(recs[b].start_ns - recs[a].start_ns) / 1e3, busy_us, idle_us);
+  for (const auto& [name, e] : by_name)
+    std::printf("  %-32s %5d x  %9.1f us  (%.2f us each)\n", name.c_str(), e.first, e.second, e.second / e.first);
 }
 
 }  // namespace

@@ -1,11 +1,15 @@
-// shard_weights on a written-and-loaded test checkpoint: per-rank shapes, values taken from the rows and
-// columns the plan names (checked by index arithmetic here, not by copy_shard), tied embeddings kept
-// tied, the bias once, and the sharded MLP of a layer summing to the full one.
-#include "nanovllm/model/tensor_parallel_weights.h"
+// load_weights with WeightLoadOptions::shard (each rank reads its slices of the checkpoint) on written test
+// checkpoints: per-rank shapes, values taken from the rows and columns the plan names (checked by index
+// arithmetic against the whole model's load, not by shard_runs), tied embeddings kept tied, the bias once,
+// the sharded MLP of a layer summing to the full one; GLM-4's fused ChatGLM tensors and a bf16 -> f32
+// conversion cut the same values as the transformers layout.
+#include "nanovllm/model/weights.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "model_test_util.h"
@@ -16,6 +20,14 @@ using namespace nanovllm;
 namespace {
 
 float at(const TensorView& t, int64_t row, int64_t col) { return t.data_as<float>()[row * t.dim(1) + col]; }
+
+// Rank `plan.rank`'s slices of the checkpoint in `dir`, converted to f32.
+ModelWeights load_shard(const std::filesystem::path& dir, const ModelConfig& cfg, const TensorParallelPlan& plan) {
+  WeightLoadOptions opt;
+  opt.dtype = DType::kF32;
+  opt.shard = &plan;
+  return load_weights(dir, cfg, opt);
+}
 
 }  // namespace
 
@@ -54,7 +66,7 @@ TEST(TensorParallelWeights, RanksHoldThePlannedRowsAndColumns) {
     for (int64_t r = 0; r < n; ++r) {
       SCOPED_TRACE("n=" + std::to_string(n) + " rank=" + std::to_string(r));
       const TensorParallelPlan p = shard_for_rank(cfg, r, n);
-      const ModelWeights w = shard_weights(full, cfg, p);
+      const ModelWeights w = load_shard(dir.path(), cfg, p);
       ASSERT_EQ(w.layers.size(), full.layers.size());
       const int64_t hl = hq / n, hkl = n <= hk ? hk / n : 1, vp = (v + n - 1) / n;
       const LayerWeights& l = w.layers[1];
@@ -96,7 +108,7 @@ TEST(TensorParallelWeights, UntiedLmHeadIsCutOnItsOwnAndBiasesOnce) {
   const ModelWeights full = load_weights(dir.path(), cfg, f32);
   ASSERT_NE(full.layers[0].o_bias.data(), nullptr);
   for (int64_t r = 0; r < 2; ++r) {
-    const ModelWeights w = shard_weights(full, cfg, shard_for_rank(cfg, r, 2));
+    const ModelWeights w = load_shard(dir.path(), cfg, shard_for_rank(cfg, r, 2));
     const int64_t vp = cfg.vocab_size / 2;
     ASSERT_NE(w.lm_head.data(), w.embed_tokens.data());
     EXPECT_EQ(at(w.lm_head, vp - 1, 9), at(full.lm_head, r * vp + vp - 1, 9));
@@ -107,4 +119,65 @@ TEST(TensorParallelWeights, UntiedLmHeadIsCutOnItsOwnAndBiasesOnce) {
       EXPECT_EQ(w.layers[0].o_bias.data_as<float>()[3], full.layers[0].o_bias.data_as<float>()[3]);
     }
   }
+}
+
+// GLM-4 in THUDM's ChatGLM layout (q/k/v in one tensor, gate/up in one, biases) gives every rank the same
+// values as the transformers layout of the same weights, for KV heads split (N = 2) and replicated (N = 4).
+TEST(TensorParallelWeights, FusedChatGlmTensorsCutLikeTheTransformersLayout) {
+  model_test::TempDir hf_dir, glm_dir;
+  nlohmann::json config = test_model_config("glm4-tiny");
+  write_test_model(hf_dir.path(), config, 9);
+  write_test_model(glm_dir.path(), chatglm_test_model_config(config), 9);
+  const ModelConfig hf_cfg = ModelConfig::from_model_dir(hf_dir.path());
+  const ModelConfig glm_cfg = ModelConfig::from_model_dir(glm_dir.path());
+  for (int64_t n : {2, 4}) {
+    if (hf_cfg.num_attention_heads % n != 0) continue;
+    for (int64_t r = 0; r < n; ++r) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " rank=" + std::to_string(r));
+      const ModelWeights a = load_shard(hf_dir.path(), hf_cfg, shard_for_rank(hf_cfg, r, n));
+      const ModelWeights b = load_shard(glm_dir.path(), glm_cfg, shard_for_rank(glm_cfg, r, n));
+      for (size_t i = 0; i < a.layers.size(); ++i) {
+        for (auto [x, y] : {std::pair{&a.layers[i].qkv_proj, &b.layers[i].qkv_proj},
+                            {&a.layers[i].qkv_bias, &b.layers[i].qkv_bias},
+                            {&a.layers[i].gate_up_proj, &b.layers[i].gate_up_proj},
+                            {&a.layers[i].o_proj, &b.layers[i].o_proj}, {&a.layers[i].down_proj, &b.layers[i].down_proj}}) {
+          ASSERT_EQ(x->shape(), y->shape());
+          EXPECT_EQ(std::memcmp(x->data(), y->data(), x->nbytes()), 0) << "layer " << i;
+        }
+      }
+      EXPECT_EQ(std::memcmp(a.lm_head.data(), b.lm_head.data(), a.lm_head.nbytes()), 0);
+    }
+  }
+}
+
+// The device path: a loader with an upload function converts each piece into its staging buffer and
+// uploads it (here a memcpy into host memory, standing in for cudaMemcpy): the same bytes as the direct load.
+TEST(TensorParallelWeights, UploadedShardEqualsTheDirectLoad) {
+  model_test::TempDir dir;
+  nlohmann::json config = test_model_config("tiny");
+  config["vocab_size"] = 509;
+  write_test_model(dir.path(), config, 10);
+  const ModelConfig cfg = ModelConfig::from_model_dir(dir.path());
+  const TensorParallelPlan plan = shard_for_rank(cfg, 1, 2);
+  WeightLoadOptions direct;
+  direct.dtype = DType::kBF16;
+  direct.shard = &plan;
+  WeightLoadOptions uploaded = direct;
+  size_t bytes = 0;
+  uploaded.upload = [&bytes](void* dst, const void* src, size_t n) {
+    std::memcpy(dst, src, n);
+    bytes += n;
+  };
+  const ModelWeights a = load_weights(dir.path(), cfg, direct);
+  const ModelWeights b = load_weights(dir.path(), cfg, uploaded);
+  EXPECT_GT(bytes, size_t{0});
+  ASSERT_EQ(a.embed_tokens.shape(), b.embed_tokens.shape());
+  EXPECT_EQ(std::memcmp(a.embed_tokens.data(), b.embed_tokens.data(), a.embed_tokens.nbytes()), 0);
+  for (size_t i = 0; i < a.layers.size(); ++i)
+    for (auto [x, y] : {std::pair{&a.layers[i].qkv_proj, &b.layers[i].qkv_proj},
+                        {&a.layers[i].o_proj, &b.layers[i].o_proj}, {&a.layers[i].down_proj, &b.layers[i].down_proj},
+                        {&a.layers[i].input_layernorm, &b.layers[i].input_layernorm}}) {
+      ASSERT_EQ(x->shape(), y->shape());
+      EXPECT_EQ(std::memcmp(x->data(), y->data(), x->nbytes()), 0) << "layer " << i;
+    }
 }

@@ -22,6 +22,15 @@ class Communicator {
   // between ranks (then on every rank). `s`: the stream to enqueue on (device communicators).
   virtual void all_reduce_sum(TensorView data, ops::Stream s = {}) = 0;
 
+  // residual += the all-reduced x; x = rms_norm(residual) * weight: what follows every row-parallel
+  // projection of the decoder. x, residual [T, H]; weight [H]. This is all_reduce_sum then
+  // ops::add_rms_norm; a device communicator may fuse the two (the same math, up to a rounding).
+  virtual void all_reduce_add_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps,
+                                       ops::Stream s = {}) {
+    all_reduce_sum(x, s);
+    ops::add_rms_norm(x, residual, weight, eps, s);
+  }
+
   // out <- every rank's `in`, concatenated in rank order: out.numel() == size() * in.numel(), same dtype
   // (vocab-parallel LM head logits).
   virtual void all_gather(TensorView in, TensorView out, ops::Stream s = {}) = 0;

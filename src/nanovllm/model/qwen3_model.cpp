@@ -117,10 +117,11 @@ void Qwen3Model::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& k
   LayerTaps* taps = in.taps != nullptr && in.taps->wants(l) ? in.taps : nullptr;
   if (taps) taps->record(l, TapPoint::kInput, v.hidden, l == 0 ? TensorView() : v.residual, s);
 
-  // Attention block: residual = hidden (+ previous residual), hidden = norm(residual).
+  // Attention block: residual = hidden (+ previous residual), hidden = norm(residual). With several ranks
+  // the previous layer's all-reduce did the add and the norm (reduce_add_norm).
   if (l == 0) {
     ops::copy_rms_norm(v.hidden, v.residual, w.input_layernorm, eps, s);
-  } else {
+  } else if (tp_.plan.size == 1) {
     ops::add_rms_norm(v.hidden, v.residual, w.input_layernorm, eps, s);
   }
   ops::linear(v.qkv, v.hidden, w.qkv_proj, w.qkv_bias, s, ops::LinearHint::kBeforeAttention);  // [T, (Hq + 2 Hk) D]
@@ -131,14 +132,26 @@ void Qwen3Model::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& k
                                 in.attn, attn_scale_, s);  // [T, Hq, D]
   }
   ops::linear(v.hidden, v.attn_out.reshape({t, config_.q_size()}), w.o_proj, w.o_bias, s);  // [T, H]
-  all_reduce(v.hidden, s);  // row-parallel: each rank's heads' share (o_bias on rank 0 only)
 
-  // MLP block.
-  ops::add_rms_norm(v.hidden, v.residual, w.post_attention_layernorm, eps, s);
+  // MLP block (row-parallel o_proj: each rank's heads' share, o_bias on rank 0 only).
+  reduce_add_norm(v.hidden, v.residual, w.post_attention_layernorm, s);
   // [T, H]; gate_up [T, 2 I] and mlp_act [T, I] scratch
   ops::silu_mlp(v.hidden, v.hidden, w.gate_up_proj, w.down_proj, v.gate_up, v.mlp_act, s);
-  all_reduce(v.hidden, s);  // row-parallel: each rank's intermediate columns' share
+  if (tp_.plan.size > 1) {  // row-parallel: each rank's intermediate columns' share
+    if (l + 1 < num_layers()) {
+      reduce_add_norm(v.hidden, v.residual, weights_.layers[static_cast<size_t>(l + 1)].input_layernorm, s);
+    } else {
+      all_reduce(v.hidden, s);  // the head adds the residual for the sampled rows only
+    }
+  }
   if (taps) taps->record(l, TapPoint::kOutput, v.hidden, v.residual, s);  // the residual add is the next layer's
+}
+
+void Qwen3Model::reduce_add_norm(TensorView hidden, TensorView residual, TensorView norm_weight,
+                                 ops::Stream s) const {
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  if (tp_.plan.size > 1) tp_.comm->all_reduce_add_rms_norm(hidden, residual, norm_weight, eps, s);
+  else ops::add_rms_norm(hidden, residual, norm_weight, eps, s);
 }
 
 void Qwen3Model::head(const DecoderInputs& in, const DecoderWorkspace& ws, ops::Stream s) const {

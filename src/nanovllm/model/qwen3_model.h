@@ -64,7 +64,7 @@ class Qwen3Model {
  public:
   // `rope_inv_freq` [R/2] f32 (R = config.rope_dim()) lives on the weights' device. With several ranks,
   // `config` is the rank's (rank_config(): its heads and MLP columns, the full vocabulary) and `weights`
-  // its shard (shard_weights()); the all-reduces after the embedding, o_proj and down_proj and the
+  // its shard (load_weights with WeightLoadOptions::shard); the all-reduces after the embedding, o_proj and down_proj and the
   // all-gather of the logits go through tp.comm.
   Qwen3Model(ModelConfig config, ModelWeights weights, TensorView rope_inv_freq, float rope_attention_scaling,
              TensorParallelRank tp = {});
@@ -88,7 +88,8 @@ class Qwen3Model {
   void forward(const DecoderInputs& in, const std::vector<LayerKvCache>& kv, const DecoderWorkspace& ws,
                ops::Stream s = {}) const;
 
-  // The stages, for drivers that interleave other work between layers.
+  // The stages, for drivers that interleave other work between layers. With several ranks a step's layers
+  // run in order on the same inputs: layer l ends with the all-reduce fused with layer l + 1's input norm.
   void embed(const DecoderInputs& in, const DecoderWorkspace& ws, ops::Stream s = {}) const;
   void layer(int64_t l, const DecoderInputs& in, const LayerKvCache& kv, const DecoderWorkspace& ws,
              ops::Stream s = {}) const;
@@ -104,6 +105,9 @@ class Qwen3Model {
 
   // The sum over ranks of a row-parallel result (nothing with one rank).
   void all_reduce(TensorView x, ops::Stream s) const;
+  // residual += hidden (all-reduced over the ranks first when there are several); hidden =
+  // rms_norm(residual) * norm_weight. hidden, residual [T, H].
+  void reduce_add_norm(TensorView hidden, TensorView residual, TensorView norm_weight, ops::Stream s) const;
 };
 
 }  // namespace nanovllm

@@ -78,31 +78,41 @@ ModelConfig rank_config(const ModelConfig& cfg, const TensorParallelPlan& plan) 
   return c;
 }
 
-void copy_shard(const ShardSlice& slice, const void* src, int64_t rows, int64_t cols, int64_t elem_bytes, void* dst) {
-  const auto* s = static_cast<const char*>(src);
-  auto* o = static_cast<char*>(dst);
+std::vector<ElementRun> shard_runs(const ShardSlice& slice, int64_t rows, int64_t cols) {
   const int64_t limit = slice.axis == ShardSlice::Axis::kColumns ? cols : rows;
   for (const IndexRange& r : slice.ranges)
     NANOVLLM_CHECK(0 <= r.begin && r.begin <= r.end && r.end <= limit, "shard range [", r.begin, ", ", r.end,
                    ") outside the tensor's ", limit, slice.axis == ShardSlice::Axis::kColumns ? " columns" : " rows");
-  const int64_t row_bytes = cols * elem_bytes;
+  std::vector<ElementRun> runs;
+  int64_t dst = 0;
   switch (slice.axis) {
     case ShardSlice::Axis::kRows:
       for (const IndexRange& r : slice.ranges) {
-        std::memcpy(o, s + r.begin * row_bytes, static_cast<size_t>(r.size() * row_bytes));
-        o += r.size() * row_bytes;
+        if (r.size() > 0) runs.push_back({r.begin * cols, dst, r.size() * cols});
+        dst += r.size() * cols;
       }
-      std::memset(o, 0, static_cast<size_t>(slice.pad * row_bytes));
-      return;
+      break;
     case ShardSlice::Axis::kColumns:
       for (int64_t row = 0; row < rows; ++row)
         for (const IndexRange& r : slice.ranges) {
-          std::memcpy(o, s + row * row_bytes + r.begin * elem_bytes, static_cast<size_t>(r.size() * elem_bytes));
-          o += r.size() * elem_bytes;
+          if (r.size() > 0) runs.push_back({row * cols + r.begin, dst, r.size()});
+          dst += r.size();
         }
-      return;
-    default: std::memcpy(o, s, static_cast<size_t>(rows * row_bytes));
+      break;
+    default: runs.push_back({0, 0, rows * cols});
   }
+  return runs;
+}
+
+void copy_shard(const ShardSlice& slice, const void* src, int64_t rows, int64_t cols, int64_t elem_bytes, void* dst) {
+  const auto* s = static_cast<const char*>(src);
+  auto* o = static_cast<char*>(dst);
+  const std::vector<ElementRun> runs = shard_runs(slice, rows, cols);
+  for (const ElementRun& r : runs)
+    std::memcpy(o + r.dst * elem_bytes, s + r.src * elem_bytes, static_cast<size_t>(r.count * elem_bytes));
+  const int64_t copied = runs.empty() ? 0 : runs.back().dst + runs.back().count;
+  const int64_t total = shard_numel(slice, rows, cols);
+  std::memset(o + copied * elem_bytes, 0, static_cast<size_t>((total - copied) * elem_bytes));  // padding rows
 }
 
 }  // namespace nanovllm

@@ -70,6 +70,17 @@ TensorParallelPlan shard_for_rank(const ModelConfig& cfg, int64_t rank, int64_t 
 // (the vocabulary included: the logits are gathered whole) as in `cfg`.
 ModelConfig rank_config(const ModelConfig& cfg, const TensorParallelPlan& plan);
 
+// A contiguous run of one rank's tensor: `count` elements from element `src` of the full row-major tensor
+// to element `dst` of the rank's.
+struct ElementRun {
+  int64_t src = 0, dst = 0, count = 0;
+  bool operator==(const ElementRun&) const = default;
+};
+// The runs that make up `slice` of a full [rows, cols] tensor, in destination order (kReplicated and
+// kFirstRankOnly: the whole tensor); the rank's elements after the last run are the zero padding rows.
+// Throws if a range falls outside the tensor.
+std::vector<ElementRun> shard_runs(const ShardSlice& slice, int64_t rows, int64_t cols);
+
 // Copies `slice` of a row-major [rows, cols] tensor of `elem_bytes`-sized elements (any dtype) into
 // `dst`, sized for the rank's tensor. kFirstRankOnly copies the whole tensor (the caller skips it on
 // other ranks). Throws if a range falls outside the tensor.

@@ -44,10 +44,12 @@ void convert(const void* src, DType sd, void* dst, DType dd, size_t count) {
   }
 }
 
-// One owned tensor: the row-wise concatenation of checkpoint tensors (one for most, q/k/v or gate/up merged).
+// One owned tensor: the row-wise concatenation of checkpoint tensors (one for most, q/k/v or gate/up merged),
+// or one rank's runs of it (WeightLoadOptions::shard).
 struct OutputTensor {
   std::vector<const TensorInfo*> parts;
-  Shape shape;
+  std::vector<ElementRun> runs;  // output elements from the merged source's; after the last: zeros (padding)
+  Shape shape;                   // the output's
   DType dtype = DType::kBF16;
   size_t offset = 0;  // into the arena
   TensorView* target = nullptr;
@@ -60,16 +62,29 @@ class Loader {
                                    : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
   }
 
-  // Converts `out`'s parts into dst (allocator memory) piece by piece: each piece is converted in parallel
-  // into host memory (the destination itself when it is host memory and no upload is set) and uploaded.
+  // Converts `out`'s runs of its parts into dst (allocator memory) piece by piece: each piece is converted
+  // in parallel into host memory (the destination itself when it is host memory and no upload is set) and
+  // uploaded.
   void copy(const OutputTensor& out, char* dst) {
     const size_t osz = dtype_size(out.dtype);
-    std::vector<int64_t> starts;  // element index where each part starts
-    int64_t total = 0;
+    std::vector<int64_t> starts;  // element index of the merged source where each part starts
+    int64_t merged = 0;
     for (const TensorInfo* p : out.parts) {
-      starts.push_back(total);
-      total += p->shape.numel();
+      starts.push_back(merged);
+      merged += p->shape.numel();
     }
+    // Source elements [a, a + n) of the merged tensor into `to`.
+    auto convert_source = [&](int64_t a, int64_t n, char* to) {
+      for (size_t k = 0; k < out.parts.size() && n > 0; ++k) {
+        const int64_t ps = starts[k], pe = starts[k] + out.parts[k]->shape.numel();
+        const int64_t lo = std::max(a, ps), hi = std::min(a + n, pe);
+        if (lo >= hi) continue;
+        const TensorInfo& p = *out.parts[k];
+        convert(static_cast<const char*>(p.data) + static_cast<size_t>(lo - ps) * dtype_size(p.dtype), p.dtype,
+                to + static_cast<size_t>(lo - a) * osz, out.dtype, static_cast<size_t>(hi - lo));
+      }
+    };
+    const int64_t total = out.shape.numel();
     constexpr int64_t kPiece = int64_t{16} << 20;  // elements per piece: bounds the staging memory
     const bool direct = !opt_.upload;
     if (!direct && staging_.size() < static_cast<size_t>(std::min(total, kPiece)) * osz)
@@ -77,14 +92,14 @@ class Loader {
     for (int64_t s = 0; s < total; s += kPiece) {
       const int64_t n = std::min(kPiece, total - s);
       char* host = direct ? dst + static_cast<size_t>(s) * osz : staging_.data();
-      auto work = [&](int64_t a, int64_t b) {  // elements [a, b) of the piece
-        for (size_t k = 0; k < out.parts.size() && a < b; ++k) {
-          const int64_t ps = starts[k], pe = starts[k] + out.parts[k]->shape.numel();
-          const int64_t lo = std::max(s + a, ps), hi = std::min(s + b, pe);
-          if (lo >= hi) continue;
-          const TensorInfo& p = *out.parts[k];
-          convert(static_cast<const char*>(p.data) + static_cast<size_t>(lo - ps) * dtype_size(p.dtype), p.dtype,
-                  host + static_cast<size_t>(lo - s) * osz, out.dtype, static_cast<size_t>(hi - lo));
+      auto work = [&](int64_t a, int64_t b) {  // output elements [s + a, s + b)
+        std::memset(host + static_cast<size_t>(a) * osz, 0, static_cast<size_t>(b - a) * osz);  // padding
+        auto run = std::upper_bound(out.runs.begin(), out.runs.end(), s + a,
+                                    [](int64_t e, const ElementRun& r) { return e < r.dst; });
+        if (run != out.runs.begin()) --run;
+        for (; run != out.runs.end() && run->dst < s + b; ++run) {
+          const int64_t lo = std::max(s + a, run->dst), hi = std::min(s + b, run->dst + run->count);
+          if (lo < hi) convert_source(run->src + (lo - run->dst), hi - lo, host + static_cast<size_t>(lo - s) * osz);
         }
       };
       const int t = n < (int64_t{1} << 18) ? 1 : threads_;
@@ -104,6 +119,22 @@ class Loader {
   int threads_ = 1;
   std::vector<char> staging_;
 };
+
+// The slice of `target` (one of `w`'s tensors) that `plan`'s rank holds; the norms are whole.
+const ShardSlice& slice_of(const ModelWeights& w, const TensorView* target, const TensorParallelPlan& plan) {
+  static const ShardSlice kWhole{};
+  if (target == &w.embed_tokens) return plan.embed_tokens;
+  if (target == &w.lm_head) return plan.lm_head;
+  for (const LayerWeights& l : w.layers) {
+    if (target == &l.qkv_proj) return plan.qkv_proj;
+    if (target == &l.qkv_bias) return plan.qkv_bias;
+    if (target == &l.o_proj) return plan.o_proj;
+    if (target == &l.o_bias) return plan.o_bias;
+    if (target == &l.gate_up_proj) return plan.gate_up_proj;
+    if (target == &l.down_proj) return plan.down_proj;
+  }
+  return kWhole;
+}
 
 // Appends `dst` and its checkpoint parts (and their transformers-native split, when it differs) to `t`.
 void add_source(std::vector<WeightSource>& t, TensorView* dst, std::vector<WeightSpec> parts,
@@ -253,8 +284,17 @@ ModelWeights load_weights(const std::filesystem::path& dir, const ModelConfig& c
       rows += o.parts.back()->shape[0];
     }
     o.shape = o.parts.front()->shape;
-    o.shape.dims[0] = rows;
+    o.shape.dims[0] = rows;  // the merged tensor [rows, cols] (or [rows])
     o.dtype = opt.dtype.value_or(o.parts.front()->dtype);
+    const int64_t cols = o.shape.ndim == 2 ? o.shape[1] : 1;
+    const ShardSlice& slice = opt.shard ? slice_of(w, src.target, *opt.shard) : ShardSlice{};
+    if (slice.axis == ShardSlice::Axis::kFirstRankOnly && opt.shard->rank != 0) continue;  // stays undefined
+    o.runs = shard_runs(slice, rows, cols);
+    if (slice.axis == ShardSlice::Axis::kRows) o.shape.dims[0] = slice.extent();
+    if (slice.axis == ShardSlice::Axis::kColumns) {
+      NANOVLLM_CHECK(o.shape.ndim == 2, "load_weights: a column split of the 1-D ", src.parts.front().name);
+      o.shape.dims[1] = slice.extent();
+    }
     outs.push_back(std::move(o));
   }
   // One arena, every tensor 256-byte aligned (what vectorised kernels and cuBLASLt like).
@@ -275,7 +315,8 @@ ModelWeights load_weights(const std::filesystem::path& dir, const ModelConfig& c
     *o.target = TensorView(base + o.offset, o.dtype, o.shape, device);
   }
   if (cfg.tie_word_embeddings) w.lm_head = w.embed_tokens;
-  NANOVLLM_DEBUG("loaded ", outs.size(), " weight tensors (", total >> 20, " MiB) from ", dir.string());
+  NANOVLLM_DEBUG("loaded ", outs.size(), " weight tensors (", total >> 20, " MiB) from ", dir.string(),
+                 opt.shard ? " (one rank's slices)" : "");
   return w;
 }
 

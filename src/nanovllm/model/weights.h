@@ -12,6 +12,7 @@
 #include "nanovllm/core/dtype.h"
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/model/config.h"
+#include "nanovllm/model/tensor_parallel_plan.h"
 
 namespace nanovllm {
 
@@ -42,6 +43,10 @@ struct WeightLoadOptions {
   // Copies host bytes to allocator memory (default: memcpy). The CUDA backend passes a device upload.
   std::function<void(void* dst, const void* src, size_t bytes)> upload;
   int num_threads = 0;  // conversion threads (0: min(hardware threads, 8))
+  // Tensor parallel: load only this rank's slices (the plan's rows / columns of each projection, embedding and
+  // LM head, zero-padded vocabulary rows; o_bias on rank 0 only, undefined elsewhere; norms whole), read
+  // straight from the mapped checkpoint. The full checkpoint is still validated. Null: the whole model.
+  const TensorParallelPlan* shard = nullptr;
 };
 
 // One checkpoint tensor the model expects, in HF naming.

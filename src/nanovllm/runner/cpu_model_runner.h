@@ -17,7 +17,7 @@ class CpuModelRunner final : public ModelRunner {
  public:
   CpuModelRunner(const EngineConfig& ec, const ModelConfig& config);
   // Rank tp.plan.rank of a tensor-parallel group: `config` the full model's, `weights` the rank's shard
-  // (shard_weights). Only rank 0 samples; the other ranks' execute() returns no tokens.
+  // (load_weights with WeightLoadOptions::shard). Only rank 0 samples; the other ranks' execute() returns no tokens.
   CpuModelRunner(const EngineConfig& ec, const ModelConfig& config, ModelWeights weights, TensorParallelRank tp);
 
   int64_t num_kv_blocks() const override { return num_kv_blocks_; }

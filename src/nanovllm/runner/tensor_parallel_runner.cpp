@@ -6,7 +6,6 @@
 #include "nanovllm/core/error.h"
 #include "nanovllm/core/logging.h"
 #include "nanovllm/model/tensor_parallel_plan.h"
-#include "nanovllm/model/tensor_parallel_weights.h"
 #include "nanovllm/model/weights.h"
 #include "nanovllm/runner/cpu_model_runner.h"
 #include "nanovllm/runner/thread_communicator.h"
@@ -76,7 +75,6 @@ std::unique_ptr<ModelRunner> TensorParallelRunner::create_cpu(const EngineConfig
                                                               const ModelConfig& model_config) {
   const int size = static_cast<int>(config.parallel.tensor_parallel_size);
   validate_tensor_parallel(model_config, size);
-  const ModelWeights full = load_weights(config.model.path, model_config);
   auto group = std::make_shared<ThreadCommGroup>(size);
   std::vector<std::unique_ptr<ThreadCommunicator>> comms;
   for (int r = 0; r < size; ++r) comms.push_back(std::make_unique<ThreadCommunicator>(group, r));
@@ -90,7 +88,9 @@ std::unique_ptr<ModelRunner> TensorParallelRunner::create_cpu(const EngineConfig
       size,
       [&](int r) -> std::unique_ptr<ModelRunner> {
         const TensorParallelPlan plan = shard_for_rank(model_config, r, size);
-        return std::make_unique<CpuModelRunner>(config, model_config, shard_weights(full, model_config, plan),
+        WeightLoadOptions opt;
+        opt.shard = &plan;  // each rank reads its own slices
+        return std::make_unique<CpuModelRunner>(config, model_config, load_weights(config.model.path, model_config, opt),
                                                 TensorParallelRank{plan, owned->comms[static_cast<size_t>(r)].get()});
       },
       [group] { group->abort(); }, owned);

@@ -38,8 +38,8 @@ class TensorParallelRunner final : public ModelRunner {
                        bool ranks_launch = false, const std::function<void(ModelRunner&)>& start_rank = nullptr,
                        std::chrono::milliseconds step_timeout = std::chrono::milliseconds::zero());
 
-  // The CPU backend's group: the checkpoint loaded once, rank r's runner on shard_weights(r), ranks
-  // talking through a ThreadCommGroup. config.parallel.tensor_parallel_size ranks.
+  // The CPU backend's group: rank r's runner on its slices of the checkpoint (WeightLoadOptions::shard),
+  // ranks talking through a ThreadCommGroup. config.parallel.tensor_parallel_size ranks.
   static std::unique_ptr<ModelRunner> create_cpu(const EngineConfig& config, const ModelConfig& model_config);
 
   int64_t num_kv_blocks() const override;  // the smallest rank's: block ids are the same on every rank

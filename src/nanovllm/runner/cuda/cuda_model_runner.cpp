@@ -11,7 +11,7 @@
 #include "nanovllm/kernels/cuda/cuda_memory.h"
 #include "nanovllm/kernels/cuda/sampling.h"
 #include "nanovllm/model/rope.h"
-#include "nanovllm/model/tensor_parallel_weights.h"
+#include "nanovllm/model/tensor_parallel_plan.h"
 #include "nanovllm/model/weights.h"
 #include "nanovllm/runner/cuda/cuda_offload_device.h"
 #include "nanovllm/runner/cuda/nvtx_range.h"
@@ -24,18 +24,17 @@ CudaModelRunner::CudaModelRunner(const EngineConfig& ec, const ModelConfig& conf
     : ec_(ec), kernels_(device_) {
   CUDA_CHECK(cudaSetDevice(device_));
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  load_model(ec.model.path, config);
+  load_model(ec.model.path, config, TensorParallelRank{});
   init(config, 1, true);
 }
 
-CudaModelRunner::CudaModelRunner(const EngineConfig& ec, const ModelConfig& config, const ModelWeights& host_weights,
-                                 TensorParallelRank tp)
+CudaModelRunner::CudaModelRunner(const EngineConfig& ec, const ModelConfig& config, TensorParallelRank tp)
     : ec_(ec), device_(static_cast<int>(tp.plan.rank)), kernels_(device_) {
   CUDA_CHECK(cudaSetDevice(device_));
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   const int64_t tp_size = tp.plan.size;
   const ModelConfig rank = rank_config(config, tp.plan);
-  load_shard(host_weights, config, std::move(tp));
+  load_model(ec.model.path, config, std::move(tp));
   init(rank, tp_size, false);
 }
 
@@ -132,10 +131,12 @@ CudaModelRunner::~CudaModelRunner() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-void CudaModelRunner::load_model(const std::filesystem::path& model_dir, const ModelConfig& config) {
+void CudaModelRunner::load_model(const std::filesystem::path& model_dir, const ModelConfig& config,
+                                 TensorParallelRank tp) {
   const auto t0 = std::chrono::steady_clock::now();
   WeightLoadOptions opt;
   opt.dtype = DType::kBF16;
+  if (tp.plan.size > 1) opt.shard = &tp.plan;  // only this rank's slices
   opt.allocator = &cuda_allocator(device_);
   size_t uploaded = 0;
   opt.upload = [&uploaded](void* dst, const void* src, size_t bytes) {
@@ -144,36 +145,11 @@ void CudaModelRunner::load_model(const std::filesystem::path& model_dir, const M
   };
   ModelWeights weights = load_weights(model_dir, config, opt);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  NANOVLLM_INFO("loaded ", uploaded / 1e9, " GB of weights in ", seconds, " s (", uploaded / 1e9 / seconds, " GB/s)");
-  make_model(config, std::move(weights), TensorParallelRank{});
-}
-
-void CudaModelRunner::load_shard(const ModelWeights& host_weights, const ModelConfig& full_config,
-                                 TensorParallelRank tp) {
-  const ModelWeights host = shard_weights(host_weights, full_config, tp.plan);
-  ModelWeights w;
-  size_t uploaded = 0;
-  auto upload = [&](const TensorView& t) -> TensorView {
-    if (!t.defined() || t.data() == nullptr) return {};
-    Buffer& b = w.storage.emplace_back(cuda_allocator(device_), t.dtype(), t.shape());
-    CUDA_CHECK(cudaMemcpy(b.data(), t.data(), t.nbytes(), cudaMemcpyHostToDevice));
-    uploaded += t.nbytes();
-    return b.view();
-  };
-  w.embed_tokens = upload(host.embed_tokens);
-  w.lm_head = host.lm_head.data() == host.embed_tokens.data() ? w.embed_tokens : upload(host.lm_head);
-  w.norm = upload(host.norm);
-  for (const LayerWeights& h : host.layers) {
-    LayerWeights& l = w.layers.emplace_back();
-    for (auto [dst, src] : {std::pair{&l.input_layernorm, &h.input_layernorm}, {&l.qkv_proj, &h.qkv_proj},
-                            {&l.qkv_bias, &h.qkv_bias}, {&l.q_norm, &h.q_norm}, {&l.k_norm, &h.k_norm},
-                            {&l.o_proj, &h.o_proj}, {&l.o_bias, &h.o_bias},
-                            {&l.post_attention_layernorm, &h.post_attention_layernorm},
-                            {&l.gate_up_proj, &h.gate_up_proj}, {&l.down_proj, &h.down_proj}})
-      *dst = upload(*src);
-  }
-  NANOVLLM_INFO("rank ", tp.plan.rank, ": ", uploaded / 1e9, " GB of weights on GPU ", device_);
-  make_model(rank_config(full_config, tp.plan), std::move(w), std::move(tp));
+  NANOVLLM_INFO(tp.plan.size > 1 ? "rank " + std::to_string(tp.plan.rank) + ": " : std::string(), "loaded ",
+                uploaded / 1e9, " GB of weights on GPU ", device_, " in ", seconds, " s (", uploaded / 1e9 / seconds,
+                " GB/s)");
+  const ModelConfig model_config = tp.plan.size > 1 ? rank_config(config, tp.plan) : config;
+  make_model(model_config, std::move(weights), std::move(tp));
 }
 
 void CudaModelRunner::make_model(const ModelConfig& config, ModelWeights weights, TensorParallelRank tp) {

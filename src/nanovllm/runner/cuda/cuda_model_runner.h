@@ -27,11 +27,10 @@ class CudaModelRunner final : public ModelRunner {
  public:
   CudaModelRunner(const EngineConfig& ec, const ModelConfig& config);
   // Rank tp.plan.rank of a tensor-parallel group on device tp.plan.rank (one host): `config` the full
-  // model's, `host_weights` the full model on the host in bf16 (the rank uploads its shard_weights). Run
-  // on the rank's own thread (the device becomes current there). Every rank samples the same gathered
-  // logits (so fed async steps work per rank); the group returns rank 0's tokens.
-  CudaModelRunner(const EngineConfig& ec, const ModelConfig& config, const ModelWeights& host_weights,
-                  TensorParallelRank tp);
+  // model's; the rank reads its slices of the checkpoint and uploads them (bf16). Run on the rank's own
+  // thread (the device becomes current there). Every rank samples the same gathered logits (so fed async
+  // steps work per rank); the group returns rank 0's tokens.
+  CudaModelRunner(const EngineConfig& ec, const ModelConfig& config, TensorParallelRank tp);
   // A rank's second phase, once every rank of the group is built (allocations done: a blocking free or
   // allocation while a peer GPU waits in a collective for this rank can deadlock the group): one eager
   // prefill of the largest step, so the ops' workspaces reach their prefill sizes now rather than
@@ -55,9 +54,9 @@ class CudaModelRunner final : public ModelRunner {
  private:
   // The constructors' common part once the model is built (config: the rank's).
   void init(const ModelConfig& config, int64_t tp_size, bool capture_graphs);
-  void load_model(const std::filesystem::path& model_dir, const ModelConfig& config);
-  // A rank's model: its shard of the host weights, uploaded to device_.
-  void load_shard(const ModelWeights& host_weights, const ModelConfig& full_config, TensorParallelRank tp);
+  // The checkpoint (with several ranks: this rank's slices of it) in bf16 on the device, then the model.
+  void load_model(const std::filesystem::path& model_dir, const ModelConfig& config, TensorParallelRank tp);
+  // The model over `weights` (on device_; config: the rank's) and its RoPE table.
   void make_model(const ModelConfig& config, ModelWeights weights, TensorParallelRank tp);
   void allocate_kv_cache(const ModelConfig& config);
   // The ops' execution context: the compute stream and this runner's kernel state.

@@ -24,9 +24,25 @@ cudaStream_t stream_of(ops::Stream s) { return static_cast<cudaStream_t>(s.cuda_
 }  // namespace
 
 void NcclCommunicator::all_reduce_sum(TensorView data, ops::Stream s) {
+  if (peer_ != nullptr && data.dtype() == DType::kBF16 && peer_->fits(data.numel())) {
+    peer_->all_reduce_sum_bf16(rank_, data.data(), data.numel(), stream_of(s));
+    return;
+  }
   const ncclDataType_t type = nccl_type(data.dtype(), "all_reduce_sum");
   NCCL_CHECK(ncclAllReduce(data.data(), data.data(), static_cast<size_t>(data.numel()), type, ncclSum, comm_,
                            stream_of(s)));
+}
+
+void NcclCommunicator::all_reduce_add_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps,
+                                               ops::Stream s) {
+  const bool bf16 = x.dtype() == DType::kBF16 && residual.dtype() == DType::kBF16 && weight.dtype() == DType::kBF16;
+  if (peer_ == nullptr || !bf16 || x.ndim() != 2 || residual.shape() != x.shape() || weight.numel() != x.dim(1) ||
+      !peer_->fits_rows(x.dim(0), x.dim(1))) {
+    Communicator::all_reduce_add_rms_norm(x, residual, weight, eps, s);
+    return;
+  }
+  peer_->all_reduce_add_rms_norm_bf16(rank_, x.data(), residual.data(), weight.data(), x.dim(0), x.dim(1), eps,
+                                      stream_of(s));
 }
 
 void NcclCommunicator::all_gather(TensorView in, TensorView out, ops::Stream s) {
@@ -38,7 +54,7 @@ void NcclCommunicator::all_gather(TensorView in, TensorView out, ops::Stream s) 
                            comm_, stream_of(s)));
 }
 
-NcclGroup::NcclGroup(int size) {
+NcclGroup::NcclGroup(int size, size_t peer_bytes) {
   int devices = 0;
   CUDA_CHECK(cudaGetDeviceCount(&devices));
   NANOVLLM_CHECK(size >= 1 && size <= devices, "tensor_parallel_size ", size, " needs ", size,
@@ -47,8 +63,10 @@ NcclGroup::NcclGroup(int size) {
   std::vector<int> device_ids(static_cast<size_t>(size));
   std::iota(device_ids.begin(), device_ids.end(), 0);
   NCCL_CHECK(ncclCommInitAll(comms_.data(), size, device_ids.data()));
+  if (peer_bytes > 0 && cuda_ops::PeerAllReduce::supported(size))
+    peer_ = std::make_unique<cuda_ops::PeerAllReduce>(size, peer_bytes);
   for (int r = 0; r < size; ++r)
-    ranks_.push_back(std::make_unique<NcclCommunicator>(comms_[static_cast<size_t>(r)], r, size));
+    ranks_.push_back(std::make_unique<NcclCommunicator>(comms_[static_cast<size_t>(r)], r, size, peer_.get()));
 }
 
 NcclGroup::~NcclGroup() {
@@ -60,6 +78,7 @@ void NcclGroup::abort() {
   std::lock_guard lock(mu_);
   if (aborted_) return;
   aborted_ = true;
+  if (peer_) peer_->abort();
   for (ncclComm_t c : comms_) ncclCommAbort(c);
 }
 

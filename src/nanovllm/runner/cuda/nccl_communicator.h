@@ -1,10 +1,11 @@
-// NcclCommunicator: one GPU rank's collectives through NCCL (docs/tensor_parallel.md, section 5). The
-// calls enqueue on the ops::Stream's CUDA stream and return at once (no host sync), so they are captured
-// into the decode CUDA graphs like any kernel. bf16 and f32.
+// NcclCommunicator: one GPU rank's collectives through NCCL (docs/tensor_parallel.md, section 5), and
+// small bf16 all-reduces (decode steps) through the one-shot peer-memory kernel (cuda_ops::PeerAllReduce)
+// when every pair of GPUs has peer access. The calls enqueue on the ops::Stream's CUDA stream and return at
+// once (no host sync), so they are captured into the decode CUDA graphs like any kernel. bf16 and f32.
 //
-// NcclGroup makes the communicators of one host's ranks (ncclCommInitAll over devices 0..N-1), owns
-// them, and aborts them all when a rank fails so that the others' pending collectives return instead of
-// spinning forever.
+// NcclGroup makes the communicators of one host's ranks (ncclCommInitAll over devices 0..N-1) and the
+// peer all-reduce buffers, owns them, and aborts them all when a rank fails so that the others' pending
+// collectives return instead of spinning forever.
 #pragma once
 
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <nccl.h>
 
 #include "nanovllm/kernels/communicator.h"
+#include "nanovllm/kernels/cuda/peer_all_reduce.h"
 
 namespace nanovllm {
 
@@ -32,21 +34,29 @@ namespace nanovllm {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  // `peer`: the group's peer all-reduce, or null (NCCL for everything).
+  NcclCommunicator(ncclComm_t comm, int rank, int size, cuda_ops::PeerAllReduce* peer)
+      : comm_(comm), rank_(rank), size_(size), peer_(peer) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void all_reduce_sum(TensorView data, ops::Stream s = {}) override;  // BF16 or F32, on the stream
+  // One peer-memory kernel when the message fits it (bf16), else NCCL + ops::add_rms_norm.
+  void all_reduce_add_rms_norm(TensorView x, TensorView residual, TensorView weight, float eps,
+                               ops::Stream s = {}) override;
   void all_gather(TensorView in, TensorView out, ops::Stream s = {}) override;
 
  private:
   ncclComm_t comm_;
   int rank_, size_;
+  cuda_ops::PeerAllReduce* peer_;
 };
 
 class NcclGroup {
  public:
   // Communicators for devices 0..size-1 of this host (rank r on device r). Throws when fewer devices exist.
-  explicit NcclGroup(int size);
+  // Bf16 all-reduces of at most `peer_bytes` go through the peer-memory kernel where the GPUs allow it
+  // (0: NCCL only).
+  NcclGroup(int size, size_t peer_bytes);
   ~NcclGroup();  // ncclCommDestroy (or nothing after abort())
   NcclGroup(const NcclGroup&) = delete;
   NcclGroup& operator=(const NcclGroup&) = delete;
@@ -58,6 +68,7 @@ class NcclGroup {
 
  private:
   std::vector<ncclComm_t> comms_;
+  std::unique_ptr<cuda_ops::PeerAllReduce> peer_;  // null: no peer access between some pair of GPUs
   std::vector<std::unique_ptr<NcclCommunicator>> ranks_;
   std::mutex mu_;  // abort() may come from several failing rank threads at once
   bool aborted_ = false;
