@@ -34,7 +34,7 @@ class LLM:
         offload_min_tokens: int = 0,
         sparse_policy: Literal["full", "quest"] = "full",
         sparse_budget: int = 2048,
-        tensor_parallel_size: Literal[1] = 1,
+        tensor_parallel_size: int = 1,  # GPUs one model is split over (threads on backend="cpu")
     ) -> None: ...
     @staticmethod
     def engine_options() -> list[str]: ...

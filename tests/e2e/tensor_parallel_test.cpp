@@ -2,7 +2,7 @@
 // split over N ranks — column-parallel qkv / gate_up, row-parallel o / down with an all-reduce,
 // vocab-parallel embedding and LM head with an all-gather — gives the tokens of the unsplit model, on
 // Qwen3 and GLM-4 layouts, a padded vocabulary, an untied LM head, replicated KV heads (N > Hk), with
-// prefix caching, chunked prefill, async scheduling and Quest on. Logprobs agree within 1e-4: the
+// prefix caching, chunked prefill, async scheduling, Quest and layer-wise CPU offload on. Logprobs agree within 1e-4: the
 // ranks' partial sums are added in another order than one rank's dot product, so fp32 rounding differs
 // (observed ~1e-6 on these models; the tolerance leaves room without hiding a wrong shard, which moves
 // logprobs by O(1)).
@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "nanovllm/llm/llm.h"
+#include "nanovllm/runner/offload_runner.h"
 #include "support/expect_error.h"
 #include "support/test_models.h"
 
@@ -134,15 +135,63 @@ TEST_F(TensorParallel, QuestSparseDecodeSplitsPerHead) {
   expect_same(run(ec, 2, prompts, 12), whole, "quest TP2");
 }
 
+// Layer-wise CPU offload with every rank offloading its own KV heads (its own pool, ring and sequence
+// state): TP2 (KV heads split) and TP4 (replicated) give the TP1 offload run's tokens and logprobs, across
+// host blocks and prefill chunks, with the paged lane serving other requests beside it; the prefill and
+// decode steps ran on every rank (each rank's stats).
+TEST_F(TensorParallel, CpuOffloadOnEveryRankGivesTheUnsplitTokens) {
+  EngineConfig ec = config(testing::tiny_model_dir("tp-qwen3", {{"num_hidden_layers", 2}}, 41));
+  ec.model.max_model_len = 256;
+  ec.offload.enabled = true;
+  ec.offload.min_tokens = 60;  // the 70-token prompt (+ 10 tokens) is offloaded, the others stay paged
+  ec.offload.block_size = 8;
+  ec.offload.num_kv_buffers = 2;
+  ec.scheduler.max_num_batched_tokens = 32;  // the offloaded prefill runs in chunks of 32 rows
+  const Outcome whole = run(ec, 1, prompts_);
+  for (int64_t n : {2, 4}) {
+    expect_same(run(ec, n, prompts_), whole, "offload TP" + std::to_string(n));
+    ec.parallel.tensor_parallel_size = n;
+    LLM llm(ec);
+    llm.generate({prompts_.back()}, greedy(10));
+    const OffloadStats& st = llm.engine().runner().offload()->stats();
+    EXPECT_EQ(st.prefills, 1);
+    EXPECT_EQ(st.decode_steps, 9);
+    EXPECT_GT(st.h2d_bytes, 0);
+  }
+}
+
+// The host memory check counts every rank's pool: TP2 splits the 2 KV heads (two half pools: TP1's bytes),
+// TP4 replicates them (four half pools: twice TP1's), so a cpu_memory_limit of exactly TP1's need admits
+// TP1 and TP2 and refuses TP4's request with the rank count in the message.
+TEST_F(TensorParallel, OffloadHostLimitCountsEveryRanksPool) {
+  EngineConfig ec = config(testing::tiny_model_dir("tp-qwen3", {{"num_hidden_layers", 2}}, 41));
+  ec.model.max_model_len = 256;
+  ec.offload.enabled = true;
+  ec.offload.min_tokens = 1;
+  ec.offload.block_size = 8;
+  const std::vector<int32_t> prompt = prompts_.back();  // 70 tokens, + 10 = 80: ten host blocks
+  int64_t tp1_need = 0;
+  {
+    LLM llm(ec);
+    tp1_need = llm.engine().runner().offload()->host_bytes_for(80);
+  }
+  ec.offload.cpu_memory_limit = tp1_need;
+  for (int64_t n : {1, 2}) {
+    ec.parallel.tensor_parallel_size = n;
+    LLM llm(ec);
+    EXPECT_EQ(llm.generate({prompt}, greedy(10)).at(0).token_ids.size(), 10u) << "TP" << n;
+  }
+  ec.parallel.tensor_parallel_size = 4;
+  LLM llm(ec);
+  testing::expect_error([&] { llm.generate({prompt}, greedy(10)); }, {"x 4 ranks", "more than cpu_memory_limit"});
+}
+
 TEST_F(TensorParallel, InvalidSplitsAreClearErrors) {
   EngineConfig ec = config(testing::tiny_model_dir("tp-qwen3", {{"num_hidden_layers", 2}}, 41));
   ec.parallel.tensor_parallel_size = 3;
   testing::expect_error([&] { LLM llm(ec); }, {"tensor_parallel_size 3 does not divide num_attention_heads 4"});
   ec.parallel.tensor_parallel_size = 8;
   testing::expect_error([&] { LLM llm(ec); }, {"tensor_parallel_size 8 does not divide num_attention_heads 4"});
-  ec.parallel.tensor_parallel_size = 2;
-  ec.offload.enabled = true;
-  testing::expect_error([&] { LLM llm(ec); }, {"tensor_parallel_size 2 with CPU offload is not implemented yet"});
   // 6 query heads over 3 KV heads: 2 ranks can split neither the KV heads nor replicate them.
   EngineConfig odd = config(testing::tiny_model_dir(
       "tp-odd-heads", {{"num_hidden_layers", 1}, {"num_attention_heads", 6}, {"num_key_value_heads", 3}}, 44));

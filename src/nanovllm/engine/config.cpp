@@ -137,9 +137,12 @@ void EngineConfig::validate() const {
   }
   sparse.validate();
   parallel.validate();
-  // The offload lane drives the model layer by layer outside the runner's rank threads (issue #34).
-  NANOVLLM_CHECK(parallel.tensor_parallel_size == 1 || !offload.enabled, "tensor_parallel_size ",
-                 parallel.tensor_parallel_size, " with CPU offload is not implemented yet (issue #34)");
+  // Every rank offloads its own KV heads (runner/offload_runner.h); on the CPU backend only until the CUDA
+  // ranks' pinned pools and copy streams are run on two GPUs (issue #34).
+  NANOVLLM_CHECK(parallel.tensor_parallel_size == 1 || !offload.enabled || model.backend == Backend::kCpu,
+                 "tensor_parallel_size ", parallel.tensor_parallel_size,
+                 " with CPU offload on the CUDA backend is not implemented yet (issue #34); the CPU backend "
+                 "supports it");
   sparse_prefill.validate(model.backend);
   if (sparse.policy != SparsePolicy::kFull) {
     const int64_t min_pages = SparseConfig::kSinkPages + SparseConfig::kRecentPages + 1;

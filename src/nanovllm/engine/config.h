@@ -98,8 +98,8 @@ struct SparseConfig {
 struct ParallelConfig {
   int64_t tensor_parallel_size = 1;
 
-  // tensor_parallel_size >= 1. EngineConfig::validate refuses N > 1 with CPU offload (not implemented) and
-  // on the CUDA backend (its ranks can hang: not ready).
+  // tensor_parallel_size >= 1. EngineConfig::validate refuses N > 1 with CPU offload on the CUDA backend
+  // (not run on GPUs yet).
   void validate() const;
 };
 

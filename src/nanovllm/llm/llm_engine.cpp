@@ -163,7 +163,7 @@ std::vector<SampledToken> LLMEngine::run_step(Scheduler& scheduler, bool offload
       launched_ = out;
       return finish_launched_step(has_prefill);
     }
-    sampled = offloaded ? runner_->offload()->execute(out) : runner_->execute(out);
+    sampled = offloaded ? runner_->execute_offloaded(out) : runner_->execute(out);
     const auto t2 = Clock::now();
     num_generated_tokens_ += static_cast<int64_t>(sampled.size());
     scheduler.update(out, sampled);

@@ -65,7 +65,9 @@ CpuModelRunner::CpuModelRunner(const EngineConfig& ec, const ModelConfig& full_c
     // The CPU offload device defers copies and checks every access against the events (CI's stand-in
     // for CUDA streams).
     offload_ = std::make_unique<OffloadRunner>(
-        *model_, make_cpu_offload_device(), ec, ws_, [this](const std::vector<const Sequence*>& seqs, float* logits) {
+        *model_, make_cpu_offload_device(), ec, ws_,
+        [this](const std::vector<const Sequence*>& seqs, float* logits) -> std::vector<SampledToken> {
+          if (!samples_) return {};  // tensor parallel: rank 0 samples from the same gathered logits
           return sampler_.sample(logits, model_->config().vocab_size, seqs);
         });
     offload_->set_prefill_policy(sparse_prefill_.get());

@@ -20,6 +20,12 @@ void ModelRunner::set_layer_taps(LayerTaps* taps) {
 
 bool ModelRunner::can_launch(const SchedulerOutput&) const { return true; }
 
+std::vector<SampledToken> ModelRunner::execute_offloaded(const SchedulerOutput& out) {
+  OffloadRunner* o = offload();
+  NANOVLLM_CHECK(o != nullptr, "execute_offloaded: CPU offload is off");
+  return o->execute(out);
+}
+
 void ModelRunner::launch(const SchedulerOutput& out, bool fed_from_previous) {
   NANOVLLM_CHECK(launched_.size() < 2, "ModelRunner::launch: two steps are already outstanding");
   if (!fed_from_previous) {

@@ -43,8 +43,12 @@ class ModelRunner {
   virtual void launch(const SchedulerOutput& out, bool fed_from_previous);
   virtual std::vector<SampledToken> wait_oldest();
   // The long-context path (EngineConfig::offload.enabled), on the same model, stream and workspace;
-  // nullptr when offload is off.
+  // nullptr when offload is off. With tensor parallel: rank 0's (its stats; check_host_memory counts
+  // every rank's pool).
   virtual OffloadRunner* offload() { return nullptr; }
+  // One step of the offloaded sequence (OffloadRunner::execute); a tensor-parallel group runs it on every
+  // rank. Requires offload().
+  virtual std::vector<SampledToken> execute_offloaded(const SchedulerOutput& out);
   // What the sparse decode policy did (EngineConfig::sparse); nullptr when attention is dense.
   virtual const QuestCounters* sparse_counters() const { return nullptr; }
   // What the sparse prefill policy did (EngineConfig::sparse_prefill), on both paths; nullptr when it is dense.

@@ -26,6 +26,7 @@ OffloadRunner::OffloadRunner(const Qwen3Model& model, std::unique_ptr<OffloadDev
       dev_(std::move(device)),
       cfg_(config.offload),
       max_model_len_(config.model.max_model_len),
+      host_ranks_(config.parallel.tensor_parallel_size),
       ws_(ws),
       sample_(std::move(sample)),
       host_(dev_->host_allocator(), model.num_layers(),
@@ -128,10 +129,13 @@ int64_t OffloadRunner::host_bytes_for(int64_t tokens) const {
       OffloadHostPool::bytes_for(num_layers_, token_bytes_, round_up(std::max<int64_t>(tokens, 1), cfg_.block_size)));
 }
 
-void OffloadRunner::check_host_memory(int64_t tokens) const {
-  const int64_t need = host_bytes_for(tokens);
+void OffloadRunner::check_host_memory(int64_t tokens) const { check_pool(tokens, host_ranks_); }
+
+void OffloadRunner::check_pool(int64_t tokens, int64_t ranks) const {
+  const int64_t need = ranks * host_bytes_for(tokens);
   const auto explain = [&] {
-    return detail::concat(tokens, " tokens x ", num_layers_, " layers x ", 2 * token_bytes_, " bytes of K+V per token");
+    return detail::concat(tokens, " tokens x ", num_layers_, " layers x ", 2 * token_bytes_,
+                          " bytes of K+V per token", ranks > 1 ? detail::concat(" x ", ranks, " ranks") : "");
   };
   NANOVLLM_CHECK(cfg_.cpu_memory_limit == 0 || need <= cfg_.cpu_memory_limit, "the request needs ", gib(need),
                  " GiB of host KV cache (", explain(), "), more than cpu_memory_limit = ", gib(cfg_.cpu_memory_limit),
@@ -213,7 +217,7 @@ void OffloadRunner::prefill(const Sequence& seq, int64_t num_tokens) {
   const int64_t reach = std::min(max_model_len_, std::max(seq.num_prompt_tokens + seq.params.max_tokens, T + 1));
   seq_capacity_ = round_up(reach, cfg_.block_size);
   if (seq_capacity_ > host_.capacity()) {
-    check_host_memory(reach);
+    check_pool(reach, 1);  // this rank's pool (the engine checked the whole group's before admitting it)
     dev_->synchronize();  // no queue may still touch the old regions
     stats_.host_alloc_s += host_.reserve(seq_capacity_);
   }

@@ -1,6 +1,8 @@
 // OffloadRunner: long context on one device through layer-wise CPU KV offload, exact and asynchronous.
 // Backend-neutral: it drives Qwen3Model layer by layer over an OffloadDevice (CPU: memcpy + checked
 // events; CUDA: streams + events). One offloaded sequence at a time; its KV cache lives in a host pool.
+// With tensor parallel every rank has one over its own model (its KV heads, its pool), and the ranks run
+// each step together on their threads (the layers' collectives pair up: ModelRunner::execute_offloaded).
 //
 // Prefill (the whole prompt, one layer at a time): only hidden + residual [T, H] persist across layers.
 // Each layer runs in token chunks of C rows (the runner's workspace): the chunk's qkv prologue writes
@@ -78,9 +80,11 @@ class OffloadRunner {
   // One step of one offloaded sequence: its whole prompt (num_computed_tokens == 0) or one decode token.
   std::vector<SampledToken> execute(const SchedulerOutput& out);
 
-  // Host KV bytes for a sequence of `tokens` tokens (rounded up to host blocks, all layers, K and V).
+  // Host KV bytes for a sequence of `tokens` tokens (rounded up to host blocks, all layers, K and V) in
+  // this runner's pool (with tensor parallel: this rank's KV heads).
   int64_t host_bytes_for(int64_t tokens) const;
-  // Throws nanovllm::Error when such a sequence would exceed cpu_memory_limit or the available memory.
+  // Throws nanovllm::Error when such a sequence would exceed cpu_memory_limit or the available memory, for
+  // the pools of every tensor-parallel rank of this host together (each holds its own KV heads' pool).
   void check_host_memory(int64_t tokens) const;
 
   const OffloadConfig& config() const { return cfg_; }
@@ -110,11 +114,13 @@ class OffloadRunner {
   TensorView index_view(int64_t offset, int64_t n) const;  // iota_[offset, offset + n) as [n] i32
   AttentionMetadata attention(int64_t start, int64_t query_len, TensorView cu, TensorView ctx) const;
   void upload_ints(const int32_t* data, int64_t n);  // -> meta_dev_[0, n), on the compute queue
+  void check_pool(int64_t tokens, int64_t ranks) const;  // check_host_memory for `ranks` pools like this one
 
   const Qwen3Model& model_;
   std::unique_ptr<OffloadDevice> dev_;
   OffloadConfig cfg_;
   int64_t max_model_len_ = 0;  // the engine's: the longest sequence
+  int64_t host_ranks_ = 1;     // tensor-parallel ranks, each with a pool like this one
   DecoderWorkspace ws_;
   SampleFn sample_;
   int64_t num_layers_ = 0, num_slots_ = 0, chunk_ = 0, capacity_ = 0;

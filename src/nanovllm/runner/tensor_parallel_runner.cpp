@@ -53,6 +53,10 @@ std::vector<SampledToken> TensorParallelRunner::execute(const SchedulerOutput& o
   return on_all_ranks([&](ModelRunner& r) { return r.execute(out); });
 }
 
+std::vector<SampledToken> TensorParallelRunner::execute_offloaded(const SchedulerOutput& out) {
+  return on_all_ranks([&](ModelRunner& r) { return r.execute_offloaded(out); });
+}
+
 // Every rank decides alike (same step, same configuration), so rank 0 answers for the group.
 bool TensorParallelRunner::can_launch(const SchedulerOutput& out) const {
   return ranks_launch_ ? ranks_[0]->can_launch(out) : ModelRunner::can_launch(out);

@@ -48,6 +48,8 @@ class TensorParallelRunner final : public ModelRunner {
   void launch(const SchedulerOutput& out, bool fed_from_previous) override;
   std::vector<SampledToken> wait_oldest() override;
   const QuestCounters* sparse_counters() const override { return ranks_[0]->sparse_counters(); }
+  OffloadRunner* offload() override { return ranks_[0]->offload(); }
+  std::vector<SampledToken> execute_offloaded(const SchedulerOutput& out) override;
 
  private:
   std::shared_ptr<void> group_state_;  // first: outlives the ranks
