@@ -85,6 +85,7 @@ class Loader {
       }
     };
     const int64_t total = out.shape.numel();
+    const int64_t covered = out.runs.empty() ? 0 : out.runs.back().dst + out.runs.back().count;  // then padding
     constexpr int64_t kPiece = int64_t{16} << 20;  // elements per piece: bounds the staging memory
     const bool direct = !opt_.upload;
     if (!direct && staging_.size() < static_cast<size_t>(std::min(total, kPiece)) * osz)
@@ -93,7 +94,9 @@ class Loader {
       const int64_t n = std::min(kPiece, total - s);
       char* host = direct ? dst + static_cast<size_t>(s) * osz : staging_.data();
       auto work = [&](int64_t a, int64_t b) {  // output elements [s + a, s + b)
-        std::memset(host + static_cast<size_t>(a) * osz, 0, static_cast<size_t>(b - a) * osz);  // padding
+        const int64_t pad_from = std::max(s + a, covered);
+        if (pad_from < s + b)
+          std::memset(host + static_cast<size_t>(pad_from - s) * osz, 0, static_cast<size_t>(s + b - pad_from) * osz);
         auto run = std::upper_bound(out.runs.begin(), out.runs.end(), s + a,
                                     [](int64_t e, const ElementRun& r) { return e < r.dst; });
         if (run != out.runs.begin()) --run;
