@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +19,27 @@ using namespace nanovllm;
 namespace {
 
 using Vec = std::vector<float>;
+
+// The rank's tensor size in elements for a full [rows, cols] tensor.
+int64_t shard_numel(const ShardSlice& slice, int64_t rows, int64_t cols) {
+  switch (slice.axis) {
+    case ShardSlice::Axis::kRows: return slice.extent() * cols;
+    case ShardSlice::Axis::kColumns: return rows * slice.extent();
+    default: return rows * cols;
+  }
+}
+
+// `slice` of a row-major [rows, cols] tensor of `elem_bytes`-sized elements into `dst` by shard_runs (what
+// the loader follows), the padding rows zeroed.
+void copy_shard(const ShardSlice& slice, const void* src, int64_t rows, int64_t cols, int64_t elem_bytes, void* dst) {
+  const auto* s = static_cast<const char*>(src);
+  auto* o = static_cast<char*>(dst);
+  const std::vector<ElementRun> runs = shard_runs(slice, rows, cols);
+  for (const ElementRun& r : runs)
+    std::memcpy(o + r.dst * elem_bytes, s + r.src * elem_bytes, static_cast<size_t>(r.count * elem_bytes));
+  const int64_t copied = runs.empty() ? 0 : runs.back().dst + runs.back().count;
+  std::memset(o + copied * elem_bytes, 0, static_cast<size_t>((shard_numel(slice, rows, cols) - copied) * elem_bytes));
+}
 
 ModelConfig tiny_config(int64_t hq, int64_t hk, int64_t vocab) {
   ModelConfig c;

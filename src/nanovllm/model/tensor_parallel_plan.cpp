@@ -1,7 +1,6 @@
 #include "nanovllm/model/tensor_parallel_plan.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "nanovllm/core/error.h"
 
@@ -62,14 +61,6 @@ TensorParallelPlan shard_for_rank(const ModelConfig& cfg, int64_t rank, int64_t 
   return p;
 }
 
-int64_t shard_numel(const ShardSlice& slice, int64_t rows, int64_t cols) {
-  switch (slice.axis) {
-    case ShardSlice::Axis::kRows: return slice.extent() * cols;
-    case ShardSlice::Axis::kColumns: return rows * slice.extent();
-    default: return rows * cols;
-  }
-}
-
 ModelConfig rank_config(const ModelConfig& cfg, const TensorParallelPlan& plan) {
   ModelConfig c = cfg;
   c.num_attention_heads = plan.num_heads;
@@ -102,17 +93,6 @@ std::vector<ElementRun> shard_runs(const ShardSlice& slice, int64_t rows, int64_
     default: runs.push_back({0, 0, rows * cols});
   }
   return runs;
-}
-
-void copy_shard(const ShardSlice& slice, const void* src, int64_t rows, int64_t cols, int64_t elem_bytes, void* dst) {
-  const auto* s = static_cast<const char*>(src);
-  auto* o = static_cast<char*>(dst);
-  const std::vector<ElementRun> runs = shard_runs(slice, rows, cols);
-  for (const ElementRun& r : runs)
-    std::memcpy(o + r.dst * elem_bytes, s + r.src * elem_bytes, static_cast<size_t>(r.count * elem_bytes));
-  const int64_t copied = runs.empty() ? 0 : runs.back().dst + runs.back().count;
-  const int64_t total = shard_numel(slice, rows, cols);
-  std::memset(o + copied * elem_bytes, 0, static_cast<size_t>((total - copied) * elem_bytes));  // padding rows
 }
 
 }  // namespace nanovllm

@@ -1,6 +1,6 @@
 // Tensor-parallel sharding (docs/tensor_parallel.md): which rows or columns of each weight one rank of
-// `size` holds, and the host-side slicing that cuts them out. Pure functions of the ModelConfig — no
-// device, no communicator — so the loader (each rank reads only its slices) and the CPU tests share them.
+// `size` holds, and the element runs (shard_runs) that cut them out. Pure functions of the ModelConfig — no
+// device, no communicator — so the loader (each rank reads only its slices) and the tests share them.
 //
 // H = hidden_size, I = intermediate_size, V = vocab_size, Hq/Hk = q/kv heads, D = head_dim, N = size.
 //   qkv_proj, gate_up_proj: column-parallel (rows of the [out, in] weight split; output stays local)
@@ -80,12 +80,5 @@ struct ElementRun {
 // kFirstRankOnly: the whole tensor); the rank's elements after the last run are the zero padding rows.
 // Throws if a range falls outside the tensor.
 std::vector<ElementRun> shard_runs(const ShardSlice& slice, int64_t rows, int64_t cols);
-
-// Copies `slice` of a row-major [rows, cols] tensor of `elem_bytes`-sized elements (any dtype) into
-// `dst`, sized for the rank's tensor. kFirstRankOnly copies the whole tensor (the caller skips it on
-// other ranks). Throws if a range falls outside the tensor.
-void copy_shard(const ShardSlice& slice, const void* src, int64_t rows, int64_t cols, int64_t elem_bytes, void* dst);
-// The rank's tensor size in elements for a full [rows, cols] tensor.
-int64_t shard_numel(const ShardSlice& slice, int64_t rows, int64_t cols);
 
 }  // namespace nanovllm
