@@ -34,7 +34,10 @@ class LLM:
         offload_min_tokens: int = 0,
         sparse_policy: Literal["full", "quest"] = "full",
         sparse_budget: int = 2048,
-        tensor_parallel_size: int = 1,  # GPUs one model is split over (threads on backend="cpu")
+        tensor_parallel_size: int = 1,  # GPUs one model is split over (threads on backend="cpu"), all nodes
+        nnodes: int = 1,  # hosts the group spans; this process is node 0, the others run `nanovllm worker`
+        node_rank: int = 0,
+        dist_init_addr: str = "",  # HOST:PORT of node 0 when nnodes > 1
     ) -> None: ...
     @staticmethod
     def engine_options() -> list[str]: ...

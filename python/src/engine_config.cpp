@@ -110,9 +110,14 @@ const std::map<std::string, Setter>& setters() {
     set("sparse_prefill_tau", [real](EngineConfig& c, py::handle v, const std::string& n) {
       c.sparse_prefill.tau = real(v, n);
     });
-    // parallel: EngineConfig::validate says which backends take several ranks (the CPU backend today).
+    // parallel (docs/tensor_parallel.md): this process is node 0 of the group; nodes 1.. run `nanovllm worker`.
     set("tensor_parallel_size", [i64](EngineConfig& c, py::handle v, const std::string& n) {
       c.parallel.tensor_parallel_size = i64(v, n);
+    });
+    set("nnodes", [i64](EngineConfig& c, py::handle v, const std::string& n) { c.parallel.nnodes = i64(v, n); });
+    set("node_rank", [i64](EngineConfig& c, py::handle v, const std::string& n) { c.parallel.node_rank = i64(v, n); });
+    set("dist_init_addr", [](EngineConfig& c, py::handle v, const std::string& n) {
+      c.parallel.dist_init_addr = cast_option<std::string>(v, n);
     });
     return t;
   }();

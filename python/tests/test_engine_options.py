@@ -11,7 +11,7 @@ EXPECTED_OPTIONS = {
     "num_kvcache_blocks", "sparse_prefill_policy", "sparse_prefill_threshold", "sparse_prefill_dense_layers",
     "sparse_prefill_min_tokens", "sparse_prefill_block_size", "sparse_prefill_stride", "sparse_prefill_last_q",
     "sparse_prefill_vertical", "sparse_prefill_slash", "sparse_prefill_tau", "sparse_prefill_min_budget",
-    "sparse_prefill_budget",
+    "sparse_prefill_budget", "nnodes", "node_rank", "dist_init_addr",
 }
 
 
@@ -69,6 +69,16 @@ def test_tensor_parallel_on_the_cpu_backend(tiny_model, llm):
     reference = llm.generate(["The capital of France is"], p, use_tqdm=False)[0].token_ids
     tp2 = LLM(str(tiny_model), backend="cpu", tensor_parallel_size=2)
     assert tp2.generate(["The capital of France is"], p, use_tqdm=False)[0].token_ids == reference
+
+
+def test_multi_node_options_reach_the_engine(tiny_model):
+    import pytest
+
+    with pytest.raises(ValueError, match="nnodes 2 needs dist_init_addr HOST:PORT"):
+        LLM(str(tiny_model), backend="cpu", tensor_parallel_size=2, nnodes=2)
+    with pytest.raises(ValueError, match="node_rank 1 runs `nanovllm worker`"):
+        LLM(str(tiny_model), backend="cpu", tensor_parallel_size=2, nnodes=2, node_rank=1,
+            dist_init_addr="127.0.0.1:1")
 
 
 def test_cpu_offload_options_are_checked(tiny_model):

@@ -234,3 +234,45 @@ TEST(CudaOffload, DISABLED_LongContextMatchesGpuCache) {
 
 }  // namespace
 }  // namespace nanovllm
+
+namespace nanovllm {
+namespace {
+
+// Tensor parallel with offload (issue #34): each GPU offloads its own KV head (the tiny model's 2 KV heads,
+// one per rank) through its own pinned pool and copy streams. Each rank runs the same kernels offloaded or
+// resident (only the cache plumbing differs), so TP2 offloaded gives TP2 resident's tokens, dense and with
+// Quest selecting each rank's pages (passed on 2 x H200, 2026-11-27).
+TEST(CudaOffload, TwoGpusOffloadTheirOwnKvHeads) {
+  int devices = 0;
+  if (!have_gpu() || cudaGetDeviceCount(&devices) != cudaSuccess || devices < 2) GTEST_SKIP() << "needs 2 GPUs";
+  const std::vector<std::vector<int32_t>> prompts = {random_prompt(4097, 512, 31), random_prompt(3001, 512, 32)};
+  for (bool quest : {false, true}) {
+    EngineConfig resident = tiny_config(8192);
+    resident.parallel.tensor_parallel_size = 2;
+    if (quest) {
+      resident.sparse.policy = SparsePolicy::kQuest;
+      resident.sparse.budget_tokens = 512;
+    }
+    std::vector<RequestOutput> reference;
+    {
+      LLM llm(resident);
+      for (const auto& p : prompts) reference.push_back(llm.generate({p}, greedy(50))[0]);
+    }
+    EngineConfig ec = resident;
+    ec.offload.enabled = true;
+    ec.offload.min_tokens = 1;
+    ec.offload.block_size = 32;
+    LLM llm(ec);
+    expect_same(llm.generate(prompts, greedy(50)), reference, 1e-2, quest ? "TP2 Quest offload" : "TP2 offload");
+    OffloadRunner* offload = llm.engine().runner().offload();
+    EXPECT_EQ(offload->stats().prefills, 2);
+    if (quest) {
+      EXPECT_GT(offload->sparse_cache_counters().misses, 0);  // selected pages came over PCIe
+    } else {
+      EXPECT_GT(offload->stats().h2d_bytes, 0);  // whole layers came over PCIe
+    }
+  }
+}
+
+}  // namespace
+}  // namespace nanovllm

@@ -1,34 +1,17 @@
 // The `nanovllm` binary: exit codes and JSON output of generate, make-test-model, bad arguments.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <sstream>
-#include <sys/wait.h>
 
 #include <nlohmann/json.hpp>
 
+#include "support/run_command.h"
 #include "support/test_models.h"
 
 namespace nanovllm {
 namespace {
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-CommandResult run_cli(const std::string& args) {
-  const std::string cmd = std::string(NANOVLLM_BINARY_DIR) + "/tools/nanovllm " + args + " 2>&1";
-  CommandResult r;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  while (size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) r.output.append(buf.data(), n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using testing::run_cli;
 
 std::string tiny_model() { return testing::tiny_model_dir("cli", nlohmann::json::object(), 3).string(); }
 

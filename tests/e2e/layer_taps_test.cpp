@@ -3,10 +3,8 @@
 // `--dump-taps` CLI, and scripts/compare_taps.py naming the layer and tap of a deliberately broken op.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -19,6 +17,7 @@
 #include "nanovllm/model/safetensors.h"
 #include "nanovllm/model/weights.h"
 #include "support/process_scratch_dir.h"
+#include "support/run_command.h"
 #include "support/test_models.h"
 
 namespace nanovllm {
@@ -207,21 +206,7 @@ TEST(LayerTaps, OffloadAndChunkedPrefillTapsEqualThePagedPath) {
   }
 }
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-CommandResult run_command(const std::string& cmd) {
-  CommandResult r;
-  FILE* pipe = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  while (size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) r.output.append(buf.data(), n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using testing::run_command;
 
 std::string nanovllm_binary() { return std::string(NANOVLLM_BINARY_DIR) + "/tools/nanovllm"; }
 std::string compare_taps_script() {

@@ -43,20 +43,50 @@ TEST(ParallelConfig, RejectsSizeBelowOneNamingTheField) {
   EXPECT_NO_THROW(ParallelConfig{.tensor_parallel_size = 2}.validate());  // valid on its own
 }
 
-TEST(ParallelConfig, EngineAcceptsSeveralRanksWithOffloadOnTheCpuBackendOnly) {
-  for (int64_t n : {2, 8}) {
-    EXPECT_EQ(error_of(config_with_tp(n)), "");
-    EngineConfig c = config_with_tp(n);
-    c.offload.enabled = true;
-    c.model.backend = Backend::kCpu;
-    EXPECT_EQ(error_of(c), "");
-    c.model.backend = Backend::kCuda;
-    const std::string msg = error_of(c);
-    EXPECT_NE(msg.find("tensor_parallel_size " + std::to_string(n) +
-                       " with CPU offload on the CUDA backend is not implemented yet"),
-              std::string::npos)
-        << msg;
+TEST(ParallelConfig, EngineAcceptsSeveralRanksWithOffloadOnEitherBackend) {
+  for (int64_t n : {2, 8})
+    for (Backend backend : {Backend::kCpu, Backend::kCuda}) {
+      EngineConfig c = config_with_tp(n);
+      c.offload.enabled = true;
+      c.model.backend = backend;
+      EXPECT_EQ(error_of(c), "") << "TP" << n;
+    }
+}
+
+TEST(ParallelConfig, MultiNodeGroupsNeedWholeNodesARankAndAnAddress) {
+  const ParallelConfig ok{.tensor_parallel_size = 4, .nnodes = 2, .node_rank = 1, .dist_init_addr = "10.0.0.1:29500"};
+  EXPECT_NO_THROW(ok.validate());
+  EXPECT_EQ(ok.ranks_per_node(), 2);
+  auto error = [](ParallelConfig p) {
+    try {
+      p.validate();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  ParallelConfig p = ok;
+  p.nnodes = 3;
+  EXPECT_NE(error(p).find("tensor_parallel_size 4 must be a multiple of nnodes 3"), std::string::npos);
+  p = ok;
+  p.nnodes = 0;
+  EXPECT_NE(error(p).find("nnodes must be >= 1, got 0"), std::string::npos);
+  p = ok;
+  p.node_rank = 2;
+  EXPECT_NE(error(p).find("node_rank 2 outside [0, nnodes 2)"), std::string::npos);
+  p = ok;
+  p.node_rank = -1;
+  EXPECT_NE(error(p).find("node_rank -1 outside"), std::string::npos);
+  for (const char* bad : {"", "10.0.0.1", ":29500", "10.0.0.1:"}) {
+    p = ok;
+    p.dist_init_addr = bad;
+    EXPECT_NE(error(p).find("nnodes 2 needs dist_init_addr HOST:PORT"), std::string::npos) << bad;
   }
+  p = ok;
+  p.nnodes = 1;
+  p.node_rank = 0;
+  p.dist_init_addr = "";
+  EXPECT_EQ(error(p), "");  // one node needs no address
 }
 
 TEST(ParallelConfig, CudaBackendAcceptsSeveralRanks) {

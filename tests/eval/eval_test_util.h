@@ -2,15 +2,13 @@
 // the `nanovllm` binary.
 #pragma once
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <string>
-#include <sys/wait.h>
 
 #include "eval/corpus.h"
 #include "eval/sample.h"
 #include "nanovllm/tokenizer/tokenizer.h"
+#include "support/run_command.h"
 #include "support/test_models.h"
 
 namespace nanovllm::eval::testing {
@@ -32,21 +30,7 @@ inline SampleBuilder builder(const Tokenizer& tok = byte_tokenizer(), uint64_t s
   return SampleBuilder(tok, none_format(), Corpus::builtin(), seed, 0, /*keep_text=*/true);
 }
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-inline CommandResult run_cli(const std::string& args) {
-  const std::string cmd = std::string(NANOVLLM_BINARY_DIR) + "/tools/nanovllm " + args + " 2>&1";
-  CommandResult r;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  while (size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) r.output.append(buf.data(), n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using nanovllm::testing::CommandResult;
+using nanovllm::testing::run_cli;
 
 }  // namespace nanovllm::eval::testing

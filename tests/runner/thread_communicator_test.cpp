@@ -7,12 +7,12 @@
 
 #include <exception>
 #include <functional>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "nanovllm/core/error.h"
+#include "runner/communicator_test_util.h"
 
 using namespace nanovllm;
 
@@ -37,15 +37,8 @@ std::vector<std::string> run_ranks(int n, const std::function<void(Communicator&
   return errors;
 }
 
-std::vector<float> random_floats(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-10.f, 10.f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
-TensorView view(std::vector<float>& v) { return {v.data(), DType::kF32, Shape{static_cast<int64_t>(v.size())}}; }
+using nanovllm::testing::random_floats;
+using nanovllm::testing::view;
 
 }  // namespace
 

@@ -72,9 +72,19 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
                  "KV head (0: none; default 4 x --sparse-budget)")
       ->check(at_least(0));
   cmd.add_option("--tensor-parallel-size", o.tensor_parallel_size,
-                 "GPUs one model is split over (tensor parallel; threads on --backend cpu)")
+                 "GPUs one model is split over (tensor parallel; threads on --backend cpu), over all nodes")
       ->check(at_least(1))
       ->capture_default_str();
+  cmd.add_option("--nnodes", o.nnodes,
+                 "hosts the tensor-parallel group spans (one process each; --tensor-parallel-size / nnodes ranks "
+                 "per host); nodes 1.. run `nanovllm worker`")
+      ->check(at_least(1))
+      ->capture_default_str();
+  cmd.add_option("--node-rank", o.node_rank, "this host's place in the group: 0 runs the engine, 1.. run `nanovllm worker`")
+      ->check(at_least(0))
+      ->capture_default_str();
+  cmd.add_option("--dist-init-addr", o.dist_init_addr,
+                 "HOST:PORT of node 0, where the nodes meet (node 0 listens on PORT)");
   cmd.add_option("--sparse-prefill-policy", o.sparse_prefill_policy,
                  "prefill attention of long chunks: dense | xattention | minference | flexprefill | avgpool "
                  "(block-sparse patterns; minference and flexprefill: CPU backend only for now)")
@@ -179,6 +189,9 @@ EngineConfig EngineOptions::to_config() const {
   c.sparse.budget_tokens = sparse_budget;
   c.sparse.gpu_cache_tokens = sparse_gpu_cache_tokens;
   c.parallel.tensor_parallel_size = tensor_parallel_size;
+  c.parallel.nnodes = nnodes;
+  c.parallel.node_rank = node_rank;
+  c.parallel.dist_init_addr = dist_init_addr;
   c.sparse_prefill.policy = parse_sparse_prefill_policy(sparse_prefill_policy);
   c.sparse_prefill.threshold = sparse_prefill_threshold;
   c.sparse_prefill.dense_layers = sparse_prefill_dense_layers;

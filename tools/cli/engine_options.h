@@ -37,6 +37,9 @@ struct EngineOptions {
   int64_t sparse_page_size = 0;  // 0: the block size
   int64_t sparse_gpu_cache_tokens = -1;  // -1: 4 x sparse_budget
   int64_t tensor_parallel_size = 1;
+  int64_t nnodes = 1;
+  int64_t node_rank = 0;
+  std::string dist_init_addr;
   std::string sparse_prefill_policy = "dense";
   double sparse_prefill_threshold = 0;  // 0: the policy's default
   int64_t sparse_prefill_dense_layers = 0;

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   nanovllm::cli::register_chat(app);
   nanovllm::cli::register_serve(app);
   nanovllm::cli::register_eval(app);
+  nanovllm::cli::register_worker(app);
   CLI::App* bench = app.add_subcommand("bench", "benchmarks: throughput, latency, tokenizer");
   bench->require_subcommand(1);
   nanovllm::cli::register_bench_engine(*bench);

@@ -47,6 +47,16 @@ void SparseConfig::validate() const {
 
 void ParallelConfig::validate() const {
   NANOVLLM_CHECK(tensor_parallel_size >= 1, "tensor_parallel_size must be >= 1, got ", tensor_parallel_size);
+  NANOVLLM_CHECK(nnodes >= 1, "nnodes must be >= 1, got ", nnodes);
+  NANOVLLM_CHECK(tensor_parallel_size % nnodes == 0, "tensor_parallel_size ", tensor_parallel_size,
+                 " must be a multiple of nnodes ", nnodes, " (every node runs the same number of ranks)");
+  NANOVLLM_CHECK(node_rank >= 0 && node_rank < nnodes, "node_rank ", node_rank, " outside [0, nnodes ", nnodes, ")");
+  if (nnodes > 1) {
+    const size_t colon = dist_init_addr.rfind(':');
+    NANOVLLM_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < dist_init_addr.size(),
+                   "nnodes ", nnodes, " needs dist_init_addr HOST:PORT (node 0's address), got '", dist_init_addr,
+                   "'");
+  }
 }
 
 SparsePrefillPolicy parse_sparse_prefill_policy(std::string_view name) {
@@ -137,12 +147,6 @@ void EngineConfig::validate() const {
   }
   sparse.validate();
   parallel.validate();
-  // Every rank offloads its own KV heads (runner/offload_runner.h); on the CPU backend only until the CUDA
-  // ranks' pinned pools and copy streams are run on two GPUs (issue #34).
-  NANOVLLM_CHECK(parallel.tensor_parallel_size == 1 || !offload.enabled || model.backend == Backend::kCpu,
-                 "tensor_parallel_size ", parallel.tensor_parallel_size,
-                 " with CPU offload on the CUDA backend is not implemented yet (issue #34); the CPU backend "
-                 "supports it");
   sparse_prefill.validate(model.backend);
   if (sparse.policy != SparsePolicy::kFull) {
     const int64_t min_pages = SparseConfig::kSinkPages + SparseConfig::kRecentPages + 1;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <string_view>
 
 #include "nanovllm/core/backend.h"
@@ -97,9 +98,16 @@ struct SparseConfig {
 // intermediate size divisible) are validate_tensor_parallel (model/tensor_parallel_plan.h).
 struct ParallelConfig {
   int64_t tensor_parallel_size = 1;
+  // Past one host (docs/tensor_parallel.md, section 7): nnodes processes, one per host, each running
+  // tensor_parallel_size / nnodes ranks; node 0 runs the engine and listens on dist_init_addr
+  // ("HOST:PORT"), nodes 1..nnodes-1 run `nanovllm worker` and connect to it.
+  int64_t nnodes = 1;
+  int64_t node_rank = 0;
+  std::string dist_init_addr{};
 
-  // tensor_parallel_size >= 1. EngineConfig::validate refuses N > 1 with CPU offload on the CUDA backend
-  // (not run on GPUs yet).
+  int64_t ranks_per_node() const { return tensor_parallel_size / nnodes; }
+  // tensor_parallel_size >= 1 (with CPU offload, every rank offloads its own KV heads); nnodes >= 1
+  // divides it; node_rank in [0, nnodes); dist_init_addr "HOST:PORT" when nnodes > 1.
   void validate() const;
 };
 

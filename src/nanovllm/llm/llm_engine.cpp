@@ -9,6 +9,7 @@
 #include "nanovllm/engine/scheduler.h"
 #include "nanovllm/model/tensor_parallel_plan.h"
 #include "nanovllm/runner/offload_runner.h"
+#include "nanovllm/runner/tensor_parallel_worker.h"
 
 namespace nanovllm {
 namespace {
@@ -49,17 +50,29 @@ EngineConfig offload_lane_config(const EngineConfig& config) {
 
 }  // namespace
 
-LLMEngine::LLMEngine(EngineConfig config) : config_(std::move(config)) {
-  model_config_ = ModelConfig::from_model_dir(config_.model.path);
+ModelConfig LLMEngine::prepare(EngineConfig& config) {
+  ModelConfig model_config = ModelConfig::from_model_dir(config.model.path);
   // Like vLLM, also stop at tokenizer_config.json's eos_token (chat models: <|im_end|>) when
   // generation_config.json does not list it. Before the runner: its sampler enforces min_tokens on these.
-  if (const std::optional<int32_t> eos = tokenizer_eos_token_id()) {
-    auto& ids = model_config_.eos_token_ids;
+  if (const std::optional<int32_t> eos = tokenizer_eos_token_id(config.model.path, model_config.vocab_size)) {
+    auto& ids = model_config.eos_token_ids;
     if (std::find(ids.begin(), ids.end(), *eos) == ids.end()) ids.push_back(*eos);
   }
   // The model's own limits on the split first (they name heads / sizes), then the config's checks.
-  validate_tensor_parallel(model_config_, config_.parallel.tensor_parallel_size);
-  config_.resolve(model_config_.max_model_len());
+  validate_tensor_parallel(model_config, config.parallel.tensor_parallel_size);
+  config.resolve(model_config.max_model_len());
+  return model_config;
+}
+
+void LLMEngine::run_worker(EngineConfig config) {
+  const ModelConfig model_config = prepare(config);
+  run_tensor_parallel_worker(config, model_config);
+}
+
+LLMEngine::LLMEngine(EngineConfig config) : config_(std::move(config)) {
+  model_config_ = prepare(config_);
+  NANOVLLM_CHECK(config_.parallel.node_rank == 0, "node_rank ", config_.parallel.node_rank,
+                 " runs `nanovllm worker` (no engine); the engine runs on node 0");
   runner_ = ModelRunner::create(config_, model_config_);
   config_.cache.num_kv_blocks = runner_->num_kv_blocks();
   scheduler_ = std::make_unique<Scheduler>(config_, model_config_.eos_token_ids);

@@ -99,6 +99,13 @@ class LLMEngine {
   // Whether a request of this prompt length and these params takes the offload path.
   bool is_offloaded(int64_t prompt_len, const SamplingParams& params) const;
   ModelRunner& runner() { return *runner_; }
+
+  // The model as the engine runs it (config.json, plus tokenizer_config.json's eos token), checked against
+  // `config`, which is resolved against it: where the constructor and run_worker start.
+  static ModelConfig prepare(EngineConfig& config);
+  // `nanovllm worker`: nodes 1..nnodes-1 of a multi-node tensor-parallel group serve node 0's engine
+  // (runner/tensor_parallel_worker.h) until it ends; the same settings as node 0's engine.
+  static void run_worker(EngineConfig config);
   // Scheduler and KV cache occupancy (for /metrics). Read on the thread that calls step().
   struct LoadStats {
     int64_t num_waiting = 0, num_running = 0;
@@ -116,7 +123,8 @@ class LLMEngine {
   int64_t num_generated_tokens_ = 0;
   StepStats step_stats_;
   int64_t num_prompt_tokens_computed_ = 0;
-  std::optional<int32_t> tokenizer_eos_token_id() const;  // tokenizer_config.json's eos_token, if any
+  // tokenizer_config.json's eos_token, if any.
+  static std::optional<int32_t> tokenizer_eos_token_id(const std::filesystem::path& model_dir, int64_t vocab_size);
   std::vector<SampledToken> run_step(Scheduler& scheduler, bool offloaded);
   std::vector<SampledToken> finish_launched_step(bool has_prefill);
   void drop_finished(SchedulerOutput& out) const;

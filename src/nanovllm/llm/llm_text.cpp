@@ -57,8 +57,8 @@ const chat::ChatTemplate& LLMEngine::chat_template() const {
   return *chat_template_;
 }
 
-std::optional<int32_t> LLMEngine::tokenizer_eos_token_id() const {
-  const auto path = tokenizer_config_path(config_.model.path);
+std::optional<int32_t> LLMEngine::tokenizer_eos_token_id(const std::filesystem::path& model_dir, int64_t vocab_size) {
+  const auto path = tokenizer_config_path(model_dir);
   if (!std::filesystem::is_regular_file(path)) return std::nullopt;
   std::ifstream f(path, std::ios::binary);
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -81,15 +81,16 @@ std::optional<int32_t> LLMEngine::tokenizer_eos_token_id() const {
       if (!entry.is_object() || entry.value("content", std::string()) != name) continue;
       char* end = nullptr;
       const long long id = std::strtoll(key.c_str(), &end, 10);
-      NANOVLLM_CHECK(end != key.c_str() && *end == '\0' && id >= 0 && id < model_config_.vocab_size, path.string(),
+      NANOVLLM_CHECK(end != key.c_str() && *end == '\0' && id >= 0 && id < vocab_size, path.string(),
                      ": added_tokens_decoder['", key, "'] (the eos_token '", name,
-                     "') is not a token id of the model's vocabulary [0, ", model_config_.vocab_size,
+                     "') is not a token id of the model's vocabulary [0, ", vocab_size,
                      ") (config.json vocab_size)");
       return static_cast<int32_t>(id);
     }
   }
-  if (!has_tokenizer()) return std::nullopt;
-  return tokenizer().eos_token_id();
+  // Rare (real checkpoints list their special tokens there): parse tokenizer.json for it.
+  if (!std::filesystem::is_regular_file(tokenizer_json_path(model_dir))) return std::nullopt;
+  return tokenizer::Tokenizer::from_model_dir(model_dir, vocab_size).eos_token_id();
 }
 
 std::vector<RequestOutput> LLM::generate(const std::vector<std::string>& prompts, const SamplingParams& params) {

@@ -26,7 +26,7 @@ OffloadRunner::OffloadRunner(const Qwen3Model& model, std::unique_ptr<OffloadDev
       dev_(std::move(device)),
       cfg_(config.offload),
       max_model_len_(config.model.max_model_len),
-      host_ranks_(config.parallel.tensor_parallel_size),
+      host_ranks_(config.parallel.ranks_per_node()),
       ws_(ws),
       sample_(std::move(sample)),
       host_(dev_->host_allocator(), model.num_layers(),

@@ -120,7 +120,7 @@ class OffloadRunner {
   std::unique_ptr<OffloadDevice> dev_;
   OffloadConfig cfg_;
   int64_t max_model_len_ = 0;  // the engine's: the longest sequence
-  int64_t host_ranks_ = 1;     // tensor-parallel ranks, each with a pool like this one
+  int64_t host_ranks_ = 1;     // this host's tensor-parallel ranks, each with a pool like this one
   DecoderWorkspace ws_;
   SampleFn sample_;
   int64_t num_layers_ = 0, num_slots_ = 0, chunk_ = 0, capacity_ = 0;

@@ -6,6 +6,10 @@
 //
 // A rank that throws aborts the group: the others' collectives fail instead of hanging, the step throws
 // the failing rank's error, and every later step throws too (a group does not recover).
+//
+// Past one host (nnodes > 1) this runner is node 0's: its ranks are global ranks 0..G-1, and every call
+// also goes to the other nodes (RemoteNodes), whose `nanovllm worker` runs it on their ranks
+// (tensor_parallel_worker.h); the call returns when every node is done.
 #pragma once
 
 #include <chrono>
@@ -16,6 +20,7 @@
 
 #include "nanovllm/runner/model_runner.h"
 #include "nanovllm/runner/rank_threads.h"
+#include "nanovllm/runner/remote_nodes.h"
 
 namespace nanovllm {
 
@@ -38,9 +43,14 @@ class TensorParallelRunner final : public ModelRunner {
                        bool ranks_launch = false, const std::function<void(ModelRunner&)>& start_rank = nullptr,
                        std::chrono::milliseconds step_timeout = std::chrono::milliseconds::zero());
 
-  // The CPU backend's group: rank r's runner on its slices of the checkpoint (WeightLoadOptions::shard),
-  // ranks talking through a ThreadCommGroup. config.parallel.tensor_parallel_size ranks.
-  static std::unique_ptr<ModelRunner> create_cpu(const EngineConfig& config, const ModelConfig& model_config);
+  // The CPU backend's ranks of this node: rank r's runner on its slices of the checkpoint
+  // (WeightLoadOptions::shard). One node: the ranks talk through a ThreadCommGroup. Several
+  // (config.parallel.nnodes): through SocketCommunicators; node 0 meets the other nodes first
+  // (host_rendezvous) and attaches them, a worker's ranks connect to node 0 as they are built.
+  static std::unique_ptr<TensorParallelRunner> create_cpu(const EngineConfig& config, const ModelConfig& model_config);
+
+  // Node 0 of a multi-node group: the other nodes, once their ranks are built (waits for their "ready").
+  void attach_remote_nodes(std::unique_ptr<RemoteNodes> nodes);
 
   int64_t num_kv_blocks() const override;  // the smallest rank's: block ids are the same on every rank
   std::vector<SampledToken> execute(const SchedulerOutput& out) override;
@@ -54,12 +64,16 @@ class TensorParallelRunner final : public ModelRunner {
  private:
   std::shared_ptr<void> group_state_;  // first: outlives the ranks
   std::vector<std::unique_ptr<ModelRunner>> ranks_;
-  // Runs fn(rank runner) on every rank; rank 0's result is returned. Checks and records group failure.
-  std::vector<SampledToken> on_all_ranks(const std::function<std::vector<SampledToken>(ModelRunner&)>& fn);
+  // Runs fn(rank runner) on every rank (and `op` on the remote nodes); rank 0's result is returned. Checks
+  // and records group failure.
+  std::vector<SampledToken> on_all_ranks(StepOp op, const SchedulerOutput* out, bool fed_from_previous,
+                                         const std::function<std::vector<SampledToken>(ModelRunner&)>& fn);
 
   bool ranks_launch_ = false;
   std::string failed_;  // the error that broke the group; empty while it works
-  RankThreads threads_;  // last: joined before the ranks are destroyed
+  RankThreads threads_;  // joined before the ranks are destroyed
+  int64_t remote_kv_blocks_ = -1;       // the other nodes' smallest num_kv_blocks (-1: one node)
+  std::unique_ptr<RemoteNodes> remote_;  // last: the nodes are told to shut down first
 };
 
 }  // namespace nanovllm

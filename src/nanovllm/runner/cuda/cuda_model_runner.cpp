@@ -28,8 +28,9 @@ CudaModelRunner::CudaModelRunner(const EngineConfig& ec, const ModelConfig& conf
   init(config, 1, true);
 }
 
-CudaModelRunner::CudaModelRunner(const EngineConfig& ec, const ModelConfig& config, TensorParallelRank tp)
-    : ec_(ec), device_(static_cast<int>(tp.plan.rank)), kernels_(device_) {
+CudaModelRunner::CudaModelRunner(const EngineConfig& ec, const ModelConfig& config, TensorParallelRank tp,
+                                 int device)
+    : ec_(ec), device_(device), kernels_(device_) {
   CUDA_CHECK(cudaSetDevice(device_));
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   const int64_t tp_size = tp.plan.size;

@@ -26,11 +26,11 @@ namespace nanovllm {
 class CudaModelRunner final : public ModelRunner {
  public:
   CudaModelRunner(const EngineConfig& ec, const ModelConfig& config);
-  // Rank tp.plan.rank of a tensor-parallel group on device tp.plan.rank (one host): `config` the full
-  // model's; the rank reads its slices of the checkpoint and uploads them (bf16). Run on the rank's own
-  // thread (the device becomes current there). Every rank samples the same gathered logits (so fed async
-  // steps work per rank); the group returns rank 0's tokens.
-  CudaModelRunner(const EngineConfig& ec, const ModelConfig& config, TensorParallelRank tp);
+  // Rank tp.plan.rank of a tensor-parallel group on `device` of this host: `config` the full model's; the
+  // rank reads its slices of the checkpoint and uploads them (bf16). Run on the rank's own thread (the
+  // device becomes current there). Every rank samples the same gathered logits (so fed async steps work
+  // per rank); the group returns rank 0's tokens.
+  CudaModelRunner(const EngineConfig& ec, const ModelConfig& config, TensorParallelRank tp, int device);
   // A rank's second phase, once every rank of the group is built (allocations done: a blocking free or
   // allocation while a peer GPU waits in a collective for this rank can deadlock the group): one eager
   // prefill of the largest step, so the ops' workspaces reach their prefill sizes now rather than

@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "nanovllm/core/logging.h"
 #include "nanovllm/model/tensor_parallel_plan.h"
 #include "nanovllm/runner/cuda/cuda_model_runner.h"
 #include "nanovllm/runner/cuda/nccl_communicator.h"
-#include "nanovllm/runner/tensor_parallel_runner.h"
+#include "nanovllm/runner/rendezvous.h"
 
 namespace nanovllm {
 namespace {
@@ -24,21 +25,46 @@ size_t peer_all_reduce_bytes(int size) { return (size_t{8} << 20) / static_cast<
 
 }  // namespace
 
-std::unique_ptr<ModelRunner> make_cuda_tensor_parallel_runner(const EngineConfig& config,
-                                                              const ModelConfig& model_config) {
-  const int size = static_cast<int>(config.parallel.tensor_parallel_size);
+std::unique_ptr<TensorParallelRunner> make_cuda_tensor_parallel_runner(const EngineConfig& config,
+                                                                       const ModelConfig& model_config,
+                                                                       const std::string* node0_payload) {
+  const ParallelConfig& p = config.parallel;
+  const int size = static_cast<int>(p.tensor_parallel_size), local = static_cast<int>(p.ranks_per_node());
+  const int first = static_cast<int>(p.node_rank) * local;
   validate_tensor_parallel(model_config, size);
-  auto group = std::make_shared<NcclGroup>(size, peer_all_reduce_bytes(size));  // checks the GPU count first
-  NANOVLLM_INFO("tensor parallel: ", size, " ranks on GPUs 0-", size - 1);
-  return std::make_unique<TensorParallelRunner>(
-      size,
+  std::shared_ptr<NcclGroup> group;
+  std::vector<Socket> remote_nodes;
+  if (p.nnodes == 1) {
+    group = std::make_shared<NcclGroup>(size, peer_all_reduce_bytes(size));  // checks the GPU count first
+    NANOVLLM_INFO("tensor parallel: ", size, " ranks on GPUs 0-", size - 1);
+  } else {
+    ncclUniqueId id{};
+    if (p.node_rank == 0) {
+      NCCL_CHECK(ncclGetUniqueId(&id));
+      HostedRendezvous rv = host_rendezvous(p, group_fingerprint(config, model_config), /*with_comm_ranks=*/false,
+                                            std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
+      remote_nodes = std::move(rv.nodes);
+    } else {
+      NANOVLLM_CHECK(node0_payload != nullptr && node0_payload->size() == sizeof(id),
+                     "tensor parallel: node ", p.node_rank, " needs node 0's NCCL id (", sizeof(id), " bytes)");
+      std::memcpy(&id, node0_payload->data(), sizeof(id));
+    }
+    group = std::make_shared<NcclGroup>(local, size, first, id);
+    NANOVLLM_INFO("tensor parallel: ranks ", first, "-", first + local - 1, " of ", size, " on GPUs 0-", local - 1,
+                  " (node ", p.node_rank, " of ", p.nnodes, ")");
+  }
+  auto abort = [group] { group->abort(); };
+  auto runner = std::make_unique<TensorParallelRunner>(
+      local,
       [&](int r) -> std::unique_ptr<ModelRunner> {  // on rank r's thread: it reads its own slices
-        return std::make_unique<CudaModelRunner>(config, model_config,
-                                                 TensorParallelRank{shard_for_rank(model_config, r, size), group->rank(r)});
+        return std::make_unique<CudaModelRunner>(
+            config, model_config, TensorParallelRank{shard_for_rank(model_config, first + r, size), group->rank(r)}, r);
       },
-      [group] { group->abort(); }, group, /*ranks_launch=*/true,
+      abort, group, /*ranks_launch=*/true,
       [](ModelRunner& rank) { static_cast<CudaModelRunner&>(rank).start_tensor_parallel(); },
       kStepTimeout);
+  if (!remote_nodes.empty()) runner->attach_remote_nodes(std::make_unique<RemoteNodes>(std::move(remote_nodes), abort));
+  return runner;
 }
 
 }  // namespace nanovllm

@@ -69,6 +69,24 @@ NcclGroup::NcclGroup(int size, size_t peer_bytes) {
     ranks_.push_back(std::make_unique<NcclCommunicator>(comms_[static_cast<size_t>(r)], r, size, peer_.get()));
 }
 
+NcclGroup::NcclGroup(int local, int world, int first_rank, const ncclUniqueId& id) {
+  int devices = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&devices));
+  NANOVLLM_CHECK(local >= 1 && local <= devices, "tensor parallel: this node runs ", local, " ranks, which needs ",
+                 local, " GPUs; it has ", devices);
+  comms_.resize(static_cast<size_t>(local));
+  // One thread creates every local communicator: inside a group call, ncclCommInitRank does not block
+  // per device (NCCL's rule for several GPUs per thread).
+  NCCL_CHECK(ncclGroupStart());
+  for (int r = 0; r < local; ++r) {
+    CUDA_CHECK(cudaSetDevice(r));
+    NCCL_CHECK(ncclCommInitRank(&comms_[static_cast<size_t>(r)], world, id, first_rank + r));
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  for (int r = 0; r < local; ++r)
+    ranks_.push_back(std::make_unique<NcclCommunicator>(comms_[static_cast<size_t>(r)], first_rank + r, world, nullptr));
+}
+
 NcclGroup::~NcclGroup() {
   if (aborted_) return;
   for (ncclComm_t c : comms_) ncclCommDestroy(c);

@@ -57,12 +57,16 @@ class NcclGroup {
   // Bf16 all-reduces of at most `peer_bytes` go through the peer-memory kernel where the GPUs allow it
   // (0: NCCL only).
   NcclGroup(int size, size_t peer_bytes);
+  // This host's `local` ranks of a group of `world` ranks spread over processes: global ranks
+  // first_rank..first_rank+local-1 on devices 0..local-1, joined through `id` (ncclGetUniqueId on node 0,
+  // sent to the others). Blocks until every process has joined. NCCL only (peer memory is per process).
+  NcclGroup(int local, int world, int first_rank, const ncclUniqueId& id);
   ~NcclGroup();  // ncclCommDestroy (or nothing after abort())
   NcclGroup(const NcclGroup&) = delete;
   NcclGroup& operator=(const NcclGroup&) = delete;
 
   int size() const { return static_cast<int>(comms_.size()); }
-  Communicator* rank(int r) { return ranks_[static_cast<size_t>(r)].get(); }
+  Communicator* rank(int r) { return ranks_[static_cast<size_t>(r)].get(); }  // local rank r (device r)
   // ncclCommAbort on every communicator: collectives in flight return with an error. Once only.
   void abort();
 
