@@ -122,10 +122,13 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
 // by L-lane shuffles (the generic kernel re-reads the metadata and reduces over 32 lanes per query head).
 // A lane group takes kScoreUnroll pages at once: their block-table reads, then all their metadata loads,
 // are issued before any is used. H200, 8 x 32K contexts, Hk 8, D 128, block 16: 42 us one page at a time,
-// 36 us so (with the select + FMA below and 128 pages per CTA); a CTA per sequence scoring all KV heads of
-// a page from one contiguous 4 KB metadata read was slower (45 us). The kernel issues ~11M warp
-// instructions for 131K (page, head) pairs: it is as much issue-bound as bandwidth-bound.
-constexpr int kScoreUnroll = 4;
+// 36 us 4 at a time (with the select + FMA below and 128 pages per CTA); a CTA per sequence scoring all KV
+// heads of a page from one contiguous 4 KB metadata read was slower (45 us). The kernel issues ~11M warp
+// instructions for 131K (page, head) pairs: it is as much issue-bound as bandwidth-bound, and latency-bound
+// at low occupancy. 2 at a time: 60 registers instead of 80, so 4 CTAs per SM instead of 3 and a 128K
+// context's 512 CTAs fit one wave (ncu, H200: 27.9 -> 23.0 us per layer of one 128K sequence; 20.9 -> 18.0
+// us for 8 x 32K with pages of 32; bench/results/2026-11-27/s29).
+constexpr int kScoreUnroll = 2;
 
 template <int L>
 __global__ void __launch_bounds__(kScoreWarps * 32)
