@@ -117,13 +117,15 @@ TEST(CudaSparse, QuestMetadataAndScoresMatchTheCpu) {
 }
 
 // `copies` repetitions of five sequences (short, exactly the budget, one past it, long with ties, all equal):
-// 15 (sequence, KV head) items take the few-items kernel (1024 threads), 120 the batch one (256).
-void check_select(int64_t copies) {
-  SCOPED_TRACE("copies " + std::to_string(copies));
+// 15 (sequence, KV head) items take the few-items kernel (1024 threads), 120 the batch one (256). The long
+// sequence has `mp` pages (a 128K context has 8192 of 16 tokens).
+void check_select(int64_t copies, int64_t mp = 3000) {
+  SCOPED_TRACE("copies " + std::to_string(copies) + ", pages " + std::to_string(mp));
   std::mt19937 rng(2);
-  const int64_t S = 5 * copies, Hk = 3, BS = 16, MP = 3000, K = 130, sink = 1, recent = 2;
+  const int64_t S = 5 * copies, Hk = 3, BS = 16, MP = mp, K = 130, sink = 1, recent = 2;
   std::vector<int32_t> ctx;
-  for (int64_t c = 0; c < copies; ++c) ctx.insert(ctx.end(), {40, 130 * 16, 130 * 16 + 1, 3000 * 16, 1234 * 16 - 5});
+  for (int64_t c = 0; c < copies; ++c)
+    ctx.insert(ctx.end(), {40, 130 * 16, 130 * 16 + 1, static_cast<int32_t>(mp * 16), 1234 * 16 - 5});
   std::vector<float> sc(static_cast<size_t>(S * Hk * MP));
   std::uniform_real_distribution<float> u(-5.0f, 5.0f);
   for (float& x : sc) x = u(rng);
@@ -145,6 +147,7 @@ TEST(CudaSparse, SelectPagesMatchesTheCpuOnTheSameScores) {
   SKIP_WITHOUT_CUDA();
   check_select(1);
   check_select(8);
+  check_select(1, 8195);  // 8192 middle pages (sink 1, recent 2): a 128K context in pages of 16
 }
 
 void check_attention(int64_t hq, int64_t hk, int64_t d, int64_t bs, uint32_t seed) {

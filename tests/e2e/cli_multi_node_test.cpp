@@ -27,7 +27,7 @@ std::vector<std::vector<int32_t>> json_token_ids(const std::string& output) {
   return ids;
 }
 
-std::string bin() { return testing::nanovllm_binary(); }
+std::string bin() { return testing::nanovllm_binary().string(); }
 
 std::string model() {
   return testing::tiny_model_dir("tp-qwen3", {{"num_hidden_layers", 2}}, 41).string();

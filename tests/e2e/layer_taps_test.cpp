@@ -208,14 +208,13 @@ TEST(LayerTaps, OffloadAndChunkedPrefillTapsEqualThePagedPath) {
 
 using testing::run_command;
 
-std::string nanovllm_binary() { return std::string(NANOVLLM_BINARY_DIR) + "/tools/nanovllm"; }
 std::string compare_taps_script() {
   return (std::filesystem::path(NANOVLLM_TEST_DATA).parent_path().parent_path() / "scripts" / "compare_taps.py").string();
 }
 
 TEST(LayerTaps, CliDumpsTapsOnBothPaths) {
   testing::ProcessScratchDir dir("nanovllm-taps-cli");
-  const std::string gen = nanovllm_binary() + " generate --backend cpu --model " + model_dir().string() +
+  const std::string gen = testing::nanovllm_binary().string() + " generate --backend cpu --model " + model_dir().string() +
                           " --prompt-ids 5,6,7,8,9,10,11,12,13 --temperature 0 --max-tokens 4 --ignore-eos";
   const std::string paged = (dir.path() / "paged").string(), off = (dir.path() / "off").string();
   auto r = run_command(gen + " --dump-taps " + paged);

@@ -16,7 +16,6 @@
 namespace nanovllm::testing {
 namespace {
 
-const std::filesystem::path kBinary = std::filesystem::path(NANOVLLM_BINARY_DIR) / "tools" / "nanovllm";
 
 const std::filesystem::path& scratch() {
   static const ProcessScratchDir s("nanovllm-text-io");
@@ -41,7 +40,6 @@ std::filesystem::path write_temp_file(const std::string& name, const std::string
   return p;
 }
 
-std::filesystem::path nanovllm_binary() { return kBinary; }
 
 CliResult run_nanovllm(const std::string& args, const std::string& stdin_text) {
   return run_nanovllm_env("", args, stdin_text);
@@ -51,7 +49,7 @@ CliResult run_nanovllm_env(const std::string& env, const std::string& args, cons
   const auto in = write_temp_file("stdin.txt", stdin_text);
   const auto err = write_temp_file("stderr.txt", "");
   const std::string cmd =
-      (env.empty() ? "" : env + " ") + kBinary.string() + " " + args + " < " + in.string() + " 2> " + err.string();
+      (env.empty() ? "" : env + " ") + nanovllm_binary().string() + " " + args + " < " + in.string() + " 2> " + err.string();
   CliResult r;
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (!pipe) return r;

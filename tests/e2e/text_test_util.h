@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <string>
 
+#include "support/run_command.h"  // nanovllm_binary()
+
 namespace nanovllm::testing {
 
 std::filesystem::path qwen3_tokenizer_dir();  // tests/data/qwen3-tokenizer
@@ -21,8 +23,6 @@ struct CliResult {
 CliResult run_nanovllm(const std::string& args, const std::string& stdin_text = "");
 // The same with environment assignments in front ("NANOVLLM_LOG_LEVEL=debug").
 CliResult run_nanovllm_env(const std::string& env, const std::string& args, const std::string& stdin_text = "");
-// The binary's path.
-std::filesystem::path nanovllm_binary();
 // Writes `content` to a fresh file under the test scratch directory; returns its path.
 std::filesystem::path write_temp_file(const std::string& name, const std::string& content);
 

@@ -1,11 +1,12 @@
 // run_command(cmd): runs a shell command line (popen, so /bin/sh), returns its exit code and its stdout and
-// stderr together. run_cli(args): the same for the `nanovllm` binary of this build.
+// stderr together. nanovllm_binary(): the `nanovllm` binary of this build; run_cli(args) runs it.
 #pragma once
 
 #include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 namespace nanovllm::testing {
@@ -26,8 +27,8 @@ inline CommandResult run_command(const std::string& cmd) {
   return r;
 }
 
-inline std::string nanovllm_binary() { return std::string(NANOVLLM_BINARY_DIR) + "/tools/nanovllm"; }
+inline std::filesystem::path nanovllm_binary() { return std::filesystem::path(NANOVLLM_BINARY_DIR) / "tools" / "nanovllm"; }
 
-inline CommandResult run_cli(const std::string& args) { return run_command(nanovllm_binary() + " " + args); }
+inline CommandResult run_cli(const std::string& args) { return run_command(nanovllm_binary().string() + " " + args); }
 
 }  // namespace nanovllm::testing
