@@ -111,7 +111,8 @@ std::string StepEncoder::encode(StepOp op, const SchedulerOutput* out, bool fed_
     const int64_t same = mine - seq.block_table.begin();
     w.put(same);
     w.put_vector(seq.block_table.data() + same, seq.block_table.size() - static_cast<size_t>(same));
-    k.block_table = seq.block_table;
+    k.block_table.resize(static_cast<size_t>(same));  // the copy changes where the message does: at the back
+    k.block_table.insert(k.block_table.end(), seq.block_table.begin() + same, seq.block_table.end());
   }
   forget_idle(known_, messages_);
   return w.take();
