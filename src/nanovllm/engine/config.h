@@ -106,6 +106,7 @@ struct ParallelConfig {
   std::string dist_init_addr{};
 
   int64_t ranks_per_node() const { return tensor_parallel_size / nnodes; }
+  int64_t first_rank() const { return node_rank * ranks_per_node(); }  // this node's ranks: first_rank() + 0..
   // tensor_parallel_size >= 1 (with CPU offload, every rank offloads its own KV heads); nnodes >= 1
   // divides it; node_rank in [0, nnodes); dist_init_addr "HOST:PORT" when nnodes > 1.
   void validate() const;

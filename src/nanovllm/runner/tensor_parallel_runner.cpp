@@ -95,7 +95,7 @@ std::vector<std::unique_ptr<SocketCommunicator>> connect_socket_ranks(const Engi
                                                                      std::vector<Socket> remote_ranks) {
   const ParallelConfig& p = config.parallel;
   const int size = static_cast<int>(p.tensor_parallel_size), local = static_cast<int>(p.ranks_per_node());
-  const int first = static_cast<int>(p.node_rank) * local;
+  const int first = static_cast<int>(p.first_rank());
   std::vector<std::unique_ptr<SocketCommunicator>> comms;
   if (p.node_rank == 0) {
     std::vector<Socket> root_links, local_ends;
@@ -127,7 +127,7 @@ std::unique_ptr<TensorParallelRunner> TensorParallelRunner::create_cpu(const Eng
                                                                        const ModelConfig& model_config) {
   const ParallelConfig& p = config.parallel;
   const int size = static_cast<int>(p.tensor_parallel_size), local = static_cast<int>(p.ranks_per_node());
-  const int first = static_cast<int>(p.node_rank) * local;
+  const int first = static_cast<int>(p.first_rank());
   validate_tensor_parallel(model_config, size);
   struct Owned {  // kept by the runner until its ranks are gone
     std::shared_ptr<ThreadCommGroup> group;

@@ -30,7 +30,7 @@ std::unique_ptr<TensorParallelRunner> make_cuda_tensor_parallel_runner(const Eng
                                                                        const std::string* node0_payload) {
   const ParallelConfig& p = config.parallel;
   const int size = static_cast<int>(p.tensor_parallel_size), local = static_cast<int>(p.ranks_per_node());
-  const int first = static_cast<int>(p.node_rank) * local;
+  const int first = static_cast<int>(p.first_rank());
   validate_tensor_parallel(model_config, size);
   std::shared_ptr<NcclGroup> group;
   std::vector<Socket> remote_nodes;
