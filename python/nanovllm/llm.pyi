@@ -29,6 +29,7 @@ class LLM:
         async_scheduling: bool = True,
         enable_cpu_offload: bool = False,  # layer-wise CPU KV offload for requests that do not fit the GPU cache
         num_kv_buffers: int = 4,
+        offload_max_num_seqs: int = 1,
         offload_block_size: int = 1024,
         cpu_memory_limit: int = 0,  # bytes of host KV pool; 0: the available memory
         offload_min_tokens: int = 0,

@@ -75,6 +75,7 @@ const std::map<std::string, Setter>& setters() {
     // offload
     set("enable_cpu_offload", [flag](EngineConfig& c, py::handle v, const std::string& n) { c.offload.enabled = flag(v, n); });
     set("num_kv_buffers", [i64](EngineConfig& c, py::handle v, const std::string& n) { c.offload.num_kv_buffers = i64(v, n); });
+    set("offload_max_num_seqs", [i64](EngineConfig& c, py::handle v, const std::string& n) { c.offload.max_num_seqs = i64(v, n); });
     set("offload_block_size", [i64](EngineConfig& c, py::handle v, const std::string& n) { c.offload.block_size = i64(v, n); });
     set("cpu_memory_limit", [i64](EngineConfig& c, py::handle v, const std::string& n) {
       c.offload.cpu_memory_limit = v.is_none() ? 0 : i64(v, n);

@@ -6,7 +6,7 @@ EXPECTED_OPTIONS = {
     "backend", "max_model_len", "seed", "enforce_eager",
     "block_size", "num_kv_blocks", "kv_cache_bytes", "gpu_memory_utilization", "enable_prefix_caching",
     "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "async_scheduling",
-    "enable_cpu_offload", "num_kv_buffers", "offload_block_size", "cpu_memory_limit", "offload_min_tokens",
+    "enable_cpu_offload", "num_kv_buffers", "offload_max_num_seqs", "offload_block_size", "cpu_memory_limit", "offload_min_tokens",
     "sparse_policy", "sparse_budget", "sparse_gpu_cache_tokens", "tensor_parallel_size", "kvcache_block_size",
     "num_kvcache_blocks", "sparse_prefill_policy", "sparse_prefill_threshold", "sparse_prefill_dense_layers",
     "sparse_prefill_min_tokens", "sparse_prefill_block_size", "sparse_prefill_stride", "sparse_prefill_last_q",

@@ -157,6 +157,53 @@ TEST(CudaOffload, SparseDecodeMatchesTheResidentSparsePath) {
   }
 }
 
+// Several offloaded requests at once (offload max_num_seqs 3, four requests: a lane is reused), dense and
+// with Quest: each request's tokens are the GPU cache's run alone (the resident sparse path's for Quest)
+// until a bf16 near-tie. Batched decode rows run other GEMV shapes than one row, so the last bits of a
+// logit may differ; a token may then differ only where the reference's best two logprobs lie within 0.05.
+TEST(CudaOffload, ConcurrentRequestsMatchTheGpuCacheRunAlone) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<std::vector<int32_t>> prompts = {random_prompt(4096, 512, 21), random_prompt(3001, 512, 22),
+                                                     random_prompt(4097, 512, 23), random_prompt(1500, 512, 24)};
+  for (const bool quest : {false, true}) {
+    EngineConfig plain = tiny_config(8192);
+    if (quest) {
+      plain.sparse.policy = SparsePolicy::kQuest;
+      plain.sparse.budget_tokens = 512;
+    }
+    std::vector<RequestOutput> reference;
+    {
+      LLM llm(plain);
+      for (const auto& p : prompts) reference.push_back(llm.generate({p}, testing::greedy(50, 2))[0]);
+    }
+    EngineConfig ec = plain;
+    ec.offload.enabled = true;
+    ec.offload.min_tokens = 1;
+    ec.offload.block_size = 32;
+    ec.offload.max_num_seqs = 3;
+    LLM llm(ec);
+    const std::vector<RequestOutput> got = llm.generate(prompts, testing::greedy(50, 2));
+    ASSERT_EQ(got.size(), reference.size());
+    int64_t equal = 0, total = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const auto& want = reference[i];
+      size_t t = 0;
+      while (t < want.token_ids.size() && got[i].token_ids[t] == want.token_ids[t]) ++t;
+      equal += static_cast<int64_t>(t);
+      total += static_cast<int64_t>(want.token_ids.size());
+      if (t == want.token_ids.size()) continue;
+      const float gap = want.logprobs[t][0].logprob - want.logprobs[t][1].logprob;
+      EXPECT_LT(gap, 0.05f) << (quest ? "quest" : "dense") << ", request " << i << " differs at token " << t
+                            << " where the reference's margin is " << gap;
+    }
+    std::printf("%s: %lld of %lld tokens equal before the first difference\n", quest ? "quest" : "dense",
+                static_cast<long long>(equal), static_cast<long long>(total));
+    const OffloadStats& st = llm.engine().runner().offload()->stats();
+    EXPECT_EQ(st.prefills, 4);
+    EXPECT_LT(st.decode_steps, st.decode_tokens);  // batched
+  }
+}
+
 // Sparse prefill on CUDA (the AvgPool and XAttention estimators, then the block-sparse kernel): a threshold of
 // 1 keeps every causal block, so the tokens are the dense ones, on the normal path (1024-token chunks) and in
 // the offload prefill; a low threshold really goes sparse (the counters read the GPU patterns) and still generates.

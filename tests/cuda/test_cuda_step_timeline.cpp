@@ -4,7 +4,8 @@
 // NANOVLLM_STEP_TIMELINE_TP the tensor-parallel size (default 1; GPU 0's records are shown).
 // Prints, for the last decode steps, every record outside the graph's layers (copies, the sampler,
 // the feed kernel, the embedding and LM head) with its gap to the record before it, and one step's GPU
-// time per kernel name with the idle gaps between records.
+// time per kernel name with the idle gaps between records. The same for the offloaded Quest decode step
+// (issue 30), of one or several long requests at once.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "kernel_timeline.h"
 #include "nanovllm/llm/llm_engine.h"
@@ -19,31 +21,10 @@
 namespace nanovllm {
 namespace {
 
-TEST(CudaStepTimelineBench, DISABLED_DecodeBatchOne) {
-  const char* model = std::getenv("NANOVLLM_STEP_TIMELINE_MODEL");
-  if (model == nullptr) GTEST_SKIP() << "set NANOVLLM_STEP_TIMELINE_MODEL";
-  if (!cuda_test::KernelTimeline::available()) GTEST_SKIP() << "CUPTI not loadable (set NANOVLLM_CUPTI_LIB)";
-  EngineConfig ec;
-  ec.model.path = model;
-  ec.model.backend = Backend::kCuda;
-  ec.scheduler.max_num_seqs = 8;
-  if (const char* tp = std::getenv("NANOVLLM_STEP_TIMELINE_TP")) ec.parallel.tensor_parallel_size = std::atoi(tp);
-  LLMEngine engine(ec);
-  std::mt19937 rng(1);
-  std::vector<int32_t> prompt(1024);
-  for (int32_t& id : prompt) id = static_cast<int32_t>(rng() % 1000);
-  SamplingParams sp;
-  sp.temperature = 0;
-  sp.ignore_eos = true;
-  sp.max_tokens = 64;
-  engine.add_request(prompt, sp);
-  for (int i = 0; i < 40; ++i) engine.step();  // prefill + warm decode steps
-  cuda_test::KernelTimeline tl;
-  tl.start();
-  for (int i = 0; i < 8; ++i) engine.step();
-  std::vector<cuda_test::KernelRecord> recs = tl.stop();
-  while (engine.has_unfinished()) engine.step();
-  std::erase_if(recs, [](const cuda_test::KernelRecord& r) { return r.device != 0; });
+// Prints, for a timeline of whole decode steps (each opened by the embedding kernel), the step-to-step
+// times, the records around the second-to-last step's start and end, and that step's GPU time per kernel
+// name with the idle gaps between records.
+void report_steps(const std::vector<cuda_test::KernelRecord>& recs) {
   ASSERT_FALSE(recs.empty());
 
   // Step boundaries: the embedding kernel opens each step's graph.
@@ -85,6 +66,78 @@ TEST(CudaStepTimelineBench, DISABLED_DecodeBatchOne) {
               static_cast<double>(recs[b].start_ns - recs[a].start_ns) / 1e3, busy_us, idle_us);
   for (const auto& [name, e] : by_name)
     std::printf("  %-32s %5d x  %9.1f us  (%.2f us each)\n", name.c_str(), e.first, e.second, e.second / e.first);
+}
+
+TEST(CudaStepTimelineBench, DISABLED_DecodeBatchOne) {
+  const char* model = std::getenv("NANOVLLM_STEP_TIMELINE_MODEL");
+  if (model == nullptr) GTEST_SKIP() << "set NANOVLLM_STEP_TIMELINE_MODEL";
+  if (!cuda_test::KernelTimeline::available()) GTEST_SKIP() << "CUPTI not loadable (set NANOVLLM_CUPTI_LIB)";
+  EngineConfig ec;
+  ec.model.path = model;
+  ec.model.backend = Backend::kCuda;
+  ec.scheduler.max_num_seqs = 8;
+  if (const char* tp = std::getenv("NANOVLLM_STEP_TIMELINE_TP")) ec.parallel.tensor_parallel_size = std::atoi(tp);
+  LLMEngine engine(ec);
+  std::mt19937 rng(1);
+  std::vector<int32_t> prompt(1024);
+  for (int32_t& id : prompt) id = static_cast<int32_t>(rng() % 1000);
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.ignore_eos = true;
+  sp.max_tokens = 64;
+  engine.add_request(prompt, sp);
+  for (int i = 0; i < 40; ++i) engine.step();  // prefill + warm decode steps
+  cuda_test::KernelTimeline tl;
+  tl.start();
+  for (int i = 0; i < 8; ++i) engine.step();
+  std::vector<cuda_test::KernelRecord> recs = tl.stop();
+  while (engine.has_unfinished()) engine.step();
+  std::erase_if(recs, [](const cuda_test::KernelRecord& r) { return r.device != 0; });
+  report_steps(recs);
+}
+
+// The offloaded Quest decode step of NANOVLLM_STEP_TIMELINE_SEQS (default 1) requests of
+// NANOVLLM_STEP_TIMELINE_CONTEXT (default 131000) tokens at once, budget 2048 in pages of 16: its kernels and
+// copies, and the GPU's idle time between them (the host launching one kernel or copy after another).
+TEST(CudaStepTimelineBench, DISABLED_OffloadedQuestDecode) {
+  const char* model = std::getenv("NANOVLLM_STEP_TIMELINE_MODEL");
+  if (model == nullptr) GTEST_SKIP() << "set NANOVLLM_STEP_TIMELINE_MODEL";
+  if (!cuda_test::KernelTimeline::available()) GTEST_SKIP() << "CUPTI not loadable (set NANOVLLM_CUPTI_LIB)";
+  const char* ctx_env = std::getenv("NANOVLLM_STEP_TIMELINE_CONTEXT");
+  const char* seqs_env = std::getenv("NANOVLLM_STEP_TIMELINE_SEQS");
+  const int64_t context = ctx_env ? std::atoll(ctx_env) : 131000;
+  const int64_t seqs = seqs_env ? std::atoll(seqs_env) : 1;
+  EngineConfig ec;
+  ec.model.path = model;
+  ec.model.backend = Backend::kCuda;
+  ec.model.max_model_len = context + 64;
+  ec.cache.block_size = 16;
+  ec.cache.num_kv_blocks = 64;
+  ec.cache.enable_prefix_caching = false;
+  ec.offload.enabled = true;
+  ec.offload.min_tokens = 1;
+  ec.offload.max_num_seqs = seqs;
+  ec.sparse.policy = SparsePolicy::kQuest;
+  ec.sparse.budget_tokens = 2048;
+  LLMEngine engine(ec);
+  std::mt19937 rng(1);
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.ignore_eos = true;
+  sp.max_tokens = 40;
+  for (int64_t r = 0; r < seqs; ++r) {
+    std::vector<int32_t> prompt(static_cast<size_t>(context));
+    for (int32_t& id : prompt) id = static_cast<int32_t>(rng() % 100000);
+    engine.add_request(prompt, sp);
+  }
+  for (int i = 0; i < seqs + 10; ++i) engine.step();  // the prefills + warm decode steps
+  cuda_test::KernelTimeline tl;
+  tl.start();
+  for (int i = 0; i < 6; ++i) engine.step();
+  std::vector<cuda_test::KernelRecord> recs = tl.stop();
+  while (engine.has_unfinished()) engine.step();
+  std::erase_if(recs, [](const cuda_test::KernelRecord& r) { return r.device != 0; });
+  report_steps(recs);
 }
 
 }  // namespace

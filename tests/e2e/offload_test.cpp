@@ -4,6 +4,7 @@
 // latest point the events allow and checks every access for races, so a missing event fails here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <ostream>
@@ -199,6 +200,97 @@ TEST_F(Offload, AbortMidDecodeThenNextRequestIsExact) {
   e.abort_request(id);
   while (e.has_unfinished()) e.step();
   EXPECT_EQ(tokens_of(llm.generate({prompts[1]}, greedy(12))), reference);
+}
+
+// Requests with their own max_tokens through one engine, all submitted at once; outputs by request id.
+std::vector<Result> run_each(LLM& llm, const std::vector<std::vector<int32_t>>& prompts,
+                             const std::vector<int64_t>& max_tokens) {
+  LLMEngine& e = llm.engine();
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < prompts.size(); ++i) ids.push_back(e.add_request(prompts[i], greedy(max_tokens[i])));
+  std::vector<Result> got(prompts.size());
+  while (e.has_unfinished())
+    for (const RequestOutput& o : e.step())
+      got[static_cast<size_t>(std::find(ids.begin(), ids.end(), o.request_id) - ids.begin())] = {o.token_ids, o.logprobs};
+  return got;
+}
+
+// Several offloaded requests at once (offload max_num_seqs 3): 7 requests of different prompt and output
+// lengths pass through 3 lanes, so lanes are freed and reused while others decode, decode steps batch 2-3
+// sequences that cross host blocks at different steps, and prefills run next to the others' decodes. Every
+// request gets exactly its tokens and logprobs of the paged path, for ring sizes below, at and above L.
+TEST_F(Offload, ConcurrentRequestsBatchTheirDecodeStepsAndMatchThePagedPath) {
+  const auto prompts = random_prompts({17, 1, 40, 9, 63, 8, 24}, 512, 11);
+  const std::vector<int64_t> max_tokens = {30, 12, 5, 26, 19, 33, 2};
+  LLM paged(base_);
+  const auto reference = run_each(paged, prompts, max_tokens);
+  for (int64_t nb : {1, 3, 4}) {
+    auto ec = offloaded(8, nb);
+    ec.offload.max_num_seqs = 3;
+    LLM llm(ec);
+    EXPECT_EQ(run_each(llm, prompts, max_tokens), reference) << "num_kv_buffers " << nb;
+    const OffloadStats& st = llm.engine().runner().offload()->stats();
+    int64_t decode_tokens = 0;
+    for (int64_t m : max_tokens) decode_tokens += m - 1;
+    EXPECT_EQ(st.prefills, 7);
+    EXPECT_EQ(st.decode_tokens, decode_tokens);
+    EXPECT_LT(st.decode_steps * 3, decode_tokens * 2);  // more than 1.5 sequences per decode step
+  }
+}
+
+TEST_F(Offload, ConcurrentRequestsWithChunkedLayerPrefillMatch) {
+  // A workspace of 16 rows: the 70-token prompt's layers run in 5 chunks into its lane of the layer buffer.
+  const auto prompts = random_prompts({70, 16, 33, 5}, 512, 12);
+  const std::vector<int64_t> max_tokens = {12, 20, 9, 15};
+  auto paged_ec = base_;
+  paged_ec.scheduler.max_num_batched_tokens = 16;
+  LLM paged(paged_ec);
+  const auto reference = run_each(paged, prompts, max_tokens);
+  auto ec = offloaded(8, 2);
+  ec.scheduler.max_num_batched_tokens = 16;
+  ec.offload.max_num_seqs = 4;
+  LLM llm(ec);
+  EXPECT_EQ(run_each(llm, prompts, max_tokens), reference);
+}
+
+TEST_F(Offload, AbortOneOfConcurrentRequestsOthersStayExact) {
+  const auto prompts = random_prompts({21, 37, 12, 50}, 512, 13);
+  auto ec = offloaded(8, 2);
+  ec.offload.max_num_seqs = 2;
+  LLM paged(base_);
+  const auto reference = run_each(paged, {prompts[1], prompts[2], prompts[3]}, {20, 16, 10});
+  LLM llm(ec);
+  LLMEngine& e = llm.engine();
+  const int64_t doomed = e.add_request(prompts[0], greedy(40));
+  const int64_t kept = e.add_request(prompts[1], greedy(20));
+  for (int i = 0; i < 6; ++i) e.step();
+  e.abort_request(doomed);  // its lane goes to the next request while `kept` decodes on
+  const int64_t next = e.add_request(prompts[2], greedy(16));
+  const int64_t last = e.add_request(prompts[3], greedy(10));
+  std::vector<Result> got(3);
+  while (e.has_unfinished())
+    for (const RequestOutput& o : e.step()) {
+      if (o.request_id == kept) got[0] = {o.token_ids, o.logprobs};
+      if (o.request_id == next) got[1] = {o.token_ids, o.logprobs};
+      if (o.request_id == last) got[2] = {o.token_ids, o.logprobs};
+    }
+  EXPECT_EQ(got, reference);
+}
+
+TEST_F(Offload, ConcurrencyOptionsAreChecked) {
+  auto ec = offloaded(8);
+  ec.offload.max_num_seqs = 0;
+  EXPECT_THROW(LLM{ec}, Error);
+  ec.offload.max_num_seqs = 65;
+  EXPECT_THROW(LLM{ec}, Error);
+  ec.offload.max_num_seqs = 4;
+  ec.scheduler.max_num_seqs = 3;  // a batched decode samples one row per sequence of the runner's workspace
+  try {
+    LLM llm(ec);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("offload_max_num_seqs"), std::string::npos) << e.what();
+  }
 }
 
 // --- the CPU offload device itself (buffers declared before the device: it runs pending copies when destroyed)

@@ -160,6 +160,20 @@ TEST_F(TensorParallel, CpuOffloadOnEveryRankGivesTheUnsplitTokens) {
   }
 }
 
+// Several offloaded requests at once on every rank (offload max_num_seqs 3; 4 of the 6 prompts reach
+// min_tokens, so a lane is reused): each rank's batched decode steps give the unsplit engine's tokens.
+TEST_F(TensorParallel, ConcurrentOffloadedRequestsOnEveryRankGiveTheUnsplitTokens) {
+  EngineConfig ec = config(testing::tiny_model_dir("tp-qwen3", {{"num_hidden_layers", 2}}, 41));
+  ec.model.max_model_len = 256;
+  ec.offload.enabled = true;
+  ec.offload.min_tokens = 18;  // 8, 9, 33 and 70 tokens (+ 10) are offloaded; 1 and 7 stay paged
+  ec.offload.block_size = 8;
+  ec.offload.num_kv_buffers = 2;
+  ec.offload.max_num_seqs = 3;
+  const Outcome whole = run(ec, 1, prompts_);
+  for (int64_t n : {2, 4}) expect_same(run(ec, n, prompts_), whole, "concurrent offload TP" + std::to_string(n));
+}
+
 // The host memory check counts every rank's pool: TP2 splits the 2 KV heads (two half pools: TP1's bytes),
 // TP4 replicates them (four half pools: twice TP1's), so a cpu_memory_limit of exactly TP1's need admits
 // TP1 and TP2 and refuses TP4's request with the rank count in the message.

@@ -2,6 +2,8 @@
 // bytes moved per step, the PCIe floor (KV bytes per decode step / measured H2D rate) and the peak GPU
 // memory next to its formula; then the same prompts with offload off where they fit the GPU cache. With a
 // sparse policy (--sparse-policy quest) also the hot-page cache's hit rate and the selected pages' PCIe bytes.
+// --concurrency N runs N requests of each length together (offload max_num_seqs N): their decode steps are
+// batched, and the report adds the aggregate output tok/s of the steps that decode all N.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -32,6 +34,7 @@ struct OffloadBenchOptions {
   EngineOptions engine;
   std::vector<int64_t> contexts{32768, 131072};
   int64_t output_len = 32;
+  int64_t concurrency = 1;  // requests of each length at once
   int64_t offload_gpu_blocks = 64;  // paged GPU cache of the offload run (unused by it; small so the peak is honest)
   bool no_compare = false;
   std::string json_out;
@@ -44,27 +47,38 @@ std::vector<int32_t> random_prompt(std::mt19937_64& rng, int64_t n, int64_t voca
 }
 
 struct RunResult {
-  double prefill_s = 0;             // until the first token (host pool allocation excluded)
-  std::vector<double> decode_step_s;
+  double prefill_s = 0;             // until every request has its first token (host pool allocation excluded)
+  std::vector<double> decode_step_s;  // the steps that decode every request (all prefills done)
 };
 
-// One request: steps until its first token (the prefill), then one step per decode token.
-RunResult run_request(LLMEngine& e, const std::vector<int32_t>& prompt, int64_t output_len, OffloadRunner* off) {
+// Requests submitted together: steps until each has its first token (the prefills, admitted one per step
+// when their prompts fill the step's token budget, next to the earlier ones' decodes), then the steps that
+// decode all of them, until the first finishes.
+RunResult run_requests(LLMEngine& e, const std::vector<std::vector<int32_t>>& prompts, int64_t output_len,
+                       OffloadRunner* off) {
   SamplingParams sp;
   sp.temperature = 0;
   sp.ignore_eos = true;
   sp.max_tokens = output_len;
   RunResult r;
-  e.add_request(prompt, sp);
+  for (const std::vector<int32_t>& p : prompts) e.add_request(p, sp);
+  const auto n = static_cast<int64_t>(prompts.size());
   const double alloc0 = off ? off->stats().host_alloc_s : 0;
   const int64_t generated0 = e.num_generated_tokens();
   const auto t0 = Clock::now();
-  while (e.has_unfinished() && e.num_generated_tokens() == generated0) e.step();
+  // Every request has its first token when n tokens were generated and no step decoded yet: with several
+  // requests, count prefills instead (the earlier requests decode while later ones prefill).
+  const int64_t prefills0 = off ? off->stats().prefills : 0;
+  auto prefilled = [&] {
+    return off ? off->stats().prefills - prefills0 >= n : e.num_generated_tokens() - generated0 >= n;
+  };
+  while (e.has_unfinished() && !prefilled()) e.step();
   r.prefill_s = seconds_since(t0) - (off ? off->stats().host_alloc_s - alloc0 : 0);
   while (e.has_unfinished()) {
+    const int64_t unfinished = e.load_stats().num_running + e.load_stats().num_waiting;
     const auto t = Clock::now();
     e.step();
-    r.decode_step_s.push_back(seconds_since(t));
+    if (unfinished == n) r.decode_step_s.push_back(seconds_since(t));
   }
   return r;
 }
@@ -101,7 +115,9 @@ void run_offload_bench(const OffloadBenchOptions& o) {
   EngineConfig ec = base;
   ec.offload.enabled = true;
   ec.offload.min_tokens = 1;
-  ec.sparse_prefill.count_blocks = true;  // the sparse prefill's density per request (a sync per layer chunk)
+  ec.sparse_prefill.count_blocks = true;
+  ec.offload.max_num_seqs = std::max(ec.offload.max_num_seqs, o.concurrency);
+  ec.scheduler.max_num_seqs = std::max(ec.scheduler.max_num_seqs, o.concurrency);  // the sparse prefill's density per request (a sync per layer chunk)
   if (ec.cache.num_kv_blocks == 0) ec.cache.num_kv_blocks = o.offload_gpu_blocks;
   report["offload"] = nlohmann::json::array();
   std::vector<std::vector<int32_t>> prompts;
@@ -112,7 +128,15 @@ void run_offload_bench(const OffloadBenchOptions& o) {
     OffloadRunner* off = e.runner().offload();
     NANOVLLM_CHECK(off != nullptr, "bench offload: the runner has no offload path");
     for (int64_t c : o.contexts) prompts.push_back(random_prompt(rng, c, mc.vocab_size));
-    run_request(e, random_prompt(rng, 256, mc.vocab_size), 4, off);  // warm-up: GEMM algorithms, workspaces
+    auto batch_of = [&](size_t i) {  // the first request is prompts[i] (the offload-off run's), then fresh ones
+      std::vector<std::vector<int32_t>> b{prompts[i]};
+      for (int64_t k = 1; k < o.concurrency; ++k) b.push_back(random_prompt(rng, o.contexts[i], mc.vocab_size));
+      return b;
+    };
+    // Warm-up: GEMM algorithms, workspaces (and the batched decode's shapes).
+    std::vector<std::vector<int32_t>> warm;
+    for (int64_t i = 0; i < o.concurrency; ++i) warm.push_back(random_prompt(rng, 256, mc.vocab_size));
+    run_requests(e, warm, 4, off);
 
     const OffloadFootprint fp = off->footprint();
     const ModelCost cost(mc);
@@ -127,23 +151,27 @@ void run_offload_bench(const OffloadBenchOptions& o) {
       const int64_t c = o.contexts[i];
       const OffloadStats s0 = off->stats();
       const SparsePrefillCounters sp0 = sparse_prefill_counters(e);
-      const RunResult r = run_request(e, prompts[i], o.output_len, off);
+      const PageCacheCounters pc0 = off->sparse_cache_counters();
+      const RunResult r = run_requests(e, batch_of(i), o.output_len, off);
       const OffloadStats s1 = off->stats();
       const SparsePrefillCounters sp = sparse_prefill_counters(e).since(sp0);
       const double steps = static_cast<double>(s1.decode_steps - s0.decode_steps);
       // Decode traffic: every step loads each layer's flushed prefix; D2H only when a host block fills.
-      const double prefill_d2h = kv_token_layer * static_cast<double>(c * layers);
+      const double prefill_d2h = kv_token_layer * static_cast<double>(c * layers * o.concurrency);
       double h2d_step = steps > 0 ? static_cast<double>(s1.h2d_bytes - s0.h2d_bytes) / steps : 0;
       const double d2h_step = steps > 0 ? (static_cast<double>(s1.d2h_bytes - s0.d2h_bytes) - prefill_d2h) / steps : 0;
       const double ms = 1e3 * median(r.decode_step_s);
-      nlohmann::json row = {{"context", c},           {"prefill_s", r.prefill_s},
-                            {"prefill_tok_s", static_cast<double>(c) / r.prefill_s},
+      const double prompt_tokens = static_cast<double>(c * o.concurrency);
+      nlohmann::json row = {{"context", c},           {"concurrency", o.concurrency}, {"prefill_s", r.prefill_s},
+                            {"prefill_tok_s", prompt_tokens / r.prefill_s},
                             {"decode_ms_median", ms}, {"decode_steps", steps},
                             {"host_alloc_s", s1.host_alloc_s - s0.host_alloc_s}};
       if (off->sparse()) {
         // Only the cache misses cross PCIe (plus the page straddling the host pool's end, not counted):
         // a miss is one (layer, KV head, page) of page_size tokens, K and V.
-        const PageCacheCounters pc = off->sparse_cache_counters();  // this request's (reset by its prefill)
+        PageCacheCounters pc = off->sparse_cache_counters();  // since construction: this run's is the difference
+        pc.hits -= pc0.hits;
+        pc.misses -= pc0.misses;
         const double page_bytes = static_cast<double>(ec.cache.block_size) * kv_token_layer /
                                   static_cast<double>(mc.num_key_value_heads);
         h2d_step = steps > 0 ? static_cast<double>(pc.misses) * page_bytes / steps : 0;
@@ -169,9 +197,20 @@ void run_offload_bench(const OffloadBenchOptions& o) {
                                  {"sparse_layer_chunks", sp.sparse_layer_chunks},
                                  {"dense_layer_chunks", sp.dense_layer_chunks}};
       }
-      std::printf("context %7lld: prefill %8.2f s = %8.0f tok/s | decode %8.2f ms/token (median of %zu) | per step H2D %.1f MiB, D2H %.3f MiB",
-                  static_cast<long long>(c), r.prefill_s, static_cast<double>(c) / r.prefill_s, ms, r.decode_step_s.size(),
-                  h2d_step / (1 << 20), d2h_step / (1 << 20));
+      if (o.concurrency > 1) {
+        const double tok_s = ms > 0 ? 1e3 * static_cast<double>(o.concurrency) / ms : 0;
+        std::printf("context %7lld x %lld requests: prefill %8.2f s = %8.0f tok/s | decode %8.2f ms/step of %lld tokens "
+                    "= %.1f output tok/s (median of %zu) | per step H2D %.1f MiB, D2H %.3f MiB",
+                    static_cast<long long>(c), static_cast<long long>(o.concurrency), r.prefill_s,
+                    prompt_tokens / r.prefill_s, ms, static_cast<long long>(o.concurrency), tok_s,
+                    r.decode_step_s.size(), h2d_step / (1 << 20), d2h_step / (1 << 20));
+        row["output_tok_s"] = tok_s;
+      } else {
+        std::printf("context %7lld: prefill %8.2f s = %8.0f tok/s | decode %8.2f ms/token (median of %zu) | per step H2D "
+                    "%.1f MiB, D2H %.3f MiB",
+                    static_cast<long long>(c), r.prefill_s, prompt_tokens / r.prefill_s, ms, r.decode_step_s.size(),
+                    h2d_step / (1 << 20), d2h_step / (1 << 20));
+      }
       row["h2d_bytes_per_step"] = h2d_step;
       row["d2h_bytes_per_step"] = d2h_step;
       if (peaks.measured && ms > 0) {
@@ -218,7 +257,7 @@ void run_offload_bench(const OffloadBenchOptions& o) {
   LLM llm(plain);
   LLMEngine& e = llm.engine();
   const int64_t capacity = e.runner().num_kv_blocks() * plain.cache.block_size;
-  run_request(e, random_prompt(rng, 256, e.model_config().vocab_size), 4, nullptr);
+  run_requests(e, {random_prompt(rng, 256, e.model_config().vocab_size)}, 4, nullptr);
   for (size_t i = 0; i < o.contexts.size(); ++i) {
     const int64_t c = o.contexts[i];
     if (c + o.output_len > capacity) {
@@ -227,7 +266,7 @@ void run_offload_bench(const OffloadBenchOptions& o) {
       report["gpu_only"].push_back({{"context", c}, {"fits", false}});
       continue;
     }
-    const RunResult r = run_request(e, prompts[i], o.output_len, nullptr);
+    const RunResult r = run_requests(e, {prompts[i]}, o.output_len, nullptr);
     const double ms = 1e3 * median(r.decode_step_s);
     std::printf("offload off, context %7lld: prefill %8.2f s = %8.0f tok/s | decode %8.2f ms/token\n",
                 static_cast<long long>(c), r.prefill_s, static_cast<double>(c) / r.prefill_s, ms);
@@ -249,7 +288,12 @@ void register_bench_offload(CLI::App& bench) {
                   "paged GPU KV blocks of the offload run (it does not use them)")
       ->check(at_least(1))
       ->capture_default_str();
-  cmd->add_flag("--no-compare", o->no_compare, "skip the offload-off run");
+  cmd->add_option("--concurrency", o->concurrency,
+                  "offloaded requests of each length at once (their decode steps batched; raises the offload and "
+                  "scheduler max_num_seqs to it)")
+      ->check(at_least(1))
+      ->capture_default_str();
+  cmd->add_flag("--no-compare", o->no_compare, "skip the offload-off run (one request per length)");
   cmd->add_option("--json-out", o->json_out, "write the report as JSON");
   cmd->callback([o] {
     NANOVLLM_CHECK(!o->contexts.empty(), "--context: give at least one length");

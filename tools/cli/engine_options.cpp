@@ -45,9 +45,14 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
   cmd.add_option("--engine-seed", o.engine_seed, "seed of the engine RNG (unseeded requests)");
   cmd.add_flag("--enable-cpu-offload", o.enable_cpu_offload,
                "long context: keep the KV cache of requests that do not fit the GPU cache in host memory "
-               "(layer-wise offload, one such request at a time)");
+               "(layer-wise offload)");
   cmd.add_option("--num-kv-buffers", o.num_kv_buffers, "offload: GPU ring of whole-layer KV buffers")
       ->check(in_range(1, 8))
+      ->capture_default_str();
+  cmd.add_option("--offload-max-num-seqs", o.offload_max_num_seqs,
+                 "offload: offloaded requests at once (their decode steps batched; each ring buffer holds a "
+                 "layer of each)")
+      ->check(in_range(1, 64))
       ->capture_default_str();
   cmd.add_option("--offload-block-size", o.offload_block_size, "offload: host KV block in tokens")
       ->check(at_least(1))
@@ -182,6 +187,7 @@ EngineConfig EngineOptions::to_config() const {
   c.scheduler.async_scheduling = !no_async_scheduling;
   c.offload.enabled = enable_cpu_offload;
   c.offload.num_kv_buffers = num_kv_buffers;
+  c.offload.max_num_seqs = offload_max_num_seqs;
   c.offload.block_size = offload_block_size;
   c.offload.cpu_memory_limit = static_cast<int64_t>(cpu_memory_limit_gib * (1LL << 30));
   c.offload.min_tokens = offload_min_tokens;

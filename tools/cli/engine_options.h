@@ -29,6 +29,7 @@ struct EngineOptions {
   uint64_t engine_seed = 0;
   bool enable_cpu_offload = false;
   int64_t num_kv_buffers = 4;
+  int64_t offload_max_num_seqs = 1;
   int64_t offload_block_size = 1024;
   double cpu_memory_limit_gib = 0;
   int64_t offload_min_tokens = 0;

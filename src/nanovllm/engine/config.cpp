@@ -24,6 +24,8 @@ void SchedulerConfig::validate() const {
 
 void OffloadConfig::validate() const {
   NANOVLLM_CHECK(num_kv_buffers >= 1 && num_kv_buffers <= 8, "num_kv_buffers must be in [1, 8], got ", num_kv_buffers);
+  NANOVLLM_CHECK(max_num_seqs >= 1 && max_num_seqs <= 64, "offload_max_num_seqs must be in [1, 64], got ",
+                 max_num_seqs);
   NANOVLLM_CHECK(block_size >= 1, "offload_block_size must be >= 1, got ", block_size);
   NANOVLLM_CHECK(cpu_memory_limit >= 0, "cpu_memory_limit must be >= 0, got ", cpu_memory_limit);
   NANOVLLM_CHECK(min_tokens >= 0, "offload_min_tokens must be >= 0, got ", min_tokens);
@@ -144,6 +146,9 @@ void EngineConfig::validate() const {
     offload.validate();
     // The offloaded prompt is at most max_model_len - 1 tokens, and at least one.
     NANOVLLM_CHECK(model.max_model_len >= 2, "offload: max_model_len must be >= 2, got ", model.max_model_len);
+    // A batched offloaded decode step samples one row per sequence from the runner's workspace.
+    NANOVLLM_CHECK(offload.max_num_seqs <= scheduler.max_num_seqs, "offload_max_num_seqs ", offload.max_num_seqs,
+                   " exceeds max_num_seqs ", scheduler.max_num_seqs);
   }
   sparse.validate();
   parallel.validate();

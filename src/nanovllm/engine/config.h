@@ -56,10 +56,13 @@ struct SchedulerConfig {
 
 // Long context: layer-wise CPU KV offload (runner/offload_runner.h). A request is offloaded when its
 // prompt + max_tokens (capped at max_model_len) does not fit the whole paged KV cache, or reaches
-// min_tokens when that is > 0. Offloaded requests run one at a time, next to the others.
+// min_tokens when that is > 0. Up to max_num_seqs offloaded requests run together (their decode steps
+// batched), next to the others.
 struct OffloadConfig {
   bool enabled = false;
   int64_t num_kv_buffers = 4;     // decode ring of whole-layer KV buffers (and prefill ping-pong), 1..8
+  int64_t max_num_seqs = 1;       // offloaded sequences at once, 1..64: each has its own host pool, and
+                                  // every ring buffer holds a layer of each (GPU memory grows with it)
   int64_t block_size = 1024;      // host KV block in tokens: decode buffer length, flush granularity
   int64_t cpu_memory_limit = 0;   // bytes of host KV pool; 0: the machine's available memory
   int64_t min_tokens = 0;         // offload requests this long (prompt + max_tokens) or longer;

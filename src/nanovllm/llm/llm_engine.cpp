@@ -33,16 +33,17 @@ RequestOutput make_output(Sequence& seq) {
   return o;
 }
 
-// The offload lane's scheduler config: one sequence at a time, its whole prompt in one (layer-wise)
-// step; its blocks count host pool blocks, enough for one max_model_len sequence (the host memory check
-// comes first), and it draws from its own engine RNG stream.
+// The offload lane's scheduler config: up to offload.max_num_seqs sequences, each prompt whole in one
+// (layer-wise) step; its blocks count host pool blocks, enough for that many max_model_len sequences (the
+// host memory check comes first), so it never preempts, and its token budget holds every decode: each step
+// lists every running sequence, which the offload runner's lanes rely on. Its own engine RNG stream.
 EngineConfig offload_lane_config(const EngineConfig& config) {
   EngineConfig lane = config;
-  lane.scheduler.max_num_seqs = 1;
-  lane.scheduler.max_num_batched_tokens = config.model.max_model_len;
+  lane.scheduler.max_num_seqs = config.offload.max_num_seqs;
+  lane.scheduler.max_num_batched_tokens = config.model.max_model_len + config.offload.max_num_seqs;
   lane.scheduler.enable_chunked_prefill = false;
   lane.cache.block_size = config.offload.block_size;
-  lane.cache.num_kv_blocks = lane.blocks_per_max_len_seq();
+  lane.cache.num_kv_blocks = config.offload.max_num_seqs * lane.blocks_per_max_len_seq();
   lane.cache.enable_prefix_caching = false;
   lane.model.seed = config.model.seed ^ 0x6f66666c6f616421ULL;
   return lane;

@@ -28,53 +28,65 @@ OffloadRunner::OffloadRunner(const Qwen3Model& model, std::unique_ptr<OffloadDev
       max_model_len_(config.model.max_model_len),
       host_ranks_(config.parallel.ranks_per_node()),
       ws_(ws),
-      sample_(std::move(sample)),
-      host_(dev_->host_allocator(), model.num_layers(),
-            model.config().num_key_value_heads * model.config().head_dim *
-                static_cast<int64_t>(dtype_size(model.activation_dtype()))) {
+      sample_(std::move(sample)) {
   const ModelConfig& c = model.config();
   num_layers_ = model.num_layers();
   num_slots_ = std::min(cfg_.num_kv_buffers, num_layers_);  // more slots than layers never fill
   act_ = model.activation_dtype();
   token_bytes_ = c.num_key_value_heads * c.head_dim * static_cast<int64_t>(dtype_size(act_));
   chunk_ = ws_.hidden.dim(0);
-  NANOVLLM_CHECK(chunk_ >= 1 && ws_.logits.dim(0) >= 1, "offload: the runner workspace has no rows");
+  const int64_t lanes = cfg_.max_num_seqs;
+  NANOVLLM_CHECK(chunk_ >= 1 && ws_.logits.dim(0) >= lanes, "offload: the runner workspace has ", chunk_,
+                 " rows and ", ws_.logits.dim(0), " logits rows; ", lanes, " offloaded sequences need as many");
   const bool sparse = config.sparse.policy == SparsePolicy::kQuest;
-  const int64_t page = config.cache.block_size;  // a Quest page (sparse decode)
+  page_size_ = config.cache.block_size;  // a Quest page (sparse decode)
+  const int64_t page = page_size_;
   // The buffers must hold whole view blocks and, for sparse decode, whole pages.
   capacity_ = round_up(max_model_len_, sparse ? std::lcm(kViewBlock, page) : kViewBlock);
-  const Device dev = dev_->device();
   Allocator& da = dev_->device_allocator();
+  for (int64_t i = 0; i < lanes; ++i) {
+    Lane lane;
+    lane.host = std::make_unique<OffloadHostPool>(dev_->host_allocator(), num_layers_, token_bytes_);
+    lanes_.push_back(std::move(lane));
+  }
 
   // Device buffers, all allocated once: the ring, the decode buffers, the prefill hidden state.
   const size_t tb = static_cast<size_t>(token_bytes_);
-  ring_ = Buffer(da, static_cast<size_t>(num_slots_) * 2 * static_cast<size_t>(capacity_) * tb);
+  const size_t slot_tokens = static_cast<size_t>(lanes * capacity_);
+  ring_ = Buffer(da, static_cast<size_t>(num_slots_) * 2 * slot_tokens * tb);
   for (int64_t s = 0; s < num_slots_; ++s) {
-    char* k = static_cast<char*>(ring_.data()) + static_cast<size_t>(2 * s * capacity_) * tb;
-    slots_.push_back({k, k + static_cast<size_t>(capacity_) * tb});
+    char* k = static_cast<char*>(ring_.data()) + static_cast<size_t>(2 * s) * slot_tokens * tb;
+    slots_.push_back({k, k + slot_tokens * tb});
   }
-  decode_buf_ = Buffer(da, static_cast<size_t>(num_layers_) * 2 * static_cast<size_t>(cfg_.block_size) * tb);
+  decode_buf_ =
+      Buffer(da, static_cast<size_t>(lanes * num_layers_) * 2 * static_cast<size_t>(cfg_.block_size) * tb);
   hidden_ = Buffer(da, act_, Shape{max_model_len_, c.hidden_size});
   residual_ = Buffer(da, act_, Shape{max_model_len_, c.hidden_size});
-  const int64_t meta_ints = max_model_len_ + 4 * ceil_div(max_model_len_, chunk_) + 8;
-  iota_ = Buffer(da, DType::kI32, Shape{capacity_ + 2});
-  meta_dev_ = Buffer(da, DType::kI32, Shape{std::max(meta_ints, capacity_ + 2)});
-  meta_host_ = Buffer(dev_->host_allocator(), DType::kI32, Shape{std::max(meta_ints, capacity_ + 2)});
-  (void)dev;
+  // Step inputs: a prefill's ids and per-chunk ints; a decode step's 5 ints per row and its tables (view
+  // blocks and, for sparse decode, pages, of every row's lane).
+  const int64_t prefill_ints = max_model_len_ + 4 * ceil_div(max_model_len_, chunk_);
+  const int64_t decode_ints = lanes * (5 + capacity_ / kViewBlock + (sparse ? capacity_ / page : 0));
+  const int64_t meta_ints = std::max(prefill_ints, decode_ints) + 8;
+  iota_ = Buffer(da, DType::kI32, Shape{lanes * capacity_ + 2});
+  meta_dev_ = Buffer(da, DType::kI32, Shape{meta_ints});
+  meta_host_ = Buffer(dev_->host_allocator(), DType::kI32, Shape{std::max(meta_ints, lanes * capacity_ + 2)});
   if (sparse) {
     const int64_t pages = capacity_ / page;
     const QuestShape shape{.num_layers = num_layers_,
-                           .num_blocks = pages,
+                           .num_blocks = lanes * pages,
                            .block_size = page,
                            .num_kv_heads = c.num_key_value_heads,
                            .num_query_heads = c.num_attention_heads,
                            .head_dim = c.head_dim,
                            .kv_dtype = act_,
-                           .max_num_seqs = 1,
+                           .max_num_seqs = lanes,
                            .max_blocks_per_seq = pages};
-    sparse_ = std::make_unique<OffloadSparseAttention>(
-        shape, config.sparse.budget_pages(page), SparseConfig::kSinkPages, SparseConfig::kRecentPages,
-        config.sparse.cache_tokens(), iota_.view(), host_, da);
+    std::vector<const OffloadHostPool*> hosts;
+    for (const Lane& lane : lanes_) hosts.push_back(lane.host.get());
+    sparse_ = std::make_unique<OffloadSparseAttention>(shape, config.sparse.budget_pages(page),
+                                                       SparseConfig::kSinkPages, SparseConfig::kRecentPages,
+                                                       config.sparse.cache_tokens(), std::move(hosts), da,
+                                                       dev_->compute_stream());
     footprint_.sparse = sparse_->device_bytes();
     prefill_attention_ = sparse_.get();  // sparse decode: fills the page metadata, attends densely
   }
@@ -97,13 +109,14 @@ OffloadRunner::OffloadRunner(const Qwen3Model& model, std::unique_ptr<OffloadDev
 
   // iota: positions, slot mappings and identity block tables are all views of it.
   int32_t* h = meta_host_.view().data_as<int32_t>();
-  for (int64_t i = 0; i < capacity_ + 2; ++i) h[i] = static_cast<int32_t>(i);
-  dev_->copy(iota_.data(), h, static_cast<size_t>(capacity_ + 2) * 4, CopyKind::kH2D, OffloadDevice::kCompute,
-             "iota upload");
+  for (int64_t i = 0; i < lanes * capacity_ + 2; ++i) h[i] = static_cast<int32_t>(i);
+  dev_->copy(iota_.data(), h, static_cast<size_t>(lanes * capacity_ + 2) * 4, CopyKind::kH2D,
+             OffloadDevice::kCompute, "iota upload");
   dev_->synchronize();  // once, at construction: the staging buffer is reused by every step
-  NANOVLLM_INFO("cpu offload: ", num_slots_, " layer buffers of ", capacity_, " tokens (", gib(footprint_.ring),
-                " GiB), decode buffers ", gib(footprint_.decode_buffers), " GiB, prefill hidden state ",
-                gib(footprint_.hidden), " GiB, prefill chunk ", chunk_, " tokens",
+  NANOVLLM_INFO("cpu offload: ", lanes, lanes == 1 ? " sequence" : " sequences at once", ", ", num_slots_,
+                " layer buffers of ", lanes, " x ", capacity_, " tokens (", gib(footprint_.ring), " GiB), decode buffers ",
+                gib(footprint_.decode_buffers), " GiB, prefill hidden state ", gib(footprint_.hidden),
+                " GiB, prefill chunk ", chunk_, " tokens",
                 sparse ? detail::concat(", sparse decode (page min/max + hot-page cache) ", gib(footprint_.sparse), " GiB")
                        : std::string());
 }
@@ -131,6 +144,15 @@ int64_t OffloadRunner::host_bytes_for(int64_t tokens) const {
 
 void OffloadRunner::check_host_memory(int64_t tokens) const { check_pool(tokens, host_ranks_); }
 
+int64_t OffloadRunner::largest_free_lane() const {
+  int64_t best = -1;
+  for (int64_t i = 0; i < num_lanes(); ++i) {
+    const Lane& lane = lanes_[static_cast<size_t>(i)];
+    if (lane.seq_id < 0 && (best < 0 || lane.host->bytes() > lanes_[static_cast<size_t>(best)].host->bytes())) best = i;
+  }
+  return best;
+}
+
 void OffloadRunner::check_pool(int64_t tokens, int64_t ranks) const {
   const int64_t need = ranks * host_bytes_for(tokens);
   const auto explain = [&] {
@@ -142,25 +164,41 @@ void OffloadRunner::check_pool(int64_t tokens, int64_t ranks) const {
                  " GiB; shorten the prompt or max_tokens, or raise --cpu-memory-limit");
   const int64_t available = available_host_memory_bytes();
   if (available < 0) return;
-  // The pool this runner already holds is reused (or freed before growing).
-  const int64_t usable = available + static_cast<int64_t>(host_.bytes());
+  // The largest free lane's pool is reused (or freed before growing); the busy lanes' pools stay.
+  const int64_t free_lane = largest_free_lane();
+  const int64_t reusable = free_lane < 0 ? 0 : static_cast<int64_t>(lanes_[static_cast<size_t>(free_lane)].host->bytes());
+  const int64_t usable = available + ranks * reusable;
   NANOVLLM_CHECK(need <= usable, "the request needs ", gib(need), " GiB of pinned host KV cache (", explain(),
                  "), but the machine has only ", gib(usable), " GiB of memory available");
 }
 
 TensorView OffloadRunner::index_view(int64_t offset, int64_t n) const {
-  NANOVLLM_ASSERT(offset >= 0 && offset + n <= capacity_ + 2);
+  NANOVLLM_ASSERT(offset >= 0 && offset + n <= num_lanes() * capacity_ + 2);
   return TensorView(static_cast<int32_t*>(iota_.data()) + offset, DType::kI32, Shape{n}, dev_->device());
+}
+
+TensorView OffloadRunner::device_ints(int64_t offset, int64_t n) const {
+  return TensorView(static_cast<int32_t*>(meta_dev_.data()) + offset, DType::kI32, Shape{n}, dev_->device());
+}
+
+size_t OffloadRunner::lane_offset(int64_t lane) const {
+  return static_cast<size_t>(lane * capacity_) * static_cast<size_t>(token_bytes_);
+}
+
+char* OffloadRunner::decode_buffer(int64_t lane, int64_t layer, bool value) const {
+  const size_t tokens = static_cast<size_t>(((lane * num_layers_ + layer) * 2 + (value ? 1 : 0)) * cfg_.block_size);
+  return static_cast<char*>(decode_buf_.data()) + tokens * static_cast<size_t>(token_bytes_);
 }
 
 LayerKvCache OffloadRunner::slot_cache(int64_t s) const {
   const ModelConfig& c = model_.config();
-  const Shape shape{capacity_ / kViewBlock, kViewBlock, c.num_key_value_heads, c.head_dim};
+  const Shape shape{num_lanes() * capacity_ / kViewBlock, kViewBlock, c.num_key_value_heads, c.head_dim};
   const Slot& slot = slots_[static_cast<size_t>(s)];
   return {TensorView(slot.k, act_, shape, dev_->device()), TensorView(slot.v, act_, shape, dev_->device())};
 }
 
-AttentionMetadata OffloadRunner::attention(int64_t start, int64_t query_len, TensorView cu, TensorView ctx) const {
+AttentionMetadata OffloadRunner::prefill_attention(int64_t lane, int64_t start, int64_t query_len, TensorView cu,
+                                                   TensorView ctx) const {
   AttentionMetadata a;
   a.num_seqs = 1;
   a.num_tokens = query_len;
@@ -169,8 +207,9 @@ AttentionMetadata OffloadRunner::attention(int64_t start, int64_t query_len, Ten
   a.cu_seqlens_q = cu;      // [2]: {0, query_len}
   a.context_lens = ctx;     // [1]: {start + query_len}
   const int64_t blocks = ceil_div(start + query_len, kViewBlock);
-  a.block_tables = index_view(0, blocks).reshape({1, blocks});  // identity: the buffer in order
-  a.slot_mapping = index_view(start, query_len);              // token at position p goes to slot p
+  // The lane's region in order: position p is slot lane x capacity + p.
+  a.block_tables = index_view(lane * capacity_ / kViewBlock, blocks).reshape({1, blocks});
+  a.slot_mapping = index_view(lane * capacity_ + start, query_len);
   a.block_size = kViewBlock;
   return a;
 }
@@ -181,27 +220,84 @@ void OffloadRunner::upload_ints(const int32_t* data, int64_t n) {
              "step inputs upload");
 }
 
+void OffloadRunner::release_finished(const SchedulerOutput& out) {
+  for (Lane& lane : lanes_) {
+    if (lane.seq_id < 0) continue;
+    const bool listed = std::any_of(out.seqs.begin(), out.seqs.end(),
+                                    [&](const ScheduledSequence& s) { return s.seq->seq_id == lane.seq_id; });
+    if (!listed) lane.seq_id = -1;  // finished or aborted (see the header); its pool stays for the next
+  }
+}
+
+int64_t OffloadRunner::take_lane(const Sequence& seq) {
+  for (const Lane& lane : lanes_)
+    NANOVLLM_CHECK(lane.seq_id != seq.seq_id, "offload: request ", seq.seq_id, " is prefilled again while it holds a lane");
+  const int64_t lane = largest_free_lane();
+  NANOVLLM_CHECK(lane >= 0, "offload: request ", seq.seq_id, " needs a lane, but all ", num_lanes(),
+                 " (offload max_num_seqs) are busy");
+  return lane;
+}
+
+int64_t OffloadRunner::lane_of(const Sequence& seq) const {
+  for (int64_t i = 0; i < num_lanes(); ++i) {
+    const Lane& lane = lanes_[static_cast<size_t>(i)];
+    if (lane.seq_id != seq.seq_id) continue;
+    NANOVLLM_CHECK(seq.num_computed_tokens == lane.len && seq.num_tokens() == lane.len + 1, "offload: decode step of request ",
+                   seq.seq_id, " at ", seq.num_computed_tokens, " tokens, but its lane holds ", lane.len, " tokens");
+    return i;
+  }
+  NANOVLLM_FAIL("offload: decode step of request ", seq.seq_id, " at ", seq.num_computed_tokens,
+                " tokens, but no lane holds it");
+}
+
 std::vector<SampledToken> OffloadRunner::execute(const SchedulerOutput& out) {
-  NANOVLLM_CHECK(out.seqs.size() == 1, "the offload runner runs one sequence per step, got ", out.seqs.size());
-  const ScheduledSequence& sch = out.seqs[0];
-  const Sequence& seq = *sch.seq;
-  NANOVLLM_CHECK(sch.sample, "offload: request ", seq.seq_id, " must sample every step (whole-prompt prefill)");
-  if (seq.num_computed_tokens == 0) {
+  release_finished(out);
+  std::vector<const Sequence*> decodes;
+  std::vector<int64_t> decode_lanes;
+  std::vector<std::pair<size_t, SampledToken>> prefilled;  // (position in out, token)
+  bool samples = true;  // whether this rank's sampler returns tokens
+  for (size_t i = 0; i < out.seqs.size(); ++i) {
+    const ScheduledSequence& sch = out.seqs[i];
+    const Sequence& seq = *sch.seq;
+    NANOVLLM_CHECK(sch.sample, "offload: request ", seq.seq_id, " must sample every step (whole-prompt prefill)");
+    if (seq.num_computed_tokens > 0) {
+      NANOVLLM_CHECK(sch.num_new_tokens == 1, "offload: request ", seq.seq_id, " decodes one token per step, got ",
+                     sch.num_new_tokens);
+      decodes.push_back(&seq);
+      decode_lanes.push_back(lane_of(seq));
+      continue;
+    }
     NANOVLLM_CHECK(sch.num_new_tokens == seq.num_tokens(), "offload: request ", seq.seq_id,
                    " must prefill its whole prompt in one step (", seq.num_tokens(), " tokens), got ",
                    sch.num_new_tokens);
-    prefill(seq, sch.num_new_tokens);
-  } else {
-    NANOVLLM_CHECK(seq.seq_id == seq_id_ && seq.num_computed_tokens == len_ && sch.num_new_tokens == 1 &&
-                       seq.num_tokens() == len_ + 1,
-                   "offload: decode step of request ", seq.seq_id, " at ", seq.num_computed_tokens,
-                   " tokens, but the host pool holds request ", seq_id_, " at ", len_, " tokens");
-    decode(seq);
+    const int64_t lane = take_lane(seq);
+    prefill(lane, seq, sch.num_new_tokens);
+    std::vector<SampledToken> t = sample_({&seq}, ws_.logits.data_as<float>());
+    samples = !t.empty();
+    if (samples) prefilled.emplace_back(i, std::move(t[0]));
   }
-  return sample_({&seq}, ws_.logits.data_as<float>());
+  std::vector<SampledToken> decoded;
+  if (!decodes.empty()) {
+    decode(decodes, decode_lanes);
+    decoded = sample_(decodes, ws_.logits.data_as<float>());
+    samples = !decoded.empty();
+  }
+  if (!samples) return {};  // a tensor-parallel rank other than the first: its sampler returns nothing
+  NANOVLLM_ASSERT(prefilled.size() + decoded.size() == out.seqs.size());
+  // In `out` order: decodes and prefills interleave as listed.
+  std::vector<SampledToken> sampled;
+  size_t d = 0, p = 0;
+  for (size_t i = 0; i < out.seqs.size(); ++i) {
+    if (p < prefilled.size() && prefilled[p].first == i) {
+      sampled.push_back(std::move(prefilled[p++].second));
+    } else {
+      sampled.push_back(std::move(decoded[d++]));
+    }
+  }
+  return sampled;
 }
 
-void OffloadRunner::prefill(const Sequence& seq, int64_t num_tokens) {
+void OffloadRunner::prefill(int64_t lane_id, const Sequence& seq, int64_t num_tokens) {
   const int64_t T = num_tokens;
   NANOVLLM_CHECK(T >= 1 && T < max_model_len_, "offload: prompt of ", T, " tokens; max_model_len is ",
                  max_model_len_);
@@ -209,18 +305,23 @@ void OffloadRunner::prefill(const Sequence& seq, int64_t num_tokens) {
   const OffloadDevice::Queue compute = OffloadDevice::kCompute;
   const ops::Stream st = dev_->compute_stream();
   const Device device = dev_->device();
+  Lane& lane = lanes_[static_cast<size_t>(lane_id)];
 
-  // A new sequence: nothing of the previous one is read again (its host pool contents are overwritten
-  // before any load reads them, and the ring and decode buffers are rewritten before they are read).
-  seq_id_ = seq.seq_id;
-  len_ = flushed_ = 0;
+  // A new sequence in the lane: nothing of the previous one is read again (its host pool contents are
+  // overwritten before any load reads them, and its ring regions and decode buffers are rewritten before
+  // they are read).
   const int64_t reach = std::min(max_model_len_, std::max(seq.num_prompt_tokens + seq.params.max_tokens, T + 1));
-  seq_capacity_ = round_up(reach, cfg_.block_size);
-  if (seq_capacity_ > host_.capacity()) {
+  const int64_t capacity = round_up(reach, cfg_.block_size);
+  if (capacity > lane.host->capacity()) {
     check_pool(reach, 1);  // this rank's pool (the engine checked the whole group's before admitting it)
-    dev_->synchronize();  // no queue may still touch the old regions
-    stats_.host_alloc_s += host_.reserve(seq_capacity_);
+    dev_->synchronize();   // no queue may still touch the old regions
+    stats_.host_alloc_s += lane.host->reserve(capacity);
   }
+  lane.seq_id = seq.seq_id;
+  lane.len = lane.flushed = 0;
+  lane.capacity = capacity;
+  const OffloadHostPool& host = *lane.host;
+  const size_t region = lane_offset(lane_id);
 
   // Inputs: ids [T], then per chunk c {0, len_c} (cu_seqlens), {start_c + len_c} (context), {len_c - 1}
   // (the sampled row).
@@ -236,17 +337,13 @@ void OffloadRunner::prefill(const Sequence& seq, int64_t num_tokens) {
     m[3] = static_cast<int32_t>(n - 1);
   }
   upload_ints(h, T + 4 * num_chunks);
-  const int32_t* md = meta_dev_.view().data_as<const int32_t>();
-  auto ints = [&](int64_t offset, int64_t n) {
-    return TensorView(const_cast<int32_t*>(md) + offset, DType::kI32, Shape{n}, device);
-  };
   auto chunk_inputs = [&](int64_t c) {
     const int64_t start = c * chunk_, n = std::min(chunk_, T - start);
     DecoderInputs in;
-    in.input_ids = ints(start, n);
+    in.input_ids = device_ints(start, n);
     in.positions = index_view(start, n);
-    in.sample_rows = ints(T + 4 * c + 3, 1);
-    in.attn = attention(start, n, ints(T + 4 * c, 2), ints(T + 4 * c + 2, 1));
+    in.sample_rows = device_ints(T + 4 * c + 3, 1);
+    in.attn = prefill_attention(lane_id, start, n, device_ints(T + 4 * c, 2), device_ints(T + 4 * c + 2, 1));
     in.taps = taps_;
     in.attention_policy = prefill_attention_;  // sparse decode's page metadata, then sparse prefill
     return in;
@@ -258,8 +355,9 @@ void OffloadRunner::prefill(const Sequence& seq, int64_t num_tokens) {
     w.residual = residual_.view().slice_rows(start, start + n);  // [n, H]
     return w;
   };
+  (void)device;
 
-  if (sparse_) sparse_->begin_sequence(st);
+  if (sparse_) sparse_->begin_prefill(lane_id, st);
   for (int64_t c = 0; c < num_chunks; ++c) model_.embed(chunk_inputs(c), chunk_workspace(c), st);
   for (int64_t l = 0; l < num_layers_; ++l) {
     const int64_t s = l % num_slots_;
@@ -267,21 +365,25 @@ void OffloadRunner::prefill(const Sequence& seq, int64_t num_tokens) {
     // The slot's previous D2H (layer l - num_slots) has read it; no load is writing it.
     dev_->wait(compute, slot_drained_[static_cast<size_t>(s)]);
     dev_->wait(compute, slot_loaded_[static_cast<size_t>(s)]);
-    dev_->note_access(slot.k, static_cast<size_t>(T) * tb, true, compute, "prefill layer K (qkv prologue + attention)");
-    dev_->note_access(slot.v, static_cast<size_t>(T) * tb, true, compute, "prefill layer V (qkv prologue + attention)");
+    dev_->note_access(slot.k + region, static_cast<size_t>(T) * tb, true, compute,
+                      "prefill layer K (qkv prologue + attention)");
+    dev_->note_access(slot.v + region, static_cast<size_t>(T) * tb, true, compute,
+                      "prefill layer V (qkv prologue + attention)");
     for (int64_t c = 0; c < num_chunks; ++c) model_.layer(l, chunk_inputs(c), slot_cache(s), chunk_workspace(c), st);
     dev_->record(slot_computed_[static_cast<size_t>(s)], compute);
 
     // The layer's K/V [0, T) to the host pool, overlapped with the next layers' compute.
     dev_->wait(d2h_q_, slot_computed_[static_cast<size_t>(s)]);
-    dev_->copy(host_.k(l), slot.k, static_cast<size_t>(T) * tb, CopyKind::kD2H, d2h_q_, "prefill K layer -> host pool");
-    dev_->copy(host_.v(l), slot.v, static_cast<size_t>(T) * tb, CopyKind::kD2H, d2h_q_, "prefill V layer -> host pool");
+    dev_->copy(host.k(l), slot.k + region, static_cast<size_t>(T) * tb, CopyKind::kD2H, d2h_q_,
+               "prefill K layer -> host pool");
+    dev_->copy(host.v(l), slot.v + region, static_cast<size_t>(T) * tb, CopyKind::kD2H, d2h_q_,
+               "prefill V layer -> host pool");
     dev_->record(slot_drained_[static_cast<size_t>(s)], d2h_q_);
     dev_->record(host_ready_[static_cast<size_t>(l)], d2h_q_);
   }
   model_.head(chunk_inputs(num_chunks - 1), chunk_workspace(num_chunks - 1), st);
 
-  len_ = flushed_ = T;  // the partial last host block stays in the pool; decode appends after it
+  lane.len = lane.flushed = T;  // the partial last host block stays in the pool; decode appends after it
   const int64_t d2h = 2 * T * token_bytes_ * num_layers_;
   stats_.prefills += 1;
   stats_.prefill_tokens += T;
@@ -294,40 +396,81 @@ void OffloadRunner::issue_load(int64_t layer) {
   const int64_t s = layer % num_slots_;
   const OffloadDevice::Queue q = load_q_[static_cast<size_t>(s)];
   const Slot& slot = slots_[static_cast<size_t>(s)];
-  const size_t bytes = static_cast<size_t>(flushed_ * token_bytes_);
   dev_->wait(q, slot_computed_[static_cast<size_t>(s)]);  // the layer that used the slot before is done
   dev_->wait(q, slot_drained_[static_cast<size_t>(s)]);   // a prefill D2H from the slot has read it
-  dev_->wait(q, host_ready_[static_cast<size_t>(layer)]);  // the layer's host region is fully written
-  dev_->copy(slot.k, host_.k(layer), bytes, CopyKind::kH2D, q, "load K host pool -> layer buffer");
-  dev_->copy(slot.v, host_.v(layer), bytes, CopyKind::kH2D, q, "load V host pool -> layer buffer");
+  dev_->wait(q, host_ready_[static_cast<size_t>(layer)]);  // the layer's host regions are fully written
+  for (const int64_t id : decoding_) {
+    const Lane& lane = lanes_[static_cast<size_t>(id)];
+    const size_t bytes = static_cast<size_t>(lane.flushed * token_bytes_);
+    dev_->copy(slot.k + lane_offset(id), lane.host->k(layer), bytes, CopyKind::kH2D, q,
+               "load K host pool -> layer buffer");
+    dev_->copy(slot.v + lane_offset(id), lane.host->v(layer), bytes, CopyKind::kH2D, q,
+               "load V host pool -> layer buffer");
+    stats_.h2d_bytes += 2 * static_cast<int64_t>(bytes);
+    stats_.last_step_h2d_bytes += 2 * static_cast<int64_t>(bytes);
+  }
   dev_->record(slot_loaded_[static_cast<size_t>(s)], q);
-  stats_.h2d_bytes += 2 * static_cast<int64_t>(bytes);
-  stats_.last_step_h2d_bytes += 2 * static_cast<int64_t>(bytes);
 }
 
-void OffloadRunner::decode(const Sequence& seq) {
-  const int64_t n = len_;            // position of the new token
-  const int64_t m = n - flushed_;    // tokens in the decode buffers
-  NANOVLLM_ASSERT(n + 1 <= seq_capacity_ && m + 1 <= cfg_.block_size);
+void OffloadRunner::decode(const std::vector<const Sequence*>& seqs, const std::vector<int64_t>& lanes) {
+  const int64_t B = static_cast<int64_t>(seqs.size());
   const size_t tb = static_cast<size_t>(token_bytes_);
   const OffloadDevice::Queue compute = OffloadDevice::kCompute;
   const ops::Stream st = dev_->compute_stream();
   stats_.last_step_h2d_bytes = stats_.last_step_d2h_bytes = 0;
+  decoding_ = lanes;
 
+  // Inputs, one row per sequence: ids [B], positions [B], context lengths [B], slots [B], then the view
+  // block tables [B, MB] (and for sparse decode the page tables [B, MP]) of the rows' lanes.
+  int64_t longest = 0;
+  for (const int64_t id : lanes) longest = std::max(longest, lanes_[static_cast<size_t>(id)].len + 1);
+  const int64_t MB = ceil_div(longest, kViewBlock);
   int32_t* h = meta_host_.view().data_as<int32_t>();
-  h[0] = seq.token_ids[static_cast<size_t>(n)];
-  upload_ints(h, 1);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t id = lanes[static_cast<size_t>(b)];
+    const int64_t n = lanes_[static_cast<size_t>(id)].len;  // the new token's position
+    h[b] = seqs[static_cast<size_t>(b)]->token_ids[static_cast<size_t>(n)];
+    h[B + b] = static_cast<int32_t>(n);
+    h[2 * B + b] = static_cast<int32_t>(n + 1);
+    h[3 * B + b] = static_cast<int32_t>(id * capacity_ + n);
+    for (int64_t j = 0; j < MB; ++j) h[4 * B + b * MB + j] = static_cast<int32_t>(id * capacity_ / kViewBlock + j);
+  }
+  int64_t ints = 4 * B + B * MB;
+  const int64_t tables = ints;
+  int64_t MP = 0;
+  if (sparse_) {
+    MP = ceil_div(longest, page_size_);
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t id = lanes[static_cast<size_t>(b)];
+      for (int64_t j = 0; j < MP; ++j) h[tables + b * MP + j] = static_cast<int32_t>(id * (capacity_ / page_size_) + j);
+    }
+    ints += B * MP;
+  }
+  upload_ints(h, ints);
+
   DecoderInputs in;
-  in.input_ids = TensorView(meta_dev_.data(), DType::kI32, Shape{1}, dev_->device());
-  in.positions = index_view(n, 1);
-  in.sample_rows = index_view(0, 1);
-  in.attn = attention(n, 1, index_view(0, 2), index_view(n + 1, 1));
+  in.input_ids = device_ints(0, B);
+  in.positions = device_ints(B, B);
+  in.sample_rows = index_view(0, B);
+  AttentionMetadata& a = in.attn;
+  a.num_seqs = B;
+  a.num_tokens = B;
+  a.max_query_len = 1;
+  a.max_context_len = longest;
+  a.cu_seqlens_q = index_view(0, B + 1);  // 0, 1, ..., B
+  a.context_lens = device_ints(2 * B, B);
+  a.block_tables = device_ints(4 * B, B * MB).reshape({B, MB});
+  a.slot_mapping = device_ints(3 * B, B);
+  a.block_size = kViewBlock;
+  a.num_leading_decodes = B;
   in.taps = taps_;
   in.attention_policy = sparse_.get();
 
   dev_->wait(compute, flush_done_);  // the decode buffers' last flush has read them
   if (sparse_) {
-    sparse_->begin_step(flushed_);
+    std::vector<OffloadDecodeRow> rows;
+    for (const int64_t id : lanes) rows.push_back({.lane = id, .host_tokens = lanes_[static_cast<size_t>(id)].flushed});
+    sparse_->begin_decode(std::move(rows), device_ints(tables, B * MP).reshape({B, MP}));
   } else {
     for (int64_t l = 0; l < num_slots_; ++l) issue_load(l);
   }
@@ -335,57 +478,72 @@ void OffloadRunner::decode(const Sequence& seq) {
   for (int64_t l = 0; l < num_layers_; ++l) {
     const int64_t s = l % num_slots_;
     const Slot& slot = slots_[static_cast<size_t>(s)];
-    char* dk = static_cast<char*>(decode_buf_.data()) + static_cast<size_t>(2 * l * cfg_.block_size) * tb;
-    char* dv = dk + static_cast<size_t>(cfg_.block_size) * tb;
-    if (sparse_) {  // the selected pages of [0, F) are read from the host pool inside the layer
+    if (sparse_) {  // the selected pages of [0, F) are read from the host pools inside the layer
       dev_->wait(compute, slot_drained_[static_cast<size_t>(s)]);  // a prefill D2H from the slot has read it
-      dev_->wait(compute, host_ready_[static_cast<size_t>(l)]);    // the layer's host region is written
-      dev_->note_access(host_.k(l), static_cast<size_t>(flushed_) * tb, false, compute, "sparse fetch host K");
-      dev_->note_access(host_.v(l), static_cast<size_t>(flushed_) * tb, false, compute, "sparse fetch host V");
+      dev_->wait(compute, host_ready_[static_cast<size_t>(l)]);    // the layer's host regions are written
+      for (const int64_t id : lanes) {
+        const Lane& lane = lanes_[static_cast<size_t>(id)];
+        dev_->note_access(lane.host->k(l), static_cast<size_t>(lane.flushed) * tb, false, compute, "sparse fetch host K");
+        dev_->note_access(lane.host->v(l), static_cast<size_t>(lane.flushed) * tb, false, compute, "sparse fetch host V");
+      }
     } else {
       dev_->wait(compute, slot_loaded_[static_cast<size_t>(s)]);
     }
-    // Slot = [host prefix 0..F) | decode buffer F..n) | new token n].
-    dev_->copy(slot.k + static_cast<size_t>(flushed_) * tb, dk, static_cast<size_t>(m) * tb, CopyKind::kD2D, compute,
-               "decode buffer K -> layer buffer");
-    dev_->copy(slot.v + static_cast<size_t>(flushed_) * tb, dv, static_cast<size_t>(m) * tb, CopyKind::kD2D, compute,
-               "decode buffer V -> layer buffer");
-    dev_->note_access(slot.k, static_cast<size_t>(n + 1) * tb, true, compute, "decode layer K (prologue + attention)");
-    dev_->note_access(slot.v, static_cast<size_t>(n + 1) * tb, true, compute, "decode layer V (prologue + attention)");
+    // Each lane's region = [host prefix 0..F) | decode buffer F..n) | new token n].
+    for (const int64_t id : lanes) {
+      const Lane& lane = lanes_[static_cast<size_t>(id)];
+      const size_t m = static_cast<size_t>(lane.len - lane.flushed);
+      char* k = slot.k + lane_offset(id);
+      char* v = slot.v + lane_offset(id);
+      dev_->copy(k + static_cast<size_t>(lane.flushed) * tb, decode_buffer(id, l, false), m * tb, CopyKind::kD2D,
+                 compute, "decode buffer K -> layer buffer");
+      dev_->copy(v + static_cast<size_t>(lane.flushed) * tb, decode_buffer(id, l, true), m * tb, CopyKind::kD2D,
+                 compute, "decode buffer V -> layer buffer");
+      dev_->note_access(k, static_cast<size_t>(lane.len + 1) * tb, true, compute, "decode layer K (prologue + attention)");
+      dev_->note_access(v, static_cast<size_t>(lane.len + 1) * tb, true, compute, "decode layer V (prologue + attention)");
+    }
     model_.layer(l, in, slot_cache(s), ws_, st);
-    dev_->copy(dk + static_cast<size_t>(m) * tb, slot.k + static_cast<size_t>(n) * tb, tb, CopyKind::kD2D, compute,
-               "new token K -> decode buffer");
-    dev_->copy(dv + static_cast<size_t>(m) * tb, slot.v + static_cast<size_t>(n) * tb, tb, CopyKind::kD2D, compute,
-               "new token V -> decode buffer");
+    for (const int64_t id : lanes) {
+      const Lane& lane = lanes_[static_cast<size_t>(id)];
+      const size_t m = static_cast<size_t>(lane.len - lane.flushed), n = static_cast<size_t>(lane.len);
+      dev_->copy(decode_buffer(id, l, false) + m * tb, slot.k + lane_offset(id) + n * tb, tb, CopyKind::kD2D, compute,
+                 "new token K -> decode buffer");
+      dev_->copy(decode_buffer(id, l, true) + m * tb, slot.v + lane_offset(id) + n * tb, tb, CopyKind::kD2D, compute,
+                 "new token V -> decode buffer");
+    }
     dev_->record(slot_computed_[static_cast<size_t>(s)], compute);
     if (!sparse_ && l + num_slots_ < num_layers_) issue_load(l + num_slots_);
   }
   model_.head(in, ws_, st);
-  len_ = n + 1;
-  if (len_ % cfg_.block_size == 0) flush_decode_buffers(len_);
+  for (const int64_t id : lanes) {
+    Lane& lane = lanes_[static_cast<size_t>(id)];
+    NANOVLLM_ASSERT(lane.len + 1 <= lane.capacity && lane.len + 1 - lane.flushed <= cfg_.block_size);
+    lane.len += 1;
+    if (lane.len % cfg_.block_size == 0) flush_decode_buffers(id, lane.len);
+  }
   stats_.decode_steps += 1;
+  stats_.decode_tokens += B;
 }
 
 PageCacheCounters OffloadRunner::sparse_cache_counters() const {
   return sparse_ ? sparse_->cache_counters(dev_->compute_stream()) : PageCacheCounters{};
 }
 
-void OffloadRunner::flush_decode_buffers(int64_t end) {
+void OffloadRunner::flush_decode_buffers(int64_t lane_id, int64_t end) {
+  Lane& lane = lanes_[static_cast<size_t>(lane_id)];
   const size_t tb = static_cast<size_t>(token_bytes_);
-  const int64_t count = end - flushed_;
+  const int64_t count = end - lane.flushed;
   dev_->record(decode_written_, OffloadDevice::kCompute);
   dev_->wait(d2h_q_, decode_written_);
   for (int64_t l = 0; l < num_layers_; ++l) {
-    const char* dk = static_cast<const char*>(decode_buf_.data()) + static_cast<size_t>(2 * l * cfg_.block_size) * tb;
-    const char* dv = dk + static_cast<size_t>(cfg_.block_size) * tb;
-    dev_->copy(host_.k(l) + static_cast<size_t>(flushed_) * tb, dk, static_cast<size_t>(count) * tb, CopyKind::kD2H,
-               d2h_q_, "flush decode buffer K -> host pool");
-    dev_->copy(host_.v(l) + static_cast<size_t>(flushed_) * tb, dv, static_cast<size_t>(count) * tb, CopyKind::kD2H,
-               d2h_q_, "flush decode buffer V -> host pool");
+    dev_->copy(lane.host->k(l) + static_cast<size_t>(lane.flushed) * tb, decode_buffer(lane_id, l, false),
+               static_cast<size_t>(count) * tb, CopyKind::kD2H, d2h_q_, "flush decode buffer K -> host pool");
+    dev_->copy(lane.host->v(l) + static_cast<size_t>(lane.flushed) * tb, decode_buffer(lane_id, l, true),
+               static_cast<size_t>(count) * tb, CopyKind::kD2H, d2h_q_, "flush decode buffer V -> host pool");
     dev_->record(host_ready_[static_cast<size_t>(l)], d2h_q_);
   }
   dev_->record(flush_done_, d2h_q_);
-  flushed_ = end;
+  lane.flushed = end;
   const int64_t bytes = 2 * count * token_bytes_ * num_layers_;
   stats_.d2h_bytes += bytes;
   stats_.last_step_d2h_bytes += bytes;

@@ -6,27 +6,31 @@
 namespace nanovllm {
 
 OffloadSparseAttention::OffloadSparseAttention(const QuestShape& shape, int64_t budget_pages, int64_t sink_pages,
-                                               int64_t recent_pages, int64_t cache_tokens, TensorView iota,
-                                               const OffloadHostPool& host, Allocator& alloc)
+                                               int64_t recent_pages, int64_t cache_tokens,
+                                               std::vector<const OffloadHostPool*> hosts, Allocator& alloc,
+                                               ops::Stream s)
     : quest_(shape, budget_pages, sink_pages, recent_pages, alloc),
       shape_(shape),
       budget_pages_(budget_pages),
       cache_slots_(cache_tokens / shape.block_size),
-      iota_(iota),
-      host_(host) {
-  NANOVLLM_CHECK(shape.max_num_seqs == 1, "offload sparse decode serves one sequence at a time");
+      hosts_(std::move(hosts)) {
+  const int64_t lanes = static_cast<int64_t>(hosts_.size());
+  NANOVLLM_CHECK(lanes >= 1 && shape.max_num_seqs == lanes && shape.num_blocks % lanes == 0 &&
+                     shape.max_blocks_per_seq == shape.num_blocks / lanes,
+                 "offload sparse decode: ", lanes, " lanes do not split the layer buffer's ", shape.num_blocks,
+                 " pages");
   NANOVLLM_CHECK(cache_slots_ == 0 || cache_slots_ >= budget_pages, "offload sparse decode: a GPU cache of ",
                  cache_tokens, " tokens holds ", cache_slots_, " pages, fewer than a selection's ", budget_pages);
-  NANOVLLM_CHECK(iota.numel() >= shape.num_blocks, "offload sparse decode: the identity table is too short");
-  const int64_t L = shape.num_layers, Hk = shape.num_kv_heads, P = shape.num_blocks, C = cache_slots_;
-  cache_ = Buffer(alloc, shape.kv_dtype, Shape{L * 2, C, shape.block_size, Hk, shape.head_dim});
-  const int64_t state_ints = Hk * (P + 2 * C + 1);  // one layer's page_slot, slot_page, slot_stamp, hand
-  state_ = Buffer(alloc, DType::kI32, Shape{L, state_ints});
-  plan_ = Buffer(alloc, DType::kI32, Shape{1, Hk, budget_pages, 2});
+  pages_per_lane_ = shape.num_blocks / lanes;
+  const int64_t L = shape.num_layers, Hk = shape.num_kv_heads, P = pages_per_lane_, C = cache_slots_;
+  cache_ = Buffer(alloc, shape.kv_dtype, Shape{lanes * L * 2, C, shape.block_size, Hk, shape.head_dim});
+  const int64_t state_ints = Hk * (P + 2 * C + 1);  // one (lane, layer)'s page_slot, slot_page, slot_stamp, hand
+  state_ = Buffer(alloc, DType::kI32, Shape{lanes * L, state_ints});
+  plan_ = Buffer(alloc, DType::kI32, Shape{lanes, Hk, budget_pages, 2});
   counters_ = Buffer(alloc, DType::kI64, Shape{2});
   const Device dev = alloc.device();
-  for (int64_t l = 0; l < L; ++l) {
-    int32_t* base = state_.view().data_as<int32_t>() + l * state_ints;
+  for (int64_t i = 0; i < lanes * L; ++i) {
+    int32_t* base = state_.view().data_as<int32_t>() + i * state_ints;
     const auto view = [&](int64_t offset, Shape shape_of) {
       return TensorView(base + offset, DType::kI32, shape_of, dev);
     };
@@ -35,60 +39,73 @@ OffloadSparseAttention::OffloadSparseAttention(const QuestShape& shape, int64_t 
                        .slot_stamp = view(Hk * (P + C), {Hk, C}),
                        .hand = view(Hk * (P + 2 * C), {Hk})});
   }
+  ops::page_cache_reset(states_[0], counters_.view(), s);  // the counters once; each lane's state at its prefill
 }
 
 size_t OffloadSparseAttention::device_bytes() const {
-  // The Quest metadata and workspace are the policy's: 2 x [L, P, Hk, D] + small.
+  // The Quest metadata and workspace are the policy's: 2 x [L, NB, Hk, D] + small.
   const size_t metadata = static_cast<size_t>(2 * shape_.num_layers * shape_.num_blocks * shape_.num_kv_heads *
                                               shape_.head_dim) * dtype_size(shape_.kv_dtype);
   return metadata + cache_.nbytes() + state_.nbytes() + plan_.nbytes() + counters_.nbytes();
 }
 
-void OffloadSparseAttention::begin_sequence(ops::Stream s) {
-  for (size_t l = 0; l < states_.size(); ++l)
-    ops::page_cache_reset(states_[l], l == 0 ? counters_.view() : TensorView(), s);
-  step_ = 0;
-  host_tokens_ = 0;
+void OffloadSparseAttention::begin_prefill(int64_t lane, ops::Stream s) {
+  NANOVLLM_ASSERT(lane >= 0 && lane < static_cast<int64_t>(hosts_.size()));
+  for (int64_t l = 0; l < shape_.num_layers; ++l) ops::page_cache_reset(state(lane, l), TensorView(), s);
+  rows_.clear();
 }
 
-void OffloadSparseAttention::begin_step(int64_t host_tokens) {
-  host_tokens_ = host_tokens;
+void OffloadSparseAttention::begin_decode(std::vector<OffloadDecodeRow> rows, TensorView page_tables) {
+  NANOVLLM_ASSERT(!rows.empty() && page_tables.dim(0) == static_cast<int64_t>(rows.size()));
+  rows_ = std::move(rows);
+  page_tables_ = page_tables;
   ++step_;
-}
-
-LayerKvCache OffloadSparseAttention::paged(const LayerKvCache& kv) const {
-  const Shape shape{shape_.num_blocks, shape_.block_size, shape_.num_kv_heads, shape_.head_dim};
-  NANOVLLM_ASSERT(kv.k.numel() == shape.numel());
-  return {kv.k.reshape(shape), kv.v.reshape(shape)};
 }
 
 bool OffloadSparseAttention::attend(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv,
                                     const AttentionMetadata& meta, float scale, ops::Stream s) {
-  const LayerKvCache pages = paged(kv);
+  const int64_t BS = shape_.block_size, Hk = shape_.num_kv_heads, D = shape_.head_dim;
+  const Shape page_shape{shape_.num_blocks, BS, Hk, D};
+  NANOVLLM_ASSERT(kv.k.numel() == page_shape.numel());
   // The layer buffer's positions are its slots, whatever block size the caller's view has.
+  const LayerKvCache pages{kv.k.reshape(page_shape), kv.v.reshape(page_shape)};
   quest_.update_pages(layer, pages.k, meta.slot_mapping, s);
-  if (meta.num_seqs != 1 || meta.max_query_len != 1) {  // a prefill chunk: dense
+  if (rows_.empty()) {  // a prefill chunk: dense
     quest_.count_dense_step();
     return false;
   }
-  const int64_t BS = shape_.block_size, n_pages = (meta.max_context_len + BS - 1) / BS;
-  AttentionMetadata by_page = meta;  // the same step over the buffer's identity table in pages
-  by_page.block_tables = iota_.slice_rows(0, n_pages).reshape({1, n_pages});
+  const int64_t B = static_cast<int64_t>(rows_.size());
+  NANOVLLM_ASSERT(meta.num_seqs == B && meta.max_query_len == 1);
+  AttentionMetadata by_page = meta;  // the same step over the lanes' page tables
+  by_page.block_tables = page_tables_;
   by_page.block_size = BS;
-  by_page.num_leading_decodes = 1;
-  const TensorView selected = quest_.select(layer, q, by_page, s);
-  const int64_t Hk = shape_.num_kv_heads, D = shape_.head_dim, N = shape_.num_blocks * BS;
-  const Shape rows{N, Hk, D};
-  const TensorView cache = cache_.view().reshape({shape_.num_layers * 2, cache_slots_, BS, Hk, D});
+  by_page.num_leading_decodes = B;
+  const TensorView selected = quest_.select(layer, q, by_page, s);  // [B, Hk, K]: pages of each sequence
+
+  const int64_t lane_rows = pages_per_lane_ * BS, C = cache_slots_;
+  const TensorView dst_k = kv.k.reshape({shape_.num_blocks * BS, Hk, D});
+  const TensorView dst_v = kv.v.reshape({shape_.num_blocks * BS, Hk, D});
+  const TensorView cache = cache_.view().reshape({cache_.view().dim(0), C, BS, Hk, D});
   const DType dt = shape_.kv_dtype;
-  const Shape host_rows{host_.capacity(), Hk, D};
-  ops::page_cache_plan(plan_.view(), selected, states_[static_cast<size_t>(layer)], host_tokens_, BS, step_,
-                       counters_.view(), s);
-  ops::page_cache_fetch(kv.k.reshape(rows), kv.v.reshape(rows), TensorView(host_.k(layer), dt, host_rows),
-                        TensorView(host_.v(layer), dt, host_rows), cache.slice_rows(2 * layer, 2 * layer + 1).reshape(
-                            {cache_slots_, BS, Hk, D}),
-                        cache.slice_rows(2 * layer + 1, 2 * layer + 2).reshape({cache_slots_, BS, Hk, D}), selected,
-                        plan_.view(), host_tokens_, s);
+  // Every row's plan first, then every row's fetch: the fetches (PCIe-bound) then run back to back
+  // instead of each waiting for the next row's plan (the plans only read their own lane's state).
+  for (int64_t b = 0; b < B; ++b) {
+    const OffloadDecodeRow& row = rows_[static_cast<size_t>(b)];
+    ops::page_cache_plan(plan_.view().slice_rows(b, b + 1), selected.slice_rows(b, b + 1), state(row.lane, layer),
+                         row.host_tokens, BS, step_, counters_.view(), s);
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    const OffloadDecodeRow& row = rows_[static_cast<size_t>(b)];
+    const OffloadHostPool& host = *hosts_[static_cast<size_t>(row.lane)];
+    const Shape host_rows{host.capacity(), Hk, D};
+    const int64_t c = 2 * (row.lane * shape_.num_layers + layer);  // this lane and layer's K cache; V follows
+    ops::page_cache_fetch(dst_k.slice_rows(row.lane * lane_rows, (row.lane + 1) * lane_rows),
+                          dst_v.slice_rows(row.lane * lane_rows, (row.lane + 1) * lane_rows),
+                          TensorView(host.k(layer), dt, host_rows), TensorView(host.v(layer), dt, host_rows),
+                          cache.slice_rows(c, c + 1).reshape({C, BS, Hk, D}),
+                          cache.slice_rows(c + 1, c + 2).reshape({C, BS, Hk, D}), selected.slice_rows(b, b + 1),
+                          plan_.view().slice_rows(b, b + 1), row.host_tokens, s);
+  }
   quest_.attend_selected(out, q, pages, by_page, selected, scale, s);
   return true;
 }

@@ -1,12 +1,13 @@
 // Sparse decode over the layer-wise offload ring (issue #30): the Quest policy (sparse/) chooses, per KV
 // head, the pages of the context a decode query attends; this runner-side class moves them, because
-// policies never move memory. For each layer of a decode step, inside Qwen3Model::layer once the new
-// token's K/V is in the layer buffer:
+// policies never move memory. A decode step may batch several offloaded sequences, each in its own lane
+// of the layer buffer. For each layer of a decode step, inside Qwen3Model::layer once the new tokens'
+// K/V are in the layer buffer:
 //   1. the new key folds into the layer's page min/max (kept on the GPU for the whole context);
 //   2. Quest scores the pages and selects the budget (sink, recent window, best pages);
-//   3. page_cache_plan / page_cache_fetch put every selected page that lies in the host pool into the layer
-//      buffer at its positions: from the GPU hot-page cache when it holds the page (a hit), otherwise over
-//      PCIe from the pinned host pool, caching it (a miss);
+//   3. per sequence, page_cache_plan / page_cache_fetch put every selected page that lies in its host pool
+//      into its lane of the layer buffer at its positions: from the lane's GPU hot-page cache when it holds
+//      the page (a hit), otherwise over PCIe from the pinned host pool, caching it (a miss);
 //   4. sparse_decode_attention reads the selected pages of the layer buffer; the recent tokens past the
 //      host pool are there already (the runner copies the decode buffer in before the layer).
 // Nothing waits for the host inside a step: selection, plan and copies are device work on the compute
@@ -25,22 +26,32 @@
 namespace nanovllm {
 
 struct PageCacheCounters {
-  int64_t hits = 0, misses = 0;  // cacheable selected pages (layer, KV head, page) since construction
+  int64_t hits = 0, misses = 0;  // cacheable selected pages (lane, layer, KV head, page) since construction
+};
+
+// One row of a batched offloaded decode step: the sequence's lane (its region of the layer buffer, its host
+// pool, its hot-page cache) and how many of its tokens the host pool holds.
+struct OffloadDecodeRow {
+  int64_t lane = 0;
+  int64_t host_tokens = 0;
 };
 
 class OffloadSparseAttention final : public AttentionPolicy {
  public:
-  // shape: the Quest metadata over a layer buffer of shape.num_blocks pages of shape.block_size tokens
-  // (one sequence). cache_tokens: per layer and KV head (0: no cache, else >= the budget). iota: device
-  // [>= num_blocks] i32 0, 1, 2, ... (the layer buffer's identity page table). host: the offloaded
-  // sequence's pool (read through its pinned pointers).
+  // The layer buffer holds `hosts.size()` lanes of pages_per_lane pages of shape.block_size tokens each, lane
+  // after lane: shape.num_blocks = lanes x pages_per_lane, shape.max_num_seqs = lanes, shape.max_blocks_per_seq
+  // = pages_per_lane. cache_tokens: per lane, layer and KV head (0: no cache, else >= the budget). hosts: each
+  // lane's pool (read through its pinned pointers; they outlive this). The counters start at 0 on stream s.
   OffloadSparseAttention(const QuestShape& shape, int64_t budget_pages, int64_t sink_pages, int64_t recent_pages,
-                         int64_t cache_tokens, TensorView iota, const OffloadHostPool& host, Allocator& alloc);
+                         int64_t cache_tokens, std::vector<const OffloadHostPool*> hosts, Allocator& alloc,
+                         ops::Stream s);
 
-  // A new sequence: the cache forgets every page (its metadata is rewritten by the prefill).
-  void begin_sequence(ops::Stream s);
-  // A decode step whose host pool holds the sequence's first host_tokens tokens.
-  void begin_step(int64_t host_tokens);
+  // A new sequence's prompt in `lane`: the lane's cache forgets every page; the prefill chunks that follow
+  // write its page metadata and attend densely.
+  void begin_prefill(int64_t lane, ops::Stream s);
+  // A decode step of rows.size() sequences, in the step's row order. page_tables [B, >= pages of the longest]
+  // i32 device: row b lists lane rows[b].lane's pages of the layer buffer, in order (valid for the step).
+  void begin_decode(std::vector<OffloadDecodeRow> rows, TensorView page_tables);
 
   bool attend(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv, const AttentionMetadata& meta,
               float scale, ops::Stream s) override;
@@ -51,19 +62,21 @@ class OffloadSparseAttention final : public AttentionPolicy {
   size_t device_bytes() const;
 
  private:
-  LayerKvCache paged(const LayerKvCache& kv) const;  // the layer buffer as [pages, page_size, Hk, D]
+  const ops::PageCacheState& state(int64_t lane, int64_t layer) const {
+    return states_[static_cast<size_t>(lane * shape_.num_layers + layer)];
+  }
 
   QuestAttention quest_;
   QuestShape shape_;
-  int64_t budget_pages_ = 0, cache_slots_ = 0;
-  TensorView iota_;
-  const OffloadHostPool& host_;
-  Buffer cache_;                 // [L x 2, C, page_size, Hk, D]: the hot pages' K and V per layer
-  Buffer state_;                 // [L, Hk x (P + 2 C + 1)] i32: page_slot, slot_page, slot_stamp, hand
-  Buffer plan_;                  // [1, Hk, budget_pages, 2] i32
+  int64_t budget_pages_ = 0, cache_slots_ = 0, pages_per_lane_ = 0;
+  std::vector<const OffloadHostPool*> hosts_;  // [lanes]
+  Buffer cache_;                 // [lanes, L, 2, C, page_size, Hk, D]: the hot pages' K and V
+  Buffer state_;                 // [lanes, L, Hk x (P + 2 C + 1)] i32: page_slot, slot_page, slot_stamp, hand
+  Buffer plan_;                  // [lanes, Hk, budget_pages, 2] i32: one plan per decode row
   Buffer counters_;              // [2] i64: hits, misses
-  std::vector<ops::PageCacheState> states_;  // [L] views of state_
-  int64_t host_tokens_ = 0;
+  std::vector<ops::PageCacheState> states_;  // [lanes x L] views of state_
+  std::vector<OffloadDecodeRow> rows_;       // the decode step's; empty while a prefill runs
+  TensorView page_tables_;
   int32_t step_ = 0;
 };
 

@@ -43,7 +43,7 @@ std::string group_fingerprint(const EngineConfig& c, const ModelConfig& m) {
     << ";max_model_len=" << c.model.max_model_len << ";enforce_eager=" << c.model.enforce_eager
     << ";max_num_batched_tokens=" << c.scheduler.max_num_batched_tokens
     << ";max_num_seqs=" << c.scheduler.max_num_seqs << ";block_size=" << c.cache.block_size
-    << ";offload=" << c.offload.enabled << "/" << c.offload.block_size << "/" << c.offload.num_kv_buffers
+    << ";offload=" << c.offload.enabled << "/" << c.offload.block_size << "/" << c.offload.num_kv_buffers << "/" << c.offload.max_num_seqs
     << ";sparse=" << static_cast<int>(c.sparse.policy) << "/" << c.sparse.budget_tokens << "/"
     << c.sparse.gpu_cache_tokens << ";sparse_prefill=" << static_cast<int>(c.sparse_prefill.policy) << "/"
     << c.sparse_prefill.threshold << "/" << c.sparse_prefill.min_tokens;
