@@ -86,3 +86,13 @@ def test_cpu_offload_options_are_checked(tiny_model):
 
     with pytest.raises(ValueError, match="num_kv_buffers"):
         LLM(str(tiny_model), backend="cpu", enable_cpu_offload=True, num_kv_buffers=99)
+    with pytest.raises(ValueError, match="offload_max_num_seqs"):
+        LLM(str(tiny_model), backend="cpu", enable_cpu_offload=True, offload_max_num_seqs=0)
+
+
+def test_concurrent_offloaded_requests(tiny_model):
+    p = SamplingParams(temperature=0, max_tokens=5)
+    prompts = [[7] * 200, [9] * 150, [(i * 31) % 500 + 3 for i in range(120)]]
+    paged = [o.token_ids for o in LLM(str(tiny_model), backend="cpu").generate(prompts, p, use_tqdm=False)]
+    llm = LLM(str(tiny_model), backend="cpu", enable_cpu_offload=True, offload_min_tokens=1, offload_max_num_seqs=2)
+    assert [o.token_ids for o in llm.generate(prompts, p, use_tqdm=False)] == paged
