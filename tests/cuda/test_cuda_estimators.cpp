@@ -4,10 +4,13 @@
 // head gets its own random offset direction) keep the blocks' scores well apart, and there the lists must equal the
 // CPU's exactly. On plain noise the pooled scores crowd together, and a last-bit difference of an exponential may swap
 // near-tied blocks: there every list must be increasing, hold the sink and the diagonal, cover threshold of each of its
-// query heads' mass (recomputed here in double), and differ from the CPU's by at most two blocks.
+// query heads' mass (recomputed here in double), and differ from the CPU's by at most two blocks. Vertical-slash
+// (MInference) and FlexPrefill: planted columns, diagonals and hot blocks, exact and tolerant comparisons (their
+// section below says which and why).
 // Plus a 128K timing benchmark (DISABLED_): estimator time next to the block-sparse attention of its pattern.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <iterator>
 #include <memory>
@@ -87,42 +90,53 @@ struct Chunk {
     const int64_t slot = int64_t{bt[static_cast<size_t>(pos / BS)]} * BS + pos % BS;
     return bf16_to_f32(k[static_cast<size_t>((slot * Hk + h) * D + d)]);
   }
-};
-
-// An estimate's lists: [Hk][NQB] vectors of key blocks, and whether every column list came back empty.
-struct Lists {
-  std::vector<std::vector<int32_t>> blocks;
-  bool columns_empty = true;
-  const std::vector<int32_t>& at(const Chunk& c, int64_t h, int64_t i) const {
-    return blocks[static_cast<size_t>(h * c.nqb() + i)];
+  void set_q(int64_t pos, int64_t g, int64_t d, float v) {
+    q[static_cast<size_t>(((pos - (ctx - T)) * Hq + g) * D + d)] = f32_to_bf16(v);
+  }
+  void set_k(int64_t pos, int64_t h, int64_t d, float v) {
+    const int64_t slot = int64_t{bt[static_cast<size_t>(pos / BS)]} * BS + pos % BS;
+    k[static_cast<size_t>((slot * Hk + h) * D + d)] = f32_to_bf16(v);
   }
 };
 
-// Reads [Hk, NQB] counts and [Hk, NQB, width] lists of the chunk's query blocks (rows before it are not written: left
-// empty here); entries past a count must be -1.
-Lists unpack(const Chunk& c, const std::vector<int32_t>& counts, const std::vector<int32_t>& index, int64_t width,
-             const std::string& what) {
-  Lists l;
+// [Hk][NQB] lists of the chunk's query blocks (rows before it are not written: left empty here) from [Hk, NQB] counts
+// and [Hk, NQB, width] entries; entries past a count must be -1.
+std::vector<std::vector<int32_t>> unpack(const Chunk& c, const std::vector<int32_t>& counts,
+                                         const std::vector<int32_t>& index, int64_t width, const std::string& what) {
+  std::vector<std::vector<int32_t>> rows;
   for (int64_t r = 0; r < c.Hk * c.nqb(); ++r) {
     if (r % c.nqb() < c.first()) {
-      l.blocks.emplace_back();
+      rows.emplace_back();
       continue;
     }
     const int32_t n = counts[static_cast<size_t>(r)];
     EXPECT_TRUE(n >= 0 && n <= width) << what << ": count " << n;
     const auto* row = &index[static_cast<size_t>(r * width)];
-    l.blocks.emplace_back(row, row + std::clamp<int64_t>(n, 0, width));
+    rows.emplace_back(row, row + std::clamp<int64_t>(n, 0, width));
     for (int64_t e = std::clamp<int64_t>(n, 0, width); e < width; ++e)
       EXPECT_EQ(row[e], -1) << what << ": row " << r << " entry " << e;
   }
-  return l;
+  return rows;
 }
 
+// An estimate's lists: [Hk][NQB] vectors of key blocks and of columns, and whether the column views came back
+// all empty (counts 0, entries -1, rows before the chunk included).
+struct Lists {
+  std::vector<std::vector<int32_t>> blocks, columns;
+  bool columns_empty = true;
+  const std::vector<int32_t>& at(const Chunk& c, int64_t h, int64_t i) const {
+    return blocks[static_cast<size_t>(h * c.nqb() + i)];
+  }
+  const std::vector<int32_t>& columns_at(const Chunk& c, int64_t h, int64_t i) const {
+    return columns[static_cast<size_t>(h * c.nqb() + i)];
+  }
+};
+
 // Runs `estimate` (an op with the pattern_estimators.h signature, knobs bound) on the CPU and on CUDA; the lists of
-// both (column lists given, 3 wide, poisoned; block lists one wider than needed, poisoned).
+// both (column lists given, `cols` wide, poisoned; block lists one wider than needed, poisoned).
 template <class Estimate>
-std::pair<Lists, Lists> run_both(const Chunk& c, Estimate&& estimate, const std::string& what) {
-  const int64_t nqb = c.nqb(), width = nqb + 1, cols = 3;
+std::pair<Lists, Lists> run_both(const Chunk& c, Estimate&& estimate, const std::string& what, int64_t cols = 3) {
+  const int64_t nqb = c.nqb(), width = nqb + 1;
   std::vector<int32_t> bt = c.bt, cu = c.cu, ctx = c.ctx_v, slots = c.slots;
   std::vector<uint16_t> q = c.q, k = c.k;
   const int64_t MB = static_cast<int64_t>(bt.size());
@@ -138,7 +152,7 @@ std::pair<Lists, Lists> run_both(const Chunk& c, Estimate&& estimate, const std:
            c.meta(cuda_test::host_view(cu, {2}), cuda_test::host_view(ctx, {1}), cuda_test::host_view(bt, {1, MB}),
                   cuda_test::host_view(slots, {c.T})),
            ops::Stream{});
-  Lists cpu = unpack(c, bc, bi, width, what + " (cpu)");
+  Lists cpu{unpack(c, bc, bi, width, what + " (cpu)"), unpack(c, cc, ci, cols, what + " (cpu columns)")};
 
   DeviceTensor d_q(DType::kBF16, c.rows(), q), d_k(DType::kBF16, c.cache(), k), d_bt(DType::kI32, {1, MB}, bt),
       d_cu(DType::kI32, {2}, cu), d_ctx(DType::kI32, {1}, ctx), d_slots(DType::kI32, {c.T}, slots),
@@ -152,9 +166,11 @@ std::pair<Lists, Lists> run_both(const Chunk& c, Estimate&& estimate, const std:
   dp.column_counts = d_cc.view();
   dp.column_index = d_ci.view();
   estimate(dp, d_q.view(), d_k.view(), c.meta(d_cu.view(), d_ctx.view(), d_bt.view(), d_slots.view()), on());
-  Lists gpu = unpack(c, d_bc.download<int32_t>(), d_bi.download<int32_t>(), width, what + " (cuda)");
-  for (int32_t n : d_cc.download<int32_t>()) gpu.columns_empty = gpu.columns_empty && n == 0;
-  for (int32_t x : d_ci.download<int32_t>()) gpu.columns_empty = gpu.columns_empty && x == -1;
+  const std::vector<int32_t> gcc = d_cc.download<int32_t>(), gci = d_ci.download<int32_t>();
+  Lists gpu{unpack(c, d_bc.download<int32_t>(), d_bi.download<int32_t>(), width, what + " (cuda)"),
+            unpack(c, gcc, gci, cols, what + " (cuda columns)")};
+  for (int32_t n : gcc) gpu.columns_empty = gpu.columns_empty && n == 0;
+  for (int32_t x : gci) gpu.columns_empty = gpu.columns_empty && x == -1;
   return {std::move(cpu), std::move(gpu)};
 }
 
@@ -370,10 +386,457 @@ TEST(CudaPatternEstimators, BlockBudgetMatchesTheCpu) {
     }
 }
 
+// ---- vertical-slash (MInference) and FlexPrefill ----
+// Both read the last queries' attention through bf16 tensor-core scores, so their sums differ from the CPU's by
+// rounding (~1e-6 relative). Where the data separate the picks (planted lines and diagonals; per-block offsets for
+// FlexPrefill's block choices) the lists must equal the CPU's. On noise a near-tie may swap a pick: there the
+// vertical-slash lists of both backends are checked against what the test's own double-precision sums allow, and the
+// FlexPrefill lists against the CPU's up to a few blocks per row.
+
+// Failures of a check over many rows: the count and the first few, reported once.
+struct Problems {
+  int count = 0;
+  std::string first;
+  void add(const std::string& what) {
+    if (count++ < 5) first += what + "\n";
+  }
+};
+
+std::string str(const std::vector<int32_t>& v) {
+  std::string s = "{";
+  for (int32_t x : v) s += std::to_string(x) + " ";
+  return s + "}";
+}
+
+// Key position `key` is attended by query block i of KV head h: a listed key block holds it, or a column list.
+bool covers(const Chunk& c, const Lists& l, int64_t h, int64_t i, int64_t key) {
+  const std::vector<int32_t>& b = l.at(c, h, i);
+  const std::vector<int32_t>& cols = l.columns_at(c, h, i);
+  return std::binary_search(b.begin(), b.end(), static_cast<int32_t>(key / c.bs)) ||
+         std::binary_search(cols.begin(), cols.end(), static_cast<int32_t>(key));
+}
+
+// Every block list of the chunk increasing, without repeats, holding the sink and the diagonal block.
+void expect_valid_blocks(const Chunk& c, const Lists& l, const std::string& what) {
+  Problems bad;
+  for (int64_t h = 0; h < c.Hk; ++h)
+    for (int64_t i = c.first(); i < c.nqb(); ++i) {
+      const std::vector<int32_t>& b = l.at(c, h, i);
+      if (b.empty() || !std::is_sorted(b.begin(), b.end()) || std::adjacent_find(b.begin(), b.end()) != b.end() ||
+          b.front() != 0 || b.back() != i)
+        bad.add("head " + std::to_string(h) + " block " + std::to_string(i) + ": " + str(b));
+    }
+  EXPECT_EQ(bad.count, 0) << what << ": invalid block lists, first:\n" << bad.first;
+}
+
+// The most key blocks by which a row's lists differ between a and b.
+int64_t max_row_difference(const Chunk& c, const Lists& a, const Lists& b) {
+  int64_t most = 0;
+  for (int64_t h = 0; h < c.Hk; ++h)
+    for (int64_t i = c.first(); i < c.nqb(); ++i) {
+      std::vector<int32_t> diff;
+      const std::vector<int32_t>&x = a.at(c, h, i), &y = b.at(c, h, i);
+      std::set_symmetric_difference(x.begin(), x.end(), y.begin(), y.end(), std::back_inserter(diff));
+      most = std::max(most, static_cast<int64_t>(diff.size()));
+    }
+  return most;
+}
+
+// Query head g's last `last` rows' causal softmax, in double (the test's own reference), summed per key position
+// (vertical) and per diagonal d = query position - key position (slash).
+struct LastRowSums {
+  std::vector<double> vertical, slash;
+};
+
+LastRowSums last_row_sums(const Chunk& c, int64_t g, int64_t last) {
+  const int64_t h = g / (c.Hq / c.Hk), D = c.D;
+  std::vector<double> K(static_cast<size_t>(c.ctx * D)), qv(static_cast<size_t>(D)), row;
+  for (int64_t p = 0; p < c.ctx; ++p)
+    for (int64_t d = 0; d < D; ++d) K[static_cast<size_t>(p * D + d)] = c.kf(p, h, d);
+  LastRowSums r{std::vector<double>(static_cast<size_t>(c.ctx), 0.0),
+                std::vector<double>(static_cast<size_t>(c.ctx), 0.0)};
+  for (int64_t pos = c.ctx - last; pos < c.ctx; ++pos) {
+    for (int64_t d = 0; d < D; ++d) qv[static_cast<size_t>(d)] = c.qf(pos, g, d);
+    row.assign(static_cast<size_t>(pos + 1), 0.0);
+    for (int64_t k = 0; k <= pos; ++k) {
+      double dot = 0;
+      for (int64_t d = 0; d < D; ++d) dot += qv[static_cast<size_t>(d)] * K[static_cast<size_t>(k * D + d)];
+      row[static_cast<size_t>(k)] = dot * c.scale();
+    }
+    const double mx = *std::max_element(row.begin(), row.end());
+    double sum = 0;
+    for (double& x : row) sum += (x = std::exp(x - mx));
+    for (int64_t k = 0; k <= pos; ++k) {
+      r.vertical[static_cast<size_t>(k)] += row[static_cast<size_t>(k)] / sum;
+      r.slash[static_cast<size_t>(pos - k)] += row[static_cast<size_t>(k)] / sum;
+    }
+  }
+  return r;
+}
+
+// What a top-`count` pick over x (its first `forced` entries first, then by value) must take (sure) and may take
+// (may) when the values it ranks are off from x by a relative error well below tol: an entry above the largest
+// value left out by (1 + tol) is surely taken, one below the smallest taken by (1 - tol) surely not.
+struct Pick {
+  std::vector<uint8_t> sure, may;
+};
+
+Pick plausible_top(const std::vector<double>& x, int64_t count, int64_t forced, double tol) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  count = std::min(count, n);
+  forced = std::min(forced, n);
+  Pick p{std::vector<uint8_t>(static_cast<size_t>(n), 0), std::vector<uint8_t>(static_cast<size_t>(n), 0)};
+  for (int64_t k = 0; k < std::min(count, forced); ++k) p.sure[static_cast<size_t>(k)] = p.may[static_cast<size_t>(k)] = 1;
+  const int64_t rest = count - forced;  // taken by value
+  if (rest <= 0) return p;
+  std::vector<double> others(x.begin() + forced, x.end());
+  std::sort(others.begin(), others.end(), std::greater<>());
+  const bool all = rest >= static_cast<int64_t>(others.size());
+  const double in = others[static_cast<size_t>(rest - 1)], out = all ? 0.0 : others[static_cast<size_t>(rest)];
+  for (int64_t k = forced; k < n; ++k) {
+    p.sure[static_cast<size_t>(k)] = all || x[static_cast<size_t>(k)] > out * (1 + tol);
+    p.may[static_cast<size_t>(k)] = x[static_cast<size_t>(k)] >= in * (1 - tol);
+  }
+  return p;
+}
+
+void unite(Pick& into, const Pick& p) {
+  if (into.sure.empty()) {
+    into = p;
+    return;
+  }
+  for (size_t k = 0; k < p.sure.size(); ++k) {
+    into.sure[k] |= p.sure[k];
+    into.may[k] |= p.may[k];
+  }
+}
+
+constexpr double kPickTolerance = 1e-3;  // relative; the sums' rounding (bf16 MMA scores, fp32 sums) is ~1e-6
+
+// Per KV head, the union over its group of the columns and of the diagonals the test's sums allow for p.
+std::pair<std::vector<Pick>, std::vector<Pick>> vertical_slash_picks(const Chunk& c, const ops::VerticalSlashParams& p) {
+  const int64_t last = std::min(p.last_q, c.T), G = c.Hq / c.Hk;
+  std::vector<Pick> columns(static_cast<size_t>(c.Hk)), diagonals(static_cast<size_t>(c.Hk));
+  for (int64_t g = 0; g < c.Hq; ++g) {
+    const LastRowSums r = last_row_sums(c, g, last);
+    unite(columns[static_cast<size_t>(g / G)], plausible_top(r.vertical, p.vertical, p.sink_tokens, kPickTolerance));
+    unite(diagonals[static_cast<size_t>(g / G)], plausible_top(r.slash, p.slash, p.recent_diagonals, kPickTolerance));
+  }
+  return {columns, diagonals};
+}
+
+// A vertical-slash pattern against the picks the test's sums allow: valid lists (blocks increasing with the sink and
+// the diagonal block; columns increasing, before the block, outside its listed blocks); every listed block crossed
+// by a diagonal some query head of the group may pick and every surely picked diagonal's blocks listed; every column
+// one some query head may pick, and every surely picked column before the block attended.
+void expect_plausible_vertical_slash(const Chunk& c, const Lists& l, const std::vector<Pick>& columns,
+                                     const std::vector<Pick>& diagonals, const std::string& what) {
+  Problems bad;
+  const int64_t B = c.bs;
+  for (int64_t h = 0; h < c.Hk; ++h) {
+    const Pick& v = columns[static_cast<size_t>(h)];
+    const Pick& s = diagonals[static_cast<size_t>(h)];
+    std::vector<int64_t> may_before(static_cast<size_t>(c.ctx + 1), 0);  // diagonals < x some head may pick
+    for (int64_t d = 0; d < c.ctx; ++d)
+      may_before[static_cast<size_t>(d + 1)] = may_before[static_cast<size_t>(d)] + s.may[static_cast<size_t>(d)];
+    for (int64_t i = c.first(); i < c.nqb(); ++i) {
+      const std::string at = "head " + std::to_string(h) + " block " + std::to_string(i);
+      const std::vector<int32_t>& b = l.at(c, h, i);
+      const std::vector<int32_t>& cols = l.columns_at(c, h, i);
+      if (b.empty() || !std::is_sorted(b.begin(), b.end()) || std::adjacent_find(b.begin(), b.end()) != b.end() ||
+          b.front() != 0 || b.back() != i) {
+        bad.add(at + ": block list " + str(b));
+        continue;
+      }
+      const auto listed = [&b](int64_t j) { return std::binary_search(b.begin(), b.end(), static_cast<int32_t>(j)); };
+      const int64_t r0 = std::max(i * B, c.ctx - c.T), r1 = std::min((i + 1) * B, c.ctx);
+      for (int32_t j : b) {
+        if (j == 0 || j == i) continue;
+        // Diagonal d meets rows [r0, r1) inside key block j for d in [lo, hi].
+        const int64_t lo = std::max<int64_t>(0, r0 - (j + 1) * B + 1), hi = r1 - 1 - j * B;
+        if (hi < lo || may_before[static_cast<size_t>(hi + 1)] == may_before[static_cast<size_t>(lo)])
+          bad.add(at + ": key block " + std::to_string(j) + " lies on no diagonal a query head may pick");
+      }
+      for (int64_t d = 0; d < r1; ++d) {
+        if (!s.sure[static_cast<size_t>(d)]) continue;
+        for (int64_t j = std::max<int64_t>(r0 - d, 0) / B; j <= (r1 - 1 - d) / B; ++j)
+          if (!listed(j)) bad.add(at + ": diagonal " + std::to_string(d) + " misses key block " + std::to_string(j));
+      }
+      if (!std::is_sorted(cols.begin(), cols.end()) || std::adjacent_find(cols.begin(), cols.end()) != cols.end())
+        bad.add(at + ": columns " + str(cols));
+      for (int32_t k : cols)
+        if (k < 0 || k >= i * B || listed(k / B) || !v.may[static_cast<size_t>(k)])
+          bad.add(at + ": column " + std::to_string(k) + " (listed blocks " + str(b) + ")");
+      for (int64_t k = 0; k < i * B; ++k)
+        if (v.sure[static_cast<size_t>(k)] && !covers(c, l, h, i, k))
+          bad.add(at + ": surely picked column " + std::to_string(k) + " not attended");
+    }
+  }
+  EXPECT_EQ(bad.count, 0) << what << ": " << bad.count << " problems, first:\n" << bad.first;
+}
+
+auto vertical_slash_with(const ops::VerticalSlashParams& params) {
+  return [params](const ops::BlockSparsePattern& p, TensorView q, TensorView k, const AttentionMetadata& m,
+                  ops::Stream s) {
+    ops::vertical_slash_estimate(p, q, k, m, 1.0f / std::sqrt(static_cast<float>(q.dim(2))), params, s);
+  };
+}
+
+int64_t column_width(const Chunk& c, const ops::VerticalSlashParams& p) {
+  return std::max<int64_t>(1, ops::vertical_slash_max_columns(c.ctx, c.Hq / c.Hk, p.vertical));
+}
+
+std::string describe(const Case& k, const ops::VerticalSlashParams& p) {
+  return describe(k, 0).substr(0, describe(k, 0).find(" threshold")) + " last_q " + std::to_string(p.last_q) +
+         " vertical " + std::to_string(p.vertical) + " slash " + std::to_string(p.slash) + " sink " +
+         std::to_string(p.sink_tokens) + " recent " + std::to_string(p.recent_diagonals);
+}
+
+// A vertical line at key v for the query heads `heads` (of one KV head h): v's key is 8 in dimension 3 + each head's
+// place in the group and 0 elsewhere, and every chunk query of those heads adds 7 in its dimension. They put most of
+// their last rows' attention on v; the group's other heads see v as noise.
+void plant_column(Chunk& c, int64_t v, const std::vector<int64_t>& heads) {
+  const int64_t G = c.Hq / c.Hk, h = heads.front() / G;
+  for (int64_t d = 0; d < c.D; ++d) c.set_k(v, h, d, 0.0f);
+  for (int64_t g : heads) {
+    const int64_t dim = (3 + g % G) % c.D;
+    c.set_k(v, h, dim, 8.0f);
+    for (int64_t pos = c.ctx - c.T; pos < c.ctx; ++pos) c.set_q(pos, g, dim, c.qf(pos, g, dim) + 7.0f);
+  }
+}
+
+// RoPE-like rotations (amplitude 2, frequencies 0.5^(8 f / pairs)) in every key at its position and in query head g's
+// queries at position - delta[g]: q_p . k_j peaks at j = p - delta[g] and decays away from it, so g attends diagonal
+// delta[g].
+void plant_diagonals(Chunk& c, const std::vector<int64_t>& delta) {
+  const int64_t pairs = c.D / 2;
+  const auto angle = [pairs](int64_t p, int64_t f) {
+    return static_cast<double>(p) * std::pow(0.5, static_cast<double>(f) * 8.0 / static_cast<double>(pairs));
+  };
+  for (int64_t j = 0; j < c.ctx; ++j)
+    for (int64_t h = 0; h < c.Hk; ++h)
+      for (int64_t f = 0; f < pairs; ++f) {
+        c.set_k(j, h, 2 * f, static_cast<float>(2.0 * std::cos(angle(j, f))));
+        c.set_k(j, h, 2 * f + 1, static_cast<float>(2.0 * std::sin(angle(j, f))));
+      }
+  for (int64_t g = 0; g < c.Hq; ++g)
+    for (int64_t pos = c.ctx - c.T; pos < c.ctx; ++pos)
+      for (int64_t f = 0; f < pairs; ++f) {
+        c.set_q(pos, g, 2 * f, static_cast<float>(2.0 * std::cos(angle(pos - delta[static_cast<size_t>(g)], f))));
+        c.set_q(pos, g, 2 * f + 1, static_cast<float>(2.0 * std::sin(angle(pos - delta[static_cast<size_t>(g)], f))));
+      }
+}
+
+// A hot block: the chunk queries of query block qi of query head g and the keys of key block kj (g's KV head) share a
+// strong direction (dimension 5).
+void plant_hot_block(Chunk& c, int64_t qi, int64_t kj, int64_t g) {
+  const int64_t h = g / (c.Hq / c.Hk);
+  for (int64_t j = kj * c.bs; j < std::min((kj + 1) * c.bs, c.ctx); ++j) c.set_k(j, h, 5, c.kf(j, h, 5) + 4.0f);
+  for (int64_t p = std::max(qi * c.bs, c.ctx - c.T); p < std::min((qi + 1) * c.bs, c.ctx); ++p)
+    c.set_q(p, g, 5, c.qf(p, g, 5) + 4.0f);
+}
+
+// One planted column per query head (one sink column more than the forced ones, only the forced diagonals): the picks
+// are separated, so the lists equal the CPU's; each planted column reaches every later query block of its KV head.
+// last_q 17, 64 and 100: one partial row chunk of the score tiles, one full, two.
+TEST(CudaPatternEstimators, VerticalSlashMatchesTheCpuOnPlantedColumns) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 500;
+  for (const Case& k : kCases)
+    for (int64_t last_q : {64, 17, 100}) {
+      std::mt19937 rng(seed++);
+      Chunk c(k.ctx, k.T, k.Hq, k.Hk, k.D, k.cache_bs, k.bs, 0.0f, rng);
+      const ops::VerticalSlashParams p{
+          .last_q = last_q, .vertical = 5, .slash = 8, .sink_tokens = 4, .recent_diagonals = 8};
+      const int64_t span = (c.ctx - std::min(last_q, c.T) - p.sink_tokens) / c.Hq;  // columns all last rows see
+      ASSERT_GE(span, 1);
+      std::vector<int64_t> planted;
+      for (int64_t g = 0; g < c.Hq; ++g) {
+        planted.push_back(p.sink_tokens + g * span + span / 2);
+        plant_column(c, planted.back(), {g});
+      }
+      const std::string what = "vertical-slash planted columns " + describe(k, p);
+      const auto [cpu, gpu] = run_both(c, vertical_slash_with(p), what, column_width(c, p));
+      EXPECT_EQ(gpu.blocks, cpu.blocks) << what;
+      EXPECT_EQ(gpu.columns, cpu.columns) << what;
+      const auto [columns, diagonals] = vertical_slash_picks(c, p);
+      expect_plausible_vertical_slash(c, gpu, columns, diagonals, what + " (cuda)");
+      for (int64_t g = 0; g < c.Hq; ++g) {
+        const int64_t v = planted[static_cast<size_t>(g)], h = g / (c.Hq / c.Hk);
+        for (int64_t i = std::max(c.first(), v / c.bs + 1); i < c.nqb(); ++i)
+          EXPECT_TRUE(covers(c, gpu, h, i, v)) << what << ": query head " << g << " column " << v << " block " << i;
+      }
+    }
+}
+
+// One planted diagonal per query head (distinct in a group; one more than the forced ones, only the sink columns): the
+// lists equal the CPU's, and every chunk row p of a head's KV head reaches key p - delta.
+TEST(CudaPatternEstimators, VerticalSlashMatchesTheCpuOnPlantedDiagonals) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 600;
+  for (const Case& k : kCases)
+    for (int64_t last_q : {64, 100}) {
+      std::mt19937 rng(seed++);
+      Chunk c(k.ctx, k.T, k.Hq, k.Hk, k.D, k.cache_bs, k.bs, 0.0f, rng);
+      const ops::VerticalSlashParams p{
+          .last_q = last_q, .vertical = 4, .slash = 9, .sink_tokens = 4, .recent_diagonals = 8};
+      const int64_t G = c.Hq / c.Hk;
+      std::vector<int64_t> delta;
+      for (int64_t g = 0; g < c.Hq; ++g) delta.push_back(p.recent_diagonals + 5 + 7 * (g % G) + 3 * (g / G));
+      ASSERT_LE(*std::max_element(delta.begin(), delta.end()), c.ctx - std::min(last_q, c.T));
+      plant_diagonals(c, delta);
+      const std::string what = "vertical-slash planted diagonals " + describe(k, p);
+      const auto [cpu, gpu] = run_both(c, vertical_slash_with(p), what, column_width(c, p));
+      EXPECT_EQ(gpu.blocks, cpu.blocks) << what;
+      EXPECT_EQ(gpu.columns, cpu.columns) << what;
+      const auto [columns, diagonals] = vertical_slash_picks(c, p);
+      expect_plausible_vertical_slash(c, gpu, columns, diagonals, what + " (cuda)");
+      for (int64_t g = 0; g < c.Hq; ++g) {
+        const int64_t d = delta[static_cast<size_t>(g)];
+        for (int64_t pos = std::max(c.ctx - c.T, d); pos < c.ctx; ++pos)
+          EXPECT_TRUE(covers(c, gpu, g / G, pos / c.bs, pos - d)) << what << ": query head " << g << " row " << pos;
+      }
+    }
+}
+
+// Noise (and per-block offsets): near-ties among the sums may swap a pick, so both backends' lists are checked
+// against what the test's double sums allow (the CPU's as a check of the checker).
+TEST(CudaPatternEstimators, VerticalSlashIsPlausibleOnNoise) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 700;
+  const std::vector<ops::VerticalSlashParams> knobs = {
+      {.last_q = 64, .vertical = 24, .slash = 40, .sink_tokens = 4, .recent_diagonals = 16},
+      {.last_q = 100, .vertical = 60, .slash = 200, .sink_tokens = 30, .recent_diagonals = 100}};
+  for (const Case& k : kCases)
+    for (const ops::VerticalSlashParams& p : knobs)
+      for (float offset : {0.0f, 2.0f}) {
+        std::mt19937 rng(seed++);
+        const Chunk c(k.ctx, k.T, k.Hq, k.Hk, k.D, k.cache_bs, k.bs, offset, rng);
+        const std::string what = "vertical-slash noise " + describe(k, p) + " offset " + std::to_string(offset);
+        const auto [cpu, gpu] = run_both(c, vertical_slash_with(p), what, column_width(c, p));
+        const auto [columns, diagonals] = vertical_slash_picks(c, p);
+        expect_plausible_vertical_slash(c, cpu, columns, diagonals, what + " (cpu)");
+        expect_plausible_vertical_slash(c, gpu, columns, diagonals, what + " (cuda)");
+      }
+}
+
+// Counts covering the context pick every column and diagonal: every causal block, no columns, as the CPU.
+TEST(CudaPatternEstimators, VerticalSlashCoveringCountsListEveryCausalBlock) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 800;
+  for (const Case& k : kCases) {
+    std::mt19937 rng(seed++);
+    const Chunk c(k.ctx, k.T, k.Hq, k.Hk, k.D, k.cache_bs, k.bs, 0.0f, rng);
+    const ops::VerticalSlashParams p{
+        .last_q = 64, .vertical = c.ctx, .slash = c.ctx, .sink_tokens = 30, .recent_diagonals = 100};
+    const std::string what = "vertical-slash covering " + describe(k, p);
+    const auto [cpu, gpu] = run_both(c, vertical_slash_with(p), what, column_width(c, p));
+    EXPECT_EQ(gpu.blocks, cpu.blocks) << what;
+    EXPECT_EQ(gpu.columns, cpu.columns) << what;
+    for (int64_t h = 0; h < c.Hk; ++h)
+      for (int64_t i = c.first(); i < c.nqb(); ++i) {
+        EXPECT_EQ(static_cast<int64_t>(gpu.at(c, h, i).size()), i + 1) << what << " head " << h << " block " << i;
+        EXPECT_TRUE(gpu.columns_at(c, h, i).empty()) << what << " head " << h << " block " << i;
+      }
+  }
+}
+
+auto flexprefill_with(const ops::FlexPrefillParams& params) {
+  return [params](const ops::BlockSparsePattern& p, TensorView q, TensorView k, const AttentionMetadata& m,
+                  ops::Stream s) {
+    ops::flexprefill_estimate(p, q, k, m, 1.0f / std::sqrt(static_cast<float>(q.dim(2))), params, s);
+  };
+}
+
+std::string describe(const Case& k, const ops::FlexPrefillParams& p) {
+  return describe(k, p.gamma) + " tau " + std::to_string(p.tau) + " min_budget " + std::to_string(p.min_budget);
+}
+
+// Per-block offsets separate the block masses (the vertical and slash blocks by the last rows' attention, the pooled
+// pairs by their scores): the lists equal the CPU's. tau 0 makes every head vertical-slash (a distance is never
+// below 0), tau 10 every head query-aware (the distance is at most sqrt(ln 2)), so no decision sits at tau.
+TEST(CudaPatternEstimators, FlexPrefillMatchesTheCpuOnSeparatedScores) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 900;
+  for (const Case& k : kCases)
+    for (double tau : {0.0, 10.0})
+      for (double gamma : {0.5, 0.9, 1.0}) {
+        if (gamma == 1.0 && tau > 0) continue;  // the full pattern: one tau is enough
+        std::mt19937 rng(seed++);
+        const Chunk c(k.ctx, k.T, k.Hq, k.Hk, k.D, k.cache_bs, k.bs, 2.0f, rng);
+        const ops::FlexPrefillParams p{.gamma = gamma, .tau = tau, .min_budget = 2 * k.bs};
+        const std::string what = "flexprefill " + describe(k, p);
+        const auto [cpu, gpu] = run_both(c, flexprefill_with(p), what);
+        EXPECT_EQ(gpu.blocks, cpu.blocks) << what;
+        EXPECT_TRUE(gpu.columns_empty) << what;
+        expect_valid_blocks(c, gpu, what + " (cuda)");
+        if (gamma == 1.0) {
+          for (int64_t h = 0; h < c.Hk; ++h)
+            for (int64_t i = c.first(); i < c.nqb(); ++i)
+              EXPECT_EQ(static_cast<int64_t>(gpu.at(c, h, i).size()), i + 1) << what << " block " << i;
+        }
+      }
+}
+
+// Noise: a near-tie may swap a vertical or slash block (at most two blocks of a row each), a cover count may end one
+// token on the other side of a block boundary (one block each), a pair may swap (two): at most 6 blocks per row apart.
+TEST(CudaPatternEstimators, FlexPrefillIsValidAndCloseToTheCpuOnNoise) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 1000;
+  for (const Case& k : kCases)
+    for (double tau : {0.0, 0.1, 10.0}) {
+      std::mt19937 rng(seed++);
+      const Chunk c(k.ctx, k.T, k.Hq, k.Hk, k.D, k.cache_bs, k.bs, 0.0f, rng);
+      const ops::FlexPrefillParams p{.gamma = 0.9, .tau = tau, .min_budget = k.bs};
+      const std::string what = "flexprefill noise " + describe(k, p);
+      const auto [cpu, gpu] = run_both(c, flexprefill_with(p), what);
+      expect_valid_blocks(c, gpu, what + " (cuda)");
+      EXPECT_TRUE(gpu.columns_empty) << what;
+      if (tau != 0.1) {  // at 0.1 a head's branch may flip
+        EXPECT_LE(max_row_difference(c, cpu, gpu), 6) << what;
+      }
+    }
+}
+
+// Planted structure is found on CUDA: a vertical line in both query heads of a group (vertical-slash branch: its key
+// block in every later row), a diagonal (its block diagonal), a hot block of one query head (query-aware: listed).
+TEST(CudaPatternEstimators, FlexPrefillFindsPlantedStructure) {
+  SKIP_WITHOUT_CUDA();
+  {
+    std::mt19937 rng(1100);
+    Chunk c(520, 520, 4, 2, 32, 16, 32, 0.0f, rng);
+    plant_column(c, 200, {0, 1});  // both query heads of KV head 0
+    const auto [cpu, gpu] = run_both(c, flexprefill_with({.gamma = 0.9, .tau = 0.1, .min_budget = 64}), "line");
+    expect_valid_blocks(c, gpu, "flexprefill line");
+    for (int64_t i = 200 / 32; i < c.nqb(); ++i)
+      EXPECT_TRUE(std::binary_search(gpu.at(c, 0, i).begin(), gpu.at(c, 0, i).end(), 200 / 32)) << "line, block " << i;
+  }
+  {
+    std::mt19937 rng(1101);
+    Chunk c(448, 448, 2, 1, 32, 16, 32, 0.0f, rng);
+    plant_diagonals(c, {112, 112});
+    const auto [cpu, gpu] = run_both(c, flexprefill_with({.gamma = 0.9, .tau = 0.1, .min_budget = 64}), "diagonal");
+    expect_valid_blocks(c, gpu, "flexprefill diagonal");
+    for (int64_t i = 112 / 32; i < c.nqb(); ++i)
+      EXPECT_TRUE(std::binary_search(gpu.at(c, 0, i).begin(), gpu.at(c, 0, i).end(), i - 112 / 32))
+          << "diagonal, block " << i;
+  }
+  {
+    std::mt19937 rng(1102);
+    Chunk c(320, 320, 4, 2, 32, 16, 32, 0.0f, rng);
+    plant_hot_block(c, 9, 3, 1);
+    const auto [cpu, gpu] = run_both(c, flexprefill_with({.gamma = 0.9, .tau = 10.0, .min_budget = 32}), "hot block");
+    expect_valid_blocks(c, gpu, "flexprefill hot block");
+    EXPECT_TRUE(std::binary_search(gpu.at(c, 0, 9).begin(), gpu.at(c, 0, 9).end(), 3)) << str(gpu.at(c, 0, 9));
+    EXPECT_LE(max_row_difference(c, cpu, gpu), 2);  // query-aware: pooled masses, the CPU's bits up to exp
+  }
+}
+
 // Timing only (--gtest_also_run_disabled_tests --gtest_filter='CudaEstimatorBench.*'): one layer of a 128K-token
 // prefill, Qwen3-4B heads (Hq 32, Hk 8, D 128), cache blocks of 16, pattern blocks of 128, structured data (per-block
-// offsets as above, amplitude 3: pooled scores spread by ~3): each estimator's time, the density of its pattern and
-// the block-sparse attention time on it, next to dense paged_attention. Median of 5 runs.
+// offsets as above, amplitude 3: pooled scores spread by ~3): each estimator's time, the density of its pattern (and
+// vertical-slash's columns per row) and the block-sparse attention time on it, next to dense paged_attention. Median
+// of 5 runs.
 TEST(CudaEstimatorBench, DISABLED_Estimate128K) {
   SKIP_WITHOUT_CUDA();
   const int64_t L = 131072, Hq = 32, Hk = 8, D = 128, BS = 16, bs = 128, NQB = L / bs;
@@ -429,24 +892,50 @@ TEST(CudaEstimatorBench, DISABLED_Estimate128K) {
       median_us([&] { ops::paged_attention(out.view(), q.view(), kc.view(), vc.view(), m, scale, on()); });
   std::printf("128K prefill, Hq 32 / Hk 8 / D 128, blocks of 128, one layer\n");
   std::printf("  dense paged_attention                      attention %9.0f us\n", dense_us);
-  auto report = [&](const char* name, auto&& estimate) {
+  // Column lists for vertical-slash, as wide as the engine makes them (vertical_slash_max_columns) for the widest
+  // setting below: MinferenceAdaptive's 7864 columns per query head, 4 query heads per KV head.
+  const int64_t max_columns = ops::vertical_slash_max_columns(L, Hq / Hk, 7864);
+  DeviceTensor cc(DType::kI32, {Hk, NQB}), ci(DType::kI32, {Hk, NQB, max_columns});
+  auto report = [&](const char* name, const ops::BlockSparsePattern& pattern, auto&& estimate) {
     const double est_us = median_us(estimate);
-    double listed = 0;
+    double listed = 0, columns = 0;
     for (int32_t n : bc.download<int32_t>()) listed += n;
+    if (pattern.column_counts.defined())
+      for (int32_t n : cc.download<int32_t>()) columns += n;
     const double density = listed / (static_cast<double>(Hk) * NQB * (NQB + 1) / 2);
     const double attn_us = median_us([&] {
-      ops::block_sparse_prefill_attention(out.view(), q.view(), kc.view(), vc.view(), m, p, scale, on());
+      ops::block_sparse_prefill_attention(out.view(), q.view(), kc.view(), vc.view(), m, pattern, scale, on());
     });
-    std::printf("  %-26s estimate %7.0f us  density %5.1f%%  attention %9.0f us  total %5.2fx dense\n", name, est_us,
-                100 * density, attn_us, dense_us / (est_us + attn_us));
+    std::printf("  %-26s estimate %7.0f us  density %5.1f%% + %6.0f columns/row  attention %9.0f us  total %5.2fx "
+                "dense\n",
+                name, est_us, 100 * density, columns / (static_cast<double>(Hk) * NQB), attn_us,
+                dense_us / (est_us + attn_us));
   };
   for (double threshold : {0.9, 0.95})
-    report(("avgpool threshold " + std::to_string(threshold).substr(0, 4)).c_str(), [&] {
+    report(("avgpool threshold " + std::to_string(threshold).substr(0, 4)).c_str(), p, [&] {
       ops::avgpool_estimate(p, q.view(), kc.view(), m, scale, {.threshold = threshold}, on());
     });
   for (double threshold : {0.9, 0.95})
-    report(("xattention stride 8 thr " + std::to_string(threshold).substr(0, 4)).c_str(), [&] {
+    report(("xattention stride 8 thr " + std::to_string(threshold).substr(0, 4)).c_str(), p, [&] {
       ops::xattention_estimate(p, q.view(), kc.view(), m, scale, {.stride = 8, .threshold = threshold}, on());
+    });
+  // MInference: the seeds' fixed sizes, and the engine's adaptive default at 128K (threshold 0.3: 0.2 and 0.8 of
+  // 0.3 x 131072); lists as wide as the engine's.
+  const std::vector<std::pair<const char*, ops::VerticalSlashParams>> minference = {
+      {"minference 1000 / 6096", {.last_q = 64, .vertical = 1000, .slash = 6096}},
+      {"minference 7864 / 31457", {.last_q = 64, .vertical = 7864, .slash = 31457}}};
+  for (const auto& [name, params] : minference) {
+    ops::BlockSparsePattern pv = p;
+    pv.column_counts = cc.view();
+    pv.column_index = TensorView(ci.view().data(), DType::kI32,
+                                 {Hk, NQB, ops::vertical_slash_max_columns(L, Hq / Hk, params.vertical)},
+                                 ci.view().device());
+    report(name, pv, [&] { ops::vertical_slash_estimate(pv, q.view(), kc.view(), m, scale, params, on()); });
+  }
+  for (double gamma : {0.9, 0.95})
+    report(("flexprefill gamma " + std::to_string(gamma).substr(0, 4)).c_str(), p, [&] {
+      ops::flexprefill_estimate(p, q.view(), kc.view(), m, scale, {.gamma = gamma, .tau = 0.1, .min_budget = 1024},
+                                on());
     });
 }
 

@@ -204,9 +204,10 @@ TEST(CudaOffload, ConcurrentRequestsMatchTheGpuCacheRunAlone) {
   }
 }
 
-// Sparse prefill on CUDA (the AvgPool and XAttention estimators, then the block-sparse kernel): a threshold of
-// 1 keeps every causal block, so the tokens are the dense ones, on the normal path (1024-token chunks) and in
-// the offload prefill; a low threshold really goes sparse (the counters read the GPU patterns) and still generates.
+// Sparse prefill on CUDA (each policy's estimator, then the block-sparse kernel): the full pattern (a threshold of 1;
+// minference: every diagonal) keeps every causal block, so the tokens are the dense ones, on the normal path
+// (1024-token chunks) and in the offload prefill; a low threshold (minference: the 30 sinks and 100 recent diagonals
+// and one more of each) really goes sparse (the counters read the GPU patterns) and still generates.
 TEST(CudaOffload, SparsePrefillFullThresholdGivesTheDenseTokens) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const EngineConfig plain = tiny_config(8192);
@@ -216,7 +217,8 @@ TEST(CudaOffload, SparsePrefillFullThresholdGivesTheDenseTokens) {
     LLM llm(plain);
     for (const auto& p : prompts) reference.push_back(llm.generate({p}, greedy(24))[0]);
   }
-  for (SparsePrefillPolicy policy : {SparsePrefillPolicy::kAvgPool, SparsePrefillPolicy::kXAttention}) {
+  for (SparsePrefillPolicy policy : {SparsePrefillPolicy::kAvgPool, SparsePrefillPolicy::kXAttention,
+                                     SparsePrefillPolicy::kMInference, SparsePrefillPolicy::kFlexPrefill}) {
     for (bool offload : {false, true}) {
       const std::string what = std::string(sparse_prefill_policy_name(policy)) + (offload ? ", offload" : "");
       EngineConfig ec = plain;
@@ -226,8 +228,13 @@ TEST(CudaOffload, SparsePrefillFullThresholdGivesTheDenseTokens) {
       ec.offload.min_tokens = offload ? 1 : 0;
       ec.offload.block_size = 32;
       ec.sparse_prefill.count_blocks = true;  // read the GPU patterns back: the density is asserted below
-      for (double threshold : {1.0, 0.5}) {
-        ec.sparse_prefill.threshold = threshold;
+      for (bool full : {true, false}) {
+        const bool minference = policy == SparsePrefillPolicy::kMInference;
+        ec.sparse_prefill.threshold = full ? 1.0 : (minference ? 0.0 : 0.5);
+        ec.sparse_prefill.vertical = minference && !full ? 31 : 0;
+        ec.sparse_prefill.slash = minference ? (full ? 100000 : 101) : 0;
+        // minference: blocks of 16, so the 30 sink columns reach past block 0 and some become column lists
+        ec.sparse_prefill.block_size = minference ? 16 : 128;
         LLM llm(ec);
         std::vector<RequestOutput> got;
         for (const auto& p : prompts) got.push_back(llm.generate({p}, greedy(24))[0]);
@@ -235,12 +242,16 @@ TEST(CudaOffload, SparsePrefillFullThresholdGivesTheDenseTokens) {
         ASSERT_NE(c, nullptr) << what;
         EXPECT_GT(c->sparse_layer_chunks, 0) << what;
         EXPECT_GT(c->causal_blocks, 0) << what;
-        if (threshold == 1.0) {
+        if (full) {
           EXPECT_EQ(c->attended_blocks, c->causal_blocks) << what << ": every causal block is listed";
+          EXPECT_EQ(c->attended_columns, 0) << what;
           expect_same(got, reference, 1e-2, what);
         } else {
           EXPECT_GT(c->attended_blocks, 0) << what;
-          EXPECT_LT(c->attended_blocks, c->causal_blocks) << what << ": a threshold of 0.5 drops blocks";
+          EXPECT_LT(c->attended_blocks, c->causal_blocks) << what << ": a low threshold drops blocks";
+          if (minference) {
+            EXPECT_GT(c->attended_columns, 0) << what << ": columns outside the listed blocks";
+          }
           for (const RequestOutput& o : got) EXPECT_EQ(o.token_ids.size(), 24u) << what;
         }
       }

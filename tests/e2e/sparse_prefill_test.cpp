@@ -279,19 +279,13 @@ TEST_F(SparsePrefill, RefusesImpossibleConfigurations) {
         ec.sparse_prefill.budget_tokens = 256;
       },
       "sparse_prefill_budget bounds xattention and avgpool");
-  // The CUDA backend has avgpool and xattention estimators only: the others are refused up front, naming the
-  // option (validate needs no GPU).
-  for (SparsePrefillPolicy p : {SparsePrefillPolicy::kMInference, SparsePrefillPolicy::kFlexPrefill})
-    refused(
-        [p](EngineConfig& ec) {
-          ec.sparse_prefill.policy = p;
-          ec.model.backend = Backend::kCuda;
-        },
-        "use another --sparse-prefill-policy");
-  for (SparsePrefillPolicy p :
-       {SparsePrefillPolicy::kDense, SparsePrefillPolicy::kAvgPool, SparsePrefillPolicy::kXAttention}) {
+  // Every policy has a CUDA estimator: none is refused on the CUDA backend (validate needs no GPU).
+  for (SparsePrefillPolicy p : {SparsePrefillPolicy::kDense, SparsePrefillPolicy::kAvgPool,
+                                SparsePrefillPolicy::kXAttention, SparsePrefillPolicy::kMInference,
+                                SparsePrefillPolicy::kFlexPrefill}) {
     EngineConfig cuda = sparse(p, 0.5);
-    EXPECT_NO_THROW(cuda.sparse_prefill.validate(Backend::kCuda)) << sparse_prefill_policy_name(p);
+    cuda.model.backend = Backend::kCuda;
+    EXPECT_NO_THROW(cuda.validate()) << sparse_prefill_policy_name(p);
   }
   // An engine is refused the same way (the CPU backend builds it, so a bad knob fails at construction).
   EngineConfig bad = sparse(SparsePrefillPolicy::kXAttention, 0.5);

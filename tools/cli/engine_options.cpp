@@ -92,7 +92,7 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
                  "HOST:PORT of node 0, where the nodes meet (node 0 listens on PORT)");
   cmd.add_option("--sparse-prefill-policy", o.sparse_prefill_policy,
                  "prefill attention of long chunks: dense | xattention | minference | flexprefill | avgpool "
-                 "(block-sparse patterns; minference and flexprefill: CPU backend only for now)")
+                 "(block-sparse patterns)")
       ->capture_default_str();
   cmd.add_option("--sparse-prefill-threshold", o.sparse_prefill_threshold,
                  "sparse prefill: the policy's threshold in (0, 1]: xattention tau (default 0.95), flexprefill gamma "

@@ -93,14 +93,9 @@ double SparsePrefillConfig::effective_threshold() const {
   return 1.0;
 }
 
-void SparsePrefillConfig::validate(Backend backend) const {
+void SparsePrefillConfig::validate() const {
   if (!enabled()) return;
   const char* name = sparse_prefill_policy_name(policy);
-  // CUDA estimators exist for these two (kernels/cuda/avgpool_estimate.cu, xattention_estimate.cu).
-  const bool on_cuda = policy == SparsePrefillPolicy::kAvgPool || policy == SparsePrefillPolicy::kXAttention;
-  NANOVLLM_CHECK(backend != Backend::kCuda || on_cuda, "sparse_prefill_policy ", name,
-                 " runs on the CPU backend only for now (no CUDA estimator yet; avgpool and xattention run on "
-                 "CUDA); use another --sparse-prefill-policy, or --backend cpu");
   NANOVLLM_CHECK(threshold >= 0 && threshold <= 1,
                  "sparse_prefill_threshold must be in (0, 1] (0: the policy's default), got ", threshold);
   NANOVLLM_CHECK(dense_layers >= 0, "sparse_prefill_dense_layers must be >= 0, got ", dense_layers);
@@ -152,7 +147,7 @@ void EngineConfig::validate() const {
   }
   sparse.validate();
   parallel.validate();
-  sparse_prefill.validate(model.backend);
+  sparse_prefill.validate();
   if (sparse.policy != SparsePolicy::kFull) {
     const int64_t min_pages = SparseConfig::kSinkPages + SparseConfig::kRecentPages + 1;
     NANOVLLM_CHECK(sparse.budget_pages(cache.block_size) >= min_pages, "sparse_budget ", sparse.budget_tokens,

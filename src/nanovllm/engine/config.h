@@ -119,8 +119,7 @@ struct ParallelConfig {
 // (prefix + chunk) reaches min_tokens attends, per KV head and query block of `block_size` tokens, only the key
 // blocks (and, for minference, single key columns) an estimator picks from the chunk's queries and keys; the first
 // dense_layers layers stay dense (and decode steps, short chunks, steps of two prefills; a chunk after decodes is
-// fine). Both backends for avgpool and xattention, the CPU backend only for the others (no CUDA estimators
-// yet: validate says so); with or without CPU offload.
+// fine). Every policy runs on both backends, with or without CPU offload.
 enum class SparsePrefillPolicy {
   kDense,        // no estimator: dense causal attention
   kXAttention,   // antidiagonal block scores, blocks up to a cumulative share tau
@@ -162,7 +161,7 @@ struct SparsePrefillConfig {
   static constexpr int64_t kMinferenceRecentDiagonals = 100;  // diagonals always kept
   bool enabled() const { return policy != SparsePrefillPolicy::kDense; }
   double effective_threshold() const;  // threshold, or the policy's default when 0
-  void validate(Backend backend) const;
+  void validate() const;
 };
 
 struct EngineConfig {

@@ -1,5 +1,5 @@
 // Pattern estimator entry points: validate the chunk, the cache, the pattern views and the knobs, then dispatch (CPU
-// reference kernels; CUDA kernels for XAttention and AvgPool, the others refuse CUDA tensors until theirs exist).
+// reference kernels, or the CUDA kernels of kernels/cuda/*_estimate.cu).
 #include "nanovllm/kernels/pattern_estimators.h"
 
 #include <cmath>
@@ -78,10 +78,6 @@ void check_block_budget(std::string_view op, int64_t max_blocks, double threshol
                  "ranked), got ", threshold);
 }
 
-void refuse_cuda(std::string_view op, const TensorView& q) {
-  NANOVLLM_CHECK(!q.device().is_cuda(), op, ": no CUDA estimator yet (tensors are on ", to_string(q.device()), ")");
-}
-
 }  // namespace
 
 void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
@@ -100,7 +96,6 @@ void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, Tensor
 void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                              const AttentionMetadata& meta, float scale, const VerticalSlashParams& params, Stream s) {
   constexpr std::string_view op = "vertical_slash_estimate";
-  static_cast<void>(s);
   NANOVLLM_CHECK(params.last_q >= 1 && params.vertical >= 0 && params.slash >= 0 && params.sink_tokens >= 0 &&
                      params.recent_diagonals >= 0,
                  op,
@@ -113,19 +108,20 @@ void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, Te
   NANOVLLM_CHECK(pattern.column_index.dim(2) >= columns, op, ": pattern.column_index ",
                  pattern.column_index.shape().str(), " holds ", pattern.column_index.dim(2),
                  " columns per list; up to ", columns, " may be chosen (vertical_slash_max_columns)");
-  refuse_cuda(op, q);
+  if (q.device().is_cuda())
+    NANOVLLM_DISPATCH_CUDA(vertical_slash_estimate, q.device(), pattern, q, k_cache, meta, scale, params, s);
   cpu::vertical_slash_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
 }
 
 void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                           const AttentionMetadata& meta, float scale, const FlexPrefillParams& params, Stream s) {
   constexpr std::string_view op = "flexprefill_estimate";
-  static_cast<void>(s);
   NANOVLLM_CHECK(params.gamma > 0 && params.tau >= 0 && params.min_budget >= 0, op,
                  ": gamma must be > 0, tau and min_budget >= 0 (got ", params.gamma, ", ", params.tau, ", ",
                  params.min_budget, ")");
   const cpu::PrefillChunk c = check_estimate(op, pattern, q, k_cache, meta, scale);
-  refuse_cuda(op, q);
+  if (q.device().is_cuda())
+    NANOVLLM_DISPATCH_CUDA(flexprefill_estimate, q.device(), pattern, q, k_cache, meta, scale, params, s);
   cpu::flexprefill_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
 }
 

@@ -1,7 +1,7 @@
 // Op entry points of the sparse prefill pattern estimators: from a prefill chunk's queries and its sequence's keys, a
 // BlockSparsePattern (sparse_ops.h) for block_sparse_prefill_attention. The policies in sparse/ pick one and its knobs
 // (estimator_params.h); these compute. Same rules as ops.h: each validates, then dispatches on the tensors' device (CPU
-// reference kernels now; CUDA tensors get a clear error until the CUDA estimators land).
+// reference kernels, CUDA kernels: kernels/cuda/*_estimate.cu).
 //
 // Common contract. One sequence (meta.num_seqs == 1): q [T, Hq, D] holds the queries of positions [ctx - T, ctx), ctx =
 // meta.max_context_len (== context_lens[0]); its keys [0, ctx) are read from k_cache [NB, BS, Hk, D] through

@@ -17,6 +17,12 @@ void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, T
                          ops::Stream s);
 void avgpool_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                       const AttentionMetadata& meta, float scale, const ops::AvgPoolParams& params, ops::Stream s);
+void vertical_slash_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+                             const AttentionMetadata& meta, float scale, const ops::VerticalSlashParams& params,
+                             ops::Stream s);
+void flexprefill_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+                          const AttentionMetadata& meta, float scale, const ops::FlexPrefillParams& params,
+                          ops::Stream s);
 
 }  // namespace nanovllm::cuda_ops
 

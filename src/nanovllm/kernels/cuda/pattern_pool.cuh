@@ -1,0 +1,104 @@
+// Block-mean pooling the CUDA pattern estimators share (AvgPool scores pooled queries against pooled keys; FlexPrefill
+// the same for its query-aware heads and its Jensen-Shannon test): the mean key of every key block and the mean query
+// of every query block of the chunk, in fp32, summed in position order without fused multiply-adds, so they are the CPU
+// reference's mean_rows() bits (kernels/cpu). One thread per kVec elements of a row, 16-byte loads for bf16.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "nanovllm/core/error.h"
+#include "nanovllm/kernels/cuda/common.cuh"
+#include "nanovllm/kernels/cuda/pattern_select.cuh"
+
+namespace nanovllm::cuda_ops::pattern {
+
+constexpr int kPoolThreads = 128;
+
+// x[0, kVec) = p[0, kVec) as floats: one 16-byte load for 8 bf16, else element by element.
+template <typename T, int kVec>
+__device__ __forceinline__ void load_vec(const T* p, float (&x)[kVec]) {
+  if constexpr (kVec == 8 && std::is_same_v<T, __nv_bfloat16>) {
+    bf16x8_to_f32(*reinterpret_cast<const uint4*>(p), x);
+  } else {
+#pragma unroll
+    for (int t = 0; t < kVec; ++t) x[t] = static_cast<float>(p[t]);
+  }
+}
+
+// mean_k [Hk, D, nqb] fp32 (transposed: score loops read consecutive key blocks in consecutive threads): per KV head
+// and key block j, the mean of keys [jB, key_end(j)) read from k_cache [NB, BS, Hk, D] through block_table, summed in
+// position order (the CPU's order). blockIdx (j, slice of the [Hk x D] row); T the cache's element type, kVec
+// elements per thread (16-byte loads where D allows).
+template <typename T, int kVec>
+__global__ void pool_keys_kernel(const T* __restrict__ k_cache, const int32_t* __restrict__ block_table,
+                                 float* __restrict__ mean_k, ChunkGeometry g) {
+  const int j = blockIdx.x;
+  const int e = (static_cast<int>(blockIdx.y) * blockDim.x + threadIdx.x) * kVec;  // in the [Hk x D] row
+  if (e >= g.Hk * g.D) return;
+  const int p0 = j * g.B, p1 = g.key_end(j);
+  float acc[kVec] = {};
+  for (int p = p0; p < p1; ++p) {
+    const int64_t slot = int64_t{block_table[p / g.BS]} * g.BS + p % g.BS;
+    float x[kVec];
+    load_vec<T, kVec>(k_cache + slot * g.Hk * g.D + e, x);
+#pragma unroll
+    for (int t = 0; t < kVec; ++t) acc[t] = __fadd_rn(acc[t], x[t]);
+  }
+  const int h = e / g.D, d = e % g.D;
+#pragma unroll
+  for (int t = 0; t < kVec; ++t)
+    mean_k[(int64_t{h} * g.D + d + t) * g.nqb + j] = acc[t] / static_cast<float>(p1 - p0);
+}
+
+// mean_q [Hq, nqb - first, D] fp32: per query head and query block i of the chunk, the mean of the chunk's rows
+// [row_begin(i), row_end(i)) of q [T, Hq, D], in row order. blockIdx (i - first, slice of the [Hq x D] row).
+template <typename T, int kVec>
+__global__ void pool_queries_kernel(const T* __restrict__ q, float* __restrict__ mean_q, ChunkGeometry g) {
+  const int i = g.first + static_cast<int>(blockIdx.x);
+  const int e = (static_cast<int>(blockIdx.y) * blockDim.x + threadIdx.x) * kVec;  // in the [Hq x D] row
+  if (e >= g.Hq * g.D) return;
+  const int r0 = g.row_begin(i), r1 = g.row_end(i);
+  float acc[kVec] = {};
+  for (int r = r0; r < r1; ++r) {
+    float x[kVec];
+    load_vec<T, kVec>(q + int64_t{r - g.start()} * g.Hq * g.D + e, x);
+#pragma unroll
+    for (int t = 0; t < kVec; ++t) acc[t] = __fadd_rn(acc[t], x[t]);
+  }
+  const int qh = e / g.D, d = e % g.D;
+#pragma unroll
+  for (int t = 0; t < kVec; ++t)
+    mean_q[(int64_t{qh} * (g.nqb - g.first) + blockIdx.x) * g.D + d + t] = acc[t] / static_cast<float>(r1 - r0);
+}
+
+template <typename T, int kVec>
+void launch_pooling_as(const void* q, const void* k_cache, const int32_t* block_table, float* mean_q, float* mean_k,
+                       const ChunkGeometry& g, cudaStream_t st) {
+  const int64_t per_cta = int64_t{kPoolThreads} * kVec;
+  pool_keys_kernel<T, kVec><<<dim3(g.nqb, ceil_div_u(int64_t{g.Hk} * g.D, per_cta)), kPoolThreads, 0, st>>>(
+      static_cast<const T*>(k_cache), block_table, mean_k, g);
+  CUDA_CHECK(cudaGetLastError());
+  pool_queries_kernel<T, kVec><<<dim3(g.nqb - g.first, ceil_div_u(int64_t{g.Hq} * g.D, per_cta)), kPoolThreads, 0,
+                                 st>>>(static_cast<const T*>(q), mean_q, g);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// The pooling kernels for q's and k_cache's element type (the entry points check they are floats; `op` names the
+// caller in the error when the two differ).
+inline void launch_pooling(const char* op, const TensorView& q, const TensorView& k_cache,
+                           const int32_t* block_table, float* mean_q, float* mean_k, const ChunkGeometry& g,
+                           cudaStream_t st) {
+  NANOVLLM_CHECK(q.dtype() == k_cache.dtype(), op, ": q and k_cache must have one dtype, got ", dtype_name(q.dtype()),
+                 " and ", dtype_name(k_cache.dtype()));
+  const bool vec = g.D % 8 == 0 && aligned16(q.data()) && aligned16(k_cache.data());
+  if (q.dtype() == DType::kBF16) {
+    if (vec) return launch_pooling_as<__nv_bfloat16, 8>(q.data(), k_cache.data(), block_table, mean_q, mean_k, g, st);
+    return launch_pooling_as<__nv_bfloat16, 1>(q.data(), k_cache.data(), block_table, mean_q, mean_k, g, st);
+  }
+  if (q.dtype() == DType::kF16)
+    return launch_pooling_as<__half, 1>(q.data(), k_cache.data(), block_table, mean_q, mean_k, g, st);
+  launch_pooling_as<float, 1>(q.data(), k_cache.data(), block_table, mean_q, mean_k, g, st);
+}
+
+}  // namespace nanovllm::cuda_ops::pattern
