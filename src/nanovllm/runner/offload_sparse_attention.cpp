@@ -87,24 +87,19 @@ bool OffloadSparseAttention::attend(int64_t layer, TensorView out, TensorView q,
   const TensorView dst_v = kv.v.reshape({shape_.num_blocks * BS, Hk, D});
   const TensorView cache = cache_.view().reshape({cache_.view().dim(0), C, BS, Hk, D});
   const DType dt = shape_.kv_dtype;
-  // Every row's plan first, then every row's fetch: the fetches (PCIe-bound) then run back to back
-  // instead of each waiting for the next row's plan (the plans only read their own lane's state).
-  for (int64_t b = 0; b < B; ++b) {
-    const OffloadDecodeRow& row = rows_[static_cast<size_t>(b)];
-    ops::page_cache_plan(plan_.view().slice_rows(b, b + 1), selected.slice_rows(b, b + 1), state(row.lane, layer),
-                         row.host_tokens, BS, step_, counters_.view(), s);
-  }
-  for (int64_t b = 0; b < B; ++b) {
+  for (int64_t b = 0; b < B; ++b) {  // each row from its own lane's cache and host pool
     const OffloadDecodeRow& row = rows_[static_cast<size_t>(b)];
     const OffloadHostPool& host = *hosts_[static_cast<size_t>(row.lane)];
     const Shape host_rows{host.capacity(), Hk, D};
     const int64_t c = 2 * (row.lane * shape_.num_layers + layer);  // this lane and layer's K cache; V follows
+    const TensorView plan = plan_.view().slice_rows(b, b + 1);
+    const TensorView sel = selected.slice_rows(b, b + 1);
+    ops::page_cache_plan(plan, sel, state(row.lane, layer), row.host_tokens, BS, step_, counters_.view(), s);
     ops::page_cache_fetch(dst_k.slice_rows(row.lane * lane_rows, (row.lane + 1) * lane_rows),
                           dst_v.slice_rows(row.lane * lane_rows, (row.lane + 1) * lane_rows),
                           TensorView(host.k(layer), dt, host_rows), TensorView(host.v(layer), dt, host_rows),
                           cache.slice_rows(c, c + 1).reshape({C, BS, Hk, D}),
-                          cache.slice_rows(c + 1, c + 2).reshape({C, BS, Hk, D}), selected.slice_rows(b, b + 1),
-                          plan_.view().slice_rows(b, b + 1), row.host_tokens, s);
+                          cache.slice_rows(c + 1, c + 2).reshape({C, BS, Hk, D}), sel, plan, row.host_tokens, s);
   }
   quest_.attend_selected(out, q, pages, by_page, selected, scale, s);
   return true;
