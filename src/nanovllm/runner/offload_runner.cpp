@@ -304,7 +304,6 @@ void OffloadRunner::prefill(int64_t lane_id, const Sequence& seq, int64_t num_to
   const size_t tb = static_cast<size_t>(token_bytes_);
   const OffloadDevice::Queue compute = OffloadDevice::kCompute;
   const ops::Stream st = dev_->compute_stream();
-  const Device device = dev_->device();
   Lane& lane = lanes_[static_cast<size_t>(lane_id)];
 
   // A new sequence in the lane: nothing of the previous one is read again (its host pool contents are
@@ -355,7 +354,6 @@ void OffloadRunner::prefill(int64_t lane_id, const Sequence& seq, int64_t num_to
     w.residual = residual_.view().slice_rows(start, start + n);  // [n, H]
     return w;
   };
-  (void)device;
 
   if (sparse_) sparse_->begin_prefill(lane_id, st);
   for (int64_t c = 0; c < num_chunks; ++c) model_.embed(chunk_inputs(c), chunk_workspace(c), st);
