@@ -7,12 +7,12 @@
 // The pooling (pattern_pool.cuh) reads q and the keys once (16-byte loads for bf16); the score loop gives each thread one key block and
 // all query heads of a pass, reading the transposed mean keys coalesced (from L2: [D, NQB] per KV head).
 #include <algorithm>
-#include <memory>
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_pattern_estimators.h"
 #include "nanovllm/kernels/cuda/device_context.h"
+#include "nanovllm/kernels/cuda/op_workspace.h"
 #include "nanovllm/kernels/cuda/pattern_pool.cuh"
 #include "nanovllm/kernels/cuda/pattern_select.cuh"
 
@@ -113,26 +113,7 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
   pt::write_flagged(flags, n, list, count, max_blocks, sh);
 }
 
-// The op's per-device workspace (DeviceContext::op_state): the mean keys and queries, grow-only.
-struct AvgPoolWorkspace {
-  float* data = nullptr;
-  size_t floats = 0;
-  AvgPoolWorkspace() = default;
-  ~AvgPoolWorkspace() { cudaFree(data); }
-  AvgPoolWorkspace(const AvgPoolWorkspace&) = delete;
-  AvgPoolWorkspace& operator=(const AvgPoolWorkspace&) = delete;
-};
-
-float* workspace(size_t floats, ops::Stream s) {
-  AvgPoolWorkspace& w = context_of(s).op_state<AvgPoolWorkspace>([] { return std::make_unique<AvgPoolWorkspace>(); });
-  if (w.floats < floats) {
-    CUDA_CHECK(cudaFree(w.data));  // synchronises: no launch still reads the old block
-    w.data = nullptr;
-    CUDA_CHECK(cudaMalloc(&w.data, floats * sizeof(float)));
-    w.floats = floats;
-  }
-  return w.data;
-}
+struct AvgPoolTag;  // the op's grow-only workspace (op_workspace.h): the mean keys and queries
 
 }  // namespace
 
@@ -159,7 +140,8 @@ void avgpool_estimate(const ops::BlockSparsePattern& pattern, TensorView q, Tens
   float* mean_q = nullptr;
   if (!full) {
     const size_t k_floats = static_cast<size_t>(g.Hk) * g.nqb * g.D;
-    mean_k = workspace(k_floats + static_cast<size_t>(g.Hq) * nqc * g.D, s);
+    mean_k = reinterpret_cast<float*>(
+        op_workspace<AvgPoolTag>((k_floats + static_cast<size_t>(g.Hq) * nqc * g.D) * sizeof(float), s));
     mean_q = mean_k + k_floats;
     pt::launch_pooling(op, q, k_cache, meta.block_tables.data_as<const int32_t>(), mean_q, mean_k, g, st);
   }

@@ -11,13 +11,13 @@
 // bf16 first when they are F32 / F16), so picks agree except at near-ties. Causal waste: the GEMM of a slab computes
 // its whole rectangle up to the slab's last column.
 #include <algorithm>
-#include <memory>
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
 #include "nanovllm/kernels/cuda/cuda_pattern_estimators.h"
 #include "nanovllm/kernels/cuda/device_context.h"
+#include "nanovllm/kernels/cuda/op_workspace.h"
 #include "nanovllm/kernels/cuda/pattern_select.cuh"
 
 namespace nanovllm::cuda_ops {
@@ -139,27 +139,7 @@ int64_t select_smem(const Geometry& g, bool ranked) {
          (g.nqb + 15) / 16 * 16;
 }
 
-// The op's per-device workspace (DeviceContext::op_state), grow-only.
-struct XAttentionWorkspace {
-  void* data = nullptr;
-  size_t bytes = 0;
-  XAttentionWorkspace() = default;
-  ~XAttentionWorkspace() { cudaFree(data); }
-  XAttentionWorkspace(const XAttentionWorkspace&) = delete;
-  XAttentionWorkspace& operator=(const XAttentionWorkspace&) = delete;
-};
-
-unsigned char* workspace(size_t bytes, ops::Stream s) {
-  XAttentionWorkspace& w =
-      context_of(s).op_state<XAttentionWorkspace>([] { return std::make_unique<XAttentionWorkspace>(); });
-  if (w.bytes < bytes) {
-    CUDA_CHECK(cudaFree(w.data));  // synchronises: no launch still reads the old block
-    w.data = nullptr;
-    CUDA_CHECK(cudaMalloc(&w.data, bytes));
-    w.bytes = bytes;
-  }
-  return static_cast<unsigned char*>(w.data);
-}
+struct XAttentionTag;  // the op's grow-only workspace (op_workspace.h)
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
@@ -205,7 +185,7 @@ void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, T
   const size_t score_bytes =
       align256(static_cast<size_t>(std::min(slab_blocks, g.nqc())) * rows_per_block * g.nt * sizeof(float));
   const size_t mass_bytes = align256(static_cast<size_t>(g.group()) * g.nqc() * g.nqb * sizeof(float));
-  unsigned char* ws = workspace(kt_bytes + qr_bytes + score_bytes + mass_bytes, s);
+  unsigned char* ws = op_workspace<XAttentionTag>(kt_bytes + qr_bytes + score_bytes + mass_bytes, s);
   auto* kt = reinterpret_cast<__nv_bfloat16*>(ws);
   auto* qr = reinterpret_cast<__nv_bfloat16*>(ws + kt_bytes);
   auto* scores = reinterpret_cast<float*>(ws + kt_bytes + qr_bytes);
