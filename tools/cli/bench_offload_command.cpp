@@ -75,7 +75,8 @@ RunResult run_requests(LLMEngine& e, const std::vector<std::vector<int32_t>>& pr
   while (e.has_unfinished() && !prefilled()) e.step();
   r.prefill_s = seconds_since(t0) - (off ? off->stats().host_alloc_s - alloc0 : 0);
   while (e.has_unfinished()) {
-    const int64_t unfinished = e.load_stats().num_running + e.load_stats().num_waiting;
+    const LLMEngine::LoadStats load = e.load_stats();
+    const int64_t unfinished = load.num_running + load.num_waiting;
     const auto t = Clock::now();
     e.step();
     if (unfinished == n) r.decode_step_s.push_back(seconds_since(t));

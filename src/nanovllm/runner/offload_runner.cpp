@@ -40,9 +40,8 @@ OffloadRunner::OffloadRunner(const Qwen3Model& model, std::unique_ptr<OffloadDev
                  " rows and ", ws_.logits.dim(0), " logits rows; ", lanes, " offloaded sequences need as many");
   const bool sparse = config.sparse.policy == SparsePolicy::kQuest;
   page_size_ = config.cache.block_size;  // a Quest page (sparse decode)
-  const int64_t page = page_size_;
   // The buffers must hold whole view blocks and, for sparse decode, whole pages.
-  capacity_ = round_up(max_model_len_, sparse ? std::lcm(kViewBlock, page) : kViewBlock);
+  capacity_ = round_up(max_model_len_, sparse ? std::lcm(kViewBlock, page_size_) : kViewBlock);
   Allocator& da = dev_->device_allocator();
   for (int64_t i = 0; i < lanes; ++i) {
     Lane lane;
@@ -65,16 +64,16 @@ OffloadRunner::OffloadRunner(const Qwen3Model& model, std::unique_ptr<OffloadDev
   // Step inputs: a prefill's ids and per-chunk ints; a decode step's 5 ints per row and its tables (view
   // blocks and, for sparse decode, pages, of every row's lane).
   const int64_t prefill_ints = max_model_len_ + 4 * ceil_div(max_model_len_, chunk_);
-  const int64_t decode_ints = lanes * (5 + capacity_ / kViewBlock + (sparse ? capacity_ / page : 0));
+  const int64_t decode_ints = lanes * (5 + capacity_ / kViewBlock + (sparse ? capacity_ / page_size_ : 0));
   const int64_t meta_ints = std::max(prefill_ints, decode_ints) + 8;
   iota_ = Buffer(da, DType::kI32, Shape{lanes * capacity_ + 2});
   meta_dev_ = Buffer(da, DType::kI32, Shape{meta_ints});
   meta_host_ = Buffer(dev_->host_allocator(), DType::kI32, Shape{std::max(meta_ints, lanes * capacity_ + 2)});
   if (sparse) {
-    const int64_t pages = capacity_ / page;
+    const int64_t pages = capacity_ / page_size_;
     const QuestShape shape{.num_layers = num_layers_,
                            .num_blocks = lanes * pages,
-                           .block_size = page,
+                           .block_size = page_size_,
                            .num_kv_heads = c.num_key_value_heads,
                            .num_query_heads = c.num_attention_heads,
                            .head_dim = c.head_dim,
@@ -83,7 +82,7 @@ OffloadRunner::OffloadRunner(const Qwen3Model& model, std::unique_ptr<OffloadDev
                            .max_blocks_per_seq = pages};
     std::vector<const OffloadHostPool*> hosts;
     for (const Lane& lane : lanes_) hosts.push_back(lane.host.get());
-    sparse_ = std::make_unique<OffloadSparseAttention>(shape, config.sparse.budget_pages(page),
+    sparse_ = std::make_unique<OffloadSparseAttention>(shape, config.sparse.budget_pages(page_size_),
                                                        SparseConfig::kSinkPages, SparseConfig::kRecentPages,
                                                        config.sparse.cache_tokens(), std::move(hosts), da,
                                                        dev_->compute_stream());
@@ -390,14 +389,14 @@ void OffloadRunner::prefill(int64_t lane_id, const Sequence& seq, int64_t num_to
   stats_.last_step_h2d_bytes = 0;
 }
 
-void OffloadRunner::issue_load(int64_t layer) {
+void OffloadRunner::issue_load(int64_t layer, const std::vector<int64_t>& lanes) {
   const int64_t s = layer % num_slots_;
   const OffloadDevice::Queue q = load_q_[static_cast<size_t>(s)];
   const Slot& slot = slots_[static_cast<size_t>(s)];
   dev_->wait(q, slot_computed_[static_cast<size_t>(s)]);  // the layer that used the slot before is done
   dev_->wait(q, slot_drained_[static_cast<size_t>(s)]);   // a prefill D2H from the slot has read it
   dev_->wait(q, host_ready_[static_cast<size_t>(layer)]);  // the layer's host regions are fully written
-  for (const int64_t id : decoding_) {
+  for (const int64_t id : lanes) {
     const Lane& lane = lanes_[static_cast<size_t>(id)];
     const size_t bytes = static_cast<size_t>(lane.flushed * token_bytes_);
     dev_->copy(slot.k + lane_offset(id), lane.host->k(layer), bytes, CopyKind::kH2D, q,
@@ -416,7 +415,6 @@ void OffloadRunner::decode(const std::vector<const Sequence*>& seqs, const std::
   const OffloadDevice::Queue compute = OffloadDevice::kCompute;
   const ops::Stream st = dev_->compute_stream();
   stats_.last_step_h2d_bytes = stats_.last_step_d2h_bytes = 0;
-  decoding_ = lanes;
 
   // Inputs, one row per sequence: ids [B], positions [B], context lengths [B], slots [B], then the view
   // block tables [B, MB] (and for sparse decode the page tables [B, MP]) of the rows' lanes.
@@ -470,7 +468,7 @@ void OffloadRunner::decode(const std::vector<const Sequence*>& seqs, const std::
     for (const int64_t id : lanes) rows.push_back({.lane = id, .host_tokens = lanes_[static_cast<size_t>(id)].flushed});
     sparse_->begin_decode(std::move(rows), device_ints(tables, B * MP).reshape({B, MP}));
   } else {
-    for (int64_t l = 0; l < num_slots_; ++l) issue_load(l);
+    for (int64_t l = 0; l < num_slots_; ++l) issue_load(l, lanes);
   }
   model_.embed(in, ws_, st);
   for (int64_t l = 0; l < num_layers_; ++l) {
@@ -510,7 +508,7 @@ void OffloadRunner::decode(const std::vector<const Sequence*>& seqs, const std::
                  "new token V -> decode buffer");
     }
     dev_->record(slot_computed_[static_cast<size_t>(s)], compute);
-    if (!sparse_ && l + num_slots_ < num_layers_) issue_load(l + num_slots_);
+    if (!sparse_ && l + num_slots_ < num_layers_) issue_load(l + num_slots_, lanes);
   }
   model_.head(in, ws_, st);
   for (const int64_t id : lanes) {

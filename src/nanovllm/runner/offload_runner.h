@@ -132,7 +132,8 @@ class OffloadRunner {
   int64_t lane_of(const Sequence& seq) const;  // the lane a decoding sequence holds (checks its progress)
   void prefill(int64_t lane, const Sequence& seq, int64_t num_tokens);
   void decode(const std::vector<const Sequence*>& seqs, const std::vector<int64_t>& lanes);
-  void issue_load(int64_t layer);  // every decoding lane's host pool [0, F) of `layer` -> its ring slot region
+  // Each of `lanes`' host pool [0, F) of `layer` -> its region of the layer's ring slot, on the slot's queue.
+  void issue_load(int64_t layer, const std::vector<int64_t>& lanes);
   void flush_decode_buffers(int64_t lane, int64_t end);  // its decode buffers [0, end - F) -> host pool [F, end)
   size_t lane_offset(int64_t lane) const;  // byte offset of the lane's region in a slot's K (or V)
   char* decode_buffer(int64_t lane, int64_t layer, bool value) const;  // [offload.block_size, Hk, D]
@@ -175,7 +176,6 @@ class OffloadRunner {
   // covers every lane's earlier writes.
   std::vector<OffloadDevice::Event> host_ready_;
   OffloadDevice::Event flush_done_ = 0, decode_written_ = 0;
-  std::vector<int64_t> decoding_;  // the decode step's lanes, in row order (issue_load reads them)
 
   OffloadStats stats_;
   LayerTaps* taps_ = nullptr;
