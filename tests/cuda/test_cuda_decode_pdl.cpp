@@ -169,7 +169,7 @@ TEST(CudaDecodeFusion, SiluMlpMatchesCpu) {
 // mlp: the dispatch's picks for gate_up and the fused down projection (ops::linear, ops::linear_silu_mul);
 // the bulk-copy gemv for both (its producer copies weights before pdl_wait) with one unit per CTA (the
 // down projection's tiles split across CTAs); or gemv_gate_up_silu (RT 4: the last CTA's gate tiles run
-// past I) then ops::linear, as Qwen3Model's layer.
+// past I) then ops::linear, as Decoder's layer.
 // early_norm: the norms trigger their dependents before their wait (KernelOptions::pdl_early_norm), or after.
 enum class MlpKernels { kDispatch, kBulkGemv, kGateUpSilu };
 
@@ -371,7 +371,7 @@ struct DecodeLayerStack {
     for (const Layer& l : layers) {
       if (a.norms) ops::add_rms_norm(x->view(), res->view(), l.n1->view(), 1e-6f, s);
       if (a.gemvs) ops::linear(qkv->view(), x->view(), l.wqkv->view(), TensorView(), s, ops::LinearHint::kBeforeAttention);
-      if (a.attention && a.prologue) {  // as Qwen3Model::layer (the prologue fused in where it can be)
+      if (a.attention && a.prologue) {  // as Decoder::layer (the prologue fused in where it can be)
         ops::qkv_prologue_attention(ao->view(), q->view(), qkv->view(), l.qn->view(), l.kn->view(), 1e-6f,
                                     pos->view(), rope, l.kc->view(), l.vc->view(), meta, 0.088f, s);
       } else if (a.attention) {
@@ -380,7 +380,7 @@ struct DecodeLayerStack {
       if (!a.gemvs) continue;
       ops::linear(x->view(), ao->view().reshape({1, Hq * D}), l.wo->view(), TensorView(), s);
       if (a.norms) ops::add_rms_norm(x->view(), res->view(), l.n2->view(), 1e-6f, s);
-      if (a.fused_silu) {  // as Qwen3Model::layer
+      if (a.fused_silu) {  // as Decoder::layer
         ops::silu_mlp(x->view(), x->view(), l.wgu->view(), l.wd->view(), gu->view(), act->view(), s);
       } else {
         ops::linear(gu->view(), x->view(), l.wgu->view(), TensorView(), s);

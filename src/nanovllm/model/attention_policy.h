@@ -1,5 +1,5 @@
 // A replacement for a layer's dense attention: the sparse policies (sparse/) implement it, the runner
-// passes one in DecoderInputs, and Qwen3Model::layer calls it after the step's K/V are in the cache.
+// passes one in DecoderInputs, and Decoder::layer calls it after the step's K/V are in the cache.
 // Defined here, below sparse/, so the model can call policies without depending on them.
 #pragma once
 

@@ -22,7 +22,7 @@ CpuModelRunner::CpuModelRunner(const EngineConfig& ec, const ModelConfig& full_c
   const RopeTable rope = compute_rope(config);
   rope_inv_freq_ = rope.inv_freq;
   const TensorView inv_freq(rope_inv_freq_.data(), DType::kF32, Shape{static_cast<int64_t>(rope_inv_freq_.size())});
-  model_ = std::make_unique<Qwen3Model>(config, std::move(weights), inv_freq, rope.attention_scaling, std::move(tp));
+  model_ = std::make_unique<Decoder>(config, std::move(weights), inv_freq, rope.attention_scaling, std::move(tp));
 
   // KV cache: [L, 2, NB, BS, Hk, D] in fp32, one allocation.
   const int64_t layers = config.num_hidden_layers;
@@ -47,11 +47,11 @@ CpuModelRunner::CpuModelRunner(const EngineConfig& ec, const ModelConfig& full_c
   }
 
   size_t ws_bytes = 0;
-  Qwen3Model::make_workspace(config, DType::kF32, nullptr, Device::cpu(), ec.scheduler.max_num_batched_tokens,
-                             ec.scheduler.max_num_seqs, &ws_bytes, tp_size);
+  Decoder::make_workspace(config, DType::kF32, nullptr, Device::cpu(), ec.scheduler.max_num_batched_tokens,
+                          ec.scheduler.max_num_seqs, &ws_bytes, tp_size);
   workspace_storage_ = Buffer(cpu_allocator(), ws_bytes);
-  ws_ = Qwen3Model::make_workspace(config, DType::kF32, workspace_storage_.data(), Device::cpu(),
-                                   ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs, nullptr, tp_size);
+  ws_ = Decoder::make_workspace(config, DType::kF32, workspace_storage_.data(), Device::cpu(),
+                                ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs, nullptr, tp_size);
   quest_ = make_sparse_policy(ec, config, num_kv_blocks_, DType::kF32, cpu_allocator());
   sparse_prefill_ = make_sparse_prefill_policy(ec, config, cpu_allocator());
   if (quest_ && sparse_prefill_) {  // Quest first: it keeps its page metadata from every step

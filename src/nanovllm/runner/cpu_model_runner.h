@@ -4,7 +4,7 @@
 
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/engine/sampler.h"
-#include "nanovllm/model/qwen3_model.h"
+#include "nanovllm/model/decoder.h"
 #include "nanovllm/runner/model_runner.h"
 #include "nanovllm/runner/offload_runner.h"
 #include "nanovllm/sparse/attention_policy_chain.h"
@@ -31,7 +31,7 @@ class CpuModelRunner final : public ModelRunner {
  private:
   EngineConfig ec_;
   std::vector<float> rope_inv_freq_;  // [D/2]
-  std::unique_ptr<Qwen3Model> model_;
+  std::unique_ptr<Decoder> model_;
   int64_t num_kv_blocks_ = 0;
   Buffer kv_storage_;                 // [L, 2, NB, BS, Hk, D] f32
   std::vector<LayerKvCache> kv_;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "nanovllm/engine/scheduler_output.h"
-#include "nanovllm/model/qwen3_model.h"
+#include "nanovllm/model/decoder.h"
 
 namespace nanovllm {
 

@@ -20,8 +20,8 @@ double gib(double bytes) { return bytes / (1 << 30); }
 
 }  // namespace
 
-OffloadRunner::OffloadRunner(const Qwen3Model& model, std::unique_ptr<OffloadDevice> device, const EngineConfig& config,
-                             const DecoderWorkspace& ws, SampleFn sample)
+OffloadRunner::OffloadRunner(const Decoder& model, std::unique_ptr<OffloadDevice> device, const EngineConfig& config,
+                          const DecoderWorkspace& ws, SampleFn sample)
     : model_(model),
       dev_(std::move(device)),
       cfg_(config.offload),

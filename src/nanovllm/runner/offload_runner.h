@@ -1,5 +1,5 @@
 // OffloadRunner: long context on one device through layer-wise CPU KV offload, exact and asynchronous.
-// Backend-neutral: it drives Qwen3Model layer by layer over an OffloadDevice (CPU: memcpy + checked
+// Backend-neutral: it drives Decoder layer by layer over an OffloadDevice (CPU: memcpy + checked
 // events; CUDA: streams + events). Up to offload.max_num_seqs offloaded sequences at once, each in a lane:
 // its own host pool, decode buffers, and region of every layer buffer. A step runs the whole prompts of
 // the sequences it admits (one after the other) and one batched decode token for the others. With tensor
@@ -46,7 +46,7 @@
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/engine/config.h"
 #include "nanovllm/engine/scheduler_output.h"
-#include "nanovllm/model/qwen3_model.h"
+#include "nanovllm/model/decoder.h"
 #include "nanovllm/runner/offload_device.h"
 #include "nanovllm/runner/offload_host_pool.h"
 #include "nanovllm/runner/offload_sparse_attention.h"
@@ -81,8 +81,8 @@ class OffloadRunner {
   // Reads config.offload and config.model.max_model_len (longest sequence: sizes the layer buffers and
   // the prefill hidden state). `ws` is the backend runner's workspace (shared: the lanes run one after
   // the other on one stream); its rows are the prefill chunk, its logits rows >= offload.max_num_seqs.
-  OffloadRunner(const Qwen3Model& model, std::unique_ptr<OffloadDevice> device, const EngineConfig& config,
-                const DecoderWorkspace& ws, SampleFn sample);
+  OffloadRunner(const Decoder& model, std::unique_ptr<OffloadDevice> device, const EngineConfig& config,
+             const DecoderWorkspace& ws, SampleFn sample);
   ~OffloadRunner();
   OffloadRunner(const OffloadRunner&) = delete;
   OffloadRunner& operator=(const OffloadRunner&) = delete;
@@ -146,7 +146,7 @@ class OffloadRunner {
   void check_pool(int64_t tokens, int64_t ranks) const;  // check_host_memory for `ranks` pools like this one
   int64_t largest_free_lane() const;  // the free lane with the largest pool; -1 when none is free
 
-  const Qwen3Model& model_;
+  const Decoder& model_;
   std::unique_ptr<OffloadDevice> dev_;
   OffloadConfig cfg_;
   int64_t max_model_len_ = 0;  // the engine's: the longest sequence

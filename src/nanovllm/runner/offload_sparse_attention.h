@@ -1,7 +1,7 @@
 // Sparse decode over the layer-wise offload ring (issue #30): the Quest policy (sparse/) chooses, per KV
 // head, the pages of the context a decode query attends; this runner-side class moves them, because
 // policies never move memory. A decode step may batch several offloaded sequences, each in its own lane
-// of the layer buffer. For each layer of a decode step, inside Qwen3Model::layer once the new tokens'
+// of the layer buffer. For each layer of a decode step, inside Decoder::layer once the new tokens'
 // K/V are in the layer buffer:
 //   1. the new key folds into the layer's page min/max (kept on the GPU for the whole context);
 //   2. Quest scores the pages and selects the budget (sink, recent window, best pages);

@@ -14,7 +14,7 @@
 
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/model/attention_policy.h"
-#include "nanovllm/model/qwen3_model.h"
+#include "nanovllm/model/decoder.h"
 
 namespace nanovllm {
 

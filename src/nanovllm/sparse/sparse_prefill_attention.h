@@ -17,7 +17,7 @@
 #include "nanovllm/kernels/estimator_params.h"
 #include "nanovllm/kernels/sparse_ops.h"
 #include "nanovllm/model/attention_policy.h"
-#include "nanovllm/model/qwen3_model.h"
+#include "nanovllm/model/decoder.h"
 
 namespace nanovllm {
 

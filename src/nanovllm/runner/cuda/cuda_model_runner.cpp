@@ -58,11 +58,11 @@ void CudaModelRunner::init(const ModelConfig& config, int64_t tp_size, bool capt
   const EngineConfig& ec = ec_;
   // Activations for the largest step, then the KV cache from what the memory budget leaves.
   size_t ws_bytes = 0;
-  Qwen3Model::make_workspace(config, DType::kBF16, nullptr, Device::cuda(device_),
-                             ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs, &ws_bytes, tp_size);
+  Decoder::make_workspace(config, DType::kBF16, nullptr, Device::cuda(device_),
+                          ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs, &ws_bytes, tp_size);
   workspace_ = Buffer(cuda_allocator(device_), ws_bytes);
-  ws_ = Qwen3Model::make_workspace(config, DType::kBF16, workspace_.data(), Device::cuda(device_),
-                                   ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs, nullptr, tp_size);
+  ws_ = Decoder::make_workspace(config, DType::kBF16, workspace_.data(), Device::cuda(device_),
+                                ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs, nullptr, tp_size);
 
   // Packed step inputs: ids, positions, slots [T each], cu_seqlens, context lens, sample rows, tables.
   const int64_t max_blocks_per_seq = ec.blocks_per_max_len_seq();
@@ -157,8 +157,8 @@ void CudaModelRunner::make_model(const ModelConfig& config, ModelWeights weights
   const RopeTable rope = compute_rope(config);
   rope_inv_freq_ = Buffer(cuda_allocator(device_), DType::kF32, Shape{static_cast<int64_t>(rope.inv_freq.size())});
   CUDA_CHECK(cudaMemcpy(rope_inv_freq_.data(), rope.inv_freq.data(), rope.inv_freq.size() * 4, cudaMemcpyHostToDevice));
-  model_ = std::make_unique<Qwen3Model>(config, std::move(weights), rope_inv_freq_.view(), rope.attention_scaling,
-                                        std::move(tp));
+  model_ = std::make_unique<Decoder>(config, std::move(weights), rope_inv_freq_.view(), rope.attention_scaling,
+                                     std::move(tp));
 }
 
 void CudaModelRunner::allocate_kv_cache(const ModelConfig& config) {

@@ -12,7 +12,7 @@
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/kernels/cuda/device_context.h"
 #include "nanovllm/kernels/cuda/sampling.h"
-#include "nanovllm/model/qwen3_model.h"
+#include "nanovllm/model/decoder.h"
 #include "nanovllm/runner/cuda/decode_graphs.h"
 #include "nanovllm/runner/cuda/gpu_sampler.h"
 #include "nanovllm/runner/forward_batch.h"
@@ -84,7 +84,7 @@ class CudaModelRunner final : public ModelRunner {
   cudaStream_t stream_ = nullptr;
   cuda_ops::DeviceContext kernels_;  // before every buffer it may still use (destroyed after them)
   Buffer rope_inv_freq_;             // [D/2] f32, device
-  std::unique_ptr<Qwen3Model> model_;
+  std::unique_ptr<Decoder> model_;
   Buffer workspace_;                 // decoder activations, device
   DecoderWorkspace ws_;
   int64_t num_kv_blocks_ = 0;

@@ -25,7 +25,7 @@
 #include <cuda_runtime.h>
 
 #include "nanovllm/kernels/cuda/device_context.h"
-#include "nanovllm/model/qwen3_model.h"
+#include "nanovllm/model/decoder.h"
 #include "nanovllm/runner/forward_batch.h"
 
 namespace nanovllm {

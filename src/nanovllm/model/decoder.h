@@ -60,14 +60,14 @@ struct DecoderInputs {
   AttentionPolicy* attention_policy = nullptr;  // a sparse policy (model/attention_policy.h); nullptr: dense
 };
 
-class Qwen3Model {
+class Decoder {
  public:
   // `rope_inv_freq` [R/2] f32 (R = config.rope_dim()) lives on the weights' device. With several ranks,
   // `config` is the rank's (rank_config(): its heads and MLP columns, the full vocabulary) and `weights`
   // its shard (load_weights with WeightLoadOptions::shard); the all-reduces after the embedding, o_proj and down_proj and the
   // all-gather of the logits go through tp.comm.
-  Qwen3Model(ModelConfig config, ModelWeights weights, TensorView rope_inv_freq, float rope_attention_scaling,
-             TensorParallelRank tp = {});
+  Decoder(ModelConfig config, ModelWeights weights, TensorView rope_inv_freq, float rope_attention_scaling,
+          TensorParallelRank tp = {});
 
   const ModelConfig& config() const { return config_; }
   int64_t num_layers() const { return config_.num_hidden_layers; }

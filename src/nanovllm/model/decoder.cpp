@@ -1,4 +1,4 @@
-#include "nanovllm/model/qwen3_model.h"
+#include "nanovllm/model/decoder.h"
 
 #include <cmath>
 #include <utility>
@@ -40,12 +40,12 @@ void unfused_attention(int64_t l, LayerTaps* taps, AttentionPolicy* policy, cons
 
 }  // namespace
 
-Qwen3Model::Qwen3Model(ModelConfig config, ModelWeights weights, TensorView rope_inv_freq,
-                       float rope_attention_scaling, TensorParallelRank tp)
+Decoder::Decoder(ModelConfig config, ModelWeights weights, TensorView rope_inv_freq,
+                 float rope_attention_scaling, TensorParallelRank tp)
     : config_(std::move(config)), weights_(std::move(weights)), tp_(std::move(tp)) {
   NANOVLLM_CHECK(tp_.plan.size == 1 || (tp_.comm != nullptr && tp_.comm->size() == tp_.plan.size &&
                                         tp_.comm->rank() == tp_.plan.rank),
-                 "Qwen3Model: rank ", tp_.plan.rank, " of ", tp_.plan.size, " needs that rank's communicator");
+                 "Decoder: rank ", tp_.plan.rank, " of ", tp_.plan.size, " needs that rank's communicator");
   rope_.inv_freq = rope_inv_freq;
   rope_.attention_scaling = rope_attention_scaling;
   rope_.interleaved = config_.rope_interleaved;  // GLM-4
@@ -53,9 +53,9 @@ Qwen3Model::Qwen3Model(ModelConfig config, ModelWeights weights, TensorView rope
   attn_scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
 }
 
-DecoderWorkspace Qwen3Model::make_workspace(const ModelConfig& c, DType act, void* arena, Device dev,
-                                            int64_t max_tokens, int64_t max_seqs, size_t* bytes_out,
-                                            int64_t tp_size) {
+DecoderWorkspace Decoder::make_workspace(const ModelConfig& c, DType act, void* arena, Device dev,
+                                         int64_t max_tokens, int64_t max_seqs, size_t* bytes_out,
+                                         int64_t tp_size) {
   size_t offset = 0;
   auto take = [&](DType dt, Shape shape) {
     TensorView v(arena ? static_cast<char*>(arena) + offset : nullptr, dt, shape, dev);
@@ -83,8 +83,8 @@ DecoderWorkspace Qwen3Model::make_workspace(const ModelConfig& c, DType act, voi
   return ws;
 }
 
-void Qwen3Model::forward(const DecoderInputs& in, const std::vector<LayerKvCache>& kv, const DecoderWorkspace& ws,
-                         ops::Stream s) const {
+void Decoder::forward(const DecoderInputs& in, const std::vector<LayerKvCache>& kv, const DecoderWorkspace& ws,
+                      ops::Stream s) const {
   NANOVLLM_CHECK(static_cast<int64_t>(kv.size()) == num_layers(), "KV cache has ", kv.size(), " layers, model ",
                  num_layers());
   embed(in, ws, s);
@@ -92,11 +92,11 @@ void Qwen3Model::forward(const DecoderInputs& in, const std::vector<LayerKvCache
   head(in, ws, s);
 }
 
-void Qwen3Model::all_reduce(TensorView x, ops::Stream s) const {
+void Decoder::all_reduce(TensorView x, ops::Stream s) const {
   if (tp_.plan.size > 1) tp_.comm->all_reduce_sum(x, s);
 }
 
-void Qwen3Model::embed(const DecoderInputs& in, const DecoderWorkspace& ws, ops::Stream s) const {
+void Decoder::embed(const DecoderInputs& in, const DecoderWorkspace& ws, ops::Stream s) const {
   const StepViews v = step_views(ws, in.attn.num_tokens);
   if (tp_.plan.size == 1) {
     ops::embedding(v.hidden, in.input_ids, weights_.embed_tokens, s);  // [T, H]
@@ -108,8 +108,8 @@ void Qwen3Model::embed(const DecoderInputs& in, const DecoderWorkspace& ws, ops:
 }
 
 // hidden holds the layer input; residual the running sum (unused before layer 0).
-void Qwen3Model::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& kv, const DecoderWorkspace& ws,
-                       ops::Stream s) const {
+void Decoder::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& kv, const DecoderWorkspace& ws,
+                    ops::Stream s) const {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
   const StepViews v = step_views(ws, in.attn.num_tokens);
   const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -147,14 +147,14 @@ void Qwen3Model::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& k
   if (taps) taps->record(l, TapPoint::kOutput, v.hidden, v.residual, s);  // the residual add is the next layer's
 }
 
-void Qwen3Model::reduce_add_norm(TensorView hidden, TensorView residual, TensorView norm_weight,
-                                 ops::Stream s) const {
+void Decoder::reduce_add_norm(TensorView hidden, TensorView residual, TensorView norm_weight,
+                              ops::Stream s) const {
   const float eps = static_cast<float>(config_.rms_norm_eps);
   if (tp_.plan.size > 1) tp_.comm->all_reduce_add_rms_norm(hidden, residual, norm_weight, eps, s);
   else ops::add_rms_norm(hidden, residual, norm_weight, eps, s);
 }
 
-void Qwen3Model::head(const DecoderInputs& in, const DecoderWorkspace& ws, ops::Stream s) const {
+void Decoder::head(const DecoderInputs& in, const DecoderWorkspace& ws, ops::Stream s) const {
   const StepViews v = step_views(ws, in.attn.num_tokens);
   const int64_t num_sampled = in.sample_rows.numel();
   if (num_sampled == 0) return;
