@@ -6,6 +6,7 @@
 
 #include "bindings.h"
 #include "engine_config.h"
+#include "nanovllm/engine/engine_options.h"
 #include "stream.h"
 #include "tokenizer.h"
 
@@ -119,7 +120,16 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("vocab_size", [](Engine& e) { return e.llm().engine().model_config().vocab_size; })
       .def_property_readonly("backend", [](Engine& e) { return std::string(to_string(e.llm().engine().config().model.backend)); })
       .def_property_readonly("num_generated_tokens", [](Engine& e) { return e.llm().engine().num_generated_tokens(); })
-      .def_static("option_names", &engine_option_names);
+      .def_static("option_names", &engine_option_names)
+      .def_static("option_defaults", [] {  // canonical name -> default (None where the default is computed)
+        py::dict d;
+        for (const EngineOption& o : engine_options()) {
+          const OptionValue v = o.default_value();
+          d[py::str(o.name)] = o.default_text.empty() ? std::visit([](const auto& x) { return py::cast(x); }, v)
+                                                      : py::none();
+        }
+        return d;
+      });
 }
 
 }  // namespace nanovllm::python

@@ -1,5 +1,5 @@
-// LLM(model, **engine_options) -> EngineConfig: every field of engine/config.h as a keyword (vLLM's names
-// where vLLM has the setting, nano-vLLM's aliases accepted).
+// LLM(model, **engine_options) -> EngineConfig: every row of the engine's option table (engine/engine_options.h)
+// as a keyword (vLLM's names where vLLM has the setting, nano-vLLM's aliases accepted).
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -11,7 +11,7 @@
 namespace nanovllm::python {
 
 // Unknown keywords and values of the wrong type raise TypeError; out-of-range values raise nanovllm.Error
-// (a ValueError) when the engine resolves the config.
+// (a ValueError) naming the option; None means the option's default.
 EngineConfig engine_config_from_kwargs(const std::string& model, const pybind11::kwargs& kwargs);
 
 // The keywords engine_config_from_kwargs accepts, sorted.

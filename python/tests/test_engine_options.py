@@ -2,21 +2,31 @@
 
 from nanovllm import LLM, SamplingParams
 
-EXPECTED_OPTIONS = {
-    "backend", "max_model_len", "seed", "enforce_eager",
-    "block_size", "num_kv_blocks", "kv_cache_bytes", "gpu_memory_utilization", "enable_prefix_caching",
-    "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "async_scheduling",
-    "enable_cpu_offload", "num_kv_buffers", "offload_max_num_seqs", "offload_block_size", "cpu_memory_limit", "offload_min_tokens",
-    "sparse_policy", "sparse_budget", "sparse_gpu_cache_tokens", "tensor_parallel_size", "kvcache_block_size",
-    "num_kvcache_blocks", "sparse_prefill_policy", "sparse_prefill_threshold", "sparse_prefill_dense_layers",
-    "sparse_prefill_min_tokens", "sparse_prefill_block_size", "sparse_prefill_stride", "sparse_prefill_last_q",
-    "sparse_prefill_vertical", "sparse_prefill_slash", "sparse_prefill_tau", "sparse_prefill_min_budget",
-    "sparse_prefill_budget", "nnodes", "node_rank", "dist_init_addr",
-}
+def stub_keywords():
+    """LLM.__init__'s keyword-only parameters in llm.pyi, with their defaults."""
+    import ast
+    from pathlib import Path
+
+    import nanovllm
+
+    tree = ast.parse((Path(nanovllm.__file__).parent / "llm.pyi").read_text())
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "LLM"]
+    (init,) = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
+    return {a.arg: ast.literal_eval(d) for a, d in zip(init.args.kwonlyargs, init.args.kw_defaults)}
 
 
-def test_option_names():
-    assert set(LLM.engine_options()) == EXPECTED_OPTIONS
+def test_option_names_are_the_stubs():
+    # The engine's option table makes the keywords; the stub spells them out for editors.
+    assert set(LLM.engine_options()) == set(stub_keywords())
+
+
+def test_stub_defaults_are_the_engines():
+    from nanovllm import _core
+
+    defaults = _core.Engine.option_defaults()
+    stub = stub_keywords()
+    for name, default in defaults.items():
+        assert stub[name] is None or stub[name] == default or default is None, (name, stub[name], default)
 
 
 def test_options_take_effect(tiny_model, llm):
@@ -58,7 +68,7 @@ def test_sparse_prefill_options(tiny_model):
     full = LLM(str(tiny_model), backend="cpu", sparse_prefill_policy="avgpool", sparse_prefill_threshold=1.0,
                sparse_prefill_min_tokens=64, sparse_prefill_block_size=32).generate(prompt, p, use_tqdm=False)
     assert full[0].token_ids == dense
-    with pytest.raises(ValueError, match="sparse prefill policy"):
+    with pytest.raises(ValueError, match="sparse_prefill_policy: unknown value 'magic'"):
         LLM(str(tiny_model), backend="cpu", sparse_prefill_policy="magic")
     with pytest.raises(ValueError, match="sparse_prefill_min_tokens"):
         LLM(str(tiny_model), backend="cpu", sparse_prefill_policy="xattention", sparse_prefill_min_tokens=0)

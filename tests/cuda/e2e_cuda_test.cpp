@@ -267,7 +267,7 @@ TEST(CudaSparseDecode, QuestGivesTheCpuTokensThroughGraphsAndEager) {
   sp.ignore_eos = true;
   sp.max_tokens = 40;
   const auto dense = LLM(ec).generate(prompts, sp);
-  ec.sparse.policy = SparsePolicy::kQuest;
+  ec.sparse.policy = "quest";
   ec.sparse.budget_tokens = 1024;
   const auto covering = LLM(ec).generate(prompts, sp);
   ec.sparse.budget_tokens = 64;

@@ -12,7 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "nanovllm/llm/llm.h"
-#include "nanovllm/runner/offload_runner.h"
+#include "nanovllm/offload/offload_runner.h"
 #include "nanovllm/sparse/sparse_prefill_attention.h"
 #include "support/test_models.h"
 
@@ -83,7 +83,7 @@ TEST(CudaOffload, MatchesGpuCacheAt4KTokens) {
     ec.offload.num_kv_buffers = nb;
     LLM llm(ec);
     expect_same(llm.generate(prompts, greedy(70)), reference, 1e-2, "num_kv_buffers " + std::to_string(nb));
-    EXPECT_EQ(llm.engine().runner().offload()->stats().prefills, 3);
+    EXPECT_EQ(llm.engine().runner_stats().offload->steps.prefills, 3);
   }
 }
 
@@ -104,7 +104,7 @@ TEST(CudaOffload, Glm4MatchesGpuCache) {
   ec.offload.block_size = 32;
   LLM llm(ec);
   expect_same(llm.generate(prompts, greedy(40)), reference, 1e-2, "glm4 offload");
-  EXPECT_EQ(llm.engine().runner().offload()->stats().prefills, 2);
+  EXPECT_EQ(llm.engine().runner_stats().offload->steps.prefills, 2);
 }
 
 TEST(CudaOffload, SequentialRequestsMatchEachRunAlone) {
@@ -129,7 +129,7 @@ TEST(CudaOffload, SequentialRequestsMatchEachRunAlone) {
 TEST(CudaOffload, SparseDecodeMatchesTheResidentSparsePath) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   EngineConfig resident = tiny_config(8192);
-  resident.sparse.policy = SparsePolicy::kQuest;
+  resident.sparse.policy = "quest";
   resident.sparse.budget_tokens = 512;  // 32 pages of 16 of 3-5K-token contexts
   const std::vector<std::vector<int32_t>> prompts = {random_prompt(4097, 512, 11), random_prompt(3001, 512, 12)};
   std::vector<RequestOutput> reference;
@@ -146,14 +146,14 @@ TEST(CudaOffload, SparseDecodeMatchesTheResidentSparsePath) {
     LLM llm(ec);
     expect_same(llm.generate(prompts, greedy(60)), reference, 1e-2,
                 "sparse offload, cache tokens " + std::to_string(cache_tokens));
-    const PageCacheCounters c = llm.engine().runner().offload()->sparse_cache_counters();
+    const PageCacheCounters c = llm.engine().offload_page_cache();
     EXPECT_GT(c.misses, 0);
     if (cache_tokens != 0) {
       EXPECT_GT(c.hits, c.misses) << "a stable selection should mostly hit";
     } else {
       EXPECT_EQ(c.hits, 0);
     }
-    EXPECT_EQ(llm.engine().runner().offload()->stats().last_step_h2d_bytes, 0);  // no whole-layer loads
+    EXPECT_EQ(llm.engine().runner_stats().offload->steps.last_step_h2d_bytes, 0);  // no whole-layer loads
   }
 }
 
@@ -168,7 +168,7 @@ TEST(CudaOffload, ConcurrentRequestsMatchTheGpuCacheRunAlone) {
   for (const bool quest : {false, true}) {
     EngineConfig plain = tiny_config(8192);
     if (quest) {
-      plain.sparse.policy = SparsePolicy::kQuest;
+      plain.sparse.policy = "quest";
       plain.sparse.budget_tokens = 512;
     }
     std::vector<RequestOutput> reference;
@@ -198,7 +198,7 @@ TEST(CudaOffload, ConcurrentRequestsMatchTheGpuCacheRunAlone) {
     }
     std::printf("%s: %lld of %lld tokens equal before the first difference\n", quest ? "quest" : "dense",
                 static_cast<long long>(equal), static_cast<long long>(total));
-    const OffloadStats& st = llm.engine().runner().offload()->stats();
+    const OffloadStats st = llm.engine().runner_stats().offload->steps;
     EXPECT_EQ(st.prefills, 4);
     EXPECT_LT(st.decode_steps, st.decode_tokens);  // batched
   }
@@ -238,7 +238,7 @@ TEST(CudaOffload, SparsePrefillFullThresholdGivesTheDenseTokens) {
         LLM llm(ec);
         std::vector<RequestOutput> got;
         for (const auto& p : prompts) got.push_back(llm.generate({p}, greedy(24))[0]);
-        const SparsePrefillCounters* c = llm.engine().runner().sparse_prefill_counters();
+        const std::optional<SparsePrefillCounters> c = llm.engine().runner_stats().sparse_prefill;
         ASSERT_NE(c, nullptr) << what;
         EXPECT_GT(c->sparse_layer_chunks, 0) << what;
         EXPECT_GT(c->causal_blocks, 0) << what;
@@ -282,7 +282,7 @@ TEST(CudaOffload, DISABLED_LongContextMatchesGpuCache) {
   {
     LLM llm(ec);
     offloaded = llm.generate(prompts, greedy(48));
-    const OffloadStats& st = llm.engine().runner().offload()->stats();
+    const OffloadStats st = llm.engine().runner_stats().offload->steps;
     std::printf("offload: %lld decode steps, %.2f GB H2D, %.2f GB D2H, host pool %.1f s\n",
                 static_cast<long long>(st.decode_steps), st.h2d_bytes / 1e9, st.d2h_bytes / 1e9, st.host_alloc_s);
   }
@@ -308,7 +308,7 @@ TEST(CudaOffload, TwoGpusOffloadTheirOwnKvHeads) {
     EngineConfig resident = tiny_config(8192);
     resident.parallel.tensor_parallel_size = 2;
     if (quest) {
-      resident.sparse.policy = SparsePolicy::kQuest;
+      resident.sparse.policy = "quest";
       resident.sparse.budget_tokens = 512;
     }
     std::vector<RequestOutput> reference;
@@ -322,12 +322,12 @@ TEST(CudaOffload, TwoGpusOffloadTheirOwnKvHeads) {
     ec.offload.block_size = 32;
     LLM llm(ec);
     expect_same(llm.generate(prompts, greedy(50)), reference, 1e-2, quest ? "TP2 Quest offload" : "TP2 offload");
-    OffloadRunner* offload = llm.engine().runner().offload();
-    EXPECT_EQ(offload->stats().prefills, 2);
+    const OffloadStats steps = llm.engine().runner_stats().offload->steps;
+    EXPECT_EQ(steps.prefills, 2);
     if (quest) {
-      EXPECT_GT(offload->sparse_cache_counters().misses, 0);  // selected pages came over PCIe
+      EXPECT_GT(llm.engine().offload_page_cache().misses, 0);  // selected pages came over PCIe
     } else {
-      EXPECT_GT(offload->stats().h2d_bytes, 0);  // whole layers came over PCIe
+      EXPECT_GT(steps.h2d_bytes, 0);  // whole layers came over PCIe
     }
   }
 }

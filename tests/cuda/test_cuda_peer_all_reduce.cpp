@@ -18,7 +18,7 @@
 #include "nanovllm/kernels/cuda/cuda_check.h"
 #include "nanovllm/kernels/cuda/peer_all_reduce.h"
 #include "nanovllm/kernels/ops.h"
-#include "nanovllm/runner/cuda/nccl_communicator.h"
+#include "nanovllm/parallel/cuda/nccl_communicator.h"
 
 namespace nanovllm {
 namespace {

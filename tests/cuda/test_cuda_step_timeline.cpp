@@ -117,7 +117,7 @@ TEST(CudaStepTimelineBench, DISABLED_OffloadedQuestDecode) {
   ec.offload.enabled = true;
   ec.offload.min_tokens = 1;
   ec.offload.max_num_seqs = seqs;
-  ec.sparse.policy = SparsePolicy::kQuest;
+  ec.sparse.policy = "quest";
   ec.sparse.budget_tokens = 2048;
   LLMEngine engine(ec);
   std::mt19937 rng(1);

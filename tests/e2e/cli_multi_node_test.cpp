@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "nanovllm/runner/tcp.h"
+#include "nanovllm/parallel/tcp.h"
 #include "support/run_command.h"
 #include "support/test_models.h"
 

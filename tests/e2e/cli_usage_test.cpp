@@ -78,20 +78,21 @@ TEST(CliUsage, OptionValuesAreRangeChecked) {
   expect_usage_error(g + "--block-size 0", {"--block-size", "0"});
   expect_usage_error(g + "--sparse-page-size 0", {"--sparse-page-size", "0"});
   expect_usage_error(g + "--sparse-page-size 32 --block-size 16",
-                     {"--sparse-page-size 32 and --block-size 16 disagree: a Quest page is one KV cache block"});
+                     {"--block-size 16 and --sparse-page-size 32 disagree: they set the same option (block_size)"});
   expect_usage_error(g + "--sparse-prefill-policy xattn",
-                     {"unknown sparse prefill policy 'xattn'", "xattention, minference, flexprefill or avgpool"});
+                     {"--sparse-prefill-policy: sparse_prefill_policy: unknown value 'xattn'",
+                      "dense | xattention | minference | flexprefill | avgpool"});
   expect_usage_error(g + "--sparse-prefill-threshold 1.5", {"--sparse-prefill-threshold", "1.5"});
   expect_usage_error(g + "--sparse-prefill-min-tokens 0", {"--sparse-prefill-min-tokens", "0"});
   expect_usage_error(g + "--sparse-prefill-policy xattention --sparse-prefill-stride 3",
-                     {"sparse_prefill_stride 3 must be >= 1 and divide sparse_prefill_block_size 128"});
+                     {"sparse_prefill_stride 3 must divide sparse_prefill_block_size 128"});
   expect_usage_error(g + "--max-num-seqs 0", {"--max-num-seqs must be >= 1, got 0"});
   expect_usage_error(g + "--gpu-memory-utilization 1.5", {"--gpu-memory-utilization", "1.5"});
   expect_usage_error(g + "--num-kv-buffers 9", {"--num-kv-buffers", "9"});
   expect_usage_error(g + "--kv-cache-gib 0", {"--kv-cache-gib must be > 0, got 0"});
   expect_usage_error(g + "--tensor-parallel-size 0", {"--tensor-parallel-size", "0"});
   expect_usage_error(g + "--tensor-parallel-size 3", {"tensor_parallel_size 3 does not divide num_attention_heads 4"});
-  expect_usage_error(g + "--max-model-len 100000000", {"--max-model-len 100000000 is more than the model supports"});
+  expect_usage_error(g + "--max-model-len 100000000", {"max_model_len 100000000 exceeds the model's limit"});
   const std::string s = "serve --model " + tiny_model() + " ";
   expect_usage_error(s + "--shutdown-grace -1", {"--shutdown-grace", "-1"});
   expect_usage_error(s + "--max-n 0", {"--max-n", "got 0"});

@@ -55,7 +55,7 @@ constexpr int64_t kRows = 19 + kMaxTokens - 1;  // the last sampled token never 
 // Runs the prompt with `taps` attached and returns the generated tokens.
 std::vector<int32_t> run_tapped(const EngineConfig& ec, LayerTaps& taps) {
   LLM llm(ec);
-  llm.engine().runner().set_layer_taps(&taps);
+  llm.engine().set_layer_taps(&taps);
   return llm.generate({kPrompt}, greedy(kMaxTokens)).at(0).token_ids;
 }
 
@@ -283,7 +283,7 @@ TEST(LayerTaps, CompareTapsNamesTheLayerAndTapOfABrokenOp) {
     SCOPED_TRACE(std::to_string(layer) + " " + tap_name(point));
     BreakingRecorder broken(layer, point);
     LLM llm(cpu_config());
-    llm.engine().runner().set_layer_taps(&broken);
+    llm.engine().set_layer_taps(&broken);
     const auto out = llm.generate({kPrompt}, greedy(kMaxTokens)).at(0).token_ids;
     const std::filesystem::path bad = dir.path() / ("broken-" + std::to_string(layer) + tap_name(point));
     std::filesystem::create_directories(bad);

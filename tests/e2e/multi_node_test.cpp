@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "nanovllm/llm/llm.h"
-#include "nanovllm/runner/offload_runner.h"
-#include "nanovllm/runner/tcp.h"
+#include "nanovllm/offload/offload_runner.h"
+#include "nanovllm/parallel/tcp.h"
 #include "support/expect_error.h"
 #include "support/test_models.h"
 
@@ -142,7 +142,7 @@ TEST(MultiNode, SchedulingFeaturesAndOffloadWorkAcrossNodes) {
   int64_t offloaded_prefills = 0;
   const auto errors = run_group(off, 2, 2, [&](LLM& llm) {
     got = outcome(llm.generate(mixed, testing::greedy(10, 5)));
-    offloaded_prefills = llm.engine().runner().offload()->stats().prefills;
+    offloaded_prefills = llm.engine().runner_stats().offload->steps.prefills;
   });
   EXPECT_EQ(errors, std::vector<std::string>(2, ""));
   expect_identical(got, generate_in_process(off, 2, mixed), "offload");

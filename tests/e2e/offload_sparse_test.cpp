@@ -11,7 +11,7 @@
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/llm/llm.h"
-#include "nanovllm/runner/offload_runner.h"
+#include "nanovllm/offload/offload_runner.h"
 #include "support/test_models.h"
 
 namespace nanovllm {
@@ -25,7 +25,7 @@ struct Outcome {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<std::vector<float>> logprobs;  // per request, per step: the top-3 logprobs
   PageCacheCounters cache;                   // of every request (the counters run since construction)
-  QuestCounters quest;
+  SparseDecodeCounters quest;
 };
 
 class OffloadSparse : public ::testing::Test {
@@ -39,7 +39,7 @@ class OffloadSparse : public ::testing::Test {
   }
   EngineConfig resident(int64_t budget) const {
     EngineConfig ec = base_;
-    ec.sparse.policy = SparsePolicy::kQuest;
+    ec.sparse.policy = "quest";
     ec.sparse.budget_tokens = budget;
     return ec;
   }
@@ -62,9 +62,9 @@ class OffloadSparse : public ::testing::Test {
       for (const auto& step : o.logprobs)
         for (const auto& t : step) r.logprobs.back().push_back(t.logprob);
     }
-    if (OffloadRunner* off = llm.engine().runner().offload(); off && off->sparse()) {
-      r.cache = off->sparse_cache_counters();
-      r.quest = off->sparse()->quest_counters();
+    if (const auto off = llm.engine().runner_stats().offload; off && off->sparse_decode) {
+      r.cache = llm.engine().offload_page_cache();
+      r.quest = *off->sparse_decode;
     }
     return r;
   }
@@ -130,9 +130,9 @@ TEST_F(OffloadSparse, ConcurrentSequencesMatchTheResidentSparsePath) {
       for (const auto& step : o.logprobs)
         for (const auto& t : step) r.logprobs.back().push_back(t.logprob);
     }
-    if (OffloadRunner* off = llm.engine().runner().offload()) {
-      r.cache = off->sparse_cache_counters();
-      EXPECT_LT(off->stats().decode_steps, off->stats().decode_tokens);  // batched
+    if (const auto off = llm.engine().runner_stats().offload) {
+      r.cache = llm.engine().offload_page_cache();
+      EXPECT_LT(off->steps.decode_steps, off->steps.decode_tokens);  // batched
     }
     return r;
   };

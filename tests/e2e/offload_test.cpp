@@ -13,8 +13,8 @@
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/llm/llm.h"
-#include "nanovllm/runner/offload_device.h"
-#include "nanovllm/runner/offload_runner.h"
+#include "nanovllm/offload/offload_device.h"
+#include "nanovllm/offload/offload_runner.h"
 #include "support/test_models.h"
 
 namespace nanovllm {
@@ -88,7 +88,7 @@ TEST_F(Offload, MatchesPagedPathAroundBlockBoundaries) {
   LLM llm(offloaded());
   const auto outs = llm.generate(prompts, greedy(30));
   EXPECT_EQ(tokens_of(outs), reference);
-  const OffloadStats& st = llm.engine().runner().offload()->stats();
+  const OffloadStats st = llm.engine().runner_stats().offload->steps;
   EXPECT_EQ(st.prefills, static_cast<int64_t>(prompts.size()));  // every request went through the offload path
   EXPECT_EQ(st.decode_steps, static_cast<int64_t>(prompts.size()) * 29);
   EXPECT_GT(st.h2d_bytes, 0);
@@ -162,14 +162,14 @@ TEST_F(Offload, LongRequestsOffloadWhenTheyDoNotFitTheGpuCacheShortOnesDoNot) {
   EXPECT_TRUE(llm.engine().is_offloaded(44, greedy(10)));  // 54 tokens with its output
   EXPECT_FALSE(llm.engine().is_offloaded(10, greedy(10)));
   EXPECT_EQ(tokens_of(llm.generate(prompts, greedy(10))), reference);
-  EXPECT_EQ(llm.engine().runner().offload()->stats().prefills, 2);
+  EXPECT_EQ(llm.engine().runner_stats().offload->steps.prefills, 2);
 }
 
 TEST_F(Offload, CpuMemoryLimitIsAClearError) {
   auto ec = offloaded(8);
   // 3 layers x (K + V) x 2 KV heads x head_dim x 4 bytes per token; 16 tokens fit in 16 x that.
   LLM probe(ec);
-  const int64_t per_token = probe.engine().runner().offload()->host_bytes_for(8) / 8;
+  const int64_t per_token = probe.engine().offload_host_bytes(8) / 8;
   ec.offload.cpu_memory_limit = 16 * per_token;
   LLM llm(ec);
   const auto prompts = random_prompts({12, 30}, 512, 8);
@@ -229,7 +229,7 @@ TEST_F(Offload, ConcurrentRequestsBatchTheirDecodeStepsAndMatchThePagedPath) {
     ec.offload.max_num_seqs = 3;
     LLM llm(ec);
     EXPECT_EQ(run_each(llm, prompts, max_tokens), reference) << "num_kv_buffers " << nb;
-    const OffloadStats& st = llm.engine().runner().offload()->stats();
+    const OffloadStats st = llm.engine().runner_stats().offload->steps;
     int64_t decode_tokens = 0;
     for (int64_t m : max_tokens) decode_tokens += m - 1;
     EXPECT_EQ(st.prefills, 7);

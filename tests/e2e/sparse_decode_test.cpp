@@ -9,7 +9,7 @@
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/llm/llm.h"
-#include "nanovllm/sparse/quest_attention.h"
+#include "nanovllm/sparse/policies.h"
 #include "support/test_models.h"
 
 namespace nanovllm {
@@ -22,7 +22,7 @@ SamplingParams greedy(int64_t max_tokens) { return testing::greedy(max_tokens, 3
 struct Outcome {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<std::vector<float>> top_logprobs;  // per request, per step: the top logprob
-  QuestCounters counters;
+  SparseDecodeCounters counters;
 };
 
 class SparseDecode : public ::testing::Test {
@@ -36,7 +36,7 @@ class SparseDecode : public ::testing::Test {
   }
   EngineConfig quest(int64_t budget) const {
     EngineConfig ec = base_;
-    ec.sparse.policy = SparsePolicy::kQuest;
+    ec.sparse.policy = "quest";
     ec.sparse.budget_tokens = budget;
     return ec;
   }
@@ -47,7 +47,7 @@ class SparseDecode : public ::testing::Test {
       r.top_logprobs.emplace_back();
       for (const auto& step : o.logprobs) r.top_logprobs.back().push_back(step.at(0).logprob);
     }
-    if (const QuestCounters* c = llm.engine().runner().sparse_counters()) r.counters = *c;
+    if (const auto c = llm.engine().runner_stats().sparse_decode) r.counters = *c;
     return r;
   }
   static Outcome run(const EngineConfig& ec, const std::vector<std::vector<int32_t>>& prompts, int64_t max_tokens) {
@@ -95,8 +95,8 @@ TEST_F(SparseDecode, PrefixCacheHitsKeepTheirPageMetadata) {
 }
 
 TEST_F(SparseDecode, RefusesImpossibleConfigurations) {
-  EXPECT_THROW(parse_sparse_policy("qwest"), Error);
-  EXPECT_EQ(parse_sparse_policy("quest"), SparsePolicy::kQuest);
+  EXPECT_THROW(find_decode_policy("qwest"), Error);
+  EXPECT_STREQ(find_decode_policy("quest").name, "quest");
   EXPECT_THROW({ LLM llm(quest(24)); }, Error);  // 3 pages of 8: no page left to select
   EngineConfig small_cache = quest(64);
   small_cache.offload.enabled = true;

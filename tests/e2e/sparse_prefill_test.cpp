@@ -11,7 +11,7 @@
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/llm/llm.h"
-#include "nanovllm/runner/offload_runner.h"
+#include "nanovllm/offload/offload_runner.h"
 #include "nanovllm/sparse/quest_attention.h"
 #include "nanovllm/sparse/sparse_prefill_attention.h"
 #include "support/test_models.h"
@@ -67,11 +67,12 @@ class SparsePrefill : public ::testing::Test {
       r.top_logprobs.emplace_back();
       for (const auto& step : o.logprobs) r.top_logprobs.back().push_back(step.at(0).logprob);
     }
-    if (const SparsePrefillCounters* c = llm.engine().runner().sparse_prefill_counters()) {
-      r.counters = *c;
+    const RunnerStats stats = llm.engine().runner_stats();
+    if (stats.sparse_prefill) {
+      r.counters = *stats.sparse_prefill;
       r.has_counters = true;
     }
-    if (const OffloadRunner* off = llm.engine().runner().offload()) r.offloaded_prefills = off->stats().prefills;
+    if (stats.offload) r.offloaded_prefills = stats.offload->steps.prefills;
     return r;
   }
   EngineConfig base_;
@@ -220,13 +221,14 @@ TEST_F(SparsePrefill, WorksBesideQuestSparseDecode) {
   const auto prompts = random_prompts({400, 250}, 512, 5);
   const Outcome dense = run(base_, prompts, 16);
   EngineConfig both = full(sparse(SparsePrefillPolicy::kXAttention, 1.0));
-  both.sparse.policy = SparsePolicy::kQuest;
+  both.sparse.policy = "quest";
   both.sparse.budget_tokens = 640;  // covers the context: Quest's decode is dense too
   LLM llm(both);
   const auto outs = llm.generate(prompts, greedy(16));
   for (size_t i = 0; i < outs.size(); ++i) EXPECT_EQ(outs[i].token_ids, dense.tokens[i]);
-  const QuestCounters* quest = llm.engine().runner().sparse_counters();
-  const SparsePrefillCounters* prefill = llm.engine().runner().sparse_prefill_counters();
+  const RunnerStats stats = llm.engine().runner_stats();
+  const std::optional<SparseDecodeCounters>& quest = stats.sparse_decode;
+  const std::optional<SparsePrefillCounters>& prefill = stats.sparse_prefill;
   ASSERT_TRUE(quest && prefill);
   EXPECT_GT(quest->sparse_layer_steps, 0);
   EXPECT_GT(prefill->sparse_layer_chunks, 0);

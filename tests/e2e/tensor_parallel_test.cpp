@@ -11,7 +11,7 @@
 #include <cmath>
 
 #include "nanovllm/llm/llm.h"
-#include "nanovllm/runner/offload_runner.h"
+#include "nanovllm/offload/offload_runner.h"
 #include "support/expect_error.h"
 #include "support/test_models.h"
 
@@ -128,7 +128,7 @@ TEST_F(TensorParallel, QuestSparseDecodeSplitsPerHead) {
   // a budget that really drops pages.
   EngineConfig ec = config(testing::tiny_model_dir("tp-qwen3", {{"num_hidden_layers", 2}}, 41));
   ec.model.max_model_len = 320;
-  ec.sparse.policy = SparsePolicy::kQuest;
+  ec.sparse.policy = "quest";
   ec.sparse.budget_tokens = 32;
   const auto prompts = random_prompts({90, 130}, 500, 14);
   const Outcome whole = run(ec, 1, prompts, 12);
@@ -153,7 +153,7 @@ TEST_F(TensorParallel, CpuOffloadOnEveryRankGivesTheUnsplitTokens) {
     ec.parallel.tensor_parallel_size = n;
     LLM llm(ec);
     llm.generate({prompts_.back()}, greedy(10));
-    const OffloadStats& st = llm.engine().runner().offload()->stats();
+    const OffloadStats st = llm.engine().runner_stats().offload->steps;
     EXPECT_EQ(st.prefills, 1);
     EXPECT_EQ(st.decode_steps, 9);
     EXPECT_GT(st.h2d_bytes, 0);
@@ -187,7 +187,7 @@ TEST_F(TensorParallel, OffloadHostLimitCountsEveryRanksPool) {
   int64_t tp1_need = 0;
   {
     LLM llm(ec);
-    tp1_need = llm.engine().runner().offload()->host_bytes_for(80);
+    tp1_need = llm.engine().offload_host_bytes(80);
   }
   ec.offload.cpu_memory_limit = tp1_need;
   for (int64_t n : {1, 2}) {

@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "nanovllm/core/error.h"
-#include "nanovllm/runner/rank_threads.h"
+#include "nanovllm/parallel/rank_threads.h"
 #include "nanovllm/runner/tensor_parallel_runner.h"
-#include "nanovllm/runner/thread_communicator.h"
+#include "nanovllm/parallel/thread_communicator.h"
 
 namespace nanovllm {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <thread>
 
-#include "nanovllm/runner/tcp.h"
+#include "nanovllm/parallel/tcp.h"
 #include "server/server_test_util.h"
 #include "support/test_models.h"
 

@@ -225,7 +225,7 @@ void run_latency(LatencyOptions o) {
   std::printf("\n");
   report["decode"] = {{"batch", o.batch},           {"context", o.context}, {"tokens", decode.size()},
                       {"median_ms", median_ms},     {"mean_ms", mean_ms},   {"floor_ms", floor_ms},
-                      {"sparse_policy", o.engine.sparse_policy}, {"sparse_budget", o.engine.sparse_budget}};
+                      {"sparse_policy", ec.sparse.policy}, {"sparse_budget", ec.sparse.budget_tokens}};
 
   if (o.skip_prefill) {
     write_report(o.json_out, report);
@@ -241,8 +241,8 @@ void run_latency(LatencyOptions o) {
     if (peaks.measured) std::printf(" = %.1f%% of the measured GEMM rate", 100 * flops / s / flops_rate);
     std::printf("\n");
     report["prefill"].push_back({{"tokens", n}, {"ms", s * 1e3}, {"tok_s", n / s}, {"tflops", flops / s / 1e12},
-                                 {"sparse_prefill_policy", o.engine.sparse_prefill_policy}});
-    if (const SparsePrefillCounters* sp = engine.runner().sparse_prefill_counters(); sp && sp->causal_blocks > 0)
+                                 {"sparse_prefill_policy", sparse_prefill_policy_name(ec.sparse_prefill.policy)}});
+    if (const auto sp = engine.runner_stats().sparse_prefill; sp && sp->causal_blocks > 0)
       report["prefill"].back()["sparse_prefill_density_so_far"] = sp->density();
   }
   write_report(o.json_out, report);

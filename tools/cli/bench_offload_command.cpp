@@ -20,7 +20,6 @@
 #include "nanovllm/core/error.h"
 #include "nanovllm/llm/llm.h"
 #include "nanovllm/runner/device_peaks.h"
-#include "nanovllm/runner/offload_runner.h"
 #include "nanovllm/sparse/sparse_prefill_attention.h"
 
 namespace nanovllm::cli {
@@ -55,7 +54,7 @@ struct RunResult {
 // when their prompts fill the step's token budget, next to the earlier ones' decodes), then the steps that
 // decode all of them, until the first finishes.
 RunResult run_requests(LLMEngine& e, const std::vector<std::vector<int32_t>>& prompts, int64_t output_len,
-                       OffloadRunner* off) {
+                       bool offloaded) {
   SamplingParams sp;
   sp.temperature = 0;
   sp.ignore_eos = true;
@@ -63,17 +62,18 @@ RunResult run_requests(LLMEngine& e, const std::vector<std::vector<int32_t>>& pr
   RunResult r;
   for (const std::vector<int32_t>& p : prompts) e.add_request(p, sp);
   const auto n = static_cast<int64_t>(prompts.size());
-  const double alloc0 = off ? off->stats().host_alloc_s : 0;
+  auto offload = [&] { return e.runner_stats().offload->steps; };  // RunnerStats reads no device counter
+  const double alloc0 = offloaded ? offload().host_alloc_s : 0;
   const int64_t generated0 = e.num_generated_tokens();
   const auto t0 = Clock::now();
   // Every request has its first token when n tokens were generated and no step decoded yet: with several
   // requests, count prefills instead (the earlier requests decode while later ones prefill).
-  const int64_t prefills0 = off ? off->stats().prefills : 0;
+  const int64_t prefills0 = offloaded ? offload().prefills : 0;
   auto prefilled = [&] {
-    return off ? off->stats().prefills - prefills0 >= n : e.num_generated_tokens() - generated0 >= n;
+    return offloaded ? offload().prefills - prefills0 >= n : e.num_generated_tokens() - generated0 >= n;
   };
   while (e.has_unfinished() && !prefilled()) e.step();
-  r.prefill_s = seconds_since(t0) - (off ? off->stats().host_alloc_s - alloc0 : 0);
+  r.prefill_s = seconds_since(t0) - (offloaded ? offload().host_alloc_s - alloc0 : 0);
   while (e.has_unfinished()) {
     const LLMEngine::LoadStats load = e.load_stats();
     const int64_t unfinished = load.num_running + load.num_waiting;
@@ -86,8 +86,7 @@ RunResult run_requests(LLMEngine& e, const std::vector<std::vector<int32_t>>& pr
 
 // The sparse prefill policy's counters so far (zeros when it is dense).
 SparsePrefillCounters sparse_prefill_counters(LLMEngine& e) {
-  const SparsePrefillCounters* c = e.runner().sparse_prefill_counters();
-  return c ? *c : SparsePrefillCounters{};
+  return e.runner_stats().sparse_prefill.value_or(SparsePrefillCounters{});
 }
 
 double median(std::vector<double> v) {
@@ -126,8 +125,8 @@ void run_offload_bench(const OffloadBenchOptions& o) {
     LLM llm(ec);
     LLMEngine& e = llm.engine();
     const ModelConfig& mc = e.model_config();
-    OffloadRunner* off = e.runner().offload();
-    NANOVLLM_CHECK(off != nullptr, "bench offload: the runner has no offload path");
+    NANOVLLM_CHECK(e.runner_stats().offload.has_value(), "bench offload: the runner has no offload path");
+    auto offload = [&] { return *e.runner_stats().offload; };
     for (int64_t c : o.contexts) prompts.push_back(random_prompt(rng, c, mc.vocab_size));
     auto batch_of = [&](size_t i) {  // the first request is prompts[i] (the offload-off run's), then fresh ones
       std::vector<std::vector<int32_t>> b{prompts[i]};
@@ -137,24 +136,24 @@ void run_offload_bench(const OffloadBenchOptions& o) {
     // Warm-up: GEMM algorithms, workspaces (and the batched decode's shapes).
     std::vector<std::vector<int32_t>> warm;
     for (int64_t i = 0; i < o.concurrency; ++i) warm.push_back(random_prompt(rng, 256, mc.vocab_size));
-    run_requests(e, warm, 4, off);
+    run_requests(e, warm, 4, true);
 
-    const OffloadFootprint fp = off->footprint();
+    const OffloadFootprint fp = offload().footprint;
     const ModelCost cost(mc);
     const double weights = 2.0 * (cost.linear_params + cost.lm_head_params * (mc.tie_word_embeddings ? 1 : 2));
     const int64_t layers = mc.num_hidden_layers;
-    const double kv_token_layer = static_cast<double>(off->kv_bytes_per_token_per_layer());
+    const double kv_token_layer = static_cast<double>(offload().kv_bytes_per_token_per_layer);
     std::printf("offload: num_kv_buffers %lld, host block %lld tokens, max_model_len %lld, %lld layers, %.0f KiB KV per token\n",
-                static_cast<long long>(off->config().num_kv_buffers), static_cast<long long>(off->config().block_size),
+                static_cast<long long>(ec.offload.num_kv_buffers), static_cast<long long>(ec.offload.block_size),
                 static_cast<long long>(base.model.max_model_len), static_cast<long long>(layers),
                 kv_token_layer * static_cast<double>(layers) / 1024);
     for (size_t i = 0; i < o.contexts.size(); ++i) {
       const int64_t c = o.contexts[i];
-      const OffloadStats s0 = off->stats();
+      const OffloadStats s0 = offload().steps;
       const SparsePrefillCounters sp0 = sparse_prefill_counters(e);
-      const PageCacheCounters pc0 = off->sparse_cache_counters();
-      const RunResult r = run_requests(e, batch_of(i), o.output_len, off);
-      const OffloadStats s1 = off->stats();
+      const PageCacheCounters pc0 = e.offload_page_cache();
+      const RunResult r = run_requests(e, batch_of(i), o.output_len, true);
+      const OffloadStats s1 = offload().steps;
       const SparsePrefillCounters sp = sparse_prefill_counters(e).since(sp0);
       const double steps = static_cast<double>(s1.decode_steps - s0.decode_steps);
       // Decode traffic: every step loads each layer's flushed prefix; D2H only when a host block fills.
@@ -167,10 +166,10 @@ void run_offload_bench(const OffloadBenchOptions& o) {
                             {"prefill_tok_s", prompt_tokens / r.prefill_s},
                             {"decode_ms_median", ms}, {"decode_steps", steps},
                             {"host_alloc_s", s1.host_alloc_s - s0.host_alloc_s}};
-      if (off->sparse()) {
+      if (ec.sparse.enabled()) {
         // Only the cache misses cross PCIe (plus the page straddling the host pool's end, not counted):
         // a miss is one (layer, KV head, page) of page_size tokens, K and V.
-        PageCacheCounters pc = off->sparse_cache_counters();  // since construction: this run's is the difference
+        PageCacheCounters pc = e.offload_page_cache();  // since construction: this run's is the difference
         pc.hits -= pc0.hits;
         pc.misses -= pc0.misses;
         const double page_bytes = static_cast<double>(ec.cache.block_size) * kv_token_layer /
@@ -179,10 +178,10 @@ void run_offload_bench(const OffloadBenchOptions& o) {
         const double lookups = static_cast<double>(pc.hits + pc.misses);
         const double hit_rate = lookups > 0 ? static_cast<double>(pc.hits) / lookups : 0;
         std::printf("context %7lld: sparse %s, budget %lld tokens, pages of %lld, GPU cache %lld tokens per layer and KV "
-                    "head: hit rate %.1f%%\n", static_cast<long long>(c), o.engine.sparse_policy.c_str(),
+                    "head: hit rate %.1f%%\n", static_cast<long long>(c), ec.sparse.policy.c_str(),
                     static_cast<long long>(ec.sparse.budget_tokens), static_cast<long long>(ec.cache.block_size),
                     static_cast<long long>(ec.sparse.cache_tokens()), 100 * hit_rate);
-        row["sparse"] = {{"policy", o.engine.sparse_policy}, {"budget_tokens", ec.sparse.budget_tokens},
+        row["sparse"] = {{"policy", ec.sparse.policy}, {"budget_tokens", ec.sparse.budget_tokens},
                          {"page_size", ec.cache.block_size}, {"gpu_cache_tokens", ec.sparse.cache_tokens()},
                          {"cache_hits", pc.hits}, {"cache_misses", pc.misses}, {"hit_rate", hit_rate}};
       }
@@ -228,7 +227,7 @@ void run_offload_bench(const OffloadBenchOptions& o) {
     }
     const double peak = static_cast<double>(peak_device_memory_bytes());
     if (peaks.measured) {
-      const double paged = static_cast<double>(e.runner().num_kv_blocks()) * static_cast<double>(base.cache.block_size) *
+      const double paged = static_cast<double>(e.runner_stats().num_kv_blocks) * static_cast<double>(base.cache.block_size) *
                            kv_token_layer * static_cast<double>(layers);
       const double formula = weights + static_cast<double>(fp.total()) + paged;
       std::printf("peak GPU memory (nano-vLLM allocator): %.2f GiB | formula: weights %.2f + num_kv_buffers x layer KV %.2f "
@@ -257,8 +256,8 @@ void run_offload_bench(const OffloadBenchOptions& o) {
   plain.scheduler.max_num_batched_tokens = std::max(plain.scheduler.max_num_batched_tokens, longest);
   LLM llm(plain);
   LLMEngine& e = llm.engine();
-  const int64_t capacity = e.runner().num_kv_blocks() * plain.cache.block_size;
-  run_requests(e, {random_prompt(rng, 256, e.model_config().vocab_size)}, 4, nullptr);
+  const int64_t capacity = e.runner_stats().num_kv_blocks * plain.cache.block_size;
+  run_requests(e, {random_prompt(rng, 256, e.model_config().vocab_size)}, 4, false);
   for (size_t i = 0; i < o.contexts.size(); ++i) {
     const int64_t c = o.contexts[i];
     if (c + o.output_len > capacity) {
@@ -267,7 +266,7 @@ void run_offload_bench(const OffloadBenchOptions& o) {
       report["gpu_only"].push_back({{"context", c}, {"fits", false}});
       continue;
     }
-    const RunResult r = run_requests(e, {prompts[i]}, o.output_len, nullptr);
+    const RunResult r = run_requests(e, {prompts[i]}, o.output_len, false);
     const double ms = 1e3 * median(r.decode_step_s);
     std::printf("offload off, context %7lld: prefill %8.2f s = %8.0f tok/s | decode %8.2f ms/token\n",
                 static_cast<long long>(c), r.prefill_s, static_cast<double>(c) / r.prefill_s, ms);

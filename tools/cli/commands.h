@@ -12,7 +12,8 @@ void register_detokenize(CLI::App& app);
 void register_chat(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_eval(CLI::App& app);
-void register_worker(CLI::App& app);            // `nanovllm worker`: nodes 1.. of a multi-host group              // `nanovllm eval ruler|needle`
+void register_worker(CLI::App& app);             // `nanovllm worker`: nodes 1.. of a multi-host group
+void register_options(CLI::App& app);            // `nanovllm options`: the engine option table
 void register_bench_engine(CLI::App& bench);     // `nanovllm bench throughput|latency`
 void register_bench_tokenizer(CLI::App& bench);  // `nanovllm bench tokenizer`
 void register_bench_offload(CLI::App& bench);    // `nanovllm bench offload`

@@ -1,141 +1,86 @@
 #include "engine_options.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/kernels/device.h"
-#include "nanovllm/model/config.h"
 #include "option_checks.h"
 
 namespace nanovllm::cli {
+
+namespace {
+
+// The flag's value in the config's unit and kind (a scaled flag: a real number of GiB for an integer of bytes).
+OptionValue config_value(const EngineOptions::Flag& f) {
+  const EngineOption& o = *f.option;
+  if (o.cli_negated) return !std::get<bool>(f.value);
+  if (o.cli_scale == 1) return f.value;
+  const double v = std::get<double>(f.value) * o.cli_scale;
+  if (o.kind == EngineOption::Kind::kInt) return static_cast<int64_t>(std::llround(v));
+  return v;
+}
+
+// The CLI11 range check of a numeric flag: the option's range in the flag's unit.
+CLI::Validator range_of(const EngineOption& o) {
+  const double lo = o.min / o.cli_scale, hi = o.max / o.cli_scale;
+  if (std::isinf(hi)) return o.min_exclusive ? greater_than(lo) : at_least(lo);
+  return o.min_exclusive ? in_range_above(lo, hi) : in_range(lo, hi);
+}
+
+}  // namespace
 
 void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) {
   // "model,--model": CLI11 takes it as the first positional argument or as --model.
   cmd.add_option(model_positional ? "model,--model" : "--model", o.model,
                  "Hugging Face model directory (config.json, *.safetensors)")
       ->required();
-  cmd.add_option("--backend", o.backend, "cpu | cuda (default: cuda when a GPU is present)");
-  cmd.add_option("--max-num-seqs", o.max_num_seqs, "most sequences in one step")
-      ->check(at_least(1))
-      ->capture_default_str();
-  cmd.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "token budget of one step")
-      ->check(at_least(1))
-      ->capture_default_str();
-  cmd.add_option("--block-size", o.block_size, "KV cache block size in tokens (default 16, or --sparse-page-size)")
-      ->check(in_range(1, 1024));
-  cmd.add_option("--max-model-len", o.max_model_len, "longest prompt + output (default: the model's limit)")
-      ->check(at_least(0));
-  cmd.add_option("--num-kv-blocks", o.num_kv_blocks, "KV cache blocks (default: from the memory budget)")
-      ->check(at_least(0));
-  cmd.add_option("--kv-cache-gib", o.kv_cache_gib, "CPU backend: KV cache budget in GiB")
-      ->check(greater_than(0))
-      ->capture_default_str();
-  cmd.add_option("--gpu-memory-utilization", o.gpu_memory_utilization, "CUDA backend: share of GPU memory to use")
-      ->check(in_range_above(0, 1))
-      ->capture_default_str();
-  cmd.add_flag("--enforce-eager", o.enforce_eager, "CUDA backend: run decode without CUDA graphs");
-  cmd.add_flag("--no-async-scheduling", o.no_async_scheduling,
-               "schedule each step only after the previous step's tokens are read");
-  cmd.add_flag("--no-prefix-caching", o.no_prefix_caching, "do not reuse KV blocks of shared prompt prefixes");
-  cmd.add_flag("--no-chunked-prefill", o.no_chunked_prefill, "prefill each prompt in one step");
-  cmd.add_option("--engine-seed", o.engine_seed, "seed of the engine RNG (unseeded requests)");
-  cmd.add_flag("--enable-cpu-offload", o.enable_cpu_offload,
-               "long context: keep the KV cache of requests that do not fit the GPU cache in host memory "
-               "(layer-wise offload)");
-  cmd.add_option("--num-kv-buffers", o.num_kv_buffers, "offload: GPU ring of whole-layer KV buffers")
-      ->check(in_range(1, 8))
-      ->capture_default_str();
-  cmd.add_option("--offload-max-num-seqs", o.offload_max_num_seqs,
-                 "offload: offloaded requests at once (their decode steps batched; each ring buffer holds a "
-                 "layer of each)")
-      ->check(in_range(1, 64))
-      ->capture_default_str();
-  cmd.add_option("--offload-block-size", o.offload_block_size, "offload: host KV block in tokens")
-      ->check(at_least(1))
-      ->capture_default_str();
-  cmd.add_option("--cpu-memory-limit", o.cpu_memory_limit_gib, "offload: host KV pool limit in GiB (0: available RAM)")
-      ->check(at_least(0));
-  cmd.add_option("--offload-min-tokens", o.offload_min_tokens,
-                 "offload also requests with prompt + max_tokens >= this (0: only those that do not fit the GPU cache)")
-      ->check(at_least(0));
-  cmd.add_option("--sparse-policy", o.sparse_policy,
-                 "decode attention: full | quest (per-head page selection)")
-      ->capture_default_str();
-  cmd.add_option("--sparse-budget", o.sparse_budget,
-                 "sparse decode: keys one query attends, in whole pages (sink and recent pages included)")
-      ->check(at_least(1))
-      ->capture_default_str();
-  cmd.add_option("--sparse-page-size", o.sparse_page_size,
-                 "sparse decode: tokens per Quest page; a page is one KV cache block, so this sets --block-size")
-      ->check(in_range(1, 1024));
-  cmd.add_option("--sparse-gpu-cache-tokens", o.sparse_gpu_cache_tokens,
-                 "sparse decode with --enable-cpu-offload: GPU cache of recently selected pages, tokens per layer and "
-                 "KV head (0: none; default 4 x --sparse-budget)")
-      ->check(at_least(0));
-  cmd.add_option("--tensor-parallel-size", o.tensor_parallel_size,
-                 "GPUs one model is split over (tensor parallel; threads on --backend cpu), over all nodes")
-      ->check(at_least(1))
-      ->capture_default_str();
-  cmd.add_option("--nnodes", o.nnodes,
-                 "hosts the tensor-parallel group spans (one process each; --tensor-parallel-size / nnodes ranks "
-                 "per host); nodes 1.. run `nanovllm worker`")
-      ->check(at_least(1))
-      ->capture_default_str();
-  cmd.add_option("--node-rank", o.node_rank, "this host's place in the group: 0 runs the engine, 1.. run `nanovllm worker`")
-      ->check(at_least(0))
-      ->capture_default_str();
-  cmd.add_option("--dist-init-addr", o.dist_init_addr,
-                 "HOST:PORT of node 0, where the nodes meet (node 0 listens on PORT)");
-  cmd.add_option("--sparse-prefill-policy", o.sparse_prefill_policy,
-                 "prefill attention of long chunks: dense | xattention | minference | flexprefill | avgpool "
-                 "(block-sparse patterns)")
-      ->capture_default_str();
-  cmd.add_option("--sparse-prefill-threshold", o.sparse_prefill_threshold,
-                 "sparse prefill: the policy's threshold in (0, 1]: xattention tau (default 0.95), flexprefill gamma "
-                 "(0.9), avgpool mass share (0.9), minference budget share of the context (0.3)")
-      ->check(in_range(0, 1));
-  cmd.add_option("--sparse-prefill-dense-layers", o.sparse_prefill_dense_layers,
-                 "sparse prefill: the first N layers stay dense")
-      ->check(at_least(0))
-      ->capture_default_str();
-  cmd.add_option("--sparse-prefill-min-tokens", o.sparse_prefill_min_tokens,
-                 "sparse prefill: chunks whose context (prefix + chunk) is shorter stay dense")
-      ->check(at_least(1))
-      ->capture_default_str();
-  cmd.add_option("--sparse-prefill-block-size", o.sparse_prefill_block_size,
-                 "sparse prefill: tokens per query block and per key block of the pattern")
-      ->check(in_range(1, 4096))
-      ->capture_default_str();
-  cmd.add_option("--sparse-prefill-stride", o.sparse_prefill_stride, "xattention: antidiagonal stride")
-      ->check(at_least(1))
-      ->capture_default_str();
-  cmd.add_option("--sparse-prefill-last-q", o.sparse_prefill_last_q,
-                 "minference: the chunk's last queries the estimate reads")
-      ->check(at_least(1))
-      ->capture_default_str();
-  cmd.add_option("--sparse-prefill-vertical", o.sparse_prefill_vertical,
-                 "minference: key columns kept per query head (default: adaptive, from the threshold)")
-      ->check(at_least(0));
-  cmd.add_option("--sparse-prefill-slash", o.sparse_prefill_slash,
-                 "minference: diagonals kept per query head (default: adaptive, from the threshold)")
-      ->check(at_least(0));
-  cmd.add_option("--sparse-prefill-tau", o.sparse_prefill_tau,
-                 "flexprefill: Jensen-Shannon distance below which a head is query-aware")
-      ->check(at_least(0))
-      ->capture_default_str();
-  cmd.add_option("--sparse-prefill-min-budget", o.sparse_prefill_min_budget,
-                 "flexprefill: at least this many tokens of vertical and of slash blocks")
-      ->check(at_least(0))
-      ->capture_default_str();
-  cmd.add_option("--sparse-prefill-budget", o.sparse_prefill_budget,
-                 "xattention, avgpool: at most this many key tokens per query block (whole blocks, sink and diagonal "
-                 "included) when the threshold's choice lists more; 0: no limit")
-      ->check(at_least(0))
-      ->capture_default_str();
+  size_t n = 0;
+  for (const EngineOption& opt : engine_options()) n += std::max<size_t>(1, opt.cli_flags.size());
+  o.flags.clear();
+  o.flags.reserve(n);  // CLI11 binds to the values: no reallocation after this
+  for (const EngineOption& opt : engine_options()) {
+    const std::vector<std::string> names = opt.cli_flags.empty() ? std::vector<std::string>{opt.flag()} : opt.cli_flags;
+    for (const std::string& name : names) {
+      EngineOptions::Flag& f = o.flags.emplace_back();
+      f.option = &opt;
+      f.name = name;
+      std::string help = opt.help;
+      if (opt.choices) help += ": " + opt.choices();
+      if (name != names.front()) help = "the same as " + names.front();
+      const OptionValue def = opt.default_value();
+      const std::string def_text = opt.default_text.empty() ? opt.format(def) : opt.default_text;
+      if (opt.cli_negated) {
+        f.value = false;
+        f.parsed = cmd.add_flag(name, std::get<bool>(f.value), help);
+      } else if (opt.kind == EngineOption::Kind::kFlag) {
+        f.value = false;
+        f.parsed = cmd.add_flag(name, std::get<bool>(f.value), help);
+      } else if (opt.cli_scale != 1) {
+        f.value = 0.0;
+        f.parsed = cmd.add_option(name, std::get<double>(f.value), help)->check(range_of(opt));
+        f.parsed->default_str(opt.format(OptionValue(std::get<int64_t>(def) / static_cast<int64_t>(opt.cli_scale))));
+      } else if (opt.kind == EngineOption::Kind::kInt) {
+        f.value = int64_t{0};
+        f.parsed = cmd.add_option(name, std::get<int64_t>(f.value), help)->check(range_of(opt));
+        f.parsed->default_str(def_text);
+      } else if (opt.kind == EngineOption::Kind::kReal) {
+        f.value = 0.0;
+        f.parsed = cmd.add_option(name, std::get<double>(f.value), help)->check(range_of(opt));
+        f.parsed->default_str(def_text);
+      } else {
+        f.value = std::string();
+        f.parsed = cmd.add_option(name, std::get<std::string>(f.value), help);
+        f.parsed->default_str(def_text);
+      }
+    }
+  }
 }
 
 void add_sampling_options(CLI::App& cmd, SamplingOptions& o) {
@@ -165,51 +110,24 @@ void add_sampling_options(CLI::App& cmd, SamplingOptions& o) {
 EngineConfig EngineOptions::to_config() const {
   EngineConfig c;
   c.model.path = model;
-  c.model.backend = backend.empty() ? default_backend() : parse_backend(backend);
-  c.model.max_model_len = max_model_len;
-  if (max_model_len > 0) {  // checked here to name the flag (the engine would say "max_model_len")
-    const int64_t limit = ModelConfig::from_model_dir(model).max_model_len();
-    NANOVLLM_CHECK(max_model_len <= limit, "--max-model-len ", max_model_len, " is more than the model supports (",
-                   limit, " positions)");
+  c.model.backend = default_backend();
+  std::map<const EngineOption*, const Flag*> given;  // the flag that set each option
+  for (const Flag& f : flags) {
+    if (f.parsed == nullptr || f.parsed->count() == 0) continue;
+    const OptionValue v = config_value(f);
+    if (const auto [it, first] = given.emplace(f.option, &f); !first) {
+      NANOVLLM_CHECK(config_value(*it->second) == v, it->second->name, " ", it->second->option->format(config_value(*it->second)),
+                     " and ", f.name, " ", f.option->format(v), " disagree: they set the same option (",
+                     f.option->name, ")");
+      continue;
+    }
+    try {
+      f.option->check(v);
+    } catch (const Error& e) {
+      throw e.prefixed(f.name + ": ");
+    }
+    f.option->set(c, v);
   }
-  c.model.seed = engine_seed;
-  c.model.enforce_eager = enforce_eager;
-  NANOVLLM_CHECK(sparse_page_size == 0 || block_size == 0 || sparse_page_size == block_size, "--sparse-page-size ",
-                 sparse_page_size, " and --block-size ", block_size, " disagree: a Quest page is one KV cache block");
-  c.cache.block_size = block_size > 0 ? block_size : sparse_page_size > 0 ? sparse_page_size : 16;
-  c.cache.num_kv_blocks = num_kv_blocks;
-  c.cache.kv_cache_bytes = static_cast<int64_t>(kv_cache_gib * (1LL << 30));
-  c.cache.gpu_memory_utilization = gpu_memory_utilization;
-  c.cache.enable_prefix_caching = !no_prefix_caching;
-  c.scheduler.max_num_seqs = max_num_seqs;
-  c.scheduler.max_num_batched_tokens = max_num_batched_tokens;
-  c.scheduler.enable_chunked_prefill = !no_chunked_prefill;
-  c.scheduler.async_scheduling = !no_async_scheduling;
-  c.offload.enabled = enable_cpu_offload;
-  c.offload.num_kv_buffers = num_kv_buffers;
-  c.offload.max_num_seqs = offload_max_num_seqs;
-  c.offload.block_size = offload_block_size;
-  c.offload.cpu_memory_limit = static_cast<int64_t>(cpu_memory_limit_gib * (1LL << 30));
-  c.offload.min_tokens = offload_min_tokens;
-  c.sparse.policy = parse_sparse_policy(sparse_policy);
-  c.sparse.budget_tokens = sparse_budget;
-  c.sparse.gpu_cache_tokens = sparse_gpu_cache_tokens;
-  c.parallel.tensor_parallel_size = tensor_parallel_size;
-  c.parallel.nnodes = nnodes;
-  c.parallel.node_rank = node_rank;
-  c.parallel.dist_init_addr = dist_init_addr;
-  c.sparse_prefill.policy = parse_sparse_prefill_policy(sparse_prefill_policy);
-  c.sparse_prefill.threshold = sparse_prefill_threshold;
-  c.sparse_prefill.dense_layers = sparse_prefill_dense_layers;
-  c.sparse_prefill.min_tokens = sparse_prefill_min_tokens;
-  c.sparse_prefill.block_size = sparse_prefill_block_size;
-  c.sparse_prefill.stride = sparse_prefill_stride;
-  c.sparse_prefill.last_q = sparse_prefill_last_q;
-  c.sparse_prefill.vertical = sparse_prefill_vertical;
-  c.sparse_prefill.slash = sparse_prefill_slash;
-  c.sparse_prefill.tau = sparse_prefill_tau;
-  c.sparse_prefill.min_budget = sparse_prefill_min_budget;
-  c.sparse_prefill.budget_tokens = sparse_prefill_budget;
   return c;
 }
 

@@ -7,54 +7,29 @@
 
 #include <CLI/CLI.hpp>
 
+#include "nanovllm/engine/engine_options.h"
 #include "nanovllm/engine/sampling_params.h"
 #include "nanovllm/llm/llm_engine.h"
 
 namespace nanovllm::cli {
 
+// The options of the subcommands that run an engine (generate, chat, serve, bench, eval, worker): the model
+// directory, and one flag per row of the engine's option table (engine/engine_options.h). Bound to a CLI11
+// command by add_engine_options, which keeps pointers into this object: use it where it was bound.
 struct EngineOptions {
   std::string model;
-  std::string backend;  // empty: cuda when a GPU is present, else cpu
-  int64_t max_num_seqs = 256;
-  int64_t max_num_batched_tokens = 8192;
-  int64_t block_size = 0;  // 0: sparse_page_size if given, else 16
-  int64_t max_model_len = 0;
-  int64_t num_kv_blocks = 0;
-  double kv_cache_gib = 2.0;
-  double gpu_memory_utilization = 0.9;
-  bool enforce_eager = false;
-  bool no_async_scheduling = false;
-  bool no_prefix_caching = false;
-  bool no_chunked_prefill = false;
-  uint64_t engine_seed = 0;
-  bool enable_cpu_offload = false;
-  int64_t num_kv_buffers = 4;
-  int64_t offload_max_num_seqs = 1;
-  int64_t offload_block_size = 1024;
-  double cpu_memory_limit_gib = 0;
-  int64_t offload_min_tokens = 0;
-  std::string sparse_policy = "full";
-  int64_t sparse_budget = 2048;
-  int64_t sparse_page_size = 0;  // 0: the block size
-  int64_t sparse_gpu_cache_tokens = -1;  // -1: 4 x sparse_budget
-  int64_t tensor_parallel_size = 1;
-  int64_t nnodes = 1;
-  int64_t node_rank = 0;
-  std::string dist_init_addr;
-  std::string sparse_prefill_policy = "dense";
-  double sparse_prefill_threshold = 0;  // 0: the policy's default
-  int64_t sparse_prefill_dense_layers = 0;
-  int64_t sparse_prefill_min_tokens = 8192;
-  int64_t sparse_prefill_block_size = 128;
-  int64_t sparse_prefill_stride = 8;
-  int64_t sparse_prefill_last_q = 64;
-  int64_t sparse_prefill_vertical = 0;  // 0: adaptive
-  int64_t sparse_prefill_slash = 0;     // 0: adaptive
-  double sparse_prefill_tau = 0.1;
-  int64_t sparse_prefill_min_budget = 1024;
-  int64_t sparse_prefill_budget = 0;  // 0: no limit
 
+  // The table's defaults with every flag that was given applied, then resolved as the engine resolves them.
+  // Throws nanovllm::Error naming the flag for what the flag checks cannot see.
   EngineConfig to_config() const;
+
+  struct Flag {
+    const EngineOption* option = nullptr;
+    std::string name;          // one of option->cli_flags (or option->flag())
+    OptionValue value;         // what CLI11 parsed (the CLI's unit and kind)
+    CLI::Option* parsed = nullptr;
+  };
+  std::vector<Flag> flags;  // filled by add_engine_options; sized once, so CLI11 may bind to the values
 };
 
 struct SamplingOptions {

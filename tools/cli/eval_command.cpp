@@ -85,14 +85,15 @@ void add_common_options(CLI::App& cmd, EvalOptions& o) {
 // a directory without config.json (a dump needs only the tokenizer).
 int64_t context_limit(const EvalOptions& o) {
   const std::filesystem::path dir(o.engine.model);
+  const int64_t max_model_len = o.engine.to_config().model.max_model_len;
   if (!std::filesystem::is_regular_file(dir / "config.json")) {
     NANOVLLM_CHECK(!o.dump_prompts.empty(), o.engine.model, ": no config.json in the model directory");
-    return o.engine.max_model_len;
+    return max_model_len;
   }
   const int64_t model_limit = ModelConfig::from_model_dir(dir).max_model_len();
-  NANOVLLM_CHECK(o.engine.max_model_len <= model_limit, "--max-model-len ", o.engine.max_model_len,
-                 " is longer than the model's limit ", model_limit);
-  return o.engine.max_model_len > 0 ? o.engine.max_model_len : model_limit;
+  NANOVLLM_CHECK(max_model_len <= model_limit, "--max-model-len ", max_model_len, " is longer than the model's limit ",
+                 model_limit);
+  return max_model_len > 0 ? max_model_len : model_limit;
 }
 
 void check_inputs(const EvalOptions& o) {
@@ -109,7 +110,8 @@ void check_inputs(const EvalOptions& o) {
   for (int64_t c : o.contexts) {
     NANOVLLM_CHECK(c >= 64, "--context ", c, " is too short (at least 64 tokens)");
     NANOVLLM_CHECK(limit <= 0 || c <= limit, "--context ", c, " is longer than max_model_len ", limit,
-                   o.engine.max_model_len > 0 ? " (--max-model-len)" : " (the model's limit; see config.json)");
+                   o.engine.to_config().model.max_model_len > 0 ? " (--max-model-len)"
+                                                                 : " (the model's limit; see config.json)");
   }
 }
 
@@ -217,7 +219,7 @@ void run_and_report(const EvalOptions& o, const std::string& command, const std:
   std::printf("overall %.2f | prompts %.1f s, run %.1f s (%lld prompt tokens, %lld generated)\n", table.overall_mean(),
               gen_s, run_s, static_cast<long long>(prompt_tokens), static_cast<long long>(generated));
   // Sparse prefill: the share of the causal key blocks its patterns listed (1 when no chunk went sparse).
-  const SparsePrefillCounters* sp = engine.runner().sparse_prefill_counters();
+  const std::optional<SparsePrefillCounters> sp = engine.runner_stats().sparse_prefill;
   const double density = sp ? sp->density() : 1.0;
   if (sp)
     std::printf("sparse prefill %s: %.1f%% of the causal key blocks attended (%lld layer-chunks sparse, %lld dense)\n",

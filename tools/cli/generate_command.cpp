@@ -115,7 +115,7 @@ void register_generate(CLI::App& app) {
       std::filesystem::create_directories(opt->dump_taps, ec);
       NANOVLLM_CHECK(std::filesystem::is_directory(opt->dump_taps), "--dump-taps: cannot create directory '",
                      opt->dump_taps, "'");
-      llm.engine().runner().set_layer_taps(taps.get());
+      llm.engine().set_layer_taps(taps.get());
     }
 
     // The engine ends a request at max_model_len: say so when --max-tokens asks for more than fits.
@@ -144,7 +144,7 @@ void register_generate(CLI::App& app) {
     progress.finish();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (taps) {
-      llm.engine().runner().set_layer_taps(nullptr);
+      llm.engine().set_layer_taps(nullptr);
       write_taps(*taps, opt->dump_taps, outputs.at(0), llm.engine(), params);
     }
 

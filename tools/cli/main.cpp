@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   nanovllm::cli::register_serve(app);
   nanovllm::cli::register_eval(app);
   nanovllm::cli::register_worker(app);
+  nanovllm::cli::register_options(app);
   CLI::App* bench = app.add_subcommand("bench", "benchmarks: throughput, latency, tokenizer");
   bench->require_subcommand(1);
   nanovllm::cli::register_bench_engine(*bench);

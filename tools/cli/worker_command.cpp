@@ -15,9 +15,11 @@ void register_worker(CLI::App& app) {
                 "for node 0's engine; give node 0's model and engine options");
   add_engine_options(*cmd, *opt);
   cmd->callback([opt] {
-    NANOVLLM_CHECK(opt->nnodes > 1 && opt->node_rank >= 1, "worker: give --nnodes N (> 1) and --node-rank K "
-                   "(1..N-1), with node 0's --dist-init-addr HOST:PORT; node 0 runs generate, serve or bench");
-    LLMEngine::run_worker(opt->to_config());
+    EngineConfig config = opt->to_config();
+    NANOVLLM_CHECK(config.parallel.nnodes > 1 && config.parallel.node_rank >= 1,
+                   "worker: give --nnodes N (> 1) and --node-rank K (1..N-1), with node 0's --dist-init-addr "
+                   "HOST:PORT; node 0 runs generate, serve or bench");
+    LLMEngine::run_worker(std::move(config));
   });
 }
 

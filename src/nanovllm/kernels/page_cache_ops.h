@@ -1,4 +1,4 @@
-// The GPU hot-page cache of offloaded sparse decode (runner/offload_sparse_attention.h): per layer and KV
+// The GPU hot-page cache of offloaded sparse decode (offload/offload_sparse_attention.h): per layer and KV
 // head a fixed number of page slots that hold recently selected pages, so a page selected again does not
 // cross PCIe. Two ops per layer and step: page_cache_plan decides which selected pages are hits and which
 // slot each miss takes (serial per KV head, on the device, so the step never waits for the host);

@@ -8,7 +8,6 @@
 #include "nanovllm/core/logging.h"
 #include "nanovllm/engine/scheduler.h"
 #include "nanovllm/model/tensor_parallel_plan.h"
-#include "nanovllm/runner/offload_runner.h"
 #include "nanovllm/runner/tensor_parallel_worker.h"
 
 namespace nanovllm {
@@ -100,7 +99,7 @@ void LLMEngine::validate_request(const std::vector<int32_t>& prompt, const Sampl
     NANOVLLM_CHECK(id >= 0 && id < model_config_.vocab_size, "prompt token id ", id, " is outside the vocabulary [0, ",
                    model_config_.vocab_size, ")");
   if (is_offloaded(n, params))
-    runner_->offload()->check_host_memory(std::min(n + params.max_tokens, config_.model.max_model_len));
+    runner_->check_offload_memory(std::min(n + params.max_tokens, config_.model.max_model_len));
 }
 
 int64_t LLMEngine::add_request(std::vector<int32_t> prompt_token_ids, const SamplingParams& params) {

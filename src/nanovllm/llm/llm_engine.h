@@ -98,7 +98,14 @@ class LLMEngine {
   int64_t num_prompt_tokens_computed() const { return num_prompt_tokens_computed_; }
   // Whether a request of this prompt length and these params takes the offload path.
   bool is_offloaded(int64_t prompt_len, const SamplingParams& params) const;
-  ModelRunner& runner() { return *runner_; }
+  // What the runner's long-context and sparse paths did (RunnerStats). Read on the thread that calls step().
+  RunnerStats runner_stats() { return runner_->stats(); }
+  // Offloaded sparse decode: its GPU hot-page cache's hits and misses so far. Waits for the device.
+  PageCacheCounters offload_page_cache() { return runner_->offload_page_cache(); }
+  // Host KV bytes an offloaded request of `tokens` tokens takes in one tensor-parallel rank's pool.
+  int64_t offload_host_bytes(int64_t tokens) { return runner_->offload_host_bytes(tokens); }
+  // Layer taps (model/layer_taps.h) for the steps run from now on; nullptr: none. The observer must outlive them.
+  void set_layer_taps(LayerTaps* taps) { runner_->set_layer_taps(taps); }
 
   // The model as the engine runs it (config.json, plus tokenizer_config.json's eos token), checked against
   // `config`, which is resolved against it: where the constructor and run_worker start.

@@ -7,7 +7,6 @@
 #include "nanovllm/model/rope.h"
 #include "nanovllm/model/weights.h"
 #include "nanovllm/runner/forward_batch.h"
-#include "nanovllm/runner/sparse_policy.h"
 
 namespace nanovllm {
 
@@ -52,15 +51,8 @@ CpuModelRunner::CpuModelRunner(const EngineConfig& ec, const ModelConfig& full_c
   workspace_storage_ = Buffer(cpu_allocator(), ws_bytes);
   ws_ = Decoder::make_workspace(config, DType::kF32, workspace_storage_.data(), Device::cpu(),
                                 ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs, nullptr, tp_size);
-  quest_ = make_sparse_policy(ec, config, num_kv_blocks_, DType::kF32, cpu_allocator());
-  sparse_prefill_ = make_sparse_prefill_policy(ec, config, cpu_allocator());
-  if (quest_ && sparse_prefill_) {  // Quest first: it keeps its page metadata from every step
-    policies_ =
-        std::make_unique<AttentionPolicyChain>(std::vector<AttentionPolicy*>{quest_.get(), sparse_prefill_.get()});
-    attention_policy_ = policies_.get();
-  } else {
-    attention_policy_ = quest_ ? static_cast<AttentionPolicy*>(quest_.get()) : sparse_prefill_.get();
-  }
+  sparse_ = std::make_unique<RunnerSparseAttention>(ec, config, cpu_allocator());
+  sparse_->make_decode_policy(num_kv_blocks_, DType::kF32);
   if (ec.offload.enabled) {
     // The CPU offload device defers copies and checks every access against the events (CI's stand-in
     // for CUDA streams).
@@ -70,7 +62,7 @@ CpuModelRunner::CpuModelRunner(const EngineConfig& ec, const ModelConfig& full_c
           if (!samples_) return {};  // tensor parallel: rank 0 samples from the same gathered logits
           return sampler_.sample(logits, model_->config().vocab_size, seqs);
         });
-    offload_->set_prefill_policy(sparse_prefill_.get());
+    offload_->set_prefill_policy(sparse_->prefill());
   }
 }
 
@@ -82,7 +74,7 @@ std::vector<SampledToken> CpuModelRunner::execute(const SchedulerOutput& out) {
   ForwardBatch batch = build_forward_batch(out, ec_.cache.block_size);
   DecoderInputs in = batch.views(batch.data.data(), Device::cpu());
   in.taps = taps_;
-  in.attention_policy = attention_policy_;
+  in.attention_policy = sparse_->all_steps();
   model_->forward(in, kv_, ws_);
   if (!samples_) return {};  // tensor parallel: rank 0 samples from the same gathered logits
 

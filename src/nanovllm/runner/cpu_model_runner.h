@@ -5,11 +5,9 @@
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/engine/sampler.h"
 #include "nanovllm/model/decoder.h"
+#include "nanovllm/offload/offload_runner.h"
 #include "nanovllm/runner/model_runner.h"
-#include "nanovllm/runner/offload_runner.h"
-#include "nanovllm/sparse/attention_policy_chain.h"
-#include "nanovllm/sparse/quest_attention.h"
-#include "nanovllm/sparse/sparse_prefill_attention.h"
+#include "nanovllm/runner/sparse_attention.h"
 
 namespace nanovllm {
 
@@ -22,11 +20,11 @@ class CpuModelRunner final : public ModelRunner {
 
   int64_t num_kv_blocks() const override { return num_kv_blocks_; }
   std::vector<SampledToken> execute(const SchedulerOutput& out) override;
-  OffloadRunner* offload() override { return offload_.get(); }
-  const QuestCounters* sparse_counters() const override { return quest_ ? &quest_->counters() : nullptr; }
-  const SparsePrefillCounters* sparse_prefill_counters() const override {
-    return sparse_prefill_ ? &sparse_prefill_->counters() : nullptr;
-  }
+
+ protected:
+  OffloadRunner* offload_runner() override { return offload_.get(); }
+  const SparseDecodePolicy* decode_policy() const override { return sparse_->decode(); }
+  const SparsePrefillAttention* prefill_policy() const override { return sparse_->prefill(); }
 
  private:
   EngineConfig ec_;
@@ -39,11 +37,8 @@ class CpuModelRunner final : public ModelRunner {
   DecoderWorkspace ws_;
   Sampler sampler_;
   bool samples_ = true;  // false on tensor-parallel ranks other than 0
-  std::unique_ptr<OffloadRunner> offload_;  // EngineConfig::offload.enabled
-  std::unique_ptr<QuestAttention> quest_;   // EngineConfig::sparse.policy == quest
-  std::unique_ptr<SparsePrefillAttention> sparse_prefill_;  // EngineConfig::sparse_prefill.policy != dense
-  std::unique_ptr<AttentionPolicyChain> policies_;          // both of them
-  AttentionPolicy* attention_policy_ = nullptr;             // what the model's steps use (nullptr: dense)
+  std::unique_ptr<OffloadRunner> offload_;          // EngineConfig::offload.enabled
+  std::unique_ptr<RunnerSparseAttention> sparse_;  // the paged cache's sparse policies
 };
 
 }  // namespace nanovllm

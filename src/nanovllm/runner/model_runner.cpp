@@ -15,15 +15,46 @@ namespace nanovllm {
 
 void ModelRunner::set_layer_taps(LayerTaps* taps) {
   taps_ = taps;
-  if (OffloadRunner* o = offload()) o->set_layer_taps(taps);
+  if (OffloadRunner* o = offload_runner()) o->set_layer_taps(taps);
+}
+
+OffloadRunner& ModelRunner::offload_or_throw(const char* what) {
+  OffloadRunner* o = offload_runner();
+  NANOVLLM_CHECK(o != nullptr, what, ": CPU offload is off");
+  return *o;
+}
+
+void ModelRunner::check_offload_memory(int64_t tokens) { offload_or_throw("check_offload_memory").check_host_memory(tokens); }
+
+int64_t ModelRunner::offload_host_bytes(int64_t tokens) {
+  return offload_or_throw("offload_host_bytes").host_bytes_for(tokens);
+}
+
+PageCacheCounters ModelRunner::offload_page_cache() {
+  OffloadRunner* o = offload_runner();
+  return o ? o->sparse_cache_counters() : PageCacheCounters{};
+}
+
+RunnerStats ModelRunner::stats() {
+  RunnerStats s;
+  s.num_kv_blocks = num_kv_blocks();
+  if (OffloadRunner* o = offload_runner()) {
+    s.offload = OffloadReport{.steps = o->stats(),
+                              .footprint = o->footprint(),
+                              .sparse_decode = std::nullopt,
+                              .lanes = o->num_lanes(),
+                              .kv_bytes_per_token_per_layer = o->kv_bytes_per_token_per_layer()};
+    if (const OffloadSparseAttention* sparse = o->sparse()) s.offload->sparse_decode = sparse->policy().counters();
+  }
+  if (const SparseDecodePolicy* p = decode_policy()) s.sparse_decode = p->counters();
+  if (const SparsePrefillAttention* p = prefill_policy()) s.sparse_prefill = p->counters();
+  return s;
 }
 
 bool ModelRunner::can_launch(const SchedulerOutput&) const { return true; }
 
 std::vector<SampledToken> ModelRunner::execute_offloaded(const SchedulerOutput& out) {
-  OffloadRunner* o = offload();
-  NANOVLLM_CHECK(o != nullptr, "execute_offloaded: CPU offload is off");
-  return o->execute(out);
+  return offload_or_throw("execute_offloaded").execute(out);
 }
 
 void ModelRunner::launch(const SchedulerOutput& out, bool fed_from_previous) {

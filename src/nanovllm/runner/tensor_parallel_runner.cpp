@@ -8,9 +8,9 @@
 #include "nanovllm/model/tensor_parallel_plan.h"
 #include "nanovllm/model/weights.h"
 #include "nanovllm/runner/cpu_model_runner.h"
-#include "nanovllm/runner/rendezvous.h"
-#include "nanovllm/runner/socket_communicator.h"
-#include "nanovllm/runner/thread_communicator.h"
+#include "nanovllm/parallel/rendezvous.h"
+#include "nanovllm/parallel/socket_communicator.h"
+#include "nanovllm/parallel/thread_communicator.h"
 
 namespace nanovllm {
 
@@ -36,6 +36,12 @@ int64_t TensorParallelRunner::num_kv_blocks() const {
   int64_t blocks = ranks_[0]->num_kv_blocks();
   for (const auto& r : ranks_) blocks = std::min(blocks, r->num_kv_blocks());
   return remote_kv_blocks_ >= 0 ? std::min(blocks, remote_kv_blocks_) : blocks;
+}
+
+RunnerStats TensorParallelRunner::stats() {
+  RunnerStats s = ranks_[0]->stats();
+  s.num_kv_blocks = num_kv_blocks();
+  return s;
 }
 
 std::vector<SampledToken> TensorParallelRunner::on_all_ranks(

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "nanovllm/runner/model_runner.h"
-#include "nanovllm/runner/rank_threads.h"
-#include "nanovllm/runner/remote_nodes.h"
+#include "nanovllm/parallel/rank_threads.h"
+#include "nanovllm/parallel/remote_nodes.h"
 
 namespace nanovllm {
 
@@ -57,9 +57,12 @@ class TensorParallelRunner final : public ModelRunner {
   bool can_launch(const SchedulerOutput& out) const override;
   void launch(const SchedulerOutput& out, bool fed_from_previous) override;
   std::vector<SampledToken> wait_oldest() override;
-  const QuestCounters* sparse_counters() const override { return ranks_[0]->sparse_counters(); }
-  OffloadRunner* offload() override { return ranks_[0]->offload(); }
   std::vector<SampledToken> execute_offloaded(const SchedulerOutput& out) override;
+  // Rank 0's (its offload check counts the pools of every rank of this host).
+  void check_offload_memory(int64_t tokens) override { ranks_[0]->check_offload_memory(tokens); }
+  int64_t offload_host_bytes(int64_t tokens) override { return ranks_[0]->offload_host_bytes(tokens); }
+  RunnerStats stats() override;
+  PageCacheCounters offload_page_cache() override { return ranks_[0]->offload_page_cache(); }
 
  private:
   std::shared_ptr<void> group_state_;  // first: outlives the ranks

@@ -5,8 +5,8 @@
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/core/logging.h"
-#include "nanovllm/runner/rendezvous.h"
-#include "nanovllm/runner/step_codec.h"
+#include "nanovllm/parallel/rendezvous.h"
+#include "nanovllm/parallel/step_codec.h"
 #include "nanovllm/runner/tensor_parallel_runner.h"
 #if NANOVLLM_WITH_CUDA
 #include "nanovllm/runner/cuda/cuda_tensor_parallel.h"

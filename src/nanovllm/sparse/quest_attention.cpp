@@ -1,18 +1,12 @@
 #include "nanovllm/sparse/quest_attention.h"
 
-#include <algorithm>
-
-#include "nanovllm/core/error.h"
 #include "nanovllm/kernels/sparse_ops.h"
+#include "nanovllm/sparse/sparse_config.h"
 
 namespace nanovllm {
 
-QuestAttention::QuestAttention(const QuestShape& shape, int64_t budget_pages, int64_t sink_pages,
-                               int64_t recent_pages, Allocator& alloc)
-    : shape_(shape), budget_pages_(budget_pages), sink_pages_(sink_pages), recent_pages_(recent_pages) {
-  NANOVLLM_CHECK(sink_pages >= 0 && recent_pages >= 1 && budget_pages > sink_pages + recent_pages,
-                 "quest: a budget of ", budget_pages, " pages leaves no page to select beside ", sink_pages,
-                 " sink and ", recent_pages, " recent pages");
+QuestAttention::QuestAttention(const PagedKvShape& shape, int64_t budget_pages, Allocator& alloc)
+    : SparseDecodePolicy(shape, budget_pages, SparseConfig::kSinkPages, SparseConfig::kRecentPages, alloc) {
   const int64_t L = shape.num_layers, NB = shape.num_blocks, Hk = shape.num_kv_heads, D = shape.head_dim;
   metadata_ = Buffer(alloc, shape.kv_dtype, Shape{L, 2, NB, Hk, D});
   const size_t half = static_cast<size_t>(NB * Hk * D) * dtype_size(shape.kv_dtype);
@@ -21,62 +15,20 @@ QuestAttention::QuestAttention(const QuestShape& shape, int64_t budget_pages, in
     key_min_.emplace_back(base, shape.kv_dtype, Shape{NB, Hk, D}, alloc.device());
     key_max_.emplace_back(base + half, shape.kv_dtype, Shape{NB, Hk, D}, alloc.device());
   }
-  scores_ = Buffer(alloc, DType::kF32, Shape{shape.max_num_seqs, Hk, shape.max_blocks_per_seq});
-  selected_ = Buffer(alloc, DType::kI32, Shape{shape.max_num_seqs, Hk, budget_pages});
-  attention_scratch_ = Buffer(
-      alloc, DType::kI32,
-      Shape{ops::sparse_decode_scratch_ints(shape.max_num_seqs, Hk, budget_pages, shape.block_size)});
 }
 
-bool QuestAttention::attend(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv,
-                            const AttentionMetadata& meta, float scale, ops::Stream s) {
-  update_pages(layer, kv.k, meta.slot_mapping, s);
-  // Only whole decode steps go sparse: a prefill query needs its causal prefix, which the dense kernel does.
-  if (meta.num_seqs == 0 || meta.num_leading_decodes != meta.num_seqs) {
-    count_dense_step();
-    return false;
-  }
-  attend_selected(out, q, kv, meta, select(layer, q, meta, s), scale, s);
-  return true;
+int64_t QuestAttention::metadata_bytes_per_block(const PagedKvShape& shape) {
+  return shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim * static_cast<int64_t>(dtype_size(shape.kv_dtype));
 }
 
 void QuestAttention::update_pages(int64_t layer, TensorView k_cache, TensorView slot_mapping, ops::Stream s) {
   ops::quest_update_pages(key_min(layer), key_max(layer), k_cache, slot_mapping, s);
 }
 
-TensorView QuestAttention::select(int64_t layer, TensorView q, const AttentionMetadata& meta, ops::Stream s) {
-  const int64_t S = meta.num_seqs, Hk = shape_.num_kv_heads, MB = meta.block_tables.dim(1);
-  NANOVLLM_CHECK(S <= shape_.max_num_seqs && MB <= shape_.max_blocks_per_seq, "quest: step of ", S,
-                 " sequences with ", MB, " block-table columns exceeds the policy's workspace");
-  const TensorView scores = scores_.view().reshape({shape_.max_num_seqs * Hk * shape_.max_blocks_per_seq})
-                                .slice_rows(0, S * Hk * MB).reshape({S, Hk, MB});
-  const TensorView selected = selected_.view().reshape({shape_.max_num_seqs * Hk * budget_pages_})
-                                  .slice_rows(0, S * Hk * budget_pages_).reshape({S, Hk, budget_pages_});
+void QuestAttention::score_pages(TensorView scores, int64_t layer, TensorView q, const AttentionMetadata& meta,
+                                 ops::Stream s) {
   ops::quest_scores(scores, q, key_min(layer), key_max(layer), meta.block_tables, meta.context_lens,
                     shape_.block_size, s);
-  ops::select_pages(selected, scores, meta.context_lens, shape_.block_size, sink_pages_, recent_pages_, s);
-  count_selection(selected, meta);
-  return selected;
-}
-
-void QuestAttention::attend_selected(TensorView out, TensorView q, const LayerKvCache& kv,
-                                     const AttentionMetadata& meta, TensorView selected, float scale, ops::Stream s) {
-  ops::sparse_decode_attention(out, q, kv.k, kv.v, meta.block_tables, meta.context_lens, selected, scale,
-                               attention_scratch_.view(), s);
-}
-
-void QuestAttention::count_selection(TensorView selected, const AttentionMetadata& meta) {
-  ++counters_.sparse_layer_steps;
-  if (!selected.device().is_cpu()) return;  // the counters read the selection on the host
-  const int64_t S = meta.num_seqs, Hk = shape_.num_kv_heads, BS = shape_.block_size;
-  const int32_t* ctx = meta.context_lens.data_as<const int32_t>();
-  const int32_t* sel = selected.data_as<const int32_t>();
-  for (int64_t i = 0; i < S * Hk; ++i) {
-    const int64_t len = ctx[i / Hk];
-    counters_.context_keys += len;
-    for (int64_t j = 0; j < budget_pages_ && sel[i * budget_pages_ + j] >= 0; ++j)
-      counters_.attended_keys += std::min(BS, len - sel[i * budget_pages_ + j] * BS);
-  }
 }
 
 }  // namespace nanovllm

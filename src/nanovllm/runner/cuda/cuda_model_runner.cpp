@@ -13,10 +13,9 @@
 #include "nanovllm/model/rope.h"
 #include "nanovllm/model/tensor_parallel_plan.h"
 #include "nanovllm/model/weights.h"
-#include "nanovllm/runner/cuda/cuda_offload_device.h"
+#include "nanovllm/offload/cuda/cuda_offload_device.h"
 #include "nanovllm/runner/cuda/nvtx_range.h"
 #include "nanovllm/runner/forward_batch.h"
-#include "nanovllm/runner/sparse_policy.h"
 
 namespace nanovllm {
 
@@ -74,12 +73,12 @@ void CudaModelRunner::init(const ModelConfig& config, int64_t tp_size, bool capt
   }
   batch_device_ = Buffer(cuda_allocator(device_), static_cast<size_t>(max_batch_ints_) * 4);
   sampler_ = std::make_unique<GpuSampler>(config.eos_token_ids, config.vocab_size, ec.scheduler.max_num_seqs, device_);
-  sparse_prefill_ = make_sparse_prefill_policy(ec, config, cuda_allocator(device_));
+  sparse_ = std::make_unique<RunnerSparseAttention>(ec, config, cuda_allocator(device_));
   if (ec.offload.enabled) {  // before the paged KV cache, which takes what the budget leaves
     offload_ = std::make_unique<OffloadRunner>(
         *model_, make_cuda_offload_device(device_, ops_stream()), ec, ws_,
         [this](const std::vector<const Sequence*>& seqs, float* logits) { return sampler_->sample(seqs, logits, stream_); });
-    offload_->set_prefill_policy(sparse_prefill_.get());
+    offload_->set_prefill_policy(sparse_->prefill());
   }
   allocate_kv_cache(config);
 
@@ -165,7 +164,7 @@ void CudaModelRunner::allocate_kv_cache(const ModelConfig& config) {
   const int64_t layers = config.num_hidden_layers;
   const int64_t block_elems = ec_.cache.block_size * config.num_key_value_heads * config.head_dim;
   // The sparse policy's page metadata grows with the blocks; its workspace comes off the budget first.
-  const SparsePolicyBytes sparse = sparse_policy_bytes(ec_, config, DType::kBF16);
+  const SparseDecodeBytes sparse = RunnerSparseAttention::decode_bytes(ec_, config, DType::kBF16);
   const int64_t bytes_per_block = layers * 2 * block_elems * 2 + sparse.per_block;  // bf16
   if (ec_.cache.num_kv_blocks > 0) {
     num_kv_blocks_ = ec_.cache.num_kv_blocks;
@@ -193,18 +192,12 @@ void CudaModelRunner::allocate_kv_cache(const ModelConfig& config) {
     kv_.push_back({TensorView(k, DType::kBF16, layer_shape, Device::cuda(device_)),
                    TensorView(k + layer_bytes, DType::kBF16, layer_shape, Device::cuda(device_))});
   }
-  quest_ = make_sparse_policy(ec_, config, num_kv_blocks_, DType::kBF16, cuda_allocator(device_));
-  if (quest_ && sparse_prefill_)  // Quest first: it keeps its page metadata from every step
-    prefill_policies_ =
-        std::make_unique<AttentionPolicyChain>(std::vector<AttentionPolicy*>{quest_.get(), sparse_prefill_.get()});
+  sparse_->make_decode_policy(num_kv_blocks_, DType::kBF16);
 }
 
 AttentionPolicy* CudaModelRunner::eager_policy(const SchedulerOutput& out) const {
-  // Decode-only steps leave the sparse prefill policy out: any policy turns off the fused decode attention.
-  const bool prefill = std::any_of(out.seqs.begin(), out.seqs.end(),
-                                   [](const ScheduledSequence& s) { return s.num_new_tokens > 1; });
-  if (!prefill || sparse_prefill_ == nullptr) return quest_.get();
-  return prefill_policies_ ? static_cast<AttentionPolicy*>(prefill_policies_.get()) : sparse_prefill_.get();
+  return sparse_->for_step(std::any_of(out.seqs.begin(), out.seqs.end(),
+                                       [](const ScheduledSequence& s) { return s.num_new_tokens > 1; }));
 }
 
 int64_t CudaModelRunner::graph_bucket(int64_t num_seqs) const {
@@ -267,7 +260,7 @@ void CudaModelRunner::run_decode_graph(const SchedulerOutput& out, int64_t bucke
   }
   upload_batch(batch, extra);
   DecoderInputs in = batch.views(batch_device_.data(), Device::cuda(device_));
-  in.attention_policy = quest_.get();  // captured into the graph with the rest of the step
+  in.attention_policy = sparse_->decode();  // captured into the graph with the rest of the step
   CUDA_CHECK(cudaGraphLaunch(graphs_->get(bucket, table_stride, in, batch, num_kv_blocks_), stream_));
 }
 

@@ -16,10 +16,9 @@
 #include "nanovllm/runner/cuda/decode_graphs.h"
 #include "nanovllm/runner/cuda/gpu_sampler.h"
 #include "nanovllm/runner/forward_batch.h"
+#include "nanovllm/offload/offload_runner.h"
 #include "nanovllm/runner/model_runner.h"
-#include "nanovllm/runner/offload_runner.h"
-#include "nanovllm/runner/sparse_policy.h"
-#include "nanovllm/sparse/attention_policy_chain.h"
+#include "nanovllm/runner/sparse_attention.h"
 
 namespace nanovllm {
 
@@ -45,11 +44,11 @@ class CudaModelRunner final : public ModelRunner {
   bool can_launch(const SchedulerOutput& out) const override;
   void launch(const SchedulerOutput& out, bool fed_from_previous) override;
   std::vector<SampledToken> wait_oldest() override;
-  OffloadRunner* offload() override { return offload_.get(); }
-  const QuestCounters* sparse_counters() const override { return quest_ ? &quest_->counters() : nullptr; }
-  const SparsePrefillCounters* sparse_prefill_counters() const override {
-    return sparse_prefill_ ? &sparse_prefill_->counters() : nullptr;
-  }
+
+ protected:
+  OffloadRunner* offload_runner() override { return offload_.get(); }
+  const SparseDecodePolicy* decode_policy() const override { return sparse_->decode(); }
+  const SparsePrefillAttention* prefill_policy() const override { return sparse_->prefill(); }
 
  private:
   // The constructors' common part once the model is built (config: the rank's).
@@ -109,9 +108,7 @@ class CudaModelRunner final : public ModelRunner {
   std::unique_ptr<DecodeGraphs> graphs_;
   std::unique_ptr<GpuSampler> sampler_;  // samples on the GPU: only ids (+ logprobs) come back
   std::unique_ptr<OffloadRunner> offload_;  // EngineConfig::offload.enabled; its buffers precede the KV cache
-  std::unique_ptr<QuestAttention> quest_;   // EngineConfig::sparse.policy == quest; sized with the KV cache
-  std::unique_ptr<SparsePrefillAttention> sparse_prefill_;  // EngineConfig::sparse_prefill.policy != dense
-  std::unique_ptr<AttentionPolicyChain> prefill_policies_;  // both of them, for steps with a prefill
+  std::unique_ptr<RunnerSparseAttention> sparse_;  // the paged cache's sparse policies (decode: sized with it)
   AttentionPolicy* eager_policy(const SchedulerOutput& out) const;  // what an eager step's layers call
 };
 

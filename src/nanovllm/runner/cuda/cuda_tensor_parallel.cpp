@@ -7,8 +7,8 @@
 #include "nanovllm/core/logging.h"
 #include "nanovllm/model/tensor_parallel_plan.h"
 #include "nanovllm/runner/cuda/cuda_model_runner.h"
-#include "nanovllm/runner/cuda/nccl_communicator.h"
-#include "nanovllm/runner/rendezvous.h"
+#include "nanovllm/parallel/cuda/nccl_communicator.h"
+#include "nanovllm/parallel/rendezvous.h"
 
 namespace nanovllm {
 namespace {
