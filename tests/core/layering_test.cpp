@@ -1,4 +1,4 @@
-// The layers of src/nanovllm form a DAG (DESIGN.md, "Layers of the code"): a directory includes only
+// The layers of src/nanovllm form a DAG (docs/design.md, "Layers"): a directory includes only
 // itself and the directories below it. This test reads every source file and fails naming file:line for
 // each `#include "nanovllm/<dir>/..."` that points up or sideways.
 #include <gtest/gtest.h>
