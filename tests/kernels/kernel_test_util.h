@@ -79,7 +79,7 @@ inline double max_abs_err(const HostTensor& got, const std::vector<double>& ref)
   return m;
 }
 
-// fp32 results: NMSE <= 1e-7 (DESIGN.md tolerance).
+// fp32 results: NMSE <= 1e-7 (docs/design.md, "Style and tolerances").
 inline void expect_close_f32(const HostTensor& got, const std::vector<double>& ref, const char* what) {
   ASSERT_EQ(static_cast<size_t>(got.numel()), ref.size()) << what;
   EXPECT_LE(nmse(got, ref), 1e-7) << what << " max abs err " << max_abs_err(got, ref);

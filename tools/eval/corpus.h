@@ -13,7 +13,7 @@ namespace nanovllm::eval {
 
 class Corpus {
  public:
-  // The built-in haystack: tests/data/haystack/kjv.txt, linked into the binary (built once per process).
+  // The built-in haystack: assets/haystack/kjv.txt, linked into the binary (built once per process).
   static const Corpus& builtin();
   // Any UTF-8 text; `name` is shown in reports. Throws nanovllm::Error when it has too few words.
   Corpus(std::string_view text, std::string name);

@@ -1,4 +1,4 @@
-// The built-in haystack text (tests/data/haystack/kjv.txt, 4 MB), linked into the binary with the
+// The built-in haystack text (assets/haystack/kjv.txt, 4 MB), linked into the binary with the
 // assembler's .incbin: `nanovllm eval` then needs no data files beside it (the binary is carried to the
 // GPU machine on its own) and every machine reads the same bytes. ccache does not cache a file with
 // .incbin, so an edited text always rebuilds; CMake's OBJECT_DEPENDS makes it rebuild at all.

@@ -23,8 +23,8 @@ Allocator& pinned_host_allocator();
 
 // The address kernels use for pinned_host_allocator() memory (mapped: with unified addressing, the host
 // pointer itself). Kernels reading or writing it cross PCIe on every access: for a few hundred bytes per
-// step this replaces a copy-engine operation, whose stream hand-offs cost 2-8 us each (bench/results
-// session 16).
+// step this replaces a copy-engine operation, whose stream hand-offs cost 4-9 us each on an H100
+// (docs/experiments.md, "No copy engine around a decode step").
 void* mapped_device_pointer(void* pinned_host);
 
 // Asynchronous copies on `stream` (ordered with the kernels on it). Bytes must fit both buffers.

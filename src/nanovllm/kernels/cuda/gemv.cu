@@ -439,10 +439,10 @@ std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, DeviceC
                                         bool one_per_sm) {
   // One CTA per SM for a projection the decode attention follows (ops::LinearHint::kBeforeAttention):
   // the bulk-copy kernel's one-wave shape leaves each SM room for an attention CTA, which then starts
-  // its KV copies during the projection. Measured on the H200 (CudaDecodePdlBench.DISABLED_LayerTimeline,
-  // bench/results/2026-11-24/h200-cuda-perf-session11.md): the 0.6B qkv takes 1.3 us longer alone
-  // (128 instead of 256 CTAs), the attention after it 2.3 us less; layers 1.0-1.3 (0.6B) and 2.0 (8B)
-  // us faster.
+  // its KV copies during the projection. Measured on the H200 (CudaDecodePdlBench.DISABLED_LayerTimeline;
+  // docs/experiments.md, "The projection before the attention (qkv) at one CTA per SM"): the 0.6B qkv
+  // takes 1.1 us longer alone (128 instead of 256 CTAs), the attention after it 2.3 us less, the layer
+  // 29.0 -> 27.6-28.1 us; bs=1 0.6B 0.952-0.954 -> 0.919-0.922 ms/token.
   const GemvState& st = gemv_state(ctx);
   const bool bulk = st.bulk && N * K * 2 < kBulkMaxBytes && (!silu || T * K * 2 <= kBulkStageMaxBytes);
   const int64_t units = bulk_total_units(N, K), sms = st.sms;
@@ -479,7 +479,8 @@ std::vector<GemvConfig> gemv_candidates(int64_t T, int64_t N, int64_t K, DeviceC
     // partials, fence and last-CTA sum after the products), and all of the CTA's weights are requested
     // before the wait. Fewer CTAs (64 for the Qwen3-0.6B o and down projections), each streaming more,
     // but at these sizes the chain after the wait is what costs: the dispatch picks it for o (2.75 us
-    // vs 3.58) and down; bs=1 0.6B 0.919-0.922 -> 0.887-0.889 ms/token (H200, same call, session 11).
+    // vs 3.58) and down; bs=1 0.6B 0.919-0.922 -> 0.887-0.889 ms/token (H200, same call; docs/experiments.md,
+    // "Whole 16-row tiles per CTA").
     const int64_t cpt = bulk_units_per_tile(K);
     if (cpt > 1 && cpt <= kBulkStages) add_unique(out, gemv_bulk_config(N, K, cpt));
   }

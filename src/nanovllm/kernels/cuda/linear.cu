@@ -367,11 +367,11 @@ void linear_silu_mul(TensorView out, TensorView gate_up, TensorView weight, Tens
 
 namespace {
 
-// silu_mul goes into the gate_up projection's epilogue only for weights of at least this many bytes.
-// Measured on an H100 at bs=1 (session 18): Qwen3-8B (gate_up 201 MB) 5.841-5.845 -> 5.652-5.653
-// ms/token, Qwen3-4B (100 MB) 3.636 -> 3.565. Offered for the Qwen3-0.6B gate_up (12.6 MB) too, the fused
-// register-fed kernel won alone against the bulk-copy gemv + silu_mul, and the step got 3% slower (0.923
-// vs 0.896 ms/token): the early norm trigger, decided before the linear tuning, was then turned off.
+// silu_mul goes into the gate_up projection's epilogue only for weights of at least this many bytes. Measured on an
+// H100 at bs=1: Qwen3-8B (gate_up 201 MB) 5.841-5.845 -> 5.652-5.653 ms/token, Qwen3-4B (100 MB) 3.636 -> 3.565
+// (docs/experiments.md, "fused gate_up + silu offered for the 0.6B gate_up"). Offered for the Qwen3-0.6B gate_up
+// (12.6 MB) too, the fused register-fed kernel won alone against the bulk-copy gemv + silu_mul, and the step got 3%
+// slower (0.923 vs 0.896 ms/token): the early norm trigger, decided before the linear tuning, was then turned off.
 constexpr int64_t kGateUpSiluMinBytes = int64_t{16} << 20;
 
 // act = silu_mul(x @ W^T) by gemv_gate_up_silu when the dispatch timed it faster than the projection and

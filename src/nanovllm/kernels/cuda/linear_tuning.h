@@ -1,11 +1,11 @@
-// The linear dispatch's kernel choices (linear.cu) and their in-context tuning. The dispatch picks a
-// kernel for each decode-sized shape by timing every option alone, at the shape's first use. Inside a
-// decode graph the projections overlap their neighbours through PDL and stream L2-cold weights, so the
-// fastest alone is not always the fastest there (on an H100 with the Qwen3-8B shapes, an option 5% faster
-// alone made the bs=1 step 4.6% slower: bench/results session 16). The CUDA runner therefore times whole
-// decode graphs with each option of a shape (DecodeGraphs) and keeps the fastest. Choices live in the
-// runner's DeviceContext, so they hold for that runner's lifetime (every step of one engine computes with
-// the same kernels) and one runner's tuning never moves another's.
+// The linear dispatch's kernel choices (linear.cu) and their in-context tuning. The dispatch picks a kernel for each
+// decode-sized shape by timing every option alone, at the shape's first use. Inside a decode graph the projections
+// overlap their neighbours through PDL and stream L2-cold weights, so the fastest alone is not always the fastest
+// there (on an H100 with the Qwen3-8B shapes, an option 5% faster alone made the bs=1 step 4.6% slower:
+// docs/experiments.md, "In-graph linear tuning"). The CUDA runner therefore times whole decode graphs with each
+// option of a shape (DecodeGraphs) and keeps the fastest. Choices live in the runner's DeviceContext, so they hold
+// for that runner's lifetime (every step of one engine computes with the same kernels) and one runner's tuning never
+// moves another's.
 // Plain C++ declarations (no device code).
 #pragma once
 

@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
 // instructions for 131K (page, head) pairs: it is as much issue-bound as bandwidth-bound, and latency-bound
 // at low occupancy. 2 at a time: 60 registers instead of 80, so 4 CTAs per SM instead of 3 and a 128K
 // context's 512 CTAs fit one wave (ncu, H200: 27.9 -> 23.0 us per layer of one 128K sequence; 20.9 -> 18.0
-// us for 8 x 32K with pages of 32; bench/results/2026-11-27/s29).
+// us for 8 x 32K with pages of 32; docs/experiments.md, "`quest_scores_vec_kernel` capped at 4 CTAs per SM").
 constexpr int kScoreUnroll = 2;
 
 template <int L>

@@ -220,7 +220,8 @@ void CudaModelRunner::upload_batch(const ForwardBatch& batch, cuda_ops::StagedWo
   // One transfer of the packed inputs. The staging slot is free: the step that used it last was waited
   // for (at most two steps are in flight, alternating slots). Small batches (every decode step up to long
   // contexts) are staged by a kernel reading the pinned slot, which also feeds the ids: on an H100 the
-  // H2D copy and the feed kernel cost ~12 us of stream time per step (bench/results session 16).
+  // H2D copy and the feed kernel cost ~8-13 us of stream time per step (docs/experiments.md, "No copy
+  // engine around a decode step").
   const size_t s = static_cast<size_t>(staging_slot_);
   const int64_t n = static_cast<int64_t>(batch.data.size());
   std::memcpy(batch_host_[s].data(), batch.data.data(), static_cast<size_t>(n) * 4);

@@ -4,15 +4,16 @@
 // on whole graphs, replayed on 1K-token contexts, since what is fastest alone is not always fastest
 // inside a graph of PDL-overlapped kernels:
 //  * the RMSNorm kernels' PDL early trigger (KernelOptions::pdl_early_norm): which pays differs by model
-//    (H200, bs=1 @1K: Qwen3-0.6B 0.887-0.902 -> 0.818-0.825 ms/token with it, Qwen3-8B 4.420-4.445 ->
-//    4.478-4.552; bench/results session 12). NANOVLLM_PDL_EARLY_NORM=0/1 fixes it instead;
+//    (H200, bs=1 @1K, off / forced on: Qwen3-0.6B 0.857-0.861 / 0.827-0.831 ms/token, Qwen3-8B
+//    4.490-4.493 / 4.540-4.542; docs/experiments.md, "PDL early norm"). NANOVLLM_PDL_EARLY_NORM=0/1 fixes
+//    it instead;
 //  * with tune_linear (NANOVLLM_TUNE_LINEAR unset or not 0, and one rank), each projection's kernel among
 //    the options nearly as fast alone (linear_tuning.h). Never with tensor parallel: which options a rank
 //    tries depends on its own timings, so the ranks would replay different numbers of graphs, each holding
 //    all-reduces, and the collectives no longer pair up. That is where the 2-GPU hang of issue #34 was
-//    caught (bench/results/2026-11-26/s27/h200x2-tp-hang-stacks.txt: one rank timing a linear option's
-//    graphs, the other still in its eager warm-up); this fix has not run on two GPUs yet. The early-trigger
-//    choice replays the same count on every rank.
+//    caught (docs/experiments.md, "CUDA tensor parallel hang": one rank timing a linear option's graphs,
+//    the other still in its eager warm-up); with one rank tuning, TP2 runs on 2 x H200 (bench/README.md,
+//    2 x H200 table). The early-trigger choice replays the same count on every rank.
 // The decisions live here (per bucket) and in the runner's DeviceContext (the linear choices).
 #pragma once
 
