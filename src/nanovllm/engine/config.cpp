@@ -12,7 +12,7 @@ void ModelOptions::validate() const {
 }
 
 void ParallelConfig::validate() const {
-  NANOVLLM_CHECK(tensor_parallel_size % nnodes == 0, "tensor_parallel_size ", tensor_parallel_size,
+  NANOVLLM_CHECK(nnodes >= 1 && tensor_parallel_size % nnodes == 0, "tensor_parallel_size ", tensor_parallel_size,
                  " must be a multiple of nnodes ", nnodes, " (every node runs the same number of ranks)");
   NANOVLLM_CHECK(node_rank < nnodes, "node_rank ", node_rank, " outside [0, nnodes ", nnodes, ")");
   if (nnodes > 1) {
