@@ -1,15 +1,19 @@
 // The mixture-of-experts ops on the CPU backend against float64 references written here: the routing
 // (softmax, top-k, renormalisation), the grouping by expert, each expert's SwiGLU MLP over its rows, the
 // weighted combine, and the whole sparse MLP (moe_mlp) against a direct float64 Qwen3MoeSparseMoeBlock —
-// fresh random data, odd sizes, experts no token chose, both top-k algorithms of torch.topk; and the
-// argument checks.
+// fresh random data, odd sizes, experts no token chose, both top-k algorithms of torch.topk; the order of
+// equal probabilities against torch.topk's own (a file from scripts/hf_moe_golden.py); the argument checks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <random>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "kernel_test_util.h"
 #include "nanovllm/kernels/moe_ops.h"
@@ -82,13 +86,13 @@ std::vector<double> row_of(const HostTensor& t, int64_t r) {
 
 // Scratch of moe_mlp for T tokens.
 struct Workspace {
-  HostTensor logits, ids, weights, offsets, sorted, rows_of_pairs, act, rows;
+  HostTensor logits, ids, weights, offsets, sorted, rows_of_pairs, active, act, rows;
   ops::MoeWorkspace ws;
   Workspace(int64_t T, int64_t E, int64_t k, int64_t H, int64_t Im, DType act_dtype)
       : logits(act_dtype, {T, E}), ids(DType::kI32, {T, k}), weights(DType::kF32, {T, k}),
         offsets(DType::kI32, {E + 1}), sorted(DType::kI32, {T * k}), rows_of_pairs(DType::kI32, {T * k}),
-        act(act_dtype, {T * k, Im}), rows(act_dtype, {T * k, H}) {
-    ws = {logits.v, ids.v, weights.v, {offsets.v, sorted.v, rows_of_pairs.v}, act.v, rows.v};
+        active(DType::kI32, {E}), act(act_dtype, {T * k, Im}), rows(act_dtype, {T * k, H}) {
+    ws = {logits.v, ids.v, weights.v, {offsets.v, sorted.v, rows_of_pairs.v, active.v}, act.v, rows.v};
   }
 };
 
@@ -166,7 +170,17 @@ TEST(MoeGroup, StableGroupingWithEmptyExperts) {
     }
     const int64_t P = T * k;
     HostTensor offsets(DType::kI32, {E + 1}), sorted(DType::kI32, {P}), rows(DType::kI32, {P});
-    ops::moe_group({offsets.v, sorted.v, rows.v}, ids.v);
+    HostTensor active(DType::kI32, {E});
+    ops::moe_group({offsets.v, sorted.v, rows.v, active.v}, ids.v);
+    std::vector<int32_t> want_active;
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t p = 0; p < P; ++p)
+        if (ids.i32()[p] == e) {
+          want_active.push_back(static_cast<int32_t>(e));
+          break;
+        }
+    want_active.resize(static_cast<size_t>(E), -1);
+    EXPECT_EQ(std::vector<int32_t>(active.i32(), active.i32() + E), want_active);
     int64_t at = 0;
     for (int64_t e = 0; e < E; ++e) {
       EXPECT_EQ(offsets.i32()[e], at) << "expert " << e;
@@ -201,7 +215,8 @@ TEST(MoeExperts, EveryRowIsItsExpertsSwiGluMlp) {
       }
       const int64_t P = T * k;
       HostTensor offsets(DType::kI32, {E + 1}), sorted(DType::kI32, {P}), pair_rows(DType::kI32, {P});
-      const ops::MoeGroups g{offsets.v, sorted.v, pair_rows.v};
+      HostTensor active(DType::kI32, {E});
+      const ops::MoeGroups g{offsets.v, sorted.v, pair_rows.v, active.v};
       ops::moe_group(g, ids.v);
       HostTensor rows(DType::kF32, {P, H}), act(DType::kF32, {P, Im});
       ops::moe_experts(rows.v, x.v, gate_up.v, down.v, g, act.v);
@@ -309,12 +324,14 @@ TEST(MoeOps, BadArgumentsAreNamed) {
   expect_error([&] { ops::moe_route(ids1.v, w1.v, huge.v, true); }, {"moe_route", "experts", "512"});
 
   HostTensor offsets(DType::kI32, {E + 1}), sorted(DType::kI32, {T * k}), rows_of(DType::kI32, {T * k});
-  const ops::MoeGroups g{offsets.v, sorted.v, rows_of.v};
+  HostTensor active(DType::kI32, {E});
+  const ops::MoeGroups g{offsets.v, sorted.v, rows_of.v, active.v};
   for (int64_t i = 0; i < T * k; ++i) ids.i32()[i] = static_cast<int32_t>(i % E);
   ids.i32()[3] = E;  // outside [0, E)
   expect_error([&] { ops::moe_group(g, ids.v); }, {"moe_group", "topk_ids[1, 1]", "outside [0, 8)"});
   HostTensor short_sorted(DType::kI32, {T * k - 1});
-  expect_error([&] { ops::moe_group({offsets.v, short_sorted.v, rows_of.v}, ids.v); }, {"moe_group", "sorted_pairs"});
+  expect_error([&] { ops::moe_group({offsets.v, short_sorted.v, rows_of.v, active.v}, ids.v); },
+               {"moe_group", "sorted_pairs"});
 
   HostTensor x(DType::kF32, {T, H}), gate_up(DType::kF32, {E, 2 * Im, H}), down(DType::kF32, {E, H, Im});
   HostTensor rows(DType::kF32, {T * k, H}), act(DType::kF32, {T * k, Im});
@@ -341,6 +358,34 @@ TEST(MoeOps, BadArgumentsAreNamed) {
   HostTensor router_bad(DType::kF32, {E - 1, H});
   expect_error([&] { ops::moe_mlp(out.v, x.v, router_bad.v, gate_up.v, down.v, true, small.ws); },
                {"moe_mlp", "router_w"});
+}
+
+}  // namespace nanovllm
+
+namespace nanovllm {
+
+// The order torch.topk gives equal softmax probabilities on the CPU (recorded by scripts/hf_moe_golden.py
+// from torch itself), on both of its algorithms: moe_route must pick the same experts in the same order.
+TEST(MoeRoute, TiesAreOrderedAsTorchTopkOnTheCpu) {
+  const std::filesystem::path path = std::filesystem::path(NANOVLLM_TEST_DATA) / "golden" / "qwen3_moe_topk_ties.json";
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << "missing " << path.string()
+                         << " — run `python3 scripts/hf_moe_golden.py --out tests/data/golden` where torch is installed";
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  ASSERT_GE(golden["cases"].size(), 1u);
+  for (const auto& c : golden["cases"]) {
+    const int64_t E = c["experts"].get<int64_t>(), k = c["k"].get<int64_t>();
+    const auto logits = c["logits"].get<std::vector<std::vector<float>>>();
+    const auto want = c["ids"].get<std::vector<std::vector<int32_t>>>();
+    const int64_t T = static_cast<int64_t>(logits.size());
+    HostTensor l(DType::kF32, {T, E}), ids(DType::kI32, {T, k}), w(DType::kF32, {T, k});
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t e = 0; e < E; ++e) l.set(t * E + e, logits[static_cast<size_t>(t)][static_cast<size_t>(e)]);
+    ops::moe_route(ids.v, w.v, l.v, false);
+    for (int64_t t = 0; t < T; ++t)
+      EXPECT_EQ(std::vector<int32_t>(ids.i32() + t * k, ids.i32() + (t + 1) * k), want[static_cast<size_t>(t)])
+          << "E=" << E << " k=" << k << " row " << t;
+  }
 }
 
 }  // namespace nanovllm

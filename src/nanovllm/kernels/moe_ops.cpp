@@ -36,6 +36,7 @@ void check_groups(std::string_view op, const MoeGroups& g, int64_t P, int64_t E,
   check_i32_tensor(op, "expert_offsets", g.expert_offsets, dev, {E + 1});
   check_i32_tensor(op, "sorted_pairs", g.sorted_pairs, dev, {P});
   check_i32_tensor(op, "pair_rows", g.pair_rows, dev, {P});
+  check_i32_tensor(op, "active_experts", g.active_experts, dev, {E});
 }
 
 // On the host: g is a grouping of P pairs (offsets rising from 0 to P, sorted_pairs a permutation of
@@ -164,7 +165,19 @@ void moe_mlp(TensorView out, TensorView x, TensorView router_w, TensorView gate_
   check_float_tensor(op, "router_w", router_w, dev, {gate_up_w.dim(0), H});
   NANOVLLM_CHECK(T <= ws.capacity(), op, ": ", T, " tokens, the workspace has room for ", ws.capacity());
   if (T == 0) return;
+  // The workspace's views for T tokens: the CUDA path runs its kernels straight on them.
   const MoeWorkspace w = ws.first(T);
+  const int64_t E = gate_up_w.dim(0), Im = gate_up_w.dim(1) / 2, k = w.topk_ids.dim(1), P = T * k;
+  NANOVLLM_CHECK(k >= 1 && k <= E, op, ": the workspace routes to ", k, " experts per token; 1 to ", E);
+  check_float_tensor(op, "ws.router_logits", w.router_logits, dev, {T, E});
+  check_i32_tensor(op, "ws.topk_ids", w.topk_ids, dev, {T, k});
+  check_tensor(op, "ws.topk_weights", w.topk_weights, dev, 2);
+  NANOVLLM_CHECK(w.topk_weights.dtype() == DType::kF32, op, ": ws.topk_weights must be F32");
+  check_shape(op, "ws.topk_weights", w.topk_weights, {T, k});
+  check_groups(op, w.groups, P, E, dev);
+  check_float_tensor(op, "ws.act", w.act, dev, {P, Im});
+  check_float_tensor(op, "ws.rows", w.rows, dev, {P, H});
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(moe_mlp, dev, out, x, router_w, gate_up_w, down_w, renormalize, ws, s);
   linear(w.router_logits, x, router_w, TensorView(), s);  // [T, E]
   moe_route(w.topk_ids, w.topk_weights, w.router_logits, renormalize, s);
   moe_group(w.groups, w.topk_ids, s);

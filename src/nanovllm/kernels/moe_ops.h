@@ -18,6 +18,7 @@ struct MoeGroups {
   TensorView expert_offsets;  // [E + 1] i32: expert e's pairs sit at rows [offsets[e], offsets[e + 1])
   TensorView sorted_pairs;    // [P] i32: row r holds pair sorted_pairs[r]
   TensorView pair_rows;       // [P] i32: the inverse, the row of pair p
+  TensorView active_experts;  // [E] i32: the experts with pairs in increasing order, then -1s
 };
 
 // Scratch of moe_mlp for up to `tokens` tokens (carved by the caller, e.g. the decoder's workspace arena).
@@ -29,7 +30,7 @@ struct MoeWorkspace {
   TensorView act;            // [P, Im] activation dtype: silu(gate) * up of every row
   TensorView rows;           // [P, H] activation dtype: every row's expert output
 
-  int64_t capacity() const { return topk_ids.defined() ? topk_ids.dim(0) : 0; }  // tokens
+  int64_t capacity() const { return topk_ids.ndim() == 2 ? topk_ids.dim(0) : 0; }  // tokens
   // The views for the first `tokens` tokens (<= capacity()).
   MoeWorkspace first(int64_t tokens) const;
 };
@@ -44,8 +45,9 @@ void moe_route(TensorView topk_ids, TensorView topk_weights, TensorView router_l
                Stream s = {});
 
 // Groups the P pairs of topk_ids [T, k] i32 (ids in [0, E), checked on the host) by expert into g:
-// expert_offsets [E + 1], sorted_pairs [P], pair_rows [P], all i32. Within an expert the pairs are in
-// increasing order on the CPU, in any order on CUDA (every row's values are independent of its place).
+// expert_offsets [E + 1], sorted_pairs [P], pair_rows [P], active_experts [E], all i32. Within an expert the
+// pairs are in increasing order on the CPU, in any order on CUDA (every row's values are independent of its
+// place).
 void moe_group(const MoeGroups& g, TensorView topk_ids, Stream s = {});
 
 // Every expert's SwiGLU MLP on its rows: row r of expert e (pair p = sorted_pairs[r], token t = p / k) gets

@@ -81,6 +81,7 @@ DecoderWorkspace Decoder::make_workspace(const ModelConfig& c, DType act, void* 
     ws.moe.groups.expert_offsets = take(DType::kI32, {e + 1});
     ws.moe.groups.sorted_pairs = take(DType::kI32, {pairs});
     ws.moe.groups.pair_rows = take(DType::kI32, {pairs});
+    ws.moe.groups.active_experts = take(DType::kI32, {e});
     ws.moe.act = take(act, {pairs, c.moe.moe_intermediate_size});
     ws.moe.rows = take(act, {pairs, h});
   }

@@ -89,6 +89,11 @@ void moe_group(const ops::MoeGroups& g, TensorView topk_ids) {
   std::fill(offsets, offsets + E + 1, 0);
   for (int64_t p = 0; p < P; ++p) ++offsets[ids[p] + 1];
   for (int64_t e = 0; e < E; ++e) offsets[e + 1] += offsets[e];
+  int32_t* active = g.active_experts.data_as<int32_t>();
+  int64_t num_active = 0;
+  for (int64_t e = 0; e < E; ++e)
+    if (offsets[e + 1] > offsets[e]) active[num_active++] = static_cast<int32_t>(e);
+  std::fill(active + num_active, active + E, -1);
   std::vector<int32_t> next(offsets, offsets + E);  // the next free row of each expert
   for (int64_t p = 0; p < P; ++p) {
     const int32_t r = next[static_cast<size_t>(ids[p])]++;
