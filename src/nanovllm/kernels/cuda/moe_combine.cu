@@ -1,11 +1,13 @@
 // out[t] = sum over j of topk_weights[t, j] * rows[pair_rows[t k + j]] (kernels/moe_ops.h, moe_combine):
 // one CTA per token, fp32 accumulation in slot order, 16-byte bf16 accesses (any float dtype otherwise).
+// PDL-launched: waits for the expert rows first, then lets its successor launch.
 #include <cstdint>
 
 #include <cuda_bf16.h>
 
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_moe_ops.h"
+#include "nanovllm/kernels/cuda/pdl.cuh"
 
 namespace nanovllm::cuda_ops {
 namespace {
@@ -22,6 +24,8 @@ struct CombineArgs {
 
 // bf16 rows and out, H % 8 == 0: 8 columns per thread and step.
 __global__ void __launch_bounds__(kThreads) combine_bf16_kernel(CombineArgs a) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const int hv = a.H / 8;
   for (int v = static_cast<int>(threadIdx.x); v < hv; v += kThreads) {
@@ -39,6 +43,8 @@ __global__ void __launch_bounds__(kThreads) combine_bf16_kernel(CombineArgs a) {
 }
 
 __global__ void __launch_bounds__(kThreads) combine_kernel(CombineArgs a) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   for (int h = static_cast<int>(threadIdx.x); h < a.H; h += kThreads) {
     float acc = 0.f;
@@ -57,12 +63,7 @@ void moe_combine(TensorView out, TensorView rows, TensorView topk_weights, Tenso
                       static_cast<int>(out.dim(1)), static_cast<int>(topk_weights.dim(1)), dt(out), dt(rows)};
   const bool vec = out.dtype() == DType::kBF16 && rows.dtype() == DType::kBF16 && a.H % 8 == 0 &&
                    aligned16(out.data()) && aligned16(rows.data());
-  if (vec) {
-    combine_bf16_kernel<<<static_cast<unsigned>(T), kThreads, 0, stream_of(s)>>>(a);
-  } else {
-    combine_kernel<<<static_cast<unsigned>(T), kThreads, 0, stream_of(s)>>>(a);
-  }
-  CUDA_CHECK(cudaGetLastError());
+  launch_pdl(vec ? combine_bf16_kernel : combine_kernel, dim3(static_cast<unsigned>(T)), dim3(kThreads), 0, s, a);
 }
 
 }  // namespace nanovllm::cuda_ops

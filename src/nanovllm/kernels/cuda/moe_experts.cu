@@ -20,6 +20,8 @@
 //     offsets (a warp scan over the active experts' tile counts); the grid has ceil(P / 128) + min(E, P) row
 //     tiles, an upper bound, and the surplus CTAs exit. Stage 1's B tile alternates 16 gate rows and the
 //     matching 16 up rows, so each warp holds both halves of its 16 activation columns in registers.
+// Both are PDL-launched (pdl.cuh): the weights they read depend on the routing, so they wait for their
+// predecessor first and then let their successor launch.
 #include <algorithm>
 #include <cstdint>
 
@@ -29,6 +31,7 @@
 #include "nanovllm/kernels/cuda/cuda_moe_ops.h"
 #include "nanovllm/kernels/cuda/gemv_device.cuh"
 #include "nanovllm/kernels/cuda/mma_utils.cuh"
+#include "nanovllm/kernels/cuda/pdl.cuh"
 #include "nanovllm/kernels/cuda/per_device_flag.h"
 
 namespace nanovllm::cuda_ops {
@@ -64,6 +67,8 @@ constexpr int kCols = 16;                      // output columns per CTA (stage 
 template <bool kGateUp, int kNT>
 __global__ void __launch_bounds__(kThreads, 2) moe_gemv_kernel(GroupedArgs g) {
   __shared__ float red[kKGroups][kRowTiles][16][16];  // [K group][row tile][row][token]
+  pdl_wait();
+  pdl_trigger();
   const int e = g.active[blockIdx.x];
   if (e < 0) return;  // fewer experts have rows than the grid has slots
   const int r0 = g.offsets[e], n = g.offsets[e + 1] - r0;
@@ -141,6 +146,8 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(GroupedArgs g) {
   __nv_bfloat16* sB = sA + kStages * kTileElems;                   // [kStages][kBN][kPitch]
   __shared__ int s_expert, s_m0;
   const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31;
+  pdl_wait();
+  pdl_trigger();
 
   // Which expert and row tile this CTA computes: the blockIdx.x-th tile of the active experts' tiles.
   if (tid == 0) s_expert = -1;
@@ -275,16 +282,14 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(GroupedArgs g) {
 
 // One grouped GEMM stage over T tokens' P rows.
 template <bool kGateUp>
-void grouped(const GroupedArgs& a, int64_t T, cudaStream_t st) {
+void grouped(const GroupedArgs& a, int64_t T, ops::Stream s) {
   const unsigned slots = static_cast<unsigned>(std::min<int64_t>(a.E, a.P));
   if (T <= kMoeGemvMaxTokens) {
     const unsigned col_blocks = ceil_div_u(a.N, kGateUp ? gv::kCols : gv::kCols * gv::kRowTiles);
     const dim3 grid(slots, col_blocks);
-    if (T <= 8) {  // an expert has at most T rows (a token picks it once): one 8-row B tile holds them
-      gv::moe_gemv_kernel<kGateUp, 1><<<grid, gv::kThreads, 0, st>>>(a);
-    } else {
-      gv::moe_gemv_kernel<kGateUp, 2><<<grid, gv::kThreads, 0, st>>>(a);
-    }
+    // An expert has at most T rows (a token picks it once): at T <= 8 one 8-row B tile holds them.
+    launch_pdl(T <= 8 ? gv::moe_gemv_kernel<kGateUp, 1> : gv::moe_gemv_kernel<kGateUp, 2>, grid, dim3(gv::kThreads),
+               0, s, a);
   } else {
     static PerDeviceFlag smem_raised;
     once_per_current_device(smem_raised, [] {
@@ -293,9 +298,8 @@ void grouped(const GroupedArgs& a, int64_t T, cudaStream_t st) {
     });
     const unsigned row_tiles = ceil_div_u(a.P, gm::kBM) + slots;  // each expert wastes at most one partial tile
     const dim3 grid(row_tiles, ceil_div_u(a.N, kGateUp ? gm::kBN / 2 : gm::kBN));
-    gm::moe_gemm_kernel<kGateUp><<<grid, gm::kThreads, gm::kSmem, st>>>(a);
+    launch_pdl(gm::moe_gemm_kernel<kGateUp>, grid, dim3(gm::kThreads), gm::kSmem, s, a);
   }
-  CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
@@ -311,7 +315,6 @@ void moe_experts(TensorView rows, TensorView x, TensorView gate_up_w, TensorView
   for (const TensorView* t : {&rows, &x, &gate_up_w, &down_w, &act})
     NANOVLLM_CHECK(aligned16(t->data()), "moe_experts (CUDA): tensors must be 16-byte aligned");
   const int k = static_cast<int>(P / T);
-  const cudaStream_t st = stream_of(s);
   const auto* offsets = g.expert_offsets.data_as<const int32_t>();
   const auto* sorted = g.sorted_pairs.data_as<const int32_t>();
   const auto* active = g.active_experts.data_as<const int32_t>();
@@ -319,10 +322,10 @@ void moe_experts(TensorView rows, TensorView x, TensorView gate_up_w, TensorView
   auto* ab = act.data_as<__nv_bfloat16>();
   grouped<true>({xb, gate_up_w.data_as<const __nv_bfloat16>(), ab, offsets, sorted, active, static_cast<int>(H),
                  static_cast<int>(Im), static_cast<int>(P), static_cast<int>(E), k},
-                T, st);
+                T, s);
   grouped<false>({ab, down_w.data_as<const __nv_bfloat16>(), rows.data_as<__nv_bfloat16>(), offsets, sorted, active,
                   static_cast<int>(Im), static_cast<int>(H), static_cast<int>(P), static_cast<int>(E), k},
-                 T, st);
+                 T, s);
 }
 
 }  // namespace nanovllm::cuda_ops

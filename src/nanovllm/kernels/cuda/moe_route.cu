@@ -12,11 +12,14 @@
 //   * route_group: both in one CTA for decode-sized steps (T <= kFusedMaxTokens): one launch instead of two
 //     in the decode graphs.
 // Launch shapes depend on T and E only (never on the routing), so CUDA graphs replay them as captured.
+// PDL (pdl.cuh): every kernel reads its predecessor's output first, so it waits at once and then lets its own
+// successor launch; the launch latency hides behind the predecessor's tail.
 #include <cstdint>
 
 #include "nanovllm/core/limits.h"
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_moe_ops.h"
+#include "nanovllm/kernels/cuda/pdl.cuh"
 
 namespace nanovllm::cuda_ops {
 namespace {
@@ -102,6 +105,8 @@ __device__ void route_token(const RouteArgs& a, int t, int lane) {
 }
 
 __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
+  pdl_wait();
+  pdl_trigger();
   const int t = blockIdx.x * kRouteWarps + static_cast<int>(threadIdx.x >> 5);
   if (t < a.T) route_token(a, t, static_cast<int>(threadIdx.x & 31));
 }
@@ -157,9 +162,15 @@ __device__ void group_pairs(const GroupArgs& a) {
   }
 }
 
-__global__ void __launch_bounds__(kGroupThreads) group_kernel(GroupArgs a) { group_pairs(a); }
+__global__ void __launch_bounds__(kGroupThreads) group_kernel(GroupArgs a) {
+  pdl_wait();
+  pdl_trigger();
+  group_pairs(a);
+}
 
 __global__ void __launch_bounds__(kGroupThreads) route_group_kernel(RouteArgs r, GroupArgs g) {
+  pdl_wait();
+  pdl_trigger();
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
   for (int t = warp; t < r.T; t += kGroupThreads / 32) route_token(r, t, lane);
   __syncthreads();  // the ids are this CTA's own global writes: visible to it after the barrier
@@ -183,14 +194,12 @@ void moe_route(TensorView topk_ids, TensorView topk_weights, TensorView router_l
                ops::Stream s) {
   const int64_t T = router_logits.dim(0);
   if (T == 0) return;
-  route_kernel<<<ceil_div_u(T, kRouteWarps), kRouteWarps * 32, 0, stream_of(s)>>>(
-      route_args(topk_ids, topk_weights, router_logits, renormalize));
-  CUDA_CHECK(cudaGetLastError());
+  launch_pdl(route_kernel, dim3(ceil_div_u(T, kRouteWarps)), dim3(kRouteWarps * 32), 0, s,
+             route_args(topk_ids, topk_weights, router_logits, renormalize));
 }
 
 void moe_group(const ops::MoeGroups& g, TensorView topk_ids, ops::Stream s) {
-  group_kernel<<<1, kGroupThreads, 0, stream_of(s)>>>(group_args(g, topk_ids));
-  CUDA_CHECK(cudaGetLastError());
+  launch_pdl(group_kernel, dim3(1), dim3(kGroupThreads), 0, s, group_args(g, topk_ids));
 }
 
 void moe_route_group(const ops::MoeGroups& g, TensorView topk_ids, TensorView topk_weights, TensorView router_logits,
@@ -201,9 +210,8 @@ void moe_route_group(const ops::MoeGroups& g, TensorView topk_ids, TensorView to
     cuda_ops::moe_group(g, topk_ids, s);
     return;
   }
-  route_group_kernel<<<1, kGroupThreads, 0, stream_of(s)>>>(route_args(topk_ids, topk_weights, router_logits, renormalize),
-                                                           group_args(g, topk_ids));
-  CUDA_CHECK(cudaGetLastError());
+  launch_pdl(route_group_kernel, dim3(1), dim3(kGroupThreads), 0, s,
+             route_args(topk_ids, topk_weights, router_logits, renormalize), group_args(g, topk_ids));
 }
 
 }  // namespace nanovllm::cuda_ops
