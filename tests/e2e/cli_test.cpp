@@ -1,6 +1,7 @@
 // The `nanovllm` binary: exit codes and JSON output of generate, make-test-model, bad arguments.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -63,6 +64,26 @@ TEST(Cli, BadArgumentsFailCleanly) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   r = run_cli("make-test-model --out /tmp/nanovllm-bad-override --config-override '{not json'");
   EXPECT_EQ(r.exit_code, 1) << r.output;
+}
+
+}  // namespace
+}  // namespace nanovllm
+
+namespace nanovllm {
+namespace {
+
+// make-test-model writes a sharded Qwen3MoeForCausalLM that generate loads and runs.
+TEST(Cli, MakesAndRunsAShardedMoeModel) {
+  const std::string dir = (std::filesystem::temp_directory_path() / "nanovllm-cli-moe").string();
+  std::filesystem::remove_all(dir);
+  auto r = run_cli("make-test-model --out " + dir + " --preset qwen3-moe-tiny --seed 4 --shard-max-bytes 200000");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(dir) / "model.safetensors.index.json"));
+  r = run_cli("generate --backend cpu --model " + dir + " --prompt-ids 5,6,7 --temperature 0 --max-tokens 4 --ignore-eos --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto line = r.output.substr(r.output.find('{'));
+  EXPECT_EQ(nlohmann::json::parse(line.substr(0, line.find('\n')))["token_ids"].size(), 4u);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -554,3 +554,138 @@ TEST(ModelConfig, QwenRopeCoversTheWholeHead) {
   EXPECT_EQ(c.rotary_dim, 128);
   EXPECT_FALSE(c.rope_interleaved);
 }
+
+namespace {
+
+// The hub's Qwen/Qwen3-30B-A3B config.json, verbatim.
+const char* kQwen3_30B_A3B = R"({
+  "architectures": ["Qwen3MoeForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "decoder_sparse_step": 1,
+  "eos_token_id": 151645,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 2048,
+  "initializer_range": 0.02,
+  "intermediate_size": 6144,
+  "max_position_embeddings": 40960,
+  "max_window_layers": 48,
+  "mlp_only_layers": [],
+  "model_type": "qwen3_moe",
+  "moe_intermediate_size": 768,
+  "norm_topk_prob": true,
+  "num_attention_heads": 32,
+  "num_experts": 128,
+  "num_experts_per_tok": 8,
+  "num_hidden_layers": 48,
+  "num_key_value_heads": 4,
+  "output_router_logits": false,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000.0,
+  "router_aux_loss_coef": 0.001,
+  "sliding_window": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.51.0",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+json qwen3_moe() { return json::parse(kQwen3_30B_A3B); }
+
+}  // namespace
+
+TEST(ModelConfig, Qwen3MoeHubConfig) {
+  const ModelConfig c = ModelConfig::from_json_text(kQwen3_30B_A3B);
+  EXPECT_EQ(c.arch, Architecture::kQwen3Moe);
+  EXPECT_EQ(c.model_type, "qwen3_moe");
+  EXPECT_TRUE(c.qk_norm);  // Qwen3's attention
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.hidden_size, 2048);
+  EXPECT_EQ(c.intermediate_size, 6144);
+  EXPECT_EQ(c.num_key_value_heads, 4);
+  EXPECT_TRUE(c.moe.enabled());
+  EXPECT_EQ(c.moe.num_experts, 128);
+  EXPECT_EQ(c.moe.num_experts_per_tok, 8);
+  EXPECT_EQ(c.moe.moe_intermediate_size, 768);
+  EXPECT_TRUE(c.moe.norm_topk_prob);
+  EXPECT_EQ(c.moe.decoder_sparse_step, 1);
+  EXPECT_TRUE(c.moe.mlp_only_layers.empty());
+  for (int64_t l = 0; l < 48; ++l) EXPECT_TRUE(c.is_moe_layer(l)) << l;
+  EXPECT_FALSE(c.has_dense_layer());
+  // A dense model has no MoE layer.
+  const ModelConfig dense = ModelConfig::from_json_text(kQwen3_06B);
+  EXPECT_FALSE(dense.moe.enabled());
+  EXPECT_FALSE(dense.is_moe_layer(0));
+  EXPECT_TRUE(dense.has_dense_layer());
+  // model_type alone names the architecture too.
+  json j = qwen3_moe();
+  j.erase("architectures");
+  EXPECT_EQ(parse(j).arch, Architecture::kQwen3Moe);
+}
+
+TEST(ModelConfig, Qwen3MoeSparseStepAndMlpOnlyLayersPickTheSparseLayers) {
+  json j = qwen3_moe();
+  j["num_hidden_layers"] = 8;
+  j["decoder_sparse_step"] = 2;
+  j["mlp_only_layers"] = {5, 3, 3};  // unordered, repeated: as a set
+  const ModelConfig c = parse(j);
+  EXPECT_EQ(c.moe.mlp_only_layers, (std::vector<int64_t>{3, 5}));
+  // transformers: sparse iff not in mlp_only_layers and (l + 1) % decoder_sparse_step == 0.
+  const std::vector<bool> want = {false, true, false, false, false, false, false, true};
+  for (int64_t l = 0; l < 8; ++l) EXPECT_EQ(c.is_moe_layer(l), want[static_cast<size_t>(l)]) << "layer " << l;
+  EXPECT_TRUE(c.has_dense_layer());
+  // Defaults as transformers' Qwen3MoeConfig.
+  json d = qwen3_moe();
+  for (const char* key : {"num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
+                          "decoder_sparse_step", "mlp_only_layers"})
+    d.erase(key);
+  const ModelConfig dc = parse(d);
+  EXPECT_EQ(dc.moe.num_experts, 128);
+  EXPECT_EQ(dc.moe.num_experts_per_tok, 8);
+  EXPECT_EQ(dc.moe.moe_intermediate_size, 768);
+  EXPECT_FALSE(dc.moe.norm_topk_prob);
+  EXPECT_EQ(dc.moe.decoder_sparse_step, 1);
+}
+
+TEST(ModelConfig, Qwen3MoeErrorsNameTheField) {
+  json j = qwen3_moe();
+  j["num_experts_per_tok"] = 129;
+  expect_error([&] { parse(j); }, {"config.json", "'num_experts_per_tok'", "129", "'num_experts'"});
+  j = qwen3_moe();
+  j["num_experts"] = 0;
+  expect_error([&] { parse(j); }, {"'num_experts'", "positive integer"});
+  j = qwen3_moe();
+  j["num_experts"] = 4096;
+  expect_error([&] { parse(j); }, {"'num_experts'", "4096", "512"});
+  j = qwen3_moe();
+  j["moe_intermediate_size"] = -1;
+  expect_error([&] { parse(j); }, {"'moe_intermediate_size'", "positive integer"});
+  j = qwen3_moe();
+  j["decoder_sparse_step"] = 0;
+  expect_error([&] { parse(j); }, {"'decoder_sparse_step'", "positive integer"});
+  j = qwen3_moe();
+  j["norm_topk_prob"] = 1;
+  expect_error([&] { parse(j); }, {"'norm_topk_prob'", "true or false"});
+  j = qwen3_moe();
+  j["mlp_only_layers"] = {2, 48};
+  expect_error([&] { parse(j); }, {"'mlp_only_layers'", "48", "[0, 48)"});
+  j["mlp_only_layers"] = 3;
+  expect_error([&] { parse(j); }, {"'mlp_only_layers'", "list"});
+  j = qwen3_moe();
+  j["shared_expert_intermediate_size"] = 5632;  // Qwen2-MoE's shared expert
+  expect_error([&] { parse(j); }, {"'shared_expert_intermediate_size'", "shared experts are not supported"});
+  j["shared_expert_intermediate_size"] = 0;  // none: fine
+  EXPECT_NO_THROW(parse(j));
+  // intermediate_size is needed once some layer keeps the dense MLP.
+  j = qwen3_moe();
+  j.erase("intermediate_size");
+  EXPECT_EQ(parse(j).intermediate_size, 0);  // every layer sparse: unused
+  j["mlp_only_layers"] = {0};
+  expect_error([&] { parse(j); }, {"'intermediate_size'", "missing"});
+}

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "model/model_test_util.h"
 #include "nanovllm/core/error.h"
@@ -59,8 +60,25 @@ std::map<std::string, std::string> dir_files(const fs::path& dir) {
 }  // namespace
 
 TEST(TestModel, PresetsMatchTheHubConfigs) {
-  EXPECT_EQ(test_model_presets(), (std::vector<std::string>{"tiny", "qwen3-0.6b", "qwen3-4b", "qwen3-8b",
-                                                            "glm4-tiny", "glm4-9b"}));
+  EXPECT_EQ(test_model_presets(),
+            (std::vector<std::string>{"tiny", "qwen3-0.6b", "qwen3-4b", "qwen3-8b", "qwen3-moe-tiny", "qwen3-30b-a3b",
+                                      "qwen3-235b-a22b", "glm4-tiny", "glm4-9b"}));
+  // Qwen3-MoE: total and activated parameters from the model cards (30.5B / 3.3B, 235B / 22B); activated =
+  // attention + router + 8 experts per layer + embedding and LM head.
+  for (auto [preset, total, active] : {std::tuple{"qwen3-30b-a3b", 30.5e9, 3.3e9}, {"qwen3-235b-a22b", 235e9, 22e9}}) {
+    const json j = test_model_config(preset);
+    EXPECT_EQ(j["architectures"], json::array({"Qwen3MoeForCausalLM"}));
+    EXPECT_EQ(j["model_type"], "qwen3_moe");
+    const ModelConfig c = ModelConfig::from_json_text(j.dump());
+    double all = 0, experts = 0;
+    for (const WeightSpec& s : weight_table(c)) {
+      all += static_cast<double>(s.shape.numel());
+      if (s.name.find(".mlp.experts.") != std::string::npos) experts += static_cast<double>(s.shape.numel());
+    }
+    const double activated = all - experts * (1.0 - 8.0 / 128.0);
+    EXPECT_NEAR(all / total, 1.0, 0.01) << preset;
+    EXPECT_NEAR(activated / active, 1.0, 0.05) << preset;
+  }
   struct Want { const char* preset; int64_t hidden, inter, layers, heads, kv; bool tied; double non_embed_params; };
   // Non-embedding parameter counts from the Qwen3 model cards: 0.44B, 3.6B, 6.95B.
   for (const Want& w : {Want{"qwen3-0.6b", 1024, 3072, 28, 16, 8, true, 0.44e9},

@@ -139,7 +139,7 @@ void run_throughput(const ThroughputOptions& o) {
       double alive = 0, ctx = 0;
       for (size_t i = 0; i < out_lens.size(); ++i)
         if (out_lens[i] > k) alive += 1, ctx += static_cast<double>(in_lens[i] + k);
-      const double step_bytes = cost.weight_bytes_per_step + cost.kv_bytes_per_token * ctx;
+      const double step_bytes = cost.weight_bytes_per_step(alive) + cost.kv_bytes_per_token * ctx;
       const double step_flops = cost.linear_flops(alive, alive) + cost.attn_flops_per_ctx * ctx;
       decode_s += std::max(step_bytes / bw, step_flops / flops_rate);
       bytes += step_bytes;
@@ -217,14 +217,23 @@ void run_latency(LatencyOptions o) {
   double mean_ms = 0;
   for (double t : decode) mean_ms += 1e3 * t / static_cast<double>(decode.size());
   const double batch = static_cast<double>(o.batch);
+  // The bytes the step must read: weights (of a MoE model, the experts a step of this batch reads:
+  // ModelCost::experts_read) and every sequence's KV.
   const double floor_ms = peaks.measured
-      ? 1e3 * (cost.weight_bytes_per_step + cost.kv_bytes_per_token * batch * static_cast<double>(o.context)) / bw : 0;
+      ? 1e3 * (cost.weight_bytes_per_step(batch) + cost.kv_bytes_per_token * batch * static_cast<double>(o.context)) / bw
+      : 0;
   std::printf("decode bs=%lld @ %lld context: %.3f ms/step median, %.3f mean (%zu steps)", static_cast<long long>(o.batch),
               static_cast<long long>(o.context), median_ms, mean_ms, decode.size());
-  if (peaks.measured) std::printf(" | dense weight+KV read floor %.3f ms -> %.2fx the floor", floor_ms, median_ms / floor_ms);
+  if (peaks.measured) {
+    std::printf(" | weight+KV read floor %.3f ms -> %.2fx the floor", floor_ms, median_ms / floor_ms);
+    if (mc.moe.enabled())
+      std::printf(" (%.1f of %lld experts per MoE layer, %.2f GB per step)", cost.experts_read(batch),
+                  static_cast<long long>(mc.moe.num_experts), floor_ms * 1e-3 * bw / 1e9);
+  }
   std::printf("\n");
   report["decode"] = {{"batch", o.batch},           {"context", o.context}, {"tokens", decode.size()},
                       {"median_ms", median_ms},     {"mean_ms", mean_ms},   {"floor_ms", floor_ms},
+                      {"weight_bytes", cost.weight_bytes_per_step(batch)},
                       {"sparse_policy", ec.sparse.policy}, {"sparse_budget", ec.sparse.budget_tokens}};
 
   if (o.skip_prefill) {

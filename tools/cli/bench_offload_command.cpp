@@ -140,7 +140,7 @@ void run_offload_bench(const OffloadBenchOptions& o) {
 
     const OffloadFootprint fp = offload().footprint;
     const ModelCost cost(mc);
-    const double weights = 2.0 * (cost.linear_params + cost.lm_head_params * (mc.tie_word_embeddings ? 1 : 2));
+    const double weights = 2.0 * (cost.weight_params + cost.lm_head_params * (mc.tie_word_embeddings ? 1 : 2));
     const int64_t layers = mc.num_hidden_layers;
     const double kv_token_layer = static_cast<double>(offload().kv_bytes_per_token_per_layer);
     std::printf("offload: num_kv_buffers %lld, host block %lld tokens, max_model_len %lld, %lld layers, %.0f KiB KV per token\n",

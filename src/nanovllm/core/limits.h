@@ -10,4 +10,8 @@ namespace nanovllm {
 // special ids of config.json / generation_config.json.
 inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
 
+// Experts of one mixture-of-experts layer (Qwen3-MoE has 128; the CUDA routing kernels keep one token's
+// router logits in one warp's registers and the per-expert counts in shared memory).
+inline constexpr int64_t kMaxExperts = 512;
+
 }  // namespace nanovllm

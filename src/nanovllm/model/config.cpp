@@ -4,6 +4,7 @@
 
 #include "nanovllm/core/logging.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -247,14 +248,74 @@ void parse_chatglm(const json& j, const std::string& origin, ModelConfig& c) {
   parse_dtype_and_ids(f, c);
 }
 
+
+// Qwen3MoeConfig's mixture-of-experts fields (defaults as transformers' Qwen3MoeConfig). Fields for
+// variants this engine does not implement are refused by name; the training-only ones are ignored.
+void parse_moe(const json& j, const std::string& origin, ModelConfig& c) {
+  const Fields f(j, origin);
+  MoeConfig& m = c.moe;
+  m.num_experts = f.positive_int_or("num_experts", 128);
+  m.num_experts_per_tok = f.positive_int_or("num_experts_per_tok", 8);
+  m.moe_intermediate_size = f.positive_int_or("moe_intermediate_size", 768);
+  m.norm_topk_prob = f.bool_or("norm_topk_prob", false);
+  m.decoder_sparse_step = f.positive_int_or("decoder_sparse_step", 1);
+  NANOVLLM_CHECK(m.num_experts <= kMaxExperts, origin, ": field 'num_experts' is ", m.num_experts, "; at most ",
+                 kMaxExperts, " are supported");
+  NANOVLLM_CHECK(m.num_experts_per_tok <= m.num_experts, origin, ": field 'num_experts_per_tok' (",
+                 m.num_experts_per_tok, ") must not exceed 'num_experts' (", m.num_experts, ")");
+  if (f.has("mlp_only_layers")) {
+    const json& v = j.at("mlp_only_layers");
+    NANOVLLM_CHECK(v.is_array(), origin, ": field 'mlp_only_layers' must be a list of layer indices (got ", v.dump(),
+                   ")");
+    for (const json& e : v) {
+      NANOVLLM_CHECK(e.is_number_integer() && e.get<int64_t>() >= 0 && e.get<int64_t>() < c.num_hidden_layers,
+                     origin, ": field 'mlp_only_layers' holds ", e.dump(), ", not a layer index in [0, ",
+                     c.num_hidden_layers, ")");
+      m.mlp_only_layers.push_back(e.get<int64_t>());
+    }
+    std::sort(m.mlp_only_layers.begin(), m.mlp_only_layers.end());
+    m.mlp_only_layers.erase(std::unique(m.mlp_only_layers.begin(), m.mlp_only_layers.end()), m.mlp_only_layers.end());
+  }
+  // Qwen2-MoE's shared expert (and its gate) is not part of Qwen3-MoE; a config asking for one would load
+  // wrong, so it is refused rather than ignored.
+  for (const char* key : {"shared_expert_intermediate_size", "n_shared_experts", "num_shared_experts"}) {
+    if (!f.has(key)) continue;
+    const json& v = j.at(key);
+    NANOVLLM_CHECK(v.is_number_integer() && v.get<int64_t>() == 0, origin, ": field '", key, "' = ", v.dump(),
+                   ": shared experts are not supported (Qwen3MoeForCausalLM has none)");
+  }
+  // output_router_logits / router_aux_loss_coef only matter for training (the load-balancing loss);
+  // inference ignores them, as transformers does when no labels are given.
+  (void)f.bool_or("output_router_logits", false);
+  (void)f.number_or("router_aux_loss_coef", 0.0);
+  if (c.has_dense_layer()) {
+    c.intermediate_size = f.positive_int("intermediate_size");  // required: some layer keeps the dense MLP
+  } else {
+    c.intermediate_size = f.positive_int_or("intermediate_size", 0);  // present in hub configs, unused
+  }
+}
+
 }  // namespace
+
+bool MoeConfig::is_moe_layer(int64_t layer) const {
+  if (!enabled()) return false;
+  if (std::binary_search(mlp_only_layers.begin(), mlp_only_layers.end(), layer)) return false;
+  return (layer + 1) % decoder_sparse_step == 0;
+}
+
+bool ModelConfig::has_dense_layer() const {
+  if (!moe.enabled()) return true;
+  for (int64_t l = 0; l < num_hidden_layers; ++l)
+    if (!is_moe_layer(l)) return true;
+  return false;
+}
 
 ModelConfig ModelConfig::from_json_text(const std::string& text, const std::string& origin) {
   const json j = parse_json(text, origin);
   const Fields f(j, origin);
   ModelConfig c;
   constexpr const char* kSupported =
-      "Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM, GlmForCausalLM, ChatGLMModel, "
+      "Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM, GlmForCausalLM, ChatGLMModel, "
       "ChatGLMForConditionalGeneration";
 
   // Architecture: `architectures[0]`, else `model_type`.
@@ -267,6 +328,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   c.model_type = f.string_or("model_type", "");
   if (c.architecture_name.empty()) {
     if (c.model_type == "qwen3") c.architecture_name = "Qwen3ForCausalLM";
+    if (c.model_type == "qwen3_moe") c.architecture_name = "Qwen3MoeForCausalLM";
     if (c.model_type == "qwen2") c.architecture_name = "Qwen2ForCausalLM";
     if (c.model_type == "llama") c.architecture_name = "LlamaForCausalLM";
     if (c.model_type == "glm") c.architecture_name = "GlmForCausalLM";
@@ -278,6 +340,9 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   if (c.architecture_name == "Qwen3ForCausalLM") {
     c.arch = Architecture::kQwen3;
     if (c.model_type.empty()) c.model_type = "qwen3";
+  } else if (c.architecture_name == "Qwen3MoeForCausalLM") {
+    c.arch = Architecture::kQwen3Moe;
+    if (c.model_type.empty()) c.model_type = "qwen3_moe";
   } else if (c.architecture_name == "Qwen2ForCausalLM") {
     c.arch = Architecture::kQwen2;
     if (c.model_type.empty()) c.model_type = "qwen2";
@@ -300,8 +365,12 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   NANOVLLM_CHECK(c.vocab_size <= kMaxVocabSize, origin, ": field 'vocab_size' is ", c.vocab_size,
                  "; at most 2^24 (", kMaxVocabSize, ") is supported");
   c.hidden_size = f.positive_int("hidden_size");
-  c.intermediate_size = f.positive_int("intermediate_size");
   c.num_hidden_layers = f.positive_int("num_hidden_layers");
+  if (c.arch == Architecture::kQwen3Moe) {
+    parse_moe(j, origin, c);  // sets intermediate_size (needed only by dense layers)
+  } else {
+    c.intermediate_size = f.positive_int("intermediate_size");
+  }
   c.num_attention_heads = f.positive_int("num_attention_heads");
   c.num_key_value_heads = f.positive_int_or("num_key_value_heads", c.num_attention_heads);
   check_heads(origin, c, "num_key_value_heads");
@@ -325,6 +394,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
       c.qk_norm = false;
       break;
     case Architecture::kQwen3:
+    case Architecture::kQwen3Moe:  // Qwen3's attention (q/k RMSNorm), the MLP of its MoE layers aside
       c.attention_bias = f.bool_or("attention_bias", false);
       c.qk_norm = true;
       break;

@@ -1,6 +1,6 @@
 // ModelConfig: what the engine needs from a Hugging Face model directory's config.json and
-// generation_config.json, for Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM and GLM-4 (transformers'
-// GlmForCausalLM and the original ChatGLMModel / ChatGLMForConditionalGeneration layout).
+// generation_config.json, for Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM and
+// GLM-4 (transformers' GlmForCausalLM and the original ChatGLMModel / ChatGLMForConditionalGeneration layout).
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,7 @@ namespace nanovllm {
 
 // kGlm: transformers' GlmForCausalLM ("glm", the `*-hf` hub repos); kChatGlm: THUDM's original ChatGLM
 // layout (`transformer.encoder.layers.N...`, model_type "chatglm"). Both are GLM-4's math.
-enum class Architecture { kQwen3, kQwen2, kLlama, kGlm, kChatGlm };
+enum class Architecture { kQwen3, kQwen3Moe, kQwen2, kLlama, kGlm, kChatGlm };
 
 // RoPE scaling, normalised from both the legacy hub form (`rope_theta` + `rope_scaling`) and the newer
 // `rope_parameters` form.
@@ -35,13 +35,30 @@ struct RopeScaling {
   double high_freq_factor = 4.0;
 };
 
+// The mixture-of-experts MLP of Qwen3MoeForCausalLM (transformers' Qwen3MoeSparseMoeBlock, docs/moe.md):
+// per token, softmax over the router's num_experts logits (fp32), the num_experts_per_tok largest
+// probabilities, renormalised to sum 1 when norm_topk_prob; the output is their weighted sum of the chosen
+// experts' SwiGLU MLPs (moe_intermediate_size each). Layer l is such a layer when it is not listed in
+// mlp_only_layers and (l + 1) % decoder_sparse_step == 0; the others keep the dense MLP (intermediate_size).
+struct MoeConfig {
+  int64_t num_experts = 0;  // 0: a dense model (every other field unused)
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = false;
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;  // sorted, distinct, each in [0, num_hidden_layers)
+
+  bool enabled() const { return num_experts > 0; }
+  bool is_moe_layer(int64_t layer) const;
+};
+
 struct ModelConfig {
   Architecture arch = Architecture::kQwen3;
   std::string architecture_name;  // as written in config.json, e.g. "Qwen3ForCausalLM"
   std::string model_type;         // "qwen3", "qwen2", "llama", "glm", "chatglm"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
-  int64_t intermediate_size = 0;
+  int64_t intermediate_size = 0;  // the dense MLP's (MoE models: of their mlp_only / non-sparse layers)
   int64_t num_hidden_layers = 0;
   int64_t num_attention_heads = 0;
   int64_t num_key_value_heads = 0;
@@ -61,6 +78,7 @@ struct ModelConfig {
   DType torch_dtype = DType::kBF16;
   std::vector<int64_t> eos_token_ids;  // generation_config.json (int or list), else config.json
   int64_t bos_token_id = -1;
+  MoeConfig moe;  // Qwen3MoeForCausalLM only
 
   // Parses config.json (+ generation_config.json if present) in a model directory. Throws
   // nanovllm::Error naming the file and the field for anything missing, mistyped or unsupported.
@@ -71,6 +89,8 @@ struct ModelConfig {
   int64_t q_size() const { return num_attention_heads * head_dim; }
   int64_t kv_size() const { return num_key_value_heads * head_dim; }
   int64_t rope_dim() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+  bool is_moe_layer(int64_t layer) const { return moe.is_moe_layer(layer); }
+  bool has_dense_layer() const;  // some layer keeps the dense MLP (every layer of a dense model)
   // The longest sequence the RoPE configuration supports (max_position_embeddings; for yarn/linear
   // with a stated original length, original * factor when larger).
   int64_t max_model_len() const;

@@ -1,5 +1,6 @@
 #include "nanovllm/model/decoder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -55,7 +56,7 @@ Decoder::Decoder(ModelConfig config, ModelWeights weights, TensorView rope_inv_f
 
 DecoderWorkspace Decoder::make_workspace(const ModelConfig& c, DType act, void* arena, Device dev,
                                          int64_t max_tokens, int64_t max_seqs, size_t* bytes_out,
-                                         int64_t tp_size) {
+                                         int64_t tp_size, int64_t moe_chunk_tokens) {
   size_t offset = 0;
   auto take = [&](DType dt, Shape shape) {
     TensorView v(arena ? static_cast<char*>(arena) + offset : nullptr, dt, shape, dev);
@@ -71,6 +72,19 @@ DecoderWorkspace Decoder::make_workspace(const ModelConfig& c, DType act, void* 
   ws.attn_out = take(act, {t, c.num_attention_heads, d});
   ws.gate_up = take(act, {t, 2 * c.intermediate_size});
   ws.mlp_act = take(act, {t, c.intermediate_size});
+  if (c.moe.enabled()) {
+    const int64_t n = std::min(max_tokens, moe_chunk_tokens > 0 ? moe_chunk_tokens : kMoeChunkTokens);
+    const int64_t e = c.moe.num_experts, pairs = n * c.moe.num_experts_per_tok;
+    ws.moe.router_logits = take(act, {n, e});
+    ws.moe.topk_ids = take(DType::kI32, {n, c.moe.num_experts_per_tok});
+    ws.moe.topk_weights = take(DType::kF32, {n, c.moe.num_experts_per_tok});
+    ws.moe.groups.expert_offsets = take(DType::kI32, {e + 1});
+    ws.moe.groups.sorted_pairs = take(DType::kI32, {pairs});
+    ws.moe.groups.pair_rows = take(DType::kI32, {pairs});
+    ws.moe.groups.active_experts = take(DType::kI32, {e});
+    ws.moe.act = take(act, {pairs, c.moe.moe_intermediate_size});
+    ws.moe.rows = take(act, {pairs, h});
+  }
   ws.last_hidden = take(act, {max_seqs, h});
   ws.last_residual = take(act, {max_seqs, h});
   ws.logits = take(DType::kF32, {max_seqs, c.vocab_size});
@@ -135,8 +149,12 @@ void Decoder::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& kv, 
 
   // MLP block (row-parallel o_proj: each rank's heads' share, o_bias on rank 0 only).
   reduce_add_norm(v.hidden, v.residual, w.post_attention_layernorm, s);
-  // [T, H]; gate_up [T, 2 I] and mlp_act [T, I] scratch
-  ops::silu_mlp(v.hidden, v.hidden, w.gate_up_proj, w.down_proj, v.gate_up, v.mlp_act, s);
+  if (w.is_moe()) {
+    sparse_mlp(w, v.hidden, ws.moe, s);  // [T, H]
+  } else {
+    // [T, H]; gate_up [T, 2 I] and mlp_act [T, I] scratch
+    ops::silu_mlp(v.hidden, v.hidden, w.gate_up_proj, w.down_proj, v.gate_up, v.mlp_act, s);
+  }
   if (tp_.plan.size > 1) {  // row-parallel: each rank's intermediate columns' share
     if (l + 1 < num_layers()) {
       reduce_add_norm(v.hidden, v.residual, weights_.layers[static_cast<size_t>(l + 1)].input_layernorm, s);
@@ -145,6 +163,16 @@ void Decoder::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& kv, 
     }
   }
   if (taps) taps->record(l, TapPoint::kOutput, v.hidden, v.residual, s);  // the residual add is the next layer's
+}
+
+void Decoder::sparse_mlp(const LayerWeights& w, TensorView hidden, const ops::MoeWorkspace& ws,
+                         ops::Stream s) const {
+  const int64_t t = hidden.dim(0), chunk = ws.capacity();
+  NANOVLLM_CHECK(chunk > 0, "Decoder: a MoE layer needs the workspace's MoE scratch (make_workspace)");
+  for (int64_t b = 0; b < t; b += chunk) {
+    const TensorView rows = hidden.slice_rows(b, std::min(t, b + chunk));  // [n, H]
+    ops::moe_mlp(rows, rows, w.router, w.experts_gate_up, w.experts_down, config_.moe.norm_topk_prob, ws, s);
+  }
 }
 
 void Decoder::reduce_add_norm(TensorView hidden, TensorView residual, TensorView norm_weight,

@@ -9,6 +9,7 @@
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/kernels/attention_metadata.h"
 #include "nanovllm/kernels/communicator.h"
+#include "nanovllm/kernels/moe_ops.h"
 #include "nanovllm/kernels/ops.h"
 #include "nanovllm/model/attention_policy.h"
 #include "nanovllm/model/config.h"
@@ -34,6 +35,9 @@ struct DecoderWorkspace {
   TensorView attn_out;     // [T, Hq, D]
   TensorView gate_up;      // [T, 2 I]
   TensorView mlp_act;      // [T, I]
+  // MoE models: the sparse MLP's scratch for up to min(T, moe chunk) tokens; longer steps run their MoE
+  // layers in chunks of that many tokens (undefined in dense models).
+  ops::MoeWorkspace moe;
   TensorView last_hidden;    // [S, H]
   TensorView last_residual;  // [S, H]
   TensorView logits;         // [S, V] f32 on every backend: sampling and logprobs want full precision
@@ -77,12 +81,18 @@ class Decoder {
   float attention_scale() const { return attn_scale_; }
   const TensorParallelRank& tensor_parallel() const { return tp_; }
 
+  // Tokens a MoE layer's scratch is sized for by default (longer steps run in chunks): bounds the
+  // [chunk k, H] expert rows (Qwen3-30B-A3B: 4096 tokens x 8 x (2048 + 768) x 2 bytes = 185 MB in bf16)
+  // while every expert still gets ~k * 4096 / E = 256 rows per chunk, GEMM-sized.
+  static constexpr int64_t kMoeChunkTokens = 4096;
+
   // Workspace views carved from one arena for max_tokens tokens and max_seqs sampled rows; `c` the
-  // rank's config and tp_size the number of ranks (the gathered logits).
+  // rank's config and tp_size the number of ranks (the gathered logits). MoE models: scratch for
+  // min(max_tokens, moe_chunk_tokens) tokens (0: kMoeChunkTokens).
   // With arena == nullptr only `bytes_out` is meaningful (the arena size to allocate).
   static DecoderWorkspace make_workspace(const ModelConfig& c, DType act, void* arena, Device dev,
                                          int64_t max_tokens, int64_t max_seqs, size_t* bytes_out = nullptr,
-                                         int64_t tp_size = 1);
+                                         int64_t tp_size = 1, int64_t moe_chunk_tokens = 0);
 
   // Full forward: logits for in.sample_rows go to ws.logits rows [0, S).
   void forward(const DecoderInputs& in, const std::vector<LayerKvCache>& kv, const DecoderWorkspace& ws,
@@ -103,6 +113,8 @@ class Decoder {
   float attn_scale_;
   TensorParallelRank tp_;
 
+  // hidden [T, H] = the layer's sparse MLP of hidden, in chunks of ws.capacity() tokens.
+  void sparse_mlp(const LayerWeights& w, TensorView hidden, const ops::MoeWorkspace& ws, ops::Stream s) const;
   // The sum over ranks of a row-parallel result (nothing with one rank).
   void all_reduce(TensorView x, ops::Stream s) const;
   // residual += hidden (all-reduced over the ranks first when there are several); hidden =

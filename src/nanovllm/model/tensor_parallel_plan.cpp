@@ -16,8 +16,13 @@ void validate_tensor_parallel(const ModelConfig& cfg, int64_t size) {
   NANOVLLM_CHECK(size >= 1, "tensor_parallel_size must be >= 1, got ", size);
   NANOVLLM_CHECK(cfg.num_attention_heads % size == 0, "tensor_parallel_size ", size,
                  " does not divide num_attention_heads ", cfg.num_attention_heads);
-  NANOVLLM_CHECK(cfg.intermediate_size % size == 0, "tensor_parallel_size ", size, " does not divide intermediate_size ",
-                 cfg.intermediate_size);
+  if (cfg.has_dense_layer())
+    NANOVLLM_CHECK(cfg.intermediate_size % size == 0, "tensor_parallel_size ", size,
+                   " does not divide intermediate_size ", cfg.intermediate_size);
+  if (cfg.moe.enabled())
+    NANOVLLM_CHECK(cfg.moe.moe_intermediate_size % size == 0, "tensor_parallel_size ", size,
+                   " does not divide moe_intermediate_size ", cfg.moe.moe_intermediate_size,
+                   " (each rank holds an equal share of every expert)");
   const int64_t hk = cfg.num_key_value_heads;
   NANOVLLM_CHECK(hk > 0 && (hk % size == 0 || size % hk == 0), "tensor_parallel_size ", size,
                  " and num_key_value_heads ", hk,
@@ -56,6 +61,18 @@ TensorParallelPlan shard_for_rank(const ModelConfig& cfg, int64_t rank, int64_t 
   const int64_t i = cfg.intermediate_size, ib = rank * p.intermediate;
   p.gate_up_proj = {Axis::kRows, {{ib, ib + p.intermediate}, {i + ib, i + ib + p.intermediate}}};
   p.down_proj = {Axis::kColumns, {{ib, ib + p.intermediate}}};
+  if (cfg.moe.enabled()) {
+    const int64_t im = cfg.moe.moe_intermediate_size;
+    p.moe_intermediate = im / size;
+    const int64_t mb = rank * p.moe_intermediate;
+    p.experts_gate_up.axis = Axis::kRows;
+    for (int64_t e = 0; e < cfg.moe.num_experts; ++e) {
+      const int64_t gate = e * 2 * im, up = gate + im;  // expert e's gate and up rows in the stacked tensor
+      p.experts_gate_up.ranges.push_back({gate + mb, gate + mb + p.moe_intermediate});
+      p.experts_gate_up.ranges.push_back({up + mb, up + mb + p.moe_intermediate});
+    }
+    p.experts_down = {Axis::kColumns, {{mb, mb + p.moe_intermediate}}};
+  }
   p.embed_tokens = {Axis::kRows, {p.vocab}, p.vocab_per_rank - p.vocab.size()};
   p.lm_head = p.embed_tokens;
   return p;
@@ -66,6 +83,7 @@ ModelConfig rank_config(const ModelConfig& cfg, const TensorParallelPlan& plan) 
   c.num_attention_heads = plan.num_heads;
   c.num_key_value_heads = plan.num_kv_heads;
   c.intermediate_size = plan.intermediate;
+  c.moe.moe_intermediate_size = plan.moe_intermediate;
   return c;
 }
 

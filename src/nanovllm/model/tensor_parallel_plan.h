@@ -8,6 +8,9 @@
 //   embed_tokens, lm_head:  vocab-parallel (rows split in ceil(V / N) blocks, the last one zero-padded)
 // KV heads: split when N divides Hk; replicated when Hk divides N (each rank holds the one KV head its
 // query heads read, shared by N / Hk ranks). GQA grouping is kept on every rank.
+// MoE layers (E experts of intermediate size Im): tensor parallel inside every expert (docs/moe.md) — each
+// rank holds Im / N intermediate columns of all E experts (column-parallel gate/up, row-parallel down,
+// the same all-reduce as a dense MLP); the router is replicated, so every rank routes every token alike.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +47,7 @@ struct TensorParallelPlan {
   int64_t num_kv_heads = 0;    // max(Hk / N, 1): [kv_head_begin, kv_head_begin + num_kv_heads)
   int64_t kv_head_begin = 0;
   int64_t intermediate = 0;    // I / N
+  int64_t moe_intermediate = 0;  // Im / N (MoE models)
   IndexRange vocab;            // token ids this rank's embedding / LM head rows cover (may be empty)
   int64_t vocab_per_rank = 0;  // ceil(V / N): rows of every rank's embedding / LM head, padding included
 
@@ -53,20 +57,23 @@ struct TensorParallelPlan {
   ShardSlice o_bias;        // kFirstRankOnly
   ShardSlice gate_up_proj;  // kRows: this rank's gate rows, then its up rows -> [2 I / N, H]
   ShardSlice down_proj;     // kColumns -> [H, I / N]
+  ShardSlice experts_gate_up;  // kRows of [E 2 Im, H]: per expert its gate rows, then its up rows -> [E 2 Im / N, H]
+  ShardSlice experts_down;     // kColumns of [E H, Im] -> [E H, Im / N]
   ShardSlice embed_tokens;  // kRows + padding -> [ceil(V / N), H]
   ShardSlice lm_head;       // same as embed_tokens
-  // Replicated: the layer norms, q_norm / k_norm (per head, [D]), the final norm.
+  // Replicated: the layer norms, q_norm / k_norm (per head, [D]), the final norm, the MoE router.
 };
 
 // Throws nanovllm::Error naming the field and the values unless `size` ranks can split `cfg`: size >= 1,
-// size divides num_attention_heads and intermediate_size, and size divides num_key_value_heads or
-// num_key_value_heads divides size. The vocabulary never blocks a split (it is padded).
+// size divides num_attention_heads, intermediate_size (when a layer is dense) and moe_intermediate_size (MoE
+// models), and size divides num_key_value_heads or num_key_value_heads divides size. The vocabulary never
+// blocks a split (it is padded).
 void validate_tensor_parallel(const ModelConfig& cfg, int64_t size);
 
 // Rank `rank` of `size`; validates as above and 0 <= rank < size.
 TensorParallelPlan shard_for_rank(const ModelConfig& cfg, int64_t rank, int64_t size);
 
-// The config one rank's decoder runs with: its query / KV heads and intermediate columns; everything else
+// The config one rank's decoder runs with: its query / KV heads and (expert) intermediate columns; everything else
 // (the vocabulary included: the logits are gathered whole) as in `cfg`.
 ModelConfig rank_config(const ModelConfig& cfg, const TensorParallelPlan& plan);
 

@@ -52,6 +52,24 @@ json qwen3_config(int64_t hidden, int64_t inter, int64_t layers, int64_t heads, 
               {"vocab_size", vocab}};
 }
 
+// Key layout of the hub's Qwen/Qwen3-30B-A3B/config.json: Qwen3's fields plus the mixture-of-experts ones.
+json qwen3_moe_config(int64_t hidden, int64_t inter, int64_t layers, int64_t heads, int64_t kv_heads, int64_t vocab,
+                      int64_t experts, int64_t top_k, int64_t moe_inter, int64_t sparse_step,
+                      std::vector<int64_t> mlp_only, int64_t bos, int64_t eos) {
+  json c = qwen3_config(hidden, inter, layers, heads, kv_heads, vocab, false, bos, eos);
+  c["architectures"] = json::array({"Qwen3MoeForCausalLM"});
+  c["model_type"] = "qwen3_moe";
+  c["decoder_sparse_step"] = sparse_step;
+  c["mlp_only_layers"] = mlp_only;
+  c["moe_intermediate_size"] = moe_inter;
+  c["norm_topk_prob"] = true;
+  c["num_experts"] = experts;
+  c["num_experts_per_tok"] = top_k;
+  c["output_router_logits"] = false;
+  c["router_aux_loss_coef"] = 0.001;
+  return c;
+}
+
 json glm_config(int64_t hidden, int64_t inter, int64_t layers, int64_t heads, int64_t kv_heads, int64_t head_dim,
                 int64_t vocab, int64_t max_pos, double rope_theta, double eps, json eos, int64_t pad) {
   // Key layout of the hub's THUDM/glm-4-9b-chat-1m-hf/config.json (transformers' GlmForCausalLM).
@@ -276,7 +294,8 @@ void write_shard(const fs::path& path, const std::vector<const TensorPlan*>& ten
 }  // namespace
 
 std::vector<std::string> test_model_presets() {
-  return {"tiny", "qwen3-0.6b", "qwen3-4b", "qwen3-8b", "glm4-tiny", "glm4-9b"};
+  return {"tiny",      "qwen3-0.6b", "qwen3-4b",       "qwen3-8b",     "qwen3-moe-tiny",
+          "qwen3-30b-a3b", "qwen3-235b-a22b", "glm4-tiny", "glm4-9b"};
 }
 
 json test_model_config(const std::string& preset) {
@@ -284,14 +303,23 @@ json test_model_config(const std::string& preset) {
   if (preset == "qwen3-0.6b") return qwen3_config(1024, 3072, 28, 16, 8, 151936, true, 151643, 151645);
   if (preset == "qwen3-4b") return qwen3_config(2560, 9728, 36, 32, 8, 151936, true, 151643, 151645);
   if (preset == "qwen3-8b") return qwen3_config(4096, 12288, 36, 32, 8, 151936, false, 151643, 151645);
+  // Qwen3-MoE: a 6-layer model with 8 experts, top-2, where decoder_sparse_step 2 makes layers 1, 3, 5 sparse
+  // and mlp_only_layers takes layer 3 back to the dense MLP (MoE layers 1 and 5); and the real shapes
+  // (Qwen3-30B-A3B, Qwen3-235B-A22B: 128 experts, top-8, every layer sparse).
+  if (preset == "qwen3-moe-tiny") return qwen3_moe_config(64, 128, 6, 4, 2, 512, 8, 2, 32, 2, {3}, 1, 2);
+  if (preset == "qwen3-30b-a3b")
+    return qwen3_moe_config(2048, 6144, 48, 32, 4, 151936, 128, 8, 768, 1, {}, 151643, 151645);
+  if (preset == "qwen3-235b-a22b")
+    return qwen3_moe_config(4096, 12288, 94, 64, 4, 151936, 128, 8, 1536, 1, {}, 151643, 151645);
   // GLM-4: a 2-layer model with the real one's EOS list shape (ids 2, 3, 4), and GLM-4-9B-Chat-1M
   // (multi_query_group_num 4; glm-4-9b-chat has 2; rope_theta = 10000 * rope_ratio 10000).
   if (preset == "glm4-tiny") return glm_config(64, 128, 2, 4, 2, 32, 512, 4096, 10000.0, 1e-5, {2, 3, 4}, 2);
   if (preset == "glm4-9b")
     return glm_config(4096, 13696, 40, 32, 4, 128, 151552, 1048576, 1e8, 1.5625e-07, {151329, 151336, 151338},
                       151329);
-  NANOVLLM_FAIL("unknown test model preset '", preset,
-                "' (choose tiny, qwen3-0.6b, qwen3-4b, qwen3-8b, glm4-tiny, glm4-9b)");
+  std::string names;
+  for (const std::string& p : test_model_presets()) names += (names.empty() ? "" : ", ") + p;
+  NANOVLLM_FAIL("unknown test model preset '", preset, "' (choose ", names, ")");
 }
 
 json chatglm_test_model_config(const json& glm) {

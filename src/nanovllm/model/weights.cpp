@@ -53,6 +53,7 @@ struct OutputTensor {
   DType dtype = DType::kBF16;
   size_t offset = 0;  // into the arena
   TensorView* target = nullptr;
+  int64_t stack = 0;  // > 0: the target views shape [R, C] as [stack, R / stack, C]
 };
 
 class Loader {
@@ -135,6 +136,8 @@ const ShardSlice& slice_of(const ModelWeights& w, const TensorView* target, cons
     if (target == &l.o_bias) return plan.o_bias;
     if (target == &l.gate_up_proj) return plan.gate_up_proj;
     if (target == &l.down_proj) return plan.down_proj;
+    if (target == &l.experts_gate_up) return plan.experts_gate_up;
+    if (target == &l.experts_down) return plan.experts_down;
   }
   return kWhole;
 }
@@ -144,6 +147,25 @@ void add_source(std::vector<WeightSource>& t, TensorView* dst, std::vector<Weigh
                 std::vector<WeightSpec> canonical = {}) {
   if (canonical.empty()) canonical = parts;
   t.push_back({dst, std::move(parts), std::move(canonical)});
+}
+
+// A Qwen3-MoE layer's MLP as the hub ships it: the router `mlp.gate` and per expert e
+// `mlp.experts.e.{gate,up,down}_proj`, stacked into [E, 2 Im, H] (gate rows then up rows of each expert)
+// and [E, H, Im].
+void moe_sources(const ModelConfig& c, const std::string& p, LayerWeights& l, std::vector<WeightSource>& t) {
+  const int64_t H = c.hidden_size, E = c.moe.num_experts, Im = c.moe.moe_intermediate_size;
+  add_source(t, &l.router, {{p + "mlp.gate.weight", {E, H}}});
+  std::vector<WeightSpec> gate_up, down;
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+    gate_up.push_back({x + "gate_proj.weight", {Im, H}});
+    gate_up.push_back({x + "up_proj.weight", {Im, H}});
+    down.push_back({x + "down_proj.weight", {H, Im}});
+  }
+  add_source(t, &l.experts_gate_up, gate_up);
+  t.back().stack = E;
+  add_source(t, &l.experts_down, down);
+  t.back().stack = E;
 }
 
 // The transformers-native layouts (model.layers.N.self_attn..., model.norm, lm_head).
@@ -173,12 +195,16 @@ void hf_sources(const ModelConfig& c, ModelWeights& m, std::vector<WeightSource>
     add(&l.o_proj, {{p + "self_attn.o_proj.weight", {H, q}}});
     if (o_bias) add(&l.o_bias, {{p + "self_attn.o_proj.bias", {H}}});
     add(&l.post_attention_layernorm, {{p + "post_attention_layernorm.weight", {H}}});
-    if (c.arch == Architecture::kGlm) {
-      add(&l.gate_up_proj, {{p + "mlp.gate_up_proj.weight", {2 * I, H}}});  // fused: gate rows then up rows
+    if (c.is_moe_layer(i)) {
+      moe_sources(c, p, l, t);
     } else {
-      add(&l.gate_up_proj, {{p + "mlp.gate_proj.weight", {I, H}}, {p + "mlp.up_proj.weight", {I, H}}});
+      if (c.arch == Architecture::kGlm) {
+        add(&l.gate_up_proj, {{p + "mlp.gate_up_proj.weight", {2 * I, H}}});  // fused: gate rows then up rows
+      } else {
+        add(&l.gate_up_proj, {{p + "mlp.gate_proj.weight", {I, H}}, {p + "mlp.up_proj.weight", {I, H}}});
+      }
+      add(&l.down_proj, {{p + "mlp.down_proj.weight", {H, I}}});
     }
-    add(&l.down_proj, {{p + "mlp.down_proj.weight", {H, I}}});
   }
   add(&m.norm, {{"model.norm.weight", {H}}});
   if (!c.tie_word_embeddings) add(&m.lm_head, {{"lm_head.weight", {V, H}}});
@@ -281,6 +307,7 @@ ModelWeights load_weights(const std::filesystem::path& dir, const ModelConfig& c
   for (const WeightSource& src : weight_sources(cfg, &w)) {
     OutputTensor o;
     o.target = src.target;
+    o.stack = src.stack;
     int64_t rows = 0;
     for (const WeightSpec& part : src.parts) {
       o.parts.push_back(&ckpt.info(part.name));
@@ -316,6 +343,7 @@ ModelWeights load_weights(const std::filesystem::path& dir, const ModelConfig& c
   for (const OutputTensor& o : outs) {
     loader.copy(o, base + o.offset);
     *o.target = TensorView(base + o.offset, o.dtype, o.shape, device);
+    if (o.stack > 0) *o.target = o.target->reshape({o.stack, o.shape[0] / o.stack, o.shape[1]});
   }
   if (cfg.tie_word_embeddings) w.lm_head = w.embed_tokens;
   NANOVLLM_DEBUG("loaded ", outs.size(), " weight tensors (", total >> 20, " MiB) from ", dir.string(),

@@ -16,7 +16,8 @@
 
 namespace nanovllm {
 
-// H = hidden_size, I = intermediate_size, V = vocab_size, Hq/Hk = q/kv heads, D = head_dim.
+// H = hidden_size, I = intermediate_size, V = vocab_size, Hq/Hk = q/kv heads, D = head_dim;
+// MoE layers: E = num_experts, Im = moe_intermediate_size.
 struct LayerWeights {
   TensorView input_layernorm;           // [H]
   TensorView qkv_proj;                  // [(Hq + 2*Hk) * D, H]: q rows, then k rows, then v rows
@@ -25,8 +26,14 @@ struct LayerWeights {
   TensorView o_proj;                    // [H, Hq * D]
   TensorView o_bias;                    // [H], or undefined: only Qwen3/Llama with attention_bias = true
   TensorView post_attention_layernorm;  // [H]
+  // Dense layers (undefined in MoE layers):
   TensorView gate_up_proj;              // [2 * I, H]: gate rows then up rows
   TensorView down_proj;                 // [H, I]
+  // MoE layers (undefined in dense layers): the router and every expert's weights stacked.
+  TensorView router;                    // [E, H]: mlp.gate.weight
+  TensorView experts_gate_up;           // [E, 2 * Im, H]: expert e's gate rows then its up rows
+  TensorView experts_down;              // [E, H, Im]
+  bool is_moe() const { return router.defined() && router.numel() > 0; }
 };
 
 struct ModelWeights {
@@ -44,7 +51,8 @@ struct WeightLoadOptions {
   std::function<void(void* dst, const void* src, size_t bytes)> upload;
   int num_threads = 0;  // conversion threads (0: min(hardware threads, 8))
   // Tensor parallel: load only this rank's slices (the plan's rows / columns of each projection, embedding and
-  // LM head, zero-padded vocabulary rows; o_bias on rank 0 only, undefined elsewhere; norms whole), read
+  // LM head, zero-padded vocabulary rows; every expert's share of its intermediate columns, the router whole;
+  // o_bias on rank 0 only, undefined elsewhere; norms whole), read
   // straight from the mapped checkpoint. The full checkpoint is still validated. Null: the whole model.
   const TensorParallelPlan* shard = nullptr;
 };
@@ -59,10 +67,13 @@ struct WeightSpec {
 // gate/up are fused for the GEMMs). `canonical` splits the same rows into the tensors a transformers-native
 // checkpoint holds (GLM-4's ChatGLM layout: query_key_value -> q_proj, k_proj, v_proj; equal to `parts`
 // for the other layouts), so test checkpoints of both layouts can hold the same values.
+// `stack` > 0: the parts are `stack` experts' tensors and the engine tensor [R, C] of their rows is viewed as
+// [stack, R / stack, C] (the experts' gate_up and down weights).
 struct WeightSource {
   TensorView* target = nullptr;  // into the ModelWeights passed to weight_sources (null without one)
   std::vector<WeightSpec> parts;
   std::vector<WeightSpec> canonical;
+  int64_t stack = 0;
 };
 
 // Every engine tensor of `cfg` in a fixed order: embed_tokens, then per layer, then norm, then lm_head

@@ -39,7 +39,8 @@ std::string group_fingerprint(const EngineConfig& c, const ModelConfig& m) {
   f << "tensor_parallel_size=" << c.parallel.tensor_parallel_size << ";nnodes=" << c.parallel.nnodes
     << ";backend=" << to_string(c.model.backend) << ";model=" << m.model_type << "/L" << m.num_hidden_layers
     << "/H" << m.hidden_size << "/I" << m.intermediate_size << "/heads" << m.num_attention_heads << ":"
-    << m.num_key_value_heads << "x" << m.head_dim << "/V" << m.vocab_size << ";dtype=" << dtype_name(m.torch_dtype)
+    << m.num_key_value_heads << "x" << m.head_dim << "/V" << m.vocab_size << "/E" << m.moe.num_experts << "x"
+    << m.moe.num_experts_per_tok << "x" << m.moe.moe_intermediate_size << ";dtype=" << dtype_name(m.torch_dtype)
     << ";max_model_len=" << c.model.max_model_len << ";enforce_eager=" << c.model.enforce_eager
     << ";max_num_batched_tokens=" << c.scheduler.max_num_batched_tokens
     << ";max_num_seqs=" << c.scheduler.max_num_seqs << ";block_size=" << c.cache.block_size

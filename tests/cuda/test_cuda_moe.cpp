@@ -1,0 +1,323 @@
+// CUDA mixture-of-experts ops against the CPU reference (kernels/cpu/moe.cpp) on fresh random data: routing
+// (fp32 and bf16 logits, E up to 512, k up to 8, single- and multi-CTA paths), grouping (experts with no pair,
+// more pairs than a CTA has threads), the experts' grouped GEMMs on both kernels (the weight-streaming one for
+// T <= 32 with one and two 8-token tiles, the tiled one beyond: odd intermediate sizes, K tails, several row
+// tiles per expert, the Qwen3-30B-A3B shape), the combine, and the whole sparse MLP — eagerly and replayed from a
+// CUDA graph captured under another routing.
+//
+// Tolerances. Routing: ids exact (continuous random logits have no ties; equal ones go to the lower id),
+// weights within 1e-6 + 1e-5 relative (fp32 exp and sum orders). Expert rows: the reference rounds gate, up and
+// the activation to bf16 as the kernels do; the GPU sums in another order, which can move a rounded gate / up
+// by one bf16 ulp, and rounds its output to bf16: per element 2e-2 + 1e-2 relative, NMSE <= 1e-5. Combine:
+// one bf16 rounding, 1e-2 + 5e-3 relative.
+#include "cuda_test_util.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+#include <tuple>
+
+#include "nanovllm/kernels/cpu/cpu_moe_ops.h"
+#include "nanovllm/kernels/cuda/cuda_moe_ops.h"
+#include "nanovllm/kernels/moe_ops.h"
+
+namespace nanovllm {
+namespace {
+
+using cuda_test::DeviceTensor;
+using cuda_test::expect_close;
+using cuda_test::random_bf16;
+
+TensorView hv(std::vector<float>& v, Shape s) { return TensorView(v.data(), DType::kF32, s); }
+TensorView hv(std::vector<int32_t>& v, Shape s) { return TensorView(v.data(), DType::kI32, s); }
+TensorView hv(std::vector<uint16_t>& v, Shape s) { return TensorView(v.data(), DType::kBF16, s); }
+
+// Random routing of T tokens to k distinct experts among the first `used` of E (the rest get nothing).
+std::vector<int32_t> random_ids(int64_t T, int64_t E, int64_t k, int64_t used, std::mt19937& rng) {
+  std::vector<int32_t> pool(static_cast<size_t>(used)), ids;
+  std::iota(pool.begin(), pool.end(), 0);
+  for (int64_t t = 0; t < T; ++t) {
+    std::shuffle(pool.begin(), pool.end(), rng);
+    ids.insert(ids.end(), pool.begin(), pool.begin() + k);
+  }
+  (void)E;
+  return ids;
+}
+
+// Device grouping buffers for P pairs over E experts.
+struct DeviceGroups {
+  DeviceTensor offsets, sorted, rows, active;
+  DeviceGroups(int64_t P, int64_t E)
+      : offsets(DType::kI32, {E + 1}), sorted(DType::kI32, {P}), rows(DType::kI32, {P}), active(DType::kI32, {E}) {}
+  ops::MoeGroups view() const { return {offsets.view(), sorted.view(), rows.view(), active.view()}; }
+};
+
+// The CPU grouping of `ids`.
+struct HostGroups {
+  std::vector<int32_t> offsets, sorted, rows, active;
+  HostGroups(std::vector<int32_t>& ids, int64_t T, int64_t k, int64_t E)
+      : offsets(static_cast<size_t>(E + 1)), sorted(static_cast<size_t>(T * k)), rows(static_cast<size_t>(T * k)),
+        active(static_cast<size_t>(E)) {
+    cpu::moe_group(view(), hv(ids, {T, k}));
+  }
+  ops::MoeGroups view() {
+    const int64_t E = static_cast<int64_t>(active.size()), P = static_cast<int64_t>(sorted.size());
+    return {hv(offsets, {E + 1}), hv(sorted, {P}), hv(rows, {P}), hv(active, {E})};
+  }
+};
+
+// The device grouping equals the CPU's up to the order inside each expert; pair_rows is its inverse.
+void expect_same_groups(const DeviceGroups& d, HostGroups& h, const std::string& what) {
+  const auto off = d.offsets.download<int32_t>(), sorted = d.sorted.download<int32_t>();
+  const auto rows = d.rows.download<int32_t>(), active = d.active.download<int32_t>();
+  ASSERT_EQ(off, h.offsets) << what;
+  EXPECT_EQ(active, h.active) << what;
+  for (size_t e = 0; e + 1 < off.size(); ++e) {
+    std::vector<int32_t> a(sorted.begin() + off[e], sorted.begin() + off[e + 1]);
+    std::sort(a.begin(), a.end());
+    EXPECT_EQ(a, std::vector<int32_t>(h.sorted.begin() + off[e], h.sorted.begin() + off[e + 1])) << what << " expert " << e;
+  }
+  for (size_t r = 0; r < sorted.size(); ++r) ASSERT_EQ(rows[static_cast<size_t>(sorted[r])], static_cast<int32_t>(r)) << what;
+}
+
+TEST(CudaMoe, RouteMatchesTheReference) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(1);
+  for (auto [T, E, k] : {std::tuple{1, 8, 2}, {7, 13, 3}, {300, 128, 8}, {33, 512, 8}, {5, 128, 1}, {3, 6, 6}}) {
+    for (bool renormalize : {false, true}) {
+      const std::string what = "T=" + std::to_string(T) + " E=" + std::to_string(E) + " k=" + std::to_string(k) +
+                               (renormalize ? " renorm" : "");
+      std::vector<float> logits(static_cast<size_t>(T * E));
+      std::normal_distribution<float> n01(0.f, 2.f);
+      for (float& l : logits) l = n01(rng);
+      DeviceTensor d_logits(DType::kF32, {T, E}, logits), d_ids(DType::kI32, {T, k}), d_w(DType::kF32, {T, k});
+      d_w.fill_bytes(0xff);
+      cuda_ops::moe_route(d_ids.view(), d_w.view(), d_logits.view(), renormalize, cuda_test::on());
+      std::vector<int32_t> ids(static_cast<size_t>(T * k));
+      std::vector<float> w(static_cast<size_t>(T * k));
+      cpu::moe_route(hv(ids, {T, k}), hv(w, {T, k}), hv(logits, {T, E}), renormalize);
+      EXPECT_EQ(d_ids.download<int32_t>(), ids) << what;
+      expect_close(d_w.download_f32(), w, 1e-6f, 1e-5f, what);
+    }
+  }
+}
+
+TEST(CudaMoe, RouteBreaksTiesTowardsTheLowerExpert) {
+  SKIP_WITHOUT_CUDA();
+  // Experts 1, 3 and 6 share the largest logit, 0 and 7 the next.
+  std::vector<float> logits = {1.f, 2.f, 0.f, 2.f, -1.f, 0.5f, 2.f, 1.f};
+  DeviceTensor d_logits(DType::kF32, {1, 8}, logits), d_ids(DType::kI32, {1, 5}), d_w(DType::kF32, {1, 5});
+  cuda_ops::moe_route(d_ids.view(), d_w.view(), d_logits.view(), false, cuda_test::on());
+  EXPECT_EQ(d_ids.download<int32_t>(), (std::vector<int32_t>{1, 3, 6, 0, 7}));
+}
+
+TEST(CudaMoe, GroupMatchesTheReference) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(2);
+  for (auto [T, E, k, used] : {std::tuple{1, 8, 2, 8}, {5, 128, 8, 40}, {256, 128, 8, 100}, {257, 128, 8, 128},
+                               {1000, 512, 4, 300}, {4096, 128, 8, 128}}) {
+    const std::string what = "T=" + std::to_string(T) + " E=" + std::to_string(E);
+    std::vector<int32_t> ids = random_ids(T, E, k, used, rng);
+    HostGroups h(ids, T, k, E);
+    DeviceTensor d_ids(DType::kI32, {T, k}, ids);
+    DeviceGroups d(T * k, E);
+    cuda_ops::moe_group(d.view(), d_ids.view(), cuda_test::on());
+    expect_same_groups(d, h, what + " group");
+    // The fused routing + grouping of decode-sized steps (and its two-launch fallback past 256 tokens), on
+    // logits that route exactly like `ids` (each chosen expert far above the rest, in slot order).
+    std::vector<float> logits(static_cast<size_t>(T * E), 0.f);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < k; ++j) logits[static_cast<size_t>(t * E + ids[static_cast<size_t>(t * k + j)])] = 40.f - j;
+    DeviceTensor d_logits(DType::kF32, {T, E}, logits), d_ids2(DType::kI32, {T, k}), d_w(DType::kF32, {T, k});
+    DeviceGroups d2(T * k, E);
+    cuda_ops::moe_route_group(d2.view(), d_ids2.view(), d_w.view(), d_logits.view(), true, cuda_test::on());
+    EXPECT_EQ(d_ids2.download<int32_t>(), ids) << what;
+    expect_same_groups(d2, h, what + " route_group");
+  }
+}
+
+// The experts' rows of a random routing on the GPU against cpu::moe_experts with bf16 activations.
+void check_experts(int64_t T, int64_t E, int64_t k, int64_t H, int64_t Im, int64_t used, std::mt19937& rng) {
+  const std::string what = "T=" + std::to_string(T) + " E=" + std::to_string(E) + " k=" + std::to_string(k) +
+                           " H=" + std::to_string(H) + " Im=" + std::to_string(Im);
+  const int64_t P = T * k;
+  auto x = random_bf16(static_cast<size_t>(T * H), rng);
+  // Random weights for the experts that get rows; the others stay zero (never read, cheap to make at 30B shapes).
+  auto gu = random_bf16(static_cast<size_t>(used * 2 * Im * H), rng, -0.1f, 0.1f);
+  auto dw = random_bf16(static_cast<size_t>(used * H * Im), rng, -0.1f, 0.1f);
+  gu.bits.resize(static_cast<size_t>(E * 2 * Im * H), 0);
+  gu.f32.resize(gu.bits.size(), 0.f);
+  dw.bits.resize(static_cast<size_t>(E * H * Im), 0);
+  dw.f32.resize(dw.bits.size(), 0.f);
+  std::vector<int32_t> ids = random_ids(T, E, k, used, rng);
+  HostGroups h(ids, T, k, E);
+  std::vector<float> ref(static_cast<size_t>(P * H));
+  std::vector<uint16_t> act_ref(static_cast<size_t>(P * Im));
+  cpu::moe_experts(hv(ref, {P, H}), hv(x.f32, {T, H}), hv(gu.f32, {E, 2 * Im, H}), hv(dw.f32, {E, H, Im}), h.view(),
+                   hv(act_ref, {P, Im}));
+
+  DeviceTensor d_x(DType::kBF16, {T, H}, x.bits), d_gu(DType::kBF16, {E, 2 * Im, H}, gu.bits);
+  DeviceTensor d_dw(DType::kBF16, {E, H, Im}, dw.bits), d_ids(DType::kI32, {T, k}, ids);
+  DeviceTensor d_rows(DType::kBF16, {P, H}), d_act(DType::kBF16, {P, Im});
+  d_rows.fill_bytes(0xff);  // NaN poison: every row must be written
+  DeviceGroups d(P, E);
+  cuda_ops::moe_group(d.view(), d_ids.view(), cuda_test::on());
+  cuda_ops::moe_experts(d_rows.view(), d_x.view(), d_gu.view(), d_dw.view(), d.view(), d_act.view(), cuda_test::on());
+  // Rows sit where the device grouping put their pairs: compare pair by pair.
+  const auto rows = d_rows.download_f32();
+  const auto pair_rows = d.rows.download<int32_t>();
+  std::vector<float> got(static_cast<size_t>(P * H)), want(static_cast<size_t>(P * H));
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t c = 0; c < H; ++c) {
+      got[static_cast<size_t>(p * H + c)] = rows[static_cast<size_t>(pair_rows[static_cast<size_t>(p)] * H + c)];
+      want[static_cast<size_t>(p * H + c)] = ref[static_cast<size_t>(h.rows[static_cast<size_t>(p)] * H + c)];
+    }
+  expect_close(got, want, 2e-2f, 1e-2f, what);
+  EXPECT_LE(cuda_test::nmse(got, want), 1e-5) << what;
+}
+
+TEST(CudaMoe, ExpertsWeightStreamingKernelMatchesTheReference) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(3);
+  check_experts(1, 8, 2, 64, 32, 8, rng);       // one 8-token tile
+  check_experts(5, 128, 8, 256, 96, 60, rng);   // most experts without a row
+  check_experts(13, 9, 3, 72, 40, 9, rng);      // two 8-token tiles; Im not a multiple of 16; K tails
+  check_experts(31, 16, 4, 128, 24, 5, rng);    // ~25 rows per expert: two token chunks
+  check_experts(1, 128, 8, 2048, 768, 8, rng);  // the Qwen3-30B-A3B shape at bs = 1
+}
+
+TEST(CudaMoe, ExpertsTiledKernelMatchesTheReference) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(4);
+  check_experts(33, 16, 4, 136, 40, 16, rng);   // K tail (136 = 4 x 32 + 8), a partial column tile
+  check_experts(300, 128, 8, 256, 64, 64, rng);  // half the experts without rows
+  check_experts(200, 7, 2, 64, 200, 7, rng);    // > 128 rows per expert: several row tiles; 4 column tiles
+  check_experts(257, 128, 8, 2048, 768, 24, rng);  // the Qwen3-30B-A3B shape, 24 experts busy
+}
+
+TEST(CudaMoe, CombineMatchesTheReference) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(5);
+  for (auto [T, k, H] : {std::tuple{1, 1, 8}, {7, 3, 1000}, {129, 8, 2048}, {5, 2, 33}}) {
+    const int64_t P = T * k;
+    auto rows = random_bf16(static_cast<size_t>(P * H), rng);
+    std::vector<float> w(static_cast<size_t>(T * k));
+    std::uniform_real_distribution<float> u(0.f, 1.f);
+    for (float& v : w) v = u(rng);
+    std::vector<int32_t> perm(static_cast<size_t>(P));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    DeviceTensor d_rows(DType::kBF16, {P, H}, rows.bits), d_w(DType::kF32, {T, k}, w), d_perm(DType::kI32, {P}, perm);
+    DeviceTensor d_out(DType::kBF16, {T, H});
+    d_out.fill_bytes(0xff);
+    cuda_ops::moe_combine(d_out.view(), d_rows.view(), d_w.view(), d_perm.view(), cuda_test::on());
+    std::vector<float> ref(static_cast<size_t>(T * H));
+    cpu::moe_combine(hv(ref, {T, H}), hv(rows.f32, {P, H}), hv(w, {T, k}), hv(perm, {P}));
+    expect_close(d_out.download_f32(), ref, 1e-2f, 5e-3f, "combine H=" + std::to_string(H));
+  }
+}
+
+// The whole sparse MLP on the GPU (ops::moe_mlp: router projection, fused routing + grouping, experts, combine)
+// against the CPU ops fed with the GPU's routing (the GPU's bf16 router logits may tie where the CPU's fp32 ones
+// do not); run eagerly, then from a CUDA graph captured for another input: the routing changes, the graph stays.
+TEST(CudaMoe, SparseMlpEagerAndFromAGraphMatchTheReference) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(6);
+  const int64_t T = 6, E = 16, k = 4, H = 128, Im = 64, P = T * k;
+  auto router = random_bf16(static_cast<size_t>(E * H), rng, -0.3f, 0.3f);
+  auto gu = random_bf16(static_cast<size_t>(E * 2 * Im * H), rng, -0.1f, 0.1f);
+  auto dw = random_bf16(static_cast<size_t>(E * H * Im), rng, -0.1f, 0.1f);
+  DeviceTensor d_router(DType::kBF16, {E, H}, router.bits), d_gu(DType::kBF16, {E, 2 * Im, H}, gu.bits);
+  DeviceTensor d_dw(DType::kBF16, {E, H, Im}, dw.bits), d_x(DType::kBF16, {T, H}), d_out(DType::kBF16, {T, H});
+  DeviceTensor d_logits(DType::kBF16, {T, E}), d_ids(DType::kI32, {T, k}), d_w(DType::kF32, {T, k});
+  DeviceTensor d_act(DType::kBF16, {P, Im}), d_rows(DType::kBF16, {P, H});
+  DeviceGroups d(P, E);
+  const ops::MoeWorkspace ws{d_logits.view(), d_ids.view(), d_w.view(), d.view(), d_act.view(), d_rows.view()};
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreate(&st));
+  auto check = [&](const cuda_test::Bf16Data& x, const std::string& what) {
+    std::vector<int32_t> ids = d_ids.download<int32_t>();
+    std::vector<float> w = d_w.download<float>();
+    HostGroups h(ids, T, k, E);
+    std::vector<float> rows(static_cast<size_t>(P * H)), ref(static_cast<size_t>(T * H));
+    std::vector<uint16_t> act(static_cast<size_t>(P * Im));
+    std::vector<float> xf = x.f32;
+    cpu::moe_experts(hv(rows, {P, H}), hv(xf, {T, H}), hv(gu.f32, {E, 2 * Im, H}), hv(dw.f32, {E, H, Im}), h.view(),
+                     hv(act, {P, Im}));
+    cpu::moe_combine(hv(ref, {T, H}), hv(rows, {P, H}), hv(w, {T, k}), hv(h.rows, {P}));
+    expect_close(d_out.download_f32(), ref, 2e-2f, 1e-2f, what);
+    // The GPU's routing is the reference routing of the GPU's logits.
+    std::vector<float> logits = d_logits.download_f32();
+    std::vector<int32_t> want_ids(static_cast<size_t>(T * k));
+    std::vector<float> want_w(static_cast<size_t>(T * k));
+    cpu::moe_route(hv(want_ids, {T, k}), hv(want_w, {T, k}), hv(logits, {T, E}), true);
+    expect_close(w, want_w, 1e-6f, 1e-5f, what + " routing weights");
+    return ids;
+  };
+  auto upload = [&](const cuda_test::Bf16Data& x) {
+    CUDA_CHECK(cudaMemcpyAsync(d_x.view().data(), x.bits.data(), x.bits.size() * 2, cudaMemcpyHostToDevice, st));
+  };
+  auto body = [&] {
+    ops::moe_mlp(d_out.view(), d_x.view(), d_router.view(), d_gu.view(), d_dw.view(), true, ws, cuda_test::on(st));
+  };
+  const auto x1 = random_bf16(static_cast<size_t>(T * H), rng), x2 = random_bf16(static_cast<size_t>(T * H), rng);
+  upload(x1);
+  body();
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  const std::vector<int32_t> ids1 = check(x1, "eager");
+  upload(x2);
+  const cudaGraphExec_t exec = cuda_test::warm_up_and_capture(st, body);  // captured with x2's routing
+  upload(x1);
+  CUDA_CHECK(cudaGraphLaunch(exec, st));
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  EXPECT_EQ(check(x1, "graph replay, first input"), ids1);
+  upload(x2);
+  CUDA_CHECK(cudaGraphLaunch(exec, st));
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  EXPECT_NE(check(x2, "graph replay, second input"), ids1) << "the two inputs route differently";
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaStreamDestroy(st));
+}
+
+// Rows land in a different place each run (atomics), their values and the combined output do not.
+TEST(CudaMoe, OutputIsBitwiseDeterministic) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(7);
+  for (int64_t T : {16, 100}) {  // both expert kernels
+    const int64_t E = 32, k = 8, H = 256, Im = 128, P = T * k;
+    auto x = random_bf16(static_cast<size_t>(T * H), rng);
+    auto router = random_bf16(static_cast<size_t>(E * H), rng);
+    auto gu = random_bf16(static_cast<size_t>(E * 2 * Im * H), rng, -0.1f, 0.1f);
+    auto dw = random_bf16(static_cast<size_t>(E * H * Im), rng, -0.1f, 0.1f);
+    DeviceTensor d_x(DType::kBF16, {T, H}, x.bits), d_router(DType::kBF16, {E, H}, router.bits);
+    DeviceTensor d_gu(DType::kBF16, {E, 2 * Im, H}, gu.bits), d_dw(DType::kBF16, {E, H, Im}, dw.bits);
+    DeviceTensor d_logits(DType::kBF16, {T, E}), d_ids(DType::kI32, {T, k}), d_w(DType::kF32, {T, k});
+    DeviceTensor d_act(DType::kBF16, {P, Im}), d_rows(DType::kBF16, {P, H}), d_out(DType::kBF16, {T, H});
+    DeviceGroups d(P, E);
+    const ops::MoeWorkspace ws{d_logits.view(), d_ids.view(), d_w.view(), d.view(), d_act.view(), d_rows.view()};
+    std::vector<uint16_t> first;
+    for (int run = 0; run < 3; ++run) {
+      ops::moe_mlp(d_out.view(), d_x.view(), d_router.view(), d_gu.view(), d_dw.view(), true, ws, cuda_test::on());
+      const auto out = d_out.download<uint16_t>();
+      if (run == 0) first = out;
+      EXPECT_EQ(out, first) << "T=" << T << " run " << run;
+    }
+  }
+}
+
+TEST(CudaMoe, UnsupportedShapesAreClearErrors) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t T = 2, E = 4, k = 2, H = 12, Im = 8, P = T * k;  // H % 8 != 0
+  DeviceTensor d_x(DType::kBF16, {T, H}), d_gu(DType::kBF16, {E, 2 * Im, H}), d_dw(DType::kBF16, {E, H, Im});
+  DeviceTensor d_rows(DType::kBF16, {P, H}), d_act(DType::kBF16, {P, Im});
+  DeviceGroups d(P, E);
+  try {
+    ops::moe_experts(d_rows.view(), d_x.view(), d_gu.view(), d_dw.view(), d.view(), d_act.view(), cuda_test::on());
+    ADD_FAILURE() << "no error for H = 12";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiples of 8"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace nanovllm
