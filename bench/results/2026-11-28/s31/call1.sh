@@ -6,6 +6,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 mkdir -p /tmp/b && tar -xJf .carry/bin.tar.xz -C /tmp/b
 OLD=/tmp/b/old/nanovllm NEW=/tmp/b/new/nanovllm
+export NANOVLLM_TEST_DATA=$PWD/tests/data LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 git log -1 --format='tree %h %s' 2>/dev/null | tee -a "$OUT/device.txt"
 timeout 200 /tmp/b/new/test_cuda --gtest_filter='CudaVsCpu.*:CudaSparseDecode.*:CudaOffload.*:CudaDecodeFusion.*:Models/CudaVsGolden.*' \
