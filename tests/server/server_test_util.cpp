@@ -36,7 +36,7 @@ EngineConfig server_engine_config() {
 TestServer::TestServer(server::ServerConfig config) {
   engine = std::make_unique<LLMEngine>(server_engine_config());
   config.port = 0;
-  api_key = config.api_key;
+  api_key = config.api_key.value_or("");
   server = std::make_unique<server::Server>(*engine, config);
   port = server->start();
 }

@@ -10,4 +10,9 @@ namespace nanovllm {
 // special ids of config.json / generation_config.json.
 inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
 
+// Positions are < 2^24 (16.7M tokens, past any model's context): max_position_embeddings and what rope
+// scaling extends it to, and the lengths the tools take. Products of such lengths with layer, head and
+// hidden sizes (each bounded in model/config.cpp) stay far inside int64.
+inline constexpr int64_t kMaxPositions = int64_t{1} << 24;
+
 }  // namespace nanovllm
