@@ -88,9 +88,11 @@ void Generation::parse() {
     std::lock_guard<std::mutex> lock(mu_);  // a throw above has released it with its scope
     if (e.error().status == 429) env_.metrics->requests_rejected_429 += 1;
     error_ = e.error();
+    slot_.release();  // now, not when the last reference to this exchange goes
   } catch (const std::exception& e) {
     std::lock_guard<std::mutex> lock(mu_);
     error_ = ApiError::internal(user_message(e));
+    slot_.release();
   }
   wake_();
 }
