@@ -86,7 +86,7 @@ TEST(HostileJson, WideObjectsGet400AndDoNotStallOthers) {
           r.json["error"]["message"].get<std::string>().find("512 keys") != std::string::npos)
         ++refused;
     });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both bodies are in (and, unfixed, parsing)
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // both bodies are in (and, unfixed, parsing)
   const auto t0 = Clock::now();
   const HttpResult small =
       http_post(ts.port, "/v1/completions", json{{"prompt", "small"}, {"max_tokens", 2}}.dump());
