@@ -23,9 +23,10 @@ struct HttpLimits {
   double write_timeout_s = 30;  // each write of a response (a client that stops reading is dropped)
   // Open connections. At the cap a new connection replaces, in this order: one that is closing anyway, the
   // one that has waited longest for its request header (slow or idle), or the body-receiving or
-  // response-writing connection that has made the least progress (a client that stops reading its
-  // responses, a stalled upload). Connections waiting for the engine are never replaced, so trickling or
-  // non-reading clients cannot lock others out. Also capped by RLIMIT_NOFILE.
+  // response-writing connection that has made the least progress, if it lags (a client that stops reading
+  // its responses, a stalled or trickling upload: Session::lagging). Connections waiting for the engine or
+  // moving their bytes are never replaced, so trickling or non-reading clients cannot lock others out.
+  // Also capped by RLIMIT_NOFILE.
   int max_connections = 1024;
 };
 

@@ -493,6 +493,10 @@ double Session::stalled_seconds(Clock::time_point now) const {
   return std::chrono::duration<double>(now - last_progress_).count();
 }
 
+bool Session::lagging(Clock::time_point now) const {
+  return stalled_seconds(now) >= kStallSeconds || recent_rate(now) < kLaggingBytesPerSecond;
+}
+
 bool Session::less_progress_than(const Session& other, Clock::time_point now) const {
   const double mine = stalled_seconds(now), theirs = other.stalled_seconds(now);
   const bool stalled = mine >= kStallSeconds, other_stalled = theirs >= kStallSeconds;
@@ -508,7 +512,7 @@ std::shared_ptr<Session> least_progress(const ConnectionContext& ctx, bool body_
     auto s = w.lock();
     if (!s || s.get() == than) continue;
     if (body_only ? s->phase() != Session::Phase::kBody : !s->client_paced()) continue;
-    if (than && !s->less_progress_than(*than, now)) continue;
+    if (than ? !s->less_progress_than(*than, now) : !s->lagging(now)) continue;
     if (!least || s->less_progress_than(*least, now)) least = std::move(s);
   }
   return least;

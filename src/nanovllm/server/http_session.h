@@ -47,6 +47,8 @@ class Session : public std::enable_shared_from_this<Session> {
   using Clock = std::chrono::steady_clock;
   // No byte received (body) or written (a response) for this long: the connection is stalled.
   static constexpr double kStallSeconds = 1.0;
+  // Stalled, or moving fewer bytes a second than this recently: the connection lags (a trickler).
+  static constexpr double kLaggingBytesPerSecond = 1024;
 
   Session(boost::asio::ip::tcp::socket socket, ConnectionContext& ctx);
   ~Session();
@@ -64,6 +66,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // True when this connection has made less progress than `other` by `now`: stalled longer (see
   // kStallSeconds), or, neither stalled, a lower recent rate of bytes.
   bool less_progress_than(const Session& other, Clock::time_point now) const;
+  bool lagging(Clock::time_point now) const;
   bool serving_exchange() const { return exchange_ != nullptr; }
   // A peek at the socket: true when the client has closed or reset it (pending bytes mean it has not).
   bool peer_gone();
@@ -144,7 +147,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
 // The connection to drop when a budget or the connection cap is reached: of those receiving a body (and,
 // unless `body_only`, those writing a response: client_paced()), the one that has made the least progress,
-// provided it made less than `than` (null: no such condition). Null when there is none.
+// provided it made less than `than`, or, without `than`, provided it lags (a connection that is moving
+// its bytes is not dropped for one that has not started). Null when there is none.
 std::shared_ptr<Session> least_progress(const ConnectionContext& ctx, bool body_only, const Session* than);
 
 }  // namespace nanovllm::server
