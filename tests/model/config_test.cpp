@@ -689,3 +689,40 @@ TEST(ModelConfig, Qwen3MoeErrorsNameTheField) {
   j["mlp_only_layers"] = {0};
   expect_error([&] { parse(j); }, {"'intermediate_size'", "missing"});
 }
+
+// Issue 45 (item 9): sizes are bounded, with the file and the field named. num_hidden_layers 1e9 used to
+// end in std::bad_alloc (a weight table per layer), a huge max_position_embeddings in a misleading
+// KV-cache message, and a huge value past 2^63 read as negative.
+TEST(ModelConfig, SizesAreBoundedWithTheFieldNamed) {
+  const std::vector<std::pair<const char*, json>> cases = {
+      {"num_hidden_layers", 1'000'000'000},  {"num_hidden_layers", 18446744073709551615ULL},
+      {"hidden_size", 1 << 20},              {"intermediate_size", 1 << 24},
+      {"num_attention_heads", 4096},         {"num_key_value_heads", 4096},
+      {"head_dim", 1 << 20},                 {"max_position_embeddings", int64_t{1} << 40},
+      {"max_position_embeddings", (1 << 24) + 1}};
+  for (const auto& [field, value] : cases) {
+    SCOPED_TRACE(std::string(field) + " = " + value.dump());
+    json j = qwen3();
+    j[field] = value;
+    if (std::string(field) == "num_attention_heads") j["num_key_value_heads"] = 4096;
+    expect_error([&] { parse(j); }, {"config.json", std::string("'") + field + "'", "at most"});
+  }
+  json j = qwen3();
+  j["max_position_embeddings"] = 1 << 24;  // at the bound
+  EXPECT_EQ(parse(j).max_model_len(), 1 << 24);
+  // Rope scaling past 2^24 positions.
+  j = qwen3();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 1e6}, {"original_max_position_embeddings", 32768}};
+  expect_error([&] { parse(j); }, {"config.json", "rope scaling", "positions"});
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 1e30}, {"original_max_position_embeddings", 32768}};
+  expect_error([&] { parse(j); }, {"config.json", "rope scaling", "positions"});
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", int64_t{1} << 40}};
+  expect_error([&] { parse(j); }, {"config.json", "'original_max_position_embeddings'", "at most"});
+  // ChatGLM's own names.
+  j = json::parse(kGlm4Chat1M);
+  j["num_layers"] = 1'000'000'000;
+  expect_error([&] { parse(j); }, {"config.json", "'num_layers'", "at most"});
+  j = json::parse(kGlm4Chat1M);
+  j["seq_length"] = int64_t{1} << 40;
+  expect_error([&] { parse(j); }, {"config.json", "'seq_length'", "at most"});
+}

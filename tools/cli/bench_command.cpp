@@ -265,11 +265,11 @@ void register_bench_engine(CLI::App& app) {
   auto t = std::make_shared<ThroughputOptions>();
   CLI::App* tp = bench->add_subcommand("throughput", "offline throughput on the nano-vLLM workload");
   add_engine_options(*tp, t->engine);
-  tp->add_option("--num-seqs", t->num_seqs)->check(at_least(1))->capture_default_str();
-  tp->add_option("--min-input", t->min_input)->check(at_least(1))->capture_default_str();
-  tp->add_option("--max-input", t->max_input)->check(at_least(1))->capture_default_str();
-  tp->add_option("--min-output", t->min_output)->check(at_least(1))->capture_default_str();
-  tp->add_option("--max-output", t->max_output)->check(at_least(1))->capture_default_str();
+  tp->add_option("--num-seqs", t->num_seqs)->check(in_range(1, kMaxCount))->capture_default_str();
+  tp->add_option("--min-input", t->min_input)->check(in_range(1, kMaxPositions))->capture_default_str();
+  tp->add_option("--max-input", t->max_input)->check(in_range(1, kMaxPositions))->capture_default_str();
+  tp->add_option("--min-output", t->min_output)->check(in_range(1, kMaxPositions))->capture_default_str();
+  tp->add_option("--max-output", t->max_output)->check(in_range(1, kMaxPositions))->capture_default_str();
   tp->add_option("--seed", t->seed)->capture_default_str();
   tp->add_option("--temperature", t->temperature)->check(at_least(0))->capture_default_str();
   tp->add_option("--json-out", t->json_out, "write the report as JSON");
@@ -285,13 +285,15 @@ void register_bench_engine(CLI::App& app) {
   auto l = std::make_shared<LatencyOptions>();
   CLI::App* lat = bench->add_subcommand("latency", "decode ms/step (bs=1 or --batch N) and prefill tok/s");
   add_engine_options(*lat, l->engine);
-  lat->add_option("--context", l->context, "decode context length")->check(at_least(1))->capture_default_str();
-  lat->add_option("--decode-tokens", l->decode_tokens)->check(at_least(1))->capture_default_str();
+  lat->add_option("--context", l->context, "decode context length")
+      ->check(in_range(1, kMaxPositions))
+      ->capture_default_str();
+  lat->add_option("--decode-tokens", l->decode_tokens)->check(in_range(1, kMaxPositions))->capture_default_str();
   lat->add_option("--batch", l->batch, "sequences decoding together, each at --context")
-      ->check(at_least(1))
+      ->check(in_range(1, kMaxCount))
       ->capture_default_str();
   lat->add_flag("--skip-prefill", l->skip_prefill, "measure decode only");
-  lat->add_option("--prefill", l->prefill_lens, "prefill lengths")->delimiter(',')->check(at_least(1));
+  lat->add_option("--prefill", l->prefill_lens, "prefill lengths")->delimiter(',')->check(in_range(1, kMaxPositions));
   lat->add_option("--json-out", l->json_out, "write the report as JSON");
   lat->callback([l] {
     NANOVLLM_CHECK(!l->prefill_lens.empty(), "--prefill: give at least one length");

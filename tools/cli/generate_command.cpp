@@ -126,7 +126,7 @@ void register_generate(CLI::App& app) {
       longest = std::max(longest, n);
       most_tokens += std::clamp<int64_t>(max_len - n, 0, params.max_tokens);
     }
-    if (longest > 0 && longest < max_len && longest + params.max_tokens > max_len)
+    if (longest > 0 && longest < max_len && params.max_tokens > max_len - longest)
       std::fprintf(stderr,
                    "warning: --max-tokens %lld is capped at %lld: the model length (%lld, --max-model-len) minus "
                    "the %sprompt of %lld tokens\n",

@@ -31,6 +31,12 @@ struct SamplingParams {
 
   // Throws nanovllm::Error naming the offending field.
   void validate(int64_t vocab_size) const;
+
+  // The length a sequence of `prompt_len` tokens reaches: prompt_len + max_tokens, at most max_len, computed
+  // without overflow (max_tokens may be anything up to 2^63 - 1).
+  int64_t reach(int64_t prompt_len, int64_t max_len) const {
+    return max_tokens >= max_len - prompt_len ? max_len : prompt_len + max_tokens;
+  }
 };
 
 }  // namespace nanovllm

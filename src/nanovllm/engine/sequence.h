@@ -3,6 +3,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,7 +26,11 @@ struct TokenLogprob {
 
 struct Sequence {
   int64_t seq_id = 0;
-  std::vector<int32_t> token_ids;       // prompt followed by generated tokens
+  std::vector<int32_t> token_ids;       // prompt followed by generated tokens; empty while shared_prompt is set
+  // A prompt shared with other sequences (the n choices of one request) while this one waits: the copy in
+  // token_ids is made when the scheduler admits it (own_tokens()), when it also takes KV blocks for every
+  // token, which cost far more. So waiting requests hold each prompt once, however large n is.
+  std::shared_ptr<const std::vector<int32_t>> shared_prompt;
   int64_t num_prompt_tokens = 0;
   int64_t num_computed_tokens = 0;      // tokens whose K/V are in the cache
   int64_t num_cached_tokens = 0;        // of the prompt, served by the prefix cache at admission
@@ -41,10 +47,16 @@ struct Sequence {
   std::chrono::steady_clock::time_point first_token_time{};
   std::chrono::steady_clock::time_point finish_time{};
 
-  int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  // The tokens, wherever they are (token_ids, or the shared prompt of a sequence not admitted yet).
+  std::span<const int32_t> tokens() const {
+    return shared_prompt ? std::span<const int32_t>(*shared_prompt) : std::span<const int32_t>(token_ids);
+  }
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens().size()); }
   int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
   bool is_finished() const { return status == SequenceStatus::kFinished; }
-  int32_t last_token() const { return token_ids.back(); }
+  int32_t last_token() const { return tokens().back(); }
+  // Copies a shared prompt into token_ids and lets go of it (no-op without one).
+  void own_tokens();
 
   // The prefix-cache hash chain (block_hash.h) over the full blocks of token_ids: block_hashes()[i]
   // names tokens [0, (i + 1) * block_hash_size()), a block and all before it. Each block is hashed once:

@@ -20,8 +20,9 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 RequestOutput make_output(Sequence& seq) {
   RequestOutput o;
   o.request_id = seq.seq_id;
-  o.prompt_token_ids.assign(seq.token_ids.begin(), seq.token_ids.begin() + seq.num_prompt_tokens);
-  o.token_ids.assign(seq.token_ids.begin() + seq.num_prompt_tokens, seq.token_ids.end());
+  const std::span<const int32_t> tokens = seq.tokens();
+  o.prompt_token_ids.assign(tokens.begin(), tokens.begin() + seq.num_prompt_tokens);
+  o.token_ids.assign(tokens.begin() + seq.num_prompt_tokens, tokens.end());
   o.finish_reason = seq.finish_reason;
   o.logprobs = std::move(seq.logprobs);
   o.num_cached_tokens = seq.num_cached_tokens;
@@ -84,7 +85,7 @@ LLMEngine::~LLMEngine() = default;
 
 bool LLMEngine::is_offloaded(int64_t prompt_len, const SamplingParams& params) const {
   if (!offload_scheduler_) return false;
-  const int64_t reach = std::min(prompt_len + params.max_tokens, config_.model.max_model_len);
+  const int64_t reach = params.reach(prompt_len, config_.model.max_model_len);
   if (config_.offload.min_tokens > 0 && reach >= config_.offload.min_tokens) return true;
   return config_.cache.blocks_for(reach) > runner_->num_kv_blocks();  // does not fit the GPU cache
 }
@@ -99,15 +100,28 @@ void LLMEngine::validate_request(const std::vector<int32_t>& prompt, const Sampl
     NANOVLLM_CHECK(id >= 0 && id < model_config_.vocab_size, "prompt token id ", id, " is outside the vocabulary [0, ",
                    model_config_.vocab_size, ")");
   if (is_offloaded(n, params))
-    runner_->check_offload_memory(std::min(n + params.max_tokens, config_.model.max_model_len));
+    runner_->check_offload_memory(params.reach(n, config_.model.max_model_len));
 }
 
 int64_t LLMEngine::add_request(std::vector<int32_t> prompt_token_ids, const SamplingParams& params) {
   validate_request(prompt_token_ids, params);
   auto seq = std::make_unique<Sequence>();
-  seq->seq_id = next_request_id_;
   seq->num_prompt_tokens = static_cast<int64_t>(prompt_token_ids.size());
   seq->token_ids = std::move(prompt_token_ids);
+  return add_sequence(std::move(seq), params);
+}
+
+int64_t LLMEngine::add_request(std::shared_ptr<const std::vector<int32_t>> prompt, const SamplingParams& params) {
+  NANOVLLM_CHECK(prompt != nullptr, "add_request: no prompt");
+  validate_request(*prompt, params);
+  auto seq = std::make_unique<Sequence>();
+  seq->num_prompt_tokens = static_cast<int64_t>(prompt->size());
+  seq->shared_prompt = std::move(prompt);
+  return add_sequence(std::move(seq), params);
+}
+
+int64_t LLMEngine::add_sequence(std::unique_ptr<Sequence> seq, const SamplingParams& params) {
+  seq->seq_id = next_request_id_;
   seq->params = params;
   seq->arrival_time = std::chrono::steady_clock::now();
   // Scheduler::add validates lengths; throws before anything is queued.

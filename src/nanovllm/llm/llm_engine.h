@@ -69,6 +69,9 @@ class LLMEngine {
   void validate_request(const std::vector<int32_t>& prompt_token_ids, const SamplingParams& params) const;
   // Validates and queues a request; throws (nothing queued) when validate_request would.
   int64_t add_request(std::vector<int32_t> prompt_token_ids, const SamplingParams& params);
+  // The same for a prompt several requests share (the n choices of one API request): each sequence holds
+  // `prompt` itself, not a copy, until the scheduler admits it (Sequence::shared_prompt).
+  int64_t add_request(std::shared_ptr<const std::vector<int32_t>> prompt, const SamplingParams& params);
   void abort_request(int64_t request_id);
   bool has_unfinished() const;
   // One scheduler + model step. Returns the requests that finished in it. With a delta callback set, calls
@@ -132,6 +135,8 @@ class LLMEngine {
   int64_t num_prompt_tokens_computed_ = 0;
   // tokenizer_config.json's eos_token, if any.
   static std::optional<int32_t> tokenizer_eos_token_id(const std::filesystem::path& model_dir, int64_t vocab_size);
+  // Queues a validated sequence (its tokens set) with the next request id, in the lane it belongs to.
+  int64_t add_sequence(std::unique_ptr<Sequence> seq, const SamplingParams& params);
   std::vector<SampledToken> run_step(Scheduler& scheduler, bool offloaded);
   std::vector<SampledToken> finish_launched_step(bool has_prefill);
   void drop_finished(SchedulerOutput& out) const;

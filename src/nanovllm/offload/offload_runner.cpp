@@ -310,7 +310,7 @@ void OffloadRunner::prefill(int64_t lane_id, const Sequence& seq, int64_t num_to
   // A new sequence in the lane: nothing of the previous one is read again (its host pool contents are
   // overwritten before any load reads them, and its ring regions and decode buffers are rewritten before
   // they are read).
-  const int64_t reach = std::min(max_model_len_, std::max(seq.num_prompt_tokens + seq.params.max_tokens, T + 1));
+  const int64_t reach = std::max(seq.params.reach(seq.num_prompt_tokens, max_model_len_), T + 1);  // T < max_model_len_
   const int64_t capacity = round_up(reach, cfg_.block_size);
   if (capacity > lane.host->capacity()) {
     check_pool(reach, 1);  // this rank's pool (the engine checked the whole group's before admitting it)

@@ -29,6 +29,12 @@ struct ProtocolLimits {
   int64_t max_prompts = 64;       // prompts in one /v1/completions request
   int64_t max_stop_strings = 16;
   int64_t max_stop_length = 256;  // bytes
+  // What one request may ask of the engine, over all its sequences (prompts x n): 400 beyond, naming the
+  // limit. Prompt tokens: each prompt's length times n, summed. Output tokens: max_tokens times the
+  // sequences, times 1 + top_logprobs when logprobs are asked for (each listed token costs the response as
+  // much as a generated one); a request that does not give max_tokens gets at most its share.
+  int64_t max_request_prompt_tokens = 1 << 20;
+  int64_t max_request_output_tokens = 1 << 20;
 };
 
 struct GenerationRequest {
