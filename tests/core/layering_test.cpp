@@ -18,8 +18,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Lowest first: each layer may include the ones before it. tokenizer and chat sit beside the stack on
-// core alone; llm and server may use them. A new directory must be added here.
+// Lowest first: each layer may include the ones before it. tokenizer, chat and grammar sit beside the
+// stack on core alone; llm and server may use them. A new directory must be added here.
 const std::map<std::string, std::set<std::string>>& allowed_includes() {
   static const std::map<std::string, std::set<std::string>> table = [] {
     std::map<std::string, std::set<std::string>> t;
@@ -27,10 +27,11 @@ const std::map<std::string, std::set<std::string>>& allowed_includes() {
     for (const char* layer : {"core", "kernels", "model", "sparse", "engine", "runner", "llm", "server"}) {
       below.insert(layer);
       t[layer] = below;
-      if (std::string(layer) == "runner") below.insert({"tokenizer", "chat"});  // llm and server use them
+      if (std::string(layer) == "runner") below.insert({"tokenizer", "chat", "grammar"});  // llm and server use them
     }
     t["tokenizer"] = {"core", "tokenizer"};
     t["chat"] = {"core", "chat"};
+    t["grammar"] = {"core", "grammar"};
     return t;
   }();
   return table;
