@@ -14,7 +14,7 @@
 namespace nanovllm::grammar {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // Validation keywords this converter does not implement: each is an error, never dropped.
 const std::set<std::string>& unsupported_keywords() {
@@ -709,25 +709,25 @@ class SchemaConverter {
 
 }  // namespace
 
-Grammar json_schema_grammar(const nlohmann::json& schema) { return SchemaConverter(schema).run(); }
+Grammar json_schema_grammar(const nlohmann::ordered_json& schema) { return SchemaConverter(schema).run(); }
 
 Grammar json_schema_grammar(std::string_view schema_text) {
-  nlohmann::json schema;
+  nlohmann::ordered_json schema;
   try {
-    schema = nlohmann::json::parse(schema_text);
-  } catch (const nlohmann::json::exception& e) {
+    schema = nlohmann::ordered_json::parse(schema_text);
+  } catch (const nlohmann::ordered_json::exception& e) {
     NANOVLLM_FAIL("JSON Schema is not valid JSON: ", e.what());
   }
   return json_schema_grammar(schema);
 }
 
 Grammar json_object_grammar() {
-  const nlohmann::json none;
+  const nlohmann::ordered_json none;
   return SchemaConverter(none).any(true);
 }
 
 Grammar json_value_grammar() {
-  const nlohmann::json none;
+  const nlohmann::ordered_json none;
   return SchemaConverter(none).any(false);
 }
 

@@ -27,8 +27,9 @@
 
 namespace nanovllm::grammar {
 
-// Throws nanovllm::Error ("JSON Schema at #/properties/x: ...") for invalid or unsupported schemas.
-Grammar json_schema_grammar(const nlohmann::json& schema);
+// Throws nanovllm::Error ("JSON Schema at #/properties/x: ...") for invalid or unsupported schemas. An
+// ordered_json keeps the properties in the order the schema lists them.
+Grammar json_schema_grammar(const nlohmann::ordered_json& schema);
 // `schema_text` is JSON text (an Error names the parse failure).
 Grammar json_schema_grammar(std::string_view schema_text);
 // Any JSON object (response_format json_object), or any JSON value.
