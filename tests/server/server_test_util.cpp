@@ -33,8 +33,10 @@ EngineConfig server_engine_config() {
   return c;
 }
 
-TestServer::TestServer(server::ServerConfig config) {
-  engine = std::make_unique<LLMEngine>(server_engine_config());
+TestServer::TestServer(server::ServerConfig config) : TestServer(std::move(config), server_engine_config()) {}
+
+TestServer::TestServer(server::ServerConfig config, const EngineConfig& engine_config) {
+  engine = std::make_unique<LLMEngine>(engine_config);
   config.port = 0;
   api_key = config.api_key;
   server = std::make_unique<server::Server>(*engine, config);

@@ -25,6 +25,7 @@ struct TestServer {
   std::string api_key;
 
   explicit TestServer(server::ServerConfig config = {});
+  TestServer(server::ServerConfig config, const EngineConfig& engine_config);
   ~TestServer();
 };
 

@@ -164,9 +164,7 @@ class HermesParser final : public ToolCallParser {
     if (!expect("\"arguments\"")) return std::string::npos;
     ws();
     if (!expect(":")) return std::string::npos;
-    ws();
-    if (i >= body.size()) return std::string::npos;
-    return i;
+    return i;  // whitespace before the value is skipped by stream()
   }
 
   // Sends what the body so far settles: the name once its prefix is complete, then the arguments as the
@@ -185,6 +183,10 @@ class HermesParser final : public ToolCallParser {
       args_ = std::make_unique<grammar::GrammarMatcher>(json_object_checker());
     }
     while (!args_done_ && args_fed_ < body.size()) {
+      if (args_fed_ == args_begin_ && is_space(body[args_fed_])) {  // before the value
+        args_begin_ = args_sent_ = ++args_fed_;
+        continue;
+      }
       if (!args_->accept_bytes(body.substr(args_fed_, 1))) {
         broken_ = true;
         break;
