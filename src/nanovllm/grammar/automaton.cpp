@@ -205,7 +205,7 @@ std::vector<DfaState> determinize(const Nfa& nfa, int32_t start, int32_t final_s
 // and a token that runs past such a rule's end is decided in the caller's context instead of being
 // "uncertain" in every mask. Large rules used in several places stay calls, so the automaton stays linear
 // in the grammar. The result keeps only the rules still referenced from the root, renumbered.
-constexpr int64_t kMaxInlinedSize = 512;        // any number of uses
+constexpr int64_t kMaxInlinedSize = 128;        // any number of uses
 constexpr int64_t kMaxInlinedOnceSize = 65536;  // one use
 
 class Inliner {
@@ -247,9 +247,14 @@ class Inliner {
 
   const Expr& body(int32_t r) const { return inlined_[static_cast<size_t>(r)]; }
 
+  // Copies of a repeated part when it is unrolled into automaton states (an unbounded one: min + 1).
+  static int64_t copies(const Expr& e) {
+    return e.kind == Expr::Kind::kRepeat ? std::max<int64_t>(e.max < 0 ? e.min + 1 : e.max, 1) : 1;
+  }
+  // Roughly the automaton states an expression unrolls to.
   static int64_t size_of(const Expr& e) {
     int64_t n = 1 + static_cast<int64_t>(e.bytes.size() + e.ranges.size());
-    for (const Expr& sub : e.items) n += size_of(sub);
+    for (const Expr& sub : e.items) n += size_of(sub) * copies(e);
     return n;
   }
   static bool has_refs(const Expr& e) {
@@ -264,22 +269,26 @@ class Inliner {
     if (state_[u] != kUnknown) return;
     state_[u] = kVisiting;
     Expr b = g_.rule(r).body;
-    substitute(b);
+    substitute(b, 1);
     const int64_t size = size_of(b);
-    const bool regular = r != g_.root() && !has_refs(b) &&
-                         (size <= kMaxInlinedSize || (uses_[u] <= 1 && size <= kMaxInlinedOnceSize));
+    const bool regular = r != g_.root() && !has_refs(b) && size <= kMaxInlinedOnceSize;
     inlined_[u] = std::move(b);
     state_[u] = regular ? kRegular : kKept;
   }
 
-  void substitute(Expr& e) {
+  // `multiplicity`: how many times the enclosing repetitions unroll this spot. A rule is copied in only while
+  // the copies stay small (a rule called from inside a 1000-fold repetition stays one rule, called 1000 times).
+  void substitute(Expr& e, int64_t multiplicity) {
     if (e.kind == Expr::Kind::kRule) {
       NANOVLLM_CHECK(e.rule >= 0 && e.rule < static_cast<int32_t>(g_.rules().size()), "grammar: reference to an undefined rule");
       visit(e.rule);  // a rule being visited (recursion) stays a reference
-      if (state_[static_cast<size_t>(e.rule)] == kRegular) e = inlined_[static_cast<size_t>(e.rule)];
+      const auto u = static_cast<size_t>(e.rule);
+      if (state_[u] != kRegular) return;
+      const int64_t size = size_of(inlined_[u]) * multiplicity;
+      if (size <= kMaxInlinedSize || (uses_[u] <= 1 && size <= kMaxInlinedOnceSize)) e = inlined_[u];
       return;
     }
-    for (Expr& sub : e.items) substitute(sub);
+    for (Expr& sub : e.items) substitute(sub, std::min<int64_t>(multiplicity * copies(e), kMaxInlinedOnceSize + 1));
   }
 
   void collect_refs(const Expr& e, std::vector<int32_t>& new_id, std::vector<int32_t>& order) const {
