@@ -113,8 +113,12 @@ TEST(JsonSchema, NumberRanges) {
   EXPECT_FALSE(matches(pos, "0"));
   EXPECT_FALSE(matches(pos, "0.000"));
   EXPECT_FALSE(matches(pos, "-1"));
-  expect_error([] { (void)json_schema_grammar(std::string_view(R"({"type":"number","minimum":0.5})")); },
-               {"#", "minimum 0.5"});
+  // Bounds between whole numbers are rounded inward: what is generated stays valid.
+  const auto inner = schema(R"({"type":"number","minimum":0.5,"exclusiveMaximum":2.5})");
+  for (const char* ok : {"1", "1.75", "2", "2.0"}) EXPECT_TRUE(matches(inner, ok)) << ok;
+  for (const char* bad : {"0.7", "0", "2.25", "3"}) EXPECT_FALSE(matches(inner, bad)) << bad;
+  expect_error([] { (void)json_schema_grammar(std::string_view(R"({"type":"number","minimum":0.2,"maximum":0.8})")); },
+               {"#", "no number between"});
 }
 
 TEST(JsonSchema, CombinatorsAndRefs) {

@@ -120,22 +120,31 @@ Expr json_number_expr(const NumberBounds& b) {
                                      Expr::plus(digit(0, 9))});
     return Expr::seq({Expr::optional(Expr::literal("-")), int_part, Expr::optional(fraction()), Expr::optional(exponent)});
   }
-  auto integral = [](double v, const char* what) {
-    NANOVLLM_CHECK(std::floor(v) == v, what, " ", v,
-                   " on a number is not supported (only whole-number bounds are; use a whole number or type integer)");
-    return checked_integer(v, what);
-  };
+  // A bound between whole numbers is moved inward to the next one (inclusive): every number generated
+  // still satisfies the bound, some valid ones are never generated.
+  NumberBounds w = b;
+  if (w.min && std::floor(*w.min) != *w.min) {
+    w.min = std::ceil(*w.min);
+    w.min_exclusive = false;
+  }
+  if (w.max && std::floor(*w.max) != *w.max) {
+    w.max = std::floor(*w.max);
+    w.max_exclusive = false;
+  }
   std::optional<int64_t> lo, hi;
-  if (b.min) lo = integral(*b.min, b.min_exclusive ? "exclusiveMinimum" : "minimum");
-  if (b.max) hi = integral(*b.max, b.max_exclusive ? "exclusiveMaximum" : "maximum");
+  if (w.min) lo = checked_integer(*w.min, w.min_exclusive ? "exclusiveMinimum" : "minimum");
+  if (w.max) hi = checked_integer(*w.max, w.max_exclusive ? "exclusiveMaximum" : "maximum");
+  NANOVLLM_CHECK(!lo || !hi || *lo < *hi || (*lo == *hi && !w.min_exclusive && !w.max_exclusive),
+                 "no number between the minimum and maximum can be generated (bounds are rounded inward to whole "
+                 "numbers)");
   std::vector<Expr> choices;
   // v >= 0.
-  if (!hi || *hi > 0 || (*hi == 0 && !b.max_exclusive)) {
+  if (!hi || *hi > 0 || (*hi == 0 && !w.max_exclusive)) {
     const bool from_zero = !lo || *lo < 0;
     std::optional<uint64_t> top;
     if (hi) top = static_cast<uint64_t>(*hi);
-    for (Expr& e : unsigned_decimals(from_zero ? 0 : static_cast<uint64_t>(*lo), from_zero || !b.min_exclusive, top,
-                                     !b.max_exclusive))
+    for (Expr& e : unsigned_decimals(from_zero ? 0 : static_cast<uint64_t>(*lo), from_zero || !w.min_exclusive, top,
+                                     !w.max_exclusive))
       choices.push_back(std::move(e));
   }
   // v < 0: magnitude m in (max(0, -hi), -lo].
@@ -144,7 +153,7 @@ Expr json_number_expr(const NumberBounds& b) {
     std::optional<uint64_t> top;
     if (lo) top = static_cast<uint64_t>(-*lo);
     std::vector<Expr> neg = unsigned_decimals(below_zero ? static_cast<uint64_t>(-*hi) : 0,
-                                              below_zero && !b.max_exclusive, top, !b.min_exclusive);
+                                              below_zero && !w.max_exclusive, top, !w.min_exclusive);
     if (!neg.empty()) choices.push_back(Expr::seq({Expr::literal("-"), Expr::alt(std::move(neg))}));
   }
   NANOVLLM_CHECK(!choices.empty(), "no number lies between the minimum and maximum");

@@ -5,7 +5,7 @@
 // items (a schema, false, or draft-4..7's list), prefixItems, additionalItems, minItems, maxItems,
 // uniqueItems (false, or with maxItems <= 1), minLength, maxLength, pattern (regex.h; not together with a
 // length), format (date, time, date-time, email, uuid, ipv4, ipv6, hostname, uri), minimum, maximum,
-// exclusiveMinimum, exclusiveMaximum (numbers: whole-number bounds), anyOf, oneOf (branches that cannot
+// exclusiveMinimum, exclusiveMaximum (a number bound between whole numbers is rounded inward), anyOf, oneOf (branches that cannot
 // overlap: different types, or objects told apart by a required const/enum property), allOf (merged),
 // $ref to the same document (#, #/$defs/..., #/definitions/..., any JSON pointer) with recursion, $defs /
 // definitions, and the annotations (title, description, default, examples, ...), which change nothing.
