@@ -139,8 +139,9 @@ TEST(CudaTokenBitmask, GpuSamplerMasksConstrainedRowsLikeTheCpuSampler) {
       ASSERT_EQ(got[i].top_logprobs.size(), cpu[i].top_logprobs.size()) << i;
       for (size_t k = 0; k < got[i].top_logprobs.size(); ++k) {
         EXPECT_EQ(got[i].top_logprobs[k].id, cpu[i].top_logprobs[k].id) << i;
-        if (std::isfinite(cpu[i].top_logprobs[k].logprob))
+        if (std::isfinite(cpu[i].top_logprobs[k].logprob)) {
           EXPECT_NEAR(got[i].top_logprobs[k].logprob, cpu[i].top_logprobs[k].logprob, 1e-4) << i;
+        }
       }
     }
   }
