@@ -5,8 +5,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nanovllm/grammar/automaton.h"
+#include "nanovllm/grammar/compiled_grammar.h"
+#include "nanovllm/grammar/ebnf.h"
+#include "nanovllm/grammar/matcher.h"
 #include "nanovllm/server/chat_output.h"
 #include "nanovllm/server/reasoning_parser.h"
+#include "nanovllm/server/structured_request.h"
 #include "nanovllm/server/tool_parser.h"
 
 namespace nanovllm::server {
@@ -215,6 +220,63 @@ TEST(ToolParser, ParserFromTemplate) {
   EXPECT_EQ(tool_parser_for_template("{{ messages }}"), ToolParserKind::kNone);
   EXPECT_EQ(tool_parser_from_name("hermes"), ToolParserKind::kHermes);
   EXPECT_FALSE(tool_parser_from_name("mistral").has_value());
+}
+
+}  // namespace
+}  // namespace nanovllm::server
+
+// The grammars that enforce tool_choice "required" / a named function: what they accept is what the
+// parsers read back as calls.
+namespace nanovllm::server {
+namespace {
+
+bool grammar_matches(const std::string& ebnf, const std::string& text) {
+  std::vector<std::string> bytes;
+  for (int b = 0; b < 256; ++b) bytes.emplace_back(1, static_cast<char>(b));
+  auto vocab = std::make_shared<const grammar::TokenVocabulary>(bytes, std::vector<int32_t>{}, std::vector<int32_t>{}, 256);
+  auto compiled = std::make_shared<const grammar::CompiledGrammar>(grammar::compile_grammar(grammar::parse_ebnf(ebnf)), vocab);
+  grammar::GrammarMatcher m(compiled);
+  return m.accept_bytes(text) && m.can_terminate();
+}
+
+TEST(ToolCallGrammar, HermesRequiredAndNamed) {
+  const ordered_json tools = ordered_json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "ping"}}])");
+  const std::string any = tool_call_grammar(ToolParserKind::kHermes, tools, {}, -1);
+  const std::string call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
+  const std::string ping = "<tool_call>\n{\"name\":\"ping\",\"arguments\":{}}\n</tool_call>";
+  EXPECT_TRUE(grammar_matches(any, call));
+  EXPECT_TRUE(grammar_matches(any, call + "\n" + ping));
+  EXPECT_FALSE(grammar_matches(any, ""));  // required: at least one
+  EXPECT_FALSE(grammar_matches(any, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(grammar_matches(any, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>"));
+  const std::string one = tool_call_grammar(ToolParserKind::kHermes, tools, {"ping"}, 1);
+  EXPECT_TRUE(grammar_matches(one, ping));
+  EXPECT_FALSE(grammar_matches(one, call));
+  EXPECT_FALSE(grammar_matches(one, ping + "\n" + ping));
+  // What the grammar accepts parses back into the call.
+  const Parsed p = parse(hermes(), call + "\n" + ping, 0);
+  EXPECT_EQ(p.names, (std::vector<std::string>{"get_weather", "ping"}));
+}
+
+TEST(ToolCallGrammar, Qwen3CoderXml) {
+  const std::string g = tool_call_grammar(ToolParserKind::kQwen3Coder, coder().tools, {"write_file"}, 1);
+  const std::string call =
+      "<tool_call>\n<function=write_file>\n<parameter=path>\n/a/b.py\n</parameter>\n<parameter=content>\nx < y\n"
+      "if a</b: pass\n</parameter>\n<parameter=mode>\n420\n</parameter>\n</function>\n</tool_call>";
+  EXPECT_TRUE(grammar_matches(g, call));
+  EXPECT_TRUE(grammar_matches(g, "<tool_call>\n<function=write_file>\n</function>\n</tool_call>"));  // all optional
+  EXPECT_FALSE(grammar_matches(g, "<tool_call>\n<function=write_file>\n<parameter=mode>\nabc\n</parameter>\n"
+                                  "</function>\n</tool_call>"));  // an integer parameter
+  // A string value cannot contain the closing tag.
+  EXPECT_FALSE(grammar_matches(g, "<tool_call>\n<function=write_file>\n<parameter=path>\na</parameter>b\n</parameter>\n"
+                                  "</function>\n</tool_call>"));
+  const Parsed p = parse(coder(), call, 0);
+  ASSERT_EQ(p.names, std::vector<std::string>{"write_file"});
+  EXPECT_EQ(ordered_json::parse(p.arguments[0]),
+            ordered_json::parse(R"({"path": "/a/b.py", "content": "x < y\nif a</b: pass", "mode": 420})"));
 }
 
 }  // namespace
