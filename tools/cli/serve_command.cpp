@@ -63,6 +63,14 @@ void register_serve(CLI::App& app) {
                   "with logprobs); more get 400, and a default max_tokens is cut to fit")
       ->check(at_least(1))
       ->capture_default_str();
+  cmd->add_option("--tool-call-parser", opt->server.tool_call_parser,
+                  "how chat answers' tool calls are parsed into message.tool_calls: auto (from the chat template), "
+                  "hermes (Qwen3's <tool_call>{json}), qwen3_coder (<function=...> XML), none")
+      ->check(CLI::IsMember({"auto", "hermes", "qwen3_coder", "none"}))
+      ->capture_default_str();
+  cmd->add_option("--reasoning-parser", opt->server.reasoning_parser,
+                  "qwen3: <think>...</think> becomes message.reasoning_content (none: left in content)")
+      ->check(CLI::IsMember({"qwen3", "none"}));
 
   cmd->callback([opt, api_key] {
     opt->server.max_body_bytes = static_cast<size_t>(opt->max_body_mib * (1 << 20));

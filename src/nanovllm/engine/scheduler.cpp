@@ -195,6 +195,8 @@ bool Scheduler::long_prefill_pending(int64_t short_max) const {
 FinishReason Scheduler::stop_reason(const Sequence& s) const {
   const SamplingParams& p = s.params;
   const int64_t num_out = s.num_output_tokens();
+  // A complete constrained answer ends the request whatever else holds: no token may follow it.
+  if (s.constraint && s.constraint->is_complete()) return FinishReason::kStop;
   if (num_out < p.min_tokens) return FinishReason::kNone;
   // vLLM v1 order: length limits first, then eos, then stop ids.
   if (num_out >= p.max_tokens || s.num_tokens() >= config_.model.max_model_len) return FinishReason::kLength;
@@ -223,7 +225,7 @@ void Scheduler::advance(const SchedulerOutput& out) {
 
 void Scheduler::resolve(const SchedulerOutput& out, const std::vector<SampledToken>& sampled) {
   size_t k = 0;
-  std::vector<Sequence*> done;
+  std::vector<Sequence*> done, refused;
   for (const ScheduledSequence& ss : out.seqs) {
     if (!ss.sample) continue;
     Sequence& s = *ss.seq;
@@ -237,6 +239,11 @@ void Scheduler::resolve(const SchedulerOutput& out, const std::vector<SampledTok
     s.token_ids.back() = t.token_id;
     s.extend_block_hashes();  // the token may fill a block
     if (s.params.logprobs > 0) s.logprobs.push_back(t.top_logprobs);
+    if (s.constraint && !s.constraint->accept(t.token_id)) {
+      NANOVLLM_WARN("request ", s.seq_id, ": token ", t.token_id, " breaks its structured-output constraint; aborted");
+      refused.push_back(&s);
+      continue;
+    }
     if (stop_reason(s) != FinishReason::kNone) done.push_back(&s);
   }
   NANOVLLM_CHECK(k == sampled.size(), "Scheduler::update: ", sampled.size(), " sampled tokens for ", k,
@@ -249,6 +256,7 @@ void Scheduler::resolve(const SchedulerOutput& out, const std::vector<SampledTok
     const FinishReason r = stop_reason(*seq);
     finish(std::move(seq), r);
   }
+  for (Sequence* d : refused) abort(d->seq_id);
 }
 
 bool Scheduler::can_schedule_ahead(const SchedulerOutput& out) const {
@@ -260,6 +268,7 @@ bool Scheduler::can_schedule_ahead(const SchedulerOutput& out) const {
     if (ss.num_new_tokens != 1 || !ss.sample || s.status != SequenceStatus::kRunning) return false;
     const SamplingParams& p = s.params;
     if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) return false;
+    if (s.constraint) return false;  // its next mask depends on the token step N samples
     // After step N the sequence holds num_tokens() + 1 tokens, all but the last computed; step N + 1
     // computes that last one: it must stay below max_model_len.
     if (s.num_tokens() + 1 >= config_.model.max_model_len) return false;

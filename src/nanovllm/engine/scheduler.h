@@ -66,7 +66,8 @@ class Scheduler {
   // (a sequence that finishes at N has a wasted row in N + 1, which the engine drops).
   // can_schedule_ahead(out_N) holds when out_{N+1} would be out_N's sequences, all decoding again,
   // without preemption: nothing waiting, every running sequence a sampling decode of out_N, no token
-  // penalties (their device inputs list token ids), none reaching max_model_len at N, not all reaching
+  // penalties (their device inputs list token ids), no structured-output constraint (its mask needs N's
+  // token), none reaching max_model_len at N, not all reaching
   // max_tokens at N (a step wholly wasted), blocks for all.
   bool can_schedule_ahead(const SchedulerOutput& out) const;
   void advance(const SchedulerOutput& out);

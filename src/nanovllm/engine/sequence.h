@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "nanovllm/engine/sampling_params.h"
+#include "nanovllm/engine/token_constraint.h"
 
 namespace nanovllm {
 
@@ -40,6 +41,9 @@ struct Sequence {
   SamplingParams params;
   std::vector<std::vector<TokenLogprob>> logprobs;  // one top-K list per generated token
   uint64_t rng_state = 0;               // per-sequence sampling RNG (seeded when params.seed is set)
+  // params.structured_outputs as the engine enforces it (LLMEngine::add_request), or null. Advanced with
+  // every sampled token; preemption keeps it (the tokens stay).
+  std::shared_ptr<TokenConstraint> constraint;
   int64_t num_preemptions = 0;
 
   // timings (steady clock)

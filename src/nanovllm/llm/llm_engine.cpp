@@ -7,6 +7,7 @@
 
 #include "nanovllm/core/logging.h"
 #include "nanovllm/engine/scheduler.h"
+#include "nanovllm/llm/structured_output.h"
 #include "nanovllm/model/tensor_parallel_plan.h"
 #include "nanovllm/runner/tensor_parallel_worker.h"
 
@@ -92,6 +93,7 @@ bool LLMEngine::is_offloaded(int64_t prompt_len, const SamplingParams& params) c
 
 void LLMEngine::validate_request(const std::vector<int32_t>& prompt, const SamplingParams& params) const {
   params.validate(model_config_.vocab_size);
+  if (params.structured_outputs) structured_outputs().compile(*params.structured_outputs);
   NANOVLLM_CHECK(!prompt.empty(), "the prompt is empty");
   const int64_t n = static_cast<int64_t>(prompt.size());
   NANOVLLM_CHECK(n < config_.model.max_model_len, "the prompt has ", n, " tokens; max_model_len is ",
@@ -123,6 +125,7 @@ int64_t LLMEngine::add_request(std::shared_ptr<const std::vector<int32_t>> promp
 int64_t LLMEngine::add_sequence(std::unique_ptr<Sequence> seq, const SamplingParams& params) {
   seq->seq_id = next_request_id_;
   seq->params = params;
+  if (params.structured_outputs) seq->constraint = structured_outputs().make_constraint(*params.structured_outputs);
   seq->arrival_time = std::chrono::steady_clock::now();
   // Scheduler::add validates lengths; throws before anything is queued.
   if (is_offloaded(seq->num_prompt_tokens, params)) {

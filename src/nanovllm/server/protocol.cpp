@@ -11,6 +11,7 @@
 #include "nanovllm/llm/llm_engine.h"
 #include "nanovllm/server/json_depth.h"
 #include "nanovllm/server/parameters.h"
+#include "nanovllm/server/structured_request.h"
 #include "nanovllm/tokenizer/tokenizer.h"
 
 namespace nanovllm::server {
@@ -121,7 +122,8 @@ ordered_json message_content(const ordered_json* content, size_t i) {
   return text;
 }
 
-std::vector<int32_t> parse_chat_prompt(Body& body, const ModelContext& ctx) {
+// tools / text: the request's tools (copied before they move into the template) and the rendered prompt.
+std::vector<int32_t> parse_chat_prompt(Body& body, const ModelContext& ctx, ordered_json& tools, std::string& text) {
   const auto it = body.find("messages");
   if (it == body.end() || it->is_null()) fail("messages", "'messages' is required");
   if (!it->is_array() || it->empty()) fail("messages", "'messages' must be a non-empty list");
@@ -151,6 +153,7 @@ std::vector<int32_t> parse_chat_prompt(Body& body, const ModelContext& ctx) {
   }
   if (const auto t = body.find("tools"); t != body.end() && !t->is_null()) {
     if (!t->is_array()) fail("tools", "'tools' must be a list");
+    tools = *t;
     opt.tools = std::move(*t);
   }
   opt.extra_context = ordered_json::object();
@@ -165,7 +168,6 @@ std::vector<int32_t> parse_chat_prompt(Body& body, const ModelContext& ctx) {
       }
     }
   }
-  std::string text;
   try {
     text = ctx.engine->chat_template().render(messages, opt);
   } catch (const std::exception& e) {
@@ -298,8 +300,11 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const std::string&
   if (r.model.empty() && !ctx.served_names.empty()) r.model = ctx.served_names.front();
 
   parse_sampling(body, endpoint, ctx, r);
+  ordered_json tools;
+  std::string prompt_text;
   if (endpoint == Endpoint::kCompletions) r.prompts = parse_prompt(body, ctx);
-  else r.prompts = {parse_chat_prompt(body, ctx)};
+  else r.prompts = {parse_chat_prompt(body, ctx, tools, prompt_text)};
+  parse_structured_request(body, endpoint, ctx, tools, prompt_text, r);
 
   // max_tokens: OpenAI's default is 16 for completions; chat defaults to the rest of the context (as vLLM).
   const char* mt_name = "max_tokens";

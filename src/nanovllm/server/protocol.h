@@ -12,6 +12,7 @@
 #include "nanovllm/engine/sampling_params.h"
 #include "nanovllm/engine/sequence.h"
 #include "nanovllm/server/api_error.h"
+#include "nanovllm/server/chat_output.h"
 
 namespace nanovllm {
 class LLMEngine;
@@ -49,6 +50,8 @@ struct GenerationRequest {
   // Output logprobs: completions `logprobs: K`; chat `logprobs: true` + `top_logprobs: K`.
   bool want_logprobs = false;
   int64_t top_logprobs = 0;
+  // Chat: how the answer's text splits into reasoning, content and tool calls (structured_request.h).
+  ChatOutputOptions output;
 
   int64_t num_choices() const { return static_cast<int64_t>(prompts.size()) * n; }
 };
@@ -60,6 +63,8 @@ struct ModelContext {
   int64_t vocab_size = 0;
   int64_t max_model_len = 0;
   ProtocolLimits limits;
+  ToolParserKind tool_parser = ToolParserKind::kNone;  // the model's tool-call format (--tool-call-parser)
+  bool reasoning_parser = false;                       // --reasoning-parser qwen3
 };
 
 // Throws ApiException. `body` is the raw request body.

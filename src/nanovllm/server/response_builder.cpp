@@ -9,6 +9,20 @@ ResponseBuilder::ResponseBuilder(const GenerationRequest& request, const tokeniz
     : request_(request), tok_(tok), id_(std::move(id)), created_(created),
       choices_(static_cast<size_t>(request.num_choices())) {
   for (const auto& p : request.prompts) prompt_tokens_ += static_cast<int64_t>(p.size());
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    ChoiceState& c = choices_[i];
+    if (request.endpoint == Endpoint::kChat && request.output.active()) {
+      // Call ids: unique within the response and across responses (the response id is).
+      c.parser = std::make_unique<ChatOutputParser>(request.output, [this, i, &c] {
+        return "call_" + id_.substr(id_.find('-') + 1) + "_" + std::to_string(i) + "_" + std::to_string(c.next_call_id++);
+      });
+    }
+  }
+}
+
+const char* ResponseBuilder::finish_reason_of(const ChoiceState& c) const {
+  if (c.parser && c.parser->num_calls() > 0 && c.finish_reason == FinishReason::kStop) return "tool_calls";
+  return finish_reason_string(c.finish_reason);
 }
 
 json ResponseBuilder::usage() const {
@@ -28,7 +42,7 @@ json ResponseBuilder::chunk_base() const {
   return j;
 }
 
-json ResponseBuilder::absorb(const ChoiceEvent& e, bool streaming) {
+json ResponseBuilder::absorb(const ChoiceEvent& e, bool streaming, ChatDelta* delta) {
   ChoiceState& c = choices_.at(static_cast<size_t>(e.index));
   json lp = nullptr;
   if (request_.want_logprobs && !e.token_ids.empty()) {
@@ -47,10 +61,34 @@ json ResponseBuilder::absorb(const ChoiceEvent& e, bool streaming) {
       }
     }
   }
-  if (!streaming) c.text += e.text;
   c.text_bytes += static_cast<int64_t>(e.text.size());
   c.num_tokens += static_cast<int64_t>(e.token_ids.size());
   if (e.finished) c.finish_reason = e.finish_reason;
+  if (!c.parser) {
+    if (!streaming) c.text += e.text;
+    return lp;
+  }
+  ChatDelta d = c.parser->feed(e.text);
+  if (e.finished) {
+    ChatDelta rest = c.parser->finish();
+    d.reasoning += rest.reasoning;
+    d.content += rest.content;
+    for (ToolCallDelta& t : rest.calls) d.calls.push_back(std::move(t));
+  }
+  if (streaming) {
+    if (delta) *delta = std::move(d);
+    return lp;
+  }
+  c.reasoning += d.reasoning;
+  c.text += d.content;
+  for (const ToolCallDelta& t : d.calls) {
+    if (t.id) {
+      c.tool_calls.push_back({{"id", *t.id}, {"type", "function"}, {"function", {{"name", t.name.value_or("")}, {"arguments", ""}}}});
+    }
+    if (c.tool_calls.empty()) continue;  // never: a call's first delta has its id
+    json& f = c.tool_calls.back()["function"];
+    f["arguments"] = f["arguments"].get<std::string>() + t.arguments;
+  }
   return lp;
 }
 
@@ -72,8 +110,20 @@ std::vector<json> ResponseBuilder::chunks(const std::vector<ChoiceEvent>& events
   const bool chat = request_.endpoint == Endpoint::kChat;
   std::vector<json> out;
   for (const ChoiceEvent& e : events) {
-    json lp = absorb(e, /*streaming=*/true);
-    if (!e.text.empty() || !lp.is_null()) {
+    ChatDelta parsed;
+    json lp = absorb(e, /*streaming=*/true, &parsed);
+    const ChoiceState& c = choices_.at(static_cast<size_t>(e.index));
+    if (c.parser) {
+      if (!parsed.empty() || !lp.is_null()) {
+        json delta = json::object();
+        if (!parsed.reasoning.empty()) delta["reasoning_content"] = parsed.reasoning;
+        if (!parsed.content.empty() || (parsed.reasoning.empty() && parsed.calls.empty())) delta["content"] = parsed.content;
+        if (!parsed.calls.empty()) delta["tool_calls"] = tool_call_deltas_json(parsed.calls);
+        json j = chunk_base();
+        j["choices"].push_back({{"index", e.index}, {"delta", std::move(delta)}, {"logprobs", lp}, {"finish_reason", nullptr}});
+        out.push_back(std::move(j));
+      }
+    } else if (!e.text.empty() || !lp.is_null()) {
       json j = chunk_base();
       json choice = {{"index", e.index}, {"logprobs", lp}, {"finish_reason", nullptr}};
       if (chat) choice["delta"] = {{"content", e.text}};
@@ -83,7 +133,7 @@ std::vector<json> ResponseBuilder::chunks(const std::vector<ChoiceEvent>& events
     }
     if (e.finished) {
       json j = chunk_base();
-      json choice = {{"index", e.index}, {"logprobs", nullptr}, {"finish_reason", finish_reason_string(e.finish_reason)}};
+      json choice = {{"index", e.index}, {"logprobs", nullptr}, {"finish_reason", finish_reason_of(c)}};
       if (chat) choice["delta"] = json::object();
       else choice["text"] = "";
       j["choices"].push_back(std::move(choice));
@@ -136,9 +186,18 @@ std::string ResponseBuilder::final_response() const {
   std::string choices;
   for (size_t i = 0; i < choices_.size(); ++i) {
     const ChoiceState& c = choices_[i];
-    json choice = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", finish_reason_string(c.finish_reason)}};
-    if (chat) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-    else choice["text"] = c.text;
+    json choice = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", finish_reason_of(c)}};
+    if (chat && c.parser) {
+      json message = {{"role", "assistant"}};
+      message["content"] = c.text.empty() && !c.tool_calls.empty() ? json(nullptr) : json(c.text);
+      if (request_.output.reasoning) message["reasoning_content"] = c.reasoning.empty() ? json(nullptr) : json(c.reasoning);
+      if (!c.tool_calls.empty()) message["tool_calls"] = c.tool_calls;
+      choice["message"] = std::move(message);
+    } else if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
     std::string text = dump_json(choice);
     if (request_.want_logprobs)
       text.replace(text.find(kNullLogprobs) + kNullLogprobs.size() - 4, 4, logprobs_text(c));

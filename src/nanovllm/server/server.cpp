@@ -14,12 +14,14 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include "nanovllm/chat/chat_template.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/core/logging.h"
 #include "nanovllm/llm/llm_engine.h"
 #include "nanovllm/server/engine_loop.h"
 #include "nanovllm/server/generation.h"
 #include "nanovllm/server/http_server.h"
+#include "nanovllm/server/tool_parser.h"
 
 namespace nanovllm::server {
 namespace {
@@ -86,6 +88,20 @@ bool is_loopback(const std::string& host) {
 
 HttpResponse json_response(const json& j) { return {200, "application/json", dump_json(j), {}}; }
 
+// --tool-call-parser: a name, or "auto": the format the chat template writes tool calls in.
+ToolParserKind resolve_tool_parser(const LLMEngine& engine, const std::string& name) {
+  if (name != "auto") {
+    const std::optional<ToolParserKind> kind = tool_parser_from_name(name);
+    NANOVLLM_CHECK(kind.has_value(), "--tool-call-parser must be auto, hermes, qwen3_coder or none, got '", name, "'");
+    return *kind;
+  }
+  try {
+    return tool_parser_for_template(engine.chat_template().source());
+  } catch (const Error&) {
+    return ToolParserKind::kNone;  // no chat template: no chat tool calls to parse
+  }
+}
+
 }  // namespace
 
 struct Server::Impl final : HttpHandler {
@@ -137,6 +153,10 @@ struct Server::Impl final : HttpHandler {
     ctx.vocab_size = engine.model_config().vocab_size;
     ctx.max_model_len = engine.config().model.max_model_len;
     ctx.limits = config.limits;
+    ctx.tool_parser = resolve_tool_parser(engine, config.tool_call_parser);
+    NANOVLLM_CHECK(config.reasoning_parser.empty() || config.reasoning_parser == "none" || config.reasoning_parser == "qwen3",
+                   "--reasoning-parser must be qwen3 or none, got '", config.reasoning_parser, "'");
+    ctx.reasoning_parser = config.reasoning_parser == "qwen3";
     env.model = &ctx;
     env.loop = &loop;
     env.metrics = &metrics;

@@ -45,6 +45,10 @@ struct ServerConfig {
   double shutdown_grace_s = 30;                // in-flight requests get this long to finish on shutdown()
   ProtocolLimits limits;
   HttpLimits http;
+  // Chat answers: "auto" picks the tool-call parser from the chat template (tool_parser.h), or "hermes",
+  // "qwen3_coder", "none"; reasoning_parser "qwen3" splits <think> into reasoning_content ("" or "none": off).
+  std::string tool_call_parser = "auto";
+  std::string reasoning_parser;
 };
 
 // Why `config` exposes the model to anyone who can reach it (a non-loopback host and no API key), or ""

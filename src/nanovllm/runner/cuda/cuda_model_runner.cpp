@@ -323,6 +323,10 @@ void CudaModelRunner::launch(const SchedulerOutput& out, bool fed_from_previous)
   run_decode_graph(sorted, graph_bucket(static_cast<int64_t>(sorted.seqs.size())), graph_table_stride(sorted),
                    staged ? sampler_inputs : cuda_ops::StagedWords{});
   step_fed_ = false;
+  // Structured outputs: the token masks are host work, done while the forward pass runs.
+  NANOVLLM_CHECK(!fed_from_previous || std::none_of(seqs.begin(), seqs.end(), [](const Sequence* q) { return q->constraint != nullptr; }),
+                 "CudaModelRunner::launch: a step fed on the device cannot carry a structured-output constraint");
+  sampler_->fill_masks(step.slot);
   sampler_->enqueue_packed(step.slot, ws_.logits.data_as<float>(), stream_, staged);
   last_step_rows_.clear();
   for (size_t k = 0; k < seqs.size(); ++k) last_step_rows_[seqs[k]->seq_id] = static_cast<int32_t>(k);
