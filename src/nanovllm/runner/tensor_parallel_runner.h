@@ -58,6 +58,10 @@ class TensorParallelRunner final : public ModelRunner {
   void launch(const SchedulerOutput& out, bool fed_from_previous) override;
   std::vector<SampledToken> wait_oldest() override;
   const QuestCounters* sparse_counters() const override { return ranks_[0]->sparse_counters(); }
+  // Rank 0's: every rank runs the same chunks sparsely (its own KV heads' patterns).
+  const SparsePrefillCounters* sparse_prefill_counters() const override {
+    return ranks_[0]->sparse_prefill_counters();
+  }
   OffloadRunner* offload() override { return ranks_[0]->offload(); }
   std::vector<SampledToken> execute_offloaded(const SchedulerOutput& out) override;
 
