@@ -42,6 +42,18 @@ TEST(ForwardBatch, MixedPrefillChunkAndDecode) {
   EXPECT_EQ(in.attn.max_query_len, 5);
   EXPECT_EQ(in.attn.max_context_len, 10);
   EXPECT_EQ(in.attn.num_leading_decodes, 1);
+  // Per sequence on its own (sparse prefill splits a step): {0, its query length}, and the host views.
+  EXPECT_EQ(view_ints(in.attn.seq_cu_seqlens_q), (std::vector<int32_t>{0, 1, 0, 5}));
+  EXPECT_EQ(in.attn.seq_cu_seqlens_q.shape(), (Shape{2, 2}));
+  EXPECT_EQ(in.attn.host_cu_seqlens_q, in.attn.cu_seqlens_q.data_as<int32_t>());
+  EXPECT_EQ(in.attn.host_context_lens, in.attn.context_lens.data_as<int32_t>());
+  // A device copy's views take the host arrays given beside it (the CUDA runner's eager steps).
+  const DecoderInputs dev = fb.views(copy.data.data(), Device::cuda(0), fb.data.data());
+  EXPECT_EQ(std::vector<int32_t>(dev.attn.host_cu_seqlens_q, dev.attn.host_cu_seqlens_q + 3),
+            (std::vector<int32_t>{0, 1, 6}));
+  EXPECT_EQ(std::vector<int32_t>(dev.attn.host_context_lens, dev.attn.host_context_lens + 2),
+            (std::vector<int32_t>{10, 9}));
+  EXPECT_EQ(fb.views(copy.data.data(), Device::cuda(0)).attn.host_cu_seqlens_q, nullptr);
 }
 
 TEST(ForwardBatch, LeadingDecodesStopAtTheFirstLongerQuery) {
@@ -73,6 +85,7 @@ TEST(ForwardBatch, PaddedDecodeHasFixedLayoutAndHarmlessPadding) {
   EXPECT_EQ(in.attn.num_tokens, 4);
   EXPECT_EQ(in.attn.max_context_len, 20);
   EXPECT_EQ(in.attn.num_leading_decodes, 4);
+  EXPECT_FALSE(in.attn.seq_cu_seqlens_q.defined());  // no policy splits a decode step: the graphs' inputs stay small
   EXPECT_EQ(view_ints(in.input_ids), (std::vector<int32_t>{5, 102, 0, 0}));
   EXPECT_EQ(view_ints(in.attn.slot_mapping), (std::vector<int32_t>{1 * 4 + 1, 9 * 4 + 2, -1, -1}));
   EXPECT_EQ(view_ints(in.attn.cu_seqlens_q), (std::vector<int32_t>{0, 1, 2, 3, 4}));

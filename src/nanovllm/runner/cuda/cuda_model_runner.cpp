@@ -63,9 +63,10 @@ void CudaModelRunner::init(const ModelConfig& config, int64_t tp_size, bool capt
   ws_ = Decoder::make_workspace(config, DType::kBF16, workspace_.data(), Device::cuda(device_),
                                 ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs, nullptr, tp_size);
 
-  // Packed step inputs: ids, positions, slots [T each], cu_seqlens, context lens, sample rows, tables.
+  // Packed step inputs: ids, positions, slots [T each], cu_seqlens, context lens, sample rows, tables, and (eager
+  // steps) per-sequence cu_seqlens [S, 2].
   const int64_t max_blocks_per_seq = ec.blocks_per_max_len_seq();
-  max_batch_ints_ = 3 * ec.scheduler.max_num_batched_tokens + 3 * ec.scheduler.max_num_seqs + 1 +
+  max_batch_ints_ = 3 * ec.scheduler.max_num_batched_tokens + 5 * ec.scheduler.max_num_seqs + 1 +
                     ec.scheduler.max_num_seqs * max_blocks_per_seq;
   for (size_t i = 0; i < batch_host_.size(); ++i) {
     batch_host_[i] = Buffer(pinned_host_allocator(), static_cast<size_t>(max_batch_ints_) * 4);
@@ -240,7 +241,8 @@ void CudaModelRunner::upload_batch(const ForwardBatch& batch, cuda_ops::StagedWo
 void CudaModelRunner::run_eager(const SchedulerOutput& out) {
   const ForwardBatch batch = build_forward_batch(out, ec_.cache.block_size);
   upload_batch(batch);
-  DecoderInputs in = batch.views(batch_device_.data(), Device::cuda(device_));
+  // The host arrays stay valid through the forward: sparse prefill reads each sequence's length there.
+  DecoderInputs in = batch.views(batch_device_.data(), Device::cuda(device_), batch.data.data());
   in.taps = taps_;
   in.attention_policy = eager_policy(out);
   model_->forward(in, kv_, ws_, ops_stream());
