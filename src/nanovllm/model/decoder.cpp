@@ -46,6 +46,8 @@ Decoder::Decoder(ModelConfig config, ModelWeights weights, TensorView rope_inv_f
   NANOVLLM_CHECK(tp_.plan.size == 1 || (tp_.comm != nullptr && tp_.comm->size() == tp_.plan.size &&
                                         tp_.comm->rank() == tp_.plan.rank),
                  "Decoder: rank ", tp_.plan.rank, " of ", tp_.plan.size, " needs that rank's communicator");
+  NANOVLLM_CHECK(!config_.dual_chunk_attention.enabled(),
+                 "config.json: dual_chunk_attention_config: Dual Chunk Attention is not implemented yet");
   rope_.inv_freq = rope_inv_freq;
   rope_.attention_scaling = rope_attention_scaling;
   rope_.interleaved = config_.rope_interleaved;  // GLM-4
