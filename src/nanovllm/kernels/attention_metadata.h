@@ -26,6 +26,11 @@ struct AttentionMetadata {
   // short, even contexts (sparse decode's virtual batch of S x Hk items of <= budget keys), where a second,
   // partial wave of short CTAs costs as much as the first (H200, 64 items x 2048 keys: 2.2 waves at 42 us, one at 39 us).
   bool decode_single_wave = false;
+  // Dual Chunk Attention's length scaling (kernels/dual_chunk_ops.h): [num_tokens] i32, the sequence length
+  // whose factor token t's query and key carry: its prompt's length for a prompt token, position + 1 for a
+  // generated one (vLLM scales prefill by the whole prompt's length, a decode step by the length so far).
+  // Read only by the DCA ops of a model whose DCA scales logits; may be undefined otherwise.
+  TensorView dca_scale_lens;
 };
 
 }  // namespace nanovllm

@@ -61,6 +61,15 @@ ModelConfig LLMEngine::prepare(EngineConfig& config) {
   }
   // The model's own limits on the split first (they name heads / sizes), then the config's checks.
   validate_tensor_parallel(model_config, config.parallel.tensor_parallel_size);
+  // Dual Chunk Attention (docs/dual_chunk_attention.md) runs on every path but the sparse policies'; a checkpoint
+  // that asks for it never runs plain attention instead.
+  if (model_config.dual_chunk_attention.enabled()) {
+    NANOVLLM_CHECK(config.sparse.policy == SparsePolicy::kFull, "--sparse-policy ", sparse_policy_name(config.sparse.policy),
+                   ": sparse decode does not run with Dual Chunk Attention (the model's dual_chunk_attention_config)");
+    NANOVLLM_CHECK(!config.sparse_prefill.enabled(), "--sparse-prefill-policy ",
+                   sparse_prefill_policy_name(config.sparse_prefill.policy),
+                   ": sparse prefill does not run with Dual Chunk Attention (the model's dual_chunk_attention_config)");
+  }
   config.resolve(model_config.max_model_len());
   return model_config;
 }
@@ -110,6 +119,7 @@ int64_t LLMEngine::add_request(std::vector<int32_t> prompt_token_ids, const Samp
   seq->num_prompt_tokens = static_cast<int64_t>(prompt_token_ids.size());
   seq->token_ids = std::move(prompt_token_ids);
   seq->params = params;
+  seq->cache_salt = static_cast<uint64_t>(model_config_.dual_chunk_attention.prefix_cache_salt(seq->num_prompt_tokens));
   seq->arrival_time = std::chrono::steady_clock::now();
   // Scheduler::add validates lengths; throws before anything is queued.
   if (is_offloaded(seq->num_prompt_tokens, params)) {

@@ -49,6 +49,12 @@ struct DualChunkAttention {
   bool enabled() const { return chunk_size > 0; }
   int64_t chunk_len() const { return chunk_size - local_size; }  // the positions of one chunk a query walks
   bool scales_logits() const { return enabled() && original_max_position_embeddings > 0; }
+  // The prefix-cache salt of a prompt of n tokens (Sequence::cache_salt): n when its keys carry a length factor
+  // other than 1 (n > original_max_position_embeddings), so only prompts of that length share cached blocks; 0
+  // otherwise (the cached K/V depend on the tokens alone).
+  int64_t prefix_cache_salt(int64_t n) const {
+    return scales_logits() && n > original_max_position_embeddings ? n : 0;
+  }
 };
 
 struct ModelConfig {

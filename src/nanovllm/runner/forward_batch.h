@@ -28,6 +28,7 @@ struct ForwardBatch {
   int64_t context_lens = 0;   // [S]
   int64_t sample_rows = 0;    // [num_sampled]
   int64_t block_tables = 0;   // [S, max_blocks_per_seq], -1 padded
+  int64_t dca_scale_lens = 0;  // [T]: AttentionMetadata::dca_scale_lens (prompt length, or position + 1 past it)
 
   // Views of the packed arrays at `base` (data.data() itself, or a device copy of it).
   DecoderInputs views(void* base, Device device) const;
