@@ -177,13 +177,18 @@ TEST_F(DualChunk, TensorParallelMatchesOneRank) {
   expect_same(run(tp, prompts, 12), want, 1e-4f, "tensor parallel 2");
 }
 
-TEST_F(DualChunk, SparsePoliciesAreRefusedByName) {
+TEST_F(DualChunk, CombinationsItDoesNotRunAreRefusedByName) {
   EngineConfig quest = base_;
   quest.sparse.policy = SparsePolicy::kQuest;
   nanovllm::testing::expect_error([&] { LLM llm(quest); }, {"--sparse-policy quest", "Dual Chunk Attention"});
   EngineConfig prefill = base_;
   prefill.sparse_prefill.policy = SparsePrefillPolicy::kMInference;
-  nanovllm::testing::expect_error([&] { LLM llm(prefill); }, {"--sparse-prefill-policy minference", "Dual Chunk Attention"});
+  nanovllm::testing::expect_error([&] { LLM llm(prefill); },
+                                  {"--sparse-prefill-policy minference", "Dual Chunk Attention"});
+  // The CUDA kernels score whole 128-key tiles with one rotation (checked before any GPU is looked for).
+  EngineConfig cuda = base_;
+  cuda.model.backend = Backend::kCuda;
+  nanovllm::testing::expect_error([&] { LLM llm(cuda); }, {"chunk_size - local_size = 48", "multiple of 128"});
 }
 
 }  // namespace

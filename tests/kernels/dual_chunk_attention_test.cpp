@@ -107,7 +107,8 @@ void run(const BatchCase& c, uint32_t seed) {
   int64_t MB = 1, next = 0;
   for (int64_t s = 0; s < S; ++s) {
     const SeqCase& q = c.seqs[static_cast<size_t>(s)];
-    for (int64_t b = 0; b < (q.cached + q.fresh + BS - 1) / BS; ++b) tables[static_cast<size_t>(s)].push_back(ids[static_cast<size_t>(next++)]);
+    for (int64_t b = 0; b < (q.cached + q.fresh + BS - 1) / BS; ++b)
+      tables[static_cast<size_t>(s)].push_back(ids[static_cast<size_t>(next++)]);
     MB = std::max<int64_t>(MB, static_cast<int64_t>(tables[static_cast<size_t>(s)].size()));
   }
   std::vector<int32_t> bt(static_cast<size_t>(S * MB), -1);
@@ -187,7 +188,8 @@ void run(const BatchCase& c, uint32_t seed) {
   // The reference: one softmax over keys 0..p with the query of each key's region.
   auto factor = [&](int64_t n) {
     if (c.dca.original_max_position_embeddings <= 0) return 1.0;
-    return std::max(1.0, 0.1 * std::log(static_cast<double>(n) / static_cast<double>(c.dca.original_max_position_embeddings)) + 1.0);
+    const double orig = static_cast<double>(c.dca.original_max_position_embeddings);
+    return std::max(1.0, 0.1 * std::log(static_cast<double>(n) / orig) + 1.0);
   };
   auto head = [&](int64_t s, int64_t p, int64_t col) {
     const std::vector<double>& r = raw[static_cast<size_t>(s)][static_cast<size_t>(p)];
@@ -232,8 +234,10 @@ void run(const BatchCase& c, uint32_t seed) {
         for (double& l : logits) z += (l = std::exp(l - m));
         for (int64_t d = 0; d < D; ++d) {
           double o = 0;
-          for (int64_t j = 0; j <= p; ++j)
-            o += logits[static_cast<size_t>(j)] * vals[static_cast<size_t>(j)][static_cast<size_t>(g / G)][static_cast<size_t>(d)];
+          for (int64_t j = 0; j <= p; ++j) {
+            const std::vector<double>& v = vals[static_cast<size_t>(j)][static_cast<size_t>(g / G)];
+            o += logits[static_cast<size_t>(j)] * v[static_cast<size_t>(d)];
+          }
           ref.push_back(o / z);
         }
       }
@@ -358,9 +362,9 @@ TEST(DualChunkAttention, BadArgumentsAreNamed) {
   expect_error([&] { ops::dual_chunk_attention(out.v, q3.v, kc.v, vc.v, meta, dca, 1.0f); },
                {"dual_chunk_attention", "[3, T, Hq, D]"});
   HostTensor q(DType::kF32, {3, 1, 2, 8});
-  expect_error([&] { ops::dual_chunk_attention(out.v, q.v, kc.v, vc.v, meta, {.chunk_len = 0, .chunk_size = 6}, 1.0f); },
-               {"dual_chunk_attention", "chunk_len"});
-  expect_error([&] { ops::dual_chunk_attention(out.v, q.v, kc.v, vc.v, meta, {.chunk_len = 7, .chunk_size = 6}, 1.0f); },
+  auto attend = [&](const ops::DualChunkParams& d) { ops::dual_chunk_attention(out.v, q.v, kc.v, vc.v, meta, d, 1.0f); };
+  expect_error([&] { attend({.chunk_len = 0, .chunk_size = 6}); }, {"dual_chunk_attention", "chunk_len"});
+  expect_error([&] { attend({.chunk_len = 7, .chunk_size = 6}); },
                {"dual_chunk_attention", "chunk_size"});
   // Length scaling needs the lengths.
   HostTensor qkv(DType::kF32, {1, 4 * 8}), inv(DType::kF32, {4}), pos = test::i32_tensor({0});

@@ -33,6 +33,11 @@ struct DualChunkParams {
   bool scales() const { return original_max_position_embeddings > 0; }
 };
 
+// CUDA (kernels/cuda/dual_chunk_attention.cu): each key tile is scored with one query rotation, so chunk_len must be a
+// multiple of the largest key tile; the kernels are built for these head dims (bf16).
+constexpr int64_t kCudaDualChunkLenMultiple = 128;
+inline bool cuda_dual_chunk_head_dim(int64_t head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
+
 // The factor a query or key written for a sequence of n tokens carries: vLLM's
 // (0.1 * log(n / original_max_position_embeddings) + 1).clip(min=1) (DualChunkFlashAttentionMetadata), 1 when
 // original_max_position_embeddings is 0.
@@ -58,7 +63,7 @@ void dual_chunk_qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm
 // row t at position p attends cache positions 0..p of its sequence, key j scored with q[0, t] (j in p's chunk),
 // q[1, t] (the previous chunk) or q[2, t] (earlier); scores times `scale`. out [T, Hq, D]; q [3, T, Hq, D] from
 // dual_chunk_qkv_prologue; caches [NB, BS, Hk, D].
-// CUDA: chunk_len must be a multiple of 128 (key tiles never straddle a chunk; DualChunkParams checks say so).
+// CUDA: chunk_len a multiple of kCudaDualChunkLenMultiple, head_dim cuda_dual_chunk_head_dim.
 void dual_chunk_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
                           const AttentionMetadata& meta, const DualChunkParams& dca, float scale, Stream s = {});
 
