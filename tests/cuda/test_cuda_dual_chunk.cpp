@@ -12,7 +12,7 @@
 // - the engine: a tiny DCA model resident (decode graphs and eager) and offloaded gives the same tokens, and the
 //   CPU backend's on the first tokens.
 // Tolerances as tests/cuda/test_cuda_attention.cpp: bf16 outputs of fp32 math, atol 1e-2 + rtol 5e-3 per element.
-// Benchmarks (DISABLED_, run by scripts/bench/dca_bench.sh): DCA vs plain prefill at 128K and decode at 128K-1M.
+// Benchmarks (DISABLED_, run by scripts/bench/dca_device.sh): DCA vs plain prefill at 128K and decode at 128K-1M.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
