@@ -103,5 +103,25 @@ TEST(ForwardBatch, PaddedDecodeHasFixedLayoutAndHarmlessPadding) {
   EXPECT_EQ(fb2.sample_rows, fb.sample_rows);
 }
 
+TEST(ForwardBatch, DualChunkScaleLengths) {
+  // The length whose Dual Chunk Attention factor a token carries: the prompt's for prompt tokens (every chunk
+  // of it), position + 1 for generated ones, also when a preempted sequence recomputes them.
+  Sequence decode = make_seq(0, 9, 8, {7, 3, 5});
+  decode.num_prompt_tokens = 6;  // tokens 6, 7, 8 were generated
+  Sequence chunk = make_seq(1, 12, 4, {2, 8, 6});  // a middle chunk (4..8) of a 12-token prompt
+  Sequence recompute = make_seq(2, 7, 0, {1, 4});
+  recompute.num_prompt_tokens = 5;  // preempted after generating tokens 5 and 6
+  SchedulerOutput out;
+  out.seqs = {{&decode, 1, true}, {&chunk, 5, false}, {&recompute, 7, true}};
+  ForwardBatch fb = build_forward_batch(out, /*block_size=*/4);
+  EXPECT_EQ(view_ints(fb.views(fb.data.data(), Device::cpu()).attn.dca_scale_lens),
+            (std::vector<int32_t>{9, 12, 12, 12, 12, 12, 5, 5, 5, 5, 5, 6, 7}));
+
+  SchedulerOutput dec;
+  dec.seqs = {{&decode, 1, true}};
+  fb = build_padded_decode_batch(dec, 4, /*padded_seqs=*/3, /*table_stride=*/4, /*max_context_len=*/16);
+  EXPECT_EQ(view_ints(fb.views(fb.data.data(), Device::cpu()).attn.dca_scale_lens), (std::vector<int32_t>{9, 1, 1}));
+}
+
 }  // namespace
 }  // namespace nanovllm

@@ -31,8 +31,10 @@ void Sequence::extend_block_hashes() {
   const std::span<const int32_t> toks = tokens();
   const int64_t known = num_tokens() - (!toks.empty() && toks.back() == kPendingToken ? 1 : 0);
   for (int64_t i = static_cast<int64_t>(block_hashes_.size()); (i + 1) * block_hash_size_ <= known; ++i) {
-    const uint64_t prev = i > 0 ? block_hashes_.back() : 0;
-    block_hashes_.push_back(hash_block(prev, i > 0, toks.data() + i * block_hash_size_, block_hash_size_));
+    // A salt stands in for a previous block's hash before the first block.
+    const uint64_t prev = i > 0 ? block_hashes_.back() : cache_salt;
+    const bool has_prev = i > 0 || cache_salt != 0;
+    block_hashes_.push_back(hash_block(prev, has_prev, toks.data() + i * block_hash_size_, block_hash_size_));
   }
 }
 

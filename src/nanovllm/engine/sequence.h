@@ -36,6 +36,10 @@ struct Sequence {
   int64_t num_computed_tokens = 0;      // tokens whose K/V are in the cache
   int64_t num_cached_tokens = 0;        // of the prompt, served by the prefix cache at admission
   std::vector<int32_t> block_table;     // physical KV block ids, in order
+  // Mixed into the prefix-cache hash chain when nonzero (h_0 = XXH64(salt ‖ tokens_0), block_hash.h): for
+  // requests whose cached K/V depend on more than their tokens. Dual Chunk Attention with logit scaling sets it
+  // to the prompt length past original_max_position_embeddings (its keys carry that length's factor).
+  uint64_t cache_salt = 0;
   SequenceStatus status = SequenceStatus::kWaiting;
   FinishReason finish_reason = FinishReason::kNone;
   SamplingParams params;
@@ -66,7 +70,7 @@ struct Sequence {
   // names tokens [0, (i + 1) * block_hash_size()), a block and all before it. Each block is hashed once:
   // Scheduler::add starts the chain over the prompt, Scheduler::resolve extends it as generated tokens
   // fill blocks, and the block manager only reads it (admission checks, commits). Preemption by
-  // recompute keeps the tokens, so it keeps the chain. Empty when prefix caching is off.
+  // recompute keeps the tokens, so it keeps the chain. Empty when prefix caching is off. Salted by cache_salt.
   const std::vector<uint64_t>& block_hashes() const { return block_hashes_; }
   int64_t block_hash_size() const { return block_hash_size_; }  // tokens per hashed block; 0: no chain
   // Starts the chain over for blocks of `block_size` tokens (0: none) and hashes the full blocks.

@@ -7,6 +7,7 @@
 
 #include "nanovllm/core/logging.h"
 #include "nanovllm/engine/scheduler.h"
+#include "nanovllm/kernels/dual_chunk_ops.h"
 #include "nanovllm/llm/structured_output.h"
 #include "nanovllm/model/tensor_parallel_plan.h"
 #include "nanovllm/runner/tensor_parallel_worker.h"
@@ -50,6 +51,26 @@ EngineConfig offload_lane_config(const EngineConfig& config) {
   return lane;
 }
 
+// Dual Chunk Attention (docs/dual_chunk_attention.md) runs on every path but the sparse policies'; a checkpoint
+// that asks for it never runs plain attention instead. On CUDA its kernels need a chunk of whole 128-key tiles
+// (unless no context can leave the first chunk) and head_dim 64 / 128 / 256.
+void check_dual_chunk_attention(const ModelConfig& model, const EngineConfig& config) {
+  const DualChunkAttention& dca = model.dual_chunk_attention;
+  if (!dca.enabled()) return;
+  const char* field = "(the model's dual_chunk_attention_config)";
+  NANOVLLM_CHECK(config.sparse.policy == SparsePolicy::kFull, "--sparse-policy ", sparse_policy_name(config.sparse.policy),
+                 ": sparse decode does not run with Dual Chunk Attention ", field);
+  NANOVLLM_CHECK(!config.sparse_prefill.enabled(), "--sparse-prefill-policy ",
+                 sparse_prefill_policy_name(config.sparse_prefill.policy),
+                 ": sparse prefill does not run with Dual Chunk Attention ", field);
+  if (config.model.backend != Backend::kCuda || config.model.max_model_len <= dca.chunk_len()) return;
+  NANOVLLM_CHECK(dca.chunk_len() % ops::kCudaDualChunkLenMultiple == 0, "dual_chunk_attention_config: chunk_size - "
+                 "local_size = ", dca.chunk_len(), " must be a multiple of ", ops::kCudaDualChunkLenMultiple,
+                 " on the cuda backend (or --max-model-len at most ", dca.chunk_len(), ")");
+  NANOVLLM_CHECK(ops::cuda_dual_chunk_head_dim(model.head_dim), "Dual Chunk Attention on the cuda backend needs "
+                 "head_dim 64, 128 or 256 (the model has ", model.head_dim, ")");
+}
+
 }  // namespace
 
 ModelConfig LLMEngine::prepare(EngineConfig& config) {
@@ -63,6 +84,7 @@ ModelConfig LLMEngine::prepare(EngineConfig& config) {
   // The model's own limits on the split first (they name heads / sizes), then the config's checks.
   validate_tensor_parallel(model_config, config.parallel.tensor_parallel_size);
   config.resolve(model_config.max_model_len());
+  check_dual_chunk_attention(model_config, config);
   return model_config;
 }
 
@@ -125,6 +147,7 @@ int64_t LLMEngine::add_request(std::shared_ptr<const std::vector<int32_t>> promp
 int64_t LLMEngine::add_sequence(std::unique_ptr<Sequence> seq, const SamplingParams& params) {
   seq->seq_id = next_request_id_;
   seq->params = params;
+  seq->cache_salt = static_cast<uint64_t>(model_config_.dual_chunk_attention.prefix_cache_salt(seq->num_prompt_tokens));
   if (params.structured_outputs) seq->constraint = structured_outputs().make_constraint(*params.structured_outputs);
   seq->arrival_time = std::chrono::steady_clock::now();
   // Scheduler::add validates lengths; throws before anything is queued.

@@ -195,6 +195,57 @@ void parse_rope(const json& j, const std::string& origin, ModelConfig& c) {
   }
 }
 
+// `dual_chunk_attention_config`, read as vLLM reads it (DualChunkFlashAttentionImpl.__init__,
+// DualChunkFlashAttentionMetadataBuilder.build; docs/dual_chunk_attention.md): chunk_size (default 8192),
+// local_size (default 1024), original_max_position_embeddings (default 0: no logit scaling). vLLM's sparse
+// variant (sparse_attention_config / sparse_attention_enabled) is not implemented and is refused; its
+// sparse_attention_threshold and sparse_attention_last_q mean nothing without it and are only type-checked.
+// Any other field is refused by name.
+void parse_dual_chunk(const json& j, const std::string& origin, ModelConfig& c) {
+  const char* key = "dual_chunk_attention_config";
+  const json& d = j.at(key);
+  NANOVLLM_CHECK(d.is_object(), origin, ": field '", key, "' must be an object or null (got ", d.dump(), ")");
+  const std::string where = origin + ": " + key;
+  const Fields f(d, where);
+  NANOVLLM_CHECK(c.arch == Architecture::kQwen2 || c.arch == Architecture::kQwen3, origin, ": field '", key,
+                 "' is supported for Qwen2ForCausalLM and Qwen3ForCausalLM only (this is ", c.architecture_name, ")");
+  // vLLM's get_rope builds DualChunkRotaryEmbedding from rope_theta alone and drops any rope scaling; rather
+  // than drop it silently, such a config is refused.
+  NANOVLLM_CHECK(c.rope_scaling.type == RopeScaling::Type::kNone, origin, ": field '", key,
+                 "' together with a rope scaling (rope_scaling / rope_parameters) is not supported");
+
+  for (const auto& [name, value] : d.items()) {
+    const bool known = name == "chunk_size" || name == "local_size" || name == "original_max_position_embeddings" ||
+                       name == "sparse_attention_config" || name == "sparse_attention_enabled" ||
+                       name == "sparse_attention_threshold" || name == "sparse_attention_last_q";
+    NANOVLLM_CHECK(known, where, ": unknown field '", name,
+                   "' (supported: chunk_size, local_size, original_max_position_embeddings)");
+  }
+  NANOVLLM_CHECK(!f.has("sparse_attention_config"), where,
+                 ": field 'sparse_attention_config' (vLLM's sparse Dual Chunk Attention) is not supported; "
+                 "remove it to run exact Dual Chunk Attention");
+  NANOVLLM_CHECK(!f.bool_or("sparse_attention_enabled", false), where,
+                 ": field 'sparse_attention_enabled' = true (vLLM's sparse Dual Chunk Attention) is not supported");
+  (void)f.positive_int_or("sparse_attention_threshold", 1);
+  (void)f.positive_int_or("sparse_attention_last_q", 1);
+  auto non_negative = [&](const char* name, int64_t fallback) {
+    if (!f.has(name)) return fallback;
+    const json& v = d.at(name);
+    NANOVLLM_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0, where, ": field '", name,
+                   "' must be a non-negative integer (got ", v.dump(), ")");
+    return v.get<int64_t>();
+  };
+  DualChunkAttention& dca = c.dual_chunk_attention;
+  dca.chunk_size = f.positive_int_or("chunk_size", 8192);
+  dca.local_size = non_negative("local_size", 1024);
+  dca.original_max_position_embeddings = non_negative("original_max_position_embeddings", 0);
+  NANOVLLM_CHECK(dca.local_size < dca.chunk_size, where, ": field 'local_size' (", dca.local_size,
+                 ") must be smaller than 'chunk_size' (", dca.chunk_size, ")");
+  // Positions are int32 on the device; the successive-chunk rotation reaches chunk_len + chunk_len - 1.
+  NANOVLLM_CHECK(dca.chunk_size <= (int64_t{1} << 30), where, ": field 'chunk_size' (", dca.chunk_size,
+                 ") must be at most 2^30");
+}
+
 // The fields every architecture reads the same way: dtype, eos / bos / pad ids.
 void parse_dtype_and_ids(const Fields& f, ModelConfig& c) {
   // Newer transformers write `dtype`, older `torch_dtype`.
@@ -266,6 +317,8 @@ void parse_chatglm(const json& j, const std::string& origin, ModelConfig& c) {
                  ": field 'apply_residual_connection_post_layernorm' = true is not supported");
   NANOVLLM_CHECK(f.bool_or("original_rope", true), origin, ": field 'original_rope' = false is not supported");
   NANOVLLM_CHECK(!f.has("rope_scaling"), origin, ": field 'rope_scaling' is not supported for ChatGLM");
+  NANOVLLM_CHECK(!f.has("dual_chunk_attention_config"), origin,
+                 ": field 'dual_chunk_attention_config' is not supported for ChatGLM");
   parse_dtype_and_ids(f, c);
 }
 
@@ -438,6 +491,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   }
   c.tie_word_embeddings = f.bool_or("tie_word_embeddings", false);
   parse_dtype_and_ids(f, c);
+  if (f.has("dual_chunk_attention_config")) parse_dual_chunk(j, origin, c);
   return c;
 }
 
@@ -459,6 +513,11 @@ ModelConfig ModelConfig::from_model_dir(const std::filesystem::path& dir) {
     if (c.bos_token_id < 0 && bos.size() == 1) c.bos_token_id = bos[0];
     (void)f.token_ids("pad_token_id");  // unused, but a broken value is reported like the others
   }
+  // vLLM merges this file into dual_chunk_attention_config and then runs its sparse (vertical-slash) Dual Chunk
+  // Attention for prompts over sparse_attention_threshold tokens; here the exact (dense) one runs.
+  if (c.dual_chunk_attention.enabled() && std::filesystem::is_regular_file(dir / "sparse_attention_config.json"))
+    NANOVLLM_WARN(dir.string(), ": sparse_attention_config.json is not used: Dual Chunk Attention runs exact (dense) "
+                  "attention, where vLLM runs its sparse approximation for long prompts");
   // An EOS id inside [vocab_size, 2^24) can never be sampled; HF accepts such configs (small test models
   // keep the real model's special ids), so only warn.
   for (int64_t id : c.eos_token_ids)

@@ -16,7 +16,8 @@ void lay_out(ForwardBatch& b, bool per_seq_cu) {
   b.context_lens = b.cu_seqlens_q + n + 1;
   b.sample_rows = b.context_lens + n;
   b.block_tables = b.sample_rows + b.num_sampled;
-  const int64_t end = b.block_tables + n * b.max_blocks_per_seq;
+  b.dca_scale_lens = b.block_tables + n * b.max_blocks_per_seq;
+  const int64_t end = b.dca_scale_lens + t;
   b.seq_cu_seqlens_q = per_seq_cu ? end : -1;
   b.data.assign(static_cast<size_t>(end + (per_seq_cu ? 2 * n : 0)), -1);
 }
@@ -40,6 +41,9 @@ void fill(ForwardBatch& b, const SchedulerOutput& out, int64_t block_size) {
       d[b.positions + row] = static_cast<int32_t>(pos);
       d[b.slot_mapping + row] =
           static_cast<int32_t>(seq.block_table[static_cast<size_t>(pos / block_size)] * block_size + pos % block_size);
+      // Dual Chunk Attention scales a prompt token by the whole prompt's length (every chunk of a chunked
+      // prefill alike, and again when a preempted sequence recomputes) and a generated one by the length so far.
+      d[b.dca_scale_lens + row] = static_cast<int32_t>(pos < seq.num_prompt_tokens ? seq.num_prompt_tokens : pos + 1);
     }
     d[b.cu_seqlens_q + i + 1] = static_cast<int32_t>(row);
     if (b.seq_cu_seqlens_q >= 0) {
@@ -100,6 +104,7 @@ ForwardBatch build_padded_decode_batch(const SchedulerOutput& out, int64_t block
     d[b.context_lens + i] = 1;
     d[b.sample_rows + i] = static_cast<int32_t>(i);
     d[b.block_tables + i * table_stride] = pad_block;
+    d[b.dca_scale_lens + i] = 1;
   }
   return b;
 }
@@ -122,6 +127,7 @@ DecoderInputs ForwardBatch::views(void* base, Device device, const int32_t* host
   a.context_lens = view(context_lens, {num_seqs});
   a.block_tables = view(block_tables, {num_seqs, max_blocks_per_seq});
   a.slot_mapping = view(slot_mapping, {num_tokens});
+  a.dca_scale_lens = view(dca_scale_lens, {num_tokens});
   if (seq_cu_seqlens_q >= 0) a.seq_cu_seqlens_q = view(seq_cu_seqlens_q, {num_seqs, 2});
   if (host == nullptr && device.is_cpu()) host = p;
   if (host != nullptr) {

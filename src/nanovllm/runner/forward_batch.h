@@ -28,6 +28,7 @@ struct ForwardBatch {
   int64_t context_lens = 0;   // [S]
   int64_t sample_rows = 0;    // [num_sampled]
   int64_t block_tables = 0;   // [S, max_blocks_per_seq], -1 padded
+  int64_t dca_scale_lens = 0;  // [T]: AttentionMetadata::dca_scale_lens (prompt length, or position + 1 past it)
   // [S, 2]: {0, query length of seq s} (AttentionMetadata::seq_cu_seqlens_q); -1: not packed (padded decode
   // batches: no policy splits a decode step, and the graphs' inputs stay as small as they were).
   int64_t seq_cu_seqlens_q = -1;
