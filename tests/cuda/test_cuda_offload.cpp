@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -288,8 +289,8 @@ TEST(CudaOffload, SparsePrefillCoversEveryPromptOfABatchedStep) {
       ec.sparse_prefill.block_size = minference ? 16 : 128;
       LLM llm(ec);
       const std::vector<RequestOutput> got = llm.generate(prompts, greedy(16));
-      const SparsePrefillCounters* c = llm.engine().runner().sparse_prefill_counters();
-      ASSERT_NE(c, nullptr) << what;
+      const std::optional<SparsePrefillCounters> c = llm.engine().runner_stats().sparse_prefill;
+      ASSERT_TRUE(c.has_value()) << what;
       EXPECT_EQ(c->sparse_layer_chunks, 4 * 2) << what << ": 4 layers x the two long prompts";
       if (full) {
         EXPECT_EQ(c->attended_blocks, c->causal_blocks) << what;

@@ -179,7 +179,7 @@ TEST_F(DualChunk, TensorParallelMatchesOneRank) {
 
 TEST_F(DualChunk, CombinationsItDoesNotRunAreRefusedByName) {
   EngineConfig quest = base_;
-  quest.sparse.policy = SparsePolicy::kQuest;
+  quest.sparse.policy = "quest";
   nanovllm::testing::expect_error([&] { LLM llm(quest); }, {"--sparse-policy quest", "Dual Chunk Attention"});
   EngineConfig prefill = base_;
   prefill.sparse_prefill.policy = SparsePrefillPolicy::kMInference;

@@ -28,8 +28,7 @@
 #include "eval/tasks.h"
 #include "eval_test_util.h"
 #include "nanovllm/llm/llm_engine.h"
-#include "nanovllm/runner/offload_runner.h"
-#include "nanovllm/sparse/quest_attention.h"
+#include "nanovllm/sparse/decode_policy.h"
 #include "nanovllm/sparse/sparse_prefill_attention.h"
 
 namespace nanovllm::eval {
@@ -117,7 +116,7 @@ EngineConfig config_for(const Cell& c) {
     ec.offload.max_num_seqs = c.path == Path::kOffloadTwoLanes ? 2 : 1;
   }
   if (c.quest) {
-    ec.sparse.policy = SparsePolicy::kQuest;
+    ec.sparse.policy = "quest";
     ec.sparse.budget_tokens = c.covering ? kSparse.covering_quest_budget : kSparse.quest_budget;
   }
   SparsePrefillConfig& sp = ec.sparse_prefill;
@@ -146,7 +145,7 @@ struct CellRun {
   std::vector<SampleResult> results;
   SparsePrefillCounters prefill;
   bool has_prefill = false;
-  QuestCounters quest;
+  SparseDecodeCounters quest;
   OffloadStats offload;
 };
 
@@ -171,15 +170,16 @@ CellRun run(const Cell& c) {
   LLMEngine engine(config_for(c));
   CellRun r;
   r.results = run_samples(engine, prompts(), {}, kLogprobs);
-  if (const SparsePrefillCounters* p = engine.runner().sparse_prefill_counters()) {
-    r.prefill = *p;
+  const RunnerStats stats = engine.runner_stats();
+  if (stats.sparse_prefill) {
+    r.prefill = *stats.sparse_prefill;
     r.has_prefill = true;
   }
-  if (OffloadRunner* off = engine.runner().offload()) {
-    r.offload = off->stats();
-    if (off->sparse() != nullptr) r.quest = off->sparse()->quest_counters();
-  } else if (const QuestCounters* q = engine.runner().sparse_counters()) {
-    r.quest = *q;
+  if (stats.offload) {
+    r.offload = stats.offload->steps;
+    if (stats.offload->sparse_decode) r.quest = *stats.offload->sparse_decode;
+  } else if (stats.sparse_decode) {
+    r.quest = *stats.sparse_decode;
   }
   std::cout << describe(c) << ": " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
             << " s\n";

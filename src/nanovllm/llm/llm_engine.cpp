@@ -58,7 +58,7 @@ void check_dual_chunk_attention(const ModelConfig& model, const EngineConfig& co
   const DualChunkAttention& dca = model.dual_chunk_attention;
   if (!dca.enabled()) return;
   const char* field = "(the model's dual_chunk_attention_config)";
-  NANOVLLM_CHECK(config.sparse.policy == SparsePolicy::kFull, "--sparse-policy ", sparse_policy_name(config.sparse.policy),
+  NANOVLLM_CHECK(!config.sparse.enabled(), "--sparse-policy ", config.sparse.policy,
                  ": sparse decode does not run with Dual Chunk Attention ", field);
   NANOVLLM_CHECK(!config.sparse_prefill.enabled(), "--sparse-prefill-policy ",
                  sparse_prefill_policy_name(config.sparse_prefill.policy),

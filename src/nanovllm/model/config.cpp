@@ -226,8 +226,8 @@ void parse_dual_chunk(const json& j, const std::string& origin, ModelConfig& c) 
                  "remove it to run exact Dual Chunk Attention");
   NANOVLLM_CHECK(!f.bool_or("sparse_attention_enabled", false), where,
                  ": field 'sparse_attention_enabled' = true (vLLM's sparse Dual Chunk Attention) is not supported");
-  (void)f.positive_int_or("sparse_attention_threshold", 1);
-  (void)f.positive_int_or("sparse_attention_last_q", 1);
+  (void)f.positive_int_or("sparse_attention_threshold", 1, kMaxPositions);
+  (void)f.positive_int_or("sparse_attention_last_q", 1, kMaxPositions);
   auto non_negative = [&](const char* name, int64_t fallback) {
     if (!f.has(name)) return fallback;
     const json& v = d.at(name);
@@ -236,14 +236,12 @@ void parse_dual_chunk(const json& j, const std::string& origin, ModelConfig& c) 
     return v.get<int64_t>();
   };
   DualChunkAttention& dca = c.dual_chunk_attention;
-  dca.chunk_size = f.positive_int_or("chunk_size", 8192);
+  // Positions are int32 on the device; the successive-chunk rotation reaches chunk_len + chunk_len - 1.
+  dca.chunk_size = f.positive_int_or("chunk_size", 8192, int64_t{1} << 30);
   dca.local_size = non_negative("local_size", 1024);
   dca.original_max_position_embeddings = non_negative("original_max_position_embeddings", 0);
   NANOVLLM_CHECK(dca.local_size < dca.chunk_size, where, ": field 'local_size' (", dca.local_size,
                  ") must be smaller than 'chunk_size' (", dca.chunk_size, ")");
-  // Positions are int32 on the device; the successive-chunk rotation reaches chunk_len + chunk_len - 1.
-  NANOVLLM_CHECK(dca.chunk_size <= (int64_t{1} << 30), where, ": field 'chunk_size' (", dca.chunk_size,
-                 ") must be at most 2^30");
 }
 
 // The fields every architecture reads the same way: dtype, eos / bos / pad ids.
