@@ -33,12 +33,12 @@ struct AttentionMetadata {
   // the cu_seqlens_q of sequence s attended on its own.
   const int32_t* host_cu_seqlens_q = nullptr;  // [num_seqs + 1]
   const int32_t* host_context_lens = nullptr;  // [num_seqs]
-  TensorView seq_cu_seqlens_q{};
+  TensorView seq_cu_seqlens_q;
   // Dual Chunk Attention's length scaling (kernels/dual_chunk_ops.h): [num_tokens] i32, the sequence length
   // whose factor token t's query and key carry: its prompt's length for a prompt token, position + 1 for a
   // generated one (vLLM scales prefill by the whole prompt's length, a decode step by the length so far).
   // Read only by the DCA ops of a model whose DCA scales logits; may be undefined otherwise.
-  TensorView dca_scale_lens{};
+  TensorView dca_scale_lens;
 };
 
 }  // namespace nanovllm
