@@ -266,8 +266,9 @@ TEST(CudaOffload, SparsePrefillFullThresholdGivesTheDenseTokens) {
 TEST(CudaOffload, SparsePrefillCoversEveryPromptOfABatchedStep) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   EngineConfig plain = tiny_config(8192);
-  plain.scheduler.max_num_batched_tokens = 4096;  // the three prompts whole in the first step
-  const std::vector<std::vector<int32_t>> prompts = {random_prompt(1500, 512, 31), random_prompt(1300, 512, 32),
+  plain.scheduler.max_num_batched_tokens = 8192;  // the three prompts whole in the first step
+  // Long enough (27 and 24 blocks of 128) that a threshold of 0.5 leaves blocks out for every policy.
+  const std::vector<std::vector<int32_t>> prompts = {random_prompt(3500, 512, 31), random_prompt(3001, 512, 32),
                                                      random_prompt(600, 512, 33)};
   std::vector<RequestOutput> reference;
   {

@@ -14,6 +14,8 @@ step() {  # step NAME SECONDS CMD...: log to $OUT/NAME.log
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   echo "== $name: rc=$? $((SECONDS - t0)) s"; tail -n 14 "$OUT/$name.log"
 }
+step golden 60 bash -c "python3 scripts/hf_moe_golden.py --out /tmp/golden && tar -cJf $OUT/golden.tar.xz -C /tmp golden"
+step tests_fixed 120 $B/test_cuda --gtest_filter='CudaStructuredOutputs.*:CudaOffload.SparsePrefillCoversEveryPromptOfABatchedStep'
 M=/tmp/q30a3b-24l
 step moe_model 120 $B/nanovllm make-test-model --out $M --preset qwen3-30b-a3b --seed 1 --config-override '{"num_hidden_layers": 24}'
 step moe_latency 120 $B/nanovllm bench latency --model $M --context 1024 --decode-tokens 64 --prefill 1024,8192 --json-out "$OUT/moe_latency.json"
