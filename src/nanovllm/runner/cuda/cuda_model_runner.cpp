@@ -63,10 +63,10 @@ void CudaModelRunner::init(const ModelConfig& config, int64_t tp_size, bool capt
   ws_ = Decoder::make_workspace(config, DType::kBF16, workspace_.data(), Device::cuda(device_),
                                 ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs, nullptr, tp_size);
 
-  // Packed step inputs: ids, positions, slots [T each], cu_seqlens, context lens, sample rows, tables, and (eager
-  // steps) per-sequence cu_seqlens [S, 2].
+  // Packed step inputs (ForwardBatch): ids, positions, slots, DCA scale lengths [T each], cu_seqlens [S + 1],
+  // context lens, sample rows [S each], tables [S, max blocks], and (eager steps) per-sequence cu_seqlens [S, 2].
   const int64_t max_blocks_per_seq = ec.blocks_per_max_len_seq();
-  max_batch_ints_ = 3 * ec.scheduler.max_num_batched_tokens + 5 * ec.scheduler.max_num_seqs + 1 +
+  max_batch_ints_ = 4 * ec.scheduler.max_num_batched_tokens + 5 * ec.scheduler.max_num_seqs + 1 +
                     ec.scheduler.max_num_seqs * max_blocks_per_seq;
   for (size_t i = 0; i < batch_host_.size(); ++i) {
     batch_host_[i] = Buffer(pinned_host_allocator(), static_cast<size_t>(max_batch_ints_) * 4);
