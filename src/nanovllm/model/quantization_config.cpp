@@ -2,6 +2,7 @@
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/core/logging.h"
+#include "nanovllm/kernels/fp8_block.h"
 
 namespace nanovllm {
 namespace {

@@ -12,8 +12,6 @@
 
 namespace nanovllm {
 
-inline constexpr int64_t kFp8BlockSize = 128;  // rows and columns of one scale block
-
 struct QuantizationConfig {
   enum class Method { kNone, kFp8Block };
   Method method = Method::kNone;
