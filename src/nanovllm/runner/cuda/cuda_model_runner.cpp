@@ -16,6 +16,7 @@
 #include "nanovllm/offload/cuda/cuda_offload_device.h"
 #include "nanovllm/runner/cuda/nvtx_range.h"
 #include "nanovllm/runner/forward_batch.h"
+#include "nanovllm/runner/weight_quantization.h"
 
 namespace nanovllm {
 
@@ -136,6 +137,7 @@ void CudaModelRunner::load_model(const std::filesystem::path& model_dir, const M
   const auto t0 = std::chrono::steady_clock::now();
   WeightLoadOptions opt;
   opt.dtype = DType::kBF16;
+  set_weight_quantization(opt, ec_.model, /*fp8_kernels=*/false);
   if (tp.plan.size > 1) opt.shard = &tp.plan;  // only this rank's slices
   opt.allocator = &cuda_allocator(device_);
   size_t uploaded = 0;
