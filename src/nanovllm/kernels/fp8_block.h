@@ -12,6 +12,9 @@
 namespace nanovllm {
 
 inline constexpr int64_t kFp8BlockSize = 128;  // rows and columns of one scale block
+// ops::linear_fp8 on CUDA streams the weights against bf16 activations up to this many rows; more rows
+// quantize the activations and run on fp8 tensor cores (kernels/cuda/fp8_linear.cu).
+inline constexpr int64_t kFp8GemvMaxTokens = 4;
 
 inline int64_t fp8_blocks(int64_t n) { return (n + kFp8BlockSize - 1) / kFp8BlockSize; }
 // [ceil(R / 128), ceil(C / 128)] for a 2-D weight shape.
