@@ -100,6 +100,16 @@ TEST_F(Fp8Engine, QuantizationFp8OnTheBf16CheckpointRunsAsTheFp8Checkpoint) {
   EXPECT_GT(moved, 1e-3);
 }
 
+TEST_F(Fp8Engine, MoeExpertsInFp8RunAsTheirDequantizedWeights) {
+  nlohmann::json moe = test_model_config("qwen3-moe-tiny");
+  moe["quantization_config"] = fp8_quantization_config();  // every expert's gate / up / down too; the router bf16
+  write_test_model(root_ / "moe_fp8", moe, 22);
+  testing::write_dequantized_checkpoint(root_ / "moe_fp8", root_ / "moe_dequantized");
+  const double diff = max_logprob_diff(run(root_ / "moe_fp8"), run(root_ / "moe_dequantized"));
+  std::printf("MoE fp8 checkpoint vs its dequantized f32 checkpoint: max |logprob diff| %.3g\n", diff);
+  EXPECT_LE(diff, 1e-6);
+}
+
 TEST_F(Fp8Engine, TensorParallelRanksRunTheFp8CheckpointAlike) {
   const double diff = max_logprob_diff(run(root_ / "fp8", "auto", 2), run(root_ / "fp8"));
   std::printf("fp8 checkpoint, 2 ranks vs 1: max |logprob diff| %.3g\n", diff);
