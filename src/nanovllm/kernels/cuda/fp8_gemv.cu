@@ -12,7 +12,7 @@
 //   * Each lane's 16 columns lie in one 128-column block: it sums them for every token in fp32, then adds the
 //     sum times 2^120 times the block's scale to its accumulator.
 //   * x (T K bf16, a few KB) is read through L1; W bypasses it. Tokens past T reread row T - 1 and are not
-//     stored.
+//     stored. Before waiting for its predecessor (PDL), each warp asks L2 for its first step of weights.
 #include <cuda_bf16.h>
 
 #include "nanovllm/core/error.h"
@@ -67,6 +67,10 @@ fp8_gemv_kernel(void* __restrict__ out, bool out_f32, const uint16_t* __restrict
   const float* scale_row = w_scale + int64_t{n0 / 128} * k_blocks;
   const uint8_t* w_rows = w + int64_t{n0} * K;
 
+  if (lane < kRows && slice * kStepCols < K) {  // PDL prologue: the warp's first step of each row into L2
+    const int k0 = slice * kStepCols;
+    prefetch_l2_bulk(w_rows + int64_t{lane} * K + k0, static_cast<unsigned>(min(kStepCols, K - k0)));
+  }
   pdl_wait();  // x is the preceding kernel's output
   pdl_trigger();
 
