@@ -6,10 +6,13 @@
     print(outputs[0].text)          # or outputs[0]["text"], as nano-vLLM's dicts
 """
 
-from ._core import Error, RequestOutput, SamplingParams, StreamOutput, Tokenizer
+from ._core import Error, RequestOutput, SamplingParams, StreamOutput, StructuredOutputsParams, Tokenizer
 from .llm import LLM
 
 # transformers.AutoTokenizer.from_pretrained(dir) for the model directories the engine reads.
 AutoTokenizer = Tokenizer
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "StreamOutput", "Tokenizer", "AutoTokenizer", "Error"]
+__all__ = [
+    "LLM", "SamplingParams", "StructuredOutputsParams", "RequestOutput", "StreamOutput", "Tokenizer", "AutoTokenizer",
+    "Error",
+]

@@ -4,6 +4,29 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 class Error(ValueError):
     """What the engine rejects: bad arguments, prompts, configs, model directories (the engine's message)."""
 
+class StructuredOutputsParams:
+    """vLLM's structured outputs: exactly one of json (a JSON Schema, dict or text), regex, choice, grammar
+    (EBNF), json_object. Unsupported schema keywords are errors when the request is added."""
+    json: Optional[str]
+    regex: Optional[str]
+    choice: Optional[list[str]]
+    grammar: Optional[str]
+    json_object: bool
+    def __init__(
+        self,
+        *,
+        json: Union[str, Mapping[str, Any], None] = None,
+        regex: Optional[str] = None,
+        choice: Optional[Sequence[str]] = None,
+        grammar: Optional[str] = None,
+        json_object: bool = False,
+        disable_fallback: Optional[bool] = None,
+        disable_any_whitespace: Optional[bool] = None,
+        disable_additional_properties: Optional[bool] = None,
+        whitespace_pattern: Optional[str] = None,
+        structural_tag: Optional[str] = None,
+    ) -> None: ...
+
 class SamplingParams:
     temperature: float
     top_k: int
@@ -19,6 +42,7 @@ class SamplingParams:
     stop_token_ids: list[int]
     logprobs: int
     logit_bias: dict[int, float]
+    structured_outputs: Optional[StructuredOutputsParams]
     def __init__(
         self,
         *,
@@ -36,6 +60,7 @@ class SamplingParams:
         stop_token_ids: Optional[Sequence[int]] = None,
         logprobs: Optional[int] = None,
         logit_bias: Optional[Mapping[int, float]] = None,
+        structured_outputs: Optional[StructuredOutputsParams] = None,
     ) -> None: ...
 
 class RequestOutput:

@@ -14,6 +14,8 @@
 #                                                                        (0.6B, 4B) and throughput on one workload
 #   scripts/bench/device_bench.sh offload         BIN [4b-yarn|1m]       layer-wise CPU KV offload, 128K or 1M context
 #   scripts/bench/device_bench.sh serve           BIN                    bench serve next to bench throughput
+#   scripts/bench/device_bench.sh structured      BIN                    64 requests under a JSON schema vs none
+#                                                                        (0.6B shape, Qwen3 tokenizer; ~90 s)
 #   scripts/bench/device_bench.sh tokenizer       BIN [CORPUS]           bench tokenizer vs HF tokenizers, 1 thread
 #   scripts/bench/device_bench.sh profile-step    BIN [decode|prefill] [SKIP] [COUNT]  ncu: GPU time per kernel
 #                                                                        of bench throughput steps (0.6B)
@@ -188,6 +190,23 @@ case $MODE in
     mk q06
     throughput_one q06 "$B" "" "${BENCH_ARGS:-}" "$MODELS/q06"
     show 'time split|throughput:|roofline floor'
+    ;;
+
+  structured)
+    # Structured outputs' cost on the GPU: the same 64 x (128 in, 512 out) workload free and under a schema
+    # no random model finishes in 512 tokens (so both produce the same tokens); the masks are computed on
+    # the host while each step's forward runs. Issue 50's target: >= 0.9x the free output tok/s.
+    [ $# -ge 1 ] || usage
+    B=$(need_bin "$1") || exit 2
+    MAKER=$B
+    mk q06-tok
+    for side in free schema; do
+      extra=(--num-seqs 64 --min-input 128 --max-input 128 --min-output 512 --max-output 512)
+      [ $side = schema ] && extra+=(--json-schema "$REPO/scripts/bench/long_answer_schema.json")
+      throughput_one "$side" "$B" "" "${BENCH_ARGS:-}" "$MODELS/q06-tok" "${extra[@]}"
+    done
+    run "grammar host costs" "$B" bench grammar --model "$MODELS/q06-tok"
+    show 'throughput:|compile|mask per token'
     ;;
 
   ab-latency | ab-throughput)

@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 using LayerTable = std::map<std::string, std::set<std::string>>;
 
-// src/nanovllm, lowest first: each layer may include the ones before it. tokenizer and chat sit beside the
+// src/nanovllm, lowest first: each layer may include the ones before it. tokenizer, chat and grammar sit beside the
 // stack on core alone; llm and server may use them. A new directory must be added here.
 const LayerTable& src_layers() {
   static const LayerTable table = [] {
@@ -30,10 +30,11 @@ const LayerTable& src_layers() {
          {"core", "kernels", "model", "sparse", "engine", "parallel", "offload", "runner", "llm", "server"}) {
       below.insert(layer);
       t[layer] = below;
-      if (std::string(layer) == "runner") below.insert({"tokenizer", "chat"});  // llm and server use them
+      if (std::string(layer) == "runner") below.insert({"tokenizer", "chat", "grammar"});  // llm and server use them
     }
     t["tokenizer"] = {"core", "tokenizer"};
     t["chat"] = {"core", "chat"};
+    t["grammar"] = {"core", "grammar"};
     return t;
   }();
   return table;

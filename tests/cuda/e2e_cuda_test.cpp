@@ -132,6 +132,25 @@ TEST(CudaVsCpu, TiedTinyModelGivesIdenticalGreedyTokens) {
   }
 }
 
+// A step of one sequence that fills the whole token budget packs the most inputs per token (ids, positions, slots and
+// the DCA scale lengths: four ints a token); the staging buffers hold it and the tokens are the CPU backend's.
+TEST(CudaVsCpu, OneSequenceFillingTheTokenBudgetFitsTheStagedInputs) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  EngineConfig ec = tied_tiny_config(Backend::kCuda);
+  ec.scheduler.max_num_seqs = 1;
+  ec.model.max_model_len = 1024;  // few block-table ints to spare
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 3 * 256 + 5; ++i) prompt.push_back((i * 7919 + 13) % 512);  // three whole-budget chunks
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.ignore_eos = true;
+  sp.max_tokens = 8;
+  const auto gpu = LLM(ec).generate({prompt}, sp);
+  ec.model.backend = Backend::kCpu;
+  const auto cpu = LLM(ec).generate({prompt}, sp);
+  EXPECT_EQ(gpu[0].token_ids, cpu[0].token_ids);
+}
+
 // Async scheduling on the GPU (steps launched ahead, input ids fed from the previous step's samples on
 // the device): the same tokens as scheduling after every step, with sequences stopping at stop ids and
 // at different lengths, seeded temperature rows, and logprobs. The step after a stop keeps the stopped

@@ -79,20 +79,35 @@ BatchMeta make_meta(const Batch& b, int64_t BS, int64_t NB, std::mt19937& rng, i
   return m;
 }
 
+// The fields these tests set; the rest keep their defaults.
+AttentionMetadata paged_meta(const BatchMeta& m, TensorView cu, TensorView ctx, TensorView bt, TensorView slots,
+                             int64_t BS) {
+  AttentionMetadata a;
+  a.num_seqs = m.S;
+  a.num_tokens = m.T;
+  a.max_query_len = m.max_q;
+  a.max_context_len = m.max_ctx;
+  a.cu_seqlens_q = cu;
+  a.context_lens = ctx;
+  a.block_tables = bt;
+  a.slot_mapping = slots;
+  a.block_size = BS;
+  a.num_leading_decodes = m.leading_decodes;
+  return a;
+}
+
 struct DeviceMeta {
   DeviceTensor cu, ctx, bt, slots;
   AttentionMetadata meta;
   DeviceMeta(BatchMeta& m, int64_t BS)
       : cu(DType::kI32, {m.S + 1}, m.cu), ctx(DType::kI32, {m.S}, m.ctx), bt(DType::kI32, {m.S, m.max_blocks}, m.bt),
         slots(DType::kI32, {m.T}, m.slots) {
-    meta = AttentionMetadata{m.S, m.T, m.max_q, m.max_ctx, cu.view(), ctx.view(), bt.view(), slots.view(), BS,
-                             m.leading_decodes};
+    meta = paged_meta(m, cu.view(), ctx.view(), bt.view(), slots.view(), BS);
   }
 };
 AttentionMetadata host_meta(BatchMeta& m, int64_t BS) {
-  return AttentionMetadata{m.S, m.T, m.max_q, m.max_ctx, cuda_test::host_view(m.cu, {m.S + 1}),
-                           cuda_test::host_view(m.ctx, {m.S}), cuda_test::host_view(m.bt, {m.S, m.max_blocks}),
-                           cuda_test::host_view(m.slots, {m.T}), BS, m.leading_decodes};
+  return paged_meta(m, cuda_test::host_view(m.cu, {m.S + 1}), cuda_test::host_view(m.ctx, {m.S}),
+                    cuda_test::host_view(m.bt, {m.S, m.max_blocks}), cuda_test::host_view(m.slots, {m.T}), BS);
 }
 
 // `meta_max_ctx` > 0 overrides meta.max_context_len (CUDA graphs size launches for max_model_len);

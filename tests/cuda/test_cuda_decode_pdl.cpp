@@ -361,7 +361,14 @@ struct DecodeLayerStack {
     std::vector<float> inv(D / 2);
     for (int64_t i = 0; i < D / 2; ++i) inv[i] = std::pow(1e6f, -2.0f * i / D);
     invf = std::make_unique<DeviceTensor>(DType::kF32, Shape{D / 2}, inv);
-    meta = AttentionMetadata{1, 1, 1, ctx, cu->view(), cl->view(), bt->view(), slot->view(), BS};
+    meta = AttentionMetadata{};
+    meta.num_seqs = meta.num_tokens = meta.max_query_len = 1;
+    meta.max_context_len = ctx;
+    meta.cu_seqlens_q = cu->view();
+    meta.context_lens = cl->view();
+    meta.block_tables = bt->view();
+    meta.slot_mapping = slot->view();
+    meta.block_size = BS;
     rope = ops::RopeParams{invf->view(), 1.0f};
   }
 

@@ -174,10 +174,23 @@ std::pair<Lists, Lists> run_both(const Chunk& c, Estimate&& estimate, const std:
   return {std::move(cpu), std::move(gpu)};
 }
 
-// AvgPool's softmax over query block i's causal key blocks for query head g, in double (the test's own reference).
+// AvgPool's softmax over query block i's causal key blocks for query head g, in double (the test's own reference); the
+// chunk's last query block: the last query's exact attention summed per key block.
 std::vector<double> avgpool_mass(const Chunk& c, int64_t g, int64_t i) {
   const int64_t h = g / (c.Hq / c.Hk);
   std::vector<double> mq(static_cast<size_t>(c.D), 0.0), s(static_cast<size_t>(i + 1), 0.0);
+  if (i == c.nqb() - 1) {
+    std::vector<double> logit(static_cast<size_t>(c.ctx), 0.0);
+    for (int64_t p = 0; p < c.ctx; ++p) {
+      for (int64_t d = 0; d < c.D; ++d) logit[static_cast<size_t>(p)] += double{c.qf(c.ctx - 1, g, d)} * c.kf(p, h, d);
+      logit[static_cast<size_t>(p)] *= c.scale();
+    }
+    const double m = *std::max_element(logit.begin(), logit.end());
+    double sum = 0;
+    for (double& x : logit) sum += (x = std::exp(x - m));
+    for (int64_t p = 0; p < c.ctx; ++p) s[static_cast<size_t>(p / c.bs)] += logit[static_cast<size_t>(p)] / sum;
+    return s;
+  }
   const int64_t r0 = std::max(i * c.bs, c.ctx - c.T), r1 = std::min((i + 1) * c.bs, c.ctx);
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t d = 0; d < c.D; ++d) mq[static_cast<size_t>(d)] += c.qf(r, g, d) / static_cast<double>(r1 - r0);

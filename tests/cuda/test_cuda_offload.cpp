@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -254,6 +255,49 @@ TEST(CudaOffload, SparsePrefillFullThresholdGivesTheDenseTokens) {
           }
           for (const RequestOutput& o : got) EXPECT_EQ(o.token_ids.size(), 24u) << what;
         }
+      }
+    }
+  }
+}
+
+// Issue 46 on CUDA: prompts prefilled together in one eager step each go sparse (the step is split per sequence from
+// the packed inputs' host copy), as the offload path, which prefills one prompt per step, always did. Every policy: the
+// two long prompts' chunks in every layer, not the short one's; the full pattern gives the dense tokens.
+TEST(CudaOffload, SparsePrefillCoversEveryPromptOfABatchedStep) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  EngineConfig plain = tiny_config(8192);
+  plain.scheduler.max_num_batched_tokens = 8192;  // the three prompts whole in the first step
+  // Long enough (27 and 24 blocks of 128) that a threshold of 0.5 leaves blocks out for every policy.
+  const std::vector<std::vector<int32_t>> prompts = {random_prompt(3500, 512, 31), random_prompt(3001, 512, 32),
+                                                     random_prompt(600, 512, 33)};
+  std::vector<RequestOutput> reference;
+  {
+    LLM llm(plain);
+    reference = llm.generate(prompts, greedy(16));
+  }
+  for (SparsePrefillPolicy policy : {SparsePrefillPolicy::kAvgPool, SparsePrefillPolicy::kXAttention,
+                                     SparsePrefillPolicy::kMInference, SparsePrefillPolicy::kFlexPrefill}) {
+    for (bool full : {true, false}) {
+      const std::string what = std::string(sparse_prefill_policy_name(policy)) + (full ? ", full" : ", 0.5");
+      const bool minference = policy == SparsePrefillPolicy::kMInference;
+      EngineConfig ec = plain;
+      ec.sparse_prefill.policy = policy;
+      ec.sparse_prefill.min_tokens = 1024;  // the 600-token prompt stays dense
+      ec.sparse_prefill.count_blocks = true;
+      ec.sparse_prefill.threshold = full ? 1.0 : (minference ? 0.0 : 0.5);
+      ec.sparse_prefill.vertical = minference && !full ? 31 : 0;  // the 30 sinks and 100 recent diagonals, and one more
+      ec.sparse_prefill.slash = minference ? (full ? 100000 : 101) : 0;
+      ec.sparse_prefill.block_size = minference ? 16 : 128;
+      LLM llm(ec);
+      const std::vector<RequestOutput> got = llm.generate(prompts, greedy(16));
+      const std::optional<SparsePrefillCounters> c = llm.engine().runner_stats().sparse_prefill;
+      ASSERT_TRUE(c.has_value()) << what;
+      EXPECT_EQ(c->sparse_layer_chunks, 4 * 2) << what << ": 4 layers x the two long prompts";
+      if (full) {
+        EXPECT_EQ(c->attended_blocks, c->causal_blocks) << what;
+        expect_same(got, reference, 1e-2, what);
+      } else {
+        EXPECT_LT(c->attended_blocks, c->causal_blocks) << what;
       }
     }
   }

@@ -158,5 +158,13 @@ TEST(CliServe, ModelIsRequiredEitherWay) {
   EXPECT_NE(r.err.find("--model is required"), std::string::npos) << r.err;
 }
 
+// Issue 45 (item 7): `--api-key ""` (an unset variable: --api-key "$KEY") is an error, not a server without
+// auth. Checked before the model is looked at.
+TEST(CliServe, EmptyApiKeyIsAnError) {
+  const auto r = testing::run_nanovllm("serve /nonexistent/model --port 0 --api-key ''");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--api-key is empty"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace nanovllm

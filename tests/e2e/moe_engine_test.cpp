@@ -9,7 +9,6 @@
 #include <cmath>
 
 #include "nanovllm/llm/llm.h"
-#include "nanovllm/runner/offload_runner.h"
 #include "nanovllm/sparse/quest_attention.h"
 #include "nanovllm/sparse/sparse_prefill_attention.h"
 #include "support/test_models.h"
@@ -156,7 +155,7 @@ TEST_F(MoeEngine, OffloadMatchesTheResidentCache) {
     LLM llm(off);
     const Outcome got = outcome(llm.generate(prompts, testing::greedy(20, 5)));
     expect_same(got, resident, 1e-5f, "offload");
-    EXPECT_EQ(llm.engine().runner().offload()->stats().prefills, static_cast<int64_t>(prompts.size()));
+    EXPECT_EQ(llm.engine().runner_stats().offload->steps.prefills, static_cast<int64_t>(prompts.size()));
   }
   // A 16-row workspace: a 61-token prompt's layers run in 4 chunks over the layer buffer, the MoE scratch
   // holds 16 tokens.
@@ -176,13 +175,13 @@ TEST_F(MoeEngine, SparseDecodeAtACoveringBudgetAndFullSparsePrefillPatternsGiveT
   dense.scheduler.max_num_seqs = 1;  // every prefill chunk alone: each may go sparse
   const Outcome reference = run(dense, prompts, 16);
   EngineConfig quest = dense;
-  quest.sparse.policy = SparsePolicy::kQuest;
+  quest.sparse.policy = "quest";
   quest.sparse.budget_tokens = 512;
   {
     LLM llm(quest);
     expect_same(outcome(llm.generate(prompts, testing::greedy(16, 5))), reference, 0.0f, "quest, covering budget");
-    ASSERT_NE(llm.engine().runner().sparse_counters(), nullptr);
-    EXPECT_GT(llm.engine().runner().sparse_counters()->sparse_layer_steps, 0);
+    ASSERT_TRUE(llm.engine().runner_stats().sparse_decode.has_value());
+    EXPECT_GT(llm.engine().runner_stats().sparse_decode->sparse_layer_steps, 0);
   }
   for (SparsePrefillPolicy p : {SparsePrefillPolicy::kXAttention, SparsePrefillPolicy::kAvgPool}) {
     EngineConfig ec = dense;
@@ -196,8 +195,8 @@ TEST_F(MoeEngine, SparseDecodeAtACoveringBudgetAndFullSparsePrefillPatternsGiveT
     LLM llm(ec);
     expect_same(outcome(llm.generate(prompts, testing::greedy(16, 5))), reference, 0.0f,
                 std::string("sparse prefill ") + sparse_prefill_policy_name(p));
-    ASSERT_NE(llm.engine().runner().sparse_prefill_counters(), nullptr);
-    EXPECT_GT(llm.engine().runner().sparse_prefill_counters()->sparse_layer_chunks, 0);
+    ASSERT_TRUE(llm.engine().runner_stats().sparse_prefill.has_value());
+    EXPECT_GT(llm.engine().runner_stats().sparse_prefill->sparse_layer_chunks, 0);
   }
 }
 

@@ -1,8 +1,9 @@
 // Sparse prefill on the CPU backend, end to end, on the normal path (chunked prefill with a prefix) and the
 // layer-wise offload path: every policy at its full threshold gives exactly the dense tokens and logprobs (the
 // full pattern is dense attention, same arithmetic); low thresholds still run, attend fewer key blocks and are
-// deterministic; dense layers, short contexts and batched steps stay dense; Quest decode and sparse prefill work
-// together; impossible configurations are refused with the field named.
+// deterministic; dense layers and short contexts stay dense; a step of several sequences goes sparse per chunk, as the
+// offload path does; Quest decode and sparse prefill work together; impossible configurations are refused with the
+// field named. Quality on a trained model, every path x policy: tests/eval/quality_matrix_test.cpp.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -160,7 +161,7 @@ TEST_F(SparsePrefill, ABlockBudgetBoundsTheAttendedBlocks) {
   }
 }
 
-TEST_F(SparsePrefill, DenseLayersShortContextsAndBatchedStepsStayDense) {
+TEST_F(SparsePrefill, DenseLayersAndShortContextsStayDense) {
   const auto prompts = random_prompts({300}, 512, 3);
   const Outcome dense = run(base_, prompts, 8);
   // Every layer dense: nothing sparse, the dense result.
@@ -182,18 +183,69 @@ TEST_F(SparsePrefill, DenseLayersShortContextsAndBatchedStepsStayDense) {
   last_layer.sparse_prefill.dense_layers = 2;
   got = run(last_layer, prompts, 8);
   EXPECT_EQ(got.counters.sparse_layer_chunks, 2);
-  // Two prompts prefilled in one step: dense (the block-sparse kernel runs one sequence).
-  EngineConfig batched = sparse(SparsePrefillPolicy::kAvgPool, 0.2);
-  batched.scheduler.max_num_seqs = 4;
-  batched.scheduler.max_num_batched_tokens = 640;
-  const auto two = random_prompts({200, 210}, 512, 4);
-  got = run(batched, two, 4);
-  EXPECT_EQ(got.counters.sparse_layer_chunks, 0);
+}
+
+// Issue 46: several prompts prefilled in one step (what a busy scheduler, or `eval` queueing every sample, does) used
+// to stay dense, while the offload path prefills one prompt per step and went sparse; the resident run then measured
+// dense attention under the sparse policy's name (the "avgpool is right on the GPU cache, loses answers over offload"
+// report). Now each qualifying chunk of a step goes sparse on its own: whole prompts in one step give exactly the
+// offload path's tokens and logprobs (same chunks, same patterns), for every policy, and every prompt's prefill is
+// counted sparse in every layer.
+TEST_F(SparsePrefill, PromptsPrefilledInOneStepGoSparseLikeTheOffloadPath) {
+  const auto prompts = random_prompts({300, 420, 250, 40}, 512, 7);  // the 40-token one stays below min_tokens
+  EngineConfig batched_base = base_;
+  batched_base.scheduler.max_num_seqs = 8;
+  batched_base.scheduler.max_num_batched_tokens = 1024;  // every prompt whole in the first step
+  for (SparsePrefillPolicy p : kPolicies) {
+    for (int64_t budget : {int64_t{0}, int64_t{48}}) {
+      if (budget > 0 && p != SparsePrefillPolicy::kAvgPool && p != SparsePrefillPolicy::kXAttention) continue;
+      SCOPED_TRACE(::testing::Message() << sparse_prefill_policy_name(p) << " budget " << budget);
+      EngineConfig ec = sparse(p, 0.3);
+      ec.scheduler = batched_base.scheduler;
+      ec.sparse_prefill.budget_tokens = budget;
+      if (p == SparsePrefillPolicy::kMInference) ec.sparse_prefill.slash = 101;
+      const Outcome resident = run(ec, prompts, 6);
+      EngineConfig off = ec;
+      with_offload(off);
+      const Outcome offloaded = run(off, prompts, 6);
+      EXPECT_EQ(offloaded.offloaded_prefills, 4);
+      EXPECT_EQ(resident.tokens, offloaded.tokens);
+      EXPECT_EQ(resident.top_logprobs, offloaded.top_logprobs);
+      // 3 layers x the 3 long prompts, on both paths; a sparse, not a full, pattern.
+      EXPECT_EQ(resident.counters.sparse_layer_chunks, 9);
+      EXPECT_EQ(offloaded.counters.sparse_layer_chunks, 9);
+      EXPECT_EQ(resident.counters.attended_blocks, offloaded.counters.attended_blocks);
+      EXPECT_LT(resident.counters.attended_blocks, resident.counters.causal_blocks);
+    }
+  }
+}
+
+// A step holding decodes, a long chunk and a short prompt after it: the decodes and the short prompt attend densely
+// around the sparse chunk, and at the full pattern the step gives exactly the dense result.
+TEST_F(SparsePrefill, AStepOfDecodesALongChunkAndAShortPromptSplitsPerSequence) {
+  // Step 1: the 40-token prompt and the long one's first 120 tokens; then the short one decodes while the long one's
+  // chunks follow, and the 30-token prompt joins behind a chunk once the budget leaves room.
+  const auto prompts = random_prompts({40, 400, 30}, 512, 8);
+  EngineConfig dense_ec = base_;
+  dense_ec.scheduler.max_num_seqs = 4;
+  const Outcome dense = run(dense_ec, prompts, 12);
+  for (SparsePrefillPolicy p : kPolicies) {
+    SCOPED_TRACE(sparse_prefill_policy_name(p));
+    EngineConfig ec = full(sparse(p, 1.0));
+    ec.scheduler.max_num_seqs = 4;
+    const Outcome got = run(ec, prompts, 12);
+    EXPECT_EQ(got.tokens, dense.tokens);
+    EXPECT_EQ(got.top_logprobs, dense.top_logprobs);
+    // The long prompt's three chunks (120 tokens beside the 40-token prompt, then 159 and 121 beside a decode: contexts
+    // 120, 279 and 400; the last step also prefills the 30-token prompt, densely), in every layer.
+    EXPECT_EQ(got.counters.sparse_layer_chunks, 9);
+    EXPECT_EQ(got.counters.attended_blocks, got.counters.causal_blocks);
+  }
 }
 
 TEST_F(SparsePrefill, AChunkAfterDecodesInAMixedStepGoesSparse) {
-  // Step 1 prefills the short prompt and the long one's first chunk together (dense); then the short one decodes
-  // while the long one's chunks follow in the same steps: decodes dense, the chunk sparse.
+  // Step 1 prefills the short prompt (dense: its context is below min_tokens) and the long one's first chunk; then the
+  // short one decodes while the long one's chunks follow in the same steps: decodes dense, the chunk sparse.
   const auto prompts = random_prompts({40, 400}, 512, 6);
   EngineConfig dense_ec = base_;
   dense_ec.scheduler.max_num_seqs = 4;

@@ -178,6 +178,20 @@ void expect_user_error(const std::string& args, const std::string& needle, const
   EXPECT_NE(r.err.find(needle), std::string::npos) << args << "\n" << r.err;
 }
 
+// Issue 45 (items 8, 9): user numbers keep their values. detokenize printed id 2^64 - 1 as -1; --max-tokens
+// near 2^63 overflowed the cap check of generate, which then said nothing; lengths past 2^24 are refused.
+TEST(TextCli, HugeNumbersKeepTheirValues) {
+  const std::string model = text_model_dir().string();
+  expect_user_error("detokenize --model " + model + " --input-json " +
+                        write_temp_file("huge.json", "[[5, 18446744073709551615]]").string(),
+                    "token id 18446744073709551615 is outside");
+  const auto r = run_nanovllm("generate --backend cpu --model " + model +
+                              " --max-model-len 24 --prompt hi --max-tokens 9223372036854775807");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("--max-tokens 9223372036854775807 is capped at"), std::string::npos) << r.err;
+  expect_user_error("bench serve --model " + model + " --input-len 99999999999", "--input-len");
+}
+
 TEST(TextCli, BadInputsExitOneWithAnError) {
   const std::string model = text_model_dir().string();
   const std::string no_tok = testing::tiny_model_dir("text-cli-no-tokenizer", nlohmann::json::object(), 4).string();

@@ -22,12 +22,13 @@ namespace {
 
 // Independent chain, one entry per full block of `toks`: XXH64 over [the previous entry as 8
 // little-endian bytes (not for block 0)] + the block's int32 tokens, seed 0.
-std::vector<uint64_t> ref_chain(const std::vector<int32_t>& toks, int64_t bs) {
+// A nonzero salt goes before block 0's tokens as if it were a previous entry.
+std::vector<uint64_t> ref_chain(const std::vector<int32_t>& toks, int64_t bs, uint64_t salt = 0) {
   std::vector<uint64_t> chain;
-  uint64_t h = 0;
+  uint64_t h = salt;
   for (int64_t i = 0; (i + 1) * bs <= static_cast<int64_t>(toks.size()); ++i) {
     std::vector<unsigned char> buf;
-    if (i > 0)
+    if (i > 0 || salt != 0)
       for (int b = 0; b < 8; ++b) buf.push_back(static_cast<unsigned char>((h >> (8 * b)) & 0xFF));
     for (int64_t j = 0; j < bs; ++j) {
       const uint32_t t = static_cast<uint32_t>(toks[i * bs + j]);
@@ -98,6 +99,25 @@ TEST(SequenceBlockHashes, GrowAsBlocksFillAndKeepEarlierEntries) {
   seq->reset_block_hashes(0);  // prefix caching off: no chain
   seq->extend_block_hashes();
   EXPECT_TRUE(seq->block_hashes().empty());
+}
+
+TEST(SequenceBlockHashes, SaltSeparatesOtherwiseEqualPrompts) {
+  // Dual Chunk Attention salts a long prompt's chain with its length (ModelConfig::dual_chunk_attention.
+  // prefix_cache_salt): its cached keys carry that length's factor.
+  const int64_t bs = 4;
+  std::mt19937 rng(3);
+  const auto toks = random_tokens(rng, 3 * bs);
+  auto plain = make_seq(1, toks);
+  auto salted = make_seq(2, toks);
+  salted->cache_salt = 12;
+  plain->reset_block_hashes(bs);
+  salted->reset_block_hashes(bs);
+  EXPECT_EQ(salted->block_hashes(), ref_chain(toks, bs, 12));
+  for (size_t i = 0; i < 3; ++i) EXPECT_NE(salted->block_hashes()[i], plain->block_hashes()[i]);
+  salted->token_ids.push_back(9);  // extended the same way
+  for (int i = 0; i < 3; ++i) salted->token_ids.push_back(10 + i);
+  salted->extend_block_hashes();
+  EXPECT_EQ(salted->block_hashes(), ref_chain(salted->token_ids, bs, 12));
 }
 
 // The block manager reads a sequence's hashes and never computes its own: one without them (or with

@@ -416,3 +416,90 @@ TEST(Scheduler, LogprobsAndSeedKeys) {
   EXPECT_EQ(a_ptr->logprobs[0][1].id, 6);
   EXPECT_TRUE(u1_ptr->logprobs.empty());  // logprobs off
 }
+
+// Issue 45 (item 5): FCFS let one long prefill take every step's budget, so a short request behind it
+// waited for the whole prompt. While a long prefill is pending, short ones (a quarter of the budget or
+// less left) go first, whole, within half of the budget; the long one keeps the rest, so a stream of
+// short requests cannot starve it either, and long ones keep their order.
+TEST(Scheduler, ShortPrefillsAreNotStarvedByALongOne) {
+  EngineConfig c = small_config();  // budget 64: short = at most 16 tokens left; the short lane: 32
+  c.model.max_model_len = 1024;
+  c.cache.num_kv_blocks = 512;
+  Scheduler s(c, {});
+  std::mt19937 rng(45);
+  s.add(make_seq(1, random_tokens(rng, 600), max_tokens(2)));
+  s.add(make_seq(2, random_tokens(rng, 600), max_tokens(2)));
+  SchedulerOutput first = run_step(s);
+  ASSERT_EQ(first.seqs.size(), 1u);
+  EXPECT_EQ(first.seqs[0].num_new_tokens, 64);
+
+  s.add(make_seq(3, random_tokens(rng, 8), max_tokens(2)));  // behind both long ones
+  SchedulerOutput o = run_step(s);
+  std::map<int64_t, ScheduledSequence> by_id;
+  for (const auto& ss : o.seqs) by_id[ss.seq->seq_id] = ss;
+  ASSERT_TRUE(by_id.count(3)) << "the short prompt waited behind the long ones";
+  EXPECT_EQ(by_id[3].num_new_tokens, 8);
+  EXPECT_TRUE(by_id[3].sample);
+  EXPECT_EQ(by_id[1].num_new_tokens, 56);  // the long one keeps the rest
+  EXPECT_FALSE(by_id.count(2));           // and long ones stay first come, first served
+
+  // Six short prompts at once: the lane takes two (24 of its 32 tokens), the long one at least half.
+  for (int id = 4; id <= 9; ++id) s.add(make_seq(id, random_tokens(rng, 12), max_tokens(2)));
+  o = run_step(s);
+  int64_t short_tokens = 0, long_tokens = 0;
+  for (const auto& ss : o.seqs) {
+    const int64_t id = ss.seq->seq_id;
+    if (id >= 4) short_tokens += ss.num_new_tokens;
+    if (id == 1) long_tokens = ss.num_new_tokens;
+  }
+  EXPECT_EQ(short_tokens, 24);
+  EXPECT_GE(long_tokens, 32);
+
+  auto done = drain(s);
+  ASSERT_EQ(done.size(), 9u);
+  for (auto& [id, q] : done) {
+    EXPECT_EQ(q->num_output_tokens(), 2) << id;
+    for (int64_t pos = q->num_prompt_tokens; pos < q->num_tokens(); ++pos)
+      EXPECT_EQ(q->token_ids[pos], fake_next(id, pos));
+  }
+  EXPECT_EQ(s.block_manager().num_used_blocks(), 0);
+}
+
+// Issue 45 (item 4): the n sequences of one request share its prompt while they wait (one token vector,
+// not n copies) and each takes its own copy only when admitted, when it also takes its KV blocks.
+TEST(Scheduler, SharedPromptIsCopiedOnlyOnAdmission) {
+  EngineConfig c = small_config();
+  c.scheduler.max_num_seqs = 2;
+  Scheduler s(c, {});
+  std::mt19937 rng(4);
+  const auto prompt = std::make_shared<const std::vector<int32_t>>(random_tokens(rng, 10));
+  for (int64_t id = 1; id <= 5; ++id) {
+    auto q = std::make_unique<Sequence>();
+    q->seq_id = id;
+    q->num_prompt_tokens = 10;
+    q->shared_prompt = prompt;
+    q->params = max_tokens(3);
+    s.add(std::move(q));
+  }
+  EXPECT_EQ(prompt.use_count(), 6);
+  SchedulerOutput o = run_step(s);
+  ASSERT_EQ(o.seqs.size(), 2u);
+  for (const auto& ss : o.seqs) {
+    EXPECT_EQ(ss.seq->shared_prompt, nullptr);
+    EXPECT_TRUE(std::equal(prompt->begin(), prompt->end(), ss.seq->token_ids.begin()));
+  }
+  EXPECT_EQ(prompt.use_count(), 4);  // the three still waiting
+  EXPECT_TRUE(s.abort(5));           // a waiting one finishes with its prompt and nothing else
+  auto aborted = s.take_finished();
+  ASSERT_EQ(aborted.size(), 1u);
+  EXPECT_EQ(aborted[0]->num_tokens(), 10);
+  EXPECT_EQ(aborted[0]->num_output_tokens(), 0);
+  auto done = drain(s);
+  ASSERT_EQ(done.size(), 4u);
+  for (auto& [id, q] : done) {
+    EXPECT_TRUE(std::equal(prompt->begin(), prompt->end(), q->token_ids.begin()));
+    ASSERT_EQ(q->num_output_tokens(), 3);
+    for (int64_t pos = 10; pos < 13; ++pos) EXPECT_EQ(q->token_ids[pos], fake_next(id, pos));
+  }
+  EXPECT_EQ(prompt.use_count(), 2);  // this test's and the aborted sequence's
+}

@@ -1,7 +1,7 @@
 // libFuzzer target: the bytes a client sends, through the server's request reading exactly as a connection
 // does it (http_request_reader: Beast's parser with the server's limits, then the header checks), in pieces
-// of a fuzzer-chosen size, several pipelined requests per input; each body then goes through the JSON depth
-// check, the JSON parser and the parameter table.
+// of a fuzzer-chosen size, several pipelined requests per input; each body then goes through the JSON shape
+// check (depth, keys per object), the JSON parser and the parameter table.
 // Invariants: no crash or sanitizer report; an accepted header has at most max_header_fields fields; an
 // accepted body is within the body limit, whatever its framing; JSON within the depth limit can be walked.
 // Build and run: scripts/fuzz_http.sh [seconds]
@@ -34,7 +34,8 @@ HttpLimits limits() {
 
 void check_body(const std::string& body, bool chat) {
   if (body.size() > kMaxBody) std::abort();
-  if (json_depth(body) > kMaxJsonDepth) return;  // the server answers 400 here
+  const JsonShape shape = json_shape(body);
+  if (shape.depth > kMaxJsonDepth || shape.widest > kMaxJsonObjectKeys) return;  // the server answers 400 here
   const auto j = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return;
   (void)j.dump();  // recursive: safe within the depth limit

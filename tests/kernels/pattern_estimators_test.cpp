@@ -373,28 +373,84 @@ TEST(PatternEstimators, LowerThresholdsListFewerBlocksAndEstimatesAreDeterminist
   }
 }
 
-// The test's own AvgPool rank of row (h, i), in double: over the group's query heads, the largest softmax(block-mean
-// query . block-mean key) mass each causal key block gets.
+// The test's own AvgPool masses of row (h, i) for query head g, in double: softmax(block-mean query . block-mean key)
+// over the causal key blocks; for the chunk's last query block, the last query's exact attention summed per key block.
+std::vector<double> avgpool_mass(Chunk& c, int64_t bs, int64_t g, int64_t i) {
+  const int64_t h = g / (c.Hq / c.Hk), NQB = (c.ctx + bs - 1) / bs;
+  std::vector<double> s(static_cast<size_t>(i + 1), 0.0);
+  if (i == NQB - 1) {
+    std::vector<double> logit(static_cast<size_t>(c.ctx), 0.0);
+    for (int64_t p = 0; p < c.ctx; ++p) {
+      for (int64_t d = 0; d < c.D; ++d) logit[static_cast<size_t>(p)] += double{c.query(c.ctx - 1, g, d)} * c.key(p, h, d);
+      logit[static_cast<size_t>(p)] *= c.scale();
+    }
+    const double m = *std::max_element(logit.begin(), logit.end());
+    double sum = 0;
+    for (double& x : logit) sum += (x = std::exp(x - m));
+    for (int64_t p = 0; p < c.ctx; ++p) s[static_cast<size_t>(p / bs)] += logit[static_cast<size_t>(p)] / sum;
+    return s;
+  }
+  std::vector<double> mq(static_cast<size_t>(c.D), 0.0);
+  const int64_t r0 = std::max(i * bs, c.ctx - c.T), r1 = std::min((i + 1) * bs, c.ctx);
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t d = 0; d < c.D; ++d) mq[static_cast<size_t>(d)] += c.query(r, g, d) / static_cast<double>(r1 - r0);
+  for (int64_t j = 0; j <= i; ++j) {
+    const int64_t p1 = std::min((j + 1) * bs, c.ctx);
+    for (int64_t p = j * bs; p < p1; ++p)
+      for (int64_t d = 0; d < c.D; ++d)
+        s[static_cast<size_t>(j)] += mq[static_cast<size_t>(d)] * c.key(p, h, d) / static_cast<double>(p1 - j * bs);
+    s[static_cast<size_t>(j)] *= c.scale();
+  }
+  const double m = *std::max_element(s.begin(), s.end());
+  double sum = 0;
+  for (double& x : s) sum += (x = std::exp(x - m));
+  for (double& x : s) x /= sum;
+  return s;
+}
+
+// The test's own AvgPool rank of row (h, i): over the group's query heads, the largest mass each causal key block gets.
 std::vector<double> avgpool_group_rank(Chunk& c, int64_t bs, int64_t h, int64_t i) {
   std::vector<double> rank(static_cast<size_t>(i + 1), 0.0);
-  const int64_t G = c.Hq / c.Hk, r0 = std::max(i * bs, c.ctx - c.T), r1 = std::min((i + 1) * bs, c.ctx);
+  const int64_t G = c.Hq / c.Hk;
   for (int64_t g = h * G; g < (h + 1) * G; ++g) {
-    std::vector<double> mq(static_cast<size_t>(c.D), 0.0), s(static_cast<size_t>(i + 1), 0.0);
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t d = 0; d < c.D; ++d) mq[static_cast<size_t>(d)] += c.query(r, g, d) / static_cast<double>(r1 - r0);
-    for (int64_t j = 0; j <= i; ++j) {
-      const int64_t p1 = std::min((j + 1) * bs, c.ctx);
-      for (int64_t p = j * bs; p < p1; ++p)
-        for (int64_t d = 0; d < c.D; ++d)
-          s[static_cast<size_t>(j)] += mq[static_cast<size_t>(d)] * c.key(p, h, d) / static_cast<double>(p1 - j * bs);
-      s[static_cast<size_t>(j)] *= c.scale();
-    }
-    const double m = *std::max_element(s.begin(), s.end());
-    double sum = 0;
-    for (double& x : s) sum += (x = std::exp(x - m));
-    for (size_t j = 0; j < s.size(); ++j) rank[j] = std::max(rank[j], s[j] / sum);
+    const std::vector<double> mass = avgpool_mass(c, bs, g, i);
+    for (size_t j = 0; j < mass.size(); ++j) rank[j] = std::max(rank[j], mass[j]);
   }
   return rank;
+}
+
+// Issue 46: the token sampled after a prompt reads the last query's attention, and a block-mean query misses what one
+// query attends (a needle the last prompt token retrieves). AvgPool scores the chunk's last query block by its last
+// query's exact attention: a key that only the last query of one head attends is listed there, within a block budget
+// too, while the block's other queries all point elsewhere (a decoy block their mean sees); the pooled rows still
+// cover the threshold of the pooled masses.
+TEST(PatternEstimators, AvgPoolScoresTheLastQueryBlockByItsLastQuery) {
+  const int64_t bs = 16, needle = 6 * bs + 3, decoy = 2, g0 = 1;  // key blocks 6 and 2; query head 1 (KV head 0)
+  std::mt19937 rng(19);
+  Chunk c(400, 300, 4, 2, 32, rng);  // a chunk after a 100-token prefix; the last query block holds rows 384..399
+  for (int64_t d = 0; d < c.D; ++d) c.key(needle, 0, d) = d == 5 ? 6.0f : 0.0f;
+  c.query(c.ctx - 1, g0, 5) += 6.0f;  // one query of the block, one key of its block: both means diluted 16x
+  for (int64_t p = decoy * bs; p < (decoy + 1) * bs; ++p) c.key(p, 0, 7) += 6.0f;
+  for (int64_t p = 384; p + 1 < c.ctx; ++p) c.query(p, g0, 7) += 6.0f;
+  c.upload();
+  for (int64_t max_blocks : {int64_t{0}, int64_t{3}}) {
+    SCOPED_TRACE(testing::Message() << "max_blocks " << max_blocks);
+    Estimate e(c, bs);
+    ops::avgpool_estimate(e.p, c.q.v, c.k_cache.v, c.meta, c.scale(), {.threshold = 0.5, .max_blocks = max_blocks});
+    attend(c, e);
+    expect_sink_and_diagonal(e);
+    EXPECT_TRUE(e.lists(0, e.NQB - 1, needle / bs));
+    EXPECT_GT(avgpool_mass(c, bs, g0, e.NQB - 1)[needle / bs], 0.6);  // most of the last query's attention
+    // A pooled row: the mass each listed block gets by the test's own reference covers the threshold.
+    for (int64_t i = e.first; i + 1 < e.NQB; ++i)
+      if (max_blocks == 0)
+        for (int64_t g = 0; g < 2; ++g) {
+          const std::vector<double> m = avgpool_mass(c, bs, g, i);
+          double kept = 0;
+          for (int32_t j : e.blocks(0, i)) kept += m[static_cast<size_t>(j)];
+          EXPECT_GE(kept, 0.5 - 1e-6) << "query block " << i << " head " << g;
+        }
+  }
 }
 
 // kBlockBudget: on nearly flat attention a 0.9 threshold lists most blocks once a GQA group's choices are united; a

@@ -689,3 +689,146 @@ TEST(ModelConfig, Qwen3MoeErrorsNameTheField) {
   j["mlp_only_layers"] = {0};
   expect_error([&] { parse(j); }, {"'intermediate_size'", "missing"});
 }
+
+// Issue 45 (item 9): sizes are bounded, with the file and the field named. num_hidden_layers 1e9 used to
+// end in std::bad_alloc (a weight table per layer), a huge max_position_embeddings in a misleading
+// KV-cache message, and a huge value past 2^63 read as negative.
+TEST(ModelConfig, SizesAreBoundedWithTheFieldNamed) {
+  const std::vector<std::pair<const char*, json>> cases = {
+      {"num_hidden_layers", 1'000'000'000},  {"num_hidden_layers", 18446744073709551615ULL},
+      {"hidden_size", 1 << 20},              {"intermediate_size", 1 << 24},
+      {"num_attention_heads", 4096},         {"num_key_value_heads", 4096},
+      {"head_dim", 1 << 20},                 {"max_position_embeddings", int64_t{1} << 40},
+      {"max_position_embeddings", (1 << 24) + 1}};
+  for (const auto& [field, value] : cases) {
+    SCOPED_TRACE(std::string(field) + " = " + value.dump());
+    json j = qwen3();
+    j[field] = value;
+    if (std::string(field) == "num_attention_heads") j["num_key_value_heads"] = 4096;
+    expect_error([&] { parse(j); }, {"config.json", std::string("'") + field + "'", "at most"});
+  }
+  json j = qwen3();
+  j["max_position_embeddings"] = 1 << 24;  // at the bound
+  EXPECT_EQ(parse(j).max_model_len(), 1 << 24);
+  // Rope scaling past 2^24 positions.
+  j = qwen3();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 1e6}, {"original_max_position_embeddings", 32768}};
+  expect_error([&] { parse(j); }, {"config.json", "rope scaling", "positions"});
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 1e30}, {"original_max_position_embeddings", 32768}};
+  expect_error([&] { parse(j); }, {"config.json", "rope scaling", "positions"});
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", int64_t{1} << 40}};
+  expect_error([&] { parse(j); }, {"config.json", "'original_max_position_embeddings'", "at most"});
+  // ChatGLM's own names.
+  j = json::parse(kGlm4Chat1M);
+  j["num_layers"] = 1'000'000'000;
+  expect_error([&] { parse(j); }, {"config.json", "'num_layers'", "at most"});
+  j = json::parse(kGlm4Chat1M);
+  j["seq_length"] = int64_t{1} << 40;
+  expect_error([&] { parse(j); }, {"config.json", "'seq_length'", "at most"});
+}
+
+namespace {
+
+// Qwen/Qwen2.5-7B-Instruct-1M's config.json (the fields that matter), with its dual_chunk_attention_config.
+const char* kQwen25_7B_1M = R"({
+  "architectures": ["Qwen2ForCausalLM"],
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "hidden_act": "silu",
+  "hidden_size": 3584,
+  "intermediate_size": 18944,
+  "max_position_embeddings": 1010000,
+  "model_type": "qwen2",
+  "num_attention_heads": 28,
+  "num_hidden_layers": 28,
+  "num_key_value_heads": 4,
+  "rms_norm_eps": 1e-05,
+  "rope_theta": 10000000.0,
+  "sliding_window": 32768,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "use_sliding_window": false,
+  "vocab_size": 152064,
+  "dual_chunk_attention_config": {
+    "chunk_size": 262144,
+    "local_size": 8192,
+    "original_max_position_embeddings": 262144
+  }
+})";
+
+}  // namespace
+
+TEST(ModelConfig, DualChunkAttentionOfTheOneMillionTokenQwen) {
+  const ModelConfig c = parse(json::parse(kQwen25_7B_1M));
+  const DualChunkAttention& d = c.dual_chunk_attention;
+  EXPECT_TRUE(d.enabled());
+  EXPECT_EQ(d.chunk_size, 262144);
+  EXPECT_EQ(d.local_size, 8192);
+  EXPECT_EQ(d.chunk_len(), 262144 - 8192);
+  EXPECT_EQ(d.original_max_position_embeddings, 262144);
+  EXPECT_TRUE(d.scales_logits());
+  EXPECT_EQ(c.max_model_len(), 1010000);
+  EXPECT_FALSE(parse(qwen3()).dual_chunk_attention.enabled());  // no field: plain attention
+
+  // The reference's defaults (vLLM: chunk_size 8192, local_size 1024, original_max_position_embeddings 0).
+  json j = json::parse(kQwen25_7B_1M);
+  j["dual_chunk_attention_config"] = json::object();
+  const DualChunkAttention def = parse(j).dual_chunk_attention;
+  EXPECT_EQ(def.chunk_size, 8192);
+  EXPECT_EQ(def.local_size, 1024);
+  EXPECT_EQ(def.original_max_position_embeddings, 0);
+  EXPECT_FALSE(def.scales_logits());
+  j["dual_chunk_attention_config"] = nullptr;  // null: absent
+  EXPECT_FALSE(parse(j).dual_chunk_attention.enabled());
+
+  // Qwen3 carries it too (the 2507 releases' 1M configuration); a local_size of 0 is a valid variant.
+  j = qwen3();
+  j["dual_chunk_attention_config"] = {{"chunk_size", 64}, {"local_size", 0}};
+  EXPECT_EQ(parse(j).dual_chunk_attention.chunk_len(), 64);
+  // Fields that mean nothing without vLLM's sparse variant are accepted when it is off.
+  j["dual_chunk_attention_config"] = {{"chunk_size", 64}, {"local_size", 8}, {"sparse_attention_enabled", false},
+                                      {"sparse_attention_threshold", 32768}, {"sparse_attention_last_q", 64}};
+  EXPECT_EQ(parse(j).dual_chunk_attention.chunk_len(), 56);
+}
+
+TEST(ModelConfig, DualChunkAttentionVariantsWeDoNotRunAreRefusedByName) {
+  auto with = [](json dca) {
+    json j = json::parse(kQwen25_7B_1M);
+    j["dual_chunk_attention_config"] = std::move(dca);
+    return j;
+  };
+  const char* f = "dual_chunk_attention_config";
+  expect_error([&] { parse(with(json::array())); }, {"config.json", f, "object"});
+  expect_error([&] { parse(with({{"chunk_size", 64}, {"chunk_overlap", 3}})); }, {f, "'chunk_overlap'"});
+  expect_error([&] { parse(with({{"sparse_attention_config", json::array({json::object()})}})); },
+               {f, "'sparse_attention_config'", "not supported"});
+  expect_error([&] { parse(with({{"sparse_attention_enabled", true}})); }, {f, "'sparse_attention_enabled'"});
+  expect_error([&] { parse(with({{"chunk_size", 0}})); }, {f, "'chunk_size'", "positive"});
+  expect_error([&] { parse(with({{"chunk_size", "big"}})); }, {f, "'chunk_size'"});
+  expect_error([&] { parse(with({{"chunk_size", 64}, {"local_size", -1}})); }, {f, "'local_size'", "non-negative"});
+  expect_error([&] { parse(with({{"chunk_size", 64}, {"local_size", 64}})); }, {f, "'local_size'", "'chunk_size'"});
+  expect_error([&] { parse(with({{"original_max_position_embeddings", 1.5}})); },
+               {f, "'original_max_position_embeddings'"});
+  expect_error([&] { parse(with({{"chunk_size", int64_t{1} << 31}})); }, {f, "'chunk_size'", "2^30"});
+
+  json j = json::parse(kQwen25_7B_1M);
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  expect_error([&] { parse(j); }, {f, "rope scaling"});
+  j = json::parse(kLlama31);
+  j.erase("rope_scaling");
+  j["dual_chunk_attention_config"] = {{"chunk_size", 64}, {"local_size", 8}};
+  expect_error([&] { parse(j); }, {f, "LlamaForCausalLM"});
+}
+
+TEST(ModelConfig, DualChunkAttentionWarnsAboutVllmsSparseConfigFile) {
+  TempDir dir;
+  {
+    std::ofstream(dir.path() / "config.json") << kQwen25_7B_1M;
+    std::ofstream(dir.path() / "sparse_attention_config.json") << "[]";
+  }
+  // Loads (the exact attention runs) and says that vLLM's sparse variant is not used.
+  ::testing::internal::CaptureStderr();
+  EXPECT_TRUE(ModelConfig::from_model_dir(dir.path()).dual_chunk_attention.enabled());
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("sparse_attention_config.json is not used"), std::string::npos) << log;
+}

@@ -62,7 +62,7 @@ std::map<std::string, std::string> dir_files(const fs::path& dir) {
 TEST(TestModel, PresetsMatchTheHubConfigs) {
   EXPECT_EQ(test_model_presets(),
             (std::vector<std::string>{"tiny", "qwen3-0.6b", "qwen3-4b", "qwen3-8b", "qwen3-moe-tiny", "qwen3-30b-a3b",
-                                      "qwen3-235b-a22b", "glm4-tiny", "glm4-9b"}));
+                                      "qwen3-235b-a22b", "glm4-tiny", "glm4-9b", "dca-tiny", "qwen2.5-7b-1m"}));
   // Qwen3-MoE: total and activated parameters from the model cards (30.5B / 3.3B, 235B / 22B); activated =
   // attention + router + 8 experts per layer + embedding and LM head.
   for (auto [preset, total, active] : {std::tuple{"qwen3-30b-a3b", 30.5e9, 3.3e9}, {"qwen3-235b-a22b", 235e9, 22e9}}) {
@@ -165,6 +165,35 @@ TEST(TestModel, Glm4PresetsMatchTheHubConfigs) {
   json third = test_model_config("glm4-tiny");
   third["partial_rotary_factor"] = 0.25;
   expect_error([&] { chatglm_test_model_config(third); }, {"partial_rotary_factor must be 0.5"});
+}
+
+TEST(TestModel, DualChunkAttentionPresets) {
+  const ModelConfig big = ModelConfig::from_json_text(test_model_config("qwen2.5-7b-1m").dump());
+  EXPECT_EQ(big.arch, Architecture::kQwen2);
+  EXPECT_EQ(big.hidden_size, 3584);
+  EXPECT_EQ(big.intermediate_size, 18944);
+  EXPECT_EQ(big.num_hidden_layers, 28);
+  EXPECT_EQ(big.num_attention_heads, 28);
+  EXPECT_EQ(big.num_key_value_heads, 4);
+  EXPECT_EQ(big.head_dim, 128);
+  EXPECT_EQ(big.vocab_size, 152064);
+  EXPECT_EQ(big.max_position_embeddings, 1010000);
+  EXPECT_DOUBLE_EQ(big.rope_theta, 1e7);
+  EXPECT_TRUE(big.attention_bias);
+  EXPECT_FALSE(big.tie_word_embeddings);
+  EXPECT_EQ(big.dual_chunk_attention.chunk_size, 262144);
+  EXPECT_EQ(big.dual_chunk_attention.local_size, 8192);
+  EXPECT_EQ(big.dual_chunk_attention.original_max_position_embeddings, 262144);
+  double non_embed = 0;  // the model card: 6.53B non-embedding parameters
+  for (const WeightSpec& s : weight_table(big))
+    if (s.name != "model.embed_tokens.weight" && s.name != "lm_head.weight") non_embed += static_cast<double>(s.shape.numel());
+  EXPECT_NEAR(non_embed / 6.53e9, 1.0, 0.01);
+
+  const ModelConfig tiny = ModelConfig::from_json_text(test_model_config("dca-tiny").dump());
+  EXPECT_EQ(tiny.arch, Architecture::kQwen2);
+  EXPECT_EQ(tiny.num_hidden_layers, 2);
+  EXPECT_EQ(tiny.dual_chunk_attention.chunk_len(), 48);
+  EXPECT_EQ(tiny.dual_chunk_attention.original_max_position_embeddings, 96);
 }
 
 // Both layouts of one seed hold the same values: the ChatGLM query_key_value is q_proj, k_proj, v_proj's

@@ -278,6 +278,14 @@ TEST(LoadWeights, CheckpointErrorsNameTensorAndFile) {
   ModelConfig more = cfg;
   more.num_hidden_layers = 4;
   expect_error([&] { load_weights(dir / "m", more); }, {"model.layers.3.", "missing"});
+  // Issue 45 (item 9): checked against the checkpoint before anything is sized by it, naming config.json's
+  // field; either way round.
+  more.num_hidden_layers = 1000;
+  expect_error([&] { load_weights(dir / "m", more); },
+               {(dir / "m" / "config.json").string(), "'num_hidden_layers' is 1000", "holds 3 layers"});
+  ModelConfig fewer = cfg;
+  fewer.num_hidden_layers = 2;
+  expect_error([&] { load_weights(dir / "m", fewer); }, {"'num_hidden_layers' is 2", "model.layers.2.", "unexpected"});
 
   // A shard named by the index is gone.
   write_test_model(dir / "sharded", odd_qwen3(false), 1, 4000);

@@ -3,6 +3,8 @@
 //   node sdk_roundtrip.mjs BASE_URL API_KEY MODEL_ID MODEL_PATH [--only NAME | --skip NAME]
 // Prints one line per check ("ok NAME" / "FAIL NAME: why") and exits 1 if any failed, 2 on a time-out.
 import OpenAI from 'openai';
+import { zodResponseFormat } from 'openai/helpers/zod';
+import { z } from 'zod';
 
 const [baseURL, apiKey, modelId, modelPath, mode, selected] = process.argv.slice(2);
 const client = new OpenAI({ baseURL, apiKey, timeout: 30000, maxRetries: 0 });
@@ -136,13 +138,101 @@ await check('tools round trip', async () => {
 
 await check('unsupported parameters are refused by name', async () => {
   const base = { model: modelId, messages: user, max_tokens: 2 };
-  await refused(() => client.chat.completions.create({ ...base, response_format: { type: 'json_object' } }), 400, 'response_format');
-  await refused(() => client.chat.completions.create({ ...base, tools, tool_choice: 'required' }), 400, 'tool_choice');
+  const badSchema = { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', not: {} } } };
+  await refused(() => client.chat.completions.create({ ...base, response_format: badSchema }), 400, 'response_format');
+  await refused(() => client.chat.completions.create({ ...base, tool_choice: 'required' }), 400, 'tool_choice');
   await refused(() => client.chat.completions.create({ ...base, reasoning_effort: 'low' }), 400, 'reasoning_effort');
   await refused(() => client.completions.create({ model: modelId, prompt: 'a', max_tokens: 2, best_of: 3 }), 400, 'best_of');
   await refused(() => client.completions.create({ model: modelId, prompt: 'a', max_tokens: 2, suffix: 'z' }), 400, 'suffix');
   // Values that ask for nothing pass.
   await client.chat.completions.create({ ...base, response_format: { type: 'text' }, user: 'u1', store: false });
+});
+
+// Structured outputs (the server runs with --reasoning-parser qwen3; thinking is off unless a check turns it on).
+const noThinking = { chat_template_kwargs: { enable_thinking: false } };
+const Verdict = z.object({ answer: z.string().max(6), score: z.number().int().min(1).max(5), sure: z.boolean() });
+
+// A random model may run out of tokens inside a string: then the SDK's parse refuses (LengthFinishReasonError).
+async function firstFinished(make) {
+  for (let seed = 0; seed < 6; ++seed) {
+    try {
+      return await make(seed);
+    } catch (e) {
+      if (!(e instanceof OpenAI.LengthFinishReasonError)) throw e;
+    }
+  }
+  throw new Error('every seed ran out of tokens');
+}
+
+await check('chat.completions.parse with a zod schema', async () => {
+  const r = await firstFinished((seed) => client.chat.completions.parse({
+    model: modelId, messages: user, max_tokens: 120, seed, temperature: 1,
+    response_format: zodResponseFormat(Verdict, 'verdict'), ...noThinking,
+  }));
+  const parsed = r.choices[0].message.parsed;
+  expect(parsed !== null && typeof parsed === 'object', JSON.stringify(r.choices[0].message));
+  expect(Verdict.safeParse(parsed).success, `zod rejects ${JSON.stringify(parsed)}`);
+  expect(r.choices[0].finish_reason === 'stop', `finish_reason ${r.choices[0].finish_reason}`);
+});
+
+await check('tool_choice required: streamed tool calls', async () => {
+  const weatherTool = [{
+    type: 'function',
+    function: { name: 'get_weather', description: 'Current weather in a city',
+                parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 10 } }, required: ['city'] } },
+  }];
+  const stream = client.chat.completions.stream({
+    model: modelId, messages: [{ role: 'user', content: 'Weather in Paris?' }], tools: weatherTool,
+    // One call (a random model would go on with more calls until max_tokens).
+    tool_choice: 'required', parallel_tool_calls: false, max_tokens: 120, seed: 3, temperature: 1, ...noThinking,
+  });
+  let sawName = false, pieces = 0;
+  stream.on('chunk', (chunk) => {
+    for (const d of chunk.choices[0]?.delta?.tool_calls ?? []) {
+      if (d.function?.name) sawName = true;
+      if (d.function?.arguments) pieces += 1;
+    }
+  });
+  const final = await stream.finalChatCompletion();
+  const choice = final.choices[0];
+  expect(choice.finish_reason === 'tool_calls', `finish_reason ${choice.finish_reason}`);
+  const calls = choice.message.tool_calls;
+  expect(calls && calls.length >= 1 && calls[0].function.name === 'get_weather', JSON.stringify(choice.message));
+  const args = JSON.parse(calls[0].function.arguments);
+  expect(typeof args.city === 'string' && args.city.length <= 10, calls[0].function.arguments);
+  expect(sawName && pieces > 1, `name seen ${sawName}, argument pieces ${pieces}`);
+  // Non-streamed, a named function.
+  const r = await client.chat.completions.create({
+    model: modelId, messages: [{ role: 'user', content: 'Weather?' }], tools: weatherTool, max_tokens: 120, seed: 4,
+    tool_choice: { type: 'function', function: { name: 'get_weather' } }, ...noThinking,
+  });
+  expect(r.choices[0].finish_reason === 'tool_calls' && r.choices[0].message.tool_calls.length === 1, JSON.stringify(r.choices[0]));
+  expect(r.choices[0].message.tool_calls[0].id.startsWith('call_'), r.choices[0].message.tool_calls[0].id);
+});
+
+await check('reasoning_content', async () => {
+  // Thinking on; logit_bias opens <think> (151667) and, a little less, closes it (151668): a random model
+  // reasons a few tokens, then answers under the schema.
+  const thinking = { logit_bias: { 151667: 100, 151668: 97 }, response_format: zodResponseFormat(Verdict, 'verdict') };
+  let found = false;
+  for (let seed = 0; seed < 6 && !found; ++seed) {
+    const r = await client.chat.completions.create({ model: modelId, messages: user, max_tokens: 150, seed, temperature: 1, ...thinking });
+    const m = r.choices[0].message;
+    if (r.choices[0].finish_reason !== 'stop') continue;
+    expect(Verdict.safeParse(JSON.parse(m.content)).success, `content ${m.content}`);
+    if (typeof m.reasoning_content !== 'string') continue;
+    found = true;
+    const stream = await client.chat.completions.create({ model: modelId, messages: user, max_tokens: 150, seed, temperature: 1,
+                                                          stream: true, ...thinking });
+    let reasoning = '', content = '';
+    for await (const chunk of stream) {
+      reasoning += chunk.choices[0]?.delta?.reasoning_content ?? '';
+      content += chunk.choices[0]?.delta?.content ?? '';
+    }
+    expect(reasoning === m.reasoning_content, `streamed reasoning ${JSON.stringify(reasoning)} vs ${JSON.stringify(m.reasoning_content)}`);
+    expect(content === m.content, `streamed content ${JSON.stringify(content)} vs ${JSON.stringify(m.content)}`);
+  }
+  expect(found, 'no seed gave reasoning_content');
 });
 
 await check('errors are OpenAI errors', async () => {

@@ -42,6 +42,18 @@ TEST(ForwardBatch, MixedPrefillChunkAndDecode) {
   EXPECT_EQ(in.attn.max_query_len, 5);
   EXPECT_EQ(in.attn.max_context_len, 10);
   EXPECT_EQ(in.attn.num_leading_decodes, 1);
+  // Per sequence on its own (sparse prefill splits a step): {0, its query length}, and the host views.
+  EXPECT_EQ(view_ints(in.attn.seq_cu_seqlens_q), (std::vector<int32_t>{0, 1, 0, 5}));
+  EXPECT_EQ(in.attn.seq_cu_seqlens_q.shape(), (Shape{2, 2}));
+  EXPECT_EQ(in.attn.host_cu_seqlens_q, in.attn.cu_seqlens_q.data_as<int32_t>());
+  EXPECT_EQ(in.attn.host_context_lens, in.attn.context_lens.data_as<int32_t>());
+  // A device copy's views take the host arrays given beside it (the CUDA runner's eager steps).
+  const DecoderInputs dev = fb.views(copy.data.data(), Device::cuda(0), fb.data.data());
+  EXPECT_EQ(std::vector<int32_t>(dev.attn.host_cu_seqlens_q, dev.attn.host_cu_seqlens_q + 3),
+            (std::vector<int32_t>{0, 1, 6}));
+  EXPECT_EQ(std::vector<int32_t>(dev.attn.host_context_lens, dev.attn.host_context_lens + 2),
+            (std::vector<int32_t>{10, 9}));
+  EXPECT_EQ(fb.views(copy.data.data(), Device::cuda(0)).attn.host_cu_seqlens_q, nullptr);
 }
 
 TEST(ForwardBatch, LeadingDecodesStopAtTheFirstLongerQuery) {
@@ -73,6 +85,7 @@ TEST(ForwardBatch, PaddedDecodeHasFixedLayoutAndHarmlessPadding) {
   EXPECT_EQ(in.attn.num_tokens, 4);
   EXPECT_EQ(in.attn.max_context_len, 20);
   EXPECT_EQ(in.attn.num_leading_decodes, 4);
+  EXPECT_FALSE(in.attn.seq_cu_seqlens_q.defined());  // no policy splits a decode step: the graphs' inputs stay small
   EXPECT_EQ(view_ints(in.input_ids), (std::vector<int32_t>{5, 102, 0, 0}));
   EXPECT_EQ(view_ints(in.attn.slot_mapping), (std::vector<int32_t>{1 * 4 + 1, 9 * 4 + 2, -1, -1}));
   EXPECT_EQ(view_ints(in.attn.cu_seqlens_q), (std::vector<int32_t>{0, 1, 2, 3, 4}));
@@ -88,6 +101,26 @@ TEST(ForwardBatch, PaddedDecodeHasFixedLayoutAndHarmlessPadding) {
   EXPECT_EQ(fb2.data.size(), fb.data.size());
   EXPECT_EQ(fb2.block_tables, fb.block_tables);
   EXPECT_EQ(fb2.sample_rows, fb.sample_rows);
+}
+
+TEST(ForwardBatch, DualChunkScaleLengths) {
+  // The length whose Dual Chunk Attention factor a token carries: the prompt's for prompt tokens (every chunk
+  // of it), position + 1 for generated ones, also when a preempted sequence recomputes them.
+  Sequence decode = make_seq(0, 9, 8, {7, 3, 5});
+  decode.num_prompt_tokens = 6;  // tokens 6, 7, 8 were generated
+  Sequence chunk = make_seq(1, 12, 4, {2, 8, 6});  // a middle chunk (4..8) of a 12-token prompt
+  Sequence recompute = make_seq(2, 7, 0, {1, 4});
+  recompute.num_prompt_tokens = 5;  // preempted after generating tokens 5 and 6
+  SchedulerOutput out;
+  out.seqs = {{&decode, 1, true}, {&chunk, 5, false}, {&recompute, 7, true}};
+  ForwardBatch fb = build_forward_batch(out, /*block_size=*/4);
+  EXPECT_EQ(view_ints(fb.views(fb.data.data(), Device::cpu()).attn.dca_scale_lens),
+            (std::vector<int32_t>{9, 12, 12, 12, 12, 12, 5, 5, 5, 5, 5, 6, 7}));
+
+  SchedulerOutput dec;
+  dec.seqs = {{&decode, 1, true}};
+  fb = build_padded_decode_batch(dec, 4, /*padded_seqs=*/3, /*table_stride=*/4, /*max_context_len=*/16);
+  EXPECT_EQ(view_ints(fb.views(fb.data.data(), Device::cpu()).attn.dca_scale_lens), (std::vector<int32_t>{9, 1, 1}));
 }
 
 }  // namespace

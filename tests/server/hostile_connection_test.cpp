@@ -1,6 +1,7 @@
 // Hostile connections (issue problems 4, 6, 8, 9): slowloris headers and bodies, a second server on a
 // taken port, a huge --max-concurrent-requests, and clients that hang up and reconnect at once. /health
-// must stay fast throughout, and every slot a gone client held must be free at once.
+// must stay fast throughout, and every slot a gone client held must be free at once. Round two (issue 45,
+// items 2 and 3): announced and stalled bodies, and clients that never read their responses.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -173,6 +174,82 @@ TEST(HostileConnections, ReconnectStormLeavesNothingBehind) {
   });
   // Only the connection asking for /metrics is left.
   EXPECT_EQ(wait_metric(ts.port, "nanovllm_http_connections_open", 1, 2), 1);
+}
+
+// Round two (issue 45, item 2): a POST header that only announces a body reserves nothing. 12 connections
+// announce 1 MiB bodies (8 used to take the whole 8 MiB budget for the 60 s body deadline, so that every
+// POST got 503) and send none of it: a small request is still served at once, and the announcers are
+// dropped by the stall deadline, long before the body deadline.
+TEST(HostileConnections, AnnouncedBodiesReserveNothingAndStallsAreDropped) {
+  server::ServerConfig cfg;
+  cfg.max_body_bytes = 1u << 20;
+  cfg.http.body_timeout_s = 60;
+  cfg.http.body_stall_timeout_s = 1;
+  TestServer ts(cfg);
+  std::vector<std::unique_ptr<RawConn>> announcers;
+  for (int i = 0; i < 12; ++i) {
+    announcers.push_back(std::make_unique<RawConn>(ts.port));
+    const std::string framing = i % 3 == 2 ? "Transfer-Encoding: chunked" : "Content-Length: 1048576";
+    ASSERT_TRUE(announcers.back()->send_all("POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + framing + "\r\n\r\n"));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // every header is in
+  const HttpResult ok = http_post(ts.port, "/v1/completions", json{{"prompt", "room"}, {"max_tokens", 2}}.dump());
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  int still_open = 0;
+  for (auto& c : announcers) still_open += c->wait_closed(2 + 1 * timing_scale()) ? 0 : 1;
+  EXPECT_EQ(still_open, 0) << "announced bodies that never came are still held";
+}
+
+// Round two (item 2): bodies that stopped arriving hold the budget only until a body that is arriving
+// needs it. 4 uploads take the whole 128 KiB in-flight budget (32 KiB each of a 64 KiB body) and stall; a
+// small request then gets its body in by dropping one of them (it used to get 503).
+TEST(HostileConnections, StalledBodiesMakeRoomForArrivingOnes) {
+  server::ServerConfig cfg;
+  cfg.max_body_bytes = 64u << 10;
+  cfg.http.max_body_bytes_in_flight = 128u << 10;
+  cfg.http.body_stall_timeout_s = 60;  // eviction, not the stall deadline, is what frees the budget here
+  TestServer ts(cfg);
+  std::vector<std::unique_ptr<RawConn>> stalled;
+  for (int i = 0; i < 4; ++i) {
+    stalled.push_back(std::make_unique<RawConn>(ts.port));
+    ASSERT_TRUE(stalled.back()->send_all("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 65536\r\n\r\n" +
+                                         std::string(32u << 10, ' ')));
+  }
+  // Past Session::kStallSeconds: they count as stalled.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const HttpResult ok = http_post(ts.port, "/v1/completions", json{{"prompt", "room"}, {"max_tokens", 2}}.dump());
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  int dropped = 0;
+  for (auto& c : stalled) dropped += c->wait_closed(0.5) ? 1 : 0;
+  EXPECT_GE(dropped, 1);
+  EXPECT_LE(dropped, 2);  // only as many as the room needed
+  EXPECT_GE(metric(ts.port, "nanovllm_http_connections_dropped_total"), 1);
+}
+
+// Round two (item 3): clients that pipeline GET /metrics (no key needed) and never read their responses
+// used to pin every connection slot (a connection being served was never evicted), so that every new
+// connection got 503 until the 30 s write deadline. A connection whose responses the client has stopped
+// taking is now evicted at the cap like a stalled upload, and a completion is answered within 10 s.
+TEST(HostileConnections, SlowReadersDoNotPinConnectionSlots) {
+  server::ServerConfig cfg;
+  cfg.http.max_connections = 8;
+  cfg.http.write_timeout_s = 120;  // eviction, not the write deadline, is what frees the slots here
+  TestServer ts(cfg);
+  std::string pipelined;
+  for (int i = 0; i < 2000; ++i) pipelined += "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+  std::vector<std::unique_ptr<RawConn>> readers;
+  for (int i = 0; i < 8; ++i) {
+    readers.push_back(std::make_unique<RawConn>(ts.port, /*receive_buffer=*/4096));
+    ASSERT_TRUE(readers.back()->send_all(pipelined));
+  }
+  // The responses fill the sockets' buffers and the writes block; past Session::kStallSeconds they count as
+  // stalled.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  const auto t0 = std::chrono::steady_clock::now();
+  const HttpResult ok = http_post(ts.port, "/v1/completions", json{{"prompt", "slot"}, {"max_tokens", 2}}.dump());
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_LT(seconds_since(t0), 10.0);
+  EXPECT_GE(metric(ts.port, "nanovllm_http_connections_dropped_total"), 1);
 }
 
 }  // namespace

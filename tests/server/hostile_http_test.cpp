@@ -2,6 +2,7 @@
 // request-line floods (before the API key is checked), Range amplification on /metrics, pipelined
 // requests, HTTP/1.0 clients, and conflicting or invalid Content-Length / Transfer-Encoding. Each case
 // checks the answer, that /health stays fast, and that resident memory stays bounded and comes back.
+// Round two (issue 45, item 10): absolute-form targets and HEAD, as RFC 9112 / 9110 say.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -223,6 +224,60 @@ TEST_F(HostileHttp, AmbiguousBodyLengthsAreRefused) {
   ASSERT_EQ(rs.size(), 1u);
   EXPECT_EQ(rs[0].status, 200) << rs[0].body;
   expect_fast_health();
+}
+
+// Round two (issue 45, item 10): RFC 9112 3.2.2 — a server accepts a request target in absolute form
+// ("http://host:port/path") as it does the origin form (they got 404).
+TEST_F(HostileHttp, AbsoluteFormTargetsAreServed) {
+  const std::string auth = "Authorization: Bearer " + std::string(kKey) + "\r\n";
+  const std::string base = "http://127.0.0.1:" + std::to_string(port());
+  RawConn c(port());
+  ASSERT_TRUE(c.send_all("GET " + base + "/health HTTP/1.1\r\nHost: x\r\n\r\n" +
+                         "GET HTTP://127.0.0.1/v1/models?x=1 HTTP/1.1\r\nHost: x\r\n" + auth + "\r\n" +
+                         raw_post(base + "/v1/completions", json{{"prompt", "abs"}, {"max_tokens", 2}}.dump(), auth) +
+                         "GET " + base + " HTTP/1.1\r\nHost: x\r\n\r\n"));  // an empty path is "/"
+  const auto rs = parse_responses(c.read_responses(4, 30), false);
+  ASSERT_EQ(rs.size(), 4u);
+  EXPECT_EQ(rs[0].status, 200);
+  EXPECT_EQ(rs[0].body, "{\"status\":\"ok\"}");
+  EXPECT_EQ(rs[1].status, 200) << rs[1].body;
+  EXPECT_EQ(rs[2].status, 200) << rs[2].body;
+  EXPECT_EQ(rs[3].status, 404);
+}
+
+// Round two (item 10): RFC 9110 9.3.2 — HEAD is served wherever GET is, with GET's header (Content-Length
+// included) and no body (it got 405); on a POST-only route its 405 has no body either.
+TEST_F(HostileHttp, HeadGetsTheHeaderOfGetAndNoBody) {
+  const std::string auth = "Authorization: Bearer " + std::string(kKey) + "\r\n";
+  for (const char* path : {"/health", "/v1/models"}) {
+    SCOPED_TRACE(path);
+    const HttpResult get = http_get(port(), path, kKey);
+    ASSERT_EQ(get.status, 200);
+    RawConn c(port());
+    // Two HEADs and a GET on one connection: the next response must start right after each header.
+    const std::string head = std::string("HEAD ") + path + " HTTP/1.1\r\nHost: x\r\n" + auth + "\r\n";
+    ASSERT_TRUE(c.send_all(head + head + std::string("GET ") + path + " HTTP/1.1\r\nHost: x\r\n" + auth +
+                           "Connection: close\r\n\r\n"));
+    const std::string bytes = c.read_until_close(10);
+    const size_t first_end = bytes.find("\r\n\r\n");
+    ASSERT_NE(first_end, std::string::npos) << bytes;
+    const std::string first = bytes.substr(0, first_end);
+    EXPECT_EQ(first.rfind("HTTP/1.1 200", 0), 0u) << first;
+    EXPECT_NE(first.find("Content-Length: " + std::to_string(get.body.size())), std::string::npos) << first;
+    EXPECT_EQ(bytes.compare(first_end + 4, 12, "HTTP/1.1 200"), 0) << bytes;  // no body in between
+    const size_t second_end = bytes.find("\r\n\r\n", first_end + 4);
+    ASSERT_NE(second_end, std::string::npos);
+    const auto rest = parse_responses(std::string_view(bytes).substr(second_end + 4));
+    ASSERT_EQ(rest.size(), 1u) << bytes;
+    EXPECT_EQ(rest[0].status, 200);
+    EXPECT_EQ(rest[0].body, get.body);
+  }
+  RawConn c(port());
+  ASSERT_TRUE(c.send_all("HEAD /v1/completions HTTP/1.1\r\nHost: x\r\n" + auth + "Connection: close\r\n\r\n"));
+  const std::string bytes = c.read_until_close(10);
+  EXPECT_EQ(bytes.rfind("HTTP/1.1 405", 0), 0u) << bytes;
+  EXPECT_NE(bytes.find("Allow: POST"), std::string::npos) << bytes;
+  EXPECT_EQ(bytes.find("\r\n\r\n") + 4, bytes.size()) << "a body after the header: " << bytes;
 }
 
 }  // namespace

@@ -40,9 +40,10 @@ std::string lower(std::string s) {
 
 }  // namespace
 
-RawConn::RawConn(int port) {
+RawConn::RawConn(int port, int receive_buffer) {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0) return;
+  if (receive_buffer > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -126,6 +127,38 @@ bool RawConn::wait_closed(double timeout_s) {
     if (n == 0) return true;
     if (n < 0 && errno != EAGAIN && errno != EINTR) return true;  // reset
   }
+}
+
+bool RawConn::read_discarding_until(std::string_view marker, double timeout_s, size_t* bytes) {
+  if (bytes) *bytes = 0;
+  if (fd_ < 0) return false;
+  const auto deadline = after(timeout_s);
+  std::string tail;  // the last bytes, where a marker split between reads is found
+  char buf[65536];
+  while (true) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, ms_left(deadline)) <= 0) return false;
+    const ssize_t n = ::recv(fd_, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n <= 0) return false;
+    if (bytes) *bytes += static_cast<size_t>(n);
+    tail.append(buf, static_cast<size_t>(n));
+    if (tail.find(marker) != std::string::npos) return true;
+    if (tail.size() > marker.size()) tail.erase(0, tail.size() - marker.size());
+  }
+}
+
+std::string prompt_lists_json(const std::vector<std::vector<int32_t>>& prompts) {
+  std::string out = "[";
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    out += i ? ",[" : "[";
+    for (size_t k = 0; k < prompts[i].size(); ++k) {
+      if (k) out += ',';
+      out += std::to_string(prompts[i][k]);
+    }
+    out += ']';
+  }
+  return out + "]";
 }
 
 std::vector<RawResponse> parse_responses(std::string_view bytes, bool closed) {

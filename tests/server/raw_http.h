@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -15,7 +16,9 @@ namespace nanovllm::testing {
 
 class RawConn {
  public:
-  explicit RawConn(int port);  // connects to 127.0.0.1:port; ok() says whether it did
+  // Connects to 127.0.0.1:port; ok() says whether it did. `receive_buffer` > 0: SO_RCVBUF (set before the
+  // connection, so the window the server sees stays that small: a client that reads slowly, or not at all).
+  explicit RawConn(int port, int receive_buffer = 0);
   ~RawConn();
   RawConn(const RawConn&) = delete;
   RawConn& operator=(const RawConn&) = delete;
@@ -29,6 +32,9 @@ class RawConn {
   std::string read_responses(size_t n, double timeout_s);
   // True when the peer closed (EOF or reset) within `timeout_s`; bytes that arrive meanwhile are dropped.
   bool wait_closed(double timeout_s);
+  // Reads and drops bytes (keeping none, so a long stream costs this process nothing) until `marker` has
+  // passed, the peer closes, or `timeout_s` passes. True when the marker came; `bytes`: how many were read.
+  bool read_discarding_until(std::string_view marker, double timeout_s, size_t* bytes = nullptr);
   void close();
 
  private:
@@ -46,6 +52,9 @@ struct RawResponse {
 // Splits bytes read from one connection into responses. `closed`: the peer closed after them (a response
 // without length runs to the end).
 std::vector<RawResponse> parse_responses(std::string_view bytes, bool closed = true);
+
+// Token-id prompts as JSON text, "[[1,2],[3]]", written directly (no JSON DOM of millions of numbers).
+std::string prompt_lists_json(const std::vector<std::vector<int32_t>>& prompts);
 
 // An HTTP/1.1 request with a Content-Length body.
 std::string raw_post(const std::string& path, const std::string& body, const std::string& extra_headers = "");

@@ -38,7 +38,7 @@ TestServer::TestServer(server::ServerConfig config) : TestServer(std::move(confi
 TestServer::TestServer(server::ServerConfig config, const EngineConfig& engine_config) {
   engine = std::make_unique<LLMEngine>(engine_config);
   config.port = 0;
-  api_key = config.api_key;
+  api_key = config.api_key.value_or("");
   server = std::make_unique<server::Server>(*engine, config);
   port = server->start();
 }

@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "engine_options.h"
 #include "option_checks.h"
+#include "text_util.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/llm/llm.h"
 #include "nanovllm/runner/device_peaks.h"
@@ -55,6 +56,7 @@ struct ThroughputOptions {
   float temperature = 0.6f;
   std::string json_out;
   std::string dump_workload;  // write prompts + output lengths as JSON (for scripts/hf_bench_throughput.py)
+  std::string json_schema;    // every request constrained by this JSON Schema file (structured outputs)
 };
 
 // The nano-vLLM workload: num_seqs random prompts, lengths uniform in [min, max], ignore_eos.
@@ -66,6 +68,9 @@ void run_throughput(const ThroughputOptions& o) {
   LLM llm(ec);
   const ModelConfig& mc = llm.engine().model_config();
   std::mt19937_64 rng(o.seed);
+  // Structured outputs: the compile and the masks are part of what is measured (a schema the random model
+  // cannot finish in --max-output tokens keeps the output lengths those of the unconstrained run).
+  const std::string schema = o.json_schema.empty() ? std::string() : read_text_file(o.json_schema, "--json-schema");
   std::vector<std::vector<int32_t>> prompts;
   std::vector<SamplingParams> params;
   std::vector<int64_t> in_lens, out_lens;
@@ -78,6 +83,10 @@ void run_throughput(const ThroughputOptions& o) {
     sp.ignore_eos = true;
     sp.max_tokens = out;
     sp.seed = rng();
+    if (!schema.empty()) {
+      sp.structured_outputs = StructuredOutputsParams{};
+      sp.structured_outputs->json = schema;
+    }
     params.push_back(sp);
     in_lens.push_back(in);
     out_lens.push_back(out);
@@ -88,6 +97,7 @@ void run_throughput(const ThroughputOptions& o) {
   // Warm-up (algorithm selection, workspaces, graphs) on a small request.
   SamplingParams warm_up;
   warm_up.max_tokens = 8;
+  warm_up.structured_outputs = params.front().structured_outputs;  // the schema compiled before the clock runs
   llm.generate({random_tokens(rng, 64, mc.vocab_size)}, warm_up);
 
   const LLMEngine::StepStats before = llm.engine().step_stats();
@@ -117,7 +127,7 @@ void run_throughput(const ThroughputOptions& o) {
               seconds, total_out / seconds, (total_in + total_out) / seconds);
   report["workload"] = {{"num_seqs", o.num_seqs}, {"prompt_tokens", total_in}, {"output_tokens", total_out},
                         {"input_range", {o.min_input, o.max_input}}, {"output_range", {o.min_output, o.max_output}},
-                        {"temperature", o.temperature}, {"seed", o.seed}};
+                        {"temperature", o.temperature}, {"seed", o.seed}, {"json_schema", o.json_schema}};
   report["result"] = {{"seconds", seconds}, {"output_tok_s", total_out / seconds},
                       {"total_tok_s", (total_in + total_out) / seconds}};
 
@@ -265,15 +275,17 @@ void register_bench_engine(CLI::App& app) {
   auto t = std::make_shared<ThroughputOptions>();
   CLI::App* tp = bench->add_subcommand("throughput", "offline throughput on the nano-vLLM workload");
   add_engine_options(*tp, t->engine);
-  tp->add_option("--num-seqs", t->num_seqs)->check(at_least(1))->capture_default_str();
-  tp->add_option("--min-input", t->min_input)->check(at_least(1))->capture_default_str();
-  tp->add_option("--max-input", t->max_input)->check(at_least(1))->capture_default_str();
-  tp->add_option("--min-output", t->min_output)->check(at_least(1))->capture_default_str();
-  tp->add_option("--max-output", t->max_output)->check(at_least(1))->capture_default_str();
+  tp->add_option("--num-seqs", t->num_seqs)->check(in_range(1, kMaxCount))->capture_default_str();
+  tp->add_option("--min-input", t->min_input)->check(in_range(1, kMaxPositions))->capture_default_str();
+  tp->add_option("--max-input", t->max_input)->check(in_range(1, kMaxPositions))->capture_default_str();
+  tp->add_option("--min-output", t->min_output)->check(in_range(1, kMaxPositions))->capture_default_str();
+  tp->add_option("--max-output", t->max_output)->check(in_range(1, kMaxPositions))->capture_default_str();
   tp->add_option("--seed", t->seed)->capture_default_str();
   tp->add_option("--temperature", t->temperature)->check(at_least(0))->capture_default_str();
   tp->add_option("--json-out", t->json_out, "write the report as JSON");
   tp->add_option("--dump-workload", t->dump_workload, "write the workload (prompts, output lengths) as JSON");
+  tp->add_option("--json-schema", t->json_schema,
+                 "constrain every request to this JSON Schema file (structured outputs; the masks' cost is measured)");
   tp->callback([t] {
     NANOVLLM_CHECK(t->min_input <= t->max_input, "--min-input (", t->min_input, ") must be <= --max-input (",
                    t->max_input, ")");
@@ -285,13 +297,15 @@ void register_bench_engine(CLI::App& app) {
   auto l = std::make_shared<LatencyOptions>();
   CLI::App* lat = bench->add_subcommand("latency", "decode ms/step (bs=1 or --batch N) and prefill tok/s");
   add_engine_options(*lat, l->engine);
-  lat->add_option("--context", l->context, "decode context length")->check(at_least(1))->capture_default_str();
-  lat->add_option("--decode-tokens", l->decode_tokens)->check(at_least(1))->capture_default_str();
+  lat->add_option("--context", l->context, "decode context length")
+      ->check(in_range(1, kMaxPositions))
+      ->capture_default_str();
+  lat->add_option("--decode-tokens", l->decode_tokens)->check(in_range(1, kMaxPositions))->capture_default_str();
   lat->add_option("--batch", l->batch, "sequences decoding together, each at --context")
-      ->check(at_least(1))
+      ->check(in_range(1, kMaxCount))
       ->capture_default_str();
   lat->add_flag("--skip-prefill", l->skip_prefill, "measure decode only");
-  lat->add_option("--prefill", l->prefill_lens, "prefill lengths")->delimiter(',')->check(at_least(1));
+  lat->add_option("--prefill", l->prefill_lens, "prefill lengths")->delimiter(',')->check(in_range(1, kMaxPositions));
   lat->add_option("--json-out", l->json_out, "write the report as JSON");
   lat->callback([l] {
     NANOVLLM_CHECK(!l->prefill_lens.empty(), "--prefill: give at least one length");

@@ -282,8 +282,13 @@ void register_bench_offload(CLI::App& bench) {
   auto o = std::make_shared<OffloadBenchOptions>();
   CLI::App* cmd = bench.add_subcommand("offload", "long context with layer-wise CPU KV offload vs the GPU cache");
   add_engine_options(*cmd, o->engine);
-  cmd->add_option("--context", o->contexts, "prompt lengths")->delimiter(',')->check(at_least(1))->capture_default_str();
-  cmd->add_option("--output-len", o->output_len, "tokens generated per prompt")->check(at_least(2))->capture_default_str();
+  cmd->add_option("--context", o->contexts, "prompt lengths")
+      ->delimiter(',')
+      ->check(in_range(1, kMaxPositions))
+      ->capture_default_str();
+  cmd->add_option("--output-len", o->output_len, "tokens generated per prompt")
+      ->check(in_range(2, kMaxPositions))
+      ->capture_default_str();
   cmd->add_option("--offload-gpu-blocks", o->offload_gpu_blocks,
                   "paged GPU KV blocks of the offload run (it does not use them)")
       ->check(at_least(1))
@@ -291,7 +296,7 @@ void register_bench_offload(CLI::App& bench) {
   cmd->add_option("--concurrency", o->concurrency,
                   "offloaded requests of each length at once (their decode steps batched; raises the offload and "
                   "scheduler max_num_seqs to it)")
-      ->check(at_least(1))
+      ->check(in_range(1, kMaxCount))
       ->capture_default_str();
   cmd->add_flag("--no-compare", o->no_compare, "skip the offload-off run (one request per length)");
   cmd->add_option("--json-out", o->json_out, "write the report as JSON");

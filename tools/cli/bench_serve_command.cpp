@@ -146,10 +146,14 @@ void register_bench_serve(CLI::App& bench) {
   cmd->add_option("--num-clients", o->num_clients, "concurrent streaming clients")
       ->check(in_range(1, 4096))
       ->capture_default_str();
-  cmd->add_option("--num-requests", o->num_requests, "requests in total")->check(at_least(1))->capture_default_str();
-  cmd->add_option("--input-len", o->input_len, "prompt tokens per request")->check(at_least(1))->capture_default_str();
+  cmd->add_option("--num-requests", o->num_requests, "requests in total")
+      ->check(in_range(1, kMaxCount))
+      ->capture_default_str();
+  cmd->add_option("--input-len", o->input_len, "prompt tokens per request")
+      ->check(in_range(1, kMaxPositions))
+      ->capture_default_str();
   cmd->add_option("--output-len", o->output_len, "generated tokens per request")
-      ->check(at_least(1))
+      ->check(in_range(1, kMaxPositions))
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "prompt RNG seed")->capture_default_str();
   cmd->add_option("--json-out", o->json_out, "write the report as JSON");

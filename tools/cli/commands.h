@@ -18,5 +18,6 @@ void register_bench_engine(CLI::App& bench);     // `nanovllm bench throughput|l
 void register_bench_tokenizer(CLI::App& bench);  // `nanovllm bench tokenizer`
 void register_bench_offload(CLI::App& bench);    // `nanovllm bench offload`
 void register_bench_serve(CLI::App& bench);      // `nanovllm bench serve`
+void register_bench_grammar(CLI::App& bench);    // `nanovllm bench grammar`
 
 }  // namespace nanovllm::cli

@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "engine_options.h"
 #include "progress.h"
+#include "text_util.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/llm/llm.h"
 #include "nanovllm/model/layer_taps.h"
@@ -55,6 +56,7 @@ void register_generate(CLI::App& app) {
     SamplingOptions sampling;
     bool json = false;
     std::string dump_taps, tap_layers;
+    std::string json_schema_file, regex, grammar_file;  // structured outputs
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("generate", "generate continuations of prompts");
@@ -72,12 +74,27 @@ void register_generate(CLI::App& app) {
                   "write every layer's input, q/k/v after RoPE, attention output (before o_proj) and output "
                   "for every token of one prompt to DIR/taps.safetensors (fp32; runs eagerly; see README)");
   cmd->add_option("--tap-layers", opt->tap_layers, "with --dump-taps: only these layers, e.g. 0,3 (default all)");
+  CLI::Option* schema_opt = cmd->add_option("--json-schema", opt->json_schema_file,
+                                            "constrain the output to JSON valid for this JSON Schema file "
+                                            "(docs/structured_output.md)");
+  CLI::Option* regex_opt = cmd->add_option("--regex", opt->regex, "constrain the output to match this regular expression");
+  CLI::Option* grammar_opt = cmd->add_option("--grammar", opt->grammar_file,
+                                             "constrain the output to this EBNF grammar file (root rule `root`)");
+  schema_opt->excludes(regex_opt)->excludes(grammar_opt);
+  regex_opt->excludes(grammar_opt);
 
   cmd->callback([cmd, opt, ids_opt, text_opt] {
     NANOVLLM_CHECK(!opt->prompt_ids.empty() || !opt->prompts.empty() || !opt->prompt_ids_file.empty(),
                    "generate: give --prompt, --prompt-ids or --prompt-ids-file");
     NANOVLLM_CHECK(opt->tap_layers.empty() || !opt->dump_taps.empty(), "generate: --tap-layers needs --dump-taps");
-    const SamplingParams params = opt->sampling.to_params();
+    SamplingParams params = opt->sampling.to_params();
+    if (!opt->json_schema_file.empty() || !opt->regex.empty() || !opt->grammar_file.empty()) {
+      StructuredOutputsParams so;
+      if (!opt->json_schema_file.empty()) so.json = read_text_file(opt->json_schema_file, "--json-schema");
+      if (!opt->regex.empty()) so.regex = opt->regex;
+      if (!opt->grammar_file.empty()) so.grammar = read_text_file(opt->grammar_file, "--grammar");
+      params.structured_outputs = std::move(so);
+    }
     EngineConfig config = opt->engine.to_config();
     if (!opt->dump_taps.empty()) config.model.enforce_eager = true;  // taps run every step eagerly anyway
     LLM llm(std::move(config));
@@ -126,7 +143,7 @@ void register_generate(CLI::App& app) {
       longest = std::max(longest, n);
       most_tokens += std::clamp<int64_t>(max_len - n, 0, params.max_tokens);
     }
-    if (longest > 0 && longest < max_len && longest + params.max_tokens > max_len)
+    if (longest > 0 && longest < max_len && params.max_tokens > max_len - longest)
       std::fprintf(stderr,
                    "warning: --max-tokens %lld is capped at %lld: the model length (%lld, --max-model-len) minus "
                    "the %sprompt of %lld tokens\n",

@@ -17,12 +17,13 @@ int main(int argc, char** argv) {
   nanovllm::cli::register_eval(app);
   nanovllm::cli::register_worker(app);
   nanovllm::cli::register_options(app);
-  CLI::App* bench = app.add_subcommand("bench", "benchmarks: throughput, latency, tokenizer");
+  CLI::App* bench = app.add_subcommand("bench", "benchmarks: throughput, latency, tokenizer, grammar");
   bench->require_subcommand(1);
   nanovllm::cli::register_bench_engine(*bench);
   nanovllm::cli::register_bench_offload(*bench);
   nanovllm::cli::register_bench_tokenizer(*bench);
   nanovllm::cli::register_bench_serve(*bench);
+  nanovllm::cli::register_bench_grammar(*bench);
   nanovllm::cli::add_debug_flag(app);
   try {
     app.parse(argc, argv);

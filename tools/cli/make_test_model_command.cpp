@@ -26,7 +26,7 @@ void register_make_test_model(CLI::App& app) {
   cmd->add_option("--out", opt->out, "output directory")->required();
   cmd->add_option("--preset", opt->preset,
                   "tiny | qwen3-0.6b | qwen3-4b | qwen3-8b | qwen3-moe-tiny | qwen3-30b-a3b | qwen3-235b-a22b | "
-                  "glm4-tiny | glm4-9b")
+                  "glm4-tiny | glm4-9b | dca-tiny | qwen2.5-7b-1m")
       ->capture_default_str();
   cmd->add_option("--layout", opt->layout,
                   "hf: transformers-native tensor names; chatglm: THUDM's original ChatGLM layout (glm4-* presets; "

@@ -4,9 +4,17 @@
 // ("--max-tokens expects an integer, got 'x'").
 #pragma once
 
+#include <cstdint>
+
 #include <CLI/CLI.hpp>
 
+#include "nanovllm/core/limits.h"
+
 namespace nanovllm::cli {
+
+// Upper bounds of the tools' numbers, so that no product of them overflows: lengths are positions
+// (kMaxPositions, 2^24), counts (requests, sequences, batches) at most 2^20.
+inline constexpr int64_t kMaxCount = int64_t{1} << 20;
 
 CLI::Validator at_least(double lo);                  // v >= lo
 CLI::Validator greater_than(double lo);              // v > lo

@@ -23,6 +23,7 @@ void register_serve(CLI::App& app) {
     EngineOptions engine;
     server::ServerConfig server;
     double max_body_mib = 8;
+    std::string api_key;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, "
@@ -34,11 +35,13 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--port", opt->server.port, "TCP port; 0 picks a free one (printed)")
       ->check(in_range(0, 65535))
       ->capture_default_str();
-  cmd->add_option("--api-key", opt->server.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
+  CLI::Option* api_key = cmd->add_option("--api-key", opt->api_key,
+                                         "require 'Authorization: Bearer KEY' on /v1/* (an empty KEY is an error)");
   cmd->add_option("--served-model-name", opt->server.served_model_names,
                   "model name(s) clients use (default: the --model path and its last component)");
   cmd->add_option("--max-concurrent-requests", opt->server.max_concurrent_requests,
-                  "generation requests served at once; more get 429")
+                  "sequences generated at once, a request taking one per prompt and choice (prompts x n); more "
+                  "get 429, a request larger than this 400")
       ->check(in_range(1, 4096))
       ->capture_default_str();
   cmd->add_option("--max-body-mib", opt->max_body_mib, "request body limit (413 beyond)")
@@ -51,9 +54,32 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-n", opt->server.limits.max_n, "largest 'n' accepted")
       ->check(in_range(1, 1024))
       ->capture_default_str();
+  cmd->add_option("--max-request-prompt-tokens", opt->server.limits.max_request_prompt_tokens,
+                  "prompt tokens one request may ask to process: its prompts' lengths times n; more get 400")
+      ->check(at_least(1))
+      ->capture_default_str();
+  cmd->add_option("--max-request-output-tokens", opt->server.limits.max_request_output_tokens,
+                  "output tokens one request may ask for: max_tokens times prompts times n (times 1 + top_logprobs "
+                  "with logprobs); more get 400, and a default max_tokens is cut to fit")
+      ->check(at_least(1))
+      ->capture_default_str();
+  cmd->add_option("--tool-call-parser", opt->server.tool_call_parser,
+                  "how chat answers' tool calls are parsed into message.tool_calls: auto (from the chat template), "
+                  "hermes (Qwen3's <tool_call>{json}), qwen3_coder (<function=...> XML), none")
+      ->check(CLI::IsMember({"auto", "hermes", "qwen3_coder", "none"}))
+      ->capture_default_str();
+  cmd->add_option("--reasoning-parser", opt->server.reasoning_parser,
+                  "qwen3: <think>...</think> becomes message.reasoning_content (none: left in content)")
+      ->check(CLI::IsMember({"qwen3", "none"}));
 
-  cmd->callback([opt] {
+  cmd->callback([opt, api_key] {
     opt->server.max_body_bytes = static_cast<size_t>(opt->max_body_mib * (1 << 20));
+    // Given but empty is usually an unset variable (--api-key "$KEY"): refuse rather than serve without auth.
+    if (api_key->count() > 0) {
+      NANOVLLM_CHECK(!opt->api_key.empty(), "--api-key is empty (an unset variable?): give a key, or leave "
+                     "--api-key out to serve without one");
+      opt->server.api_key = opt->api_key;
+    }
     // Every thread started from here on inherits the blocked signals; this thread takes them with sigwait.
     sigset_t signals;
     sigemptyset(&signals);

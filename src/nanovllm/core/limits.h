@@ -14,4 +14,9 @@ inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
 // router logits in one warp's registers and the per-expert counts in shared memory).
 inline constexpr int64_t kMaxExperts = 512;
 
+// Positions are < 2^24 (16.7M tokens, past any model's context): max_position_embeddings and what rope
+// scaling extends it to, and the lengths the tools take. Products of such lengths with layer, head and
+// hidden sizes (each bounded in model/config.cpp) stay far inside int64.
+inline constexpr int64_t kMaxPositions = int64_t{1} << 24;
+
 }  // namespace nanovllm

@@ -32,7 +32,7 @@ std::vector<int32_t> BlockManager::match_prefix(const Sequence& seq) const {
   const int64_t max_blocks = std::max<int64_t>(seq.num_tokens() - 1, 0) / block_size_;
   const std::vector<uint64_t>& hashes = chain(seq, max_blocks);
   for (int64_t i = 0; i < max_blocks; ++i) {
-    const int32_t* toks = seq.token_ids.data() + i * block_size_;
+    const int32_t* toks = seq.tokens().data() + i * block_size_;
     auto it = hash_to_block_.find(hashes[static_cast<size_t>(i)]);
     if (it == hash_to_block_.end()) break;
     const Block& b = blocks_[it->second];
@@ -109,7 +109,7 @@ void BlockManager::commit_full_blocks(Sequence& seq) {
   for (int64_t i = first; i < num_full; ++i) {
     const int32_t id = seq.block_table[i];
     Block& b = blocks_[id];
-    const int32_t* toks = seq.token_ids.data() + i * block_size_;
+    const int32_t* toks = seq.tokens().data() + i * block_size_;
     b.hash = hashes[static_cast<size_t>(i)];
     b.has_hash = true;  // even when not registered: marks it committed (the search for `first` above)
     b.tokens.assign(toks, toks + block_size_);

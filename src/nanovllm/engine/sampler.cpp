@@ -9,6 +9,7 @@
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/core/rng.h"
+#include "nanovllm/kernels/cpu/token_bitmask.h"
 
 namespace nanovllm {
 
@@ -72,6 +73,18 @@ SampledToken Sampler::sample_row(const float* raw, int64_t vocab, const Sequence
   NANOVLLM_CHECK(vocab >= 1, "Sampler: vocab must be >= 1, got ", vocab);
   const SamplingParams& p = seq.params;
   const int64_t num_out = seq.num_output_tokens();
+  // Structured outputs: tokens the constraint refuses are -inf from here on, logprobs included (vLLM
+  // applies its grammar bitmask to the logits before its sampler the same way).
+  std::vector<float> masked;  // [vocab]
+  if (seq.constraint) {
+    std::vector<uint32_t> words(static_cast<size_t>((vocab + 31) / 32));
+    if (seq.constraint->fill_bitmask(words.data(), vocab)) {
+      masked.assign(raw, raw + vocab);
+      const int32_t row = 0;
+      cpu::apply_token_bitmask(masked.data(), vocab, vocab, words.data(), &row, 1);
+      raw = masked.data();
+    }
+  }
   std::vector<float> x(raw, raw + vocab);  // [vocab] working logits
 
   // min_tokens: the request may not stop yet.

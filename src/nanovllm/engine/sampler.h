@@ -1,6 +1,7 @@
 // Sampler: CPU sampling on fp32 logits with vLLM semantics. The reference for any GPU sampler.
 //
-// Per row, in order: min_tokens suppression (eos ids unless ignore_eos, and stop_token_ids, while fewer
+// Per row, in order: the structured-output mask (Sequence::constraint: disallowed tokens -inf, also for
+// logprobs) -> min_tokens suppression (eos ids unless ignore_eos, and stop_token_ids, while fewer
 // than min_tokens were generated) -> logit_bias (logit += bias) -> repetition penalty (prompt + output
 // tokens; logit > 0 ? / p : * p) -> frequency & presence penalties (output tokens: logit -= f * count + p * [count > 0]) -> temperature
 // (< 1e-5: greedy argmax, ties to the lowest id; top-k/top-p/min-p then do nothing) -> top-k (ties at the
@@ -8,8 +9,8 @@
 // p >= min_p * p_max) -> inverse-CDF draw over the kept tokens in id order with the uniform
 // rng_uniform(seq.rng_state, seq.num_output_tokens()) (see rng.h: deterministic per request and step).
 //
-// Logprobs (params.logprobs = K > 0): log_softmax of the RAW logits (before bias, penalties, temperature,
-// vLLM's default), fp64 log-sum-exp; the top K sorted descending (ties: lower id first), followed by the
+// Logprobs (params.logprobs = K > 0): log_softmax of the RAW logits (after the structured-output mask,
+// before bias, penalties, temperature, vLLM's default), fp64 log-sum-exp; the top K sorted descending (ties: lower id first), followed by the
 // sampled token when it is not among them (vLLM returns K or K + 1 entries the same way).
 #pragma once
 

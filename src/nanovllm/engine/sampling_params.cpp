@@ -34,6 +34,13 @@ void SamplingParams::validate(int64_t vocab_size) const {
                  kMaxLogprobs, "], got ", logprobs);
   NANOVLLM_CHECK(logit_bias.size() <= kMaxLogitBiasEntries, "SamplingParams.logit_bias has ", logit_bias.size(),
                  " entries; at most ", kMaxLogitBiasEntries, " are allowed");
+  if (structured_outputs) {
+    const StructuredOutputsParams& so = *structured_outputs;
+    NANOVLLM_CHECK(so.num_kinds() == 1, "SamplingParams.structured_outputs: give exactly one of json, regex, choice, "
+                   "grammar, json_object (got ", so.num_kinds(), ")");
+    NANOVLLM_CHECK(!so.reasoning_open || !so.reasoning_end.empty(),
+                   "SamplingParams.structured_outputs: reasoning_open needs reasoning_end");
+  }
   for (const auto& [id, bias] : logit_bias) {
     NANOVLLM_CHECK(id >= 0 && id < vocab_size, "SamplingParams.logit_bias: id ", id,
                    " is outside the vocabulary [0, ", vocab_size, ")");

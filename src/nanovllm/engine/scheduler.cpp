@@ -109,29 +109,61 @@ SchedulerOutput Scheduler::schedule() {
     ++i;
   }
 
-  // 2. Running sequences still in prefill (chunked): blocks were allocated at admission.
+  // 2. The short lane (see scheduler.h): while a long prefill is pending, short ones go first, whole,
+  //    within half of what is left, running ones and then waiting ones in arrival order, skipping the rest.
+  std::vector<const Sequence*> in_lane;
+  const int64_t short_max = short_prefill_tokens();
+  if (config_.scheduler.enable_chunked_prefill && budget > 1 && long_prefill_pending(short_max)) {
+    int64_t lane = budget / 2;
+    for (auto& p : running_) {
+      Sequence& s = *p;
+      const int64_t remaining = s.num_tokens() - s.num_computed_tokens;
+      if (remaining <= 1 || remaining > std::min(short_max, lane)) continue;  // a decode, or too long
+      out.seqs.push_back({&s, remaining, true});
+      in_lane.push_back(&s);
+      lane -= remaining;
+      budget -= remaining;
+    }
+    for (auto it = waiting_.begin(); !preempted && lane > 0 && it != waiting_.end() &&
+                                     static_cast<int64_t>(running_.size()) < config_.scheduler.max_num_seqs;) {
+      Sequence& s = **it;
+      if (s.num_tokens() > short_max || !blocks_.can_allocate(s) ||
+          s.num_tokens() - blocks_.num_prefix_hit_tokens(s) > lane) {
+        ++it;
+        continue;
+      }
+      const int64_t n = admit(s);
+      out.seqs.push_back({&s, n, true});
+      in_lane.push_back(&s);
+      lane -= n;
+      budget -= n;
+      running_.push_back(std::move(*it));
+      it = waiting_.erase(it);
+    }
+  }
+
+  // 3. Running sequences still in prefill (chunked): blocks were allocated at admission.
   for (auto& p : running_) {
     if (budget == 0) break;
     Sequence& s = *p;
     const int64_t remaining = s.num_tokens() - s.num_computed_tokens;
     if (remaining <= 1) continue;  // a decode (scheduled above or skipped for budget)
+    if (std::find(in_lane.begin(), in_lane.end(), &s) != in_lane.end()) continue;
     const int64_t n = std::min(remaining, budget);
     blocks_.append_slots(s, n);  // no-op: admission covered all tokens
     out.seqs.push_back({&s, n, n == remaining});
     budget -= n;
   }
 
-  // 3. Admit waiting sequences, first come first served: stop at the first one that does not fit.
+  // 4. Admit waiting sequences, first come first served: stop at the first one that does not fit.
   while (!preempted && budget > 0 && !waiting_.empty() &&
          static_cast<int64_t>(running_.size()) < config_.scheduler.max_num_seqs) {
     Sequence& s = *waiting_.front();
     if (!blocks_.can_allocate(s)) break;
-    const int64_t remaining = s.num_tokens() - blocks_.num_prefix_hit_tokens(s);
-    if (!config_.scheduler.enable_chunked_prefill && remaining > budget) break;
-    blocks_.allocate(s);
-    NANOVLLM_ASSERT(s.num_tokens() - s.num_computed_tokens == remaining);
+    if (!config_.scheduler.enable_chunked_prefill && s.num_tokens() - blocks_.num_prefix_hit_tokens(s) > budget)
+      break;
+    const int64_t remaining = admit(s);
     const int64_t n = std::min(remaining, budget);
-    s.status = SequenceStatus::kRunning;
     out.seqs.push_back({&s, n, n == remaining});
     budget -= n;
     running_.push_back(std::move(waiting_.front()));
@@ -141,9 +173,30 @@ SchedulerOutput Scheduler::schedule() {
   return out;  // decodes first, then prefill chunks, by construction
 }
 
+int64_t Scheduler::admit(Sequence& s) {
+  const int64_t remaining = s.num_tokens() - blocks_.num_prefix_hit_tokens(s);
+  blocks_.allocate(s);
+  NANOVLLM_ASSERT(s.num_tokens() - s.num_computed_tokens == remaining);
+  s.own_tokens();  // from here on the runner reads (and the sampler appends to) token_ids
+  s.status = SequenceStatus::kRunning;
+  return remaining;
+}
+
+int64_t Scheduler::short_prefill_tokens() const { return config_.scheduler.max_num_batched_tokens / 4; }
+
+bool Scheduler::long_prefill_pending(int64_t short_max) const {
+  for (const auto& p : running_)
+    if (p->num_tokens() - p->num_computed_tokens > short_max) return true;
+  for (const auto& p : waiting_)
+    if (p->num_tokens() > short_max) return true;
+  return false;
+}
+
 FinishReason Scheduler::stop_reason(const Sequence& s) const {
   const SamplingParams& p = s.params;
   const int64_t num_out = s.num_output_tokens();
+  // A complete constrained answer ends the request whatever else holds: no token may follow it.
+  if (s.constraint && s.constraint->is_complete()) return FinishReason::kStop;
   if (num_out < p.min_tokens) return FinishReason::kNone;
   // vLLM v1 order: length limits first, then eos, then stop ids.
   if (num_out >= p.max_tokens || s.num_tokens() >= config_.model.max_model_len) return FinishReason::kLength;
@@ -172,7 +225,7 @@ void Scheduler::advance(const SchedulerOutput& out) {
 
 void Scheduler::resolve(const SchedulerOutput& out, const std::vector<SampledToken>& sampled) {
   size_t k = 0;
-  std::vector<Sequence*> done;
+  std::vector<Sequence*> done, refused;
   for (const ScheduledSequence& ss : out.seqs) {
     if (!ss.sample) continue;
     Sequence& s = *ss.seq;
@@ -186,6 +239,11 @@ void Scheduler::resolve(const SchedulerOutput& out, const std::vector<SampledTok
     s.token_ids.back() = t.token_id;
     s.extend_block_hashes();  // the token may fill a block
     if (s.params.logprobs > 0) s.logprobs.push_back(t.top_logprobs);
+    if (s.constraint && !s.constraint->accept(t.token_id)) {
+      NANOVLLM_WARN("request ", s.seq_id, ": token ", t.token_id, " breaks its structured-output constraint; aborted");
+      refused.push_back(&s);
+      continue;
+    }
     if (stop_reason(s) != FinishReason::kNone) done.push_back(&s);
   }
   NANOVLLM_CHECK(k == sampled.size(), "Scheduler::update: ", sampled.size(), " sampled tokens for ", k,
@@ -198,6 +256,7 @@ void Scheduler::resolve(const SchedulerOutput& out, const std::vector<SampledTok
     const FinishReason r = stop_reason(*seq);
     finish(std::move(seq), r);
   }
+  for (Sequence* d : refused) abort(d->seq_id);
 }
 
 bool Scheduler::can_schedule_ahead(const SchedulerOutput& out) const {
@@ -209,6 +268,7 @@ bool Scheduler::can_schedule_ahead(const SchedulerOutput& out) const {
     if (ss.num_new_tokens != 1 || !ss.sample || s.status != SequenceStatus::kRunning) return false;
     const SamplingParams& p = s.params;
     if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) return false;
+    if (s.constraint) return false;  // its next mask depends on the token step N samples
     // After step N the sequence holds num_tokens() + 1 tokens, all but the last computed; step N + 1
     // computes that last one: it must stay below max_model_len.
     if (s.num_tokens() + 1 >= config_.model.max_model_len) return false;

@@ -7,6 +7,13 @@
 // sequences still in (chunked) prefill continue, then waiting sequences are admitted in FCFS order while
 // budget, max_num_seqs and KV blocks allow (no admissions in a step that preempted). A prompt larger than
 // the remaining budget is chunked (enable_chunked_prefill) or waits for a step where it fits whole.
+//
+// Fairness (chunked prefill only): FCFS alone lets one long prefill take every step's budget, so a request
+// of 8 tokens behind 8 x 40K tokens of prompt would wait for all of them. So while a long prefill is
+// pending (one with more than a quarter of the step budget left to compute, running or waiting), short
+// ones go first, each whole, within half of the budget the decodes left: running ones, then waiting ones
+// in arrival order, passing over long ones ahead of them (the "short lane"). The long ones then share the
+// rest as above, so they keep at least half of every step whatever stream of short requests arrives.
 // Admission allocates blocks for all of a sequence's tokens at once, so a prefill never runs out of
 // blocks midway; decodes grow the block table one block at a time.
 //
@@ -59,7 +66,8 @@ class Scheduler {
   // (a sequence that finishes at N has a wasted row in N + 1, which the engine drops).
   // can_schedule_ahead(out_N) holds when out_{N+1} would be out_N's sequences, all decoding again,
   // without preemption: nothing waiting, every running sequence a sampling decode of out_N, no token
-  // penalties (their device inputs list token ids), none reaching max_model_len at N, not all reaching
+  // penalties (their device inputs list token ids), no structured-output constraint (its mask needs N's
+  // token), none reaching max_model_len at N, not all reaching
   // max_tokens at N (a step wholly wasted), blocks for all.
   bool can_schedule_ahead(const SchedulerOutput& out) const;
   void advance(const SchedulerOutput& out);
@@ -79,6 +87,11 @@ class Scheduler {
   const EngineConfig& config() const { return config_; }
 
  private:
+  // Allocates a waiting sequence's blocks, takes its own copy of a shared prompt, marks it running; returns
+  // the tokens it has left to compute (its prompt less the prefix-cache hits).
+  int64_t admit(Sequence& s);
+  int64_t short_prefill_tokens() const;  // a prefill with at most this many tokens left is short
+  bool long_prefill_pending(int64_t short_max) const;
   void preempt(std::unique_ptr<Sequence> seq);
   void finish(std::unique_ptr<Sequence> seq, FinishReason reason);
   FinishReason stop_reason(const Sequence& seq) const;  // after a token was appended

@@ -14,6 +14,12 @@ const char* to_string(FinishReason r) {
   return "";
 }
 
+void Sequence::own_tokens() {
+  if (!shared_prompt) return;
+  token_ids.assign(shared_prompt->begin(), shared_prompt->end());
+  shared_prompt.reset();
+}
+
 void Sequence::reset_block_hashes(int64_t block_size) {
   block_hash_size_ = block_size;
   block_hashes_.clear();
@@ -22,10 +28,13 @@ void Sequence::reset_block_hashes(int64_t block_size) {
 
 void Sequence::extend_block_hashes() {
   if (block_hash_size_ <= 0) return;
-  const int64_t known = num_tokens() - (!token_ids.empty() && token_ids.back() == kPendingToken ? 1 : 0);
+  const std::span<const int32_t> toks = tokens();
+  const int64_t known = num_tokens() - (!toks.empty() && toks.back() == kPendingToken ? 1 : 0);
   for (int64_t i = static_cast<int64_t>(block_hashes_.size()); (i + 1) * block_hash_size_ <= known; ++i) {
-    const uint64_t prev = i > 0 ? block_hashes_.back() : 0;
-    block_hashes_.push_back(hash_block(prev, i > 0, token_ids.data() + i * block_hash_size_, block_hash_size_));
+    // A salt stands in for a previous block's hash before the first block.
+    const uint64_t prev = i > 0 ? block_hashes_.back() : cache_salt;
+    const bool has_prev = i > 0 || cache_salt != 0;
+    block_hashes_.push_back(hash_block(prev, has_prev, toks.data() + i * block_hash_size_, block_hash_size_));
   }
 }
 

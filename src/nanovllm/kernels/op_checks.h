@@ -8,6 +8,7 @@
 #include "nanovllm/core/error.h"
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/kernels/attention_metadata.h"
+#include "nanovllm/kernels/ops.h"
 
 namespace nanovllm::ops {
 
@@ -29,6 +30,13 @@ void check_kv_cache(std::string_view op, const TensorView& k_cache, const Tensor
 // cu_seqlens_q [S+1], context_lens [S], block_tables [S, MB] i32; on the host also their contents.
 void check_seq_metadata(std::string_view op, const AttentionMetadata& meta, int64_t T, int64_t num_blocks,
                         int64_t BS, Device dev);
+// meta.slot_mapping [T] I32 in [-1, num_slots) (range checked on the host only), meta.num_tokens == T.
+void check_slot_mapping(std::string_view op, const AttentionMetadata& meta, int64_t T, int64_t num_slots, Device dev);
+// qkv_prologue's arguments: q_out [T, Hq, D], qkv [T, (Hq + 2 Hk) D], norms [D] or undefined, positions [T] i32,
+// rope.inv_freq, the cache pair, the slot mapping.
+void check_qkv_prologue(std::string_view op, TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm,
+                        float eps, TensorView positions, const RopeParams& rope, TensorView k_cache,
+                        TensorView v_cache, const AttentionMetadata& meta);
 // paged_attention's arguments: out, q [T, Hq, D], the cache pair, GQA heads, a finite scale, metadata.
 void check_paged_attention(std::string_view op, TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
                            const AttentionMetadata& meta, float scale);

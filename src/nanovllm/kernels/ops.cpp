@@ -34,20 +34,6 @@ void check_host_rows(std::string_view op, const TensorView& rows, int64_t n) {
     NANOVLLM_CHECK(r[i] >= 0 && r[i] < n, op, ": rows[", i, "] = ", r[i], " is outside [0, ", n, ")");
 }
 
-// slot_mapping [T] I32 in [-1, NB * BS) (range checked on the host only).
-void check_slot_mapping(std::string_view op, const AttentionMetadata& meta, int64_t T, int64_t num_slots,
-                        Device dev) {
-  NANOVLLM_CHECK(meta.num_tokens == T, op, ": meta.num_tokens ", meta.num_tokens, " != ", T, " tokens");
-  check_tensor(op, "meta.slot_mapping", meta.slot_mapping, dev, 1);
-  check_i32(op, "meta.slot_mapping", meta.slot_mapping);
-  check_shape(op, "meta.slot_mapping", meta.slot_mapping, {T});
-  if (!dev.is_cpu()) return;
-  const int32_t* sm = meta.slot_mapping.data_as<const int32_t>();
-  for (int64_t t = 0; t < T; ++t)
-    NANOVLLM_CHECK(sm[t] >= -1 && sm[t] < num_slots, op, ": meta.slot_mapping[", t, "] = ", sm[t],
-                   " is outside [-1, ", num_slots, ")");
-}
-
 }  // namespace
 
 
@@ -183,42 +169,6 @@ void linear_fp8(TensorView out, TensorView in, TensorView weight, TensorView wei
   if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(linear_fp8, dev, out, in, weight, weight_scale, bias, s);
   cpu::linear_fp8(out, in, weight, weight_scale, bias);
 }
-
-namespace {
-
-void check_qkv_prologue(std::string_view op, TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm,
-                        float eps, TensorView positions, const RopeParams& rope, TensorView k_cache,
-                        TensorView v_cache, const AttentionMetadata& meta) {
-  const Device dev = q_out.device();
-  check_tensor(op, "q_out", q_out, dev, 3);
-  check_float(op, "q_out", q_out);
-  check_kv_cache(op, k_cache, v_cache, dev, meta);
-  const int64_t T = q_out.dim(0), Hq = q_out.dim(1), D = q_out.dim(2);
-  const int64_t NB = k_cache.dim(0), BS = k_cache.dim(1), Hk = k_cache.dim(2);
-  NANOVLLM_CHECK(D > 0 && D % 2 == 0, op, ": head_dim ", D, " must be even and > 0 for RoPE");
-  NANOVLLM_CHECK(k_cache.dim(3) == D, op, ": k_cache ", k_cache.shape().str(), " head_dim != q_out head_dim ", D);
-  NANOVLLM_CHECK(Hq > 0 && Hq % Hk == 0, op, ": query heads ", Hq, " must be a multiple of KV heads ", Hk);
-  check_float_tensor(op, "qkv", qkv, dev, {T, (Hq + 2 * Hk) * D});
-  if (q_norm.defined()) check_float_tensor(op, "q_norm", q_norm, dev, {D});
-  if (k_norm.defined()) check_float_tensor(op, "k_norm", k_norm, dev, {D});
-  NANOVLLM_CHECK(eps >= 0.0f && std::isfinite(eps), op, ": eps must be finite and >= 0, got ", eps);
-  check_tensor(op, "positions", positions, dev, 1);
-  check_i32(op, "positions", positions);
-  check_shape(op, "positions", positions, {T});
-  check_tensor(op, "rope.inv_freq", rope.inv_freq, dev, 1);
-  NANOVLLM_CHECK(rope.inv_freq.dtype() == DType::kF32, op, ": rope.inv_freq must be F32, got ",
-                 dtype_name(rope.inv_freq.dtype()));
-  const int64_t pairs = rope.inv_freq.numel();
-  if (rope.interleaved) {
-    NANOVLLM_CHECK(pairs > 0 && 2 * pairs <= D, op, ": rope.inv_freq ", rope.inv_freq.shape().str(),
-                   " must hold 1 to head_dim / 2 = ", D / 2, " frequencies");
-  } else {
-    check_shape(op, "rope.inv_freq", rope.inv_freq, {D / 2});  // rotate_half: the whole head
-  }
-  check_slot_mapping(op, meta, T, NB * BS, dev);
-}
-
-}  // namespace
 
 void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
                   TensorView positions, const RopeParams& rope, TensorView k_cache, TensorView v_cache,

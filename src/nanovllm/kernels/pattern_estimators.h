@@ -54,7 +54,9 @@ void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, Tenso
                           const AttentionMetadata& meta, float scale, const FlexPrefillParams& params, Stream s = {});
 
 // AvgPool: per query head and query block of the chunk, softmax(block-mean query . block-mean key) over the causal key
-// blocks; the blocks (sink and diagonal first, then by decreasing score) covering `threshold` of it.
+// blocks; the blocks (sink and diagonal first, then by decreasing score) covering `threshold` of it. The chunk's last
+// query block is scored by its last query: per key block the log-sum-exp of scale x q . k over the block's keys (the
+// softmax over blocks is then that query's exact attention share; the token sampled after a prompt reads that row).
 void avgpool_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                       const AttentionMetadata& meta, float scale, const AvgPoolParams& params, Stream s = {});
 

@@ -7,6 +7,8 @@
 
 #include "nanovllm/core/logging.h"
 #include "nanovllm/engine/scheduler.h"
+#include "nanovllm/kernels/dual_chunk_ops.h"
+#include "nanovllm/llm/structured_output.h"
 #include "nanovllm/model/tensor_parallel_plan.h"
 #include "nanovllm/runner/tensor_parallel_worker.h"
 
@@ -20,8 +22,9 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 RequestOutput make_output(Sequence& seq) {
   RequestOutput o;
   o.request_id = seq.seq_id;
-  o.prompt_token_ids.assign(seq.token_ids.begin(), seq.token_ids.begin() + seq.num_prompt_tokens);
-  o.token_ids.assign(seq.token_ids.begin() + seq.num_prompt_tokens, seq.token_ids.end());
+  const std::span<const int32_t> tokens = seq.tokens();
+  o.prompt_token_ids.assign(tokens.begin(), tokens.begin() + seq.num_prompt_tokens);
+  o.token_ids.assign(tokens.begin() + seq.num_prompt_tokens, tokens.end());
   o.finish_reason = seq.finish_reason;
   o.logprobs = std::move(seq.logprobs);
   o.num_cached_tokens = seq.num_cached_tokens;
@@ -48,6 +51,26 @@ EngineConfig offload_lane_config(const EngineConfig& config) {
   return lane;
 }
 
+// Dual Chunk Attention (docs/dual_chunk_attention.md) runs on every path but the sparse policies'; a checkpoint
+// that asks for it never runs plain attention instead. On CUDA its kernels need a chunk of whole 128-key tiles
+// (unless no context can leave the first chunk) and head_dim 64 / 128 / 256.
+void check_dual_chunk_attention(const ModelConfig& model, const EngineConfig& config) {
+  const DualChunkAttention& dca = model.dual_chunk_attention;
+  if (!dca.enabled()) return;
+  const char* field = "(the model's dual_chunk_attention_config)";
+  NANOVLLM_CHECK(!config.sparse.enabled(), "--sparse-policy ", config.sparse.policy,
+                 ": sparse decode does not run with Dual Chunk Attention ", field);
+  NANOVLLM_CHECK(!config.sparse_prefill.enabled(), "--sparse-prefill-policy ",
+                 sparse_prefill_policy_name(config.sparse_prefill.policy),
+                 ": sparse prefill does not run with Dual Chunk Attention ", field);
+  if (config.model.backend != Backend::kCuda || config.model.max_model_len <= dca.chunk_len()) return;
+  NANOVLLM_CHECK(dca.chunk_len() % ops::kCudaDualChunkLenMultiple == 0, "dual_chunk_attention_config: chunk_size - "
+                 "local_size = ", dca.chunk_len(), " must be a multiple of ", ops::kCudaDualChunkLenMultiple,
+                 " on the cuda backend (or --max-model-len at most ", dca.chunk_len(), ")");
+  NANOVLLM_CHECK(ops::cuda_dual_chunk_head_dim(model.head_dim), "Dual Chunk Attention on the cuda backend needs "
+                 "head_dim 64, 128 or 256 (the model has ", model.head_dim, ")");
+}
+
 }  // namespace
 
 ModelConfig LLMEngine::prepare(EngineConfig& config) {
@@ -61,6 +84,7 @@ ModelConfig LLMEngine::prepare(EngineConfig& config) {
   // The model's own limits on the split first (they name heads / sizes), then the config's checks.
   validate_tensor_parallel(model_config, config.parallel.tensor_parallel_size);
   config.resolve(model_config.max_model_len());
+  check_dual_chunk_attention(model_config, config);
   return model_config;
 }
 
@@ -84,13 +108,14 @@ LLMEngine::~LLMEngine() = default;
 
 bool LLMEngine::is_offloaded(int64_t prompt_len, const SamplingParams& params) const {
   if (!offload_scheduler_) return false;
-  const int64_t reach = std::min(prompt_len + params.max_tokens, config_.model.max_model_len);
+  const int64_t reach = params.reach(prompt_len, config_.model.max_model_len);
   if (config_.offload.min_tokens > 0 && reach >= config_.offload.min_tokens) return true;
   return config_.cache.blocks_for(reach) > runner_->num_kv_blocks();  // does not fit the GPU cache
 }
 
 void LLMEngine::validate_request(const std::vector<int32_t>& prompt, const SamplingParams& params) const {
   params.validate(model_config_.vocab_size);
+  if (params.structured_outputs) structured_outputs().compile(*params.structured_outputs);
   NANOVLLM_CHECK(!prompt.empty(), "the prompt is empty");
   const int64_t n = static_cast<int64_t>(prompt.size());
   NANOVLLM_CHECK(n < config_.model.max_model_len, "the prompt has ", n, " tokens; max_model_len is ",
@@ -99,16 +124,31 @@ void LLMEngine::validate_request(const std::vector<int32_t>& prompt, const Sampl
     NANOVLLM_CHECK(id >= 0 && id < model_config_.vocab_size, "prompt token id ", id, " is outside the vocabulary [0, ",
                    model_config_.vocab_size, ")");
   if (is_offloaded(n, params))
-    runner_->check_offload_memory(std::min(n + params.max_tokens, config_.model.max_model_len));
+    runner_->check_offload_memory(params.reach(n, config_.model.max_model_len));
 }
 
 int64_t LLMEngine::add_request(std::vector<int32_t> prompt_token_ids, const SamplingParams& params) {
   validate_request(prompt_token_ids, params);
   auto seq = std::make_unique<Sequence>();
-  seq->seq_id = next_request_id_;
   seq->num_prompt_tokens = static_cast<int64_t>(prompt_token_ids.size());
   seq->token_ids = std::move(prompt_token_ids);
+  return add_sequence(std::move(seq), params);
+}
+
+int64_t LLMEngine::add_request(std::shared_ptr<const std::vector<int32_t>> prompt, const SamplingParams& params) {
+  NANOVLLM_CHECK(prompt != nullptr, "add_request: no prompt");
+  validate_request(*prompt, params);
+  auto seq = std::make_unique<Sequence>();
+  seq->num_prompt_tokens = static_cast<int64_t>(prompt->size());
+  seq->shared_prompt = std::move(prompt);
+  return add_sequence(std::move(seq), params);
+}
+
+int64_t LLMEngine::add_sequence(std::unique_ptr<Sequence> seq, const SamplingParams& params) {
+  seq->seq_id = next_request_id_;
   seq->params = params;
+  seq->cache_salt = static_cast<uint64_t>(model_config_.dual_chunk_attention.prefix_cache_salt(seq->num_prompt_tokens));
+  if (params.structured_outputs) seq->constraint = structured_outputs().make_constraint(*params.structured_outputs);
   seq->arrival_time = std::chrono::steady_clock::now();
   // Scheduler::add validates lengths; throws before anything is queued.
   if (is_offloaded(seq->num_prompt_tokens, params)) {

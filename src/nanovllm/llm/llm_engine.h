@@ -28,6 +28,7 @@ class Tokenizer;
 namespace chat {
 class ChatTemplate;
 }
+class StructuredOutputs;
 
 struct RequestOutput {
   int64_t request_id = 0;
@@ -65,10 +66,14 @@ class LLMEngine {
   const EngineConfig& config() const { return config_; }
 
   // Throws nanovllm::Error naming the problem: empty or too long prompt, ids outside the vocabulary,
-  // invalid sampling params.
+  // invalid sampling params, a structured-output constraint that does not compile (compiled grammars are
+  // cached: add_request then finds it).
   void validate_request(const std::vector<int32_t>& prompt_token_ids, const SamplingParams& params) const;
   // Validates and queues a request; throws (nothing queued) when validate_request would.
   int64_t add_request(std::vector<int32_t> prompt_token_ids, const SamplingParams& params);
+  // The same for a prompt several requests share (the n choices of one API request): each sequence holds
+  // `prompt` itself, not a copy, until the scheduler admits it (Sequence::shared_prompt).
+  int64_t add_request(std::shared_ptr<const std::vector<int32_t>> prompt, const SamplingParams& params);
   void abort_request(int64_t request_id);
   bool has_unfinished() const;
   // One scheduler + model step. Returns the requests that finished in it. With a delta callback set, calls
@@ -84,6 +89,9 @@ class LLMEngine {
   // The chat template of tokenizer_config.json (or chat_template.jinja), parsed once on first use.
   // Throws nanovllm::Error when the directory has none.
   const chat::ChatTemplate& chat_template() const;
+  // SamplingParams::structured_outputs' grammar engine over the tokenizer (with its compiled-grammar cache),
+  // created on first use (thread-safe). Needs the tokenizer.
+  StructuredOutputs& structured_outputs() const;
 
   // Counters for progress and metrics.
   int64_t num_generated_tokens() const { return num_generated_tokens_; }
@@ -132,6 +140,8 @@ class LLMEngine {
   int64_t num_prompt_tokens_computed_ = 0;
   // tokenizer_config.json's eos_token, if any.
   static std::optional<int32_t> tokenizer_eos_token_id(const std::filesystem::path& model_dir, int64_t vocab_size);
+  // Queues a validated sequence (its tokens set) with the next request id, in the lane it belongs to.
+  int64_t add_sequence(std::unique_ptr<Sequence> seq, const SamplingParams& params);
   std::vector<SampledToken> run_step(Scheduler& scheduler, bool offloaded);
   std::vector<SampledToken> finish_launched_step(bool has_prefill);
   void drop_finished(SchedulerOutput& out) const;
@@ -144,6 +154,7 @@ class LLMEngine {
   mutable std::mutex text_mu_;
   mutable std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
   mutable std::shared_ptr<const chat::ChatTemplate> chat_template_;
+  mutable std::unique_ptr<StructuredOutputs> structured_outputs_;
 };
 
 }  // namespace nanovllm

@@ -9,6 +9,7 @@
 #include "nanovllm/chat/chat_template.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/llm/llm.h"
+#include "nanovllm/llm/structured_output.h"
 #include "nanovllm/tokenizer/tokenizer.h"
 
 namespace nanovllm {
@@ -44,6 +45,14 @@ const tokenizer::Tokenizer& LLMEngine::tokenizer() const {
         tokenizer::Tokenizer::from_model_dir(config_.model.path, model_config_.vocab_size));
   }
   return *tokenizer_;
+}
+
+StructuredOutputs& LLMEngine::structured_outputs() const {
+  const tokenizer::Tokenizer& tok = tokenizer();  // before text_mu_: it takes it too
+  std::lock_guard<std::mutex> lock(text_mu_);
+  if (!structured_outputs_)
+    structured_outputs_ = std::make_unique<StructuredOutputs>(tok, model_config_.eos_token_ids, model_config_.vocab_size);
+  return *structured_outputs_;
 }
 
 const chat::ChatTemplate& LLMEngine::chat_template() const {

@@ -5,6 +5,7 @@
 #include "nanovllm/core/logging.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -20,6 +21,22 @@ namespace {
 
 using nlohmann::json;
 
+// Upper bounds of the sizes a config.json declares, far above any real model (the largest have ~16K hidden,
+// ~128 layers, 128 heads of 256): past them the file is corrupt or hostile, and an error naming the field
+// beats a huge allocation. With these, every product of sizes the engine forms fits int64.
+constexpr int64_t kMaxHiddenSize = int64_t{1} << 17;
+constexpr int64_t kMaxIntermediateSize = int64_t{1} << 20;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxHeads = 1024;
+constexpr int64_t kMaxHeadDim = 1024;
+
+// "1024", or "2^24 (16777216)" for large powers of two.
+std::string limit_text(int64_t max) {
+  const int log2 = std::bit_width(static_cast<uint64_t>(max)) - 1;
+  if (max < (1 << 16) || max != int64_t{1} << log2) return std::to_string(max);
+  return "2^" + std::to_string(log2) + " (" + std::to_string(max) + ")";
+}
+
 // Reads one JSON object field with a type check; `where` is the file name (and the sub-object) for errors.
 class Fields {
  public:
@@ -27,15 +44,19 @@ class Fields {
 
   bool has(const char* key) const { return obj_.contains(key) && !obj_.at(key).is_null(); }
 
-  int64_t positive_int(const char* key) const {
+  // An integer in [1, max].
+  int64_t positive_int(const char* key, int64_t max) const {
     NANOVLLM_CHECK(has(key), where_, ": required field '", key, "' is missing");
     const json& v = obj_.at(key);
-    NANOVLLM_CHECK(v.is_number_integer() && v.get<int64_t>() > 0, where_, ": field '", key,
-                   "' must be a positive integer (got ", v.dump(), ")");
+    const bool positive =
+        v.is_number_unsigned() ? v.get<uint64_t>() > 0 : v.is_number_integer() && v.get<int64_t>() > 0;
+    NANOVLLM_CHECK(positive, where_, ": field '", key, "' must be a positive integer (got ", v.dump(), ")");
+    NANOVLLM_CHECK(v.get<uint64_t>() <= static_cast<uint64_t>(max), where_, ": field '", key, "' is ", v.dump(),
+                   "; at most ", limit_text(max), " is supported");
     return v.get<int64_t>();
   }
-  int64_t positive_int_or(const char* key, int64_t fallback) const {
-    return has(key) ? positive_int(key) : fallback;
+  int64_t positive_int_or(const char* key, int64_t fallback, int64_t max) const {
+    return has(key) ? positive_int(key, max) : fallback;
   }
   double number_or(const char* key, double fallback) const {
     if (!has(key)) return fallback;
@@ -154,7 +175,7 @@ void parse_rope(const json& j, const std::string& origin, ModelConfig& c) {
   NANOVLLM_CHECK(f.has("factor"), f.where(), ": required field 'factor' is missing for rope type '", type, "'");
   s.factor = f.positive_number_or("factor", 1.0);
   NANOVLLM_CHECK(s.factor >= 1.0, f.where(), ": field 'factor' must be >= 1 (got ", s.factor, ")");
-  s.original_max_position_embeddings = f.positive_int_or("original_max_position_embeddings", 0);
+  s.original_max_position_embeddings = f.positive_int_or("original_max_position_embeddings", 0, kMaxPositions);
   if (s.type == RopeScaling::Type::kYarn) {
     s.beta_fast = f.positive_number_or("beta_fast", 32.0);
     s.beta_slow = f.positive_number_or("beta_slow", 1.0);
@@ -173,6 +194,55 @@ void parse_rope(const json& j, const std::string& origin, ModelConfig& c) {
     NANOVLLM_CHECK(s.high_freq_factor > s.low_freq_factor, f.where(), ": 'high_freq_factor' (",
                    s.high_freq_factor, ") must be larger than 'low_freq_factor' (", s.low_freq_factor, ")");
   }
+}
+
+// `dual_chunk_attention_config`, read as vLLM reads it (DualChunkFlashAttentionImpl.__init__,
+// DualChunkFlashAttentionMetadataBuilder.build; docs/dual_chunk_attention.md): chunk_size (default 8192),
+// local_size (default 1024), original_max_position_embeddings (default 0: no logit scaling). vLLM's sparse
+// variant (sparse_attention_config / sparse_attention_enabled) is not implemented and is refused; its
+// sparse_attention_threshold and sparse_attention_last_q mean nothing without it and are only type-checked.
+// Any other field is refused by name.
+void parse_dual_chunk(const json& j, const std::string& origin, ModelConfig& c) {
+  const char* key = "dual_chunk_attention_config";
+  const json& d = j.at(key);
+  NANOVLLM_CHECK(d.is_object(), origin, ": field '", key, "' must be an object or null (got ", d.dump(), ")");
+  const std::string where = origin + ": " + key;
+  const Fields f(d, where);
+  NANOVLLM_CHECK(c.arch == Architecture::kQwen2 || c.arch == Architecture::kQwen3, origin, ": field '", key,
+                 "' is supported for Qwen2ForCausalLM and Qwen3ForCausalLM only (this is ", c.architecture_name, ")");
+  // vLLM's get_rope builds DualChunkRotaryEmbedding from rope_theta alone and drops any rope scaling; rather
+  // than drop it silently, such a config is refused.
+  NANOVLLM_CHECK(c.rope_scaling.type == RopeScaling::Type::kNone, origin, ": field '", key,
+                 "' together with a rope scaling (rope_scaling / rope_parameters) is not supported");
+
+  for (const auto& [name, value] : d.items()) {
+    const bool known = name == "chunk_size" || name == "local_size" || name == "original_max_position_embeddings" ||
+                       name == "sparse_attention_config" || name == "sparse_attention_enabled" ||
+                       name == "sparse_attention_threshold" || name == "sparse_attention_last_q";
+    NANOVLLM_CHECK(known, where, ": unknown field '", name,
+                   "' (supported: chunk_size, local_size, original_max_position_embeddings)");
+  }
+  NANOVLLM_CHECK(!f.has("sparse_attention_config"), where,
+                 ": field 'sparse_attention_config' (vLLM's sparse Dual Chunk Attention) is not supported; "
+                 "remove it to run exact Dual Chunk Attention");
+  NANOVLLM_CHECK(!f.bool_or("sparse_attention_enabled", false), where,
+                 ": field 'sparse_attention_enabled' = true (vLLM's sparse Dual Chunk Attention) is not supported");
+  (void)f.positive_int_or("sparse_attention_threshold", 1, kMaxPositions);
+  (void)f.positive_int_or("sparse_attention_last_q", 1, kMaxPositions);
+  auto non_negative = [&](const char* name, int64_t fallback) {
+    if (!f.has(name)) return fallback;
+    const json& v = d.at(name);
+    NANOVLLM_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0, where, ": field '", name,
+                   "' must be a non-negative integer (got ", v.dump(), ")");
+    return v.get<int64_t>();
+  };
+  DualChunkAttention& dca = c.dual_chunk_attention;
+  // Positions are int32 on the device; the successive-chunk rotation reaches chunk_len + chunk_len - 1.
+  dca.chunk_size = f.positive_int_or("chunk_size", 8192, int64_t{1} << 30);
+  dca.local_size = non_negative("local_size", 1024);
+  dca.original_max_position_embeddings = non_negative("original_max_position_embeddings", 0);
+  NANOVLLM_CHECK(dca.local_size < dca.chunk_size, where, ": field 'local_size' (", dca.local_size,
+                 ") must be smaller than 'chunk_size' (", dca.chunk_size, ")");
 }
 
 // The fields every architecture reads the same way: dtype, eos / bos / pad ids, quantization_config.
@@ -199,7 +269,7 @@ void check_heads(const std::string& origin, const ModelConfig& c, const char* kv
 
 // Head size from `field` (kv_channels in ChatGLM, head_dim elsewhere), else hidden_size / num_attention_heads.
 int64_t read_head_dim(const Fields& f, const std::string& origin, const ModelConfig& c, const char* field) {
-  if (f.has(field)) return f.positive_int(field);
+  if (f.has(field)) return f.positive_int(field, kMaxHeadDim);
   NANOVLLM_CHECK(c.hidden_size % c.num_attention_heads == 0, origin, ": field 'hidden_size' (", c.hidden_size,
                  ") must be a multiple of 'num_attention_heads' (", c.num_attention_heads, ") when '", field,
                  "' is not given");
@@ -220,19 +290,19 @@ void set_glm_rope(const std::string& origin, const char* field, double partial_r
 // GLM-4 never uses, each refused by name rather than computed wrongly.
 void parse_chatglm(const json& j, const std::string& origin, ModelConfig& c) {
   const Fields f(j, origin);
-  c.vocab_size = f.has("padded_vocab_size") ? f.positive_int("padded_vocab_size") : f.positive_int("vocab_size");
-  NANOVLLM_CHECK(c.vocab_size <= kMaxVocabSize, origin, ": field 'padded_vocab_size' is ", c.vocab_size,
-                 "; at most 2^24 (", kMaxVocabSize, ") is supported");
-  c.hidden_size = f.positive_int("hidden_size");
-  c.intermediate_size = f.positive_int("ffn_hidden_size");
-  c.num_hidden_layers = f.has("num_layers") ? f.positive_int("num_layers") : f.positive_int("num_hidden_layers");
-  c.num_attention_heads = f.positive_int("num_attention_heads");
-  c.num_key_value_heads = f.bool_or("multi_query_attention", false) ? f.positive_int("multi_query_group_num")
+  c.vocab_size = f.has("padded_vocab_size") ? f.positive_int("padded_vocab_size", kMaxVocabSize)
+                                             : f.positive_int("vocab_size", kMaxVocabSize);
+  c.hidden_size = f.positive_int("hidden_size", kMaxHiddenSize);
+  c.intermediate_size = f.positive_int("ffn_hidden_size", kMaxIntermediateSize);
+  c.num_hidden_layers =
+      f.has("num_layers") ? f.positive_int("num_layers", kMaxLayers) : f.positive_int("num_hidden_layers", kMaxLayers);
+  c.num_attention_heads = f.positive_int("num_attention_heads", kMaxHeads);
+  c.num_key_value_heads = f.bool_or("multi_query_attention", false) ? f.positive_int("multi_query_group_num", kMaxHeads)
                                                                     : c.num_attention_heads;
   check_heads(origin, c, "multi_query_group_num");
   c.head_dim = read_head_dim(f, origin, c, "kv_channels");
   c.rms_norm_eps = f.positive_number_or("layernorm_epsilon", 1e-5);
-  c.max_position_embeddings = f.positive_int("seq_length");
+  c.max_position_embeddings = f.positive_int("seq_length", kMaxPositions);
   // modeling_chatglm.py: RotaryEmbedding(kv_channels // 2, rope_ratio) with base 10000 * rope_ratio.
   c.rope_theta = 10000.0 * f.positive_number_or("rope_ratio", 1.0);
   set_glm_rope(origin, "kv_channels / 2", 0.5, c);
@@ -248,6 +318,8 @@ void parse_chatglm(const json& j, const std::string& origin, ModelConfig& c) {
                  ": field 'apply_residual_connection_post_layernorm' = true is not supported");
   NANOVLLM_CHECK(f.bool_or("original_rope", true), origin, ": field 'original_rope' = false is not supported");
   NANOVLLM_CHECK(!f.has("rope_scaling"), origin, ": field 'rope_scaling' is not supported for ChatGLM");
+  NANOVLLM_CHECK(!f.has("dual_chunk_attention_config"), origin,
+                 ": field 'dual_chunk_attention_config' is not supported for ChatGLM");
   parse_dtype_and_ids(f, c);
 }
 
@@ -257,13 +329,11 @@ void parse_chatglm(const json& j, const std::string& origin, ModelConfig& c) {
 void parse_moe(const json& j, const std::string& origin, ModelConfig& c) {
   const Fields f(j, origin);
   MoeConfig& m = c.moe;
-  m.num_experts = f.positive_int_or("num_experts", 128);
-  m.num_experts_per_tok = f.positive_int_or("num_experts_per_tok", 8);
-  m.moe_intermediate_size = f.positive_int_or("moe_intermediate_size", 768);
+  m.num_experts = f.positive_int_or("num_experts", 128, kMaxExperts);
+  m.num_experts_per_tok = f.positive_int_or("num_experts_per_tok", 8, kMaxExperts);
+  m.moe_intermediate_size = f.positive_int_or("moe_intermediate_size", 768, kMaxIntermediateSize);
   m.norm_topk_prob = f.bool_or("norm_topk_prob", false);
-  m.decoder_sparse_step = f.positive_int_or("decoder_sparse_step", 1);
-  NANOVLLM_CHECK(m.num_experts <= kMaxExperts, origin, ": field 'num_experts' is ", m.num_experts, "; at most ",
-                 kMaxExperts, " are supported");
+  m.decoder_sparse_step = f.positive_int_or("decoder_sparse_step", 1, kMaxLayers);
   NANOVLLM_CHECK(m.num_experts_per_tok <= m.num_experts, origin, ": field 'num_experts_per_tok' (",
                  m.num_experts_per_tok, ") must not exceed 'num_experts' (", m.num_experts, ")");
   if (f.has("mlp_only_layers")) {
@@ -292,9 +362,9 @@ void parse_moe(const json& j, const std::string& origin, ModelConfig& c) {
   (void)f.bool_or("output_router_logits", false);
   (void)f.number_or("router_aux_loss_coef", 0.0);
   if (c.has_dense_layer()) {
-    c.intermediate_size = f.positive_int("intermediate_size");  // required: some layer keeps the dense MLP
+    c.intermediate_size = f.positive_int("intermediate_size", kMaxIntermediateSize);  // required: some layer keeps the dense MLP
   } else {
-    c.intermediate_size = f.positive_int_or("intermediate_size", 0);  // present in hub configs, unused
+    c.intermediate_size = f.positive_int_or("intermediate_size", 0, kMaxIntermediateSize);  // present in hub configs, unused
   }
 }
 
@@ -364,25 +434,26 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
     NANOVLLM_FAIL(origin, ": unsupported architecture '", c.architecture_name, "' (supported: ", kSupported, ")");
   }
 
-  c.vocab_size = f.positive_int("vocab_size");
-  NANOVLLM_CHECK(c.vocab_size <= kMaxVocabSize, origin, ": field 'vocab_size' is ", c.vocab_size,
-                 "; at most 2^24 (", kMaxVocabSize, ") is supported");
-  c.hidden_size = f.positive_int("hidden_size");
-  c.num_hidden_layers = f.positive_int("num_hidden_layers");
+  c.vocab_size = f.positive_int("vocab_size", kMaxVocabSize);
+  c.hidden_size = f.positive_int("hidden_size", kMaxHiddenSize);
+  c.num_hidden_layers = f.positive_int("num_hidden_layers", kMaxLayers);
   if (c.arch == Architecture::kQwen3Moe) {
     parse_moe(j, origin, c);  // sets intermediate_size (needed only by dense layers)
   } else {
-    c.intermediate_size = f.positive_int("intermediate_size");
+    c.intermediate_size = f.positive_int("intermediate_size", kMaxIntermediateSize);
   }
-  c.num_attention_heads = f.positive_int("num_attention_heads");
-  c.num_key_value_heads = f.positive_int_or("num_key_value_heads", c.num_attention_heads);
+  c.num_attention_heads = f.positive_int("num_attention_heads", kMaxHeads);
+  c.num_key_value_heads = f.positive_int_or("num_key_value_heads", c.num_attention_heads, kMaxHeads);
   check_heads(origin, c, "num_key_value_heads");
   c.head_dim = read_head_dim(f, origin, c, "head_dim");
   NANOVLLM_CHECK(c.head_dim % 2 == 0, origin, ": field 'head_dim' (", c.head_dim, ") must be even for RoPE");
   c.rotary_dim = c.head_dim;
   c.rms_norm_eps = f.positive_number_or("rms_norm_eps", 1e-6);
-  c.max_position_embeddings = f.positive_int("max_position_embeddings");
+  c.max_position_embeddings = f.positive_int("max_position_embeddings", kMaxPositions);
   parse_rope(j, origin, c);
+  NANOVLLM_CHECK(c.max_model_len() <= kMaxPositions, origin, ": rope scaling extends the context to ",
+                 c.max_model_len(), " positions (original_max_position_embeddings x factor); at most ", kMaxPositions,
+                 " are supported");
 
   const std::string act = f.string_or("hidden_act", "silu");
   NANOVLLM_CHECK(act == "silu", origin, ": field 'hidden_act' is '", act, "'; only 'silu' is supported");
@@ -421,6 +492,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   }
   c.tie_word_embeddings = f.bool_or("tie_word_embeddings", false);
   parse_dtype_and_ids(f, c);
+  if (f.has("dual_chunk_attention_config")) parse_dual_chunk(j, origin, c);
   return c;
 }
 
@@ -442,6 +514,11 @@ ModelConfig ModelConfig::from_model_dir(const std::filesystem::path& dir) {
     if (c.bos_token_id < 0 && bos.size() == 1) c.bos_token_id = bos[0];
     (void)f.token_ids("pad_token_id");  // unused, but a broken value is reported like the others
   }
+  // vLLM merges this file into dual_chunk_attention_config and then runs its sparse (vertical-slash) Dual Chunk
+  // Attention for prompts over sparse_attention_threshold tokens; here the exact (dense) one runs.
+  if (c.dual_chunk_attention.enabled() && std::filesystem::is_regular_file(dir / "sparse_attention_config.json"))
+    NANOVLLM_WARN(dir.string(), ": sparse_attention_config.json is not used: Dual Chunk Attention runs exact (dense) "
+                  "attention, where vLLM runs its sparse approximation for long prompts");
   // An EOS id inside [vocab_size, 2^24) can never be sampled; HF accepts such configs (small test models
   // keep the real model's special ids), so only warn.
   for (int64_t id : c.eos_token_ids)
@@ -456,7 +533,8 @@ int64_t ModelConfig::max_model_len() const {
   const bool extends = rope_scaling.type == RopeScaling::Type::kYarn || rope_scaling.type == RopeScaling::Type::kLinear;
   if (extends && rope_scaling.original_max_position_embeddings > 0) {
     const double scaled = static_cast<double>(rope_scaling.original_max_position_embeddings) * rope_scaling.factor;
-    if (scaled > static_cast<double>(len) && scaled < 9.0e18) len = static_cast<int64_t>(scaled);
+    if (scaled > static_cast<double>(len))  // saturated: from_json_text refuses more than kMaxPositions
+      len = scaled < 9.0e18 ? static_cast<int64_t>(scaled) : std::numeric_limits<int64_t>::max();
   }
   return len;
 }

@@ -53,6 +53,28 @@ struct MoeConfig {
   bool is_moe_layer(int64_t layer) const;
 };
 
+// Dual Chunk Attention (docs/dual_chunk_attention.md): config.json's `dual_chunk_attention_config`, which the
+// 1M-token Qwen models (Qwen2.5-*-Instruct-1M, the Qwen3-2507 1M configuration) carry. Attention splits the
+// keys by chunks of chunk_len() = chunk_size - local_size positions and rotates each query three ways (its
+// own chunk, the previous chunk, the earlier ones) so that no relative position exceeds chunk_size.
+struct DualChunkAttention {
+  int64_t chunk_size = 0;  // 0: off (no dual_chunk_attention_config)
+  int64_t local_size = 0;
+  // > 0: the logits of a query and a key written for a sequence of n tokens are scaled by
+  // max(1, 0.1 ln(n / original_max_position_embeddings) + 1) each (dual_chunk_scale, model/dual_chunk.h).
+  int64_t original_max_position_embeddings = 0;
+
+  bool enabled() const { return chunk_size > 0; }
+  int64_t chunk_len() const { return chunk_size - local_size; }  // the positions of one chunk a query walks
+  bool scales_logits() const { return enabled() && original_max_position_embeddings > 0; }
+  // The prefix-cache salt of a prompt of n tokens (Sequence::cache_salt): n when its keys carry a length factor
+  // other than 1 (n > original_max_position_embeddings), so only prompts of that length share cached blocks; 0
+  // otherwise (the cached K/V depend on the tokens alone).
+  int64_t prefix_cache_salt(int64_t n) const {
+    return scales_logits() && n > original_max_position_embeddings ? n : 0;
+  }
+};
+
 struct ModelConfig {
   Architecture arch = Architecture::kQwen3;
   std::string architecture_name;  // as written in config.json, e.g. "Qwen3ForCausalLM"
@@ -76,6 +98,7 @@ struct ModelConfig {
   bool attention_bias = false;    // q/k/v biases (Qwen2: always true; GLM-4: attention_bias / add_qkv_bias)
   bool qk_norm = false;           // per-head q/k RMSNorm (Qwen3)
   bool tie_word_embeddings = false;
+  DualChunkAttention dual_chunk_attention;  // Qwen2 / Qwen3 only; enabled() == false: plain attention
   DType torch_dtype = DType::kBF16;
   std::vector<int64_t> eos_token_ids;  // generation_config.json (int or list), else config.json
   int64_t bos_token_id = -1;

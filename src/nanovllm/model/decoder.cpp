@@ -4,6 +4,8 @@
 #include <cmath>
 #include <utility>
 
+#include "nanovllm/kernels/dual_chunk_ops.h"
+
 namespace nanovllm {
 namespace {
 
@@ -18,6 +20,19 @@ StepViews step_views(const DecoderWorkspace& ws, int64_t t) {
           ws.mlp_act.slice_rows(0, t)};
 }
 
+// Taps of the attention output and of the step's k and v, read back from the cache rows the step wrote
+// (through `scratch`, q's buffer, free once the attention ran).
+void tap_attention_outputs(int64_t l, LayerTaps* taps, const DecoderInputs& in, const LayerKvCache& kv,
+                           TensorView attn_out, TensorView scratch, ops::Stream s) {
+  taps->record(l, TapPoint::kAttn, attn_out, TensorView(), s);
+  const int64_t t = in.attn.num_tokens, hk = kv.k.dim(2), d = kv.k.dim(3), slots = kv.k.dim(0) * kv.k.dim(1);
+  const TensorView rows(scratch.data(), scratch.dtype(), Shape{t, hk * d}, scratch.device());  // [T, Hk D]
+  for (const auto& [cache, point] : {std::pair{kv.k, TapPoint::kK}, std::pair{kv.v, TapPoint::kV}}) {
+    ops::gather_rows(rows, cache.reshape({slots, hk * d}), in.attn.slot_mapping, s);
+    taps->record(l, point, rows.reshape({t, hk, d}), TensorView(), s);
+  }
+}
+
 // The layer's attention as separate ops, for when q must exist in memory (the fused CUDA decode kernel
 // never writes it): taps record it, a sparse policy scores pages with it. q and the K/V store, the
 // policy's attention or the dense one, then the taps of the output and of k and v (read back from the
@@ -29,14 +44,22 @@ void unfused_attention(int64_t l, LayerTaps* taps, AttentionPolicy* policy, cons
   if (taps) taps->record(l, TapPoint::kQ, v.q, TensorView(), s);
   if (policy == nullptr || !policy->attend(l, v.attn_out, v.q, kv, in.attn, scale, s))
     ops::paged_attention(v.attn_out, v.q, kv.k, kv.v, in.attn, scale, s);  // [T, Hq, D]
-  if (taps == nullptr) return;
-  taps->record(l, TapPoint::kAttn, v.attn_out, TensorView(), s);
-  const int64_t t = in.attn.num_tokens, hk = kv.k.dim(2), d = kv.k.dim(3), slots = kv.k.dim(0) * kv.k.dim(1);
-  const TensorView rows(v.q.data(), v.q.dtype(), Shape{t, hk * d}, v.q.device());  // [T, Hk D] in q's buffer
-  for (const auto& [cache, point] : {std::pair{kv.k, TapPoint::kK}, std::pair{kv.v, TapPoint::kV}}) {
-    ops::gather_rows(rows, cache.reshape({slots, hk * d}), in.attn.slot_mapping, s);
-    taps->record(l, point, rows.reshape({t, hk, d}), TensorView(), s);
-  }
+  if (taps) tap_attention_outputs(l, taps, in, kv, v.attn_out, v.q, s);
+}
+
+// Dual Chunk Attention (kernels/dual_chunk_ops.h, docs/dual_chunk_attention.md): q in three rotations
+// [3, T, Hq, D] in the workspace's q buffer (3 T rows), the key rotated at its position modulo the chunk, then
+// the three partial attentions merged. Taps see the intra-chunk rotation as q (the plain one within the first
+// chunk). The sparse policies do not run with it (the engine refuses the combination).
+void dual_chunk_attention(int64_t l, LayerTaps* taps, const LayerWeights& w, float eps, const ops::RopeParams& rope,
+                          const ops::DualChunkParams& dca, float scale, const DecoderInputs& in, const LayerKvCache& kv,
+                          const DecoderWorkspace& ws, const StepViews& v, ops::Stream s) {
+  const int64_t t = in.attn.num_tokens, hq = ws.q.dim(1), d = ws.q.dim(2);
+  const TensorView q3 = ws.q.slice_rows(0, 3 * t).reshape({3, t, hq, d});  // [3, T, Hq, D]
+  ops::dual_chunk_qkv_prologue(q3, v.qkv, w.q_norm, w.k_norm, eps, in.positions, rope, dca, kv.k, kv.v, in.attn, s);
+  if (taps) taps->record(l, TapPoint::kQ, v.q, TensorView(), s);  // [T, Hq, D]: q3[0]
+  ops::dual_chunk_attention(v.attn_out, q3, kv.k, kv.v, in.attn, dca, scale, s);  // [T, Hq, D]
+  if (taps) tap_attention_outputs(l, taps, in, kv, v.attn_out, v.q, s);
 }
 
 // A projection whose weight is dense, or block-scaled fp8 when its scale is defined (LayerWeights' *_scale).
@@ -60,6 +83,12 @@ Decoder::Decoder(ModelConfig config, ModelWeights weights, TensorView rope_inv_f
   rope_.inv_freq = rope_inv_freq;
   rope_.attention_scaling = rope_attention_scaling;
   rope_.interleaved = config_.rope_interleaved;  // GLM-4
+  const DualChunkAttention& dca = config_.dual_chunk_attention;
+  if (dca.enabled()) {
+    dca_.chunk_len = dca.chunk_len();
+    dca_.chunk_size = dca.chunk_size;
+    dca_.original_max_position_embeddings = dca.original_max_position_embeddings;
+  }
   act_dtype_ = weights_.embed_tokens.device().is_cpu() ? DType::kF32 : DType::kBF16;
   attn_scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
 }
@@ -78,7 +107,8 @@ DecoderWorkspace Decoder::make_workspace(const ModelConfig& c, DType act, void* 
   ws.hidden = take(act, {t, h});
   ws.residual = take(act, {t, h});
   ws.qkv = take(act, {t, c.q_size() + 2 * c.kv_size()});
-  ws.q = take(act, {t, c.num_attention_heads, d});
+  // Dual Chunk Attention keeps three rotations of q: [3 T, Hq, D] (dual_chunk_attention above).
+  ws.q = take(act, {(c.dual_chunk_attention.enabled() ? 3 : 1) * t, c.num_attention_heads, d});
   ws.attn_out = take(act, {t, c.num_attention_heads, d});
   ws.gate_up = take(act, {t, 2 * c.intermediate_size});
   ws.mlp_act = take(act, {t, c.intermediate_size});
@@ -149,7 +179,11 @@ void Decoder::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& kv, 
     ops::add_rms_norm(v.hidden, v.residual, w.input_layernorm, eps, s);
   }
   project(v.qkv, v.hidden, w.qkv_proj, w.qkv_proj_scale, w.qkv_bias, s, ops::LinearHint::kBeforeAttention);  // [T, (Hq + 2 Hk) D]
-  if (taps || in.attention_policy) {
+  if (config_.dual_chunk_attention.enabled()) {
+    NANOVLLM_CHECK(in.attention_policy == nullptr, "Dual Chunk Attention (dual_chunk_attention_config) does not run "
+                   "with a sparse attention policy");
+    dual_chunk_attention(l, taps, w, eps, rope_, dca_, attn_scale_, in, kv, ws, v, s);
+  } else if (taps || in.attention_policy) {
     unfused_attention(l, taps, in.attention_policy, w, eps, rope_, attn_scale_, in, kv, v, s);
   } else {
     ops::qkv_prologue_attention(v.attn_out, v.q, v.qkv, w.q_norm, w.k_norm, eps, in.positions, rope_, kv.k, kv.v,

@@ -9,6 +9,7 @@
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/kernels/attention_metadata.h"
 #include "nanovllm/kernels/communicator.h"
+#include "nanovllm/kernels/dual_chunk_ops.h"
 #include "nanovllm/kernels/moe_ops.h"
 #include "nanovllm/kernels/ops.h"
 #include "nanovllm/model/attention_policy.h"
@@ -31,7 +32,7 @@ struct DecoderWorkspace {
   TensorView hidden;       // [T, H]
   TensorView residual;     // [T, H]
   TensorView qkv;          // [T, (Hq + 2 Hk) D]
-  TensorView q;            // [T, Hq, D]
+  TensorView q;            // [T, Hq, D]; [3 T, Hq, D] with Dual Chunk Attention (three rotations)
   TensorView attn_out;     // [T, Hq, D]
   TensorView gate_up;      // [T, 2 I]
   TensorView mlp_act;      // [T, I]
@@ -109,6 +110,7 @@ class Decoder {
   ModelConfig config_;
   ModelWeights weights_;
   ops::RopeParams rope_;
+  ops::DualChunkParams dca_;  // config_.dual_chunk_attention for the kernels (chunk_len 0: off)
   DType act_dtype_;
   float attn_scale_;
   TensorParallelRank tp_;

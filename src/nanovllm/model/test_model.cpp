@@ -71,6 +71,34 @@ json qwen3_moe_config(int64_t hidden, int64_t inter, int64_t layers, int64_t hea
   return c;
 }
 
+json qwen2_config(int64_t hidden, int64_t inter, int64_t layers, int64_t heads, int64_t kv_heads, int64_t vocab,
+                  int64_t max_pos, double rope_theta, double eps, bool tied, int64_t bos, int64_t eos) {
+  // Key layout of the hub's Qwen/Qwen2.5-*/config.json.
+  return json{{"architectures", json::array({"Qwen2ForCausalLM"})},
+              {"attention_dropout", 0.0},
+              {"bos_token_id", bos},
+              {"eos_token_id", eos},
+              {"hidden_act", "silu"},
+              {"hidden_size", hidden},
+              {"initializer_range", 0.02},
+              {"intermediate_size", inter},
+              {"max_position_embeddings", max_pos},
+              {"max_window_layers", layers},
+              {"model_type", "qwen2"},
+              {"num_attention_heads", heads},
+              {"num_hidden_layers", layers},
+              {"num_key_value_heads", kv_heads},
+              {"rms_norm_eps", eps},
+              {"rope_theta", rope_theta},
+              {"sliding_window", 32768},
+              {"tie_word_embeddings", tied},
+              {"torch_dtype", "bfloat16"},
+              {"transformers_version", "4.43.1"},
+              {"use_cache", true},
+              {"use_sliding_window", false},
+              {"vocab_size", vocab}};
+}
+
 json glm_config(int64_t hidden, int64_t inter, int64_t layers, int64_t heads, int64_t kv_heads, int64_t head_dim,
                 int64_t vocab, int64_t max_pos, double rope_theta, double eps, json eos, int64_t pad) {
   // Key layout of the hub's THUDM/glm-4-9b-chat-1m-hf/config.json (transformers' GlmForCausalLM).
@@ -374,8 +402,8 @@ json fp8_quantization_config() {
 }
 
 std::vector<std::string> test_model_presets() {
-  return {"tiny",      "qwen3-0.6b", "qwen3-4b",       "qwen3-8b",     "qwen3-moe-tiny",
-          "qwen3-30b-a3b", "qwen3-235b-a22b", "glm4-tiny", "glm4-9b"};
+  return {"tiny",          "qwen3-0.6b", "qwen3-4b",  "qwen3-8b", "qwen3-moe-tiny", "qwen3-30b-a3b",
+          "qwen3-235b-a22b", "glm4-tiny",  "glm4-9b",   "dca-tiny", "qwen2.5-7b-1m"};
 }
 
 json test_model_config(const std::string& preset) {
@@ -397,6 +425,19 @@ json test_model_config(const std::string& preset) {
   if (preset == "glm4-9b")
     return glm_config(4096, 13696, 40, 32, 4, 128, 151552, 1048576, 1e8, 1.5625e-07, {151329, 151336, 151338},
                       151329);
+  // Dual Chunk Attention (docs/dual_chunk_attention.md): a 2-layer Qwen2 whose chunks are 48 positions
+  // (chunk_size 64, local_size 16) and whose logits scale past 96 tokens, and Qwen/Qwen2.5-7B-Instruct-1M's config.
+  if (preset == "dca-tiny") {
+    json c = qwen2_config(64, 128, 2, 4, 2, 512, 4096, 10000.0, 1e-6, true, 1, 2);
+    c["dual_chunk_attention_config"] = {{"chunk_size", 64}, {"local_size", 16}, {"original_max_position_embeddings", 96}};
+    return c;
+  }
+  if (preset == "qwen2.5-7b-1m") {
+    json c = qwen2_config(3584, 18944, 28, 28, 4, 152064, 1010000, 1e7, 1e-5, false, 151643, 151645);
+    c["dual_chunk_attention_config"] = {
+        {"chunk_size", 262144}, {"local_size", 8192}, {"original_max_position_embeddings", 262144}};
+    return c;
+  }
   std::string names;
   for (const std::string& p : test_model_presets()) names += (names.empty() ? "" : ", ") + p;
   NANOVLLM_FAIL("unknown test model preset '", preset, "' (choose ", names, ")");

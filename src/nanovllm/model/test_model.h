@@ -13,14 +13,15 @@
 namespace nanovllm {
 
 // Names accepted by test_model_config: "tiny", "qwen3-0.6b", "qwen3-4b", "qwen3-8b", "qwen3-moe-tiny",
-// "qwen3-30b-a3b", "qwen3-235b-a22b", "glm4-tiny", "glm4-9b".
+// "qwen3-30b-a3b", "qwen3-235b-a22b", "glm4-tiny", "glm4-9b", "dca-tiny", "qwen2.5-7b-1m".
 std::vector<std::string> test_model_presets();
 
 // Hub-format config.json for a preset (the real Qwen3 configs' numbers; "tiny" is a 2-layer Qwen3 with
 // hidden 64, vocab 512, bos 1, eos 2; "qwen3-moe-tiny" a 6-layer Qwen3MoeForCausalLM of the same sizes with
-// 8 experts, top-2, MoE layers 1 and 5 (decoder_sparse_step 2, mlp_only_layers [3]); the glm4-* presets are transformers' GlmForCausalLM configs, glm4-9b
-// GLM-4-9B-Chat-1M's). Throws nanovllm::Error for an unknown preset. Callers may edit fields before
-// write_test_model.
+// 8 experts, top-2, MoE layers 1 and 5 (decoder_sparse_step 2, mlp_only_layers [3]); the glm4-* presets are
+// transformers' GlmForCausalLM configs, glm4-9b GLM-4-9B-Chat-1M's; "dca-tiny" is a 2-layer Qwen2 with a small
+// dual_chunk_attention_config, "qwen2.5-7b-1m" Qwen2.5-7B-Instruct-1M's, Dual Chunk Attention included).
+// Throws nanovllm::Error for an unknown preset. Callers may edit fields before write_test_model.
 nlohmann::json test_model_config(const std::string& preset);
 
 // The same model as a GlmForCausalLM config in THUDM's original ChatGLM layout (ChatGLMModel: padded_vocab_size,

@@ -360,6 +360,23 @@ void plan_fp8_scales(const WeightSource& src, const ShardSlice& slice, OutputTen
   if (blocks.axis == ShardSlice::Axis::kColumns) o.scale_shape.dims[1] = blocks.extent();
 }
 
+// Layer tensors are named "<prefix><i>.": "model.layers." (HF), "transformer.encoder.layers." (ChatGLM).
+const char* layer_tensor_prefix(const ModelConfig& cfg) {
+  return cfg.arch == Architecture::kChatGlm ? "transformer.encoder.layers." : "model.layers.";
+}
+
+// The layers a checkpoint holds: 1 + the largest i of its layer tensors; 0 when it has none.
+int64_t checkpoint_layers(const SafetensorsCheckpoint& ckpt, const std::string& prefix) {
+  int64_t layers = 0;
+  for (const std::string& name : ckpt.names()) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    const size_t end = name.find_first_not_of("0123456789", prefix.size());
+    if (end == prefix.size() || end == std::string::npos || end - prefix.size() > 9) continue;
+    layers = std::max<int64_t>(layers, std::stoll(name.substr(prefix.size(), end - prefix.size())) + 1);
+  }
+  return layers;
+}
+
 }  // namespace
 
 ModelWeights load_weights(const std::filesystem::path& dir, const ModelConfig& cfg, const WeightLoadOptions& opt) {
@@ -372,6 +389,14 @@ ModelWeights load_weights(const std::filesystem::path& dir, const ModelConfig& c
                    dtype_name(d), " (F32, BF16 or F16)");
   }
   const SafetensorsCheckpoint ckpt(dir);
+  // Before the table, whose size follows num_hidden_layers.
+  const std::string prefix = layer_tensor_prefix(cfg);
+  const int64_t layers = checkpoint_layers(ckpt, prefix);
+  NANOVLLM_CHECK(layers == cfg.num_hidden_layers, (dir / "config.json").string(), ": field 'num_hidden_layers' is ",
+                 cfg.num_hidden_layers, " but the checkpoint in ", dir.string(), " holds ", layers, " layers: ",
+                 "tensors '", prefix, std::min(layers, cfg.num_hidden_layers), ".*' are ",
+                 layers < cfg.num_hidden_layers ? "missing" : "unexpected");
+
   validate_checkpoint(ckpt, cfg);
 
   ModelWeights w;

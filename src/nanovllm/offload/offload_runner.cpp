@@ -62,9 +62,9 @@ OffloadRunner::OffloadRunner(const Decoder& model, std::unique_ptr<OffloadDevice
       Buffer(da, static_cast<size_t>(lanes * num_layers_) * 2 * static_cast<size_t>(cfg_.block_size) * tb);
   hidden_ = Buffer(da, act_, Shape{max_model_len_, c.hidden_size});
   residual_ = Buffer(da, act_, Shape{max_model_len_, c.hidden_size});
-  // Step inputs: a prefill's ids and per-chunk ints; a decode step's 5 ints per row and its tables (view
-  // blocks and, for sparse decode, pages, of every row's lane).
-  const int64_t prefill_ints = max_model_len_ + 4 * ceil_div(max_model_len_, chunk_);
+  // Step inputs: a prefill's ids, per-chunk ints and per-token DCA scale lengths; a decode step's 5 ints per
+  // row and its tables (view blocks and, for sparse decode, pages, of every row's lane).
+  const int64_t prefill_ints = 2 * max_model_len_ + 4 * ceil_div(max_model_len_, chunk_);
   const int64_t decode_ints = lanes * (5 + capacity_ / kViewBlock + (sparse ? capacity_ / page_size_ : 0));
   const int64_t meta_ints = std::max(prefill_ints, decode_ints) + 8;
   iota_ = Buffer(da, DType::kI32, Shape{lanes * capacity_ + 2});
@@ -310,7 +310,7 @@ void OffloadRunner::prefill(int64_t lane_id, const Sequence& seq, int64_t num_to
   // A new sequence in the lane: nothing of the previous one is read again (its host pool contents are
   // overwritten before any load reads them, and its ring regions and decode buffers are rewritten before
   // they are read).
-  const int64_t reach = std::min(max_model_len_, std::max(seq.num_prompt_tokens + seq.params.max_tokens, T + 1));
+  const int64_t reach = std::max(seq.params.reach(seq.num_prompt_tokens, max_model_len_), T + 1);  // T < max_model_len_
   const int64_t capacity = round_up(reach, cfg_.block_size);
   if (capacity > lane.host->capacity()) {
     check_pool(reach, 1);  // this rank's pool (the engine checked the whole group's before admitting it)
@@ -324,8 +324,9 @@ void OffloadRunner::prefill(int64_t lane_id, const Sequence& seq, int64_t num_to
   const size_t region = lane_offset(lane_id);
 
   // Inputs: ids [T], then per chunk c {0, len_c} (cu_seqlens), {start_c + len_c} (context), {len_c - 1}
-  // (the sampled row).
+  // (the sampled row), then the tokens' Dual Chunk Attention scale lengths [T] (AttentionMetadata::dca_scale_lens).
   const int64_t num_chunks = ceil_div(T, chunk_);
+  const int64_t scale_lens = T + 4 * num_chunks;
   int32_t* h = meta_host_.view().data_as<int32_t>();
   std::copy(seq.token_ids.begin(), seq.token_ids.begin() + T, h);
   for (int64_t c = 0; c < num_chunks; ++c) {
@@ -336,7 +337,9 @@ void OffloadRunner::prefill(int64_t lane_id, const Sequence& seq, int64_t num_to
     m[2] = static_cast<int32_t>(start + n);
     m[3] = static_cast<int32_t>(n - 1);
   }
-  upload_ints(h, T + 4 * num_chunks);
+  for (int64_t p = 0; p < T; ++p)
+    h[scale_lens + p] = static_cast<int32_t>(p < seq.num_prompt_tokens ? seq.num_prompt_tokens : p + 1);
+  upload_ints(h, scale_lens + T);
   auto chunk_inputs = [&](int64_t c) {
     const int64_t start = c * chunk_, n = std::min(chunk_, T - start);
     DecoderInputs in;
@@ -344,6 +347,7 @@ void OffloadRunner::prefill(int64_t lane_id, const Sequence& seq, int64_t num_to
     in.positions = index_view(start, n);
     in.sample_rows = device_ints(T + 4 * c + 3, 1);
     in.attn = prefill_attention(lane_id, start, n, device_ints(T + 4 * c, 2), device_ints(T + 4 * c + 2, 1));
+    in.attn.dca_scale_lens = device_ints(scale_lens + start, n);
     in.taps = taps_;
     in.attention_policy = prefill_attention_;  // sparse decode's page metadata, then sparse prefill
     return in;
@@ -419,7 +423,8 @@ void OffloadRunner::decode(const std::vector<const Sequence*>& seqs, const std::
   stats_.last_step_h2d_bytes = stats_.last_step_d2h_bytes = 0;
 
   // Inputs, one row per sequence: ids [B], positions [B], context lengths [B], slots [B], then the view
-  // block tables [B, MB] (and for sparse decode the page tables [B, MP]) of the rows' lanes.
+  // block tables [B, MB] (and for sparse decode the page tables [B, MP]) of the rows' lanes, then the rows'
+  // Dual Chunk Attention scale lengths [B] (position + 1: every decode token is a generated one).
   int64_t longest = 0;
   for (const int64_t id : lanes) longest = std::max(longest, lanes_[static_cast<size_t>(id)].len + 1);
   const int64_t MB = ceil_div(longest, kViewBlock);
@@ -444,6 +449,9 @@ void OffloadRunner::decode(const std::vector<const Sequence*>& seqs, const std::
     }
     ints += B * MP;
   }
+  const int64_t scale_lens = ints;
+  for (int64_t b = 0; b < B; ++b) h[scale_lens + b] = h[2 * B + b];
+  ints += B;
   upload_ints(h, ints);
 
   DecoderInputs in;
@@ -459,6 +467,7 @@ void OffloadRunner::decode(const std::vector<const Sequence*>& seqs, const std::
   a.context_lens = device_ints(2 * B, B);
   a.block_tables = device_ints(4 * B, B * MB).reshape({B, MB});
   a.slot_mapping = device_ints(3 * B, B);
+  a.dca_scale_lens = device_ints(scale_lens, B);
   a.block_size = kViewBlock;
   a.num_leading_decodes = B;
   in.taps = taps_;

@@ -10,7 +10,9 @@ namespace nanovllm {
 namespace {
 
 // A field added to SamplingParams must be added to put_params / get_params too (this trips first).
-static_assert(sizeof(SamplingParams) == 160, "SamplingParams changed: update step_codec.cpp's put/get_params");
+// structured_outputs is not sent: only rank 0 samples, and only the sampler reads it (Sequence::constraint).
+static_assert(sizeof(SamplingParams) - sizeof(std::optional<StructuredOutputsParams>) == 160,
+              "SamplingParams changed: update step_codec.cpp's put/get_params");
 
 void put_params(ByteWriter& w, const SamplingParams& p) {
   w.put(p.temperature);

@@ -28,9 +28,14 @@ struct ForwardBatch {
   int64_t context_lens = 0;   // [S]
   int64_t sample_rows = 0;    // [num_sampled]
   int64_t block_tables = 0;   // [S, max_blocks_per_seq], -1 padded
+  int64_t dca_scale_lens = 0;  // [T]: AttentionMetadata::dca_scale_lens (prompt length, or position + 1 past it)
+  // [S, 2]: {0, query length of seq s} (AttentionMetadata::seq_cu_seqlens_q); -1: not packed (padded decode
+  // batches: no policy splits a decode step, and the graphs' inputs stay as small as they were).
+  int64_t seq_cu_seqlens_q = -1;
 
-  // Views of the packed arrays at `base` (data.data() itself, or a device copy of it).
-  DecoderInputs views(void* base, Device device) const;
+  // Views of the packed arrays at `base` (data.data() itself, or a device copy of it). `host`: the packed arrays in
+  // host memory (data.data()) for the metadata's host views; on the CPU `base` is that already.
+  DecoderInputs views(void* base, Device device, const int32_t* host = nullptr) const;
 };
 
 ForwardBatch build_forward_batch(const SchedulerOutput& out, int64_t block_size);

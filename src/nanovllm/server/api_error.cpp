@@ -24,7 +24,9 @@ ApiError ApiError::payload_too_large(size_t limit) {
           "", "request_too_large"};
 }
 ApiError ApiError::too_many_requests(int limit) {
-  return {429, "too many concurrent requests (limit " + std::to_string(limit) + "); retry later",
+  return {429,
+          "too many sequences in flight (limit " + std::to_string(limit) +
+              ", a request taking one per prompt and choice); retry later",
           "rate_limit_error", "", "rate_limit_exceeded"};
 }
 ApiError ApiError::internal(std::string message) { return {500, std::move(message), "internal_error", "", ""}; }

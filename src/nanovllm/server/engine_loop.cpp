@@ -167,7 +167,7 @@ void EngineLoop::admit(Submission& s) {
         const int64_t id = engine_.add_request(prompt, params);
         ids.push_back(id);
         Choice c{s.stream, static_cast<int64_t>(ids.size()) - 1, IncrementalDetokenizer(tokenizer_, true),
-                 StopMatcher(s.stop), static_cast<int64_t>(prompt.size()), 0, s.arrival, {}};
+                 StopMatcher(s.stop), static_cast<int64_t>(prompt->size()), 0, s.arrival, {}};
         choices_.emplace(id, std::move(c));
       }
     }
@@ -181,7 +181,7 @@ void EngineLoop::admit(Submission& s) {
     return;
   }
   metrics_.requests_received += 1;
-  for (const auto& prompt : s.prompts) metrics_.prompt_tokens += static_cast<int64_t>(prompt.size()) * s.n;
+  for (const auto& prompt : s.prompts) metrics_.prompt_tokens += static_cast<int64_t>(prompt->size()) * s.n;
   ids_by_stream_[s.stream.get()] = std::move(ids);
   s.stream->accept();
 }

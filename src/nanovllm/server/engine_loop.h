@@ -74,7 +74,8 @@ class RequestStream {
 
 struct Submission {
   std::shared_ptr<RequestStream> stream;
-  std::vector<std::vector<int32_t>> prompts;
+  // Shared, not copied: the n sequences of a prompt hold it until the engine admits them (LLMEngine::add_request).
+  std::vector<std::shared_ptr<const std::vector<int32_t>>> prompts;
   SamplingParams params;
   int64_t n = 1;  // choices per prompt (seeded requests: choice j gets seed + j)
   std::vector<std::string> stop;

@@ -15,18 +15,42 @@ std::optional<Slot> Slot::try_take(std::atomic<int>& in_flight, int limit, Metri
     return std::nullopt;
   }
   metrics.http_in_flight += 1;
-  return Slot(&in_flight, &metrics);
+  return Slot(&in_flight, &metrics, limit);
+}
+
+bool Slot::grow(int64_t more) {
+  if (!in_flight_ || more < 0 || more > limit_) return false;
+  const int m = static_cast<int>(more);
+  if (in_flight_->fetch_add(m) > limit_ - m) {
+    *in_flight_ -= m;
+    return false;
+  }
+  units_ += m;
+  return true;
 }
 
 void Slot::release() {
   if (!in_flight_) return;
-  *in_flight_ -= 1;
+  *in_flight_ -= units_;
   metrics_->http_in_flight -= 1;
   in_flight_ = nullptr;
 }
 
 Generation::Generation(const GenerationEnv& env, Endpoint endpoint, std::string body, Slot slot)
     : env_(env), endpoint_(endpoint), slot_(std::move(slot)), body_(std::move(body)) {}
+
+namespace {
+
+// The engine's copies of a request's prompts: each aliases its prompt in `request` (shared, never copied),
+// so that the n sequences of a prompt share one token vector until the engine admits them.
+std::vector<std::shared_ptr<const std::vector<int32_t>>> shared_prompts(
+    const std::shared_ptr<GenerationRequest>& request) {
+  std::vector<std::shared_ptr<const std::vector<int32_t>>> out;
+  for (const auto& prompt : request->prompts) out.emplace_back(request, &prompt);
+  return out;
+}
+
+}  // namespace
 
 void Generation::start(std::function<void()> wake) {
   wake_ = std::move(wake);
@@ -47,17 +71,28 @@ void Generation::parse() {
     stream->set_listener(wake_);
     std::lock_guard<std::mutex> lock(mu_);
     if (cancelled_) return;
+    // Concurrency is counted in sequences: the rest of this request's units, now that it is known.
+    const int64_t sequences = request->num_choices();
+    if (sequences > slot_.limit())
+      throw ApiException(ApiError::bad_request(
+          "this request has " + std::to_string(sequences) + " sequences (prompts x n), more than the " +
+              std::to_string(slot_.limit()) + " this server generates at once (--max-concurrent-requests)",
+          "n"));
+    if (!slot_.grow(sequences - 1)) throw ApiException(ApiError::too_many_requests(slot_.limit()));
     request_ = request;
     stream_ = stream;
-    env_.loop->submit(Submission{stream, request->prompts, request->params, request->n, request->stop,
+    env_.loop->submit(Submission{stream, shared_prompts(request), request->params, request->n, request->stop,
                                  std::chrono::steady_clock::now()});
     return;  // the stream's listener wakes the connection when the engine admits or refuses it
   } catch (const ApiException& e) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(mu_);  // a throw above has released it with its scope
+    if (e.error().status == 429) env_.metrics->requests_rejected_429 += 1;
     error_ = e.error();
+    slot_.release();  // now, not when the last reference to this exchange goes
   } catch (const std::exception& e) {
     std::lock_guard<std::mutex> lock(mu_);
     error_ = ApiError::internal(user_message(e));
+    slot_.release();
   }
   wake_();
 }
@@ -95,7 +130,7 @@ ExchangeOutput Generation::next() {
     builder_->add(events);
     if (p.done) {
       finished_ = true;
-      out.whole = HttpResponse{200, "application/json", dump_json(builder_->final_response()), {}};
+      out.whole = HttpResponse{200, "application/json", builder_->final_response(), {}};
     }
     return out;
   }
@@ -121,12 +156,12 @@ void Generation::cancel() {
     if (cancelled_) return;
     cancelled_ = true;
     stream = stream_;
+    slot_.release();
   }
   if (!finished_) {
     env_.metrics->client_disconnects += 1;
     if (stream) env_.loop->cancel(stream);
   }
-  slot_.release();
 }
 
 }  // namespace nanovllm::server

@@ -1,8 +1,8 @@
 // One /v1/completions or /v1/chat/completions request as an Exchange: its body is parsed and tokenized on
 // the parse pool (never on the I/O thread), submitted to the engine loop, and its events turned into the
-// response — one JSON body, or SSE chunks as they come. It holds one of the server's concurrency slots
-// from arrival until it ends or is cancelled (the client left: the slot is free at once and the engine
-// aborts the request, freeing its KV blocks).
+// response — one JSON body, or SSE chunks as they come. It holds the server's concurrency units, one per
+// sequence (prompts x n), from arrival (one) and parsing (the rest) until it ends or is cancelled (the
+// client left: the units are free at once and the engine aborts the request, freeing its KV blocks).
 #pragma once
 
 #include <atomic>
@@ -21,20 +21,29 @@
 
 namespace nanovllm::server {
 
-// One of --max-concurrent-requests. Taken with try_take(); released once, by release() or destruction.
+// A request's share of --max-concurrent-requests, counted in sequences: one unit from try_take() (the
+// request's first sequence), the rest from grow() once the body says how many. Released once, by
+// release() or destruction.
 class Slot {
  public:
   static std::optional<Slot> try_take(std::atomic<int>& in_flight, int limit, Metrics& metrics);
-  Slot(Slot&& o) noexcept : in_flight_(std::exchange(o.in_flight_, nullptr)), metrics_(o.metrics_) {}
+  Slot(Slot&& o) noexcept
+      : in_flight_(std::exchange(o.in_flight_, nullptr)), metrics_(o.metrics_), limit_(o.limit_), units_(o.units_) {}
   Slot& operator=(Slot&&) = delete;
   Slot(const Slot&) = delete;
   ~Slot() { release(); }
+  // Takes `more` units as well; false (and nothing taken) when fewer are free or it was released.
+  bool grow(int64_t more);
+  int limit() const { return limit_; }
   void release();
 
  private:
-  Slot(std::atomic<int>* in_flight, Metrics* metrics) : in_flight_(in_flight), metrics_(metrics) {}
+  Slot(std::atomic<int>* in_flight, Metrics* metrics, int limit)
+      : in_flight_(in_flight), metrics_(metrics), limit_(limit) {}
   std::atomic<int>* in_flight_;
   Metrics* metrics_;
+  int limit_;
+  int units_ = 1;
 };
 
 // What every generation shares; owned by the server, outlives every Generation's work.
@@ -61,9 +70,9 @@ class Generation final : public Exchange, public std::enable_shared_from_this<Ge
   const GenerationEnv& env_;
   const Endpoint endpoint_;
   std::function<void()> wake_;
-  Slot slot_;
 
-  std::mutex mu_;  // the parse job's results, read by the I/O thread
+  std::mutex mu_;  // the slot (grown by the parse job, released by cancel) and the parse job's results
+  Slot slot_;
   std::string body_;
   std::optional<ApiError> error_;
   std::shared_ptr<GenerationRequest> request_;

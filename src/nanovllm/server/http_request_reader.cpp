@@ -62,12 +62,25 @@ std::optional<Refusal> refusal_for(const boost::beast::error_code& ec, bool head
   return std::nullopt;  // a socket error or a close: no one to answer
 }
 
+std::string target_path(std::string_view target) {
+  // RFC 9112 3.2.2: a server accepts the absolute form, "http://host:port/path?query", as well.
+  const size_t scheme_end = target.find("://");
+  if (scheme_end != std::string_view::npos) {
+    const std::string scheme = lower(target.substr(0, scheme_end));
+    if (scheme == "http" || scheme == "https") {
+      const std::string_view rest = target.substr(scheme_end + 3);
+      const size_t slash = rest.find_first_of("/?#");
+      target = slash == std::string_view::npos || rest[slash] != '/' ? std::string_view("/") : rest.substr(slash);
+    }
+  }
+  return std::string(target.substr(0, target.find_first_of("?#")));
+}
+
 HttpRequest to_request(const RequestParser& parser) {
   const auto& req = parser.get();
   HttpRequest r;
   r.method = std::string(req.method_string().data(), req.method_string().size());
-  const std::string_view target(req.target().data(), req.target().size());
-  r.path = std::string(target.substr(0, target.find('?')));
+  r.path = target_path(std::string_view(req.target().data(), req.target().size()));
   r.version = req.version();
   for (const auto& f : req)
     r.headers.emplace_back(lower(std::string_view(f.name_string().data(), f.name_string().size())),

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -42,6 +43,10 @@ std::optional<Refusal> check_header(const RequestParser& parser, const HttpLimit
 
 // The answer to a read error; nullopt when there is no one to answer (the client left mid-request).
 std::optional<Refusal> refusal_for(const boost::beast::error_code& ec, bool header_done, size_t max_body_bytes);
+
+// The path of a request target: origin form ("/v1/models?x" -> "/v1/models") or absolute form
+// ("http://host:8000/v1/models" -> "/v1/models", RFC 9112 3.2.2; an empty path is "/").
+std::string target_path(std::string_view target);
 
 // The request line and fields as an HttpRequest (without the body).
 HttpRequest to_request(const RequestParser& parser);

@@ -42,16 +42,6 @@ size_t body_budget(const HttpLimits& limits, size_t max_body_bytes) {
   return std::max(budget, max_body_bytes);
 }
 
-// Eviction order at the connection cap: connections that are closing anyway, then those still waiting for
-// their header (slow or idle keep-alive), then those receiving a body; never one being served.
-int eviction_rank(Session::Phase p) {
-  switch (p) {
-    case Session::Phase::kClosing: return 0;
-    case Session::Phase::kHeader: return 1;
-    case Session::Phase::kBody: return 2;
-    default: return -1;
-  }
-}
 
 }  // namespace
 
@@ -149,23 +139,23 @@ struct HttpServer::Impl {
     std::make_shared<Session>(std::move(socket), ctx)->start();
   }
 
-  // The shared_ptrs taken here are never the last owners (each session's pending operations hold it), so
-  // no session is destroyed, and unregistered, while the list is walked.
+  // Eviction order at the connection cap: a connection that is closing anyway, then the one that has
+  // waited longest for its header (slow or idle keep-alive), then the body-receiving or response-writing
+  // one with the least progress (least_progress); never one waiting for the engine. The shared_ptrs taken
+  // here are never the last owners (each session's pending operations hold it), so no session is
+  // destroyed, and unregistered, while the list is walked.
   bool evict_one() {
-    std::shared_ptr<Session> victim;
-    int victim_rank = 0;
+    std::shared_ptr<Session> closing, header;
     for (const auto& w : ctx.sessions) {
       auto s = w.lock();
       if (!s) continue;
-      const int rank = eviction_rank(s->phase());
-      if (rank < 0) continue;
-      if (!victim || rank < victim_rank || (rank == victim_rank && s->phase_since() < victim->phase_since())) {
-        victim = std::move(s);
-        victim_rank = rank;
-      }
+      if (s->phase() == Session::Phase::kClosing && !closing) closing = s;
+      if (s->phase() == Session::Phase::kHeader && (!header || s->phase_since() < header->phase_since()))
+        header = s;
     }
+    std::shared_ptr<Session> victim = closing ? closing : header ? header : least_progress(ctx, false, nullptr);
     if (!victim) return false;
-    if (victim_rank > 0) ctx.metrics.http_connections_dropped += 1;
+    if (victim != closing) ctx.metrics.http_connections_dropped += 1;
     victim->close();
     return true;
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 
 #include <boost/asio/post.hpp>
@@ -12,6 +13,7 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/read.hpp>
+#include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
 
 #include "nanovllm/server/api_error.h"
@@ -30,6 +32,8 @@ namespace {
 constexpr double kLingerSeconds = 1.0;
 constexpr size_t kLingerBytes = 4u << 20;
 constexpr size_t kWatchReadBytes = 4096;
+// The time over which a byte's weight in a connection's recent rate decays by e.
+constexpr double kRateSeconds = 1.0;
 
 std::chrono::steady_clock::duration seconds(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
@@ -86,15 +90,17 @@ void Session::read_header() {
   parser_.emplace();
   configure(*parser_, ctx_.limits, ctx_.max_body_bytes);
   request_ = HttpRequest{};
+  head_ = false;
   set_phase(Phase::kHeader);
   arm(ctx_.limits.header_timeout_s);
   http::async_read_header(socket_, buffer_, *parser_,
-                          [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+                          [self = shared_from_this()](beast::error_code ec, size_t n) { self->on_header(ec, n); });
 }
 
-void Session::on_header(const beast::error_code& ec) {
+void Session::on_header(const beast::error_code& ec, size_t bytes) {
   disarm();
   if (closed_) return;
+  note_progress(bytes);
   if (ec) {
     if (const auto r = refusal_for(ec, false, ctx_.max_body_bytes)) refuse(*r);
     else close();
@@ -107,6 +113,7 @@ void Session::on_header(const beast::error_code& ec) {
   request_ = to_request(*parser_);
   version_ = request_.version;
   keep_alive_ = parser_->get().keep_alive();
+  head_ = request_.method == "HEAD";
   if (auto early = ctx_.handler.on_header(request_)) {
     respond(std::move(*early), /*close=*/request_.has_body || !keep_alive_);
     return;
@@ -115,15 +122,7 @@ void Session::on_header(const beast::error_code& ec) {
     dispatch();
     return;
   }
-  // A share of the server-wide budget for bodies in transit: the declared length, or the limit when chunked.
-  const auto length = parser_->content_length();
-  const size_t need = length ? static_cast<size_t>(*length) : ctx_.max_body_bytes;
-  if (need > ctx_.body_budget_left) {
-    refuse({503, "too many request bodies are arriving at once; retry later"});
-    return;
-  }
-  ctx_.body_budget_left -= need;
-  body_reserved_ = need;
+  // The body's bytes take their share of the server-wide budget as they arrive (read_body_some).
   const auto expect = parser_->get().find(http::field::expect);
   if (version_ == 11 && expect != parser_->get().end() && beast::iequals(expect->value(), "100-continue")) {
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -142,22 +141,58 @@ void Session::on_header(const beast::error_code& ec) {
 
 void Session::read_body() {
   set_phase(Phase::kBody);
-  arm(ctx_.limits.body_timeout_s);
-  http::async_read(socket_, buffer_, *parser_,
-                   [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
+  last_progress_ = Clock::now();
+  body_deadline_ = last_progress_ + seconds(ctx_.limits.body_timeout_s);
+  read_body_some();
+}
+
+// Piece by piece, so that each piece is paid for from the budget when it arrives and a pause longer than
+// the stall deadline ends the body (the whole-body deadline still holds).
+void Session::read_body_some() {
+  arm_until(std::min(body_deadline_, Clock::now() + seconds(ctx_.limits.body_stall_timeout_s)));
+  http::async_read_some(socket_, buffer_, *parser_,
+                        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
 }
 
 void Session::on_body(const beast::error_code& ec) {
   disarm();
-  release_body_budget();
   if (closed_) return;
   if (ec) {
+    release_body_budget();
     if (const auto r = refusal_for(ec, true, ctx_.max_body_bytes)) refuse(*r);
     else close();
     return;
   }
+  const size_t received = parser_->get().body().size();
+  if (received > body_reserved_) {
+    const size_t more = received - body_reserved_;
+    note_progress(more);
+    if (!reserve_body_budget(more)) {
+      release_body_budget();
+      refuse({503, "too many request bodies are arriving at once; retry later"});
+      return;
+    }
+  }
+  if (!parser_->is_done()) {
+    read_body_some();
+    return;
+  }
+  release_body_budget();
   request_.body = std::move(parser_->get().body());
   dispatch();
+}
+
+bool Session::reserve_body_budget(size_t bytes) {
+  // Make room by dropping the bodies that have made less progress than this one, least first.
+  while (bytes > ctx_.body_budget_left) {
+    const std::shared_ptr<Session> victim = least_progress(ctx_, /*body_only=*/true, this);
+    if (!victim) return false;
+    ctx_.metrics.http_connections_dropped += 1;
+    victim->close();
+  }
+  ctx_.body_budget_left -= bytes;
+  body_reserved_ += bytes;
+  return true;
 }
 
 void Session::dispatch() {
@@ -192,13 +227,24 @@ void Session::respond(HttpResponse response, bool close) {
   res->prepare_payload();
   if (phase_ != Phase::kServing) set_phase(Phase::kServing);
   arm(ctx_.limits.write_timeout_s);
-  http::async_write(socket_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
+  write_pending_ = true;
+  auto done = [self = shared_from_this(), res](beast::error_code ec, size_t n) {
+    self->write_pending_ = false;
     self->disarm();
     if (self->closed_) return;
+    self->note_progress(n);
     if (ec) self->close();
     else if (!res->keep_alive()) self->linger_close();
     else self->next_request();
-  });
+  };
+  if (!head_) {
+    http::async_write(socket_, *res, std::move(done));
+    return;
+  }
+  // HEAD (RFC 9110 9.3.2): GET's header, Content-Length included, and no body.
+  auto serializer = std::make_shared<http::response_serializer<http::string_body>>(*res);
+  http::async_write_header(socket_, *serializer,
+                           [serializer, done = std::move(done)](beast::error_code ec, size_t n) { done(ec, n); });
 }
 
 void Session::next_request() {
@@ -260,11 +306,14 @@ void Session::pump() {
   }
   if (bytes->empty()) return;  // nothing new: the next wake brings it
   writing_ = true;
+  write_pending_ = true;
   arm(ctx_.limits.write_timeout_s);
-  net::async_write(socket_, net::buffer(*bytes), [self = shared_from_this(), bytes](beast::error_code ec, size_t) {
+  net::async_write(socket_, net::buffer(*bytes), [self = shared_from_this(), bytes](beast::error_code ec, size_t n) {
     self->writing_ = false;
+    self->write_pending_ = false;
     self->disarm();
     if (self->closed_) return;
+    self->note_progress(n);
     if (ec) {
       self->client_gone();
       return;
@@ -349,9 +398,11 @@ bool Session::peer_gone() {
 
 // ---- deadlines and closing ----------------------------------------------------------------------------
 
-void Session::arm(double s) {
+void Session::arm(double s) { arm_until(Clock::now() + seconds(s)); }
+
+void Session::arm_until(Clock::time_point deadline) {
   const uint64_t generation = ++timer_generation_;
-  timer_.expires_after(seconds(s));
+  timer_.expires_at(deadline);
   timer_.async_wait([weak = weak_from_this(), generation](const beast::error_code& ec) {
     if (ec) return;
     if (auto self = weak.lock()) self->on_deadline(generation);
@@ -422,6 +473,49 @@ void Session::close() {
 void Session::release_body_budget() {
   ctx_.body_budget_left += body_reserved_;
   body_reserved_ = 0;
+}
+
+// ---- progress ---------------------------------------------------------------------------------------
+
+void Session::note_progress(size_t bytes) {
+  if (bytes == 0) return;
+  const Clock::time_point now = Clock::now();
+  rate_ = recent_rate(now) + static_cast<double>(bytes) / kRateSeconds;
+  rate_at_ = now;
+  last_progress_ = now;
+}
+
+double Session::recent_rate(Clock::time_point now) const {
+  return rate_ * std::exp(-std::chrono::duration<double>(now - rate_at_).count() / kRateSeconds);
+}
+
+double Session::stalled_seconds(Clock::time_point now) const {
+  return std::chrono::duration<double>(now - last_progress_).count();
+}
+
+bool Session::lagging(Clock::time_point now) const {
+  return stalled_seconds(now) >= kStallSeconds || recent_rate(now) < kLaggingBytesPerSecond;
+}
+
+bool Session::less_progress_than(const Session& other, Clock::time_point now) const {
+  const double mine = stalled_seconds(now), theirs = other.stalled_seconds(now);
+  const bool stalled = mine >= kStallSeconds, other_stalled = theirs >= kStallSeconds;
+  if (stalled != other_stalled) return stalled;
+  if (stalled) return mine > theirs;
+  return recent_rate(now) < other.recent_rate(now);
+}
+
+std::shared_ptr<Session> least_progress(const ConnectionContext& ctx, bool body_only, const Session* than) {
+  const Session::Clock::time_point now = Session::Clock::now();
+  std::shared_ptr<Session> least;
+  for (const auto& w : ctx.sessions) {
+    auto s = w.lock();
+    if (!s || s.get() == than) continue;
+    if (body_only ? s->phase() != Session::Phase::kBody : !s->client_paced()) continue;
+    if (than ? !s->less_progress_than(*than, now) : !s->lagging(now)) continue;
+    if (!least || s->less_progress_than(*least, now)) least = std::move(s);
+  }
+  return least;
 }
 
 }  // namespace nanovllm::server

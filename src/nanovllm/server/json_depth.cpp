@@ -1,9 +1,16 @@
 #include "nanovllm/server/json_depth.h"
 
+#include <limits>
+#include <vector>
+
 namespace nanovllm::server {
 
-int json_depth(std::string_view text, int limit) {
-  int depth = 0, deepest = 0;
+JsonShape json_shape(std::string_view text, int depth_limit, int64_t key_limit) {
+  JsonShape shape;
+  // Per open level: the keys of an object so far, or -1 for an array. An object has one ':' per key
+  // (outside strings), so counting them counts its keys.
+  std::vector<int64_t> open;
+  open.reserve(static_cast<size_t>(depth_limit) + 1);
   bool in_string = false, escaped = false;
   for (const char c : text) {
     if (in_string) {
@@ -16,17 +23,29 @@ int json_depth(std::string_view text, int limit) {
       case '"': in_string = true; break;
       case '[':
       case '{':
-        if (++depth > deepest) deepest = depth;
-        if (deepest > limit) return deepest;
+        open.push_back(c == '{' ? 0 : -1);
+        if (static_cast<int>(open.size()) > shape.depth) shape.depth = static_cast<int>(open.size());
+        if (shape.depth > depth_limit) return shape;
         break;
       case ']':
       case '}':
-        if (depth > 0) --depth;
+        if (!open.empty()) open.pop_back();
+        break;
+      case ':':
+        if (!open.empty() && open.back() >= 0) {
+          const int64_t keys = ++open.back();
+          if (keys > shape.widest) shape.widest = keys;
+          if (shape.widest > key_limit) return shape;
+        }
         break;
       default: break;
     }
   }
-  return deepest;
+  return shape;
+}
+
+int json_depth(std::string_view text, int limit) {
+  return json_shape(text, limit, std::numeric_limits<int64_t>::max()).depth;
 }
 
 }  // namespace nanovllm::server

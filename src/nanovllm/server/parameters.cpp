@@ -14,11 +14,14 @@ constexpr std::string_view kCommon[] = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "seed", "stop", "stop_token_ids", "min_tokens", "ignore_eos", "n", "logprobs", "stream",
     "stream_options", "logit_bias",
+    // Structured outputs (structured_request.h).
+    "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
     // Labels for the caller's own bookkeeping: they change nothing that is generated.
     "user", "metadata", "prompt_cache_key", "safety_identifier"};
 constexpr std::string_view kCompletions[] = {"prompt"};
 constexpr std::string_view kChat[] = {"messages", "max_completion_tokens", "top_logprobs", "tools",
-                                      "chat_template_kwargs", "add_generation_prompt"};
+                                      "chat_template_kwargs", "add_generation_prompt", "tool_choice",
+                                      "parallel_tool_calls"};
 
 template <size_t N>
 bool listed(const std::string_view (&names)[N], std::string_view key) {
@@ -60,18 +63,8 @@ bool check_default_only(const std::string& key, const Body& v, const Body& body,
     return true;
   }
   if (!chat) return false;
-  if (key == "response_format") {
-    const auto type = v.is_object() ? v.find("type") : v.end();
-    if (!v.is_object() || v.size() != 1 || type == v.end() || !is_string(*type, {"text"}))
-      unsupported(key, " (only {\"type\": \"text\"}: no JSON mode or schema)");
-    return true;
-  }
-  if (key == "tool_choice" || key == "function_call") {
-    if (!is_string(v, {"auto", "none"})) unsupported(key, " (only \"auto\" or \"none\")");
-    return true;
-  }
-  if (key == "parallel_tool_calls") {
-    if (!v.is_boolean() || !v.get<bool>()) unsupported(key, " (only true)");
+  if (key == "function_call") {  // the deprecated form of tool_choice
+    if (!is_string(v, {"auto", "none"})) unsupported(key, " (only \"auto\" or \"none\"; use tool_choice)");
     return true;
   }
   if (key == "modalities") {

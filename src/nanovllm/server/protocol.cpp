@@ -11,6 +11,7 @@
 #include "nanovllm/llm/llm_engine.h"
 #include "nanovllm/server/json_depth.h"
 #include "nanovllm/server/parameters.h"
+#include "nanovllm/server/structured_request.h"
 #include "nanovllm/tokenizer/tokenizer.h"
 
 namespace nanovllm::server {
@@ -121,7 +122,8 @@ ordered_json message_content(const ordered_json* content, size_t i) {
   return text;
 }
 
-std::vector<int32_t> parse_chat_prompt(Body& body, const ModelContext& ctx) {
+// tools / text: the request's tools (copied before they move into the template) and the rendered prompt.
+std::vector<int32_t> parse_chat_prompt(Body& body, const ModelContext& ctx, ordered_json& tools, std::string& text) {
   const auto it = body.find("messages");
   if (it == body.end() || it->is_null()) fail("messages", "'messages' is required");
   if (!it->is_array() || it->empty()) fail("messages", "'messages' must be a non-empty list");
@@ -151,6 +153,7 @@ std::vector<int32_t> parse_chat_prompt(Body& body, const ModelContext& ctx) {
   }
   if (const auto t = body.find("tools"); t != body.end() && !t->is_null()) {
     if (!t->is_array()) fail("tools", "'tools' must be a list");
+    tools = *t;
     opt.tools = std::move(*t);
   }
   opt.extra_context = ordered_json::object();
@@ -165,7 +168,6 @@ std::vector<int32_t> parse_chat_prompt(Body& body, const ModelContext& ctx) {
       }
     }
   }
-  std::string text;
   try {
     text = ctx.engine->chat_template().render(messages, opt);
   } catch (const std::exception& e) {
@@ -269,9 +271,13 @@ void parse_sampling(const Body& body, Endpoint endpoint, const ModelContext& ctx
 }  // namespace
 
 GenerationRequest parse_generation_request(Endpoint endpoint, const std::string& body_text, const ModelContext& ctx) {
-  if (json_depth(body_text) > kMaxJsonDepth)
+  const JsonShape shape = json_shape(body_text);
+  if (shape.depth > kMaxJsonDepth)
     fail("", "the request body nests arrays and objects more than " + std::to_string(kMaxJsonDepth) +
                  " levels deep");
+  if (shape.widest > kMaxJsonObjectKeys)
+    fail("", "an object in the request body has more than " + std::to_string(kMaxJsonObjectKeys) +
+                 " keys (the limit per object)");
   Body body;
   try {
     body = Body::parse(body_text);
@@ -294,8 +300,11 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const std::string&
   if (r.model.empty() && !ctx.served_names.empty()) r.model = ctx.served_names.front();
 
   parse_sampling(body, endpoint, ctx, r);
+  ordered_json tools;
+  std::string prompt_text;
   if (endpoint == Endpoint::kCompletions) r.prompts = parse_prompt(body, ctx);
-  else r.prompts = {parse_chat_prompt(body, ctx)};
+  else r.prompts = {parse_chat_prompt(body, ctx, tools, prompt_text)};
+  parse_structured_request(body, endpoint, ctx, tools, prompt_text, r);
 
   // max_tokens: OpenAI's default is 16 for completions; chat defaults to the rest of the context (as vLLM).
   const char* mt_name = "max_tokens";
@@ -313,16 +322,42 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const std::string&
     fail(endpoint == Endpoint::kChat ? "messages" : "prompt",
          "This model's maximum context length is " + std::to_string(ctx.max_model_len) +
              " tokens, but the prompt has " + std::to_string(longest) + " tokens.");
+  // What the whole request asks of the engine, over all its sequences (prompts x n). Each product is
+  // compared by division, so no user number is ever multiplied (max_tokens may be 2^63 - 1).
+  const int64_t sequences = r.num_choices();
+  int64_t prompt_tokens = 0;
+  for (const auto& prompt : r.prompts) prompt_tokens += static_cast<int64_t>(prompt.size());
+  if (prompt_tokens > ctx.limits.max_request_prompt_tokens / r.n)
+    fail(endpoint == Endpoint::kChat ? "messages" : "prompt",
+         "this request's prompts hold " + std::to_string(prompt_tokens) + " tokens, " + std::to_string(r.n) +
+             " times (n): more than the limit of " + std::to_string(ctx.limits.max_request_prompt_tokens) +
+             " prompt tokens per request (--max-request-prompt-tokens)");
+  // A token's logprobs cost as much as that many more tokens (the response lists each with its text).
+  const int64_t weight = r.want_logprobs ? 1 + r.top_logprobs : 1;
+  const std::string per_token = weight > 1 ? " with " + std::to_string(r.top_logprobs) + " top logprobs each" : "";
+  const int64_t output_share = ctx.limits.max_request_output_tokens / (sequences * weight);  // per sequence
+  if (output_share < 1)
+    fail("n", "this request has " + std::to_string(sequences) + " sequences (prompts x n)" + per_token +
+                  ": more than the limit of " + std::to_string(ctx.limits.max_request_output_tokens) +
+                  " output tokens per request allows (--max-request-output-tokens)");
   if (max_tokens) {
-    if (*max_tokens > ctx.max_model_len - longest)
+    if (*max_tokens > ctx.max_model_len - longest)  // the sum is printed unsigned: it may pass 2^63
       fail(mt_name, "This model's maximum context length is " + std::to_string(ctx.max_model_len) +
-                        " tokens. However, you requested " + std::to_string(*max_tokens + longest) + " tokens (" +
-                        std::to_string(longest) + " in the prompt, " + std::to_string(*max_tokens) +
+                        " tokens. However, you requested " +
+                        std::to_string(static_cast<uint64_t>(*max_tokens) + static_cast<uint64_t>(longest)) +
+                        " tokens (" + std::to_string(longest) + " in the prompt, " + std::to_string(*max_tokens) +
                         " in the completion).");
+    if (*max_tokens > output_share)
+      fail(mt_name, "'" + std::string(mt_name) + "' " + std::to_string(*max_tokens) + " for each of " +
+                        std::to_string(sequences) + " sequences (prompts x n)" + per_token +
+                        " is more than the limit of " + std::to_string(ctx.limits.max_request_output_tokens) +
+                        " output tokens per request (--max-request-output-tokens; at most " +
+                        std::to_string(output_share) + " each)");
     r.params.max_tokens = *max_tokens;
   } else {
     r.params.max_tokens = endpoint == Endpoint::kChat ? ctx.max_model_len - longest
                                                       : std::min<int64_t>(16, ctx.max_model_len - longest);
+    r.params.max_tokens = std::min(r.params.max_tokens, output_share);
   }
   if (r.params.min_tokens > r.params.max_tokens) fail("min_tokens", "'min_tokens' must be <= max_tokens");
 

@@ -12,6 +12,7 @@
 #include "nanovllm/engine/sampling_params.h"
 #include "nanovllm/engine/sequence.h"
 #include "nanovllm/server/api_error.h"
+#include "nanovllm/server/chat_output.h"
 
 namespace nanovllm {
 class LLMEngine;
@@ -29,6 +30,12 @@ struct ProtocolLimits {
   int64_t max_prompts = 64;       // prompts in one /v1/completions request
   int64_t max_stop_strings = 16;
   int64_t max_stop_length = 256;  // bytes
+  // What one request may ask of the engine, over all its sequences (prompts x n): 400 beyond, naming the
+  // limit. Prompt tokens: each prompt's length times n, summed. Output tokens: max_tokens times the
+  // sequences, times 1 + top_logprobs when logprobs are asked for (each listed token costs the response as
+  // much as a generated one); a request that does not give max_tokens gets at most its share.
+  int64_t max_request_prompt_tokens = 1 << 20;
+  int64_t max_request_output_tokens = 1 << 20;
 };
 
 struct GenerationRequest {
@@ -43,6 +50,8 @@ struct GenerationRequest {
   // Output logprobs: completions `logprobs: K`; chat `logprobs: true` + `top_logprobs: K`.
   bool want_logprobs = false;
   int64_t top_logprobs = 0;
+  // Chat: how the answer's text splits into reasoning, content and tool calls (structured_request.h).
+  ChatOutputOptions output;
 
   int64_t num_choices() const { return static_cast<int64_t>(prompts.size()) * n; }
 };
@@ -54,6 +63,8 @@ struct ModelContext {
   int64_t vocab_size = 0;
   int64_t max_model_len = 0;
   ProtocolLimits limits;
+  ToolParserKind tool_parser = ToolParserKind::kNone;  // the model's tool-call format (--tool-call-parser)
+  bool reasoning_parser = false;                       // --reasoning-parser qwen3
 };
 
 // Throws ApiException. `body` is the raw request body.

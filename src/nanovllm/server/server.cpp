@@ -10,15 +10,18 @@
 #include <random>
 #include <thread>
 
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include "nanovllm/chat/chat_template.h"
 #include "nanovllm/core/error.h"
 #include "nanovllm/core/logging.h"
 #include "nanovllm/llm/llm_engine.h"
 #include "nanovllm/server/engine_loop.h"
 #include "nanovllm/server/generation.h"
 #include "nanovllm/server/http_server.h"
+#include "nanovllm/server/tool_parser.h"
 
 namespace nanovllm::server {
 namespace {
@@ -73,7 +76,31 @@ Route route_of(const std::string& path) {
 
 bool is_generation(Route r) { return r == Route::kCompletions || r == Route::kChat; }
 
+// Whether `host` is reachable from this machine only: a loopback address, or "localhost".
+bool is_loopback(const std::string& host) {
+  std::string h = host;
+  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  if (h == "localhost") return true;
+  boost::system::error_code ec;
+  const auto address = boost::asio::ip::make_address(h, ec);
+  return !ec && address.is_loopback();
+}
+
 HttpResponse json_response(const json& j) { return {200, "application/json", dump_json(j), {}}; }
+
+// --tool-call-parser: a name, or "auto": the format the chat template writes tool calls in.
+ToolParserKind resolve_tool_parser(const LLMEngine& engine, const std::string& name) {
+  if (name != "auto") {
+    const std::optional<ToolParserKind> kind = tool_parser_from_name(name);
+    NANOVLLM_CHECK(kind.has_value(), "--tool-call-parser must be auto, hermes, qwen3_coder or none, got '", name, "'");
+    return *kind;
+  }
+  try {
+    return tool_parser_for_template(engine.chat_template().source());
+  } catch (const Error&) {
+    return ToolParserKind::kNone;  // no chat template: no chat tool calls to parse
+  }
+}
 
 }  // namespace
 
@@ -107,7 +134,12 @@ struct Server::Impl final : HttpHandler {
         http(*this, config.http, config.max_body_bytes, metrics) {
     NANOVLLM_CHECK(engine.has_tokenizer(), engine.config().model.path.string(),
                    ": the server needs the model's tokenizer.json");
+    NANOVLLM_CHECK(!config.api_key || !config.api_key->empty(),
+                   "the API key is empty (an unset variable?): give a key, or leave --api-key out to serve "
+                   "without one");
     NANOVLLM_CHECK(config.max_concurrent_requests >= 1, "max_concurrent_requests must be >= 1");
+    NANOVLLM_CHECK(config.limits.max_request_prompt_tokens >= 1, "max_request_prompt_tokens must be >= 1");
+    NANOVLLM_CHECK(config.limits.max_request_output_tokens >= 1, "max_request_output_tokens must be >= 1");
     NANOVLLM_CHECK(config.max_body_bytes >= 1024, "the request body limit must be at least 1024 bytes");
     if (config.served_model_names.empty()) {
       const auto& model = engine.config().model.path;
@@ -121,6 +153,10 @@ struct Server::Impl final : HttpHandler {
     ctx.vocab_size = engine.model_config().vocab_size;
     ctx.max_model_len = engine.config().model.max_model_len;
     ctx.limits = config.limits;
+    ctx.tool_parser = resolve_tool_parser(engine, config.tool_call_parser);
+    NANOVLLM_CHECK(config.reasoning_parser.empty() || config.reasoning_parser == "none" || config.reasoning_parser == "qwen3",
+                   "--reasoning-parser must be qwen3 or none, got '", config.reasoning_parser, "'");
+    ctx.reasoning_parser = config.reasoning_parser == "qwen3";
     env.model = &ctx;
     env.loop = &loop;
     env.metrics = &metrics;
@@ -157,17 +193,18 @@ struct Server::Impl final : HttpHandler {
 
   std::optional<HttpResponse> check_header(const HttpRequest& req) const {
     const Route route = route_of(req.path);
-    if (!config.api_key.empty() && req.path.rfind("/v1/", 0) == 0) {
+    if (config.api_key && req.path.rfind("/v1/", 0) == 0) {
       const std::string auth = req.header("authorization");
       const std::string prefix = "Bearer ";
-      if (auth.rfind(prefix, 0) != 0 || !same_secret(auth.substr(prefix.size()), config.api_key))
+      if (auth.rfind(prefix, 0) != 0 || !same_secret(auth.substr(prefix.size()), *config.api_key))
         return ApiError::unauthorized().response();
     }
     if (route == Route::kNone) return ApiError::not_found("no such endpoint").response();
-    const char* allowed = is_generation(route) ? "POST" : "GET";
-    if (req.method != allowed) {
+    // HEAD is served wherever GET is (RFC 9110 9.3.2): the connection sends the header only.
+    const bool allowed = is_generation(route) ? req.method == "POST" : req.method == "GET" || req.method == "HEAD";
+    if (!allowed) {
       HttpResponse r = ApiError::from_status(405, req.method + " is not allowed on " + req.path).response();
-      r.headers.emplace_back("Allow", allowed);
+      r.headers.emplace_back("Allow", is_generation(route) ? "POST" : "GET, HEAD");
       return r;
     }
     if (draining && (is_generation(route) || route == Route::kHealth))
@@ -232,6 +269,7 @@ struct Server::Impl final : HttpHandler {
 
   int start() {
     bound_port = http.listen(config.host, config.port);  // throws before anything else has started
+    if (const std::string warning = exposure_warning(config); !warning.empty()) NANOVLLM_WARN(warning);
     loop.start();
     http.start();
     started = true;
@@ -259,6 +297,13 @@ struct Server::Impl final : HttpHandler {
     http.stop();
   }
 };
+
+std::string exposure_warning(const ServerConfig& config) {
+  if (config.api_key || is_loopback(config.host)) return {};
+  return "listening on " + config.host +
+         " without an API key: anyone who can reach this port can use the model (give --api-key KEY, or "
+         "--host 127.0.0.1 to serve this machine only)";
+}
 
 Server::Server(LLMEngine& engine, ServerConfig config) : impl_(std::make_unique<Impl>(engine, std::move(config))) {}
 Server::~Server() { shutdown(); }

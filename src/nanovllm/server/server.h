@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,16 +32,28 @@ namespace nanovllm::server {
 struct ServerConfig {
   std::string host = "127.0.0.1";              // loopback unless asked otherwise
   int port = 8000;                             // 0: pick a free port (start() returns it)
-  std::string api_key;                         // non-empty: /v1/* need "Authorization: Bearer <key>"
+  // Given: /v1/* need "Authorization: Bearer <key>" (an empty key is an error: it is usually an unset
+  // variable, and serving without auth must be asked for by leaving the key out).
+  std::optional<std::string> api_key;
   std::vector<std::string> served_model_names;  // "model" values accepted; empty: the model directory path
                                                 // and its last component
   size_t max_body_bytes = 8u << 20;            // larger bodies get 413, whatever their transfer encoding
-  int max_concurrent_requests = 256;           // generation requests in flight (any value >= 1); beyond: 429
+  // Sequences in flight (any value >= 1): a request takes one per prompt and choice (prompts x n); beyond:
+  // 429, and a request larger than the whole limit gets 400.
+  int max_concurrent_requests = 256;
   int parse_threads = 0;                       // request parsing / tokenizing; 0: the cores, 2 to 16
   double shutdown_grace_s = 30;                // in-flight requests get this long to finish on shutdown()
   ProtocolLimits limits;
   HttpLimits http;
+  // Chat answers: "auto" picks the tool-call parser from the chat template (tool_parser.h), or "hermes",
+  // "qwen3_coder", "none"; reasoning_parser "qwen3" splits <think> into reasoning_content ("" or "none": off).
+  std::string tool_call_parser = "auto";
+  std::string reasoning_parser;
 };
+
+// Why `config` exposes the model to anyone who can reach it (a non-loopback host and no API key), or ""
+// when it does not. Server::start() logs it as a warning.
+std::string exposure_warning(const ServerConfig& config);
 
 class Server {
  public:

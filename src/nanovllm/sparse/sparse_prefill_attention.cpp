@@ -19,50 +19,71 @@ SparsePrefillAttention::SparsePrefillAttention(const SparsePrefillOptions& optio
                  " query heads are not a multiple of ", num_kv_heads, " KV heads");
 }
 
-int64_t SparsePrefillAttention::sparse_sequence(int64_t layer, const AttentionMetadata& meta) const {
-  const int64_t S = meta.num_seqs;
-  if (layer < options_.first_sparse_layer || S < 1 || meta.num_leading_decodes != S - 1) return -1;
-  // A prefill chunk of at least two tokens (a single query gains nothing from a block pattern).
-  if (S == 1) return meta.num_tokens >= 2 && meta.max_context_len >= options_.min_context ? 0 : -1;
-  // After decodes: its length and context are read on the host.
-  if (!meta.context_lens.device().is_cpu()) return -1;
-  const int32_t* cu = meta.cu_seqlens_q.data_as<const int32_t>();
-  const int32_t* ctx = meta.context_lens.data_as<const int32_t>();
-  return cu[S] - cu[S - 1] >= 2 && ctx[S - 1] >= options_.min_context ? S - 1 : -1;
+namespace {
+
+// A step of several sequences can be split per sequence when the runner gave the host views and the per-sequence
+// cu_seqlens (AttentionMetadata; ForwardBatch::views does on both backends).
+bool splittable(const AttentionMetadata& meta) {
+  return meta.host_cu_seqlens_q != nullptr && meta.host_context_lens != nullptr && meta.seq_cu_seqlens_q.defined();
 }
 
-AttentionMetadata SparsePrefillAttention::last_sequence(const AttentionMetadata& meta) {
-  const int64_t S = meta.num_seqs;
-  if (S == 1) return meta;
-  const int32_t* cu = meta.cu_seqlens_q.data_as<const int32_t>();
-  cu_[0] = 0;
-  cu_[1] = cu[S] - cu[S - 1];
+// Sequences [0, n) of the step: a prefix keeps cu_seqlens_q starting at 0, so its views are slices.
+AttentionMetadata prefix(const AttentionMetadata& meta, int64_t n) {
+  const int32_t* cu = meta.host_cu_seqlens_q;
+  const int32_t* ctx = meta.host_context_lens;
+  AttentionMetadata m = meta;
+  m.num_seqs = n;
+  m.num_tokens = cu[n];
+  m.max_query_len = m.max_context_len = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    m.max_query_len = std::max<int64_t>(m.max_query_len, cu[i + 1] - cu[i]);
+    m.max_context_len = std::max<int64_t>(m.max_context_len, ctx[i]);
+  }
+  m.cu_seqlens_q = meta.cu_seqlens_q.slice_rows(0, n + 1);
+  m.context_lens = meta.context_lens.slice_rows(0, n);
+  m.block_tables = meta.block_tables.slice_rows(0, n);
+  m.slot_mapping = meta.slot_mapping.slice_rows(0, cu[n]);
+  m.seq_cu_seqlens_q = meta.seq_cu_seqlens_q.slice_rows(0, n);
+  m.num_leading_decodes = std::min(meta.num_leading_decodes, n);
+  return m;
+}
+
+// Sequence i of the step on its own.
+AttentionMetadata sequence(const AttentionMetadata& meta, int64_t i) {
+  const int32_t* cu = meta.host_cu_seqlens_q;
   AttentionMetadata m = meta;
   m.num_seqs = 1;
-  m.num_tokens = m.max_query_len = cu_[1];
-  m.max_context_len = meta.context_lens.data_as<const int32_t>()[S - 1];
-  m.cu_seqlens_q = TensorView(cu_, DType::kI32, Shape{2}, meta.cu_seqlens_q.device());
-  m.context_lens = meta.context_lens.slice_rows(S - 1, S);
-  m.block_tables = meta.block_tables.slice_rows(S - 1, S);
-  m.slot_mapping = meta.slot_mapping.slice_rows(cu[S - 1], cu[S]);
-  m.num_leading_decodes = 0;
+  m.num_tokens = m.max_query_len = cu[i + 1] - cu[i];
+  m.max_context_len = meta.host_context_lens[i];
+  m.cu_seqlens_q = meta.seq_cu_seqlens_q.slice_rows(i, i + 1).reshape({2});  // {0, its query length}
+  m.context_lens = meta.context_lens.slice_rows(i, i + 1);
+  m.block_tables = meta.block_tables.slice_rows(i, i + 1);
+  m.slot_mapping = meta.slot_mapping.slice_rows(cu[i], cu[i + 1]);
+  m.num_leading_decodes = i < meta.num_leading_decodes ? 1 : 0;
+  m.host_cu_seqlens_q = nullptr;  // one sequence: nothing left to split
+  m.host_context_lens = nullptr;
+  m.seq_cu_seqlens_q = TensorView();
   return m;
 }
 
-AttentionMetadata SparsePrefillAttention::leading_decodes(const AttentionMetadata& meta) {
-  const int64_t D = meta.num_seqs - 1;
-  const int32_t* ctx = meta.context_lens.data_as<const int32_t>();
-  AttentionMetadata m = meta;
-  m.num_seqs = D;
-  m.num_tokens = D;
-  m.max_query_len = 1;
-  m.max_context_len = *std::max_element(ctx, ctx + D);
-  m.cu_seqlens_q = meta.cu_seqlens_q.slice_rows(0, D + 1);
-  m.context_lens = meta.context_lens.slice_rows(0, D);
-  m.block_tables = meta.block_tables.slice_rows(0, D);
-  m.slot_mapping = meta.slot_mapping.slice_rows(0, D);
-  m.num_leading_decodes = D;
-  return m;
+}  // namespace
+
+std::vector<int64_t> SparsePrefillAttention::sparse_sequences(int64_t layer, const AttentionMetadata& meta) const {
+  std::vector<int64_t> seqs;
+  const int64_t S = meta.num_seqs;
+  if (layer < options_.first_sparse_layer || S < 1) return seqs;
+  // A prefill chunk of at least two tokens (a single query gains nothing from a block pattern).
+  const auto qualifies = [&](int64_t len, int64_t ctx) { return len >= 2 && ctx >= options_.min_context; };
+  if (S == 1) {
+    if (qualifies(meta.num_tokens, meta.max_context_len)) seqs.push_back(0);
+    return seqs;
+  }
+  if (!splittable(meta)) return seqs;
+  const int32_t* cu = meta.host_cu_seqlens_q;
+  const int32_t* ctx = meta.host_context_lens;
+  for (int64_t i = meta.num_leading_decodes; i < S; ++i)
+    if (qualifies(cu[i + 1] - cu[i], ctx[i])) seqs.push_back(i);
+  return seqs;
 }
 
 ops::VerticalSlashParams SparsePrefillAttention::vertical_slash_for(int64_t ctx) const {
@@ -143,24 +164,44 @@ void SparsePrefillAttention::count(const ops::BlockSparsePattern& pattern, int64
     }
 }
 
+void SparsePrefillAttention::attend_chunk(TensorView out, TensorView q, const LayerKvCache& kv,
+                                          const AttentionMetadata& meta, float scale, ops::Stream s) {
+  const ops::BlockSparsePattern pattern = pattern_for(meta.max_context_len);
+  estimate(pattern, q, kv, meta, scale, s);
+  ops::block_sparse_prefill_attention(out, q, kv.k, kv.v, meta, pattern, scale, s);
+  count(pattern, meta.max_context_len, meta.num_tokens, s);
+}
+
 bool SparsePrefillAttention::attend(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv,
                                     const AttentionMetadata& meta, float scale, ops::Stream s) {
-  const int64_t seq = sparse_sequence(layer, meta);
-  if (seq < 0) {
+  const std::vector<int64_t> sparse = sparse_sequences(layer, meta);
+  if (sparse.empty()) {
     ++counters_.dense_layer_chunks;
     return false;
   }
-  const int64_t decodes = seq;  // the decode rows before the chunk (a mixed step): dense
-  if (decodes > 0)
-    ops::paged_attention(out.slice_rows(0, decodes), q.slice_rows(0, decodes), kv.k, kv.v, leading_decodes(meta), scale,
-                         s);
-  const AttentionMetadata m = last_sequence(meta);
-  const TensorView chunk_q = q.slice_rows(decodes, decodes + m.num_tokens);
-  const TensorView chunk_out = out.slice_rows(decodes, decodes + m.num_tokens);
-  const ops::BlockSparsePattern pattern = pattern_for(m.max_context_len);
-  estimate(pattern, chunk_q, kv, m, scale, s);
-  ops::block_sparse_prefill_attention(chunk_out, chunk_q, kv.k, kv.v, m, pattern, scale, s);
-  count(pattern, m.max_context_len, m.num_tokens, s);
+  if (meta.num_seqs == 1) {
+    attend_chunk(out, q, kv, meta, scale, s);
+    return true;
+  }
+  // Several sequences: those before the first sparse chunk (the decodes a mixed step leads with, short chunks) in one
+  // dense call, then each later one on its own, sparsely or densely.
+  const int32_t* cu = meta.host_cu_seqlens_q;
+  const int64_t first = sparse.front();
+  if (first > 0)
+    ops::paged_attention(out.slice_rows(0, cu[first]), q.slice_rows(0, cu[first]), kv.k, kv.v, prefix(meta, first),
+                         scale, s);
+  size_t next = 0;
+  for (int64_t i = first; i < meta.num_seqs; ++i) {
+    if (cu[i + 1] == cu[i]) continue;
+    const AttentionMetadata m = sequence(meta, i);
+    const TensorView seq_out = out.slice_rows(cu[i], cu[i + 1]), seq_q = q.slice_rows(cu[i], cu[i + 1]);
+    if (next < sparse.size() && sparse[next] == i) {
+      ++next;
+      attend_chunk(seq_out, seq_q, kv, m, scale, s);
+    } else {
+      ops::paged_attention(seq_out, seq_q, kv.k, kv.v, m, scale, s);
+    }
+  }
   return true;
 }
 

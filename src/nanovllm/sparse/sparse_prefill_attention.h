@@ -1,10 +1,12 @@
 // Sparse prefill attention: for a long prefill chunk of one sequence, an estimator (XAttention, MInference
 // vertical-slash, FlexPrefill or AvgPool: kernels/pattern_estimators.h) picks per KV head and query block the key
 // blocks (and columns) worth attending, and block_sparse_prefill_attention (kernels/sparse_ops.h) attends exactly
-// those, with the exact softmax over them. The chunk is a step's only sequence, or (CPU tensors) its last one after
-// decodes only (a mixed step: the decodes' rows run dense paged_attention here). Layers before
-// first_sparse_layer, chunks whose context is shorter than min_context, decode steps and steps of several
-// prefill sequences are left to dense attention (attend returns false).
+// those, with the exact softmax over them. Every prefill chunk of a step whose context reaches min_context goes sparse,
+// whatever else the step holds: a step of several sequences (decodes and prefill chunks, as a busy scheduler packs
+// them) is attended one sequence at a time, the chunks that qualify sparsely, the others (decodes, short chunks) by
+// dense paged_attention. That needs each sequence's query length and context on the host (AttentionMetadata's host
+// views, which ForwardBatch gives on both backends); without them only a one-sequence step can go sparse. Layers
+// before first_sparse_layer and steps with no qualifying chunk are left to dense attention (attend returns false).
 //
 // Decides and computes, never moves memory: the pattern lives in a buffer of the policy, grown to the longest
 // context seen (on the cache's device).
@@ -68,25 +70,24 @@ class SparsePrefillAttention final : public AttentionPolicy {
 
   const SparsePrefillOptions& options() const { return options_; }
   const SparsePrefillCounters& counters() const { return counters_; }
-  // The step's sequence that goes sparse at `layer` (the rules above), or -1.
-  int64_t sparse_sequence(int64_t layer, const AttentionMetadata& meta) const;
+  // The step's sequences that go sparse at `layer` (the rules above), increasing; empty: none.
+  std::vector<int64_t> sparse_sequences(int64_t layer, const AttentionMetadata& meta) const;
 
  private:
   ops::BlockSparsePattern pattern_for(int64_t ctx);  // views of pattern_ for a context, grown when needed
   ops::VerticalSlashParams vertical_slash_for(int64_t ctx) const;
+  // One sequence's chunk (meta.num_seqs == 1): its pattern, the block-sparse attention, the counters.
+  void attend_chunk(TensorView out, TensorView q, const LayerKvCache& kv, const AttentionMetadata& meta, float scale,
+                    ops::Stream s);
   void estimate(const ops::BlockSparsePattern& pattern, TensorView q, const LayerKvCache& kv,
                 const AttentionMetadata& meta, float scale, ops::Stream s);
   void count(const ops::BlockSparsePattern& pattern, int64_t ctx, int64_t num_tokens, ops::Stream s);
-  // The metadata of the step's last sequence alone (its cu_seqlens in cu_), and of the decodes before it.
-  AttentionMetadata last_sequence(const AttentionMetadata& meta);
-  static AttentionMetadata leading_decodes(const AttentionMetadata& meta);
 
   SparsePrefillOptions options_;
   int64_t num_query_heads_, num_kv_heads_;
   Allocator& alloc_;
   Buffer pattern_;  // [Hk, NQB] counts + [Hk, NQB, NQB] blocks + [Hk, NQB] + [Hk, NQB, MAXC] columns, i32
   int64_t pattern_ints_ = 0;
-  int32_t cu_[2] = {0, 0};  // host cu_seqlens of a mixed step's prefill sequence
   SparsePrefillCounters counters_;
   std::vector<int32_t> host_counts_;  // a GPU pattern's block and column counts, read back when counting
 };

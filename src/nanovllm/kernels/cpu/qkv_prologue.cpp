@@ -11,24 +11,10 @@
 #include "nanovllm/core/parallel.h"
 #include "nanovllm/kernels/cpu/cpu_ops.h"
 #include "nanovllm/kernels/cpu/rms_norm_row.h"
+#include "nanovllm/kernels/cpu/rope_row.h"
 #include "nanovllm/kernels/cpu/row_io.h"
 
 namespace nanovllm::cpu {
-namespace {
-
-// `pairs` rotations of frequency i over the pairs (i, i + stride) (stride = D/2) or, interleaved, (2i, 2i + 1).
-inline void rope_row(float* x, const float* cos_t, const float* sin_t, int64_t pairs, int64_t stride,
-                     bool interleaved) {
-  for (int64_t i = 0; i < pairs; ++i) {
-    float* a = interleaved ? x + 2 * i : x + i;
-    float* b = interleaved ? a + 1 : a + stride;
-    const float x1 = *a, x2 = *b;
-    *a = x1 * cos_t[i] - x2 * sin_t[i];
-    *b = x2 * cos_t[i] + x1 * sin_t[i];
-  }
-}
-
-}  // namespace
 
 void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
                   TensorView positions, const float* inv_freq, float attention_scaling, TensorView k_cache,
@@ -54,12 +40,7 @@ void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorVie
     if (has_qn) load_row_f32(q_norm.data(), q_norm.dtype(), 0, D, qn);
     if (has_kn) load_row_f32(k_norm.data(), k_norm.dtype(), 0, D, kn);
     for (int64_t t = b; t < e; ++t) {
-      const float p = static_cast<float>(pos[t]);
-      for (int64_t i = 0; i < pairs; ++i) {
-        const float angle = p * inv_freq[i];
-        cos_t[i] = static_cast<float>(std::cos(static_cast<double>(angle))) * attention_scaling;
-        sin_t[i] = static_cast<float>(std::sin(static_cast<double>(angle))) * attention_scaling;
-      }
+      rope_table_row(cos_t, sin_t, pos[t], inv_freq, pairs, attention_scaling);
       for (int64_t h = 0; h < Hq; ++h) {
         load_row_f32(qkv.data(), qkv.dtype(), t * W + h * D, D, row);
         if (has_qn) rms_norm_row(row, qn, D, eps);

@@ -61,6 +61,12 @@ struct Params {
   bool rope_interleaved = false;
   float rope_scaling = 1.0f;
   const int32_t* slots = nullptr;
+  // Dual Chunk Attention (the kDca kernels, kernels/dual_chunk_ops.h): q holds the intra-chunk rotation of
+  // the queries, q_succ and q_inter ([T, Hq, D] each) the successive- and inter-chunk ones; keys are in chunks
+  // of dca_chunk_len positions (a multiple of every key tile: 128). 0: plain attention.
+  const __nv_bfloat16* q_succ = nullptr;
+  const __nv_bfloat16* q_inter = nullptr;
+  int dca_chunk_len = 0;
 };
 
 // The kernels' view of one attention call (paged_attention.cu; no split workspace yet). Throws unless
@@ -77,6 +83,18 @@ __device__ __forceinline__ const int32_t* block_table(const Params& p, int seq) 
 template <class I = int>
 __device__ __forceinline__ I paged_slot(const int32_t* bt, int j, int block_size) {
   return I{bt[j / block_size]} * block_size + j % block_size;
+}
+
+// Dual Chunk Attention: the query rotation a query at position `pos` uses for the keys of key chunk
+// `key_chunk` (keys [key_chunk L, (key_chunk + 1) L)): 0 intra (its own chunk, or later: masked anyway),
+// 1 successive (the previous chunk), 2 inter (earlier chunks).
+__device__ __forceinline__ int dca_region(int pos, int key_chunk, int chunk_len) {
+  const int c = pos / chunk_len;
+  return key_chunk >= c ? 0 : key_chunk == c - 1 ? 1 : 2;
+}
+// The [T, Hq, D] query rotation `region` (dca_region) of a Dual Chunk Attention call.
+__device__ __forceinline__ const __nv_bfloat16* dca_queries(const Params& p, int region) {
+  return region == 0 ? p.q : region == 1 ? p.q_succ : p.q_inter;
 }
 
 // 8 query values -> shared fp32 (16-byte aligned dst), pre-scaled by `scale` (softmax scale * log2 e).
@@ -110,13 +128,13 @@ __device__ __forceinline__ void load_tile(const Params& p, int seq, int kvh, int
   }
 }
 
-// One tile for one warp. qw: [IT, D] fp32 pre-scaled queries (shared); lim[it]: last key index item it
-// may see (causal / range end); pw: [IT, 32] fp32 per-warp shared scratch. m, l (per-lane partial sums),
-// acc: running softmax state.
-template <int D, int IT>
-__device__ __forceinline__ void attend_tile(const float* qw, const __nv_bfloat16* ks, const __nv_bfloat16* vs,
-                                            float* pw, int key0, const int (&lim)[IT], float (&m)[IT],
-                                            float (&l)[IT], float (&acc)[IT][Dims<D>::kVpl], int lane) {
+// One tile for one warp. qrow(it): item it's [D] fp32 pre-scaled query (shared; Dual Chunk Attention picks
+// each item's rotation per tile); lim[it]: last key index item it may see (causal / range end); pw: [IT, 32]
+// fp32 per-warp shared scratch. m, l (per-lane partial sums), acc: running softmax state.
+template <int D, int IT, class QRow>
+__device__ __forceinline__ void attend_tile_rows(QRow qrow, const __nv_bfloat16* ks, const __nv_bfloat16* vs,
+                                                 float* pw, int key0, const int (&lim)[IT], float (&m)[IT],
+                                                 float (&l)[IT], float (&acc)[IT][Dims<D>::kVpl], int lane) {
   using Dm = Dims<D>;
   float s[IT];
 #pragma unroll
@@ -128,8 +146,8 @@ __device__ __forceinline__ void attend_tile(const float* qw, const __nv_bfloat16
     bf16x8_to_f32(*reinterpret_cast<const uint4*>(krow + dc * 8), kf);
 #pragma unroll
     for (int it = 0; it < IT; ++it) {
-      const float4 a = *reinterpret_cast<const float4*>(qw + it * D + dc * 8);
-      const float4 b = *reinterpret_cast<const float4*>(qw + it * D + dc * 8 + 4);
+      const float4 a = *reinterpret_cast<const float4*>(qrow(it) + dc * 8);
+      const float4 b = *reinterpret_cast<const float4*>(qrow(it) + dc * 8 + 4);
       s[it] += a.x * kf[0] + a.y * kf[1] + a.z * kf[2] + a.w * kf[3] + b.x * kf[4] + b.y * kf[5] +
                b.z * kf[6] + b.w * kf[7];
     }
@@ -174,14 +192,27 @@ __device__ __forceinline__ void attend_tile(const float* qw, const __nv_bfloat16
   __syncwarp();  // pw is rewritten by the next tile
 }
 
+// attend_tile_rows with the items' queries one after the other: qw [IT, D].
+template <int D, int IT>
+__device__ __forceinline__ void attend_tile(const float* qw, const __nv_bfloat16* ks, const __nv_bfloat16* vs,
+                                            float* pw, int key0, const int (&lim)[IT], float (&m)[IT],
+                                            float (&l)[IT], float (&acc)[IT][Dims<D>::kVpl], int lane) {
+  attend_tile_rows<D, IT>([qw](int it) { return qw + it * D; }, ks, vs, pw, key0, lim, m, l, acc, lane);
+}
+
 // Launchers (attention_prefill.cu / attention_decode.cu). `smem_limit`: opt-in shared memory per block.
-void launch_prefill(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st);
+// dca: the Dual Chunk Attention variant (p.q_succ, p.q_inter, p.dca_chunk_len set).
+void launch_prefill(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st, bool dca = false);
 // Tensor-core prefill (attention_prefill_tc.cu); false when head_dim has no tensor-core build (64, 128).
 bool launch_prefill_tc(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st);
 // Hopper wgmma prefill (attention_prefill_wgmma.cu); false (nothing launched) unless head_dim is 64 / 128,
 // the device is sm_90 and the binary carries sm_90a code (the caller also honours KernelOptions::prefill_wgmma).
-bool launch_prefill_wgmma(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st);
-void launch_decode(const Params& p, int head_dim, cudaStream_t st);
+bool launch_prefill_wgmma(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st, bool dca = false);
+void launch_decode(const Params& p, int head_dim, cudaStream_t st, bool dca = false);
+// Dual Chunk Attention decode (paged_attention.cu): the split-KV decode (tensor cores for head_dim 64 / 128, else
+// SIMT) with the three query rotations, every sequence one query row; max_context bounds the context lengths
+// (launch sizing).
+void launch_dual_chunk_decode(Params p, int head_dim, int64_t max_context, ops::Stream s);
 // Tensor-core decode with the split combine fused in (attention_decode.cu); head_dim 64 and 128.
 // cluster: the split slots (p.num_splits <= kMaxDecodeClusterSplits, > 1) combine as one thread-block
 // cluster; only where decode_cluster_available(device). Otherwise p.part_o / part_lse / split_counters.
@@ -191,7 +222,9 @@ bool decode_tc_supported(int head_dim);
 int decode_tc_resident_ctas_per_sm(int head_dim);
 bool decode_cluster_available(int device);
 // prologue: the qkv_prologue fused in (the Params' qkv fields; sm_90, D % 8 == 0).
-void launch_decode_tc(const Params& p, int head_dim, int gc, bool cluster, bool prologue, ops::Stream st);
+// dca: the Dual Chunk Attention variant (not with prologue).
+void launch_decode_tc(const Params& p, int head_dim, int gc, bool cluster, bool prologue, ops::Stream st,
+                      bool dca = false);
 void launch_combine(const Params& p, int head_dim, cudaStream_t st);
 
 }  // namespace nanovllm::cuda_ops::attn

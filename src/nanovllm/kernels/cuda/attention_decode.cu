@@ -2,6 +2,8 @@
 //
 // head_dim 64 / 128: tensor-core split-KV kernel with the split combine fused in (decode_tc_kernel).
 // head_dim 256 (and any other build): the SIMT split-KV kernel + combine_kernel below.
+// Dual Chunk Attention (kernels/dual_chunk_ops.h): both kernels with their kDca switch, which scores each key
+// tile with the query rotation of its key chunk (one online softmax over the three partial attentions).
 //
 // ---- Tensor-core decode (decode_tc_kernel) ----
 // Grid (seq, KV head x head chunk, split slot). The CTA's GQA group (<= 16 heads) forms the 16 M rows
@@ -25,13 +27,15 @@
 // partial loads) sit on the step's critical path: at batch 1 they were 2-4 us of a 7-12 us attention
 // (H200, CUPTI timeline + in-kernel marks, Qwen3-0.6B / 8B layers at context 1024).
 //
-// ---- SIMT split-KV decode (decode_kernel, head_dim 256) ----
+// ---- SIMT split-KV decode (decode_kernel, head_dim 256; Dual Chunk Attention) ----
 // Grid (seq, KV head x head chunk, split). A CTA owns keys [split * chunk, ...) of its sequence for all
 // IT heads of its GQA group (queries shared in shared memory, fp32 pre-scaled). Its 4 warps take
 // alternate 32-key tiles of that range, each through its own shared-memory tile (cp.async, no block
 // barrier in the loop); several CTAs per SM keep enough loads in flight. The warps' softmax states are
 // merged in shared memory at the end. With one split the CTA writes bf16 output directly; otherwise it
-// writes the normalised partial output and its log2-sum-exp, and combine_kernel merges the splits.
+// writes the normalised partial output and its log2-sum-exp, and combine_kernel merges the splits. Dual
+// Chunk Attention keeps the three query rotations in shared memory and scores each 32-key tile with its key
+// chunk's: one online softmax over all keys is vLLM's log-sum-exp merge of the three partial attentions.
 #include <mutex>
 
 #include "nanovllm/kernels/cuda/attention_common.cuh"
@@ -44,9 +48,9 @@
 namespace nanovllm::cuda_ops::attn {
 namespace {
 
-template <int D, int IT>
+template <int D, int IT, bool kDca = false>
 struct DecodeCfg {
-  static constexpr size_t kQBytes = size_t{IT} * D * 4;                      // [IT, D] f32
+  static constexpr size_t kQBytes = size_t{kDca ? 3 : 1} * IT * D * 4;       // [rotations, IT, D] f32
   static constexpr size_t kWarpTileBytes = size_t{2} * Dims<D>::kTileElems * 2;  // K and V tile per warp
   static constexpr size_t kPBytes = size_t{kWarps} * IT * kTileKeys * 4;    // [warps, IT, 32]
   static constexpr size_t kSmem = kQBytes + kWarps * kWarpTileBytes + kPBytes;
@@ -54,12 +58,14 @@ struct DecodeCfg {
   static_assert(size_t{IT} * (D + 2) * 4 <= kWarpTileBytes, "merge scratch must fit a warp's tile region");
 };
 
-template <int D, int IT>
+// kDca: Dual Chunk Attention (p.q_succ, p.q_inter, p.dca_chunk_len): the three query rotations in shared
+// memory, each 32-key tile scored with the rotation of its key chunk (dca_region; chunks are whole tiles).
+template <int D, int IT, bool kDca>
 __global__ void __launch_bounds__(kWarps * 32) decode_kernel(Params p, int gc) {
-  using Cfg = DecodeCfg<D, IT>;
+  using Cfg = DecodeCfg<D, IT, kDca>;
   using Dm = Dims<D>;
   extern __shared__ __align__(16) unsigned char smem[];
-  float* qs = reinterpret_cast<float*>(smem);  // [IT, D]
+  float* qs = reinterpret_cast<float*>(smem);  // [rotations, IT, D]
   unsigned char* tiles = smem + Cfg::kQBytes;  // [warps][K tile | V tile]
   float* ps = reinterpret_cast<float*>(smem + Cfg::kQBytes + kWarps * Cfg::kWarpTileBytes);  // [warps, IT, 32]
 
@@ -79,14 +85,16 @@ __global__ void __launch_bounds__(kWarps * 32) decode_kernel(Params p, int gc) {
   const int k_begin = split * per_split;
   const int k_end = min(ctx, k_begin + per_split);
 
-  for (int c = tid; c < IT * Dm::kChunks; c += blockDim.x) {
-    const int i = c / Dm::kChunks, cc = c % Dm::kChunks;
+  constexpr int kRotations = kDca ? 3 : 1;
+  for (int c = tid; c < kRotations * IT * Dm::kChunks; c += blockDim.x) {
+    const int r = c / (IT * Dm::kChunks), i = c / Dm::kChunks % IT, cc = c % Dm::kChunks;
+    const __nv_bfloat16* q = kDca ? dca_queries(p, r) : p.q;
     float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (i < gcount) {
       const int64_t h = int64_t{kvh} * p.g + g0 + i;
-      bf16x8_to_f32(*reinterpret_cast<const uint4*>(p.q + (t * p.hq + h) * D + cc * 8), f);
+      bf16x8_to_f32(*reinterpret_cast<const uint4*>(q + (t * p.hq + h) * D + cc * 8), f);
     }
-    store_scaled_q8(qs + i * D + cc * 8, f, p.scale_log2);
+    store_scaled_q8(qs + (r * IT + i) * D + cc * 8, f, p.scale_log2);
   }
   __syncthreads();
 
@@ -108,7 +116,9 @@ __global__ void __launch_bounds__(kWarps * 32) decode_kernel(Params p, int gc) {
     cp_async_commit();
     cp_async_wait<0>();
     __syncwarp();
-    attend_tile<D, IT>(qs, ks, vs, pw, key0, lim, m, l, acc, lane);
+    const float* qw = qs;  // the query row is at position ctx - 1
+    if constexpr (kDca) qw += dca_region(ctx - 1, key0 / p.dca_chunk_len, p.dca_chunk_len) * IT * D;
+    attend_tile<D, IT>(qw, ks, vs, pw, key0, lim, m, l, acc, lane);
   }
 
   // Merge the 4 warps: each publishes (m, l, acc) in its own tile region.
@@ -171,30 +181,30 @@ __global__ void __launch_bounds__(D) combine_kernel(Params p) {
   p.out[(t * p.hq + h) * D + d] = __float2bfloat16_rn(o / wsum);
 }
 
-template <int D, int IT>
+template <int D, int IT, bool kDca>
 void launch(const Params& p, int gc, cudaStream_t st) {
-  using Cfg = DecodeCfg<D, IT>;
+  using Cfg = DecodeCfg<D, IT, kDca>;
   static PerDeviceFlag smem_raised;
   once_per_current_device(smem_raised, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<D, IT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<D, IT, kDca>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(Cfg::kSmem)));
   });
   const int gchunks = (p.g + gc - 1) / gc;
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.hk * gchunks),
                   static_cast<unsigned>(p.num_splits));
-  decode_kernel<D, IT><<<grid, kWarps * 32, Cfg::kSmem, st>>>(p, gc);
+  decode_kernel<D, IT, kDca><<<grid, kWarps * 32, Cfg::kSmem, st>>>(p, gc);
   CUDA_CHECK_LAUNCH();
 }
 
-template <int D>
+template <int D, bool kDca>
 void launch_for_group(const Params& p, cudaStream_t st) {
   // IT = the group size rounded up to a power of two (at most 16, 8 for D = 256; larger groups use head chunks).
-  if (p.g <= 1) launch<D, 1>(p, 1, st);
-  else if (p.g <= 2) launch<D, 2>(p, 2, st);
-  else if (p.g <= 4) launch<D, 4>(p, 4, st);
-  else if (p.g <= 8) launch<D, 8>(p, 8, st);
-  else if constexpr (D > 128) launch<D, 8>(p, 8, st);  // D = 256: keep shared memory <= ~150 KB
-  else launch<D, 16>(p, 16, st);
+  if (p.g <= 1) launch<D, 1, kDca>(p, 1, st);
+  else if (p.g <= 2) launch<D, 2, kDca>(p, 2, st);
+  else if (p.g <= 4) launch<D, 4, kDca>(p, 4, st);
+  else if (p.g <= 8) launch<D, 8, kDca>(p, 8, st);
+  else if constexpr (D > 128) launch<D, 8, kDca>(p, 8, st);  // D = 256: keep shared memory <= ~150 KB
+  else launch<D, 16, kDca>(p, 16, st);
 }
 
 
@@ -247,8 +257,12 @@ __device__ __forceinline__ int tc_split_chunk(int ctx, int max_splits, int min_s
 // whose keys include the token's own (key ctx - 1) makes its K / V row, stores it to the caches and
 // puts it into the warp tile that holds that key (whose cp.async brought the stale cache row). So all
 // old keys are copied before the wait, and one dependent launch per layer goes.
-template <int D, int NST, bool kCluster, bool kPro>
+// kDca: Dual Chunk Attention (p.q_succ, p.q_inter, p.dca_chunk_len; not with kPro): a warp's Q fragments hold the
+// rotation of its current tile's key chunk (dca_region) and are reloaded when a tile starts another region (a warp's
+// tiles run in key order: at most twice).
+template <int D, int NST, bool kCluster, bool kPro, bool kDca = false>
 __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel(Params p, int gc, int gchunks) {
+  static_assert(!(kPro && kDca), "the fused prologue makes one query rotation");
   using C = TcDec<D, NST>;
   extern __shared__ __align__(16) unsigned char smem[];  // [warps][stages][K tile | V tile]
   __shared__ int s_last;
@@ -366,14 +380,14 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
     __syncthreads();
   }
 
-  // Q fragments (rows gq and gq + 8 = heads g0 + row; rows >= gcount are zeros), straight from global
-  // (kPro: from the prologue's rows in shared memory).
+  // Q fragments (rows gq and gq + 8 = heads g0 + row; rows >= gcount are zeros), straight from global q
+  // [T, Hq, D] (kPro: from the prologue's rows in shared memory; kDca: the tile's rotation).
   uint32_t qf[C::kKSteps][4];
-  {
+  auto load_q = [&](const __nv_bfloat16* q) {
     const uint32_t* q_lo = kPro ? reinterpret_cast<const uint32_t*>(pro_q + gq * (D + 8))
-                                : reinterpret_cast<const uint32_t*>(p.q + (int64_t{t} * p.hq + head0 + gq) * D);
+                                : reinterpret_cast<const uint32_t*>(q + (int64_t{t} * p.hq + head0 + gq) * D);
     const uint32_t* q_hi = kPro ? reinterpret_cast<const uint32_t*>(pro_q + (gq + 8) * (D + 8))
-                                : reinterpret_cast<const uint32_t*>(p.q + (int64_t{t} * p.hq + head0 + gq + 8) * D);
+                                : reinterpret_cast<const uint32_t*>(q + (int64_t{t} * p.hq + head0 + gq + 8) * D);
     const bool lo_ok = gq < gcount, hi_ok = gq + 8 < gcount;
 #pragma unroll
     for (int kk = 0; kk < C::kKSteps; ++kk) {
@@ -382,6 +396,13 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
       qf[kk][2] = lo_ok ? q_lo[kk * 8 + 4 + tq] : 0u;
       qf[kk][3] = hi_ok ? q_hi[kk * 8 + 4 + tq] : 0u;
     }
+  };
+  int q_region = 0;  // kDca: the rotation qf holds (the query sits at position ctx - 1)
+  if constexpr (kDca) {
+    q_region = dca_region(ctx - 1, (k_begin + warp * kTcKeys) / p.dca_chunk_len, p.dca_chunk_len);
+    load_q(dca_queries(p, q_region));
+  } else {
+    load_q(p.q);
   }
 
   float o[D / 8][4];
@@ -423,6 +444,15 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
       }
     }
 
+    const int key0 = k_begin + (warp + i * kTcWarps) * kTcKeys;
+    if constexpr (kDca) {  // a tile in another key region than the last: its rotation (warp-uniform)
+      const int region = dca_region(ctx - 1, key0 / p.dca_chunk_len, p.dca_chunk_len);
+      if (region != q_region) {
+        q_region = region;
+        load_q(dca_queries(p, region));
+      }
+    }
+
     // S = Q K^T: [16 rows x 16 keys], two n-tiles.
     float s[2][4];
 #pragma unroll
@@ -434,7 +464,6 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
       mma16816(s[0], qf[kk], b0, b1);
       mma16816(s[1], qf[kk], b2, b3);
     }
-    const int key0 = k_begin + (warp + i * kTcWarps) * kTcKeys;
     if (key0 + kTcKeys > k_end) mask_scores(s, key0, tq, last_key);  // ragged end (zero-filled keys score 0)
 
     // Online softmax, base 2 (rows gq and gq + 8; a row's 16 scores live in the 4 lanes of a quad).
@@ -583,14 +612,14 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
   }
 }
 
-template <int D, int NST, bool kCluster, bool kPro>
+template <int D, int NST, bool kCluster, bool kPro, bool kDca = false>
 void set_tc_attributes() {
   static PerDeviceFlag attributes_set;
   once_per_current_device(attributes_set, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(decode_tc_kernel<D, NST, kCluster, kPro>,
+    CUDA_CHECK(cudaFuncSetAttribute(decode_tc_kernel<D, NST, kCluster, kPro, kDca>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(TcDec<D, NST>::kSmem)));
     if (kCluster)
-      CUDA_CHECK(cudaFuncSetAttribute(decode_tc_kernel<D, NST, kCluster, kPro>,
+      CUDA_CHECK(cudaFuncSetAttribute(decode_tc_kernel<D, NST, kCluster, kPro, kDca>,
                                       cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   });
 }
@@ -614,9 +643,9 @@ cudaLaunchConfig_t cluster_config(dim3 grid, size_t smem, cudaStream_t st, bool 
   return cfg;
 }
 
-template <int D, int NST, bool kCluster, bool kPro>
+template <int D, int NST, bool kCluster, bool kPro, bool kDca = false>
 void launch_tc(const Params& p, int gc, ops::Stream s) {
-  set_tc_attributes<D, NST, kCluster, kPro>();
+  set_tc_attributes<D, NST, kCluster, kPro, kDca>();
   const int gchunks = (p.g + gc - 1) / gc;
   const int max_splits = kCluster ? kTcMaxClusterSplits : kTcMaxSplits;
   NANOVLLM_CHECK(p.num_splits >= 1 && p.num_splits <= max_splits, "paged_attention (cuda): split count ",
@@ -624,13 +653,13 @@ void launch_tc(const Params& p, int gc, ops::Stream s) {
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.hk * gchunks),
                   static_cast<unsigned>(p.num_splits));
   if constexpr (!kCluster) {
-    launch_pdl(decode_tc_kernel<D, NST, false, kPro>, grid, dim3(kTcThreads), TcDec<D, NST>::kSmem, s, p, gc,
+    launch_pdl(decode_tc_kernel<D, NST, false, kPro, kDca>, grid, dim3(kTcThreads), TcDec<D, NST>::kSmem, s, p, gc,
                gchunks);
   } else {
     cudaLaunchAttribute attr[2];
     const cudaLaunchConfig_t cfg =
         cluster_config(grid, TcDec<D, NST>::kSmem, stream_of(s), context_of(s).use_pdl(), attr);
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_tc_kernel<D, NST, true, kPro>, p, gc, gchunks));
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_tc_kernel<D, NST, true, kPro, kDca>, p, gc, gchunks));
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -666,25 +695,33 @@ int smem_optin(int device) {
 }
 
 template <int D>
-void launch_tc_for_device(const Params& p, int gc, bool cluster, bool prologue, ops::Stream st) {
+void launch_tc_for_device(const Params& p, int gc, bool cluster, bool prologue, ops::Stream st, bool dca) {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
+  const bool three = static_cast<size_t>(smem_optin(device)) >= TcDec<D, 3>::kSmem;
+  if (dca) {  // Dual Chunk Attention: no fused prologue (it makes one rotation)
+    NANOVLLM_CHECK(!prologue, "paged_attention (cuda): Dual Chunk Attention has no fused prologue");
+    if (cluster) launch_tc<D, 3, true, false, true>(p, gc, st);
+    else if (three) launch_tc<D, 3, false, false, true>(p, gc, st);
+    else launch_tc<D, 2, false, false, true>(p, gc, st);
+    return;
+  }
   // 3 stages (102 KB for D 128) where the device allows it (sm_80 / sm_90), else 2 (sm_86 / sm_89: 99 KB).
   // Clusters and the fused prologue only on sm_90, which has room for 3.
   if (prologue && cluster) launch_tc<D, 3, true, true>(p, gc, st);
   else if (prologue) launch_tc<D, 3, false, true>(p, gc, st);
   else if (cluster) launch_tc<D, 3, true, false>(p, gc, st);
-  else if (static_cast<size_t>(smem_optin(device)) >= TcDec<D, 3>::kSmem) launch_tc<D, 3, false, false>(p, gc, st);
+  else if (three) launch_tc<D, 3, false, false>(p, gc, st);
   else launch_tc<D, 2, false, false>(p, gc, st);
 }
 
 }  // namespace
 
-void launch_decode(const Params& p, int head_dim, cudaStream_t st) {
+void launch_decode(const Params& p, int head_dim, cudaStream_t st, bool dca) {
   switch (head_dim) {
-    case 64: launch_for_group<64>(p, st); break;
-    case 128: launch_for_group<128>(p, st); break;
-    case 256: launch_for_group<256>(p, st); break;
+    case 64: dca ? launch_for_group<64, true>(p, st) : launch_for_group<64, false>(p, st); break;
+    case 128: dca ? launch_for_group<128, true>(p, st) : launch_for_group<128, false>(p, st); break;
+    case 256: dca ? launch_for_group<256, true>(p, st) : launch_for_group<256, false>(p, st); break;
     default: NANOVLLM_FAIL("paged_attention (cuda): head_dim ", head_dim, " not built (64, 128, 256)");
   }
 }
@@ -725,11 +762,11 @@ bool decode_cluster_available(int device) {
   return cached[device] == 1;
 }
 
-void launch_decode_tc(const Params& p, int head_dim, int gc, bool cluster, bool prologue, ops::Stream st) {
+void launch_decode_tc(const Params& p, int head_dim, int gc, bool cluster, bool prologue, ops::Stream st, bool dca) {
   NANOVLLM_CHECK(gc >= 1 && gc <= kTcRows, "paged_attention (cuda): decode head chunk ", gc, " not in [1, 16]");
   switch (head_dim) {
-    case 64: launch_tc_for_device<64>(p, gc, cluster, prologue, st); break;
-    case 128: launch_tc_for_device<128>(p, gc, cluster, prologue, st); break;
+    case 64: launch_tc_for_device<64>(p, gc, cluster, prologue, st, dca); break;
+    case 128: launch_tc_for_device<128>(p, gc, cluster, prologue, st, dca); break;
     default: NANOVLLM_FAIL("paged_attention (cuda): tensor-core decode for head_dim ", head_dim, " not built (64, 128)");
   }
 }

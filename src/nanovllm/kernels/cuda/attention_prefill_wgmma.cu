@@ -25,6 +25,9 @@
 // (paged_attention); block-sparse, the key stream of one (KV head, query block) list (block_sparse_tiles.cuh:
 // block-aligned query tiles, tiles of 128 listed-block positions or columns, each key's position in a
 // shared table for the causal mask). Everything else is the same code.
+// Dual Chunk Attention (the kDca switch, dense keys): the same loop; the Q tile holds each item's rotation for
+// the key chunk being read and is reloaded at the (at most 3) chunk starts that change one, so one online
+// softmax covers the three partial attentions vLLM merges by their log-sum-exps.
 //
 // Resources (D 128): 160 KB + 2 KB shared memory (+ 1.5 KB sparse) -> 1 CTA per SM, 255-register cap
 // (256 threads; dense 212 registers, sparse 224, no spills).
@@ -102,10 +105,13 @@ template <> struct PvMma<64> {
 };
 #endif  // NANOVLLM_WGMMA_DEVICE
 
-// sp: the pattern (kSparse only).
-template <int D, bool kSparse>
+// sp: the pattern (kSparse only). kDca: Dual Chunk Attention (dense keys only; p.q_succ, p.q_inter,
+// p.dca_chunk_len a multiple of kBN): the Q tile holds, per item, the rotation its row uses for the current key
+// tile's chunk (dca_region) and is reloaded when a key tile starts a chunk that changes it (at most 3 times).
+template <int D, bool kSparse, bool kDca = false>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_wgmma_kernel(Params p, SparsePattern sp, int rows_per_cta, int gc, int gchunks) {
+  static_assert(!(kSparse && kDca), "Dual Chunk Attention runs with dense keys only");
 #ifdef NANOVLLM_WGMMA_DEVICE
   using C = WgDev<D>;
   extern __shared__ unsigned char smem_raw[];
@@ -173,15 +179,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     slots[tid] = key_slot(tid / kBN, tid % kBN, pos);
     if constexpr (kSparse) kpos[tid] = pos;
   }
-  // Queries (zero rows for unused items): item i -> query row i / gc, head g0 + i % gc.
+  // Queries (zero rows for unused items): item i -> query row i / gc, head g0 + i % gc; Dual Chunk Attention:
+  // the rotation the row uses for key chunk `key_chunk`.
+  auto load_queries = [&](int key_chunk) {
 #pragma unroll
-  for (int k = 0; k < C::kQPasses; ++k) {
-    const int i = r_base + k * kRowsPerPass;
-    const int r = i / gc, gi = i % gc;
-    const bool valid = r < qt.rows && gi < u.gcount;
-    const __nv_bfloat16* src = valid ? p.q + packed_row(p, qt, u, r, gi) * D + cc * 8 : p.q;
-    cp_async16_zfill(smem_u32(qs + (i >> 6) * C::kQBytes + swz(i & 63, cc, 64 * kHalfRowsBytes)), src, valid);
-  }
+    for (int k = 0; k < C::kQPasses; ++k) {
+      const int i = r_base + k * kRowsPerPass;
+      const int r = i / gc, gi = i % gc;
+      const bool valid = r < qt.rows && gi < u.gcount;
+      const __nv_bfloat16* q = p.q;
+      if constexpr (kDca) q = dca_queries(p, dca_region(qt.pos0 + r, key_chunk, p.dca_chunk_len));
+      const __nv_bfloat16* src = valid ? q + packed_row(p, qt, u, r, gi) * D + cc * 8 : p.q;
+      cp_async16_zfill(smem_u32(qs + (i >> 6) * C::kQBytes + swz(i & 63, cc, 64 * kHalfRowsBytes)), src, valid);
+    }
+  };
+  load_queries(0);
   __syncthreads();  // slot tables
   if (ntiles > 0) issue_kv(0);
   cp_async_commit();
@@ -212,6 +224,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     cp_async_wait<0>();
     fence_proxy_async_smem();  // this thread's cp.async writes -> visible to the tensor cores (async proxy)
     __syncthreads();      // tile landed everywhere; everyone done with tile - 1 (buffer buf ^ 1, table buf)
+    if constexpr (kDca) {
+      // A key tile that starts the chunk before the first row's (inter -> successive) or one of the rows' own
+      // chunks (successive -> intra): every warpgroup is done with the old Q tile (the barrier above), so it
+      // is overwritten, and waited for before any MMA reads it. CTA-uniform, the barrier is safe.
+      const int key0 = tile * kBN, key_chunk = key0 / p.dca_chunk_len;
+      const int first_chunk = qt.pos0 / p.dca_chunk_len, last_chunk = qt.last_pos / p.dca_chunk_len;
+      if (key0 > 0 && key0 % p.dca_chunk_len == 0 && key_chunk >= first_chunk - 1 && key_chunk <= last_chunk) {
+        load_queries(key_chunk);
+        cp_async_commit();
+        cp_async_wait<0>();
+        fence_proxy_async_smem();
+        __syncthreads();
+      }
+    }
     if (tile + 1 < ntiles) issue_kv(buf ^ 1);
     cp_async_commit();
     // Slot table for tile + 2 (table buf is free: tile's copies were issued before the barrier);
@@ -315,30 +341,30 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // The loaded binary of the kernel is sm_90a code (not a JIT of an older target's PTX, not a plain sm_90
 // build): its PTX / binary versions are 90 and the device is compute capability 9.0.
-template <int D, bool kSparse>
+template <int D, bool kSparse, bool kDca = false>
 bool wgmma_usable(int device) {
   static PerDeviceFlag flag;
   NANOVLLM_CHECK(device >= 0 && device < PerDeviceFlag::kMaxDevices, "paged_attention (cuda): device index ", device);
   return flag.get(device, [](int dev) {
-    if (!runs_sm90a_code(dev, reinterpret_cast<const void*>(prefill_wgmma_kernel<D, kSparse>))) return false;
+    if (!runs_sm90a_code(dev, reinterpret_cast<const void*>(prefill_wgmma_kernel<D, kSparse, kDca>))) return false;
     constexpr size_t kSmem = WgCfg<D, kSparse>::kSmem;
     int optin = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     if (static_cast<size_t>(optin) < kSmem) return false;
     // (the dynamic shared-memory limit is a per-function attribute of the current device's context)
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<D, kSparse>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(kSmem)));
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<D, kSparse, kDca>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
     return true;
   });
 }
 
-template <int D>
+template <int D, bool kDca>
 bool launch(const Params& p, int64_t num_tokens, cudaStream_t st) {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
-  if (!wgmma_usable<D, false>(device)) return false;
+  if (!wgmma_usable<D, false, kDca>(device)) return false;
   const PackedGrid g = packed_grid(p, num_tokens, kBM);
-  prefill_wgmma_kernel<D, false>
+  prefill_wgmma_kernel<D, false, kDca>
       <<<g.ctas, kThreads, WgCfg<D>::kSmem, st>>>(p, SparsePattern{}, g.rows_per_cta, g.gc, g.gchunks);
   CUDA_CHECK_LAUNCH();
   return true;
@@ -365,10 +391,10 @@ bool launch_sparse(const Params& p, SparsePattern sp, cudaStream_t st) {
 
 }  // namespace
 
-bool launch_prefill_wgmma(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st) {
+bool launch_prefill_wgmma(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st, bool dca) {
   switch (head_dim) {
-    case 64: return launch<64>(p, num_tokens, st);
-    case 128: return launch<128>(p, num_tokens, st);
+    case 64: return dca ? launch<64, true>(p, num_tokens, st) : launch<64, false>(p, num_tokens, st);
+    case 128: return dca ? launch<128, true>(p, num_tokens, st) : launch<128, false>(p, num_tokens, st);
     default: return false;
   }
 }

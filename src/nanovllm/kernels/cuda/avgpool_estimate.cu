@@ -1,7 +1,9 @@
 // avgpool_estimate on CUDA (contract: kernels/pattern_estimators.h; CPU reference: kernels/cpu/avgpool_estimate.cpp).
-// Three launches: the block-mean keys (read through the block table) and the block-mean queries of the chunk into an
-// fp32 workspace, then one CTA per (query block, KV head) scores every causal key block for each query head of the
-// group, takes the softmax, keeps the cover-mass selection (pattern_select.cuh) and writes the group's union.
+// Four launches: the block-mean keys (read through the block table) and the block-mean queries of the chunk into an
+// fp32 workspace; the chunk's last query's log-sum-exp per key block (its exact attention share once softmaxed: the
+// last query block's scores); then one CTA per (query block, KV head) scores every causal key block for each query
+// head of the group, takes the softmax, keeps the cover-mass selection (pattern_select.cuh) and writes the group's
+// union.
 // Means and scores are computed in the CPU's order without fused multiply-adds, so they are the CPU's bits; only the
 // exponential may differ by an ulp, which moves a pick only at a near-tie of two blocks' mass.
 // The pooling (pattern_pool.cuh) reads q and the keys once (16-byte loads for bf16); the score loop gives each thread one key block and
@@ -39,12 +41,55 @@ struct SelectSmem {
   }
 };
 
-// One CTA per (query block i of the chunk, KV head h): block_counts[h, i] and block_index[h, i, :] (max_blocks wide),
-// at most budget_blocks of them when > 0 (kBlockBudget).
+// last_scores [Hq, nqb] fp32: per query head and key block j, log sum_{k in block j} exp(scale x q . k) for the chunk's
+// last query q (q [T, Hq, D], row T - 1), as the CPU's last_query_scores: each logit an fp32 dot summed over d in
+// order without fused multiply-adds, times scale; the block's max, its exponential sum in double. One CTA per (key
+// block, query head), the heads fastest: the group's heads of a block run next to each other and share its keys in L2.
+template <typename T>
 __global__ void __launch_bounds__(pt::kSelectThreads)
-    select_kernel(const float* __restrict__ mean_q, const float* __restrict__ mean_k, int32_t* __restrict__ counts,
-                  int32_t* __restrict__ index, int max_blocks, Geometry g, float scale, double threshold,
-                  int heads_per_pass, int budget_blocks) {
+    last_query_scores_kernel(const T* __restrict__ q, const T* __restrict__ k_cache,
+                             const int32_t* __restrict__ block_table, float* __restrict__ last_scores, Geometry g,
+                             float scale) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ pt::Scratch sh;
+  auto* qs = reinterpret_cast<float*>(smem);  // [D]: the last query, fp32
+  const int qh = static_cast<int>(blockIdx.x % g.Hq), j = static_cast<int>(blockIdx.x / g.Hq), h = qh / g.group();
+  const T* qrow = q + (int64_t{g.T - 1} * g.Hq + qh) * g.D;
+  for (int d = threadIdx.x; d < g.D; d += blockDim.x) qs[d] = static_cast<float>(qrow[d]);
+  __syncthreads();
+  const int p0 = j * g.B, p1 = g.key_end(j);
+  auto logit = [&](int p) {
+    const int64_t slot = int64_t{block_table[p / g.BS]} * g.BS + p % g.BS;
+    const T* k = k_cache + (slot * g.Hk + h) * g.D;
+    float acc = 0.0f;
+    for (int d = 0; d < g.D; ++d) acc = __fadd_rn(acc, __fmul_rn(qs[d], static_cast<float>(k[d])));
+    return __fmul_rn(scale, acc);
+  };
+  float m = -INFINITY;
+  for (int p = p0 + static_cast<int>(threadIdx.x); p < p1; p += blockDim.x) m = fmaxf(m, logit(p));
+  m = pt::block_max_f(m, sh);
+  double part = 0;
+  for (int p = p0 + static_cast<int>(threadIdx.x); p < p1; p += blockDim.x)
+    part += exp(static_cast<double>(logit(p)) - static_cast<double>(m));
+  const double sum = pt::block_sum_d(part, sh);
+  if (threadIdx.x == 0) last_scores[int64_t{qh} * g.nqb + j] = static_cast<float>(static_cast<double>(m) + log(sum));
+}
+
+template <typename T>
+void launch_last_query_scores(const TensorView& q, const TensorView& k_cache, const int32_t* block_table,
+                              float* last_scores, const Geometry& g, float scale, cudaStream_t st) {
+  const unsigned ctas = static_cast<unsigned>(int64_t{g.Hq} * g.nqb);
+  last_query_scores_kernel<T><<<ctas, pt::kSelectThreads, static_cast<size_t>(g.D) * sizeof(float), st>>>(
+      q.data_as<const T>(), k_cache.data_as<const T>(), block_table, last_scores, g, scale);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// One CTA per (query block i of the chunk, KV head h): block_counts[h, i] and block_index[h, i, :] (max_blocks wide),
+// at most budget_blocks of them when > 0 (kBlockBudget). The last query block's scores are last_scores' rows.
+__global__ void __launch_bounds__(pt::kSelectThreads)
+    select_kernel(const float* __restrict__ mean_q, const float* __restrict__ mean_k,
+                  const float* __restrict__ last_scores, int32_t* __restrict__ counts, int32_t* __restrict__ index,
+                  int max_blocks, Geometry g, float scale, double threshold, int heads_per_pass, int budget_blocks) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ pt::Scratch sh;
   const int i = g.first + static_cast<int>(blockIdx.x), h = blockIdx.y, n = i + 1;
@@ -74,8 +119,15 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
       mq[e] = mean_q[(int64_t{qh} * (g.nqb - g.first) + qb) * g.D + e % g.D];
     }
     __syncthreads();
-    // score[gi][j] = scale x (mean query . mean key), the dot summed over d in order (the CPU's dot()).
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    // score[gi][j] = scale x (mean query . mean key), the dot summed over d in order (the CPU's dot()); the last query
+    // block's: the last query's log-sum-exp per key block.
+    if (i == g.nqb - 1) {
+      for (int e = threadIdx.x; e < ng * n; e += blockDim.x) {
+        const int gi = e / n, j = e % n;
+        scores[gi * g.nqb + j] = last_scores[int64_t{h * G + g0 + gi} * g.nqb + j];
+      }
+    }
+    for (int j = threadIdx.x; j < n && i != g.nqb - 1; j += blockDim.x) {
       const float* kcol = mean_k + int64_t{h} * g.D * g.nqb + j;  // [D] at stride nqb
       float acc[kMaxHeadsPerPass] = {};
 #pragma unroll 4
@@ -138,17 +190,29 @@ void avgpool_estimate(const ops::BlockSparsePattern& pattern, TensorView q, Tens
   const int nqc = g.nqb - g.first;  // query blocks of the chunk
   float* mean_k = nullptr;
   float* mean_q = nullptr;
+  float* last_scores = nullptr;
   if (!full) {
-    const size_t k_floats = static_cast<size_t>(g.Hk) * g.nqb * g.D;
+    const size_t k_floats = static_cast<size_t>(g.Hk) * g.nqb * g.D, q_floats = static_cast<size_t>(g.Hq) * nqc * g.D;
+    const size_t last_floats = static_cast<size_t>(g.Hq) * g.nqb;
     mean_k = reinterpret_cast<float*>(
-        op_workspace<AvgPoolTag>((k_floats + static_cast<size_t>(g.Hq) * nqc * g.D) * sizeof(float), s));
+        op_workspace<AvgPoolTag>((k_floats + q_floats + last_floats) * sizeof(float), s));
     mean_q = mean_k + k_floats;
-    pt::launch_pooling(op, q, k_cache, meta.block_tables.data_as<const int32_t>(), mean_q, mean_k, g, st);
+    last_scores = mean_q + q_floats;
+    const int32_t* table = meta.block_tables.data_as<const int32_t>();
+    pt::launch_pooling(op, q, k_cache, table, mean_q, mean_k, g, st);
+    // pool_keys reads the cache as q's dtype: launch_pooling checked they match.
+    if (q.dtype() == DType::kBF16) {
+      launch_last_query_scores<__nv_bfloat16>(q, k_cache, table, last_scores, g, scale, st);
+    } else if (q.dtype() == DType::kF16) {
+      launch_last_query_scores<__half>(q, k_cache, table, last_scores, g, scale, st);
+    } else {
+      launch_last_query_scores<float>(q, k_cache, table, last_scores, g, scale, st);
+    }
   }
   CUDA_CHECK(cudaFuncSetAttribute(select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   select_kernel<<<dim3(nqc, g.Hk), pt::kSelectThreads, static_cast<size_t>(smem), st>>>(
-      mean_q, mean_k, pattern.block_counts.data_as<int32_t>(), pattern.block_index.data_as<int32_t>(), max_blocks, g,
-      scale, params.threshold, heads, static_cast<int>(params.max_blocks));
+      mean_q, mean_k, last_scores, pattern.block_counts.data_as<int32_t>(), pattern.block_index.data_as<int32_t>(),
+      max_blocks, g, scale, params.threshold, heads, static_cast<int>(params.max_blocks));
   CUDA_CHECK(cudaGetLastError());
 }
 

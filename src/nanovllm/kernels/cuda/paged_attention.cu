@@ -106,12 +106,31 @@ int decode_splits(int64_t ctas, int64_t max_ctx, int sms) {
   return static_cast<int>(std::max<int64_t>(n, 1));
 }
 
+// The SIMT split-KV decode (head_dim 256; `dca`: Dual Chunk Attention) over p.num_seqs one-token queries:
+// ~2 waves of CTAs, the splits merged by the combine kernel.
+void launch_simt_decode(attn::Params p, int D, int64_t max_context, ops::Stream s, bool dca) {
+  const int64_t S = p.num_seqs, Hq = p.hq, Hk = p.hk;
+  const cudaStream_t st = stream_of(s);
+  const int gc = p.g <= 8 ? p.g : (D > 128 ? 8 : 16);
+  const int64_t ctas = S * Hk * ((p.g + gc - 1) / gc);
+  p.num_splits = decode_splits(ctas, max_context, context_of(s).sm_count());
+  if (p.num_splits > 1) {
+    const size_t parts = static_cast<size_t>(S * Hq * p.num_splits);
+    char* w = static_cast<char*>(workspace(0, parts * (static_cast<size_t>(D) + 1) * sizeof(float), false, s));
+    p.part_o = reinterpret_cast<float*>(w);                                      // [S, Hq, splits, D]
+    p.part_lse = reinterpret_cast<float*>(w + parts * static_cast<size_t>(D) * sizeof(float));  // [S, Hq, splits]
+  }
+  attn::launch_decode(p, D, st, dca);
+  if (p.num_splits > 1) attn::launch_combine(p, D, st);
+}
+
 // Decode attention over p.num_seqs one-token queries; max_context bounds their context lengths (launch
 // sizing: a CUDA graph replays the launch for any context up to it).
 // prologue: p's qkv fields are set and the tensor-core kernel runs the prologue itself (sm_90, D 64 / 128).
 // single_wave: AttentionMetadata::decode_single_wave (tensor-core kernel only).
+// dca: Dual Chunk Attention (p.q_succ, p.q_inter, p.dca_chunk_len set; not with prologue).
 void launch_decode_attention(attn::Params p, int D, int64_t max_context, ops::Stream s, bool prologue = false,
-                             bool single_wave = false) {
+                             bool single_wave = false, bool dca = false) {
   const int64_t S = p.num_seqs, Hq = p.hq, Hk = p.hk;
   const DeviceContext& ctx = context_of(s);
   const cudaStream_t st = stream_of(s);
@@ -140,24 +159,18 @@ void launch_decode_attention(attn::Params p, int D, int64_t max_context, ops::St
       p.split_counters = static_cast<int*>(
           workspace(1, static_cast<size_t>(ctas) * sizeof(int), true, s));  // [S, Hk * head chunks]
     }
-    attn::launch_decode_tc(p, D, gc, cluster && p.num_splits > 1, prologue, s);
+    attn::launch_decode_tc(p, D, gc, cluster && p.num_splits > 1, prologue, s, dca);
     return;
   }
   NANOVLLM_CHECK(!prologue, "paged_attention (cuda): the fused prologue needs the tensor-core decode kernel");
-  const int gc = p.g <= 8 ? p.g : (D > 128 ? 8 : 16);
-  const int64_t ctas = S * Hk * ((p.g + gc - 1) / gc);
-  p.num_splits = decode_splits(ctas, max_context, ctx.sm_count());
-  if (p.num_splits > 1) {
-    const size_t parts = static_cast<size_t>(S * Hq * p.num_splits);
-    char* w = static_cast<char*>(workspace(0, parts * (static_cast<size_t>(D) + 1) * sizeof(float), false, s));
-    p.part_o = reinterpret_cast<float*>(w);                                      // [S, Hq, splits, D]
-    p.part_lse = reinterpret_cast<float*>(w + parts * static_cast<size_t>(D) * sizeof(float));  // [S, Hq, splits]
-  }
-  attn::launch_decode(p, D, st);
-  if (p.num_splits > 1) attn::launch_combine(p, D, st);
+  launch_simt_decode(p, D, max_context, s, dca);
 }
 
 }  // namespace
+
+void attn::launch_dual_chunk_decode(Params p, int head_dim, int64_t max_context, ops::Stream s) {
+  launch_decode_attention(p, head_dim, max_context, s, /*prologue=*/false, /*single_wave=*/false, /*dca=*/true);
+}
 
 void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
                      const AttentionMetadata& meta, float scale, ops::Stream s) {

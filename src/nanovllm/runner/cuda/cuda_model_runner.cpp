@@ -65,9 +65,10 @@ void CudaModelRunner::init(const ModelConfig& config, int64_t tp_size, bool capt
   ws_ = Decoder::make_workspace(config, DType::kBF16, workspace_.data(), Device::cuda(device_),
                                 ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs, nullptr, tp_size);
 
-  // Packed step inputs: ids, positions, slots [T each], cu_seqlens, context lens, sample rows, tables.
+  // Packed step inputs (ForwardBatch): ids, positions, slots, DCA scale lengths [T each], cu_seqlens [S + 1],
+  // context lens, sample rows [S each], tables [S, max blocks], and (eager steps) per-sequence cu_seqlens [S, 2].
   const int64_t max_blocks_per_seq = ec.blocks_per_max_len_seq();
-  max_batch_ints_ = 3 * ec.scheduler.max_num_batched_tokens + 3 * ec.scheduler.max_num_seqs + 1 +
+  max_batch_ints_ = 4 * ec.scheduler.max_num_batched_tokens + 5 * ec.scheduler.max_num_seqs + 1 +
                     ec.scheduler.max_num_seqs * max_blocks_per_seq;
   for (size_t i = 0; i < batch_host_.size(); ++i) {
     batch_host_[i] = Buffer(pinned_host_allocator(), static_cast<size_t>(max_batch_ints_) * 4);
@@ -247,7 +248,8 @@ void CudaModelRunner::upload_batch(const ForwardBatch& batch, cuda_ops::StagedWo
 void CudaModelRunner::run_eager(const SchedulerOutput& out) {
   const ForwardBatch batch = build_forward_batch(out, ec_.cache.block_size);
   upload_batch(batch);
-  DecoderInputs in = batch.views(batch_device_.data(), Device::cuda(device_));
+  // The host arrays stay valid through the forward: sparse prefill reads each sequence's length there.
+  DecoderInputs in = batch.views(batch_device_.data(), Device::cuda(device_), batch.data.data());
   in.taps = taps_;
   in.attention_policy = eager_policy(out);
   model_->forward(in, kv_, ws_, ops_stream());
@@ -330,6 +332,10 @@ void CudaModelRunner::launch(const SchedulerOutput& out, bool fed_from_previous)
   run_decode_graph(sorted, graph_bucket(static_cast<int64_t>(sorted.seqs.size())), graph_table_stride(sorted),
                    staged ? sampler_inputs : cuda_ops::StagedWords{});
   step_fed_ = false;
+  // Structured outputs: the token masks are host work, done while the forward pass runs.
+  NANOVLLM_CHECK(!fed_from_previous || std::none_of(seqs.begin(), seqs.end(), [](const Sequence* q) { return q->constraint != nullptr; }),
+                 "CudaModelRunner::launch: a step fed on the device cannot carry a structured-output constraint");
+  sampler_->fill_masks(step.slot);
   sampler_->enqueue_packed(step.slot, ws_.logits.data_as<float>(), stream_, staged);
   last_step_rows_.clear();
   for (size_t k = 0; k < seqs.size(); ++k) last_step_rows_[seqs[k]->seq_id] = static_cast<int32_t>(k);

@@ -7,6 +7,7 @@
 #include "nanovllm/kernels/cuda/cuda_check.h"
 #include "nanovllm/kernels/cuda/cuda_memory.h"
 #include "nanovllm/kernels/cuda/sampling.h"
+#include "nanovllm/kernels/cuda/token_bitmask.h"
 
 namespace nanovllm {
 
@@ -28,7 +29,7 @@ size_t in_bytes(int64_t rows, int64_t entries) {
 }  // namespace
 
 GpuSampler::GpuSampler(std::vector<int64_t> eos_token_ids, int64_t vocab, int64_t max_num_seqs, int device)
-    : eos_token_ids_(std::move(eos_token_ids)), vocab_(vocab), device_(device) {
+    : eos_token_ids_(std::move(eos_token_ids)), vocab_(vocab), device_(device), mask_words_((vocab + 31) / 32) {
   NANOVLLM_CHECK(vocab >= 1, "GpuSampler: vocab must be >= 1, got ", vocab);
   for (Slot& slot : slots_) CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
   reserve(std::max<int64_t>(max_num_seqs, 1), 4096);
@@ -146,6 +147,11 @@ cuda_ops::StagedWords GpuSampler::pack(int slot_index, const std::vector<const S
     for (const auto& [id, e] : scratch_) entries.push_back({id, e.count, e.bias, 0.0f});
     slot.rows.emplace_back(seq.seq_id, std::min<int64_t>(p.logprobs, V));
   }
+  slot.constrained.clear();
+  for (int64_t i = 0; i < S; ++i)
+    if (seqs[static_cast<size_t>(i)]->constraint) slot.constrained.emplace_back(static_cast<int32_t>(i), seqs[static_cast<size_t>(i)]);
+  slot.num_masks = 0;
+  slot.masks_filled = slot.constrained.empty();
 
   const int64_t E = static_cast<int64_t>(entries.size());
   reserve(S, E);
@@ -174,11 +180,49 @@ cuda_ops::StagedWords GpuSampler::pack(int slot_index, const std::vector<const S
           static_cast<int64_t>(in_bytes(S, E) / 4)};
 }
 
+void GpuSampler::reserve_masks(int64_t rows) {
+  if (rows <= cap_mask_rows_) return;
+  cap_mask_rows_ = std::max(rows, cap_rows_);
+  const size_t bytes = static_cast<size_t>(cap_mask_rows_) * static_cast<size_t>(mask_words_ + 1) * 4;
+  mask_dev_ = Buffer(cuda_allocator(device_), bytes);  // freeing the old one waits for its last use
+  for (Slot& slot : slots_)
+    if (!slot.pending) slot.mask_host = Buffer(pinned_host_allocator(), bytes);
+}
+
+void GpuSampler::fill_masks(int slot_index) {
+  Slot& slot = slot_at(slot_index);
+  NANOVLLM_CHECK(slot.packed, "GpuSampler::fill_masks: slot ", slot_index, " was not packed");
+  if (slot.masks_filled) return;
+  const auto n = static_cast<int64_t>(slot.constrained.size());
+  reserve_masks(n);
+  const size_t bytes = static_cast<size_t>(cap_mask_rows_) * static_cast<size_t>(mask_words_ + 1) * 4;
+  if (slot.mask_host.nbytes() < bytes) slot.mask_host = Buffer(pinned_host_allocator(), bytes);
+  auto* words = static_cast<uint32_t*>(slot.mask_host.data());  // [cap_mask_rows, mask_words]
+  auto* rows = reinterpret_cast<int32_t*>(words + cap_mask_rows_ * mask_words_);  // [cap_mask_rows]
+  int64_t m = 0;
+  for (const auto& [row, seq] : slot.constrained) {
+    if (!seq->constraint->fill_bitmask(words + m * mask_words_, vocab_)) continue;  // no mask this step
+    rows[m++] = row;
+  }
+  slot.num_masks = m;
+  slot.masks_filled = true;
+}
+
 void GpuSampler::enqueue_packed(int slot_index, float* logits, cudaStream_t stream, bool staged) {
   Slot& slot = slot_at(slot_index);
   NANOVLLM_CHECK(slot.packed, "GpuSampler::enqueue_packed: slot ", slot_index, " was not packed");
   const int64_t S = static_cast<int64_t>(slot.rows.size()), E = slot.entries;
   if (!staged) copy_h2d(in_dev_.data(), slot.in_host.data(), in_bytes(S, E), stream);
+  fill_masks(slot_index);
+  if (slot.num_masks > 0) {
+    // The masks and their rows, in mask_host's layout; then disallowed logits become -inf.
+    auto* dev_words = static_cast<uint32_t*>(mask_dev_.data());
+    auto* dev_rows = reinterpret_cast<int32_t*>(dev_words + cap_mask_rows_ * mask_words_);
+    const auto* host_words = static_cast<const uint32_t*>(slot.mask_host.data());
+    copy_h2d(dev_words, host_words, static_cast<size_t>(slot.num_masks * mask_words_) * 4, stream);
+    copy_h2d(dev_rows, host_words + cap_mask_rows_ * mask_words_, static_cast<size_t>(slot.num_masks) * 4, stream);
+    cuda_ops::apply_token_bitmask(logits, vocab_, vocab_, dev_words, dev_rows, slot.num_masks, stream);
+  }
   auto* dev = static_cast<char*>(in_dev_.data());
   const size_t params_bytes = static_cast<size_t>(S) * sizeof(GpuSamplingParams);
   cuda_ops::GpuSampleOutputs out = cuda_ops::sample_outputs_at(slot.out_mapped, S);

@@ -1,6 +1,8 @@
 // GpuSampler: the CPU Sampler's contract (engine/sampler.h) on device logits. Per step: the rows'
 // parameters and suppression / logit_bias / penalty lists are packed into one pinned buffer and reach the device in one
-// transfer (an H2D copy, or the caller's staging kernel), one kernel samples every row
+// transfer (an H2D copy, or the caller's staging kernel); rows with a structured-output constraint get their
+// token bitmask computed on the host (fill_masks(), while the step's forward pass runs), copied and applied
+// to their logits (kernels/cuda/token_bitmask.h); one kernel samples every row
 // (kernels/cuda/sampling.h) and writes the token ids (plus top-K logprobs when some row asks for them)
 // straight into pinned host memory: a few bytes per sequence instead of [S, V] logits, and no D2H copy.
 #pragma once
@@ -45,6 +47,10 @@ class GpuSampler {
   // enqueue_packed() queues them, with an H2D copy of those words first unless `staged` (the caller
   // queued their copy on `stream` after the previous sampling and before this call).
   cuda_ops::StagedWords pack(int slot, const std::vector<const Sequence*>& seqs);
+  // The token bitmasks of the packed rows whose sequence has a constraint (host work: call it after the
+  // step's forward pass is queued, so it overlaps the device). enqueue_packed() calls it if the caller did
+  // not. The sequences' constraints must have seen every earlier token (never a step fed on the device).
+  void fill_masks(int slot);
   void enqueue_packed(int slot, float* logits, cudaStream_t stream, bool staged);
   std::vector<SampledToken> collect(int slot);
   // [rows] i32 in device memory: the tokens of the last enqueued sampling (a copy of what collect()
@@ -66,6 +72,12 @@ class GpuSampler {
     int64_t entries = 0;                            // penalty entries packed after the rows' params
     bool packed = false;                            // pack() done, enqueue_packed() not yet
     bool pending = false;                           // enqueued, not yet collected
+    // Structured outputs: (row, sequence) of the packed rows with a constraint; fill_masks() writes the
+    // masks that apply this step into mask_host: [cap_mask_rows, words] u32, then [cap_mask_rows] i32 rows.
+    std::vector<std::pair<int32_t, const Sequence*>> constrained;
+    Buffer mask_host;
+    int64_t num_masks = 0;
+    bool masks_filled = false;
   };
 
   std::vector<int64_t> eos_token_ids_;
@@ -77,6 +89,11 @@ class GpuSampler {
   Slot& slot_at(int slot_index);  // checks the index
   const int32_t* last_token_ids_ = nullptr;  // device_token_ids()
   Buffer stats_dev_;           // [sample_scratch_bytes(cap_rows, vocab)]: the chunk pass's scratch
+  // Token bitmasks, allocated on the first step with a constraint: the device copy of a slot's mask_host.
+  int64_t mask_words_ = 0;     // (vocab + 31) / 32
+  int64_t cap_mask_rows_ = 0;
+  Buffer mask_dev_;
+  void reserve_masks(int64_t rows);
   struct EntryScratch {
     int32_t count = 0;  // GpuPenaltyEntry::count
     float bias = 0.0f;

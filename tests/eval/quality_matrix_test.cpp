@@ -1,0 +1,302 @@
+// The long-context quality matrix (issue 46) on the CPU backend with the trained retrieval fixture
+// (tests/data/retrieval-model): every combination of
+//   {GPU-resident cache, offload, offload with 2 lanes} x {dense, xattention, minference, flexprefill, avgpool,
+//    avgpool + block budget} x {full decode, Quest} x {TP 1, TP 2}
+// against the dense resident TP 1 run on the same prompts (computed once per process). Each cell runs twice:
+//   covering: the policy's threshold at 1 (minference: every diagonal) and a Quest budget covering the context: the
+//     dense tokens exactly;
+//   sparse: the policy at its defaults (knobs scaled to the short context, kSparse below) and a Quest budget of a
+//     fifth of the context: (1) it really went sparse: every prompt's prefill in every sparse layer (counters), fewer
+//     blocks and keys than dense; (2) the offloaded paths give the resident path's tokens and first-token logprobs
+//     exactly (same chunks, same patterns: the offload path may never differ from the GPU cache); (3) quality within
+//     the stated tolerance of dense: the score, the first token's top-1 agreement and its KL (tools/eval/kl.h).
+// Prompts are short (kContext) so the whole matrix stays within minutes under ASan on two cores; pattern blocks of 16
+// tokens and a 256-token min_tokens make every policy engage there. One parametrised test per prefill policy (each
+// its own ctest process: the matrix spreads over ctest's jobs), looping over paths, decode policies and TP sizes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "eval/kl.h"
+#include "eval/runner.h"
+#include "eval/sample.h"
+#include "eval/tasks.h"
+#include "eval_test_util.h"
+#include "nanovllm/llm/llm_engine.h"
+#include "nanovllm/sparse/decode_policy.h"
+#include "nanovllm/sparse/sparse_prefill_attention.h"
+
+namespace nanovllm::eval {
+namespace {
+
+using testing::retrieval_model_dir;
+
+constexpr int64_t kContext = 640;   // prompt + generated tokens
+constexpr int64_t kNewTokens = 10;  // a 7-digit answer, its period and EOS fit
+constexpr int64_t kLogprobs = 20;   // the first token's top-K list (KL, top-1)
+constexpr int64_t kLayers = 4;      // the fixture's
+
+// Quality at the defaults, against dense on the same prompts (3 prompts; scores in [0, 1]). Measured: every cell keeps
+// every answer and the first token, first-token KL <= 2.3e-6 nats mean (3.9e-6 max; avgpool + budget the farthest).
+// avgpool before its last-query scoring (issue 46) lost 2 of 3 answers here, top-1 0/3, KL 2.3 nats: the bounds catch
+// that by orders of magnitude and leave rounding room.
+constexpr double kMaxScoreDrop = 0.0;  // mean score
+constexpr double kMinTop1 = 1.0;       // first-token top-1 agreement
+constexpr double kMaxMeanKl = 1e-3;    // nats, first-token KL (a lower bound from the top-K lists)
+
+enum class Path { kResident, kOffload, kOffloadTwoLanes };
+enum class Prefill { kDense, kXAttention, kMInference, kFlexPrefill, kAvgPool, kAvgPoolBudget };
+
+const char* name(Path p) {
+  switch (p) {
+    case Path::kResident: return "resident";
+    case Path::kOffload: return "offload";
+    case Path::kOffloadTwoLanes: return "offload-2-lanes";
+  }
+  return "?";
+}
+const char* name(Prefill p) {
+  switch (p) {
+    case Prefill::kDense: return "dense";
+    case Prefill::kXAttention: return "xattention";
+    case Prefill::kMInference: return "minference";
+    case Prefill::kFlexPrefill: return "flexprefill";
+    case Prefill::kAvgPool: return "avgpool";
+    case Prefill::kAvgPoolBudget: return "avgpool_budget";
+  }
+  return "?";
+}
+
+struct Cell {
+  Path path = Path::kResident;
+  Prefill prefill = Prefill::kDense;
+  bool quest = false;
+  int64_t tp = 1;
+  bool covering = false;
+};
+
+std::string describe(const Cell& c) {
+  return std::string(name(c.prefill)) + (c.quest ? " + quest" : "") + ", " + name(c.path) + ", tp " +
+         std::to_string(c.tp) + (c.covering ? ", covering" : ", sparse");
+}
+
+// The knobs behind "defaults" at this length: the policies' own defaults, except those sized for long contexts
+// (flexprefill's 1024-token minimum budget, the avgpool record's 4096-token budget, Quest's 2048) scaled down.
+struct SparseKnobs {
+  int64_t pattern_block = 16;
+  int64_t min_tokens = 256;
+  int64_t flexprefill_min_budget = 128;
+  int64_t avgpool_budget = 160;  // a quarter of the context, as 4096 of 16K
+  int64_t quest_budget = 128;    // 8 pages of 16: a fifth of the context
+  int64_t covering_quest_budget = 1024;
+};
+constexpr SparseKnobs kSparse{};
+
+EngineConfig config_for(const Cell& c) {
+  EngineConfig ec;
+  ec.model.path = retrieval_model_dir().string();
+  ec.model.backend = Backend::kCpu;
+  ec.model.max_model_len = 1024;
+  ec.cache.block_size = 16;  // the Quest page
+  // Prefix caching off: a shared prompt prefix would start the resident chunk later than the offloaded one, moving
+  // its pattern blocks; the offload path must give the resident tokens exactly.
+  ec.cache.enable_prefix_caching = false;
+  ec.scheduler.max_num_batched_tokens = 2048;  // every prompt whole in the first resident step
+  ec.scheduler.max_num_seqs = 4;
+  ec.parallel.tensor_parallel_size = c.tp;
+  if (c.path != Path::kResident) {
+    ec.offload.enabled = true;
+    ec.offload.min_tokens = 1;
+    ec.offload.block_size = 64;
+    ec.offload.max_num_seqs = c.path == Path::kOffloadTwoLanes ? 2 : 1;
+  }
+  if (c.quest) {
+    ec.sparse.policy = "quest";
+    ec.sparse.budget_tokens = c.covering ? kSparse.covering_quest_budget : kSparse.quest_budget;
+  }
+  SparsePrefillConfig& sp = ec.sparse_prefill;
+  switch (c.prefill) {
+    case Prefill::kDense: return ec;
+    case Prefill::kXAttention: sp.policy = SparsePrefillPolicy::kXAttention; break;
+    case Prefill::kMInference: sp.policy = SparsePrefillPolicy::kMInference; break;
+    case Prefill::kFlexPrefill: sp.policy = SparsePrefillPolicy::kFlexPrefill; break;
+    case Prefill::kAvgPool:
+    case Prefill::kAvgPoolBudget: sp.policy = SparsePrefillPolicy::kAvgPool; break;
+  }
+  sp.block_size = kSparse.pattern_block;
+  sp.min_tokens = kSparse.min_tokens;
+  sp.min_budget = kSparse.flexprefill_min_budget;
+  if (c.prefill == Prefill::kAvgPoolBudget) sp.dense_layers = 1;  // the 1M record's configuration
+  if (c.covering) {
+    sp.threshold = 1.0;
+    if (c.prefill == Prefill::kMInference) sp.slash = 100000;  // its threshold is a budget share
+  } else if (c.prefill == Prefill::kAvgPoolBudget) {
+    sp.budget_tokens = kSparse.avgpool_budget;
+  }
+  return ec;
+}
+
+struct CellRun {
+  std::vector<SampleResult> results;
+  SparsePrefillCounters prefill;
+  bool has_prefill = false;
+  SparseDecodeCounters quest;
+  OffloadStats offload;
+};
+
+const std::vector<Sample>& prompts() {
+  static const std::vector<Sample> samples = [] {
+    const SampleBuilder builder(testing::byte_tokenizer(), none_format(), Corpus::builtin(), 42, kNewTokens);
+    std::vector<Sample> s;
+    // The fixture answers " 1234567.": each prompt ends with that space, so the first generated token is the answer's
+    // first digit, which needs the needle (a certain space would make the first-token KL and top-1 measure nothing).
+    const std::vector<int32_t> space = testing::byte_tokenizer().encode(" ", /*add_special_tokens=*/false);
+    for (const char* task : {"niah_single_1", "niah_single_2", "niah_multikey_1"}) {
+      s.push_back(builder.build({.task = &find_task(task), .context = kContext, .index = 0, .depth = std::nullopt}));
+      s.back().prompt_ids.insert(s.back().prompt_ids.end(), space.begin(), space.end());
+    }
+    return s;
+  }();
+  return samples;
+}
+
+CellRun run(const Cell& c) {
+  const auto t0 = std::chrono::steady_clock::now();
+  LLMEngine engine(config_for(c));
+  CellRun r;
+  r.results = run_samples(engine, prompts(), {}, kLogprobs);
+  const RunnerStats stats = engine.runner_stats();
+  if (stats.sparse_prefill) {
+    r.prefill = *stats.sparse_prefill;
+    r.has_prefill = true;
+  }
+  if (stats.offload) {
+    r.offload = stats.offload->steps;
+    if (stats.offload->sparse_decode) r.quest = *stats.offload->sparse_decode;
+  } else if (stats.sparse_decode) {
+    r.quest = *stats.sparse_decode;
+  }
+  std::cout << describe(c) << ": " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
+            << " s\n";
+  return r;
+}
+
+const CellRun& dense_reference() {
+  static const CellRun r = run(Cell{});
+  return r;
+}
+
+double mean_score(const CellRun& r) {
+  double sum = 0;
+  for (const SampleResult& s : r.results) sum += s.score;
+  return sum / static_cast<double>(r.results.size());
+}
+
+void expect_dense_tokens(const CellRun& got, const CellRun& dense) {
+  for (size_t i = 0; i < dense.results.size(); ++i)
+    EXPECT_EQ(got.results[i].output_ids, dense.results[i].output_ids) << prompts()[i].task;
+}
+
+void expect_engaged(const Cell& c, const CellRun& got) {
+  if (c.prefill != Prefill::kDense) {
+    ASSERT_TRUE(got.has_prefill);
+    const int64_t sparse_layers = kLayers - (c.prefill == Prefill::kAvgPoolBudget ? 1 : 0);
+    // Every prompt's prefill (one chunk each, on both paths) in every sparse layer; none left dense in a step that
+    // batched several prompts.
+    EXPECT_EQ(got.prefill.sparse_layer_chunks, sparse_layers * static_cast<int64_t>(prompts().size()));
+    EXPECT_LT(got.prefill.attended_blocks, got.prefill.causal_blocks);
+  }
+  if (c.quest) {
+    EXPECT_GT(got.quest.sparse_layer_steps, 0);
+    EXPECT_LT(got.quest.attended_keys, got.quest.context_keys);
+  }
+  if (c.path == Path::kOffloadTwoLanes) {
+    EXPECT_LT(got.offload.decode_steps, got.offload.decode_tokens);  // the two lanes decoded together
+  }
+}
+
+// A first-token top-K list as comparable (id, logprob) pairs.
+std::vector<std::pair<int64_t, float>> pairs(const std::vector<TokenLogprob>& list) {
+  std::vector<std::pair<int64_t, float>> out;
+  for (const TokenLogprob& t : list) out.emplace_back(t.id, t.logprob);
+  return out;
+}
+
+void expect_same_run(const CellRun& got, const CellRun& want) {
+  for (size_t i = 0; i < want.results.size(); ++i) {
+    EXPECT_EQ(got.results[i].output_ids, want.results[i].output_ids) << prompts()[i].task;
+    EXPECT_EQ(pairs(got.results[i].first_token_logprobs), pairs(want.results[i].first_token_logprobs))
+        << prompts()[i].task << ": the first token's top-" << kLogprobs << " (id, logprob)";
+  }
+}
+
+void expect_close_to_dense(const CellRun& got, const CellRun& dense) {
+  EXPECT_GE(mean_score(got), mean_score(dense) - kMaxScoreDrop);
+  double kl_sum = 0, kl_max = 0;
+  int64_t agree = 0;
+  for (size_t i = 0; i < dense.results.size(); ++i) {
+    const auto& ref = dense.results[i].first_token_logprobs;
+    const auto& run = got.results[i].first_token_logprobs;
+    const double kl = partition_kl_lower_bound(ref, run);
+    kl_sum += kl;
+    kl_max = std::max(kl_max, kl);
+    agree += top_token(ref) == top_token(run) ? 1 : 0;
+  }
+  const double n = static_cast<double>(dense.results.size());
+  EXPECT_GE(static_cast<double>(agree) / n, kMinTop1);
+  EXPECT_LE(kl_sum / n, kMaxMeanKl);
+  std::cout << "  density " << got.prefill.density() << ", quest keys " << got.quest.attended_keys << "/"
+            << got.quest.context_keys << ", score " << mean_score(got) << " (dense " << mean_score(dense) << "), top-1 " << agree << "/"
+            << dense.results.size() << ", KL mean " << kl_sum / n << " max " << kl_max << "\n";
+}
+
+class QualityMatrix : public ::testing::TestWithParam<Prefill> {};
+
+TEST_P(QualityMatrix, EveryPathDecodeAndTpSizeAgainstDense) {
+  ASSERT_TRUE(std::filesystem::exists(retrieval_model_dir() / "model.safetensors"));
+  const CellRun& dense = dense_reference();
+  ASSERT_EQ(dense.results.size(), prompts().size());
+  ASSERT_GT(mean_score(dense), 0.99);  // the fixture retrieves every needle here: a loss below is the policy's
+  const Prefill prefill = GetParam();
+  for (int64_t tp : {1, 2}) {
+    for (bool quest : {false, true}) {
+      CellRun resident;  // the sparse cell on the resident path: what the offloaded ones must give
+      for (Path path : {Path::kResident, Path::kOffload, Path::kOffloadTwoLanes}) {
+        Cell cell{.path = path, .prefill = prefill, .quest = quest, .tp = tp};
+        const bool plain_dense = prefill == Prefill::kDense && !quest;  // covering and sparse are the same run
+        if (!plain_dense) {
+          cell.covering = true;
+          SCOPED_TRACE(describe(cell));
+          expect_dense_tokens(run(cell), dense);
+        }
+        cell.covering = false;
+        SCOPED_TRACE(describe(cell));
+        const CellRun got = path == Path::kResident && tp == 1 && plain_dense ? dense : run(cell);
+        if (plain_dense) {
+          expect_dense_tokens(got, dense);
+          continue;
+        }
+        expect_engaged(cell, got);
+        if (path == Path::kResident) {
+          resident = got;
+        } else {
+          expect_same_run(got, resident);
+        }
+        expect_close_to_dense(got, dense);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, QualityMatrix,
+                         ::testing::Values(Prefill::kDense, Prefill::kXAttention, Prefill::kMInference,
+                                           Prefill::kFlexPrefill, Prefill::kAvgPool, Prefill::kAvgPoolBudget),
+                         [](const ::testing::TestParamInfo<Prefill>& info) { return std::string(name(info.param)); });
+
+}  // namespace
+}  // namespace nanovllm::eval
