@@ -17,6 +17,7 @@ class LLM:
         max_model_len: Optional[int] = None,  # None or 0: the model's limit
         seed: int = 0,  # engine RNG, for requests without a seed
         enforce_eager: bool = False,  # CUDA: no decode CUDA graphs
+        quantization: Literal["auto", "fp8", "none"] = "auto",  # projection weights; fp8: quantize at load
         block_size: int = 16,
         kvcache_block_size: int = 16,  # nano-vLLM's name for block_size
         num_kv_blocks: int = 0,  # 0: from the memory budget

@@ -85,3 +85,53 @@ TEST(Tensor, ShapeReshapeSlice) {
   EXPECT_EQ(v.reshape(Shape{2, 6}).shape(), (Shape{2, 6}));
   EXPECT_THROW(Shape({2, -1}), Error);
 }
+
+// e4m3 by its definition: (-1)^s * 2^(e - 7) * (1 + m / 8), subnormals 2^-6 * m / 8; S.1111.111 is NaN.
+static double e4m3_by_definition(uint32_t code) {
+  const int s = (code >> 7) & 1, e = (code >> 3) & 15, m = code & 7;
+  const double mag = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
+  return s ? -mag : mag;
+}
+
+TEST(DType, Fp8E4M3DecodesEveryCodeByDefinition) {
+  for (uint32_t code = 0; code < 256; ++code) {
+    const float f = fp8_e4m3_to_f32(static_cast<uint8_t>(code));
+    if ((code & 0x7f) == 0x7f) {
+      EXPECT_TRUE(std::isnan(f)) << code;
+      continue;
+    }
+    EXPECT_EQ(static_cast<double>(f), e4m3_by_definition(code)) << code;
+    EXPECT_EQ(f32_to_fp8_e4m3(f), code) << code;  // round trip, the sign of zero included
+  }
+  EXPECT_EQ(fp8_e4m3_to_f32(0x7e), kFp8E4M3Max);
+  EXPECT_EQ(fp8_e4m3_to_f32(0x01), std::ldexp(1.0f, -9));
+}
+
+TEST(DType, Fp8E4M3RoundsToNearestEvenAndSaturates) {
+  // The nearest finite code by search (ties: the even code), for random magnitudes across the whole range.
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> exponent(-12.0, 9.5);
+  for (int i = 0; i < 20000; ++i) {
+    const float x = static_cast<float>(std::exp2(exponent(rng))) * (i % 2 ? -1.0f : 1.0f);
+    uint32_t best = 0;
+    double best_err = 1e30;
+    for (uint32_t c = 0; c < 0x7f; ++c) {
+      const double err = std::fabs(std::fabs(static_cast<double>(x)) - e4m3_by_definition(c));
+      if (err < best_err || (err == best_err && (c & 1) == 0)) {
+        best_err = err;
+        best = c;
+      }
+    }
+    if (std::fabs(x) > 448.0f) best = 0x7e;  // saturation
+    ASSERT_EQ(f32_to_fp8_e4m3(x), best | (x < 0 ? 0x80u : 0u)) << x;
+  }
+  // Exact ties: 1 + 1/16 lies between 1 (even) and 1.125; 1 + 3/16 between 1.125 and 1.25 (even).
+  EXPECT_EQ(fp8_e4m3_to_f32(f32_to_fp8_e4m3(1.0625f)), 1.0f);
+  EXPECT_EQ(fp8_e4m3_to_f32(f32_to_fp8_e4m3(1.1875f)), 1.25f);
+  EXPECT_EQ(fp8_e4m3_to_f32(f32_to_fp8_e4m3(3 * std::ldexp(1.0f, -10))), std::ldexp(2.0f, -9));  // subnormal tie
+  EXPECT_EQ(fp8_e4m3_to_f32(f32_to_fp8_e4m3(1e6f)), 448.0f);
+  EXPECT_EQ(fp8_e4m3_to_f32(f32_to_fp8_e4m3(-std::numeric_limits<float>::infinity())), -448.0f);
+  EXPECT_TRUE(std::isnan(fp8_e4m3_to_f32(f32_to_fp8_e4m3(std::nanf("")))));
+  EXPECT_EQ(dtype_size(DType::kF8E4M3), 1u);
+  EXPECT_EQ(dtype_name(DType::kF8E4M3), "F8_E4M3");
+}

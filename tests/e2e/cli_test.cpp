@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -83,6 +84,35 @@ TEST(Cli, MakesAndRunsAShardedMoeModel) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto line = r.output.substr(r.output.find('{'));
   EXPECT_EQ(nlohmann::json::parse(line.substr(0, line.find('\n')))["token_ids"].size(), 4u);
+  std::filesystem::remove_all(dir);
+}
+
+// make-test-model --fp8 writes a sharded block-scaled FP8 checkpoint; generate runs it, and runs the bf16
+// checkpoint of the same seed under --quantization fp8 to the same tokens; a bad --quantization is named.
+TEST(Cli, MakesAndRunsAnFp8ModelAndQuantizesAtLoad) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "nanovllm-cli-fp8";
+  std::filesystem::remove_all(dir);
+  auto r = run_cli("make-test-model --out " + (dir / "fp8").string() + " --fp8 --seed 4 --shard-max-bytes 60000");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto config = nlohmann::json::parse(std::ifstream(dir / "fp8" / "config.json"));
+  EXPECT_EQ(config["quantization_config"]["quant_method"], "fp8");
+  EXPECT_TRUE(std::filesystem::exists(dir / "fp8" / "model.safetensors.index.json"));
+  r = run_cli("make-test-model --out " + (dir / "bf16").string() + " --seed 4");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto tokens = [&](const std::string& model, const std::string& flags) {
+    const auto out = run_cli("generate --backend cpu --model " + model + " " + flags +
+                             " --prompt-ids 5,6,7 --temperature 0 --max-tokens 6 --ignore-eos --json");
+    EXPECT_EQ(out.exit_code, 0) << out.output;
+    const auto line = out.output.substr(out.output.find('{'));
+    return nlohmann::json::parse(line.substr(0, line.find('\n')))["token_ids"];
+  };
+  const auto fp8 = tokens((dir / "fp8").string(), "");
+  EXPECT_EQ(fp8.size(), 6u);
+  EXPECT_EQ(tokens((dir / "bf16").string(), "--quantization fp8"), fp8);
+  r = run_cli("generate --backend cpu --model " + (dir / "bf16").string() + " --quantization int4 --prompt-ids 5");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("quantization"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("int4"), std::string::npos) << r.output;
   std::filesystem::remove_all(dir);
 }
 

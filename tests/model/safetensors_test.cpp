@@ -2,6 +2,7 @@
 
 #include "support/expect_error.h"
 
+#include <cstring>
 #include <random>
 
 #include "model/model_test_util.h"
@@ -142,9 +143,25 @@ TEST(Safetensors, UnsupportedDtypeNamesTensor) {
   std::vector<RawTensor> ts = {tensor("ok", "F32", {2}, 1), {"ids", "I64", {3}, random_bytes(24, 2)}};
   write_safetensors(dir / "d.safetensors", ts);
   expect_error([&] { SafetensorsFile f(dir / "d.safetensors"); }, {"d.safetensors", "'ids'", "I64"});
-  ts = {{"q", "F8_E4M3", {4}, random_bytes(4, 3)}};
+  ts = {{"q", "F8_E5M2", {4}, random_bytes(4, 3)}};  // only e4m3 is a checkpoint format we load
   write_safetensors(dir / "d.safetensors", ts);
-  expect_error([&] { SafetensorsFile f(dir / "d.safetensors"); }, {"'q'", "F8_E4M3"});
+  expect_error([&] { SafetensorsFile f(dir / "d.safetensors"); }, {"'q'", "F8_E5M2"});
+}
+
+TEST(Safetensors, Fp8E4M3TensorsReadAndWriteOneBytePerElement) {
+  TempDir dir;
+  const std::vector<RawTensor> ts = {{"w", "F8_E4M3", {3, 5}, random_bytes(15, 4)}, tensor("s", "F32", {1, 1}, 5)};
+  write_safetensors(dir / "d.safetensors", ts);
+  const SafetensorsFile f(dir / "d.safetensors");
+  EXPECT_EQ(f.info("w").dtype, DType::kF8E4M3);
+  EXPECT_EQ(f.info("w").nbytes, 15u);
+  EXPECT_EQ(std::memcmp(f.info("w").data, ts[0].bytes.data(), 15), 0);
+  // Our writer: the same bytes back through the independent reader.
+  nanovllm::write_safetensors(dir / "e.safetensors", {{"w", DType::kF8E4M3, Shape{3, 5}, ts[0].bytes.data()}});
+  const auto back = read_safetensors(dir / "e.safetensors");
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].dtype, "F8_E4M3");
+  EXPECT_EQ(back[0].bytes, ts[0].bytes);
 }
 
 TEST(SafetensorsCheckpoint, SingleFileAndShards) {

@@ -134,7 +134,7 @@ void run_throughput(const ThroughputOptions& o) {
   if (peaks.measured) {
     // Floor: prefill FLOP-bound at the GEMM rate; each decode step k bound by max(bytes, FLOPs) with
     // n_k sequences alive (those with output length > k) reading weights once and their KV once.
-    const ModelCost cost(mc);
+    const ModelCost cost(mc, projection_weight_bytes(mc, ec));
     // A large D2D copy moves (read + write) bytes at the HBM rate; streaming reads run at about that rate.
     const double bw = peaks.copy_gbps * 1e9;
     const double flops_rate = peaks.gemm_tflops * 1e12;
@@ -190,7 +190,7 @@ void run_latency(LatencyOptions o) {
   if (ec.model.max_model_len == 0) ec.model.max_model_len = longest + o.decode_tokens + 16;
   LLMEngine engine(ec);
   const ModelConfig& mc = engine.model_config();
-  const ModelCost cost(mc);
+  const ModelCost cost(mc, projection_weight_bytes(mc, ec));
   std::mt19937_64 rng(1);
   const double bw = peaks.copy_gbps * 1e9;
   const double flops_rate = peaks.gemm_tflops * 1e12;

@@ -5,9 +5,18 @@
 #include <cmath>
 #include <cstdint>
 
+#include "nanovllm/engine/config.h"
 #include "nanovllm/model/config.h"
 
 namespace nanovllm::cli {
+
+// Bytes per projection weight (attention, dense MLP, experts) a CUDA engine streams: 1 where it keeps them
+// block-scaled fp8 (an FP8 checkpoint, or --quantization fp8; docs/fp8.md), else 2 (bf16). The block scales
+// (4 bytes per 16384 weights) are left out.
+inline double projection_weight_bytes(const ModelConfig& mc, const EngineConfig& ec) {
+  const bool fp8 = ec.model.quantization == "fp8" || (ec.model.quantization == "auto" && mc.quantization.fp8());
+  return fp8 && ec.model.backend == Backend::kCuda ? 1.0 : 2.0;
+}
 
 struct ModelCost {
   double weight_params = 0;         // every linear weight (all experts): what the weights occupy, no embedding / LM head
@@ -16,7 +25,9 @@ struct ModelCost {
   double kv_bytes_per_token = 0;    // K and V of one cached token over all layers (bf16)
   double attn_flops_per_ctx = 0;    // QK^T + PV FLOPs per query token per attended position, all layers
 
-  explicit ModelCost(const ModelConfig& c) : c_(c) {
+  // projection_bytes: bytes per attention / MLP / expert weight (projection_weight_bytes); routers, LM head and
+  // norms stay bf16.
+  explicit ModelCost(const ModelConfig& c, double projection_bytes = 2) : c_(c), projection_bytes_(projection_bytes) {
     const double h = c.hidden_size, i = c.intermediate_size, d = c.head_dim, l = c.num_hidden_layers;
     const double hq = c.num_attention_heads, hk = c.num_key_value_heads;
     double moe_layers = 0;
@@ -41,11 +52,12 @@ struct ModelCost {
     if (e == 0) return 0;
     return batch <= 1 ? k : e * (1.0 - std::pow(1.0 - k / e, batch));
   }
-  // bf16 bytes a decode step of `batch` sequences reads: attention and dense MLP weights, the routers and the
-  // experts read (experts_read), the LM head, the norms.
+  // Bytes a decode step of `batch` sequences reads: attention and dense MLP weights, the experts read
+  // (experts_read) at projection_bytes each; the routers, the LM head and the norms in bf16.
   double weight_bytes_per_step(double batch) const {
     const double l = c_.num_hidden_layers, h = c_.hidden_size;
-    return 2 * (fixed_params_ + moe_layers_ * experts_read(batch) * expert_params_ + lm_head_params) + 2 * l * 2 * h;
+    const double projections = fixed_params_ - router_params_ + moe_layers_ * experts_read(batch) * expert_params_;
+    return projection_bytes_ * projections + 2 * (router_params_ + lm_head_params) + 2 * l * 2 * h;
   }
   // FLOPs of `tokens` query tokens through the linears; `sampled` of them also through the LM head.
   double linear_flops(double tokens, double sampled) const {
@@ -56,6 +68,7 @@ struct ModelCost {
 
  private:
   ModelConfig c_;
+  double projection_bytes_ = 2;
   double expert_params_ = 0;  // one expert's gate, up and down
   double router_params_ = 0;
   double moe_layers_ = 0;

@@ -18,6 +18,7 @@ void register_make_test_model(CLI::App& app) {
     std::string out, preset = "tiny", overrides, tokenizer_dir, layout = "hf";
     uint64_t seed = 0;
     int64_t shard_max_bytes = 0;
+    bool fp8 = false;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("make-test-model", "write a random-weight checkpoint (config.json, "
@@ -35,6 +36,9 @@ void register_make_test_model(CLI::App& app) {
   cmd->add_option("--seed", opt->seed, "weights are a function of the seed")->capture_default_str();
   cmd->add_option("--config-override", opt->overrides,
                   "JSON object merged into the preset's config.json, e.g. '{\"num_key_value_heads\": 1}'");
+  cmd->add_flag("--fp8", opt->fp8,
+               "write a block-scaled FP8 checkpoint as Qwen3-*-FP8 ship: projections in F8_E4M3 with F32 "
+               "weight_scale_inv per 128x128 block (the bf16 values quantized), a quantization_config in config.json");
   cmd->add_option("--shard-max-bytes", opt->shard_max_bytes, "write sharded safetensors of at most this size")
       ->check(at_least(0));
   cmd->add_option("--tokenizer", opt->tokenizer_dir,
@@ -42,6 +46,7 @@ void register_make_test_model(CLI::App& app) {
                   "eos_token_id becomes the tokenizer's EOS; vocab_size must cover the tokenizer's ids");
   cmd->callback([opt] {
     nlohmann::json config = test_model_config(opt->preset);
+    if (opt->fp8) config["quantization_config"] = fp8_quantization_config();  // before the overrides: editable
     std::optional<Tokenizer> tok;
     if (!opt->tokenizer_dir.empty()) {
       NANOVLLM_CHECK(std::filesystem::is_regular_file(std::filesystem::path(opt->tokenizer_dir) / "tokenizer.json"),

@@ -9,14 +9,16 @@
 
 namespace nanovllm {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8 };
+// kF8E4M3: OCP fp8 e4m3 ("e4m3fn": no infinities, NaN = 0x7f / 0xff, largest finite 448), the element of
+// block-scaled FP8 checkpoints (docs/fp8.md); never an activation dtype.
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8, kF8E4M3 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
     case DType::kF32: case DType::kI32: return 4;
     case DType::kF16: case DType::kBF16: return 2;
     case DType::kI64: return 8;
-    case DType::kU8: return 1;
+    case DType::kU8: case DType::kF8E4M3: return 1;
   }
   return 0;
 }
@@ -29,6 +31,7 @@ constexpr std::string_view dtype_name(DType t) {
     case DType::kI32: return "I32";
     case DType::kI64: return "I64";
     case DType::kU8: return "U8";
+    case DType::kF8E4M3: return "F8_E4M3";
   }
   return "?";
 }
@@ -84,12 +87,42 @@ inline uint16_t f32_to_f16(float f) {
   return sign | static_cast<uint16_t>(r >> 13);
 }
 
+// fp8 e4m3 (e4m3fn): 1 sign, 4 exponent (bias 7), 3 mantissa bits; subnormals m * 2^-9.
+inline constexpr float kFp8E4M3Max = 448.0f;
+inline float fp8_e4m3_to_f32(uint8_t v) {
+  const uint32_t sign = static_cast<uint32_t>(v & 0x80u) << 24;
+  const uint32_t exp = (v >> 3) & 0xfu, mant = v & 0x7u;
+  if (exp == 0xf && mant == 0x7) return bits_float(sign | 0x7fc00000u);  // NaN
+  if (exp == 0) return bits_float(sign | float_bits(static_cast<float>(mant) * (1.0f / 512.0f)));
+  return bits_float(sign | ((exp + 120) << 23) | (mant << 20));
+}
+// Round to nearest even; magnitudes past 448 saturate to +-448 (the quantizers scale into range, so only
+// rounding noise gets there); NaN stays NaN.
+inline uint8_t f32_to_fp8_e4m3(float f) {
+  const uint32_t u = float_bits(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7fu;
+  if (abs < 0x3c800000u) {  // below 2^-6, the smallest normal: a multiple of 2^-9, from 0 to 8 (= 2^-6)
+    const float x = bits_float(abs) * 512.0f;  // exact: a power-of-two scale
+    uint32_t i = static_cast<uint32_t>(x);
+    const float frac = x - static_cast<float>(i);
+    if (frac > 0.5f || (frac == 0.5f && (i & 1u))) ++i;
+    return sign | static_cast<uint8_t>(i);  // 8 is 0x08: exponent 1, mantissa 0
+  }
+  const uint32_t r = abs + 0x7ffffu + ((abs >> 20) & 1u);  // round the mantissa to 3 bits, nearest even
+  const uint32_t exp = (r >> 23) - 120, mant = (r >> 20) & 0x7u;
+  if (exp > 15 || (exp == 15 && mant == 7)) return sign | 0x7eu;  // 448
+  return sign | static_cast<uint8_t>((exp << 3) | mant);
+}
+
 // Reads element i of a buffer of the given float type as fp32.
 inline float load_as_f32(const void* data, DType t, size_t i) {
   switch (t) {
     case DType::kF32: return static_cast<const float*>(data)[i];
     case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
     case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case DType::kF8E4M3: return fp8_e4m3_to_f32(static_cast<const uint8_t*>(data)[i]);
     default: NANOVLLM_FAIL("load_as_f32: ", dtype_name(t), " is not a float type");
   }
 }

@@ -26,6 +26,10 @@ struct ModelOptions {
   int64_t max_model_len = 0;         // longest prompt + output; 0: the model's limit (rope-scaled max positions)
   uint64_t seed = 0;                 // engine RNG: gives unseeded requests their sampling key (Scheduler::add)
   bool enforce_eager = false;        // CUDA backend: no decode CUDA graphs
+  // Projection weights (docs/fp8.md): "auto" as the checkpoint holds them (fp8 for a block-scaled FP8
+  // checkpoint), "fp8" also quantizes a bf16 checkpoint per 128 x 128 block at load, "none" dequantizes an FP8
+  // checkpoint at load. The CPU backend always computes with f32 weights (fp8 ones dequantized).
+  std::string quantization = "auto";
 
   void validate() const;
 };

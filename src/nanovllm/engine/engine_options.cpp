@@ -75,6 +75,10 @@ std::vector<EngineOption> make_table() {
   }
   add(bound("enforce_eager", "model", &EngineConfig::model, &ModelOptions::enforce_eager,
             "CUDA backend: run decode without CUDA graphs"));
+  add(bound("quantization", "model", &EngineConfig::model, &ModelOptions::quantization,
+            "projection weights: auto (as the checkpoint: fp8 for a block-scaled FP8 one), fp8 (also quantize a "
+            "bf16 checkpoint per 128x128 block at load), none (dequantize an FP8 checkpoint)"))
+      .choices = [] { return std::string("auto | fp8 | none"); };
 
   // ---- cache ----
   {

@@ -11,6 +11,7 @@
 #include "nanovllm/kernels/cpu/cpu_ops.h"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
 #include "nanovllm/kernels/cuda/device_context.h"
+#include "nanovllm/kernels/fp8_block.h"
 #include "nanovllm/kernels/op_checks.h"
 
 namespace nanovllm::ops {
@@ -145,6 +146,28 @@ void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, S
   if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(linear, dev, out, in, weight, bias, s, hint);
   static_cast<void>(hint);  // the CPU backend runs one op at a time
   cpu::linear(out, in, weight, bias);
+}
+
+void linear_fp8(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias, Stream s) {
+  constexpr std::string_view op = "linear_fp8";
+  const Device dev = in.device();
+  check_tensor(op, "in", in, dev, 2);
+  check_float(op, "in", in);
+  check_tensor(op, "weight", weight, dev, 2);
+  NANOVLLM_CHECK(weight.dtype() == DType::kF8E4M3, op, ": weight is ", dtype_name(weight.dtype()), ", expected F8_E4M3");
+  const int64_t T = in.dim(0), K = in.dim(1), N = weight.dim(0);
+  NANOVLLM_CHECK(weight.dim(1) == K, op, ": weight ", weight.shape().str(), " has in-features ", weight.dim(1),
+                 " but in ", in.shape().str(), " has ", K);
+  NANOVLLM_CHECK(N % kFp8BlockSize == 0 && K % kFp8BlockSize == 0, op, ": weight ", weight.shape().str(),
+                 ": block-scaled fp8 needs out- and in-features in multiples of 128");
+  check_tensor(op, "weight_scale", weight_scale, dev, 2);
+  NANOVLLM_CHECK(weight_scale.dtype() == DType::kF32, op, ": weight_scale is ", dtype_name(weight_scale.dtype()),
+                 ", expected F32");
+  check_shape(op, "weight_scale", weight_scale, {N / kFp8BlockSize, K / kFp8BlockSize});
+  check_float_tensor(op, "out", out, dev, {T, N});
+  if (bias.defined()) check_float_tensor(op, "bias", bias, dev, {N});
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(linear_fp8, dev, out, in, weight, weight_scale, bias, s);
+  cpu::linear_fp8(out, in, weight, weight_scale, bias);
 }
 
 void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,

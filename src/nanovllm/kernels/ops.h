@@ -69,6 +69,17 @@ enum class LinearHint { kNone, kBeforeAttention };
 void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, Stream s = {},
             LinearHint hint = LinearHint::kNone);
 
+// A block-scaled fp8 projection (docs/fp8.md): out = in @ W^T (+ bias), W[n, k] = weight[n, k] *
+// weight_scale[n / 128, k / 128]. out [T, N] (BF16 or F32), in [T, K] (F32 on the CPU, BF16 on CUDA), weight
+// [N, K] F8E4M3, weight_scale [N / 128, K / 128] F32, bias [N] or undefined; N and K multiples of 128.
+// CPU: the reference, in f64 over the dequantized weights and `in` as given. CUDA: up to kFp8GemvMaxTokens
+// rows stream the fp8 weights against the bf16 activations (fp32 accumulation: the reference's values up to
+// the summation order); more rows quantize the activations per row and 128 columns (e4m3, scale = max |x| /
+// 448) and multiply on fp8 tensor cores with fp32 accumulation per 128 columns — the activation quantization
+// is then the difference from the reference (tests/cuda/test_cuda_fp8_linear.cpp states the tolerances).
+void linear_fp8(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,
+                Stream s = {});
+
 // RoPE parameters: inv_freq [D/2] f32 (scaling already folded in) and the cos/sin multiplier (YaRN's
 // attention factor; 1 otherwise). Rotation is the half-split ("rotate_half") form HF uses.
 // RoPE on the first R = 2 * inv_freq.numel() elements of each head; elements [R, D) pass through.

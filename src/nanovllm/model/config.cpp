@@ -105,6 +105,7 @@ class Fields {
     return ids;
   }
   const std::string& where() const { return where_; }
+  const json& json_field(const char* key) const { return obj_.at(key); }
 
  private:
   const json& obj_;
@@ -244,7 +245,7 @@ void parse_dual_chunk(const json& j, const std::string& origin, ModelConfig& c) 
                  ") must be smaller than 'chunk_size' (", dca.chunk_size, ")");
 }
 
-// The fields every architecture reads the same way: dtype, eos / bos / pad ids.
+// The fields every architecture reads the same way: dtype, eos / bos / pad ids, quantization_config.
 void parse_dtype_and_ids(const Fields& f, ModelConfig& c) {
   // Newer transformers write `dtype`, older `torch_dtype`.
   if (f.has("dtype")) {
@@ -257,6 +258,8 @@ void parse_dtype_and_ids(const Fields& f, ModelConfig& c) {
   NANOVLLM_CHECK(bos.size() <= 1, f.where(), ": field 'bos_token_id' must be a single token id");
   c.bos_token_id = bos.empty() ? -1 : bos[0];
   (void)f.token_ids("pad_token_id");  // unused, but a broken value is reported like the others
+  if (f.has("quantization_config"))
+    c.quantization = parse_quantization_config(f.json_field("quantization_config"), f.where());
 }
 
 void check_heads(const std::string& origin, const ModelConfig& c, const char* kv_field) {

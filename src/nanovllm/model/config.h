@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "nanovllm/core/dtype.h"
+#include "nanovllm/model/quantization_config.h"
 
 namespace nanovllm {
 
@@ -102,6 +103,7 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;  // generation_config.json (int or list), else config.json
   int64_t bos_token_id = -1;
   MoeConfig moe;  // Qwen3MoeForCausalLM only
+  QuantizationConfig quantization;  // config.json's quantization_config (block-scaled FP8), else none
 
   // Parses config.json (+ generation_config.json if present) in a model directory. Throws
   // nanovllm::Error naming the file and the field for anything missing, mistyped or unsupported.

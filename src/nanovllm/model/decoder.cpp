@@ -62,6 +62,16 @@ void dual_chunk_attention(int64_t l, LayerTaps* taps, const LayerWeights& w, flo
   if (taps) tap_attention_outputs(l, taps, in, kv, v.attn_out, v.q, s);
 }
 
+// A projection whose weight is dense, or block-scaled fp8 when its scale is defined (LayerWeights' *_scale).
+void project(TensorView out, TensorView in, TensorView weight, TensorView scale, TensorView bias, ops::Stream s,
+             ops::LinearHint hint = ops::LinearHint::kNone) {
+  if (scale.defined()) {
+    ops::linear_fp8(out, in, weight, scale, bias, s);
+  } else {
+    ops::linear(out, in, weight, bias, s, hint);
+  }
+}
+
 }  // namespace
 
 Decoder::Decoder(ModelConfig config, ModelWeights weights, TensorView rope_inv_freq,
@@ -168,7 +178,7 @@ void Decoder::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& kv, 
   } else if (tp_.plan.size == 1) {
     ops::add_rms_norm(v.hidden, v.residual, w.input_layernorm, eps, s);
   }
-  ops::linear(v.qkv, v.hidden, w.qkv_proj, w.qkv_bias, s, ops::LinearHint::kBeforeAttention);  // [T, (Hq + 2 Hk) D]
+  project(v.qkv, v.hidden, w.qkv_proj, w.qkv_proj_scale, w.qkv_bias, s, ops::LinearHint::kBeforeAttention);  // [T, (Hq + 2 Hk) D]
   if (config_.dual_chunk_attention.enabled()) {
     NANOVLLM_CHECK(in.attention_policy == nullptr, "Dual Chunk Attention (dual_chunk_attention_config) does not run "
                    "with a sparse attention policy");
@@ -179,12 +189,16 @@ void Decoder::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& kv, 
     ops::qkv_prologue_attention(v.attn_out, v.q, v.qkv, w.q_norm, w.k_norm, eps, in.positions, rope_, kv.k, kv.v,
                                 in.attn, attn_scale_, s);  // [T, Hq, D]
   }
-  ops::linear(v.hidden, v.attn_out.reshape({t, config_.q_size()}), w.o_proj, w.o_bias, s);  // [T, H]
+  project(v.hidden, v.attn_out.reshape({t, config_.q_size()}), w.o_proj, w.o_proj_scale, w.o_bias, s);  // [T, H]
 
   // MLP block (row-parallel o_proj: each rank's heads' share, o_bias on rank 0 only).
   reduce_add_norm(v.hidden, v.residual, w.post_attention_layernorm, s);
   if (w.is_moe()) {
     sparse_mlp(w, v.hidden, ws.moe, s);  // [T, H]
+  } else if (w.gate_up_proj_scale.defined() || w.down_proj_scale.defined()) {  // fp8: the projections one by one
+    project(v.gate_up, v.hidden, w.gate_up_proj, w.gate_up_proj_scale, TensorView(), s);  // [T, 2 I]
+    ops::silu_mul(v.mlp_act, v.gate_up, s);                                                  // [T, I]
+    project(v.hidden, v.mlp_act, w.down_proj, w.down_proj_scale, TensorView(), s);          // [T, H]
   } else {
     // [T, H]; gate_up [T, 2 I] and mlp_act [T, I] scratch
     ops::silu_mlp(v.hidden, v.hidden, w.gate_up_proj, w.down_proj, v.gate_up, v.mlp_act, s);

@@ -28,6 +28,7 @@ bool parse_dtype(const std::string& s, DType& out) {
   if (s == "BF16") { out = DType::kBF16; return true; }
   if (s == "F16") { out = DType::kF16; return true; }
   if (s == "F32") { out = DType::kF32; return true; }
+  if (s == "F8_E4M3") { out = DType::kF8E4M3; return true; }  // block-scaled FP8 checkpoints
   return false;
 }
 
@@ -74,7 +75,7 @@ std::map<std::string, TensorInfo> parse_safetensors(const void* image, size_t si
     t.file = file;
     NANOVLLM_CHECK(jd.is_string(), where, ": tensor '", name, "': dtype must be a string");
     NANOVLLM_CHECK(parse_dtype(jd.get<std::string>(), t.dtype), where, ": tensor '", name, "' has dtype ",
-                   jd.get<std::string>(), "; only BF16, F16 and F32 are supported");
+                   jd.get<std::string>(), "; only BF16, F16, F32 and F8_E4M3 are supported");
     NANOVLLM_CHECK(js.is_array() && js.size() <= static_cast<size_t>(kMaxDims), where, ": tensor '", name,
                    "': shape must be a list of at most ", kMaxDims, " dimensions (got ", js.dump(), ")");
     uint64_t numel = 1;
@@ -252,12 +253,11 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Safe
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const SafetensorsEntry& t : tensors) {
-    const char* dtype = t.dtype == DType::kF32    ? "F32"
-                        : t.dtype == DType::kBF16 ? "BF16"
-                        : t.dtype == DType::kF16  ? "F16"
-                                                  : nullptr;
-    NANOVLLM_CHECK(dtype != nullptr, path.string(), ": tensor '", t.name, "' has dtype ", dtype_name(t.dtype),
-                   "; only F32, BF16 and F16 are written");
+    const bool writable = t.dtype == DType::kF32 || t.dtype == DType::kBF16 || t.dtype == DType::kF16 ||
+                          t.dtype == DType::kF8E4M3;
+    NANOVLLM_CHECK(writable, path.string(), ": tensor '", t.name, "' has dtype ", dtype_name(t.dtype),
+                   "; only F32, BF16, F16 and F8_E4M3 are written");
+    const std::string dtype(dtype_name(t.dtype));  // the safetensors spelling
     NANOVLLM_CHECK(t.name != "__metadata__" && !header.contains(t.name), path.string(), ": tensor name '", t.name,
                    "' is reserved or given twice");
     const uint64_t bytes = static_cast<uint64_t>(t.shape.numel()) * dtype_size(t.dtype);

@@ -20,7 +20,7 @@
 namespace nanovllm {
 
 struct TensorInfo {
-  DType dtype = DType::kF32;  // BF16, F16 or F32
+  DType dtype = DType::kF32;  // BF16, F16, F32 or F8_E4M3
   Shape shape;
   const void* data = nullptr;  // into the mapped file, valid while the file/checkpoint lives
   size_t nbytes = 0;
@@ -58,7 +58,7 @@ class SafetensorsFile {
 // header's offset order, into the returned stream. Throws nanovllm::Error when the file cannot be written.
 std::ofstream begin_safetensors_file(const std::filesystem::path& path, std::string header_json);
 
-// A tensor for write_safetensors: row-major host data of `shape` (F32, BF16 or F16).
+// A tensor for write_safetensors: row-major host data of `shape` (F32, BF16, F16 or F8_E4M3).
 struct SafetensorsEntry {
   std::string name;
   DType dtype = DType::kF32;

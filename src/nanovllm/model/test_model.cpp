@@ -11,6 +11,7 @@
 
 #include "nanovllm/core/dtype.h"
 #include "nanovllm/core/error.h"
+#include "nanovllm/kernels/fp8_block.h"
 #include "nanovllm/model/config.h"
 #include "nanovllm/model/safetensors.h"
 #include "nanovllm/model/weights.h"
@@ -151,13 +152,28 @@ struct Segment {
   uint64_t numel = 0;
 };
 
+// What a checkpoint tensor holds: its values in bf16; or, for a block-scaled fp8 projection, the e4m3 codes
+// or the f32 block scales of those bf16 values quantized per 128 x 128 block (quantize_fp8_blocks).
+enum class Content { kBf16, kFp8Codes, kFp8Scales };
+
 struct TensorPlan {
   std::string name;
   Shape shape;
-  std::vector<Segment> segments;  // in row order, covering the tensor
+  std::vector<Segment> segments;  // in row order, covering the tensor (fp8: the values' [R, C])
+  Content content = Content::kBf16;
+  Shape values_shape;  // fp8 codes and scales: the weight's [R, C]
   size_t offset = 0;   // into its shard's data section
   int shard = 0;
-  size_t nbytes() const { return static_cast<size_t>(shape.numel()) * 2; }
+  DType dtype() const {
+    return content == Content::kBf16 ? DType::kBF16 : content == Content::kFp8Codes ? DType::kF8E4M3 : DType::kF32;
+  }
+  size_t nbytes() const { return static_cast<size_t>(shape.numel()) * dtype_size(dtype()); }
+  // Elements of one work item are whole multiples of this (fp8: bands of 128 rows are quantized together).
+  uint64_t unit() const {
+    if (content == Content::kBf16) return 1;
+    const uint64_t cols = static_cast<uint64_t>(values_shape[1]);
+    return content == Content::kFp8Codes ? cols * kFp8BlockSize : static_cast<uint64_t>(fp8_blocks(values_shape[1]));
+  }
 };
 
 // Element pair j (elements 2j, 2j+1) comes from one 64-bit draw through Box-Muller.
@@ -198,13 +214,58 @@ void fill_segment(const Segment& t, uint64_t begin, uint64_t count, uint16_t* ou
   }
 }
 
-// Fills elements [begin, begin + count) of tensor `t` as bf16, segment by segment.
-void fill(const TensorPlan& t, uint64_t begin, uint64_t count, uint16_t* out) {
+// Fills elements [begin, begin + count) of the values of `segments` as bf16, segment by segment.
+void fill_values(const std::vector<Segment>& segments, uint64_t begin, uint64_t count, uint16_t* out) {
   uint64_t seg_begin = 0;
-  for (const Segment& seg : t.segments) {
+  for (const Segment& seg : segments) {
     const uint64_t lo = std::max(begin, seg_begin), hi = std::min(begin + count, seg_begin + seg.numel);
     if (lo < hi) fill_segment(seg, lo - seg_begin, hi - lo, out + (lo - begin));
     seg_begin += seg.numel;
+  }
+}
+
+// Quantizes band `band` (128 rows) of an fp8 tensor's values: its codes into `codes` (may be null) and its
+// row of block scales into `scales`.
+void quantize_band(const TensorPlan& t, uint64_t band, uint8_t* codes, float* scales) {
+  const uint64_t rows = static_cast<uint64_t>(t.values_shape[0]), cols = static_cast<uint64_t>(t.values_shape[1]);
+  const uint64_t r0 = band * kFp8BlockSize, n = std::min<uint64_t>(kFp8BlockSize, rows - r0);
+  std::vector<uint16_t> bf16(n * cols);
+  fill_values(t.segments, r0 * cols, n * cols, bf16.data());
+  std::vector<float> values(n * cols);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = bf16_to_f32(bf16[i]);
+  std::vector<uint8_t> scratch(codes ? 0 : n * cols);
+  quantize_fp8_blocks(values.data(), static_cast<int64_t>(n), static_cast<int64_t>(cols),
+                      codes ? codes : scratch.data(), scales);
+}
+
+// Fills elements [begin, begin + count) of tensor `t` (whole units, but for the tensor's tail) into `out`.
+void fill(const TensorPlan& t, uint64_t begin, uint64_t count, char* out) {
+  switch (t.content) {
+    case Content::kBf16: {
+      if (reinterpret_cast<uintptr_t>(out) % 2 == 0) {
+        fill_values(t.segments, begin, count, reinterpret_cast<uint16_t*>(out));
+        return;
+      }
+      std::vector<uint16_t> values(count);  // behind an fp8 tensor of odd size: unaligned
+      fill_values(t.segments, begin, count, values.data());
+      std::memcpy(out, values.data(), count * 2);
+      return;
+    }
+    case Content::kFp8Codes: {
+      const uint64_t band = t.unit(), bands = (count + band - 1) / band;
+      std::vector<float> scales(static_cast<size_t>(fp8_blocks(t.values_shape[1])));
+      for (uint64_t b = 0; b < bands; ++b)
+        quantize_band(t, begin / band + b, reinterpret_cast<uint8_t*>(out) + b * band, scales.data());
+      return;
+    }
+    case Content::kFp8Scales: {
+      std::vector<float> scales(t.unit());
+      for (uint64_t b = 0; b < count / t.unit(); ++b) {
+        quantize_band(t, begin / t.unit() + b, nullptr, scales.data());
+        std::memcpy(out + b * t.unit() * 4, scales.data(), scales.size() * 4);  // `out` may be unaligned
+      }
+      return;
+    }
   }
 }
 
@@ -232,20 +293,31 @@ Segment plan_segment(const WeightSpec& w, uint64_t seed) {
 // The checkpoint tensors of one engine tensor. A single part holds the canonical tensors' values in row
 // order (so a ChatGLM checkpoint equals the transformers-native one of the same seed); several parts are
 // the canonical tensors themselves.
-void plan_source(const WeightSource& src, uint64_t seed, std::vector<TensorPlan>& plan) {
+// A block-scaled fp8 checkpoint (`cfg`'s quantization_config) holds a projection part as its codes, followed
+// by its block scales (both from the same bf16 values).
+void plan_source(const ModelConfig& cfg, const WeightSource& src, uint64_t seed, std::vector<TensorPlan>& plan) {
+  auto add = [&](const WeightSpec& part, std::vector<Segment> segments) {
+    if (!is_fp8_checkpoint_part(cfg, src, part)) {
+      plan.push_back({part.name, part.shape, std::move(segments), Content::kBf16, Shape{}});
+      return;
+    }
+    plan.push_back({part.name, part.shape, segments, Content::kFp8Codes, part.shape});
+    plan.push_back({fp8_scale_name(part.name), fp8_scale_shape(part.shape), std::move(segments), Content::kFp8Scales,
+                    part.shape});
+  };
   if (src.parts.size() == 1) {
-    TensorPlan t{src.parts[0].name, src.parts[0].shape, {}};
+    std::vector<Segment> segments;
     uint64_t total = 0;
     for (const WeightSpec& c : src.canonical) {
-      t.segments.push_back(plan_segment(c, seed));
-      total += t.segments.back().numel;
+      segments.push_back(plan_segment(c, seed));
+      total += segments.back().numel;
     }
-    NANOVLLM_CHECK(total == static_cast<uint64_t>(t.shape.numel()), "test model: ", t.name,
+    NANOVLLM_CHECK(total == static_cast<uint64_t>(src.parts[0].shape.numel()), "test model: ", src.parts[0].name,
                    " does not match its canonical tensors");
-    plan.push_back(std::move(t));
+    add(src.parts[0], std::move(segments));
     return;
   }
-  for (const WeightSpec& p : src.parts) plan.push_back({p.name, p.shape, {plan_segment(p, seed)}});
+  for (const WeightSpec& p : src.parts) add(p, {plan_segment(p, seed)});
 }
 
 void write_text(const fs::path& path, const std::string& text) {
@@ -269,40 +341,43 @@ void write_shard(const fs::path& path, const std::vector<const TensorPlan*>& ten
   for (const TensorPlan* t : tensors) {
     json shape = json::array();
     for (int d = 0; d < t->shape.ndim; ++d) shape.push_back(t->shape[d]);
-    header[t->name] = json{{"dtype", "BF16"}, {"shape", shape}, {"data_offsets", {t->offset, t->offset + t->nbytes()}}};
+    header[t->name] = json{{"dtype", std::string(dtype_name(t->dtype()))}, {"shape", shape},
+                           {"data_offsets", {t->offset, t->offset + t->nbytes()}}};
   }
   std::ofstream out = begin_safetensors_file(path, header.dump());
 
-  // Work items: at most kChunk elements of one tensor, in file order.
+  // Work items: about kChunk elements (whole units) of one tensor, in file order; fp8 scales one band each.
   struct Item { const TensorPlan* t; uint64_t begin, count; size_t batch_offset; };
   constexpr uint64_t kChunk = uint64_t{1} << 21;        // elements (4 MiB bf16)
   constexpr size_t kBatchBytes = size_t{256} << 20;     // per batch buffer
   std::vector<std::vector<Item>> batches(1);
   size_t batch_fill = 0;
   for (const TensorPlan* t : tensors) {
-    const uint64_t n = static_cast<uint64_t>(t->shape.numel());
-    for (uint64_t b = 0; b < n; b += kChunk) {
-      const uint64_t c = std::min(kChunk, n - b);
-      if (batch_fill + c * 2 > kBatchBytes && !batches.back().empty()) {
+    const uint64_t n = static_cast<uint64_t>(t->shape.numel()), esz = dtype_size(t->dtype());
+    const uint64_t chunk = t->content == Content::kFp8Scales ? t->unit() : std::max<uint64_t>(1, kChunk / t->unit()) * t->unit();
+    for (uint64_t b = 0; b < n; b += chunk) {
+      const uint64_t c = std::min(chunk, n - b);
+      if (batch_fill + c * esz > kBatchBytes && !batches.back().empty()) {
         batches.emplace_back();
         batch_fill = 0;
       }
       batches.back().push_back({t, b, c, batch_fill});
-      batch_fill += c * 2;
+      batch_fill += c * esz;
     }
   }
-  std::vector<uint16_t> buf[2];
+  std::vector<char> buf[2];
   std::future<void> writing;
   for (size_t b = 0; b < batches.size(); ++b) {
     const std::vector<Item>& items = batches[b];
-    std::vector<uint16_t>& dst = buf[b % 2];
+    std::vector<char>& dst = buf[b % 2];
     // Only batch b - 1's write is in flight here, and it reads the other buffer.
-    const size_t bytes = items.empty() ? 0 : items.back().batch_offset + items.back().count * 2;
-    dst.resize(bytes / 2);
+    const size_t bytes =
+        items.empty() ? 0 : items.back().batch_offset + items.back().count * dtype_size(items.back().t->dtype());
+    dst.resize(bytes);
     std::atomic<size_t> next{0};
     auto worker = [&] {
       for (size_t k; (k = next.fetch_add(1)) < items.size();)
-        fill(*items[k].t, items[k].begin, items[k].count, dst.data() + items[k].batch_offset / 2);
+        fill(*items[k].t, items[k].begin, items[k].count, dst.data() + items[k].batch_offset);
     };
     const int t = static_cast<int>(std::min<size_t>(static_cast<size_t>(num_threads), items.size()));
     std::vector<std::thread> pool;
@@ -320,6 +395,11 @@ void write_shard(const fs::path& path, const std::vector<const TensorPlan*>& ten
 }
 
 }  // namespace
+
+json fp8_quantization_config() {
+  return json{{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"},
+              {"weight_block_size", {kFp8BlockSize, kFp8BlockSize}}};
+}
 
 std::vector<std::string> test_model_presets() {
   return {"tiny",          "qwen3-0.6b", "qwen3-4b",  "qwen3-8b", "qwen3-moe-tiny", "qwen3-30b-a3b",
@@ -430,7 +510,7 @@ void write_test_model(const fs::path& out_dir, const json& config, uint64_t seed
   write_text(out_dir / "generation_config.json", gen.dump(2) + "\n");
 
   std::vector<TensorPlan> plan;
-  for (const WeightSource& src : weight_sources(cfg)) plan_source(src, seed, plan);
+  for (const WeightSource& src : weight_sources(cfg)) plan_source(cfg, src, seed, plan);
 
   // Assign shards: a new shard when the current one is non-empty and would grow past the limit.
   int num_shards = 1;

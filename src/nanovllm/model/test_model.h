@@ -29,10 +29,16 @@ nlohmann::json test_model_config(const std::string& preset);
 // same weights under the ChatGLM tensor names. Throws for a non-GLM config or one ChatGLM cannot express.
 nlohmann::json chatglm_test_model_config(const nlohmann::json& glm_config);
 
+// The quantization_config of Qwen3-*-FP8 checkpoints (block-scaled e4m3, 128 x 128 blocks, dynamic
+// activations). Set as config["quantization_config"], write_test_model writes an FP8 checkpoint.
+nlohmann::json fp8_quantization_config();
+
 // Writes config.json (as given), generation_config.json (bos/eos from the config) and bf16 weights into
 // out_dir (created if needed; stale model.safetensors / index / shard files there are removed first).
 // shard_max_bytes > 0: shards model-0000i-of-0000n.safetensors of at most that many data bytes (a tensor
 // larger than the limit gets a shard of its own) + model.safetensors.index.json; 0: one model.safetensors.
+// With a block-scaled fp8 quantization_config, every projection part (is_fp8_checkpoint_part) is written as
+// F8_E4M3 codes plus F32 `<name>_scale_inv` block scales: its bf16 values quantized by quantize_fp8_blocks.
 // Values are a pure function of (seed, tensor name, element index) — identical for any thread count; the
 // name is the transformers-native one (a ChatGLM query_key_value holds q_proj's, k_proj's, v_proj's values):
 //   embeddings (and an untied lm_head ~ N(0,1)/sqrt(H)) ~ N(0,1); linear weights ~ N(0,1)/sqrt(fan_in);

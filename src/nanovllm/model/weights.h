@@ -33,6 +33,9 @@ struct LayerWeights {
   TensorView router;                    // [E, H]: mlp.gate.weight
   TensorView experts_gate_up;           // [E, 2 * Im, H]: expert e's gate rows then its up rows
   TensorView experts_down;              // [E, H, Im]
+  // Block scales of the projections kept in fp8 (WeightLoadOptions::keep_fp8): the weight above is then
+  // F8E4M3 and its scale f32 [rows / 128, cols / 128] (kernels/fp8_block.h); undefined for a dense weight.
+  TensorView qkv_proj_scale, o_proj_scale, gate_up_proj_scale, down_proj_scale;
   bool is_moe() const { return router.defined() && router.numel() > 0; }
 };
 
@@ -55,6 +58,13 @@ struct WeightLoadOptions {
   // o_bias on rank 0 only, undefined elsewhere; norms whole), read
   // straight from the mapped checkpoint. The full checkpoint is still validated. Null: the whole model.
   const TensorParallelPlan* shard = nullptr;
+  // Block-scaled fp8 projections (q/k/v/o, gate/up/down, experts; docs/fp8.md). A projection is fp8 when the
+  // checkpoint holds it so (config.json's quantization_config) or when quantize_fp8 quantizes a dense
+  // checkpoint's per 128 x 128 block at load. keep_fp8: the dense layers' fp8 projections stay e4m3 with f32 block
+  // scales (LayerWeights' *_scale; rows, columns and every rank's slice on 128 boundaries, else an error);
+  // otherwise, and always for MoE experts, they are dequantized to `dtype` (F32 when dtype is nullopt).
+  bool quantize_fp8 = false;
+  bool keep_fp8 = false;
 };
 
 // One checkpoint tensor the model expects, in HF naming.
@@ -69,19 +79,29 @@ struct WeightSpec {
 // for the other layouts), so test checkpoints of both layouts can hold the same values.
 // `stack` > 0: the parts are `stack` experts' tensors and the engine tensor [R, C] of their rows is viewed as
 // [stack, R / stack, C] (the experts' gate_up and down weights).
+// `quantizable`: projection weights, which block-scaled fp8 checkpoints (and --quantization fp8) store in e4m3;
+// `scale_target` receives their block scales when the loader keeps them fp8 (null for MoE experts: dequantized).
 struct WeightSource {
   TensorView* target = nullptr;  // into the ModelWeights passed to weight_sources (null without one)
   std::vector<WeightSpec> parts;
   std::vector<WeightSpec> canonical;
   int64_t stack = 0;
+  bool quantizable = false;
+  TensorView* scale_target = nullptr;
 };
 
 // Every engine tensor of `cfg` in a fixed order: embed_tokens, then per layer, then norm, then lm_head
 // (untied only). With `w`, targets point into it (its layers are resized).
 std::vector<WeightSource> weight_sources(const ModelConfig& cfg, ModelWeights* w = nullptr);
 
+// True when checkpoint tensor `part` of `src` is block-scaled fp8 in a checkpoint for `cfg`: a projection of a
+// model whose config.json has a block-scaled fp8 quantization_config, unless modules_to_not_convert lists it.
+// The checkpoint then holds it as F8_E4M3 next to its scales, fp8_scale_name(part.name) of fp8_scale_shape.
+bool is_fp8_checkpoint_part(const ModelConfig& cfg, const WeightSource& src, const WeightSpec& part);
+
 // Every tensor a checkpoint for `cfg` must hold (no more, no less — besides ignorable extras such as
-// rotary_emb.inv_freq), in a fixed order: embed_tokens, then per layer, then norm, then lm_head (untied only).
+// rotary_emb.inv_freq), in a fixed order: embed_tokens, then per layer, then norm, then lm_head (untied only);
+// an fp8 projection's block scales right after it.
 std::vector<WeightSpec> weight_table(const ModelConfig& cfg);
 
 // True for checkpoint tensors the loader ignores (rotary_emb.inv_freq / ChatGLM's rotary_pos_emb.inv_freq
@@ -89,7 +109,8 @@ std::vector<WeightSpec> weight_table(const ModelConfig& cfg);
 bool is_ignored_checkpoint_tensor(const std::string& name, const ModelConfig& cfg);
 
 // Validates the checkpoint in `dir` (model.safetensors or a sharded index) against weight_table(cfg) and
-// loads it. Throws nanovllm::Error naming the tensor, the expected vs actual shape/dtype and the file.
+// loads it. Throws nanovllm::Error naming the tensor, the expected vs actual shape/dtype and the file (an fp8
+// projection must be F8_E4M3 with F32/BF16/F16 scales of finite values; no other tensor may be F8_E4M3).
 ModelWeights load_weights(const std::filesystem::path& dir, const ModelConfig& cfg,
                           const WeightLoadOptions& opt = {});
 

@@ -7,11 +7,22 @@
 #include "nanovllm/model/rope.h"
 #include "nanovllm/model/weights.h"
 #include "nanovllm/runner/forward_batch.h"
+#include "nanovllm/runner/weight_quantization.h"
 
 namespace nanovllm {
 
+namespace {
+
+ModelWeights load_cpu_weights(const EngineConfig& ec, const ModelConfig& config) {
+  WeightLoadOptions opt;
+  set_weight_quantization(opt, ec.model, /*fp8_kernels=*/false);
+  return load_weights(ec.model.path, config, opt);
+}
+
+}  // namespace
+
 CpuModelRunner::CpuModelRunner(const EngineConfig& ec, const ModelConfig& config)
-    : CpuModelRunner(ec, config, load_weights(ec.model.path, config), TensorParallelRank{}) {}
+    : CpuModelRunner(ec, config, load_cpu_weights(ec, config), TensorParallelRank{}) {}
 
 CpuModelRunner::CpuModelRunner(const EngineConfig& ec, const ModelConfig& full_config, ModelWeights weights,
                                TensorParallelRank tp)

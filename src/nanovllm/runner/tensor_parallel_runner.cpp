@@ -8,6 +8,7 @@
 #include "nanovllm/model/tensor_parallel_plan.h"
 #include "nanovllm/model/weights.h"
 #include "nanovllm/runner/cpu_model_runner.h"
+#include "nanovllm/runner/weight_quantization.h"
 #include "nanovllm/parallel/rendezvous.h"
 #include "nanovllm/parallel/socket_communicator.h"
 #include "nanovllm/parallel/thread_communicator.h"
@@ -171,6 +172,7 @@ std::unique_ptr<TensorParallelRunner> TensorParallelRunner::create_cpu(const Eng
         const TensorParallelPlan plan = shard_for_rank(model_config, first + r, size);
         WeightLoadOptions opt;
         opt.shard = &plan;  // each rank reads its own slices
+        set_weight_quantization(opt, config.model, /*fp8_kernels=*/false);
         return std::make_unique<CpuModelRunner>(config, model_config, load_weights(config.model.path, model_config, opt),
                                                 TensorParallelRank{plan, owned->comms[static_cast<size_t>(r)].get()});
       },

@@ -17,6 +17,12 @@ void copy_rms_norm(TensorView x, TensorView residual, TensorView weight, float e
 void gather_add_rms_norm(TensorView out, TensorView out_residual, TensorView x, TensorView residual, TensorView rows,
                          TensorView weight, float eps);
 void linear(TensorView out, TensorView in, TensorView weight, TensorView bias);
+// ops::linear_fp8: f64 sums over the dequantized weight (each weight one f32 product code x block scale).
+void linear_fp8(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias);
+// The CUDA fp8 GEMM's values: each row of `in` quantized per 128 columns (quantize_fp8_blocks of one row:
+// scale = max |x| / 448, codes e4m3 of x / scale), then per 128-column block the exact sum of code products
+// times both scales, summed over the blocks in f64.
+void linear_fp8_quantized(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias);
 // inv_freq [D/2] f32 on the host.
 // RoPE as ops::RopeParams: inv_freq [rope_pairs] (0: D/2); interleaved pairs (2i, 2i + 1), else
 // rotate_half pairs (i, i + D/2) (rope_pairs must then be D/2); elements past 2 rope_pairs pass through.

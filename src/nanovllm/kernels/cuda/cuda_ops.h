@@ -21,6 +21,8 @@ void gather_add_rms_norm(TensorView out, TensorView out_residual, TensorView x, 
                          TensorView weight, float eps, ops::Stream s);
 void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s,
             ops::LinearHint hint = ops::LinearHint::kNone);
+void linear_fp8(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,
+                ops::Stream s);
 void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
                   TensorView positions, const ops::RopeParams& rope, TensorView k_cache, TensorView v_cache,
                   const AttentionMetadata& meta, ops::Stream s);

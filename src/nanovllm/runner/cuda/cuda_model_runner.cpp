@@ -9,6 +9,7 @@
 #include "nanovllm/core/logging.h"
 #include "nanovllm/kernels/cuda/cuda_check.h"
 #include "nanovllm/kernels/cuda/cuda_memory.h"
+#include "nanovllm/kernels/cuda/fp8_linear.h"
 #include "nanovllm/kernels/cuda/sampling.h"
 #include "nanovllm/model/rope.h"
 #include "nanovllm/model/tensor_parallel_plan.h"
@@ -16,6 +17,7 @@
 #include "nanovllm/offload/cuda/cuda_offload_device.h"
 #include "nanovllm/runner/cuda/nvtx_range.h"
 #include "nanovllm/runner/forward_batch.h"
+#include "nanovllm/runner/weight_quantization.h"
 
 namespace nanovllm {
 
@@ -137,6 +139,11 @@ void CudaModelRunner::load_model(const std::filesystem::path& model_dir, const M
   const auto t0 = std::chrono::steady_clock::now();
   WeightLoadOptions opt;
   opt.dtype = DType::kBF16;
+  // fp8 projections stay e4m3 where the fp8 kernels run (sm_90 with this build's code), else bf16.
+  const bool fp8_kernels = cuda_ops::fp8_tensor_cores_available(kernels_);
+  set_weight_quantization(opt, ec_.model, fp8_kernels);
+  if (!fp8_kernels && (config.quantization.fp8() || ec_.model.quantization == "fp8"))
+    NANOVLLM_WARN("GPU ", device_, " has no fp8 tensor cores this build can use: fp8 weights are dequantized to bf16");
   if (tp.plan.size > 1) opt.shard = &tp.plan;  // only this rank's slices
   opt.allocator = &cuda_allocator(device_);
   size_t uploaded = 0;

@@ -1,0 +1,52 @@
+// ops::linear_fp8 on CUDA (fp8_linear.h): up to kFp8GemvMaxTokens rows through the weight-streaming GEMV with
+// the bf16 activations; more rows in chunks: quantize the chunk's activations into a per-context workspace (codes
+// [rows, K] + scales [rows, K / 128]), then the fp8 GEMM. The workspace has one fixed size, allocated at the first
+// call (an eager step: the runner warms up before capturing graphs) and never grown, so the decode graphs of
+// batches past kFp8GemvMaxTokens keep valid pointers whatever prefill comes later; a chunk is as many rows as it
+// holds.
+#include "nanovllm/core/error.h"
+#include "nanovllm/kernels/cuda/common.cuh"
+#include "nanovllm/kernels/cuda/cuda_ops.h"
+#include "nanovllm/kernels/cuda/fp8_linear.h"
+#include "nanovllm/kernels/cuda/op_workspace.h"
+#include "nanovllm/kernels/fp8_block.h"
+
+namespace nanovllm::cuda_ops {
+namespace {
+
+struct Fp8ActivationsTag {};
+// The chunk's e4m3 codes: 1024 rows at K = 32768 (Qwen3-32B's intermediate size is 25600), more at smaller K; a
+// chunk of 1024 rows already fills the GPU (N / 128 x 16 CTAs).
+constexpr size_t kCodesBytes = size_t{32} << 20;
+
+}  // namespace
+
+void linear_fp8(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,
+                ops::Stream s) {
+  const int64_t T = in.dim(0), K = in.dim(1);
+  NANOVLLM_CHECK(in.dtype() == DType::kBF16, "linear_fp8 (CUDA): in must be BF16, got ", dtype_name(in.dtype()));
+  NANOVLLM_CHECK(out.dtype() == DType::kBF16 || out.dtype() == DType::kF32, "linear_fp8 (CUDA): out must be BF16 or "
+                 "F32, got ", dtype_name(out.dtype()));
+  if (T == 0) return;
+  if (T <= kFp8GemvMaxTokens) {
+    fp8_gemv(out, in, weight, weight_scale, bias, s);
+    return;
+  }
+  NANOVLLM_CHECK(static_cast<size_t>(K) <= kCodesBytes, "linear_fp8 (CUDA): in-features ", K, " past the workspace");
+  const int64_t chunk_rows = static_cast<int64_t>(kCodesBytes) / K, k_blocks = K / kFp8BlockSize;
+  WorkspaceCarver size;  // the same total for every K: codes, then a scale per 128 codes
+  size.take<uint8_t>(kCodesBytes);
+  size.take<float>(kCodesBytes / kFp8BlockSize);
+  WorkspaceCarver carve(op_workspace<Fp8ActivationsTag>(size.total(), s));
+  uint8_t* codes = carve.take<uint8_t>(kCodesBytes);                    // [chunk_rows, K]
+  float* scales = carve.take<float>(kCodesBytes / kFp8BlockSize);       // [chunk_rows, K / 128]
+  for (int64_t r0 = 0; r0 < T; r0 += chunk_rows) {
+    const int64_t n = std::min(chunk_rows, T - r0);
+    const TensorView chunk_codes(codes, DType::kF8E4M3, Shape{n, K}, in.device());
+    const TensorView chunk_scales(scales, DType::kF32, Shape{n, k_blocks}, in.device());
+    fp8_quantize_activations(chunk_codes, chunk_scales, in.slice_rows(r0, r0 + n), s);
+    fp8_gemm(out.slice_rows(r0, r0 + n), chunk_codes, chunk_scales, weight, weight_scale, bias, s);
+  }
+}
+
+}  // namespace nanovllm::cuda_ops

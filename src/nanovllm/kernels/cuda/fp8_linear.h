@@ -1,0 +1,37 @@
+// Block-scaled fp8 projections on CUDA (ops::linear_fp8; docs/fp8.md): a weight-streaming GEMV for decode-sized
+// batches and, for more rows, activation quantization (1 x 128 groups) plus an fp8 tensor-core GEMM. Weights
+// [N, K] e4m3 with f32 block scales [N / 128, K / 128]; N and K multiples of 128 (ops.cpp checks). Plain C++
+// declarations (no device code) so host tests include it.
+#pragma once
+
+#include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/ops.h"
+
+#if NANOVLLM_WITH_CUDA
+
+namespace nanovllm::cuda_ops {
+
+class DeviceContext;
+
+// The fp8 GEMM runs mma.sync e4m3 (sm_89+); this build's kernels target sm_90 for it.
+bool fp8_tensor_cores_available(const DeviceContext& ctx);
+
+// out [T, N] (BF16 / F32) = in [T, K] BF16 @ dequant(weight)^T (+ bias [N]), T <= kFp8GemvMaxTokens: each lane
+// streams 16 weight codes at a time, turns them into f32 exactly, and accumulates in fp32 per 128-column block
+// before the block scale. in and weight 16-byte aligned.
+void fp8_gemv(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,
+              ops::Stream s);
+
+// codes [T, K] F8E4M3, scales [T, K / 128] F32 = in [T, K] BF16 quantized per row and 128 columns: scale =
+// max |x| / 448 (1 for an all-zero group), code = e4m3(x / scale) rounded to nearest even — bit for bit what
+// cpu::linear_fp8_quantized computes.
+void fp8_quantize_activations(TensorView codes, TensorView scales, TensorView in, ops::Stream s);
+
+// out [T, N] (BF16 / F32) = sum over 128-column blocks b of (codes x weight codes over b) * scales[t, b] *
+// weight_scale[n / 128, b] (+ bias): mma.sync m16n8k32 e4m3 with an fp32 accumulator per block. sm_89+.
+void fp8_gemm(TensorView out, TensorView codes, TensorView scales, TensorView weight, TensorView weight_scale,
+              TensorView bias, ops::Stream s);
+
+}  // namespace nanovllm::cuda_ops
+
+#endif  // NANOVLLM_WITH_CUDA

@@ -1,0 +1,243 @@
+// CUDA block-scaled fp8 projections (fp8_linear.h, ops::linear_fp8) against their CPU references on fresh random
+// inputs (weights quantized on the host with per-row magnitudes spread over 2^-4 .. 2^3, never zero blocks but
+// one), odd row counts, N and K multiples of 128 (others refused), with and without bias, bf16 and f32 out.
+//   * GEMV (rows <= kFp8GemvMaxTokens) vs cpu::linear_fp8 (f64 over the dequantized weights): the same products
+//     up to fp32 summation order and output rounding: NMSE <= 1e-5 / per element |err| <= 1e-2 rms + 5e-3 |ref|
+//     (bf16 out); NMSE <= 1e-9 / 1e-4 rms + 1e-5 |ref| (f32 out), as the bf16 gemv's tests.
+//   * Activation quantization vs quantize_fp8_blocks of each row: codes and scales bit for bit.
+//   * GEMM vs cpu::linear_fp8_quantized (the same quantized activations, f64 sums): products of e4m3 codes are
+//     exact, the tensor cores' partial sums of 32 products may keep fewer bits than fp32 (Hopper fp8 mma), so
+//     f32 out within NMSE 1e-7 / per element 2e-3 rms + 2e-3 |ref|; bf16 out NMSE 1e-5 / 1e-2 rms + 5e-3 |ref|.
+//     Against the exact reference the activation quantization (e4m3: 4 significant bits) leaves NMSE <= 4e-3
+//     (printed).
+//   * ops::linear_fp8 dispatches both, chunks rows past its 32 MiB workspace, and is deterministic.
+// DISABLED_ benchmarks: the decode shapes of Qwen3-0.6B / 8B, fp8 GEMV vs the bf16 linear, and prefill GEMMs.
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cuda_test_util.h"
+
+#include "nanovllm/kernels/cpu/cpu_ops.h"
+#include "nanovllm/kernels/cuda/cuda_ops.h"
+#include "nanovllm/kernels/cuda/fp8_linear.h"
+#include "nanovllm/kernels/fp8_block.h"
+#include "support/expect_error.h"
+
+namespace nanovllm {
+namespace {
+
+using cuda_test::DeviceTensor;
+
+struct HostFp8Weight {
+  int64_t n = 0, k = 0;
+  std::vector<uint8_t> codes;  // [N, K]
+  std::vector<float> scale;    // [N / 128, K / 128]
+};
+
+// Rows of magnitudes 2^-4 .. 2^3 (blocks of very different scales); block (0, 0) all zero when `zero_block`.
+HostFp8Weight random_fp8_weight(int64_t n, int64_t k, std::mt19937& rng, bool zero_block = false) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> w(static_cast<size_t>(n * k));
+  for (int64_t r = 0; r < n; ++r) {
+    const float mag = std::ldexp(1.0f, static_cast<int>(r % 8) - 4) / std::sqrt(static_cast<float>(k));
+    for (int64_t c = 0; c < k; ++c) w[r * k + c] = (zero_block && r < 128 && c < 128) ? 0.0f : normal(rng) * mag;
+  }
+  HostFp8Weight h{n, k, std::vector<uint8_t>(w.size()), std::vector<float>(static_cast<size_t>(n / 128 * (k / 128)))};
+  quantize_fp8_blocks(w.data(), n, k, h.codes.data(), h.scale.data());
+  return h;
+}
+
+struct DeviceFp8Weight {
+  DeviceTensor codes, scale;
+  explicit DeviceFp8Weight(const HostFp8Weight& h)
+      : codes(DType::kF8E4M3, Shape{h.n, h.k}, h.codes), scale(DType::kF32, Shape{h.n / 128, h.k / 128}, h.scale) {}
+};
+
+TensorView host_codes(HostFp8Weight& h) { return TensorView(h.codes.data(), DType::kF8E4M3, Shape{h.n, h.k}); }
+TensorView host_scale(HostFp8Weight& h) { return TensorView(h.scale.data(), DType::kF32, Shape{h.n / 128, h.k / 128}); }
+
+enum class Reference { kExact, kQuantizedActivations };
+
+std::vector<float> reference(Reference which, std::vector<float>& x, HostFp8Weight& w, std::vector<float>* bias, int64_t T) {
+  std::vector<float> ref(static_cast<size_t>(T * w.n));
+  const TensorView out(ref.data(), DType::kF32, Shape{T, w.n}), in(x.data(), DType::kF32, Shape{T, w.k});
+  const TensorView b = bias ? TensorView(bias->data(), DType::kF32, Shape{w.n}) : TensorView();
+  if (which == Reference::kExact) {
+    cpu::linear_fp8(out, in, host_codes(w), host_scale(w), b);
+  } else {
+    cpu::linear_fp8_quantized(out, in, host_codes(w), host_scale(w), b);
+  }
+  return ref;
+}
+
+double rms(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s += double{x} * x;
+  return std::sqrt(s / static_cast<double>(v.size()));
+}
+
+// The op's output on fresh inputs vs its reference (the GEMV's exact one for T <= kFp8GemvMaxTokens, the GEMM's
+// quantized-activation one otherwise); bias_mode 0 none, 1 bf16, 2 f32. Returns the raw output bytes.
+std::vector<uint8_t> check_linear_fp8(int64_t T, int64_t N, int64_t K, DType out_t, int bias_mode, std::mt19937& rng) {
+  HostFp8Weight w = random_fp8_weight(N, K, rng, N >= 256 && K >= 256);
+  const DeviceFp8Weight dw(w);
+  auto x = cuda_test::random_bf16(static_cast<size_t>(T * K), rng, -2.0f, 2.0f);
+  auto b = cuda_test::random_bf16(static_cast<size_t>(N), rng, -1.0f, 1.0f);
+  DeviceTensor d_x(DType::kBF16, {T, K}, x.bits), d_out(out_t, {T, N});
+  DeviceTensor d_b = bias_mode == 2 ? DeviceTensor(DType::kF32, {N}, b.f32) : DeviceTensor(DType::kBF16, {N}, b.bits);
+  d_out.fill_bytes(0xff);  // NaN poison: every element must be written
+  ops::linear_fp8(d_out.view(), d_x.view(), dw.codes.view(), dw.scale.view(), bias_mode ? d_b.view() : TensorView(),
+                  cuda_test::on());
+  CUDA_CHECK(cudaGetLastError());
+  const bool gemv = T <= kFp8GemvMaxTokens, bf = out_t == DType::kBF16;
+  const std::vector<float> got = d_out.download_f32();
+  const std::vector<float> ref =
+      reference(gemv ? Reference::kExact : Reference::kQuantizedActivations, x.f32, w, bias_mode ? &b.f32 : nullptr, T);
+  const float r = static_cast<float>(rms(ref));
+  const std::string what = std::string(gemv ? "gemv" : "gemm") + " T=" + std::to_string(T) + " N=" +
+                           std::to_string(N) + " K=" + std::to_string(K) + " out=" + std::string(dtype_name(out_t)) +
+                           " bias=" + std::to_string(bias_mode);
+  if (gemv) {
+    EXPECT_LE(cuda_test::nmse(got, ref), bf ? 1e-5 : 1e-9) << what;
+    cuda_test::expect_close(got, ref, (bf ? 1e-2f : 1e-4f) * r, bf ? 5e-3f : 1e-5f, what);
+  } else {
+    EXPECT_LE(cuda_test::nmse(got, ref), bf ? 1e-5 : 1e-7) << what;
+    cuda_test::expect_close(got, ref, (bf ? 1e-2f : 2e-3f) * r, bf ? 5e-3f : 2e-3f, what);
+    const std::vector<float> exact = reference(Reference::kExact, x.f32, w, bias_mode ? &b.f32 : nullptr, T);
+    const double e = cuda_test::nmse(got, exact);
+    EXPECT_LE(e, 4e-3) << what << " vs the unquantized activations";
+    std::printf("%s: NMSE vs unquantized activations %.2e\n", what.c_str(), e);
+  }
+  return d_out.download<uint8_t>();
+}
+
+TEST(CudaFp8Linear, GemvMatchesTheExactReference) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(31);
+  for (int64_t T = 1; T <= kFp8GemvMaxTokens; ++T) {
+    check_linear_fp8(T, 128, 128, DType::kBF16, 0, rng);
+    check_linear_fp8(T, 256, 640, DType::kF32, 2, rng);     // K % 512 != 0: idle lanes on the last step
+    check_linear_fp8(T, 384, 1152, DType::kBF16, 1, rng);
+    check_linear_fp8(T, 1024, 3072, DType::kF32, 0, rng);   // Qwen3-0.6B down_proj
+    check_linear_fp8(T, 6144, 4096, DType::kBF16, 0, rng);  // Qwen3-8B qkv_proj
+  }
+}
+
+TEST(CudaFp8Linear, ActivationQuantizationMatchesTheCpuBitForBit) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(32);
+  for (auto [T, K] : {std::pair<int64_t, int64_t>{1, 128}, {5, 384}, {17, 1024}, {1000, 256}}) {
+    auto x = cuda_test::random_bf16(static_cast<size_t>(T * K), rng, -3.0f, 3.0f);
+    for (int64_t k = 0; k < 128; ++k) x.bits[k] = 0, x.f32[k] = 0.0f;  // an all-zero group: scale 1
+    if (T * K > 130) x.bits[130] = f32_to_bf16(-1e4f), x.f32[130] = bf16_to_f32(x.bits[130]);  // a large one
+    DeviceTensor d_x(DType::kBF16, {T, K}, x.bits), codes(DType::kF8E4M3, {T, K}), scales(DType::kF32, {T, K / 128});
+    cuda_ops::fp8_quantize_activations(codes.view(), scales.view(), d_x.view(), cuda_test::on());
+    std::vector<uint8_t> want_codes(static_cast<size_t>(T * K));
+    std::vector<float> want_scales(static_cast<size_t>(T * K / 128));
+    for (int64_t t = 0; t < T; ++t)
+      quantize_fp8_blocks(x.f32.data() + t * K, 1, K, want_codes.data() + t * K, want_scales.data() + t * (K / 128));
+    EXPECT_EQ(codes.download<uint8_t>(), want_codes) << "T " << T << " K " << K;
+    EXPECT_EQ(scales.download<float>(), want_scales) << "T " << T << " K " << K;
+  }
+}
+
+TEST(CudaFp8Linear, GemmMatchesTheQuantizedActivationReference) {
+  SKIP_WITHOUT_CUDA();
+  if (!cuda_ops::fp8_tensor_cores_available(cuda_test::context())) GTEST_SKIP() << "no fp8 tensor cores (sm_89+)";
+  std::mt19937 rng(33);
+  for (int64_t T : {5, 16, 17, 63, 64, 65, 129, 1000}) {
+    check_linear_fp8(T, 128, 128, DType::kBF16, 0, rng);
+    check_linear_fp8(T, 256, 384, DType::kF32, 2, rng);
+    check_linear_fp8(T, 1024, 1024, DType::kBF16, 1, rng);
+  }
+  check_linear_fp8(257, 4096, 1024, DType::kF32, 0, rng);
+  check_linear_fp8(2050, 128, 16384, DType::kBF16, 1, rng);  // two chunks (32 MiB of codes: 2048 rows at this K)
+}
+
+TEST(CudaFp8Linear, DeterministicAndRefusesWhatItCannotRun) {
+  SKIP_WITHOUT_CUDA();
+  for (int64_t T : {int64_t{3}, int64_t{300}}) {
+    if (T > kFp8GemvMaxTokens && !cuda_ops::fp8_tensor_cores_available(cuda_test::context())) continue;
+    std::mt19937 a(7), b(7);
+    EXPECT_EQ(check_linear_fp8(T, 512, 1024, DType::kBF16, 1, a), check_linear_fp8(T, 512, 1024, DType::kBF16, 1, b));
+  }
+  std::mt19937 rng(8);
+  HostFp8Weight w = random_fp8_weight(256, 256, rng);
+  const DeviceFp8Weight dw(w);
+  DeviceTensor x32(DType::kF32, {2, 256}), out(DType::kBF16, {2, 256});
+  testing::expect_error([&] { ops::linear_fp8(out.view(), x32.view(), dw.codes.view(), dw.scale.view(), TensorView(),
+                                              cuda_test::on()); }, {"linear_fp8", "BF16", "F32"});
+  DeviceTensor x(DType::kBF16, {2, 192}), w_odd(DType::kF8E4M3, {256, 192}), s_odd(DType::kF32, {2, 2});
+  testing::expect_error([&] { ops::linear_fp8(out.view(), x.view(), w_odd.view(), s_odd.view(), TensorView(),
+                                              cuda_test::on()); }, {"linear_fp8", "[256, 192]", "multiples of 128"});
+}
+
+// Decode-shaped projections (T = 1) of Qwen3-0.6B and Qwen3-8B: the fp8 GEMV vs the bf16 linear (its tuned
+// gemv), each replayed from a graph; us per call and the weight stream's GB/s.
+TEST(CudaFp8Bench, DISABLED_DecodeShapes) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(40);
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreate(&st));
+  const std::vector<std::tuple<const char*, int64_t, int64_t>> shapes = {
+      {"0.6B qkv", 4096, 1024}, {"0.6B o", 1024, 2048}, {"0.6B gate_up", 6144, 1024}, {"0.6B down", 1024, 3072},
+      {"8B qkv", 6144, 4096},   {"8B o", 4096, 4096},   {"8B gate_up", 24576, 4096}, {"8B down", 4096, 12288}};
+  for (const auto& [name, N, K] : shapes) {
+    HostFp8Weight w = random_fp8_weight(N, K, rng);
+    const DeviceFp8Weight dw(w);
+    auto wb = cuda_test::random_bf16(static_cast<size_t>(N * K), rng, -0.05f, 0.05f);
+    auto x = cuda_test::random_bf16(static_cast<size_t>(K), rng);
+    DeviceTensor d_w(DType::kBF16, {N, K}, wb.bits), d_x(DType::kBF16, {1, K}, x.bits), d_out(DType::kBF16, {1, N});
+    const ops::Stream s = cuda_test::on(st);
+    cudaGraphExec_t fp8 = cuda_test::warm_up_and_capture(st, [&] {
+      for (int i = 0; i < 20; ++i) ops::linear_fp8(d_out.view(), d_x.view(), dw.codes.view(), dw.scale.view(), TensorView(), s);
+    });
+    cudaGraphExec_t bf16 = cuda_test::warm_up_and_capture(st, [&] {
+      for (int i = 0; i < 20; ++i) ops::linear(d_out.view(), d_x.view(), d_w.view(), TensorView(), s);
+    });
+    const float f = cuda_test::graph_replay_ms(fp8, st, 20)[10] * 1000.0f / 20, b = cuda_test::graph_replay_ms(bf16, st, 20)[10] * 1000.0f / 20;
+    std::printf("%-13s N %6lld K %6lld: fp8 %7.2f us (%6.0f GB/s)  bf16 %7.2f us (%6.0f GB/s)  fp8/bf16 %.2f\n", name,
+                static_cast<long long>(N), static_cast<long long>(K), f, static_cast<double>(N * K) / f / 1e3, b,
+                2.0 * static_cast<double>(N * K) / b / 1e3, f / b);
+    CUDA_CHECK(cudaGraphExecDestroy(fp8));
+    CUDA_CHECK(cudaGraphExecDestroy(bf16));
+  }
+  CUDA_CHECK(cudaStreamDestroy(st));
+}
+
+// Prefill-shaped GEMMs (8192 rows) of Qwen3-8B: the fp8 path (activation quantization + GEMM) vs the bf16 linear
+// (cuBLASLt); TFLOP/s.
+TEST(CudaFp8Bench, DISABLED_PrefillShapes) {
+  SKIP_WITHOUT_CUDA();
+  if (!cuda_ops::fp8_tensor_cores_available(cuda_test::context())) GTEST_SKIP() << "no fp8 tensor cores";
+  std::mt19937 rng(41);
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreate(&st));
+  const int64_t T = 8192;
+  for (const auto& [name, N, K] : std::vector<std::tuple<const char*, int64_t, int64_t>>{
+           {"8B qkv", 6144, 4096}, {"8B gate_up", 24576, 4096}, {"8B down", 4096, 12288}}) {
+    HostFp8Weight w = random_fp8_weight(N, K, rng);
+    const DeviceFp8Weight dw(w);
+    auto wb = cuda_test::random_bf16(static_cast<size_t>(N * K), rng, -0.05f, 0.05f);
+    auto x = cuda_test::random_bf16(static_cast<size_t>(T * K), rng);
+    DeviceTensor d_w(DType::kBF16, {N, K}, wb.bits), d_x(DType::kBF16, {T, K}, x.bits), d_out(DType::kBF16, {T, N});
+    const ops::Stream s = cuda_test::on(st);
+    auto run_fp8 = [&] { ops::linear_fp8(d_out.view(), d_x.view(), dw.codes.view(), dw.scale.view(), TensorView(), s); };
+    auto run_bf16 = [&] { ops::linear(d_out.view(), d_x.view(), d_w.view(), TensorView(), s); };
+    run_fp8();
+    run_bf16();
+    const float f = cuda_test::time_each_ms(st, 10, run_fp8)[5], b = cuda_test::time_each_ms(st, 10, run_bf16)[5];
+    const double flop = 2.0 * static_cast<double>(T * N * K);
+    std::printf("%-11s T %lld N %6lld K %6lld: fp8 %7.3f ms (%5.0f TFLOP/s)  bf16 %7.3f ms (%5.0f TFLOP/s)  "
+                "bf16/fp8 %.2f\n", name, static_cast<long long>(T), static_cast<long long>(N),
+                static_cast<long long>(K), f, flop / f / 1e9, b, flop / b / 1e9, b / f);
+  }
+  CUDA_CHECK(cudaStreamDestroy(st));
+}
+
+}  // namespace
+}  // namespace nanovllm
