@@ -142,8 +142,10 @@ TEST(HostileRequestCost, SequencesOfAPromptShareItsTokens) {
     // The prompts (5 MB), their block hashes (10 MB) and the request body still on its way out.
     EXPECT_LT(queued, idle + 48 * kMiB);
   }
-  EXPECT_EQ(wait_metric(ts.port, "nanovllm_http_requests_in_flight", 0, 10), 0);
-  EXPECT_EQ(wait_metric(ts.port, "nanovllm_num_requests_waiting", 0, 10), 0);
+  // Aborts land between engine steps: the step running when the client left (a long prefill, slow under ASan
+  // on two busy cores) finishes first.
+  EXPECT_EQ(wait_metric(ts.port, "nanovllm_http_requests_in_flight", 0, 60), 0);
+  EXPECT_EQ(wait_metric(ts.port, "nanovllm_num_requests_waiting", 0, 60), 0);
 }
 
 // Item 4: concurrency is counted in sequences (prompts x n), not HTTP requests. At a limit of 4, a request
