@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The test suite (the README's test command), every test once:
-#   1. the C++ tests labelled cpu, in an AddressSanitizer + UBSan build (build/asan);
+#   1. the C++ tests labelled cpu (all but the eval ones), in an AddressSanitizer + UBSan build (build/asan);
 #   2. a release build (build/cuda with nvcc, else build/cpu) of only what the rest needs — the `nanovllm`
-#      binary, the Python extension and, with nvcc, the CUDA kernels for one architecture (the GPU's, or sm_90a)
-#      and test_cuda — then the cuda-labelled tests (they skip without a GPU) and the Python package's tests
+#      binary, the Python extension, test_eval and, with nvcc, the CUDA kernels for one architecture (the GPU's,
+#      or sm_90a) and test_cuda — then the eval-labelled tests (compute-bound quality runs: a third of their ASan
+#      time), the cuda-labelled tests (they skip without a GPU) and the Python package's tests
 #      (scripts/test_python.sh, pytest).
 # Every build fails on a compiler warning (NANOVLLM_WERROR). Prints how long each part took.
 #   scripts/run_tests.sh [--no-asan]   --no-asan: the cpu tests in the release build instead (a faster build)
@@ -44,12 +45,13 @@ if ((asan)); then
 fi
 
 cmake --preset "$preset" -DNANOVLLM_WERROR=ON -DNANOVLLM_PYTHON=ON -DPython_EXECUTABLE="$python" >/dev/null
-targets=(nanovllm _core)
+targets=(nanovllm _core test_eval)
 [ "$preset" = cuda ] && targets+=(test_cuda)
 ((asan)) || targets=(all)
 cmake --build "build/$preset" -j "$jobs" --target "${targets[@]}"
 took "the $preset build (${targets[*]})"
 if ((asan)); then
+  ctest --test-dir "build/$preset" --output-on-failure -j "$jobs" -L eval
   [ "$preset" = cuda ] && ctest --test-dir "build/$preset" --output-on-failure -L cuda
 else
   ctest --test-dir "build/$preset" --output-on-failure -j "$jobs"
