@@ -58,9 +58,9 @@ void run_tensor_parallel_worker(const EngineConfig& config, const ModelConfig& m
     node0.send_frame(encode_reply(NodeReply{false, e.what(), 0}));
     throw;
   }
-  node0.send_frame(encode_reply(NodeReply{true, "", ranks->num_kv_blocks()}));
   StepDecoder decoder;
-  try {
+  try {  // node 0 may be gone from the load's reply on (a slow load outlives it)
+    node0.send_frame(encode_reply(NodeReply{true, "", ranks->num_kv_blocks()}));
     for (;;) {
       const DecodedStep step = decoder.decode(node0.recv_frame());  // throws when node 0 is gone
       if (step.op == StepOp::kShutdown) break;
