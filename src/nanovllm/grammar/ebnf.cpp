@@ -234,17 +234,9 @@ class EbnfParser {
       uint32_t v = 0;
       for (int i = 0; i < digits; ++i) {
         if (pos_ >= end_) fail("short \\x/\\u escape");
-        const char h = text_[pos_++];
-        v <<= 4;
-        if (h >= '0' && h <= '9') {
-          v |= static_cast<uint32_t>(h - '0');
-        } else if (h >= 'a' && h <= 'f') {
-          v |= static_cast<uint32_t>(h - 'a' + 10);
-        } else if (h >= 'A' && h <= 'F') {
-          v |= static_cast<uint32_t>(h - 'A' + 10);
-        } else {
-          fail("bad hex digit in escape");
-        }
+        const int d = hex_digit(text_[pos_++]);
+        if (d < 0) fail("bad hex digit in escape");
+        v = v << 4 | static_cast<uint32_t>(d);
       }
       return v;
     };

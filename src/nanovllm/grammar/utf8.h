@@ -13,6 +13,13 @@
 namespace nanovllm::grammar {
 
 void append_utf8(uint32_t codepoint, std::string& out);
+// The value of a hex digit (0-9, a-f, A-F), or -1: the \xNN / \uXXXX escapes of regexes and EBNF strings.
+inline int hex_digit(char h) {
+  if (h >= '0' && h <= '9') return h - '0';
+  if (h >= 'a' && h <= 'f') return h - 'a' + 10;
+  if (h >= 'A' && h <= 'F') return h - 'A' + 10;
+  return -1;
+}
 // Decodes the code point at text[pos] and advances pos; -1 (pos unchanged) when the bytes there are not
 // valid UTF-8.
 int64_t decode_utf8(std::string_view text, size_t& pos);

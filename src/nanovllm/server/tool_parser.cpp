@@ -64,29 +64,16 @@ class HermesParser final : public ToolCallParser {
  public:
   explicit HermesParser(std::function<std::string()> new_id) : new_id_(std::move(new_id)) {}
 
-  ToolParseOutput feed(std::string_view text) override {
-    buf_ += text;
-    ToolParseOutput out;
-    run(out, false);
-    return out;
-  }
-
-  ToolParseOutput finish() override {
-    ToolParseOutput out;
-    run(out, true);
-    return out;
-  }
-
  private:
   std::function<std::string()> new_id_;
-  std::string buf_;  // outside a call: unsent text; inside: the call's body so far
+  // buf_ (the base's): outside a call, unsent text; inside, the call's body so far.
   bool in_call_ = false, skip_space_ = false;
   // The call being streamed.
   bool name_sent_ = false, args_done_ = false, broken_ = false;
   size_t args_begin_ = 0, args_fed_ = 0, args_sent_ = 0;
   std::unique_ptr<grammar::GrammarMatcher> args_;
 
-  void run(ToolParseOutput& out, bool final) {
+  void run(ToolParseOutput& out, bool final) override {
     for (;;) {
       if (!in_call_) {
         if (take_text(buf_, skip_space_, final, out.content) == std::string::npos) return;
@@ -250,30 +237,16 @@ class Qwen3CoderParser final : public ToolCallParser {
   Qwen3CoderParser(const ordered_json& tools, std::function<std::string()> new_id)
       : tools_(tools), new_id_(std::move(new_id)) {}
 
-  ToolParseOutput feed(std::string_view text) override {
-    buf_ += text;
-    ToolParseOutput out;
-    run(out, false);
-    return out;
-  }
-
-  ToolParseOutput finish() override {
-    ToolParseOutput out;
-    run(out, true);
-    return out;
-  }
-
  private:
   const ordered_json& tools_;
   std::function<std::string()> new_id_;
-  std::string buf_;
   std::string raw_;  // the call's text consumed so far (returned as content if it turns out malformed)
   bool in_call_ = false, skip_space_ = false;
   bool name_sent_ = false, function_closed_ = false;
   std::string name_;
   int64_t num_params_ = 0;
 
-  void run(ToolParseOutput& out, bool final) {
+  void run(ToolParseOutput& out, bool final) override {
     for (;;) {
       if (!in_call_) {
         if (take_text(buf_, skip_space_, final, out.content) == std::string::npos) return;

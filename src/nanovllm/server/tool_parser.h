@@ -50,11 +50,24 @@ struct ToolParseOutput {
 class ToolCallParser {
  public:
   virtual ~ToolCallParser() = default;
-  virtual ToolParseOutput feed(std::string_view text) = 0;
-  virtual ToolParseOutput finish() = 0;
+  ToolParseOutput feed(std::string_view text) {
+    buf_ += text;
+    ToolParseOutput out;
+    run(out, false);
+    return out;
+  }
+  ToolParseOutput finish() {
+    ToolParseOutput out;
+    run(out, true);
+    return out;
+  }
   int64_t num_calls() const { return num_calls_; }
 
  protected:
+  // Consumes what it can of buf_ into `out`; `final`: no more text comes (a partial tag is text).
+  virtual void run(ToolParseOutput& out, bool final) = 0;
+
+  std::string buf_;  // the text fed and not yet consumed
   int64_t num_calls_ = 0;
 };
 
