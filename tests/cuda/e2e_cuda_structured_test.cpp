@@ -29,10 +29,7 @@ EngineConfig structured_config() {
   // head_dim 64: the CUDA attention kernels are built for 64, 128 and 256.
   const nlohmann::json override = {
       {"vocab_size", 151936}, {"tie_word_embeddings", false}, {"eos_token_id", 151645}, {"head_dim", 64}};
-  ec.model.path = testing::tiny_model_dir("cuda-structured", override, 21);
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json"})
-    if (!std::filesystem::exists(ec.model.path / name))
-      std::filesystem::copy_file(testing::test_data_dir() / "qwen3-tokenizer" / name, ec.model.path / name);
+  ec.model.path = testing::tiny_model_dir("cuda-structured", override, 21, /*qwen3_tokenizer=*/true);
   ec.model.backend = Backend::kCuda;
   ec.cache.block_size = 16;
   ec.cache.num_kv_blocks = 256;

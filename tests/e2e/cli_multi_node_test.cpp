@@ -55,23 +55,29 @@ TEST(CliMultiNode, TwoProcessesGiveOneProcesssTokens) {
   EXPECT_EQ(json_token_ids(two.output), want) << two.output;
 }
 
+// Shell lines that wait (up to 60 s) until the worker whose stderr goes to $L has joined the group (it says so at
+// NANOVLLM_LOG_LEVEL=info): a node killed before the group forms leaves the other waiting for the rendezvous
+// instead of failing mid-run (a fixed `sleep 2` lost that race on a busy machine).
+constexpr const char* kUntilJoined = "for i in $(seq 300); do grep -q joined $L && break; sleep 0.2; done; ";
+
 TEST(CliMultiNode, ANodeThatDiesFailsTheOtherWithTheReason) {
   const uint16_t port = Listener("127.0.0.1", 0).port();
   // Node 0 generates for long enough; the worker is killed mid-run: node 0 exits 1 naming the lost node.
   const testing::CommandResult r = run_shell(
-      bin() + " worker" + group_options(1, port) + " & W=$!; (sleep 2; kill -9 $W) & timeout 120 " + bin() +
-      " generate" + group_options(0, port) +
-      " --prompt-ids 1,2,3 --temperature 0 --max-tokens 40000 --max-model-len 40960 --ignore-eos; echo node0 exit $?");
+      "L=$(mktemp); NANOVLLM_LOG_LEVEL=info " + bin() + " worker" + group_options(1, port) + " 2> $L & W=$!; (" +
+      kUntilJoined + "kill -9 $W) & timeout 120 " + bin() + " generate" + group_options(0, port) +
+      " --prompt-ids 1,2,3 --temperature 0 --max-tokens 40000 --max-model-len 40960 --ignore-eos; echo node0 exit $?; "
+      "rm -f $L");
   EXPECT_NE(r.output.find("node0 exit 1"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("error: "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("node 1"), std::string::npos) << r.output;
   // Node 0 killed: the worker exits 1, saying it lost node 0.
   const uint16_t port2 = Listener("127.0.0.1", 0).port();
   const testing::CommandResult w = run_shell(
-      bin() + " generate" + group_options(0, port2) +
+      "L=$(mktemp); " + bin() + " generate" + group_options(0, port2) +
       " --prompt-ids 1,2,3 --temperature 0 --max-tokens 40000 --max-model-len 40960 --ignore-eos > /dev/null 2>&1"
-      " & G=$!; (sleep 2; kill -9 $G) & timeout 120 " + bin() + " worker" + group_options(1, port2) +
-      "; echo worker exit $?");
+      " & G=$!; NANOVLLM_LOG_LEVEL=info timeout 120 " + bin() + " worker" + group_options(1, port2) +
+      " 2> $L & W=$!; " + kUntilJoined + "kill -9 $G; wait $W; echo worker exit $?; cat $L; rm -f $L");
   EXPECT_NE(w.output.find("worker exit 1"), std::string::npos) << w.output;
   EXPECT_NE(w.output.find("node 1 lost node 0 (127.0.0.1:" + std::to_string(port2) + ")"), std::string::npos)
       << w.output;

@@ -47,11 +47,6 @@ class RetrievalFixture : public ::testing::Test {
 };
 
 TEST_F(RetrievalFixture, RetrievesNeedlesAt2K) {
-#if defined(__SANITIZE_ADDRESS__)
-  // ~130K prompt tokens through the reference kernels take minutes in the release build and several
-  // times that under ASan; the release run checks the accuracy, the offload test below runs here too.
-  GTEST_SKIP() << "skipped in the sanitizer build (the release build runs it)";
-#endif
   const auto j = run(std::string("--tasks ") + kTasks + " --context 2048 --samples 16", "accuracy");
   ASSERT_EQ(j["samples"].size(), 4u * 16u);
   double sum = 0;

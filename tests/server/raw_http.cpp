@@ -19,6 +19,8 @@
 
 #include <gtest/gtest.h>
 
+#include "nanovllm/core/build_info.h"
+
 namespace nanovllm::testing {
 namespace {
 
@@ -240,25 +242,7 @@ double health_ms(int port, double timeout_s) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-namespace {
-
-bool under_asan() {
-#if defined(__SANITIZE_ADDRESS__)
-  return true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  return true;
-#else
-  return false;
-#endif
-#else
-  return false;
-#endif
-}
-
-}  // namespace
-
-bool rss_is_meaningful() { return !under_asan(); }
+bool rss_is_meaningful() { return !sanitized_build(); }
 
 void expect_bounded_memory(size_t idle, size_t peak_slack, const std::function<void()>& flood) {
   constexpr size_t kMiB = 1u << 20;
@@ -281,6 +265,6 @@ void expect_bounded_memory(size_t idle, size_t peak_slack, const std::function<v
   EXPECT_LT(static_cast<double>(settled), static_cast<double>(idle) * kRssAfterRatio)
       << "idle " << idle / kMiB << " MiB, after " << settled / kMiB << " MiB";
 }
-double timing_scale() { return under_asan() ? 3.0 : 1.0; }
+double timing_scale() { return sanitized_build() ? 3.0 : 1.0; }
 
 }  // namespace nanovllm::testing

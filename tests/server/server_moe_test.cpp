@@ -15,10 +15,8 @@ using nlohmann::json;
 EngineConfig moe_engine_config() {
   EngineConfig c = server_engine_config();
   c.model.path = preset_model_dir("qwen3-moe-tiny", "server-moe",
-                                  {{"vocab_size", 151936}, {"eos_token_id", 151645}, {"bos_token_id", 151643}}, 23);
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json"})
-    if (!std::filesystem::exists(c.model.path / name))
-      std::filesystem::copy_file(test_data_dir() / "qwen3-tokenizer" / name, c.model.path / name);
+                                  {{"vocab_size", 151936}, {"eos_token_id", 151645}, {"bos_token_id", 151643}}, 23,
+                                  /*qwen3_tokenizer=*/true);
   return c;
 }
 

@@ -1,7 +1,6 @@
 #include "server/server_test_util.h"
 
 #include <chrono>
-#include <mutex>
 #include <thread>
 
 #include "nanovllm/server/http_client.h"
@@ -10,15 +9,9 @@
 namespace nanovllm::testing {
 
 std::filesystem::path server_model_dir() {
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  const auto tok_dir = test_data_dir() / "qwen3-tokenizer";
   // eos: the tokenizer's <|im_end|>, as `make-test-model --tokenizer` sets it.
-  const auto dir = tiny_model_dir("server-qwen3-tokenizer",
-                                  {{"vocab_size", 151936}, {"tie_word_embeddings", false}, {"eos_token_id", 151645}}, 21);
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json"})
-    if (!std::filesystem::exists(dir / name)) std::filesystem::copy_file(tok_dir / name, dir / name);
-  return dir;
+  return tiny_model_dir("server", {{"vocab_size", 151936}, {"tie_word_embeddings", false}, {"eos_token_id", 151645}},
+                        21, /*qwen3_tokenizer=*/true);
 }
 
 EngineConfig server_engine_config() {
