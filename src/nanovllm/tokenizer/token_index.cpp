@@ -1,5 +1,6 @@
 #include "nanovllm/tokenizer/token_index.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "nanovllm/core/error.h"
@@ -26,8 +27,8 @@ size_t TokenIndex::slot_of(std::string_view token, uint32_t hash) const {
   }
 }
 
-void TokenIndex::grow() {
-  std::vector<Slot> old(slots_.size() * 2, Slot{0, 0});
+void TokenIndex::rehash(size_t slots) {
+  std::vector<Slot> old(slots, Slot{0, 0});
   old.swap(slots_);
   mask_ = slots_.size() - 1;
   for (const Slot& s : old) {
@@ -36,6 +37,20 @@ void TokenIndex::grow() {
     while (slots_[i].key != 0) i = (i + 1) & mask_;
     slots_[i] = s;
   }
+}
+
+void TokenIndex::reserve(size_t keys, size_t text_bytes) {
+  keys_.reserve(keys);
+  text_.reserve(text_bytes);
+  size_t slots = slots_.size();
+  while (slots < 2 * keys) slots *= 2;
+  if (slots > slots_.size()) rehash(slots);
+}
+
+void TokenIndex::clear() {
+  text_.clear();
+  keys_.clear();
+  std::fill(slots_.begin(), slots_.end(), Slot{0, 0});
 }
 
 void TokenIndex::insert_or_assign(std::string_view token, int32_t value) {
@@ -47,7 +62,7 @@ void TokenIndex::insert_or_assign(std::string_view token, int32_t value) {
     return;
   }
   if ((keys_.size() + 1) * 2 > slots_.size()) {
-    grow();
+    rehash(2 * slots_.size());
     i = slot_of(token, hash);
   }
   keys_.push_back(Key{text_.size(), static_cast<uint32_t>(token.size()), value});

@@ -19,7 +19,11 @@ class TokenIndex {
   // The value of `token`, or -1 when absent.
   int32_t find(std::string_view token) const;
 
+  void reserve(size_t keys, size_t text_bytes);
+  void clear();  // keeps the memory
+
   size_t size() const { return keys_.size(); }
+  size_t text_size() const { return text_.size(); }
   std::string_view key(size_t i) const { return std::string_view(text_).substr(keys_[i].offset, keys_[i].size); }
   int32_t value(size_t i) const { return keys_[i].value; }
   void set_value(size_t i, int32_t value) { keys_[i].value = value; }
@@ -36,7 +40,7 @@ class TokenIndex {
   };
   // The slot holding `token`, or the free slot where it would go.
   size_t slot_of(std::string_view token, uint32_t hash) const;
-  void grow();
+  void rehash(size_t slots);
 
   std::string text_;
   std::vector<Key> keys_;

@@ -51,16 +51,17 @@ struct Tokenizer::Impl {
     return std::string_view(id_text).substr(info.offset + info.token_size, info.bytes_size);
   }
   void set_info(int32_t id, std::string_view token, bool special) {
-    const std::string bytes = byte_level_token_bytes(token);  // what HF's ByteLevel decoder gives
-    NANOVLLM_CHECK(token.size() <= UINT32_MAX && bytes.size() <= UINT32_MAX, "tokenizer: token ", id, " is too long");
+    NANOVLLM_CHECK(token.size() <= UINT32_MAX, "tokenizer: token ", id, " is too long");
+    const size_t offset = id_text.size();
+    id_text.append(token);
+    append_byte_level_token_bytes(id_text, token);  // what HF's ByteLevel decoder gives
     int32_t& slot = id_slot[static_cast<size_t>(id)];
     if (slot < 0) {
       slot = static_cast<int32_t>(id_info.size());
       id_info.emplace_back();
     }
-    id_info[static_cast<size_t>(slot)] = IdInfo{id_text.size(), static_cast<uint32_t>(token.size()),
-                                                static_cast<uint32_t>(bytes.size()), special};
-    id_text.append(token).append(bytes);
+    id_info[static_cast<size_t>(slot)] = IdInfo{offset, static_cast<uint32_t>(token.size()),
+                                                static_cast<uint32_t>(id_text.size() - offset - token.size()), special};
   }
 
   void encode_text(std::string_view text, std::vector<int32_t>& out) const;
@@ -326,6 +327,8 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::stri
 
     // ---- id tables ----
     impl->id_slot.assign(static_cast<size_t>(max_id + 1), -1);
+    impl->id_info.reserve(vocab.size() + impl->added.size());
+    impl->id_text.reserve(2 * vocab.text_size() + 64 * impl->added.size());
     for (size_t k = 0; k < vocab.size(); ++k) {
       const int32_t id = vocab.value(k);
       // Two tokens with one id: the one that sorts last wins, as when the vocab was read in key order.
