@@ -272,9 +272,11 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::stri
       vocab.set_value(k, id);
       max_id = std::max(max_id, id);
     }
-    // model.merges: the reader took the entries of an array; the DOM holds anything else as written.
+    // model.merges: the reader took the "a b" and ["a", "b"] entries of an array and set the others aside (each
+    // one an error: add_merge throws for the first, as it would in file order); a merges that is not an array
+    // is in the DOM as written.
     for (const auto& m : model.at("merges")) add_merge(m, parsed);
-    for (const json& m : parsed.bad_merges) add_merge(m, parsed);  // throws for the first
+    for (const json& m : parsed.bad_merges) add_merge(m, parsed);
     std::vector<MergeRule> merges;
     merges.reserve(parsed.merges.size());
     for (const TokenizerJson::MergeSpan& m : parsed.merges) {
