@@ -72,38 +72,40 @@ void WordCache::insert(std::string_view word, uint64_t hash, const int32_t* ids,
   ++size_;
 }
 
-BpeModel::BpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
-                   const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options)
+BpeModel::BpeModel(const TokenIndex& vocab, std::span<const MergeRule> merges, BpeOptions options)
     : options_(options) {
-  std::unordered_map<std::string_view, int32_t> by_token;
-  by_token.reserve(vocab.size());
-  for (const auto& [token, id] : vocab) by_token.emplace(token, id);
-
   const auto& b2u = byte_to_unicode();
   for (int b = 0; b < 256; ++b) {
     std::string s;
     // single byte-level character
     if (b2u[b] < 0x80) s.push_back(static_cast<char>(b2u[b]));
     else if (b2u[b] < 0x800) { s.push_back(static_cast<char>(0xC0 | (b2u[b] >> 6))); s.push_back(static_cast<char>(0x80 | (b2u[b] & 0x3F))); }
-    auto it = by_token.find(s);
-    NANOVLLM_CHECK(it != by_token.end(), "tokenizer.json: byte-level BPE vocab has no token for byte 0x", std::hex, b,
+    const int32_t id = vocab.find(s);
+    NANOVLLM_CHECK(id >= 0, "tokenizer.json: byte-level BPE vocab has no token for byte 0x", std::hex, b,
                    " (expected token '", s, "'); only byte-level BPE without unk tokens is supported");
-    byte_id_[b] = it->second;
+    byte_id_[b] = id;
   }
 
   merges_.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto& [a, b] = merges[rank];
-    auto ia = by_token.find(a), ib = by_token.find(b), im = by_token.find(a + b);
-    NANOVLLM_CHECK(ia != by_token.end() && ib != by_token.end(), "tokenizer.json: merge #", rank, " '", a, " ", b,
+    const MergeRule& m = merges[rank];
+    const int32_t left = vocab.find(m.left()), right = vocab.find(m.right());
+    NANOVLLM_CHECK(left >= 0 && right >= 0, "tokenizer.json: merge #", rank, " '", m.left(), " ", m.right(),
                    "' uses a token missing from the vocab");
-    NANOVLLM_CHECK(im != by_token.end(), "tokenizer.json: merge #", rank, " '", a, " ", b,
+    const int32_t merged = vocab.find(m.pair);
+    NANOVLLM_CHECK(merged >= 0, "tokenizer.json: merge #", rank, " '", m.left(), " ", m.right(),
                    "' produces a token missing from the vocab");
-    merges_.insert(ia->second, ib->second, static_cast<int32_t>(rank), im->second);
+    merges_.insert(left, right, static_cast<int32_t>(rank), merged);
   }
 
   if (options_.ignore_merges) {
-    for (const auto& [token, id] : vocab) raw_vocab_.emplace(byte_level_token_bytes(token), id);
+    // Two tokens decode to the same bytes only when one is not in the byte-level alphabet (it is then its own
+    // bytes); the one that sorts first wins, as when the vocab was read in key order. Values: key numbers.
+    for (size_t k = 0; k < vocab.size(); ++k) {
+      const auto [it, added] = raw_vocab_.try_emplace(byte_level_token_bytes(vocab.key(k)), static_cast<int32_t>(k));
+      if (!added && vocab.key(k) < vocab.key(static_cast<size_t>(it->second))) it->second = static_cast<int32_t>(k);
+    }
+    for (auto& [bytes, k] : raw_vocab_) k = vocab.value(static_cast<size_t>(k));
   }
 }
 

@@ -4,10 +4,13 @@
 
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "nanovllm/tokenizer/token_index.h"
 
 namespace nanovllm::tokenizer {
 
@@ -73,15 +76,23 @@ class WordCache {
   std::vector<int32_t> ids_;
 };
 
+// One merge as spelled in tokenizer.json: its left and right tokens back to back in `pair`, which is thus also
+// the spelling of the token they merge into.
+struct MergeRule {
+  std::string_view pair;
+  size_t left_size;
+  std::string_view left() const { return pair.substr(0, left_size); }
+  std::string_view right() const { return pair.substr(left_size); }
+};
+
 struct BpeOptions {
   bool ignore_merges = false;  // a word that is itself in the vocab maps straight to its id
 };
 
 class BpeModel {
  public:
-  // vocab: byte-level token string -> id; merges: pairs of byte-level token strings, best first.
-  BpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
-           const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options);
+  // vocab: byte-level token string -> id; merges: best first.
+  BpeModel(const TokenIndex& vocab, std::span<const MergeRule> merges, BpeOptions options);
 
   // Appends the ids of one pre-tokenized word, given as raw bytes.
   void encode_word(std::string_view bytes, std::vector<int32_t>& out) const;

@@ -32,18 +32,26 @@ int unicode_to_byte(uint32_t cp) {
 std::string byte_level_token_bytes(std::string_view token) {
   std::string out;
   out.reserve(token.size());
+  append_byte_level_token_bytes(out, token);
+  return out;
+}
+
+void append_byte_level_token_bytes(std::string& out, std::string_view token) {
+  const size_t start = out.size();
   const auto* p = reinterpret_cast<const unsigned char*>(token.data());
   size_t i = 0;
   while (i < token.size()) {
     const Utf8Step st = next_utf8(p + i, token.size() - i);
-    if (st.status != Utf8Status::kValid) return std::string(token);
-    size_t len;
-    const int b = unicode_to_byte(decode_utf8(p + i, len));
-    if (b < 0) return std::string(token);
+    size_t len = 0;
+    const int b = st.status == Utf8Status::kValid ? unicode_to_byte(decode_utf8(p + i, len)) : -1;
+    if (b < 0) {
+      out.resize(start);
+      out.append(token);
+      return;
+    }
     out.push_back(static_cast<char>(b));
     i += len;
   }
-  return out;
 }
 
 std::string bytes_to_byte_level(std::string_view bytes) {

@@ -19,6 +19,8 @@ int unicode_to_byte(uint32_t cp);
 // The ByteLevel decoder's rule for one token string: when every character stands for a byte, the token is
 // those bytes; otherwise (e.g. an added token written with ordinary characters) it is its own UTF-8 bytes.
 std::string byte_level_token_bytes(std::string_view token);
+// The same, appended to `out`.
+void append_byte_level_token_bytes(std::string& out, std::string_view token);
 
 // The byte-level (vocab) spelling of raw bytes.
 std::string bytes_to_byte_level(std::string_view bytes);

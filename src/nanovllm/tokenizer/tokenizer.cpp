@@ -2,7 +2,6 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <unordered_map>
 
 #include "nanovllm/core/error.h"
@@ -11,6 +10,8 @@
 #include "nanovllm/tokenizer/byte_level.h"
 #include "nanovllm/tokenizer/normalizer.h"
 #include "nanovllm/tokenizer/regex_split.h"
+#include "nanovllm/tokenizer/token_index.h"
+#include "nanovllm/tokenizer/tokenizer_json.h"
 #include "nanovllm/tokenizer/utf8.h"
 
 namespace nanovllm::tokenizer {
@@ -26,29 +27,41 @@ struct Tokenizer::Impl {
   AddedTokenMatcher normalized_matcher;  // added tokens with normalized=true
   std::vector<int32_t> post_prefix, post_suffix;  // TemplateProcessing "single" around $A
 
-  std::unordered_map<std::string, int32_t> vocab;        // byte-level spelling -> id
+  TokenIndex vocab;  // byte-level spelling -> id
   std::unordered_map<std::string, int32_t> added_by_content;
   // Per id, through a 4-byte slot (so sparse ids cost 4 bytes each, not a table row).
   struct IdInfo {
-    std::string token;  // spelling
-    std::string bytes;  // decoded bytes
+    size_t offset = 0;  // into id_text: the spelling, then the decoded bytes
+    uint32_t token_size = 0, bytes_size = 0;
     bool special = false;
   };
   std::vector<int32_t> id_slot;  // [vocab_size] index into id_info, -1 when the id is unused
   std::vector<IdInfo> id_info;
+  std::string id_text;
   std::optional<int32_t> eos, bos, pad;
 
   const IdInfo* info(int32_t id) const {
     if (id < 0 || static_cast<size_t>(id) >= id_slot.size() || id_slot[id] < 0) return nullptr;
     return &id_info[static_cast<size_t>(id_slot[id])];
   }
-  IdInfo& info_for_write(int32_t id) {
+  std::string_view token_of(const IdInfo& info) const {
+    return std::string_view(id_text).substr(info.offset, info.token_size);
+  }
+  std::string_view bytes_of(const IdInfo& info) const {
+    return std::string_view(id_text).substr(info.offset + info.token_size, info.bytes_size);
+  }
+  void set_info(int32_t id, std::string_view token, bool special) {
+    NANOVLLM_CHECK(token.size() <= UINT32_MAX, "tokenizer: token ", id, " is too long");
+    const size_t offset = id_text.size();
+    id_text.append(token);
+    append_byte_level_token_bytes(id_text, token);  // what HF's ByteLevel decoder gives
     int32_t& slot = id_slot[static_cast<size_t>(id)];
     if (slot < 0) {
       slot = static_cast<int32_t>(id_info.size());
       id_info.emplace_back();
     }
-    return id_info[static_cast<size_t>(slot)];
+    id_info[static_cast<size_t>(slot)] = IdInfo{offset, static_cast<uint32_t>(token.size()),
+                                                static_cast<uint32_t>(id_text.size() - offset - token.size()), special};
   }
 
   void encode_text(std::string_view text, std::vector<int32_t>& out) const;
@@ -60,9 +73,29 @@ namespace {
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   NANOVLLM_CHECK(in.good(), "tokenizer: cannot open ", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  std::string text;
+  std::error_code ec;
+  if (const auto size = std::filesystem::file_size(path, ec); !ec) text.reserve(size);
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) text.append(chunk, static_cast<size_t>(in.gcount()));
+  return text;
+}
+
+// One entry of model.merges as written: "a b" or ["a", "b"], else an Error. Appends it to `out`'s merges.
+void add_merge(const json& m, TokenizerJson& out) {
+  if (m.is_string()) {
+    const std::string s = m.get<std::string>();
+    const size_t sp = s.find(' ');
+    NANOVLLM_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos,
+                   "tokenizer.json: merge '", s, "' is not of the form 'a b'");
+    out.merges.push_back({out.merge_text.size(), sp, s.size() - sp - 1});
+    out.merge_text.append(s, 0, sp).append(s, sp + 1);
+  } else {
+    NANOVLLM_CHECK(m.is_array() && m.size() == 2, "tokenizer.json: merge entry is not 'a b' or [a, b]");
+    const std::string a = m[0].get<std::string>(), b = m[1].get<std::string>();
+    out.merges.push_back({out.merge_text.size(), a.size(), b.size()});
+    out.merge_text.append(a).append(b);
+  }
 }
 
 std::string type_of(const json& j) { return j.is_object() && j.contains("type") ? j["type"].get<std::string>() : ""; }
@@ -191,20 +224,21 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::stri
   const std::string bound_what = model_vocab_size > 0
                                      ? "the model's vocabulary [0, " + std::to_string(bound) + ") (config.json vocab_size)"
                                      : "[0, 2^24), the largest vocabulary supported";
-  // `where`: the file and field, for errors.
-  auto checked_id = [&](const json& v, const std::string& where) -> int32_t {
-    NANOVLLM_CHECK(v.is_number_integer(), where, ": the token id must be an integer, got ", v.dump());
+  // `where()`: the file and field, for errors (only built for one).
+  auto checked_id = [&](const json& v, const auto& where) -> int32_t {
+    NANOVLLM_CHECK(v.is_number_integer(), where(), ": the token id must be an integer, got ", v.dump());
     const bool inside = v.is_number_unsigned() ? v.get<uint64_t>() < static_cast<uint64_t>(bound)
                                                : v.get<int64_t>() >= 0 && v.get<int64_t>() < bound;
-    NANOVLLM_CHECK(inside, where, ": token id ", v.dump(), " is outside ", bound_what);
+    NANOVLLM_CHECK(inside, where(), ": token id ", v.dump(), " is outside ", bound_what);
     return static_cast<int32_t>(v.get<int64_t>());
   };
-  json j;
+  TokenizerJson parsed;
   try {
-    j = json::parse(tokenizer_json);
+    parsed = read_tokenizer_json(tokenizer_json);
   } catch (const json::exception& e) {
     NANOVLLM_FAIL("tokenizer.json: invalid JSON: ", e.what());
   }
+  const json& j = parsed.doc;
   json cfg;
   if (!config_json.empty()) {
     try {
@@ -225,30 +259,28 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::stri
       const json v = model.value(k, json());
       NANOVLLM_CHECK(v.is_null() || v.get<std::string>().empty(), "tokenizer.json: BPE ", k, " is not supported");
     }
-    std::vector<std::pair<std::string, int32_t>> vocab;
-    vocab.reserve(model.at("vocab").size());
+    // model.vocab: the reader's index maps each token to its id as written; check those and store the ids.
     int32_t max_id = -1;
     NANOVLLM_CHECK(model.at("vocab").is_object(), "tokenizer.json: model.vocab must be an object");
-    NANOVLLM_CHECK(static_cast<int64_t>(model["vocab"].size()) <= bound, "tokenizer.json: model.vocab has ",
-                   model["vocab"].size(), " tokens, more than ", bound_what, " holds");
-    for (const auto& [token, id] : model["vocab"].items()) {
-      const int32_t i = checked_id(id, "tokenizer.json: model.vocab['" + token + "']");
-      vocab.emplace_back(token, i);
-      max_id = std::max(max_id, i);
+    TokenIndex& vocab = parsed.vocab;
+    NANOVLLM_CHECK(static_cast<int64_t>(vocab.size()) <= bound, "tokenizer.json: model.vocab has ", vocab.size(),
+                   " tokens, more than ", bound_what, " holds");
+    for (size_t k = 0; k < vocab.size(); ++k) {
+      const int32_t id = checked_id(parsed.vocab_ids[static_cast<size_t>(vocab.value(k))], [&] {
+        return "tokenizer.json: model.vocab['" + std::string(vocab.key(k)) + "']";
+      });
+      vocab.set_value(k, id);
+      max_id = std::max(max_id, id);
     }
-    std::vector<std::pair<std::string, std::string>> merges;
-    merges.reserve(model.at("merges").size());
-    for (const auto& m : model["merges"]) {
-      if (m.is_string()) {
-        const std::string s = m.get<std::string>();
-        const size_t sp = s.find(' ');
-        NANOVLLM_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos,
-                       "tokenizer.json: merge '", s, "' is not of the form 'a b'");
-        merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-      } else {
-        NANOVLLM_CHECK(m.is_array() && m.size() == 2, "tokenizer.json: merge entry is not 'a b' or [a, b]");
-        merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
-      }
+    // model.merges: the reader took the "a b" and ["a", "b"] entries of an array and set the others aside (each
+    // one an error: add_merge throws for the first, as it would in file order); a merges that is not an array
+    // is in the DOM as written.
+    for (const auto& m : model.at("merges")) add_merge(m, parsed);
+    for (const json& m : parsed.bad_merges) add_merge(m, parsed);
+    std::vector<MergeRule> merges;
+    merges.reserve(parsed.merges.size());
+    for (const TokenizerJson::MergeSpan& m : parsed.merges) {
+      merges.push_back({std::string_view(parsed.merge_text).substr(m.offset, m.left_size + m.right_size), m.left_size});
     }
     impl->bpe = std::make_unique<BpeModel>(vocab, merges, BpeOptions{model.value("ignore_merges", false)});
 
@@ -279,9 +311,11 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::stri
     };
     const json added_tokens = j.value("added_tokens", json::array());
     NANOVLLM_CHECK(added_tokens.is_array(), "tokenizer.json: added_tokens must be a list");
-    for (size_t i = 0; i < added_tokens.size(); ++i)
-      add_token(added_tokens[i], checked_id(added_tokens[i].at("id"), "tokenizer.json: added_tokens[" +
-                                                                           std::to_string(i) + "].id"));
+    for (size_t i = 0; i < added_tokens.size(); ++i) {
+      add_token(added_tokens[i], checked_id(added_tokens[i].at("id"), [&] {
+                  return "tokenizer.json: added_tokens[" + std::to_string(i) + "].id";
+                }));
+    }
     if (cfg.is_object() && cfg.contains("added_tokens_decoder")) {
       NANOVLLM_CHECK(cfg["added_tokens_decoder"].is_object(),
                      "tokenizer_config.json: added_tokens_decoder must be an object");
@@ -289,26 +323,26 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::stri
         const std::string where = "tokenizer_config.json: added_tokens_decoder['" + key + "']";
         const bool digits = !key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos;
         NANOVLLM_CHECK(digits, where, ": the key must be a token id");
-        add_token(t, checked_id(json(std::stoll(key)), where));
+        add_token(t, checked_id(json(std::stoll(key)), [&] { return where; }));
       }
     }
 
     // ---- id tables ----
     impl->id_slot.assign(static_cast<size_t>(max_id + 1), -1);
-    impl->vocab.reserve(vocab.size());
-    for (auto& [token, id] : vocab) {
-      Impl::IdInfo& info = impl->info_for_write(id);
-      info.bytes = byte_level_token_bytes(token);
-      info.token = token;
-      impl->vocab.emplace(std::move(token), id);
+    impl->id_info.reserve(vocab.size() + impl->added.size());
+    impl->id_text.reserve(2 * vocab.text_size() + 64 * impl->added.size());
+    for (size_t k = 0; k < vocab.size(); ++k) {
+      const int32_t id = vocab.value(k);
+      // Two tokens with one id: the one that sorts last wins, as when the vocab was read in key order.
+      const Impl::IdInfo* have = impl->info(id);
+      if (have != nullptr && vocab.key(k) < impl->token_of(*have)) continue;
+      impl->set_info(id, vocab.key(k), false);
     }
+    impl->vocab = std::move(vocab);
     std::vector<std::string> raw_pats, norm_pats;
     std::vector<const AddedToken*> raw_toks, norm_toks;
     for (const AddedToken& a : impl->added) {
-      Impl::IdInfo& info = impl->info_for_write(a.id);
-      info.token = a.content;
-      info.bytes = byte_level_token_bytes(a.content);  // what HF's ByteLevel decoder does
-      info.special = a.special;
+      impl->set_info(a.id, a.content, a.special);
       if (a.normalized) {
         std::string p;
         impl->normalizer.normalize(a.content, p);
@@ -328,7 +362,7 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::stri
       const auto name = config_token_name(cfg, key);
       if (!name) return std::nullopt;
       if (auto it = impl->added_by_content.find(*name); it != impl->added_by_content.end()) return it->second;
-      if (auto it = impl->vocab.find(*name); it != impl->vocab.end()) return it->second;
+      if (const int32_t id = impl->vocab.find(*name); id >= 0) return id;
       return std::nullopt;
     };
     impl->eos = lookup("eos_token");
@@ -396,7 +430,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   for (int32_t id : ids) {
     const Impl::IdInfo* info = im.info(id);
     if (info == nullptr || (skip_special_tokens && info->special)) continue;
-    bytes += info->bytes;
+    bytes += im.bytes_of(*info);
   }
   std::string out;
   out.reserve(bytes.size());
@@ -407,21 +441,22 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
 int64_t Tokenizer::vocab_size() const { return static_cast<int64_t>(impl_->id_slot.size()); }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
-  const std::string key(token);
-  if (auto it = impl_->added_by_content.find(key); it != impl_->added_by_content.end()) return it->second;
-  if (auto it = impl_->vocab.find(key); it != impl_->vocab.end()) return it->second;
+  if (auto it = impl_->added_by_content.find(std::string(token)); it != impl_->added_by_content.end()) {
+    return it->second;
+  }
+  if (const int32_t id = impl_->vocab.find(token); id >= 0) return id;
   return std::nullopt;
 }
 
 std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
   const Impl::IdInfo* info = impl_->info(id);
   if (info == nullptr) return std::nullopt;
-  return info->token;
+  return std::string(impl_->token_of(*info));
 }
 
 std::string_view Tokenizer::token_bytes(int32_t id) const {
   const Impl::IdInfo* info = impl_->info(id);
-  return info == nullptr ? std::string_view() : std::string_view(info->bytes);
+  return info == nullptr ? std::string_view() : impl_->bytes_of(*info);
 }
 
 bool Tokenizer::is_special(int32_t id) const {
