@@ -10,7 +10,7 @@ mkdir -p "$out/corpus"
 command -v clang++ >/dev/null || { echo "clang++ not found (apt-get install -y clang)"; exit 1; }
 cd "$root/src/nanovllm/tokenizer"
 srcs=(added_tokens.cpp bpe.cpp byte_level.cpp incremental_detokenizer.cpp normalizer.cpp regex_split.cpp
-      tokenizer.cpp utf8.cpp ../core/env.cpp ../core/error.cpp ../core/logging.cpp)
+      token_index.cpp tokenizer.cpp tokenizer_json.cpp utf8.cpp ../core/env.cpp ../core/error.cpp ../core/logging.cpp)
 clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$root/src" -DPCRE2_STATIC -DUTF8PROC_STATIC \
   -DNANOVLLM_FUZZ_TOKENIZER_DIR="\"$root/tests/data/qwen3-tokenizer\"" \
