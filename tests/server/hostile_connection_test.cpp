@@ -20,7 +20,7 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // What a connection flood may add to RSS while it runs (sockets, read buffers, allocator slack); after it, RSS
-// must come back within 10% of idle (kRssAfterRatio).
+// must come back within kRssAfterSlack of idle.
 constexpr size_t kPeakSlack = 32u << 20;
 
 // RSS of a test's fresh server after one request of each kind it will see, so arenas and threads exist.

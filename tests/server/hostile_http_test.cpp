@@ -20,7 +20,7 @@ using nlohmann::json;
 constexpr const char* kKey = "sk-hostile";
 constexpr size_t kMiB = 1u << 20;
 // Memory bound: what a flood may add while it runs (the body limit times the attackers, plus header buffers
-// and slack for the allocator). After it, RSS must come back within 10% of its idle value (kRssAfterRatio).
+// and slack for the allocator). After it, RSS must come back within kRssAfterSlack of its idle value.
 constexpr size_t kPeakSlack = 48 * kMiB;
 
 class HostileHttp : public ::testing::Test {

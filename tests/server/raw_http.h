@@ -68,9 +68,12 @@ double health_ms(int port, double timeout_s = 5);
 // Whether RSS checks mean anything in this build: AddressSanitizer keeps freed memory in quarantine.
 bool rss_is_meaningful();
 // The memory bound of the flood tests: runs `flood` while sampling this process's RSS (the server runs in
-// it), then expects the peak below `idle` + `peak_slack` and, a moment after the flood, RSS within 10% of
-// `idle` (kRssAfterRatio). Prints the three values; checks nothing where !rss_is_meaningful().
-constexpr double kRssAfterRatio = 1.10;
+// it), then expects the peak below `idle` + `peak_slack` and, a moment after the flood, RSS below `idle` +
+// kRssAfterSlack. Prints the three values; checks nothing where !rss_is_meaningful().
+// kRssAfterSlack: what the allocator may keep of the flood's memory (9-10 MiB measured after the chunked-body
+// flood). An absolute bound: a ratio of idle moved with whatever else the process held (idle was 153 MiB while
+// the tokenizer loader left its 100 MB JSON DOM freed but resident; 76 MiB without it).
+constexpr size_t kRssAfterSlack = 16u << 20;
 void expect_bounded_memory(size_t idle, size_t peak_slack, const std::function<void()>& flood);
 // Latency bounds are multiplied by this: 3 under the sanitizers (everything runs ~2-3x slower), else 1.
 double timing_scale();
