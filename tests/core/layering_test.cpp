@@ -58,13 +58,25 @@ const LayerTable& python_layers() {
   return table;
 }
 
+bool is_source(const fs::directory_entry& f) {
+  const std::string ext = f.path().extension().string();
+  return f.is_regular_file() && (ext == ".h" || ext == ".cpp" || ext == ".cu" || ext == ".cuh");
+}
+
+// A folder with no C++ or CUDA file (pip's python/nanovllm.egg-info, __pycache__) is not a layer.
+bool holds_sources(const fs::path& dir) {
+  for (const fs::directory_entry& f : fs::recursive_directory_iterator(dir))
+    if (is_source(f)) return true;
+  return false;
+}
+
 // "dir/file.h:12: includes runner/ (engine may include only ...)" for each bad include under root.
 std::vector<std::string> layering_violations(const fs::path& root, const LayerTable& table = src_layers()) {
   // A quoted include with a directory: "nanovllm/<layer>/..." or, inside tools/, "<dir>/...".
   static const std::regex include_re(R"(^\s*#\s*include\s*"(?:nanovllm/)?([A-Za-z0-9_]+)/)");
   std::vector<std::string> errors;
   for (const fs::directory_entry& dir : fs::directory_iterator(root)) {
-    if (!dir.is_directory()) continue;
+    if (!dir.is_directory() || !holds_sources(dir.path())) continue;
     const std::string layer = dir.path().filename().string();
     const auto allowed = table.find(layer);
     if (allowed == table.end()) {
@@ -72,8 +84,7 @@ std::vector<std::string> layering_violations(const fs::path& root, const LayerTa
       continue;
     }
     for (const fs::directory_entry& f : fs::recursive_directory_iterator(dir.path())) {
-      const std::string ext = f.path().extension().string();
-      if (!f.is_regular_file() || (ext != ".h" && ext != ".cpp" && ext != ".cu" && ext != ".cuh")) continue;
+      if (!is_source(f)) continue;
       std::ifstream in(f.path());
       std::string line;
       for (int n = 1; std::getline(in, line); ++n) {
@@ -112,7 +123,8 @@ TEST(Layering, ToolsAndPythonSitOnTop) {
   EXPECT_TRUE(errors.empty()) << errors.size() << " include(s) break the layering:\n" << join(errors);
 }
 
-// The checker itself: a tree with one include pointing up, one sideways and one unknown directory.
+// The checker itself: a tree with one include pointing up, one sideways and one unknown directory of sources (a
+// folder without sources, like pip's egg-info, is not a layer).
 TEST(Layering, CheckerReportsViolations) {
   const nanovllm::testing::ProcessScratchDir scratch("nanovllm-layering");
   const fs::path& root = scratch.path();
@@ -120,6 +132,9 @@ TEST(Layering, CheckerReportsViolations) {
   fs::create_directories(root / "kernels" / "cuda");
   fs::create_directories(root / "tokenizer");
   fs::create_directories(root / "mystery");
+  fs::create_directories(root / "pkg.egg-info");
+  std::ofstream(root / "mystery" / "m.h") << "#pragma once\n";
+  std::ofstream(root / "pkg.egg-info" / "PKG-INFO") << "Name: pkg\n";
   std::ofstream(root / "engine" / "ok.h") << "#include \"nanovllm/core/error.h\"\n#include \"nanovllm/model/config.h\"\n"
                                           << "#include <nlohmann/json.hpp>\n#include \"local.h\"\n";
   std::ofstream(root / "kernels" / "cuda" / "bad.cu") << "// x\n#include \"nanovllm/engine/sequence.h\"\n";
