@@ -10,26 +10,15 @@
 
 #include "nanovllm/tokenizer/tokenizer.h"
 #include "nanovllm/tokenizer/tokenizer_json.h"
-#include "nanovllm/tokenizer/utf8.h"
 #include "support/expect_error.h"
+#include "tokenizer_fixture.h"
 
 namespace nanovllm::tokenizer {
 namespace {
 
 using json = nlohmann::json;
 using nanovllm::testing::expect_error;
-
-// GPT-2 byte-level spelling of one byte (as tokenizer_test.cpp writes it out).
-std::string byte_token(unsigned b) {
-  uint32_t cp;
-  if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE)) cp = b;
-  else if (b <= 0x20) cp = 0x100 + b;
-  else if (b <= 0xA0) cp = 0x100 + 33 + (b - 0x7F);
-  else cp = 0x100 + 33 + 34;  // 0xAD
-  std::string s;
-  append_utf8(s, cp);
-  return s;
-}
+using testing::byte_token;
 
 // A small byte-level BPE tokenizer.json: the 256 byte tokens, "ab" (256) and "abc" (257), merges in both
 // forms, and whatever `vocab_extra` / `model_extra` add (JSON text, each starting with a comma).

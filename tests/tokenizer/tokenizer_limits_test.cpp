@@ -8,26 +8,15 @@
 #include <nlohmann/json.hpp>
 
 #include "nanovllm/core/error.h"
-#include "nanovllm/tokenizer/utf8.h"
 #include "nanovllm/tokenizer/tokenizer.h"
 #include "support/expect_error.h"
+#include "tokenizer_fixture.h"
 
 namespace nanovllm::tokenizer {
 namespace {
 
 using nanovllm::testing::expect_error;
-
-// GPT-2 byte-level spelling of one byte (as tokenizer_test.cpp writes it out).
-std::string byte_token(unsigned b) {
-  uint32_t cp;
-  if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE)) cp = b;
-  else if (b <= 0x20) cp = 0x100 + b;
-  else if (b <= 0xA0) cp = 0x100 + 33 + (b - 0x7F);
-  else cp = 0x100 + 33 + 34;  // 0xAD
-  std::string s;
-  append_utf8(s, cp);
-  return s;
-}
+using testing::byte_token;
 
 // A minimal byte-level BPE tokenizer.json: the 256 byte tokens (ids 0-255) and one added token.
 nlohmann::json tokenizer_with_added_id(const nlohmann::json& added_id) {

@@ -12,19 +12,7 @@ namespace nanovllm::tokenizer {
 namespace {
 
 using testing::qwen3;
-
-// GPT-2 byte-level spelling of one byte, written out by hand from the published table: printable
-// Latin-1 bytes stand for themselves, the others are numbered from U+0100 in byte order.
-std::string byte_token(unsigned b) {
-  uint32_t cp;
-  if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE)) cp = b;
-  else if (b <= 0x20) cp = 0x100 + b;
-  else if (b <= 0xA0) cp = 0x100 + 33 + (b - 0x7F);
-  else cp = 0x100 + 33 + 34;  // 0xAD
-  std::string s;
-  append_utf8(s, cp);
-  return s;
-}
+using testing::byte_token;
 
 int32_t byte_id(const Tokenizer& tok, unsigned b) {
   const auto id = tok.token_to_id(byte_token(b));
