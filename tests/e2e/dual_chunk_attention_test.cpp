@@ -1,15 +1,20 @@
 // Dual Chunk Attention through the whole engine on the CPU backend (docs/dual_chunk_attention.md): within one
 // chunk it is the plain model, token for token and logprob for logprob; past it, it is what the model computes on
 // every path — chunked or whole prefill, resident or offloaded KV, prefix caching on or off, preemption by
-// recompute, tensor parallel — with the same tokens and logprobs; and the combinations it does not run with are
+// recompute, tensor parallel, the sparse prefill and decode policies at covering settings — with the same tokens
+// and logprobs; sparse settings engage and agree offloaded and resident; the combinations it does not run with are
 // refused by name. The kernels' float64 reference is tests/kernels/dual_chunk_attention_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <ostream>
+#include <string>
 
 #include "nanovllm/llm/llm.h"
+#include "nanovllm/offload/offload_runner.h"
+#include "nanovllm/sparse/decode_policy.h"
+#include "nanovllm/sparse/sparse_prefill_attention.h"
 #include "support/expect_error.h"
 #include "support/test_models.h"
 
@@ -177,14 +182,107 @@ TEST_F(DualChunk, TensorParallelMatchesOneRank) {
   expect_same(run(tp, prompts, 12), want, 1e-4f, "tensor parallel 2");
 }
 
+// The sparse policies with DCA (docs/sparse_attention.md, "With Dual Chunk Attention"): every prefill estimator at its
+// full threshold and a Quest budget covering the context give dense DCA's tokens and logprobs bit for bit, resident and
+// offloaded (each against the dense run of the same path); at real sparsity they engage (fewer blocks and keys than
+// dense) and the offloaded path gives the resident one's tokens.
+struct SparseRun {
+  std::vector<Result> results;
+  SparsePrefillCounters prefill;
+  SparseDecodeCounters decode;
+};
+
+SparseRun run_sparse(const EngineConfig& ec, const std::vector<std::vector<int32_t>>& prompts, int64_t max_tokens) {
+  LLM llm(ec);
+  SparseRun r;
+  for (const auto& o : llm.generate(prompts, testing::greedy(max_tokens, 5)))
+    r.results.push_back({o.token_ids, o.logprobs, o.num_cached_tokens});
+  const RunnerStats stats = llm.engine().runner_stats();
+  if (stats.sparse_prefill) r.prefill = *stats.sparse_prefill;
+  if (stats.offload) {  // every request offloaded: the offload lane's policy decoded
+    if (stats.offload->sparse_decode) r.decode = *stats.offload->sparse_decode;
+  } else if (stats.sparse_decode) {
+    r.decode = *stats.sparse_decode;
+  }
+  return r;
+}
+
+EngineConfig with_sparse(EngineConfig ec, SparsePrefillPolicy policy, bool quest, bool covering) {
+  ec.cache.enable_prefix_caching = false;
+  ec.sparse_prefill.policy = policy;
+  ec.sparse_prefill.block_size = 16;  // divides the chunk of 48
+  ec.sparse_prefill.min_tokens = 64;
+  ec.sparse_prefill.stride = 4;
+  ec.sparse_prefill.last_q = 16;
+  ec.sparse_prefill.min_budget = 16;
+  if (covering) {
+    ec.sparse_prefill.threshold = 1.0;
+    ec.sparse_prefill.slash = 100000;  // minference: every diagonal
+  } else if (policy == SparsePrefillPolicy::kMInference) {
+    ec.sparse_prefill.vertical = 31;
+    ec.sparse_prefill.slash = 101;
+  } else {
+    ec.sparse_prefill.threshold = 0.5;
+  }
+  if (quest) {
+    ec.sparse.policy = "quest";
+    ec.sparse.budget_tokens = covering ? 512 : 32;  // every page of a 400-token context, or 4 pages of 8
+  }
+  return ec;
+}
+
+EngineConfig offloaded(EngineConfig ec) {
+  ec.offload.enabled = true;
+  ec.offload.min_tokens = 1;
+  ec.offload.block_size = 8;  // the Quest page: the resident cache's block
+  ec.offload.max_num_seqs = 2;
+  return ec;
+}
+
+TEST_F(DualChunk, SparsePoliciesAtCoveringSettingsGiveDenseDcaBitForBit) {
+  const auto prompts = random_prompts({95, 150, 233}, 512, 13);  // two to five chunks: intra, successive, inter keys
+  EngineConfig dense = base_;
+  dense.cache.enable_prefix_caching = false;
+  for (bool offload : {false, true}) {
+    const EngineConfig path = offload ? offloaded(dense) : dense;
+    const auto want = run(path, prompts, 20);
+    for (SparsePrefillPolicy policy : {SparsePrefillPolicy::kXAttention, SparsePrefillPolicy::kMInference,
+                                       SparsePrefillPolicy::kFlexPrefill, SparsePrefillPolicy::kAvgPool}) {
+      const SparseRun got = run_sparse(with_sparse(path, policy, /*quest=*/true, /*covering=*/true), prompts, 20);
+      const std::string what = std::string(sparse_prefill_policy_name(policy)) + " + quest, covering, " +
+                               (offload ? "offloaded" : "resident");
+      expect_same(got.results, want, 0.0f, what.c_str());
+      EXPECT_GT(got.prefill.sparse_layer_chunks, 0) << what;
+      EXPECT_EQ(got.prefill.attended_blocks, got.prefill.causal_blocks) << what;
+      EXPECT_GT(got.decode.sparse_layer_steps, 0) << what;
+    }
+  }
+}
+
+TEST_F(DualChunk, SparsePoliciesGoSparseAndOffloadedMatchesResident) {
+  const auto prompts = random_prompts({150, 233}, 512, 14);
+  for (SparsePrefillPolicy policy : {SparsePrefillPolicy::kXAttention, SparsePrefillPolicy::kMInference,
+                                     SparsePrefillPolicy::kFlexPrefill, SparsePrefillPolicy::kAvgPool}) {
+    const EngineConfig resident = with_sparse(base_, policy, /*quest=*/true, /*covering=*/false);
+    const SparseRun a = run_sparse(resident, prompts, 20), b = run_sparse(offloaded(resident), prompts, 20);
+    const std::string what = std::string(sparse_prefill_policy_name(policy)) + " + quest";
+    EXPECT_GT(a.prefill.sparse_layer_chunks, 0) << what;
+    EXPECT_LT(a.prefill.attended_blocks, a.prefill.causal_blocks) << what;
+    EXPECT_GT(a.decode.sparse_layer_steps, 0) << what;
+    EXPECT_LT(a.decode.attended_keys, a.decode.context_keys) << what;
+    EXPECT_LT(b.prefill.attended_blocks, b.prefill.causal_blocks) << what;
+    EXPECT_LT(b.decode.attended_keys, b.decode.context_keys) << what;
+    expect_same(b.results, a.results, 1e-5f, (what + ": offloaded vs resident").c_str());
+  }
+}
+
 TEST_F(DualChunk, CombinationsItDoesNotRunAreRefusedByName) {
-  EngineConfig quest = base_;
-  quest.sparse.policy = "quest";
-  nanovllm::testing::expect_error([&] { LLM llm(quest); }, {"--sparse-policy quest", "Dual Chunk Attention"});
-  EngineConfig prefill = base_;
-  prefill.sparse_prefill.policy = SparsePrefillPolicy::kMInference;
-  nanovllm::testing::expect_error([&] { LLM llm(prefill); },
-                                  {"--sparse-prefill-policy minference", "Dual Chunk Attention"});
+  // Pattern blocks straddling a chunk (48 positions) would pool keys of two chunk relations.
+  EngineConfig straddle = base_;
+  straddle.sparse_prefill.policy = SparsePrefillPolicy::kMInference;
+  straddle.sparse_prefill.block_size = 32;
+  nanovllm::testing::expect_error([&] { LLM llm(straddle); },
+                                  {"--sparse-prefill-block-size 32", "chunk_size - local_size = 48"});
   // The CUDA kernels score whole 128-key tiles with one rotation (checked before any GPU is looked for).
   EngineConfig cuda = base_;
   cuda.model.backend = Backend::kCuda;

@@ -28,10 +28,24 @@ void check_lists(std::string_view op, std::string_view counts_name, const Tensor
 
 // The common arguments (pattern_estimators.h); returns the chunk's geometry. `needs_columns`: the column lists must be
 // given (otherwise they may be undefined).
-cpu::PrefillChunk check_estimate(std::string_view op, const BlockSparsePattern& pattern, const TensorView& q,
+// `dca`: Dual Chunk Attention's q [3, T, Hq, D] (checked here; the geometry is its rotations').
+cpu::PrefillChunk check_estimate(std::string_view op, const BlockSparsePattern& pattern, const TensorView& q3,
                                  const TensorView& k_cache, const AttentionMetadata& meta, float scale,
-                                 bool needs_columns = false) {
-  const Device dev = q.device();
+                                 const DualChunkParams* dca, bool needs_columns = false) {
+  const Device dev = q3.device();
+  TensorView q = q3;
+  if (dca != nullptr) {
+    check_tensor(op, "q", q3, dev, 4);
+    NANOVLLM_CHECK(q3.dim(0) == 3, op, ": q ", q3.shape().str(),
+                   " must be [3, T, Hq, D] with Dual Chunk Attention (intra, successive, inter)");
+    NANOVLLM_CHECK(dca->chunk_len >= 1 && dca->chunk_len % pattern.block_size == 0, op, ": the pattern block size ",
+                   pattern.block_size, " must divide Dual Chunk Attention's chunk length ", dca->chunk_len,
+                   " (chunk_size - local_size)");
+    NANOVLLM_CHECK(dev.is_cpu() || dca->chunk_len % kCudaDualChunkLenMultiple == 0, op,
+                   ": Dual Chunk Attention's chunk length ", dca->chunk_len, " must be a multiple of ",
+                   kCudaDualChunkLenMultiple, " on CUDA (the estimators' key tiles)");
+    q = TensorView(q3.data(), q3.dtype(), Shape{q3.dim(1), q3.dim(2), q3.dim(3)}, dev);
+  }
   check_tensor(op, "q", q, dev, 3);
   check_float(op, "q", q);
   check_tensor(op, "k_cache", k_cache, dev, 4);
@@ -61,7 +75,8 @@ cpu::PrefillChunk check_estimate(std::string_view op, const BlockSparsePattern& 
   if (pattern.column_counts.defined() || pattern.column_index.defined())
     check_lists(op, "pattern.column_counts", pattern.column_counts, "pattern.column_index", pattern.column_index, Hk,
                 NQB, 1, dev);
-  return {.T = T, .ctx = ctx, .Hq = Hq, .Hk = Hk, .D = D, .B = bs, .scale = scale};
+  return {.T = T, .ctx = ctx, .Hq = Hq, .Hk = Hk, .D = D, .B = bs, .scale = scale,
+          .dca_chunk_len = dca != nullptr ? dca->chunk_len : 0};
 }
 
 cpu::PatternOut outputs(const BlockSparsePattern& p) {
@@ -82,19 +97,31 @@ void check_block_budget(std::string_view op, int64_t max_blocks, double threshol
 
 void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                          const AttentionMetadata& meta, float scale, const XAttentionParams& params, Stream s) {
+  xattention_estimate(pattern, q, k_cache, meta, scale, params, nullptr, s);
+}
+
+void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+                         const AttentionMetadata& meta, float scale, const XAttentionParams& params,
+                         const DualChunkParams* dca, Stream s) {
   constexpr std::string_view op = "xattention_estimate";
-  const cpu::PrefillChunk c = check_estimate(op, pattern, q, k_cache, meta, scale);
+  const cpu::PrefillChunk c = check_estimate(op, pattern, q, k_cache, meta, scale, dca);
   NANOVLLM_CHECK(params.stride >= 1 && c.B % params.stride == 0, op, ": stride ", params.stride,
                  " must divide the pattern block size ", c.B);
   NANOVLLM_CHECK(params.threshold > 0, op, ": threshold must be > 0, got ", params.threshold);
   check_block_budget(op, params.max_blocks, params.threshold);
   if (q.device().is_cuda())
-    NANOVLLM_DISPATCH_CUDA(xattention_estimate, q.device(), pattern, q, k_cache, meta, scale, params, s);
+    NANOVLLM_DISPATCH_CUDA(xattention_estimate, q.device(), pattern, q, k_cache, meta, scale, params, dca, s);
   cpu::xattention_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
 }
 
 void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                              const AttentionMetadata& meta, float scale, const VerticalSlashParams& params, Stream s) {
+  vertical_slash_estimate(pattern, q, k_cache, meta, scale, params, nullptr, s);
+}
+
+void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+                             const AttentionMetadata& meta, float scale, const VerticalSlashParams& params,
+                             const DualChunkParams* dca, Stream s) {
   constexpr std::string_view op = "vertical_slash_estimate";
   NANOVLLM_CHECK(params.last_q >= 1 && params.vertical >= 0 && params.slash >= 0 && params.sink_tokens >= 0 &&
                      params.recent_diagonals >= 0,
@@ -103,36 +130,48 @@ void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, Te
                  "recent_diagonals >= 0 (got ",
                  params.last_q, ", ", params.vertical, ", ", params.slash, ", ", params.sink_tokens, ", ",
                  params.recent_diagonals, ")");
-  const cpu::PrefillChunk c = check_estimate(op, pattern, q, k_cache, meta, scale, /*needs_columns=*/true);
+  const cpu::PrefillChunk c = check_estimate(op, pattern, q, k_cache, meta, scale, dca, /*needs_columns=*/true);
   const int64_t columns = vertical_slash_max_columns(c.ctx, c.group(), params.vertical);
   NANOVLLM_CHECK(pattern.column_index.dim(2) >= columns, op, ": pattern.column_index ",
                  pattern.column_index.shape().str(), " holds ", pattern.column_index.dim(2),
                  " columns per list; up to ", columns, " may be chosen (vertical_slash_max_columns)");
   if (q.device().is_cuda())
-    NANOVLLM_DISPATCH_CUDA(vertical_slash_estimate, q.device(), pattern, q, k_cache, meta, scale, params, s);
+    NANOVLLM_DISPATCH_CUDA(vertical_slash_estimate, q.device(), pattern, q, k_cache, meta, scale, params, dca, s);
   cpu::vertical_slash_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
 }
 
 void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                           const AttentionMetadata& meta, float scale, const FlexPrefillParams& params, Stream s) {
+  flexprefill_estimate(pattern, q, k_cache, meta, scale, params, nullptr, s);
+}
+
+void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+                          const AttentionMetadata& meta, float scale, const FlexPrefillParams& params,
+                          const DualChunkParams* dca, Stream s) {
   constexpr std::string_view op = "flexprefill_estimate";
   NANOVLLM_CHECK(params.gamma > 0 && params.tau >= 0 && params.min_budget >= 0, op,
                  ": gamma must be > 0, tau and min_budget >= 0 (got ", params.gamma, ", ", params.tau, ", ",
                  params.min_budget, ")");
-  const cpu::PrefillChunk c = check_estimate(op, pattern, q, k_cache, meta, scale);
+  const cpu::PrefillChunk c = check_estimate(op, pattern, q, k_cache, meta, scale, dca);
   if (q.device().is_cuda())
-    NANOVLLM_DISPATCH_CUDA(flexprefill_estimate, q.device(), pattern, q, k_cache, meta, scale, params, s);
+    NANOVLLM_DISPATCH_CUDA(flexprefill_estimate, q.device(), pattern, q, k_cache, meta, scale, params, dca, s);
   cpu::flexprefill_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
 }
 
 void avgpool_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                       const AttentionMetadata& meta, float scale, const AvgPoolParams& params, Stream s) {
+  avgpool_estimate(pattern, q, k_cache, meta, scale, params, nullptr, s);
+}
+
+void avgpool_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+                      const AttentionMetadata& meta, float scale, const AvgPoolParams& params,
+                      const DualChunkParams* dca, Stream s) {
   constexpr std::string_view op = "avgpool_estimate";
   NANOVLLM_CHECK(params.threshold > 0, op, ": threshold must be > 0, got ", params.threshold);
   check_block_budget(op, params.max_blocks, params.threshold);
-  const cpu::PrefillChunk c = check_estimate(op, pattern, q, k_cache, meta, scale);
+  const cpu::PrefillChunk c = check_estimate(op, pattern, q, k_cache, meta, scale, dca);
   if (q.device().is_cuda())
-    NANOVLLM_DISPATCH_CUDA(avgpool_estimate, q.device(), pattern, q, k_cache, meta, scale, params, s);
+    NANOVLLM_DISPATCH_CUDA(avgpool_estimate, q.device(), pattern, q, k_cache, meta, scale, params, dca, s);
   cpu::avgpool_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
 }
 

@@ -12,12 +12,20 @@
 // lists the sink block 0 and the diagonal block of every query block. Rows of query blocks before the chunk are not
 // written (block_sparse_prefill_attention ignores them; writing NQB-wide rows for every earlier block would cost
 // O(NQB^2) per chunk, 1 GiB per chunk at 1M tokens). Estimates are deterministic.
+//
+// With Dual Chunk Attention (the overloads taking `const DualChunkParams* dca`, non-null; docs/sparse_attention.md,
+// "With Dual Chunk Attention"): q [3, T, Hq, D] holds dual_chunk_qkv_prologue's rotations (intra, successive, inter),
+// and every q.k an estimator computes takes the query in the rotation of the key's region for that query (the key in
+// the query's chunk, the previous one, or earlier), as dual_chunk_attention scores it; a pooled (block-mean) query is
+// the mean of those rotated rows. bs must divide dca->chunk_len (a query block and a key block then each lie in one
+// chunk).
 #pragma once
 
 #include <cstdint>
 
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/kernels/attention_metadata.h"
+#include "nanovllm/kernels/dual_chunk_ops.h"
 #include "nanovllm/kernels/estimator_params.h"
 #include "nanovllm/kernels/ops.h"
 #include "nanovllm/kernels/sparse_ops.h"
@@ -29,6 +37,9 @@ namespace nanovllm::ops {
 // first, then by decreasing mass) until tau of the block's mass is covered. stride divides bs.
 void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                          const AttentionMetadata& meta, float scale, const XAttentionParams& params, Stream s = {});
+void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+                         const AttentionMetadata& meta, float scale, const XAttentionParams& params,
+                         const DualChunkParams* dca, Stream s = {});
 
 // MInference vertical-slash: per query head, the causal softmax of the chunk's last `last_q` queries, summed per key
 // position (vertical) and per diagonal d = query position - key position (slash); columns [0, sink_tokens) and
@@ -38,6 +49,9 @@ void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, Tensor
 void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                              const AttentionMetadata& meta, float scale, const VerticalSlashParams& params,
                              Stream s = {});
+void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+                             const AttentionMetadata& meta, float scale, const VerticalSlashParams& params,
+                             const DualChunkParams* dca, Stream s = {});
 inline int64_t vertical_slash_max_columns(int64_t ctx, int64_t group, int64_t vertical) {
   return group * vertical < ctx ? group * vertical : ctx;
 }
@@ -52,6 +66,9 @@ inline int64_t vertical_slash_max_columns(int64_t ctx, int64_t group, int64_t ve
 // least ceil(min_budget / bs)).
 void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                           const AttentionMetadata& meta, float scale, const FlexPrefillParams& params, Stream s = {});
+void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+                          const AttentionMetadata& meta, float scale, const FlexPrefillParams& params,
+                          const DualChunkParams* dca, Stream s = {});
 
 // AvgPool: per query head and query block of the chunk, softmax(block-mean query . block-mean key) over the causal key
 // blocks; the blocks (sink and diagonal first, then by decreasing score) covering `threshold` of it. The chunk's last
@@ -59,5 +76,8 @@ void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, Tenso
 // softmax over blocks is then that query's exact attention share; the token sampled after a prompt reads that row).
 void avgpool_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                       const AttentionMetadata& meta, float scale, const AvgPoolParams& params, Stream s = {});
+void avgpool_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+                      const AttentionMetadata& meta, float scale, const AvgPoolParams& params,
+                      const DualChunkParams* dca, Stream s = {});
 
 }  // namespace nanovllm::ops

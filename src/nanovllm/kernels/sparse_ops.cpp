@@ -15,6 +15,18 @@
 namespace nanovllm::ops {
 namespace {
 
+// The queries' first rotation: q itself, or with Dual Chunk Attention q [3, ..., Hq, D]'s intra rotation (the other
+// two have its shape), after checking the rotations and dca's chunk length.
+TensorView first_rotation(std::string_view op, const TensorView& q, const DualChunkParams* dca) {
+  if (dca == nullptr) return q;
+  NANOVLLM_CHECK(dca->chunk_len >= 1 && dca->chunk_size >= dca->chunk_len, op, ": Dual Chunk Attention's chunk_len ",
+                 dca->chunk_len, " and chunk_size ", dca->chunk_size, " must satisfy 1 <= chunk_len <= chunk_size");
+  check_tensor(op, "q", q, q.device(), 4);
+  NANOVLLM_CHECK(q.dim(0) == 3, op, ": q ", q.shape().str(),
+                 " must be [3, rows, Hq, D] with Dual Chunk Attention (intra, successive, inter)");
+  return TensorView(q.data(), q.dtype(), Shape{q.dim(1), q.dim(2), q.dim(3)}, q.device());
+}
+
 // k_min/k_max [NB, Hk, D] of k_cache's dtype for k_cache [NB, BS, Hk, D].
 void check_page_minmax(std::string_view op, const TensorView& k_min, const TensorView& k_max,
                        const TensorView& k_cache, Device dev) {
@@ -119,8 +131,14 @@ void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, 
 
 void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView k_max, TensorView block_tables,
                   TensorView context_lens, int64_t block_size, Stream s) {
+  quest_scores(scores, q, k_min, k_max, block_tables, context_lens, block_size, nullptr, s);
+}
+
+void quest_scores(TensorView scores, TensorView q3, TensorView k_min, TensorView k_max, TensorView block_tables,
+                  TensorView context_lens, int64_t block_size, const DualChunkParams* dca, Stream s) {
   constexpr std::string_view op = "quest_scores";
-  const Device dev = q.device();
+  const Device dev = q3.device();
+  const TensorView q = first_rotation(op, q3, dca);
   check_tensor(op, "q", q, dev, 3);
   check_float(op, "q", q);
   check_tensor(op, "k_min", k_min, dev, 3);
@@ -136,12 +154,12 @@ void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView 
   NANOVLLM_CHECK(block_size >= 1, op, ": block_size must be >= 1, got ", block_size);
   check_decode_tables(op, block_tables, context_lens, S, NB, block_size, dev);
   if (dev.is_cuda())
-    NANOVLLM_DISPATCH_CUDA(quest_scores, dev, scores, q, k_min, k_max, block_tables, context_lens, block_size, s);
+    NANOVLLM_DISPATCH_CUDA(quest_scores, dev, scores, q3, k_min, k_max, block_tables, context_lens, block_size, dca, s);
   const int32_t* ctx = context_lens.data_as<const int32_t>();
   for (int64_t i = 0; i < S; ++i)
     NANOVLLM_CHECK((int64_t{ctx[i]} + block_size - 1) / block_size <= scores.dim(2), op, ": context_lens[", i,
                    "] = ", ctx[i], " has more pages than scores' ", scores.dim(2));
-  cpu::quest_scores(scores, q, k_min, k_max, block_tables, context_lens, block_size);
+  cpu::quest_scores(scores, q3, k_min, k_max, block_tables, context_lens, block_size, dca);
 }
 
 void select_pages(TensorView selected, TensorView scores, TensorView context_lens, int64_t block_size,
@@ -175,8 +193,15 @@ void select_pages(TensorView selected, TensorView scores, TensorView context_len
 void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
                              TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
                              TensorView scratch, Stream s) {
+  sparse_decode_attention(out, q, k_cache, v_cache, block_tables, context_lens, selected, scale, scratch, nullptr, s);
+}
+
+void sparse_decode_attention(TensorView out, TensorView q3, TensorView k_cache, TensorView v_cache,
+                             TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
+                             TensorView scratch, const DualChunkParams* dca, Stream s) {
   constexpr std::string_view op = "sparse_decode_attention";
-  const Device dev = q.device();
+  const Device dev = q3.device();
+  const TensorView q = first_rotation(op, q3, dca);
   check_tensor(op, "q", q, dev, 3);
   check_float(op, "q", q);
   check_float_tensor(op, "out", out, dev, q.shape());
@@ -203,8 +228,8 @@ void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, T
                  " ints, needs ", sparse_decode_scratch_ints(S, Hk, K, BS));
   NANOVLLM_CHECK(NB * BS * Hk <= INT32_MAX, op, ": ", NB * BS * Hk, " cache rows do not fit 32-bit indices");
   if (dev.is_cuda())
-    NANOVLLM_DISPATCH_CUDA(sparse_decode_attention, dev, out, q, k_cache, v_cache, block_tables, context_lens,
-                           selected, scale, scratch, s);
+    NANOVLLM_DISPATCH_CUDA(sparse_decode_attention, dev, out, q3, k_cache, v_cache, block_tables, context_lens,
+                           selected, scale, scratch, dca, s);
   const int32_t* ctx = context_lens.data_as<const int32_t>();
   const int32_t* sel = selected.data_as<const int32_t>();
   for (int64_t i = 0; i < S * Hk; ++i) {
@@ -215,14 +240,21 @@ void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, T
       NANOVLLM_CHECK(list[j] < pages && (j == 0 || list[j] > list[j - 1]), op, ": selected[", i / Hk, "][",
                      i % Hk, "] must list pages in increasing order below ", pages, ", got ", list[j], " at ", j);
   }
-  cpu::sparse_decode_attention(out, q, k_cache, v_cache, block_tables, context_lens, selected, scale, scratch);
+  cpu::sparse_decode_attention(out, q3, k_cache, v_cache, block_tables, context_lens, selected, scale, scratch, dca);
 }
 
 void block_sparse_prefill_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
                                     const AttentionMetadata& meta, const BlockSparsePattern& pattern, float scale,
                                     Stream s) {
+  block_sparse_prefill_attention(out, q, k_cache, v_cache, meta, pattern, scale, nullptr, s);
+}
+
+void block_sparse_prefill_attention(TensorView out, TensorView q3, TensorView k_cache, TensorView v_cache,
+                                    const AttentionMetadata& meta, const BlockSparsePattern& pattern, float scale,
+                                    const DualChunkParams* dca, Stream s) {
   constexpr std::string_view op = "block_sparse_prefill_attention";
-  const Device dev = q.device();
+  const Device dev = q3.device();
+  const TensorView q = first_rotation(op, q3, dca);
   check_paged_attention(op, out, q, k_cache, v_cache, meta, scale);
   NANOVLLM_CHECK(meta.num_seqs == 1, op, ": runs one sequence, got meta.num_seqs = ", meta.num_seqs);
   const int64_t T = q.dim(0), Hk = k_cache.dim(2), bs = pattern.block_size;
@@ -241,9 +273,10 @@ void block_sparse_prefill_attention(TensorView out, TensorView q, TensorView k_c
     check_pattern_lists(op, "pattern.column_counts", pattern.column_counts, "pattern.column_index",
                         pattern.column_index, Hk, NQB, dev);
   if (dev.is_cuda())
-    NANOVLLM_DISPATCH_CUDA(block_sparse_prefill_attention, dev, out, q, k_cache, v_cache, meta, pattern, scale, s);
+    NANOVLLM_DISPATCH_CUDA(block_sparse_prefill_attention, dev, out, q3, k_cache, v_cache, meta, pattern, scale, dca,
+                           s);
   check_pattern_contents(op, pattern, Hk, ctx, T);
-  cpu::block_sparse_prefill_attention(out, q, k_cache, v_cache, meta, pattern, scale);
+  cpu::block_sparse_prefill_attention(out, q3, k_cache, v_cache, meta, pattern, scale, dca);
 }
 
 }  // namespace nanovllm::ops

@@ -6,11 +6,17 @@
 // [p BS, (p + 1) BS) in physical block block_tables[s][p]. Shapes: S = sequences (one query token each:
 // decode), Hq/Hk = query/KV heads, D = head_dim, NB/BS = cache blocks/block size, MB = block-table
 // columns, K = pages a selection may hold.
+//
+// With Dual Chunk Attention (the overloads taking `const DualChunkParams* dca`, non-null; docs/sparse_attention.md,
+// "With Dual Chunk Attention"): q holds the three rotations of dual_chunk_qkv_prologue, [3, ..., Hq, D] (intra,
+// successive, inter), and a key at position j is scored with the rotation of its region for the query at p (j in
+// p's chunk, the previous one, or earlier; chunks of dca->chunk_len positions), as dual_chunk_attention scores it.
 #pragma once
 
 #include <cstdint>
 
 #include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/dual_chunk_ops.h"
 #include "nanovllm/kernels/ops.h"
 
 namespace nanovllm::ops {
@@ -32,6 +38,10 @@ void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, 
 // scores [S, Hk, MP] f32 (MP >= every sequence's pages), q [S, Hq, D], block_tables [S, MB] i32, context_lens [S] i32.
 void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView k_max, TensorView block_tables,
                   TensorView context_lens, int64_t block_size, Stream s = {});
+// DCA: q [3, S, Hq, D]; the query is at position context_lens[s] - 1, and page p's bound is the max over the regions
+// its positions meet of the bound with that region's rotation (a page straddling a chunk boundary meets two).
+void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView k_max, TensorView block_tables,
+                  TensorView context_lens, int64_t block_size, const DualChunkParams* dca, Stream s = {});
 
 // Page selection within a budget of K pages, per sequence and KV head, from scores [S, Hk, MP] f32 (any
 // policy's). With n = ceil(context_lens[s] / block_size) pages: n <= K keeps all of them; otherwise the
@@ -51,6 +61,12 @@ void select_pages(TensorView selected, TensorView scores, TensorView context_len
 void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
                              TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
                              TensorView scratch, Stream s = {});
+// DCA: q [3, S, Hq, D]; the selected keys split into the query's three regions, each attended with its rotation,
+// merged by their log-sum-exps (dual_chunk_attention's decode over the selected keys; the CPU kernels agree bit for
+// bit when every page is selected).
+void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                             TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
+                             TensorView scratch, const DualChunkParams* dca, Stream s = {});
 // [S, Hk] lists of at most K x BS key rows, then [S, Hk] counts and S x Hk + 1 offsets.
 inline int64_t sparse_decode_scratch_ints(int64_t S, int64_t Hk, int64_t K, int64_t BS) {
   return S * Hk * (K * BS + 2) + 1;
@@ -83,5 +99,11 @@ struct BlockSparsePattern {
 void block_sparse_prefill_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
                                     const AttentionMetadata& meta, const BlockSparsePattern& pattern, float scale,
                                     Stream s = {});
+// DCA: q [3, T, Hq, D]; a query row attends the listed keys <= p, each scored with its region's rotation, one softmax
+// over them (the three regions' partial attentions merged by their log-sum-exps). With every causal block listed this
+// is dual_chunk_attention for that sequence (bit for bit on the CPU). CUDA: dca->chunk_len a multiple of 128.
+void block_sparse_prefill_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                                    const AttentionMetadata& meta, const BlockSparsePattern& pattern, float scale,
+                                    const DualChunkParams* dca, Stream s = {});
 
 }  // namespace nanovllm::ops

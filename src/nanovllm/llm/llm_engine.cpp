@@ -51,18 +51,17 @@ EngineConfig offload_lane_config(const EngineConfig& config) {
   return lane;
 }
 
-// Dual Chunk Attention (docs/dual_chunk_attention.md) runs on every path but the sparse policies'; a checkpoint
-// that asks for it never runs plain attention instead. On CUDA its kernels need a chunk of whole 128-key tiles
+// Dual Chunk Attention (docs/dual_chunk_attention.md) runs on every path, the sparse policies included; a checkpoint
+// that asks for it never runs plain attention instead. Sparse prefill's pattern blocks must not straddle a chunk
+// (docs/sparse_attention.md, "With Dual Chunk Attention"). On CUDA its kernels need a chunk of whole 128-key tiles
 // (unless no context can leave the first chunk) and head_dim 64 / 128 / 256.
 void check_dual_chunk_attention(const ModelConfig& model, const EngineConfig& config) {
   const DualChunkAttention& dca = model.dual_chunk_attention;
   if (!dca.enabled()) return;
-  const char* field = "(the model's dual_chunk_attention_config)";
-  NANOVLLM_CHECK(!config.sparse.enabled(), "--sparse-policy ", config.sparse.policy,
-                 ": sparse decode does not run with Dual Chunk Attention ", field);
-  NANOVLLM_CHECK(!config.sparse_prefill.enabled(), "--sparse-prefill-policy ",
-                 sparse_prefill_policy_name(config.sparse_prefill.policy),
-                 ": sparse prefill does not run with Dual Chunk Attention ", field);
+  NANOVLLM_CHECK(!config.sparse_prefill.enabled() || dca.chunk_len() % config.sparse_prefill.block_size == 0,
+                 "--sparse-prefill-block-size ", config.sparse_prefill.block_size, " must divide Dual Chunk ",
+                 "Attention's chunk length chunk_size - local_size = ", dca.chunk_len(),
+                 " (the model's dual_chunk_attention_config)");
   if (config.model.backend != Backend::kCuda || config.model.max_model_len <= dca.chunk_len()) return;
   NANOVLLM_CHECK(dca.chunk_len() % ops::kCudaDualChunkLenMultiple == 0, "dual_chunk_attention_config: chunk_size - "
                  "local_size = ", dca.chunk_len(), " must be a multiple of ", ops::kCudaDualChunkLenMultiple,

@@ -518,7 +518,8 @@ ModelConfig ModelConfig::from_model_dir(const std::filesystem::path& dir) {
   // Attention for prompts over sparse_attention_threshold tokens; here the exact (dense) one runs.
   if (c.dual_chunk_attention.enabled() && std::filesystem::is_regular_file(dir / "sparse_attention_config.json"))
     NANOVLLM_WARN(dir.string(), ": sparse_attention_config.json is not used: Dual Chunk Attention runs exact (dense) "
-                  "attention, where vLLM runs its sparse approximation for long prompts");
+                  "attention unless --sparse-prefill-policy asks for a sparse one (minference is the vertical-slash "
+                  "approximation vLLM runs for long prompts, with its own sizes)");
   // An EOS id inside [vocab_size, 2^24) can never be sampled; HF accepts such configs (small test models
   // keep the real model's special ids), so only warn.
   for (int64_t id : c.eos_token_ids)

@@ -50,15 +50,17 @@ void unfused_attention(int64_t l, LayerTaps* taps, AttentionPolicy* policy, cons
 // Dual Chunk Attention (kernels/dual_chunk_ops.h, docs/dual_chunk_attention.md): q in three rotations
 // [3, T, Hq, D] in the workspace's q buffer (3 T rows), the key rotated at its position modulo the chunk, then
 // the three partial attentions merged. Taps see the intra-chunk rotation as q (the plain one within the first
-// chunk). The sparse policies do not run with it (the engine refuses the combination).
-void dual_chunk_attention(int64_t l, LayerTaps* taps, const LayerWeights& w, float eps, const ops::RopeParams& rope,
+// chunk). A sparse policy gets the three rotations (AttentionPolicy::attend_dual_chunk) and may attend instead.
+void dual_chunk_attention(int64_t l, LayerTaps* taps, AttentionPolicy* policy, const LayerWeights& w, float eps,
+                          const ops::RopeParams& rope,
                           const ops::DualChunkParams& dca, float scale, const DecoderInputs& in, const LayerKvCache& kv,
                           const DecoderWorkspace& ws, const StepViews& v, ops::Stream s) {
   const int64_t t = in.attn.num_tokens, hq = ws.q.dim(1), d = ws.q.dim(2);
   const TensorView q3 = ws.q.slice_rows(0, 3 * t).reshape({3, t, hq, d});  // [3, T, Hq, D]
   ops::dual_chunk_qkv_prologue(q3, v.qkv, w.q_norm, w.k_norm, eps, in.positions, rope, dca, kv.k, kv.v, in.attn, s);
   if (taps) taps->record(l, TapPoint::kQ, v.q, TensorView(), s);  // [T, Hq, D]: q3[0]
-  ops::dual_chunk_attention(v.attn_out, q3, kv.k, kv.v, in.attn, dca, scale, s);  // [T, Hq, D]
+  if (policy == nullptr || !policy->attend_dual_chunk(l, v.attn_out, q3, kv, in.attn, dca, scale, s))
+    ops::dual_chunk_attention(v.attn_out, q3, kv.k, kv.v, in.attn, dca, scale, s);  // [T, Hq, D]
   if (taps) tap_attention_outputs(l, taps, in, kv, v.attn_out, v.q, s);
 }
 
@@ -180,9 +182,7 @@ void Decoder::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& kv, 
   }
   project(v.qkv, v.hidden, w.qkv_proj, w.qkv_proj_scale, w.qkv_bias, s, ops::LinearHint::kBeforeAttention);  // [T, (Hq + 2 Hk) D]
   if (config_.dual_chunk_attention.enabled()) {
-    NANOVLLM_CHECK(in.attention_policy == nullptr, "Dual Chunk Attention (dual_chunk_attention_config) does not run "
-                   "with a sparse attention policy");
-    dual_chunk_attention(l, taps, w, eps, rope_, dca_, attn_scale_, in, kv, ws, v, s);
+    dual_chunk_attention(l, taps, in.attention_policy, w, eps, rope_, dca_, attn_scale_, in, kv, ws, v, s);
   } else if (taps || in.attention_policy) {
     unfused_attention(l, taps, in.attention_policy, w, eps, rope_, attn_scale_, in, kv, v, s);
   } else {

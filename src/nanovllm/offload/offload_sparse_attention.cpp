@@ -62,6 +62,18 @@ void OffloadSparseAttention::begin_decode(std::vector<OffloadDecodeRow> rows, Te
 
 bool OffloadSparseAttention::attend(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv,
                                     const AttentionMetadata& meta, float scale, ops::Stream s) {
+  return attend_step(layer, out, q, kv, meta, scale, s, nullptr);
+}
+
+bool OffloadSparseAttention::attend_dual_chunk(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv,
+                                               const AttentionMetadata& meta, const ops::DualChunkParams& dca,
+                                               float scale, ops::Stream s) {
+  return attend_step(layer, out, q, kv, meta, scale, s, &dca);
+}
+
+bool OffloadSparseAttention::attend_step(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv,
+                                         const AttentionMetadata& meta, float scale, ops::Stream s,
+                                         const ops::DualChunkParams* dca) {
   const int64_t BS = shape_.block_size, Hk = shape_.num_kv_heads, D = shape_.head_dim;
   const Shape page_shape{shape_.num_blocks, BS, Hk, D};
   NANOVLLM_ASSERT(kv.k.numel() == page_shape.numel());
@@ -78,7 +90,7 @@ bool OffloadSparseAttention::attend(int64_t layer, TensorView out, TensorView q,
   by_page.block_tables = page_tables_;
   by_page.block_size = BS;
   by_page.num_leading_decodes = B;
-  const TensorView selected = policy_->select(layer, q, by_page, s);  // [B, Hk, K]: pages of each sequence
+  const TensorView selected = policy_->select(layer, q, by_page, s, dca);  // [B, Hk, K]: pages of each sequence
 
   const int64_t lane_rows = pages_per_lane_ * BS, C = cache_slots_;
   const TensorView dst_k = kv.k.reshape({shape_.num_blocks * BS, Hk, D});
@@ -99,7 +111,7 @@ bool OffloadSparseAttention::attend(int64_t layer, TensorView out, TensorView q,
                           cache.slice_rows(c, c + 1).reshape({C, BS, Hk, D}),
                           cache.slice_rows(c + 1, c + 2).reshape({C, BS, Hk, D}), sel, plan, row.host_tokens, s);
   }
-  policy_->attend_selected(out, q, pages, by_page, selected, scale, s);
+  policy_->attend_selected(out, q, pages, by_page, selected, scale, s, dca);
   return true;
 }
 

@@ -57,6 +57,11 @@ class OffloadSparseAttention final : public AttentionPolicy {
 
   bool attend(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv, const AttentionMetadata& meta,
               float scale, ops::Stream s) override;
+  // Dual Chunk Attention: the same steps with q [3, T, Hq, D] (the policy scores and attends with each key's
+  // region's rotation; the pages moved are the selection's, as without DCA).
+  bool attend_dual_chunk(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv,
+                         const AttentionMetadata& meta, const ops::DualChunkParams& dca, float scale,
+                         ops::Stream s) override;
 
   // The device counters (waits for the stream's work first).
   PageCacheCounters cache_counters(ops::Stream s) const;
@@ -65,6 +70,8 @@ class OffloadSparseAttention final : public AttentionPolicy {
   size_t device_bytes() const;
 
  private:
+  bool attend_step(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv, const AttentionMetadata& meta,
+                   float scale, ops::Stream s, const ops::DualChunkParams* dca);
   const ops::PageCacheState& state(int64_t lane, int64_t layer) const {
     return states_[static_cast<size_t>(lane * shape_.num_layers + layer)];
   }

@@ -21,6 +21,13 @@ class AttentionPolicyChain final : public AttentionPolicy {
       if (p->attend(layer, out, q, kv, meta, scale, s)) return true;
     return false;
   }
+  bool attend_dual_chunk(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv,
+                         const AttentionMetadata& meta, const ops::DualChunkParams& dca, float scale,
+                         ops::Stream s) override {
+    for (AttentionPolicy* p : policies_)
+      if (p->attend_dual_chunk(layer, out, q, kv, meta, dca, scale, s)) return true;
+    return false;
+  }
 
  private:
   std::vector<AttentionPolicy*> policies_;  // not owned

@@ -29,17 +29,36 @@ int64_t SparseDecodePolicy::workspace_bytes(const PagedKvShape& shape, int64_t b
 
 bool SparseDecodePolicy::attend(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv,
                                 const AttentionMetadata& meta, float scale, ops::Stream s) {
+  return attend_step(layer, out, q, kv, meta, scale, s, nullptr);
+}
+
+bool SparseDecodePolicy::attend_dual_chunk(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv,
+                                           const AttentionMetadata& meta, const ops::DualChunkParams& dca, float scale,
+                                           ops::Stream s) {
+  return attend_step(layer, out, q, kv, meta, scale, s, &dca);
+}
+
+void SparseDecodePolicy::score_pages_dual_chunk(TensorView, int64_t, TensorView, const AttentionMetadata&,
+                                                const ops::DualChunkParams&, ops::Stream) {
+  NANOVLLM_CHECK(false, "this sparse decode policy does not score pages with Dual Chunk Attention (the model's "
+                 "dual_chunk_attention_config)");
+}
+
+bool SparseDecodePolicy::attend_step(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv,
+                                     const AttentionMetadata& meta, float scale, ops::Stream s,
+                                     const ops::DualChunkParams* dca) {
   update_pages(layer, kv.k, meta.slot_mapping, s);
   // Only whole decode steps go sparse: a prefill query needs its causal prefix, which the dense kernel does.
   if (meta.num_seqs == 0 || meta.num_leading_decodes != meta.num_seqs) {
     count_dense_step();
     return false;
   }
-  attend_selected(out, q, kv, meta, select(layer, q, meta, s), scale, s);
+  attend_selected(out, q, kv, meta, select(layer, q, meta, s, dca), scale, s, dca);
   return true;
 }
 
-TensorView SparseDecodePolicy::select(int64_t layer, TensorView q, const AttentionMetadata& meta, ops::Stream s) {
+TensorView SparseDecodePolicy::select(int64_t layer, TensorView q, const AttentionMetadata& meta, ops::Stream s,
+                                      const ops::DualChunkParams* dca) {
   const int64_t S = meta.num_seqs, Hk = shape_.num_kv_heads, MB = meta.block_tables.dim(1);
   NANOVLLM_CHECK(S <= shape_.max_num_seqs && MB <= shape_.max_blocks_per_seq, "sparse decode: step of ", S,
                  " sequences with ", MB, " block-table columns exceeds the policy's workspace");
@@ -47,7 +66,11 @@ TensorView SparseDecodePolicy::select(int64_t layer, TensorView q, const Attenti
                                 .slice_rows(0, S * Hk * MB).reshape({S, Hk, MB});
   const TensorView selected = selected_.view().reshape({shape_.max_num_seqs * Hk * budget_pages_})
                                   .slice_rows(0, S * Hk * budget_pages_).reshape({S, Hk, budget_pages_});
-  score_pages(scores, layer, q, meta, s);
+  if (dca != nullptr) {
+    score_pages_dual_chunk(scores, layer, q, meta, *dca, s);
+  } else {
+    score_pages(scores, layer, q, meta, s);
+  }
   ops::select_pages(selected, scores, meta.context_lens, shape_.block_size, sink_pages_, recent_pages_, s);
   count_selection(selected, meta);
   return selected;
@@ -55,9 +78,9 @@ TensorView SparseDecodePolicy::select(int64_t layer, TensorView q, const Attenti
 
 void SparseDecodePolicy::attend_selected(TensorView out, TensorView q, const LayerKvCache& kv,
                                          const AttentionMetadata& meta, TensorView selected, float scale,
-                                         ops::Stream s) {
+                                         ops::Stream s, const ops::DualChunkParams* dca) {
   ops::sparse_decode_attention(out, q, kv.k, kv.v, meta.block_tables, meta.context_lens, selected, scale,
-                               attention_scratch_.view(), s);
+                               attention_scratch_.view(), dca, s);
 }
 
 void SparseDecodePolicy::count_selection(TensorView selected, const AttentionMetadata& meta) {

@@ -42,15 +42,22 @@ class SparseDecodePolicy : public AttentionPolicy {
   // dense attention (returns false).
   bool attend(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv, const AttentionMetadata& meta,
               float scale, ops::Stream s) final;
+  // The same with Dual Chunk Attention: q [3, T, Hq, D]; pages are scored with score_pages_dual_chunk and the
+  // selection attended with each key's region's rotation (docs/sparse_attention.md, "With Dual Chunk Attention").
+  bool attend_dual_chunk(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv,
+                         const AttentionMetadata& meta, const ops::DualChunkParams& dca, float scale,
+                         ops::Stream s) final;
 
   // Folds the keys just stored at slot_mapping into the layer's page summaries (if the policy keeps any).
   virtual void update_pages(int64_t layer, TensorView k_cache, TensorView slot_mapping, ops::Stream s) = 0;
   // The pages of a decode step (every query one token) as [S, Hk, budget_pages] i32 lists in increasing order,
-  // -1 padded (valid until the next select); counted.
-  TensorView select(int64_t layer, TensorView q, const AttentionMetadata& meta, ops::Stream s);
-  // Attends the selected pages (kv as update_pages saw it) with the exact softmax over their keys.
+  // -1 padded (valid until the next select); counted. dca: a Dual Chunk Attention step, q [3, S, Hq, D].
+  TensorView select(int64_t layer, TensorView q, const AttentionMetadata& meta, ops::Stream s,
+                    const ops::DualChunkParams* dca = nullptr);
+  // Attends the selected pages (kv as update_pages saw it) with the exact softmax over their keys (with dca, each
+  // key scored with its region's rotation of q [3, S, Hq, D]).
   void attend_selected(TensorView out, TensorView q, const LayerKvCache& kv, const AttentionMetadata& meta,
-                       TensorView selected, float scale, ops::Stream s);
+                       TensorView selected, float scale, ops::Stream s, const ops::DualChunkParams* dca = nullptr);
   void count_dense_step() { ++counters_.dense_layer_steps; }
 
   int64_t budget_pages() const { return budget_pages_; }
@@ -67,11 +74,17 @@ class SparseDecodePolicy : public AttentionPolicy {
   // Scores [S, Hk, MB] f32 of the step's pages (any scale; the highest are kept beside the sink and recent pages).
   virtual void score_pages(TensorView scores, int64_t layer, TensorView q, const AttentionMetadata& meta,
                            ops::Stream s) = 0;
+  // The same for a Dual Chunk Attention step: q [3, S, Hq, D], each page scored with the rotation of its chunk
+  // relation to the query. A policy without it refuses DCA models.
+  virtual void score_pages_dual_chunk(TensorView scores, int64_t layer, TensorView q, const AttentionMetadata& meta,
+                                      const ops::DualChunkParams& dca, ops::Stream s);
 
   PagedKvShape shape_;
   int64_t budget_pages_, sink_pages_, recent_pages_;
 
  private:
+  bool attend_step(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv, const AttentionMetadata& meta,
+                   float scale, ops::Stream s, const ops::DualChunkParams* dca);
   void count_selection(TensorView selected, const AttentionMetadata& meta);
 
   Buffer scores_;             // [max_num_seqs, Hk, MB] f32

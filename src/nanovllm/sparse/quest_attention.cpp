@@ -31,4 +31,11 @@ void QuestAttention::score_pages(TensorView scores, int64_t layer, TensorView q,
                     shape_.block_size, s);
 }
 
+void QuestAttention::score_pages_dual_chunk(TensorView scores, int64_t layer, TensorView q,
+                                            const AttentionMetadata& meta, const ops::DualChunkParams& dca,
+                                            ops::Stream s) {
+  ops::quest_scores(scores, q, key_min(layer), key_max(layer), meta.block_tables, meta.context_lens,
+                    shape_.block_size, &dca, s);
+}
+
 }  // namespace nanovllm

@@ -29,6 +29,9 @@ class QuestAttention final : public SparseDecodePolicy {
  private:
   void score_pages(TensorView scores, int64_t layer, TensorView q, const AttentionMetadata& meta,
                    ops::Stream s) override;
+  // With DCA a page's bound takes the rotation of each chunk relation it meets (ops::quest_scores' DCA overload).
+  void score_pages_dual_chunk(TensorView scores, int64_t layer, TensorView q, const AttentionMetadata& meta,
+                              const ops::DualChunkParams& dca, ops::Stream s) override;
 
   Buffer metadata_;                            // [L, 2, NB, Hk, D] kv_dtype
   std::vector<TensorView> key_min_, key_max_;  // [L] views of [NB, Hk, D]

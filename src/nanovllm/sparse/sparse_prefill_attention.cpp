@@ -4,6 +4,7 @@
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/kernels/host_copy.h"
+#include "nanovllm/kernels/ops.h"
 #include "nanovllm/kernels/pattern_estimators.h"
 #include "nanovllm/kernels/sparse_ops.h"
 
@@ -120,20 +121,22 @@ ops::BlockSparsePattern SparsePrefillAttention::pattern_for(int64_t ctx) {
 }
 
 void SparsePrefillAttention::estimate(const ops::BlockSparsePattern& pattern, TensorView q, const LayerKvCache& kv,
-                                      const AttentionMetadata& meta, float scale, ops::Stream s) {
+                                      const AttentionMetadata& meta, float scale, ops::Stream s,
+                                      const ops::DualChunkParams* dca) {
   using E = SparsePrefillOptions::Estimator;
   switch (options_.estimator) {
     case E::kXAttention:
-      ops::xattention_estimate(pattern, q, kv.k, meta, scale, options_.xattention, s);
+      ops::xattention_estimate(pattern, q, kv.k, meta, scale, options_.xattention, dca, s);
       return;
     case E::kVerticalSlash:
-      ops::vertical_slash_estimate(pattern, q, kv.k, meta, scale, vertical_slash_for(meta.max_context_len), s);
+      ops::vertical_slash_estimate(pattern, q, kv.k, meta, scale, vertical_slash_for(meta.max_context_len), dca,
+                                  s);
       return;
     case E::kFlexPrefill:
-      ops::flexprefill_estimate(pattern, q, kv.k, meta, scale, options_.flexprefill, s);
+      ops::flexprefill_estimate(pattern, q, kv.k, meta, scale, options_.flexprefill, dca, s);
       return;
     case E::kAvgPool:
-      ops::avgpool_estimate(pattern, q, kv.k, meta, scale, options_.avgpool, s);
+      ops::avgpool_estimate(pattern, q, kv.k, meta, scale, options_.avgpool, dca, s);
       return;
   }
 }
@@ -165,41 +168,75 @@ void SparsePrefillAttention::count(const ops::BlockSparsePattern& pattern, int64
 }
 
 void SparsePrefillAttention::attend_chunk(TensorView out, TensorView q, const LayerKvCache& kv,
-                                          const AttentionMetadata& meta, float scale, ops::Stream s) {
+                                          const AttentionMetadata& meta, float scale, ops::Stream s,
+                                          const ops::DualChunkParams* dca) {
   const ops::BlockSparsePattern pattern = pattern_for(meta.max_context_len);
-  estimate(pattern, q, kv, meta, scale, s);
-  ops::block_sparse_prefill_attention(out, q, kv.k, kv.v, meta, pattern, scale, s);
+  estimate(pattern, q, kv, meta, scale, s, dca);
+  ops::block_sparse_prefill_attention(out, q, kv.k, kv.v, meta, pattern, scale, dca, s);
   count(pattern, meta.max_context_len, meta.num_tokens, s);
+}
+
+TensorView SparsePrefillAttention::query_rows(TensorView q, int64_t begin, int64_t end,
+                                             const ops::DualChunkParams* dca, ops::Stream s) {
+  if (dca == nullptr) return q.slice_rows(begin, end);
+  const int64_t T = q.dim(1), Hq = q.dim(2), D = q.dim(3), n = end - begin;
+  if (3 * n * Hq * D > rows_elements_) {
+    rows_ = Buffer(alloc_, q.dtype(), Shape{3 * n * Hq * D});
+    rows_elements_ = 3 * n * Hq * D;
+  }
+  const TensorView rows(rows_.data(), q.dtype(), Shape{3, n, Hq, D}, alloc_.device());  // [3, n, Hq, D]
+  const TensorView all = q.reshape({3 * T, Hq, D});
+  const TensorView dst = rows.reshape({3 * n, Hq, D});
+  for (int64_t r = 0; r < 3; ++r)
+    ops::convert(dst.slice_rows(r * n, (r + 1) * n), all.slice_rows(r * T + begin, r * T + end), s);
+  return rows;
 }
 
 bool SparsePrefillAttention::attend(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv,
                                     const AttentionMetadata& meta, float scale, ops::Stream s) {
+  return attend_step(layer, out, q, kv, meta, scale, s, nullptr);
+}
+
+bool SparsePrefillAttention::attend_dual_chunk(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv,
+                                               const AttentionMetadata& meta, const ops::DualChunkParams& dca,
+                                               float scale, ops::Stream s) {
+  return attend_step(layer, out, q, kv, meta, scale, s, &dca);
+}
+
+bool SparsePrefillAttention::attend_step(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv,
+                                         const AttentionMetadata& meta, float scale, ops::Stream s,
+                                         const ops::DualChunkParams* dca) {
   const std::vector<int64_t> sparse = sparse_sequences(layer, meta);
   if (sparse.empty()) {
     ++counters_.dense_layer_chunks;
     return false;
   }
   if (meta.num_seqs == 1) {
-    attend_chunk(out, q, kv, meta, scale, s);
+    attend_chunk(out, q, kv, meta, scale, s, dca);
     return true;
   }
+  const auto dense = [&](TensorView o, TensorView rows, const AttentionMetadata& m) {
+    if (dca != nullptr) {
+      ops::dual_chunk_attention(o, rows, kv.k, kv.v, m, *dca, scale, s);
+    } else {
+      ops::paged_attention(o, rows, kv.k, kv.v, m, scale, s);
+    }
+  };
   // Several sequences: those before the first sparse chunk (the decodes a mixed step leads with, short chunks) in one
   // dense call, then each later one on its own, sparsely or densely.
   const int32_t* cu = meta.host_cu_seqlens_q;
   const int64_t first = sparse.front();
-  if (first > 0)
-    ops::paged_attention(out.slice_rows(0, cu[first]), q.slice_rows(0, cu[first]), kv.k, kv.v, prefix(meta, first),
-                         scale, s);
+  if (first > 0) dense(out.slice_rows(0, cu[first]), query_rows(q, 0, cu[first], dca, s), prefix(meta, first));
   size_t next = 0;
   for (int64_t i = first; i < meta.num_seqs; ++i) {
     if (cu[i + 1] == cu[i]) continue;
     const AttentionMetadata m = sequence(meta, i);
-    const TensorView seq_out = out.slice_rows(cu[i], cu[i + 1]), seq_q = q.slice_rows(cu[i], cu[i + 1]);
+    const TensorView seq_out = out.slice_rows(cu[i], cu[i + 1]), seq_q = query_rows(q, cu[i], cu[i + 1], dca, s);
     if (next < sparse.size() && sparse[next] == i) {
       ++next;
-      attend_chunk(seq_out, seq_q, kv, m, scale, s);
+      attend_chunk(seq_out, seq_q, kv, m, scale, s, dca);
     } else {
-      ops::paged_attention(seq_out, seq_q, kv.k, kv.v, m, scale, s);
+      dense(seq_out, seq_q, m);
     }
   }
   return true;

@@ -8,8 +8,13 @@
 // views, which ForwardBatch gives on both backends); without them only a one-sequence step can go sparse. Layers
 // before first_sparse_layer and steps with no qualifying chunk are left to dense attention (attend returns false).
 //
+// With Dual Chunk Attention (attend_dual_chunk: q [3, T, Hq, D]) the same, with the estimators and the block-sparse
+// kernel scoring each key with its region's query rotation, and dense dual_chunk_attention for what stays dense
+// (docs/sparse_attention.md, "With Dual Chunk Attention").
+//
 // Decides and computes, never moves memory: the pattern lives in a buffer of the policy, grown to the longest
-// context seen (on the cache's device).
+// context seen (on the cache's device); so does, for DCA steps of several sequences, a copy of one sequence's three
+// query rotations (a sequence's rows of q [3, T, Hq, D] are three separate runs).
 #pragma once
 
 #include <cstdint>
@@ -67,6 +72,9 @@ class SparsePrefillAttention final : public AttentionPolicy {
 
   bool attend(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv, const AttentionMetadata& meta,
               float scale, ops::Stream s) override;
+  bool attend_dual_chunk(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv,
+                         const AttentionMetadata& meta, const ops::DualChunkParams& dca, float scale,
+                         ops::Stream s) override;
 
   const SparsePrefillOptions& options() const { return options_; }
   const SparsePrefillCounters& counters() const { return counters_; }
@@ -74,13 +82,18 @@ class SparsePrefillAttention final : public AttentionPolicy {
   std::vector<int64_t> sparse_sequences(int64_t layer, const AttentionMetadata& meta) const;
 
  private:
+  bool attend_step(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv, const AttentionMetadata& meta,
+                   float scale, ops::Stream s, const ops::DualChunkParams* dca);
+  // Rows [begin, end) of the step's queries as one tensor: a slice of q [T, Hq, D], or with dca a copy of q [3, T, Hq,
+  // D]'s rows into rows_ ([3, end - begin, Hq, D], valid until the next call).
+  TensorView query_rows(TensorView q, int64_t begin, int64_t end, const ops::DualChunkParams* dca, ops::Stream s);
   ops::BlockSparsePattern pattern_for(int64_t ctx);  // views of pattern_ for a context, grown when needed
   ops::VerticalSlashParams vertical_slash_for(int64_t ctx) const;
   // One sequence's chunk (meta.num_seqs == 1): its pattern, the block-sparse attention, the counters.
   void attend_chunk(TensorView out, TensorView q, const LayerKvCache& kv, const AttentionMetadata& meta, float scale,
-                    ops::Stream s);
+                    ops::Stream s, const ops::DualChunkParams* dca);
   void estimate(const ops::BlockSparsePattern& pattern, TensorView q, const LayerKvCache& kv,
-                const AttentionMetadata& meta, float scale, ops::Stream s);
+                const AttentionMetadata& meta, float scale, ops::Stream s, const ops::DualChunkParams* dca);
   void count(const ops::BlockSparsePattern& pattern, int64_t ctx, int64_t num_tokens, ops::Stream s);
 
   SparsePrefillOptions options_;
@@ -88,6 +101,8 @@ class SparsePrefillAttention final : public AttentionPolicy {
   Allocator& alloc_;
   Buffer pattern_;  // [Hk, NQB] counts + [Hk, NQB, NQB] blocks + [Hk, NQB] + [Hk, NQB, MAXC] columns, i32
   int64_t pattern_ints_ = 0;
+  Buffer rows_;  // query_rows' copy, grown
+  int64_t rows_elements_ = 0;
   SparsePrefillCounters counters_;
   std::vector<int32_t> host_counts_;  // a GPU pattern's block and column counts, read back when counting
 };

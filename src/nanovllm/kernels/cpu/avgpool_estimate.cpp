@@ -15,12 +15,14 @@ namespace nanovllm::cpu {
 namespace {
 
 // score[j] for key blocks j <= i: log sum_{k in block j} exp(scale x q . k), the logits in fp32 (dot()), the block's
-// max and exponential sum in double. q [D]; kh [ctx][D], one KV head's keys.
-void last_query_scores(std::vector<float>& score, const float* q, const float* kh, const PrefillChunk& c, int64_t i) {
+// max and exponential sum in double. The chunk's last query row of head g; kh [ctx][D], one KV head's keys.
+void last_query_scores(std::vector<float>& score, const ChunkQueries& qs, int64_t g, const float* kh,
+                       const PrefillChunk& c, int64_t i) {
   std::vector<double> logits;
   for (int64_t j = 0; j <= i; ++j) {
     logits.clear();
-    for (int64_t k = j * c.B; k < c.key_end(j); ++k) logits.push_back(c.scale * dot(q, kh + k * c.D, c.D));
+    for (int64_t k = j * c.B; k < c.key_end(j); ++k)
+      logits.push_back(c.scale * dot(qs.row(g, c.T - 1, k), kh + k * c.D, c.D));
     const double m = *std::max_element(logits.begin(), logits.end());
     double sum = 0;
     for (double x : logits) sum += std::exp(x - m);
@@ -32,12 +34,12 @@ void last_query_scores(std::vector<float>& score, const float* q, const float* k
 
 void avgpool_estimate(const PatternOut& out, TensorView q, TensorView k_cache, const int32_t* block_table,
                       const PrefillChunk& c, const ops::AvgPoolParams& p) {
-  const int64_t D = c.D, T = c.T, ctx = c.ctx, B = c.B, first = c.first_block(), NQB = c.num_blocks();
-  const std::vector<float> qs = queries_by_head(q);
+  const int64_t D = c.D, ctx = c.ctx, B = c.B, first = c.first_block(), NQB = c.num_blocks();
+  const ChunkQueries qs(q, c);
   const std::vector<float> ks = keys_by_head(k_cache, block_table, ctx);
   PatternSets sets(c, p.max_blocks);
   parallel_for(c.Hk, [&](int64_t b, int64_t e) {
-    std::vector<float> mean_q(static_cast<size_t>(D)), score;
+    std::vector<float> score;
     std::vector<double> mass;
     for (int64_t h = b; h < e; ++h) {
       if (p.threshold >= 1) {
@@ -55,16 +57,12 @@ void avgpool_estimate(const PatternOut& out, TensorView q, TensorView k_cache, c
         for (int64_t i = first; i < NQB; ++i) {
           score.resize(static_cast<size_t>(i + 1));
           if (i == NQB - 1) {
-            last_query_scores(score, &qs[static_cast<size_t>((g * T + T - 1) * D)], &ks[static_cast<size_t>(h * ctx * D)],
-                              c, i);
+            last_query_scores(score, qs, g, &ks[static_cast<size_t>(h * ctx * D)], c, i);
           } else {
-            std::fill(mean_q.begin(), mean_q.end(), 0.0f);
-            for (int64_t r = c.row_begin(i); r < c.row_end(i); ++r)
-              for (int64_t d = 0; d < D; ++d)
-                mean_q[static_cast<size_t>(d)] += qs[static_cast<size_t>((g * T + r - c.start()) * D + d)];
-            for (float& x : mean_q) x /= static_cast<float>(c.row_end(i) - c.row_begin(i));
+            RowMeans mean_q(qs, g, c.row_begin(i) - c.start(), c.row_end(i) - c.start(), D);
             for (int64_t j = 0; j <= i; ++j)
-              score[static_cast<size_t>(j)] = c.scale * dot(mean_q.data(), &mean_k[static_cast<size_t>(j * D)], D);
+              score[static_cast<size_t>(j)] =
+                  c.scale * dot(mean_q.at(j * B).data(), &mean_k[static_cast<size_t>(j * D)], D);
           }
           softmax(score.data(), i + 1);
           mass.assign(score.begin(), score.end());

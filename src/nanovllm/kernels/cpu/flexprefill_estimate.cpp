@@ -62,7 +62,7 @@ std::vector<float> mean_rows(const float* x, int64_t r0, int64_t r1, int64_t D) 
 void flexprefill_estimate(const PatternOut& out, TensorView q, TensorView k_cache, const int32_t* block_table,
                           const PrefillChunk& c, const ops::FlexPrefillParams& p) {
   const int64_t D = c.D, T = c.T, ctx = c.ctx, B = c.B, first = c.first_block(), NQB = c.num_blocks();
-  const std::vector<float> qs = queries_by_head(q);
+  const ChunkQueries qs(q, c);
   const std::vector<float> ks = keys_by_head(k_cache, block_table, ctx);
   const int64_t last = std::min(B, T);
   const int64_t budget_blocks = std::min((p.min_budget + B - 1) / B, NQB);
@@ -78,13 +78,13 @@ void flexprefill_estimate(const PatternOut& out, TensorView q, TensorView k_cach
       std::vector<std::vector<float>> mean_k;  // [NQB][D]
       for (int64_t j = 0; j < NQB; ++j) mean_k.push_back(mean_rows(kh, j * B, c.key_end(j), D));
       for (int64_t g = h * c.group(); g < (h + 1) * c.group(); ++g) {
-        const float* qg = &qs[static_cast<size_t>(g * T * D)];
         // The last queries' attention: mean over queries per key position and per diagonal.
         std::vector<double> vertical(static_cast<size_t>(ctx), 0.0), slash(static_cast<size_t>(ctx), 0.0);
         for (int64_t t = T - last; t < T; ++t) {
           const int64_t pos = c.start() + t;
           row.resize(static_cast<size_t>(pos + 1));
-          for (int64_t k = 0; k <= pos; ++k) row[static_cast<size_t>(k)] = c.scale * dot(qg + t * D, kh + k * D, D);
+          for (int64_t k = 0; k <= pos; ++k)
+            row[static_cast<size_t>(k)] = c.scale * dot(qs.row(g, t, k), kh + k * D, D);
           softmax(row.data(), pos + 1);
           for (int64_t k = 0; k <= pos; ++k) {
             vertical[static_cast<size_t>(k)] += row[static_cast<size_t>(k)] / static_cast<double>(last);
@@ -97,10 +97,11 @@ void flexprefill_estimate(const PatternOut& out, TensorView q, TensorView k_cach
           slash_blocks[static_cast<size_t>(k / B)] += slash[static_cast<size_t>(k)];
         }
         // The pooled estimate of the same distribution: mean last query . mean keys of each block.
-        const std::vector<float> mean_q = mean_rows(qg, T - last, T, D);
+        RowMeans mean_q(qs, g, T - last, T, D);
         std::vector<float> est(static_cast<size_t>(NQB));
         for (int64_t j = 0; j < NQB; ++j)
-          est[static_cast<size_t>(j)] = c.scale * dot(mean_q.data(), mean_k[static_cast<size_t>(j)].data(), D);
+          est[static_cast<size_t>(j)] =
+              c.scale * dot(mean_q.at(j * B).data(), mean_k[static_cast<size_t>(j)].data(), D);
         softmax(est.data(), NQB);
         const bool query_aware = js_distance(std::vector<double>(est.begin(), est.end()), vertical_blocks) < p.tau;
 
@@ -122,10 +123,10 @@ void flexprefill_estimate(const PatternOut& out, TensorView q, TensorView k_cach
         std::vector<double> mass;
         std::vector<std::pair<int64_t, int64_t>> pairs;
         for (int64_t i = first; i < NQB; ++i) {
-          const std::vector<float> qi = mean_rows(qg, c.row_begin(i) - c.start(), c.row_end(i) - c.start(), D);
+          RowMeans qi(qs, g, c.row_begin(i) - c.start(), c.row_end(i) - c.start(), D);
           std::vector<float> s(static_cast<size_t>(i + 1));
           for (int64_t j = 0; j <= i; ++j)
-            s[static_cast<size_t>(j)] = c.scale * dot(qi.data(), mean_k[static_cast<size_t>(j)].data(), D);
+            s[static_cast<size_t>(j)] = c.scale * dot(qi.at(j * B).data(), mean_k[static_cast<size_t>(j)].data(), D);
           softmax(s.data(), i + 1);
           for (int64_t j = 0; j <= i; ++j) {
             mass.push_back(s[static_cast<size_t>(j)]);

@@ -5,17 +5,42 @@
 #include <numeric>
 
 #include "nanovllm/core/error.h"
+#include "nanovllm/kernels/cpu/dual_chunk_row.h"
 #include "nanovllm/kernels/cpu/row_io.h"
 
 namespace nanovllm::cpu {
 
-std::vector<float> queries_by_head(TensorView q) {
-  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2);
-  std::vector<float> out(static_cast<size_t>(Hq * T * D));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t g = 0; g < Hq; ++g)
-      load_row_f32(q.data(), q.dtype(), (t * Hq + g) * D, D, &out[static_cast<size_t>((g * T + t) * D)]);
-  return out;
+ChunkQueries::ChunkQueries(TensorView q, const PrefillChunk& c) : c_(c) {
+  const int64_t R = c.dca_chunk_len > 0 ? 3 : 1, T = c.T, Hq = c.Hq, D = c.D;
+  q_.resize(static_cast<size_t>(R * Hq * T * D));
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t g = 0; g < Hq; ++g)
+        load_row_f32(q.data(), q.dtype(), ((r * T + t) * Hq + g) * D, D,
+                     &q_[static_cast<size_t>(((r * Hq + g) * T + t) * D)]);
+}
+
+int ChunkQueries::region(int64_t t, int64_t k) const {
+  return c_.dca_chunk_len > 0 ? dual_chunk_region(c_.start() + t, k, c_.dca_chunk_len) : 0;
+}
+
+const float* ChunkQueries::row(int64_t g, int64_t t, int64_t k) const {
+  return &q_[static_cast<size_t>(((region(t, k) * c_.Hq + g) * c_.T + t) * c_.D)];
+}
+
+RowMeans::RowMeans(const ChunkQueries& q, int64_t g, int64_t t0, int64_t t1, int64_t D)
+    : q_(q), g_(g), t0_(t0), t1_(t1), D_(D) {}
+
+const std::vector<float>& RowMeans::at(int64_t k) {
+  std::vector<float>& m = means_[static_cast<size_t>(3 * q_.region(t0_, k) + q_.region(t1_ - 1, k))];
+  if (!m.empty()) return m;
+  m.assign(static_cast<size_t>(D_), 0.0f);
+  for (int64_t t = t0_; t < t1_; ++t) {
+    const float* x = q_.row(g_, t, k);
+    for (int64_t d = 0; d < D_; ++d) m[static_cast<size_t>(d)] += x[d];
+  }
+  for (float& v : m) v /= static_cast<float>(t1_ - t0_);
+  return m;
 }
 
 std::vector<float> keys_by_head(TensorView k_cache, const int32_t* block_table, int64_t ctx) {

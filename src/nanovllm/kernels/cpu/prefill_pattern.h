@@ -3,6 +3,7 @@
 // kernels/cpu.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -17,6 +18,7 @@ struct PrefillChunk {
   int64_t Hq = 0, Hk = 0, D = 0;  // query heads, KV heads, head_dim
   int64_t B = 0;                  // pattern block size
   float scale = 0;                // softmax scale of q.k
+  int64_t dca_chunk_len = 0;      // > 0: Dual Chunk Attention with chunks of this many positions (q in 3 rotations)
   int64_t group() const { return Hq / Hk; }
   int64_t start() const { return ctx - T; }                 // first query position
   int64_t num_blocks() const { return (ctx + B - 1) / B; }  // NQB (and key blocks)
@@ -27,10 +29,40 @@ struct PrefillChunk {
   int64_t key_end(int64_t j) const { return (j + 1) * B < ctx ? (j + 1) * B : ctx; }
 };
 
-// q [T, Hq, D] as fp32 [Hq][T][D]; the sequence's keys [0, ctx) read through block_table from k_cache [NB, BS, Hk, D]
-// as fp32 [Hk][ctx][D]. A reference's simplicity over memory: the CPU backend runs tiny models; the CUDA estimators
-// read the cache in place.
-std::vector<float> queries_by_head(TensorView q);
+// The chunk's queries in fp32, by head: q [T, Hq, D] as [Hq][T][D]; with Dual Chunk Attention q [3, T, Hq, D] (intra,
+// successive, inter) as [3][Hq][T][D], and a query row is scored against a key with the rotation of the key's region
+// (dual_chunk_region), as the attention scores it.
+class ChunkQueries {
+ public:
+  ChunkQueries(TensorView q, const PrefillChunk& c);
+  // Row t of query head g as scored against the key at position k.
+  const float* row(int64_t g, int64_t t, int64_t k) const;
+  // The region index of row t against key k (0 without DCA).
+  int region(int64_t t, int64_t k) const;
+
+ private:
+  PrefillChunk c_;
+  std::vector<float> q_;
+};
+
+// Means over rows [t0, t1) of query head g as scored against a key position (row() of each row), as the pooled
+// estimators use them. Without DCA one mean serves every key; with DCA the rows' rotations for a key depend on its
+// region from the first and from the last row (the rows are consecutive, so at most two chunks), and each such pair's
+// mean is computed once. Sums in row order, then divided by the row count, in fp32.
+class RowMeans {
+ public:
+  RowMeans(const ChunkQueries& q, int64_t g, int64_t t0, int64_t t1, int64_t D);
+  const std::vector<float>& at(int64_t k);
+
+ private:
+  const ChunkQueries& q_;
+  int64_t g_, t0_, t1_, D_;
+  std::array<std::vector<float>, 9> means_;  // by 3 x region(first row) + region(last row)
+};
+
+// The sequence's keys [0, ctx) read through block_table from k_cache [NB, BS, Hk, D] as fp32 [Hk][ctx][D]. A
+// reference's simplicity over memory (so are ChunkQueries'): the CPU backend runs tiny models; the CUDA estimators read
+// the cache in place.
 std::vector<float> keys_by_head(TensorView k_cache, const int32_t* block_table, int64_t ctx);
 
 // s . t over D elements, in fp32 (the estimators' scores; the exact attention is the kernel's).

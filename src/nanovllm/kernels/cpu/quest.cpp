@@ -5,6 +5,7 @@
 
 #include "nanovllm/core/parallel.h"
 #include "nanovllm/kernels/cpu/cpu_sparse_ops.h"
+#include "nanovllm/kernels/cpu/dual_chunk_row.h"
 #include "nanovllm/kernels/cpu/row_io.h"
 
 namespace nanovllm::cpu {
@@ -42,18 +43,22 @@ void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, 
 }
 
 void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView k_max, TensorView block_tables,
-                  TensorView context_lens, int64_t block_size) {
-  const int64_t S = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hk = k_min.dim(1), G = Hq / Hk;
+                  TensorView context_lens, int64_t block_size, const ops::DualChunkParams* dca) {
+  const int64_t R = dca ? 3 : 1;  // query rotations: q [S, Hq, D], or [3, S, Hq, D] with DCA
+  const int64_t S = q.dim(q.ndim() - 3), Hq = q.dim(q.ndim() - 2), D = q.dim(q.ndim() - 1);
+  const int64_t Hk = k_min.dim(1), G = Hq / Hk;
   const int64_t MP = scores.dim(2), MB = block_tables.dim(1);
   const int32_t* ctx = context_lens.data_as<const int32_t>();
   const int32_t* bt = block_tables.data_as<const int32_t>();
   float* out = scores.data_as<float>();
   parallel_for(S * Hk, [&](int64_t b, int64_t e) {
-    std::vector<float> qg(static_cast<size_t>(G * D)), lo(static_cast<size_t>(D)), hi(static_cast<size_t>(D));
+    std::vector<float> qg(static_cast<size_t>(R * G * D)), lo(static_cast<size_t>(D)), hi(static_cast<size_t>(D));
     for (int64_t item = b; item < e; ++item) {
       const int64_t s = item / Hk, h = item % Hk;
       const int64_t pages = (int64_t{ctx[s]} + block_size - 1) / block_size;
-      load_row_f32(q.data(), q.dtype(), (s * Hq + h * G) * D, G * D, qg.data());
+      for (int64_t r = 0; r < R; ++r)
+        load_row_f32(q.data(), q.dtype(), ((r * S + s) * Hq + h * G) * D, G * D, qg.data() + r * G * D);
+      const int64_t p_query = int64_t{ctx[s]} - 1;  // DCA: the decode query's position
       float* row = out + item * MP;
       for (int64_t p = 0; p < MP; ++p) {
         if (p >= pages) {
@@ -63,10 +68,22 @@ void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView 
         const int64_t meta = (int64_t{bt[s * MB + p]} * Hk + h) * D;
         load_row_f32(k_min.data(), k_min.dtype(), meta, D, lo.data());
         load_row_f32(k_max.data(), k_max.dtype(), meta, D, hi.data());
-        // Per query head the bound in double (no rounding below the true maximum), then the group's max.
+        // Per query head the bound in double (no rounding below the true maximum), then the group's max. With DCA
+        // a key is scored with its region's rotation, so the bound of the page is the max over the regions its
+        // positions [p BS, (p + 1) BS) meet, each with that region's rotation.
+        // Regions grow inward with the position (inter, successive, intra): the page meets those between the
+        // regions of its first and its last position.
+        bool region_met[3] = {R == 1, false, false};
+        if (dca) {
+          const int64_t last = std::min<int64_t>((p + 1) * block_size, ctx[s]) - 1;
+          for (int r = dual_chunk_region(p_query, last, dca->chunk_len);
+               r <= dual_chunk_region(p_query, p * block_size, dca->chunk_len); ++r)
+            region_met[r] = true;
+        }
         double best = -std::numeric_limits<double>::infinity();
-        for (int64_t g = 0; g < G; ++g) {
-          const float* qv = qg.data() + g * D;
+        for (int64_t rg = 0; rg < R * G; ++rg) {
+          if (!region_met[rg / G]) continue;
+          const float* qv = qg.data() + rg * D;
           double bound = 0.0;
           for (int64_t d = 0; d < D; ++d) {
             const double a = double{qv[d]} * lo[static_cast<size_t>(d)];

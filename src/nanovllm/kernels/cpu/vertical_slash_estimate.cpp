@@ -31,7 +31,7 @@ std::vector<int32_t> top_indices(const std::vector<float>& score, int64_t count)
 void vertical_slash_estimate(const PatternOut& out, TensorView q, TensorView k_cache, const int32_t* block_table,
                              const PrefillChunk& c, const ops::VerticalSlashParams& p) {
   const int64_t D = c.D, T = c.T, ctx = c.ctx, B = c.B, first = c.first_block(), NQB = c.num_blocks();
-  const std::vector<float> qs = queries_by_head(q);
+  const ChunkQueries qs(q, c);
   const std::vector<float> ks = keys_by_head(k_cache, block_table, ctx);
   const int64_t last = std::min(p.last_q, T);
   constexpr float kForced = std::numeric_limits<float>::infinity();
@@ -46,9 +46,9 @@ void vertical_slash_estimate(const PatternOut& out, TensorView q, TensorView k_c
         slash.assign(static_cast<size_t>(ctx), 0.0f);
         for (int64_t t = T - last; t < T; ++t) {
           const int64_t pos = c.start() + t;
-          const float* qt = &qs[static_cast<size_t>((g * T + t) * D)];
           row.resize(static_cast<size_t>(pos + 1));
-          for (int64_t k = 0; k <= pos; ++k) row[static_cast<size_t>(k)] = c.scale * dot(qt, kh + k * D, D);
+          for (int64_t k = 0; k <= pos; ++k)
+            row[static_cast<size_t>(k)] = c.scale * dot(qs.row(g, t, k), kh + k * D, D);
           softmax(row.data(), pos + 1);
           for (int64_t k = 0; k <= pos; ++k) {
             vertical[static_cast<size_t>(k)] += row[static_cast<size_t>(k)];

@@ -10,8 +10,8 @@ namespace nanovllm::cpu {
 
 void xattention_estimate(const PatternOut& out, TensorView q, TensorView k_cache, const int32_t* block_table,
                          const PrefillChunk& c, const ops::XAttentionParams& p) {
-  const int64_t S = p.stride, D = c.D, T = c.T, ctx = c.ctx, first = c.first_block(), NQB = c.num_blocks();
-  const std::vector<float> qs = queries_by_head(q);                       // [Hq][T][D]
+  const int64_t S = p.stride, D = c.D, ctx = c.ctx, first = c.first_block(), NQB = c.num_blocks();
+  const ChunkQueries qs(q, c);
   const std::vector<float> ks = keys_by_head(k_cache, block_table, ctx);  // [Hk][ctx][D]
   PatternSets sets(c, p.max_blocks);
   // Tile (m, n) pairs query m S + S - 1 - s with key n S + s (s < S): its antidiagonal. The reference's reshaped q.k,
@@ -28,7 +28,6 @@ void xattention_estimate(const PatternOut& out, TensorView q, TensorView k_cache
       }
       const float* kh = &ks[static_cast<size_t>(h * ctx * D)];
       for (int64_t g = h * c.group(); g < (h + 1) * c.group(); ++g) {
-        const float* qg = &qs[static_cast<size_t>(g * T * D)];
         mass.assign(static_cast<size_t>(i + 1), 0.0);
         // Tile rows with a query of the chunk in block i.
         for (int64_t m = c.row_begin(i) / S; m * S < c.row_end(i); ++m) {
@@ -37,7 +36,7 @@ void xattention_estimate(const PatternOut& out, TensorView q, TensorView k_cache
             for (int64_t s = 0; s < S; ++s) {
               const int64_t qp = m * S + S - 1 - s, kp = n * S + s;
               if (qp < c.start() || qp >= ctx || kp >= ctx) continue;
-              row[static_cast<size_t>(n)] += dot(qg + (qp - c.start()) * D, kh + kp * D, D);
+              row[static_cast<size_t>(n)] += dot(qs.row(g, qp - c.start(), kp), kh + kp * D, D);
             }
           for (float& x : row) x *= tile_scale;
           softmax(row.data(), m + 1);
