@@ -25,14 +25,17 @@
 // (paged_attention); block-sparse, the key stream of one (KV head, query block) list (block_sparse_tiles.cuh:
 // block-aligned query tiles, tiles of 128 listed-block positions or columns, each key's position in a
 // shared table for the causal mask). Everything else is the same code.
-// Dual Chunk Attention (the kDca switch, dense keys): the same loop; the Q tile holds each item's rotation for
-// the key chunk being read and is reloaded at the (at most 3) chunk starts that change one, so one online
-// softmax covers the three partial attentions vLLM merges by their log-sum-exps.
+// Dual Chunk Attention (the kDca switch): the same loop; the Q tile holds each item's rotation for the key chunk
+// being read and is reloaded at the (at most 3) chunk starts that change one, so one online softmax covers the
+// three partial attentions vLLM merges by their log-sum-exps. With block-sparse keys (kSparse and kDca) the key
+// stream is regrouped by region, each region starting a key tile (SparseKeysDca), and the Q tile is reloaded
+// where the region changes (at most twice).
 //
 // Resources (D 128): 160 KB + 2 KB shared memory (+ 1.5 KB sparse) -> 1 CTA per SM, 255-register cap
 // (256 threads; dense 212 registers, sparse 224, no spills).
 
 #include <algorithm>
+#include <type_traits>
 
 #include "nanovllm/kernels/cuda/attention_softmax.cuh"
 #include "nanovllm/kernels/cuda/attention_tiles.cuh"
@@ -105,13 +108,13 @@ template <> struct PvMma<64> {
 };
 #endif  // NANOVLLM_WGMMA_DEVICE
 
-// sp: the pattern (kSparse only). kDca: Dual Chunk Attention (dense keys only; p.q_succ, p.q_inter,
-// p.dca_chunk_len a multiple of kBN): the Q tile holds, per item, the rotation its row uses for the current key
-// tile's chunk (dca_region) and is reloaded when a key tile starts a chunk that changes it (at most 3 times).
+// sp: the pattern (kSparse only). kDca: Dual Chunk Attention (p.q_succ, p.q_inter, p.dca_chunk_len a multiple of
+// kBN): the Q tile holds, per item, the rotation its row uses for the current key tile's chunk (dca_region) and is
+// reloaded when a key tile starts a chunk that changes it (at most 3 times); sparse: when the tile's region
+// (SparseKeysDca::tile_region) differs from the loaded one.
 template <int D, bool kSparse, bool kDca = false>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_wgmma_kernel(Params p, SparsePattern sp, int rows_per_cta, int gc, int gchunks) {
-  static_assert(!(kSparse && kDca), "Dual Chunk Attention runs with dense keys only");
 #ifdef NANOVLLM_WGMMA_DEVICE
   using C = WgDev<D>;
   extern __shared__ unsigned char smem_raw[];
@@ -136,8 +139,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (!find_cta_tile<true>(p, rows_per_cta, u.rev, warp, lane, tile_info)) return;
     qt = query_tile(p, tile_info, rows_per_cta);
   }
-  // Sparse: the CTA's key stream (dense: unused).
-  const SparseKeys keys = kSparse ? SparseKeys(sp, u.kvh, qt.pos0 / sp.block_size) : SparseKeys{};
+  // Sparse: the CTA's key stream (dense: unused); with DCA regrouped by region.
+  using Keys = std::conditional_t<kDca, SparseKeysDca, SparseKeys>;
+  Keys keys{};
+  if constexpr (kSparse && kDca) {
+    keys = SparseKeysDca(sp, u.kvh, qt.pos0 / sp.block_size, p.dca_chunk_len, kBN);
+  } else if constexpr (kSparse) {
+    keys = SparseKeys(sp, u.kvh, qt.pos0 / sp.block_size);
+  }
   const int nkeys = kSparse ? keys.entries : qt.nkeys;
   const int ntiles = nkeys > 0 ? (nkeys + kBN - 1) / kBN : 0;
   const int32_t* bt = block_table(p, qt.seq);
@@ -193,7 +202,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       cp_async16_zfill(smem_u32(qs + (i >> 6) * C::kQBytes + swz(i & 63, cc, 64 * kHalfRowsBytes)), src, valid);
     }
   };
-  load_queries(0);
+  int loaded_region = 0;  // sparse DCA: the region whose rotations the Q tile holds
+  if constexpr (kSparse && kDca) {
+    loaded_region = ntiles > 0 ? keys.tile_region(0, kBN) : 0;
+    load_queries(keys.region_chunk(loaded_region));
+  } else {
+    load_queries(0);
+  }
   __syncthreads();  // slot tables
   if (ntiles > 0) issue_kv(0);
   cp_async_commit();
@@ -224,7 +239,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     cp_async_wait<0>();
     fence_proxy_async_smem();  // this thread's cp.async writes -> visible to the tensor cores (async proxy)
     __syncthreads();      // tile landed everywhere; everyone done with tile - 1 (buffer buf ^ 1, table buf)
-    if constexpr (kDca) {
+    if constexpr (kSparse && kDca) {
+      // Key tiles of another region (the stream is grouped by region): the same reload as below.
+      const int region = keys.tile_region(tile, kBN);
+      if (region != loaded_region) {
+        loaded_region = region;
+        load_queries(keys.region_chunk(region));
+        cp_async_commit();
+        cp_async_wait<0>();
+        fence_proxy_async_smem();
+        __syncthreads();
+      }
+    } else if constexpr (kDca) {
       // A key tile that starts the chunk before the first row's (inter -> successive) or one of the rows' own
       // chunks (successive -> intra): every warpgroup is done with the old Q tile (the barrier above), so it
       // is overwritten, and waited for before any MMA reads it. CTA-uniform, the barrier is safe.
@@ -371,11 +397,11 @@ bool launch(const Params& p, int64_t num_tokens, cudaStream_t st) {
 }
 
 // Block-sparse: query tiles of min(128 / gc, bs) rows, tiles_per_block of them per query block.
-template <int D>
+template <int D, bool kDca>
 bool launch_sparse(const Params& p, SparsePattern sp, cudaStream_t st) {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
-  if (!wgmma_usable<D, true>(device)) return false;
+  if (!wgmma_usable<D, true, kDca>(device)) return false;
   const int gc = p.g < kBM ? p.g : kBM;
   const int gchunks = (p.g + gc - 1) / gc;
   sp.rows_per_tile = std::min(kBM / gc, sp.block_size);
@@ -383,7 +409,7 @@ bool launch_sparse(const Params& p, SparsePattern sp, cudaStream_t st) {
   const int64_t ctas = int64_t{sp.num_query_blocks - sp.first_block} * sp.tiles_per_block * p.hk * gchunks;
   NANOVLLM_CHECK(ctas < (int64_t{1} << 31), "block_sparse_prefill_attention (cuda): grid too large (", ctas, " CTAs)");
   if (ctas == 0) return true;
-  prefill_wgmma_kernel<D, true><<<static_cast<unsigned>(ctas), kThreads, WgCfg<D, true>::kSmem, st>>>(
+  prefill_wgmma_kernel<D, true, kDca><<<static_cast<unsigned>(ctas), kThreads, WgCfg<D, true>::kSmem, st>>>(
       p, sp, sp.rows_per_tile, gc, gchunks);
   CUDA_CHECK_LAUNCH();
   return true;
@@ -399,10 +425,10 @@ bool launch_prefill_wgmma(const Params& p, int head_dim, int64_t num_tokens, cud
   }
 }
 
-bool launch_block_sparse_wgmma(const Params& p, const SparsePattern& sp, int head_dim, cudaStream_t st) {
+bool launch_block_sparse_wgmma(const Params& p, const SparsePattern& sp, int head_dim, cudaStream_t st, bool dca) {
   switch (head_dim) {
-    case 64: return launch_sparse<64>(p, sp, st);
-    case 128: return launch_sparse<128>(p, sp, st);
+    case 64: return dca ? launch_sparse<64, true>(p, sp, st) : launch_sparse<64, false>(p, sp, st);
+    case 128: return dca ? launch_sparse<128, true>(p, sp, st) : launch_sparse<128, false>(p, sp, st);
     default: return false;
   }
 }

@@ -8,6 +8,8 @@
 // exponential may differ by an ulp, which moves a pick only at a near-tie of two blocks' mass.
 // The pooling (pattern_pool.cuh) reads q and the keys once (16-byte loads for bf16); the score loop gives each thread one key block and
 // all query heads of a pass, reading the transposed mean keys coalesced (from L2: [D, NQB] per KV head).
+// Dual Chunk Attention (q [3, T, Hq, D]): the block-mean queries of each rotation, and a (query block, key block) pair
+// is scored with the rotation of its region (ChunkGeometry::region), the last query's logits likewise.
 #include <algorithm>
 
 #include "nanovllm/core/error.h"
@@ -35,7 +37,7 @@ struct SelectSmem {
     keys_bytes = 8 * pt::pow2_at_least(g.nqb > 3 ? g.nqb - 2 : 1);
     scores_off = keys_bytes;
     mq_off = scores_off + 4 * int64_t{heads_per_pass} * g.nqb;
-    rank_off = mq_off + 4 * int64_t{heads_per_pass} * g.D;
+    rank_off = mq_off + 4 * int64_t{g.rotations()} * heads_per_pass * g.D;
     flags_off = rank_off + (ranked ? 4 * int64_t{g.nqb} : 0);
     total = flags_off + (g.nqb + 15) / 16 * 16;
   }
@@ -54,7 +56,8 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
   __shared__ pt::Scratch sh;
   auto* qs = reinterpret_cast<float*>(smem);  // [D]: the last query, fp32
   const int qh = static_cast<int>(blockIdx.x % g.Hq), j = static_cast<int>(blockIdx.x / g.Hq), h = qh / g.group();
-  const T* qrow = q + (int64_t{g.T - 1} * g.Hq + qh) * g.D;
+  // (DCA: the rotation of the last query block's region for key block j)
+  const T* qrow = q + g.region(g.nqb - 1, j) * g.rot_stride + (int64_t{g.T - 1} * g.Hq + qh) * g.D;
   for (int d = threadIdx.x; d < g.D; d += blockDim.x) qs[d] = static_cast<float>(qrow[d]);
   __syncthreads();
   const int p0 = j * g.B, p1 = g.key_end(j);
@@ -103,7 +106,7 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
   const SelectSmem layout(g, heads_per_pass, ranked);
   auto* keys = reinterpret_cast<unsigned long long*>(smem);
   auto* scores = reinterpret_cast<float*>(smem + layout.scores_off);  // [heads_per_pass][nqb]
-  auto* mq = reinterpret_cast<float*>(smem + layout.mq_off);          // [heads_per_pass][D]
+  auto* mq = reinterpret_cast<float*>(smem + layout.mq_off);          // [rotations][heads_per_pass][D]
   auto* rank = reinterpret_cast<float*>(smem + layout.rank_off);      // [nqb] when ranked
   auto* flags = smem + layout.flags_off;                               // [nqb]
   for (int j = threadIdx.x; j < n; j += blockDim.x) {
@@ -114,10 +117,12 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
   for (int g0 = 0; g0 < G; g0 += heads_per_pass) {
     const int ng = min(heads_per_pass, G - g0);
     __syncthreads();  // the previous pass's scores and queries are read
-    for (int e = threadIdx.x; e < ng * g.D; e += blockDim.x) {
-      const int qh = h * G + g0 + e / g.D;
-      mq[e] = mean_q[(int64_t{qh} * (g.nqb - g.first) + qb) * g.D + e % g.D];
-    }
+    for (int r = 0; r < g.rotations(); ++r)
+      for (int e = threadIdx.x; e < ng * g.D; e += blockDim.x) {
+        const int qh = h * G + g0 + e / g.D;
+        mq[r * heads_per_pass * g.D + e] =
+            mean_q[((int64_t{r} * g.Hq + qh) * (g.nqb - g.first) + qb) * g.D + e % g.D];
+      }
     __syncthreads();
     // score[gi][j] = scale x (mean query . mean key), the dot summed over d in order (the CPU's dot()); the last query
     // block's: the last query's log-sum-exp per key block.
@@ -129,13 +134,14 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
     }
     for (int j = threadIdx.x; j < n && i != g.nqb - 1; j += blockDim.x) {
       const float* kcol = mean_k + int64_t{h} * g.D * g.nqb + j;  // [D] at stride nqb
+      const float* mqr = mq + g.region(i, j) * heads_per_pass * g.D;  // the pair's rotation
       float acc[kMaxHeadsPerPass] = {};
 #pragma unroll 4
       for (int d = 0; d < g.D; ++d) {
         const float k = __ldg(kcol + int64_t{d} * g.nqb);
 #pragma unroll
         for (int gi = 0; gi < kMaxHeadsPerPass; ++gi)
-          if (gi < ng) acc[gi] = __fadd_rn(acc[gi], __fmul_rn(mq[gi * g.D + d], k));
+          if (gi < ng) acc[gi] = __fadd_rn(acc[gi], __fmul_rn(mqr[gi * g.D + d], k));
       }
 #pragma unroll
       for (int gi = 0; gi < kMaxHeadsPerPass; ++gi)
@@ -170,10 +176,11 @@ struct AvgPoolTag;  // the op's grow-only workspace (op_workspace.h): the mean k
 }  // namespace
 
 void avgpool_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
-                      const AttentionMetadata& meta, float scale, const ops::AvgPoolParams& params, ops::Stream s) {
+                      const AttentionMetadata& meta, float scale, const ops::AvgPoolParams& params,
+                      const ops::DualChunkParams* dca, ops::Stream s) {
   constexpr const char* op = "avgpool_estimate (cuda)";
   const cudaStream_t st = stream_of(s);
-  const Geometry g = pt::chunk_geometry(pattern, q, k_cache, meta);
+  const Geometry g = pt::chunk_geometry(pattern, q, k_cache, meta, dca != nullptr ? dca->chunk_len : 0);
   const int max_blocks = static_cast<int>(pattern.block_index.dim(2));
   pt::clear_column_lists(pattern, st);
   const bool full = params.threshold >= 1;
@@ -192,7 +199,8 @@ void avgpool_estimate(const ops::BlockSparsePattern& pattern, TensorView q, Tens
   float* mean_q = nullptr;
   float* last_scores = nullptr;
   if (!full) {
-    const size_t k_floats = static_cast<size_t>(g.Hk) * g.nqb * g.D, q_floats = static_cast<size_t>(g.Hq) * nqc * g.D;
+    const size_t k_floats = static_cast<size_t>(g.Hk) * g.nqb * g.D;
+    const size_t q_floats = static_cast<size_t>(g.rotations()) * g.Hq * nqc * g.D;
     const size_t last_floats = static_cast<size_t>(g.Hq) * g.nqb;
     mean_k = reinterpret_cast<float*>(
         op_workspace<AvgPoolTag>((k_floats + q_floats + last_floats) * sizeof(float), s));

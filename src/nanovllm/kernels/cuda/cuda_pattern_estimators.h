@@ -1,5 +1,6 @@
 // CUDA entry points of the sparse prefill pattern estimators (kernels/pattern_estimators.h has the contracts), called
 // after validation. q and k_cache F32 / BF16 / F16, metadata and pattern views on the device. Only in the CUDA build.
+// `dca` set: Dual Chunk Attention, q [3, T, Hq, D] in its three rotations.
 #pragma once
 
 #include "nanovllm/core/tensor.h"
@@ -14,15 +15,16 @@ namespace nanovllm::cuda_ops {
 
 void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                          const AttentionMetadata& meta, float scale, const ops::XAttentionParams& params,
-                         ops::Stream s);
+                         const ops::DualChunkParams* dca, ops::Stream s);
 void avgpool_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
-                      const AttentionMetadata& meta, float scale, const ops::AvgPoolParams& params, ops::Stream s);
+                      const AttentionMetadata& meta, float scale, const ops::AvgPoolParams& params,
+                      const ops::DualChunkParams* dca, ops::Stream s);
 void vertical_slash_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                              const AttentionMetadata& meta, float scale, const ops::VerticalSlashParams& params,
-                             ops::Stream s);
+                             const ops::DualChunkParams* dca, ops::Stream s);
 void flexprefill_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                           const AttentionMetadata& meta, float scale, const ops::FlexPrefillParams& params,
-                          ops::Stream s);
+                          const ops::DualChunkParams* dca, ops::Stream s);
 
 }  // namespace nanovllm::cuda_ops
 

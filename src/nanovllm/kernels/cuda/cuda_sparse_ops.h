@@ -1,5 +1,6 @@
 // CUDA entry points of the sparse attention ops (kernels/sparse_ops.h has the contracts), called after
-// validation. bf16 caches, queries and metadata. Only in the CUDA build.
+// validation. bf16 caches, queries and metadata. Only in the CUDA build. `dca` set: Dual Chunk Attention, q
+// [3, ..., Hq, D] in its three rotations.
 #pragma once
 
 #include <cstdint>
@@ -15,15 +16,19 @@ namespace nanovllm::cuda_ops {
 void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, TensorView slot_mapping,
                         ops::Stream s);
 void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView k_max, TensorView block_tables,
-                  TensorView context_lens, int64_t block_size, ops::Stream s);
+                  TensorView context_lens, int64_t block_size, const ops::DualChunkParams* dca, ops::Stream s);
 void select_pages(TensorView selected, TensorView scores, TensorView context_lens, int64_t block_size,
                   int64_t sink_pages, int64_t recent_pages, ops::Stream s);
 void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
                              TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
-                             TensorView scratch, ops::Stream s);
+                             TensorView scratch, const ops::DualChunkParams* dca, ops::Stream s);
+// The DCA case of sparse_decode_attention (dual_chunk_sparse_decode.cu); q [3, S, Hq, D].
+void dual_chunk_sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                                        TensorView block_tables, TensorView context_lens, TensorView selected,
+                                        const ops::DualChunkParams& dca, float scale, ops::Stream s);
 void block_sparse_prefill_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
                                     const AttentionMetadata& meta, const ops::BlockSparsePattern& pattern,
-                                    float scale, ops::Stream s);
+                                    float scale, const ops::DualChunkParams* dca, ops::Stream s);
 
 }  // namespace nanovllm::cuda_ops
 

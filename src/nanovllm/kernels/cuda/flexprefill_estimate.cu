@@ -15,6 +15,10 @@
 //   7. write: one CTA per (query block, KV head) lists the union over the group.
 // At 128K tokens (Qwen3-4B heads) the score tiles (128 last rows) dominate: 2 x 137 GFLOP of bf16 MMA and two reads of
 // the keys; the pair selection re-reads up to Hq x 1024 x 1024 masses six times.
+// Dual Chunk Attention (q [3, T, Hq, D]): the last queries' attention scores each key tile in its region's rotation
+// (last_queries_attention.cuh), a pooled pair in the rotation of its region (ChunkGeometry::region), and the mean last
+// query against key block j is the mean of each last row in its rotation for j: the rows lie in at most two chunks,
+// so one mean per (rotation of the first chunk's rows, of the second's), nine.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -35,15 +39,28 @@ namespace {
 
 namespace pt = pattern;
 
-// mean_last [Hq, D]: per query head, the mean of q's last `last` rows (row order, no FMA: the CPU's mean_rows()).
+// mean_last [combos, Hq, D]: per query head, the mean of q's last `last` rows (row order, no FMA: the CPU's
+// mean_rows()). DCA (combos 9): combination c = 3 a + b takes the rows in the first row's chunk in rotation a and the
+// others (the next chunk) in rotation b (RowMeans' pairs in kernels/cpu/prefill_pattern.h).
 template <typename T>
 __global__ void mean_last_kernel(const T* __restrict__ q, int rows, int Hq, int D, int last,
-                                 float* __restrict__ mean_last) {
+                                 float* __restrict__ mean_last, pt::ChunkGeometry g) {
   const int e = blockIdx.x * blockDim.x + threadIdx.x;  // qh x D + d
   if (e >= Hq * D) return;
+  const int c = blockIdx.y, a = c / 3, b = c % 3;
+  const int first_chunk = g.dca_chunk_len > 0 ? (g.ctx - last) / g.dca_chunk_len : 0;
   float acc = 0.0f;
-  for (int t = rows - last; t < rows; ++t) acc = __fadd_rn(acc, static_cast<float>(q[int64_t{t} * Hq * D + e]));
-  mean_last[e] = acc / static_cast<float>(last);
+  for (int t = rows - last; t < rows; ++t) {
+    const int r = g.dca_chunk_len > 0 && (g.start() + t) / g.dca_chunk_len != first_chunk ? b : a;
+    acc = __fadd_rn(acc, static_cast<float>(q[r * g.rot_stride + int64_t{t} * Hq * D + e]));
+  }
+  mean_last[int64_t{c} * Hq * D + e] = acc / static_cast<float>(last);
+}
+
+// The mean_last combination (mean_last_kernel) the last rows use against key block j.
+__device__ __forceinline__ int last_combo(const pt::ChunkGeometry& g, int last, int j) {
+  if (g.dca_chunk_len <= 0) return 0;
+  return 3 * g.region((g.ctx - last) / g.B, j) + g.region(g.nqb - 1, j);
 }
 
 // scale x (mq . key block j's mean), mean_k [Hk, D, nqb] of KV head h, summed over d in order (the CPU's dot()).
@@ -62,7 +79,7 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
     head_kernel(const double* __restrict__ vertical, const double* __restrict__ slash,
                 const float* __restrict__ mean_last, const float* __restrict__ mean_k, pt::ChunkGeometry g,
                 float scale, double tau, double* __restrict__ vblocks, double* __restrict__ sblocks,
-                float* __restrict__ est, int32_t* __restrict__ query_aware) {
+                float* __restrict__ est, int32_t* __restrict__ query_aware, int last) {
   __shared__ pt::Scratch sh;
   const int qh = blockIdx.x, h = qh / g.group(), tid = threadIdx.x;
   const double* v = vertical + int64_t{qh} * g.ctx;
@@ -80,7 +97,7 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
     }
     vb[j] = a;
     sb[j] = b;
-    es[j] = pooled_score(mq, mean_k, h, j, g, scale);
+    es[j] = pooled_score(mq + int64_t{last_combo(g, last, j)} * g.Hq * g.D, mean_k, h, j, g, scale);
     mx = fmaxf(mx, es[j]);
   }
   // Softmax as cpu::softmax: max-subtracted float exponentials, their sum in double, each divided by it. Every thread
@@ -147,20 +164,22 @@ __device__ __forceinline__ uint64_t pair_key(float mass, int64_t x) {
 __global__ void __launch_bounds__(pt::kSelectThreads)
     mass_kernel(const float* __restrict__ mean_q, const float* __restrict__ mean_k,
                 const int32_t* __restrict__ query_aware, pt::ChunkGeometry g, float scale, float* __restrict__ masses) {
-  extern __shared__ float mq[];  // [D]
+  extern __shared__ float mq[];  // [rotations, D]
   __shared__ pt::Scratch sh;
   const int qb = blockIdx.x, i = g.first + qb, h = blockIdx.y, n = i + 1, nqc = g.nqb - g.first, tid = threadIdx.x;
   for (int gi = 0; gi < g.group(); ++gi) {
     const int qh = h * g.group() + gi;
     if (!query_aware[qh]) continue;  // the same in every thread
     __syncthreads();                 // the previous head's readers of mq are done
-    for (int d = tid; d < g.D; d += blockDim.x) mq[d] = mean_q[(int64_t{qh} * nqc + qb) * g.D + d];
+    for (int r = 0; r < g.rotations(); ++r)
+      for (int d = tid; d < g.D; d += blockDim.x)
+        mq[r * g.D + d] = mean_q[((int64_t{r} * g.Hq + qh) * nqc + qb) * g.D + d];
     __syncthreads();
     // Each thread rereads only the entries it wrote.
     float* row = masses + (int64_t{qh} * nqc + qb) * g.nqb;
     float mx = -INFINITY;
     for (int j = tid; j < n; j += blockDim.x) {
-      row[j] = pooled_score(mq, mean_k, h, j, g, scale);
+      row[j] = pooled_score(mq + g.region(i, j) * g.D, mean_k, h, j, g, scale);
       mx = fmaxf(mx, row[j]);
     }
     mx = pt::block_max_f(mx, sh);
@@ -233,8 +252,8 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
 struct Layout {
   lastq::Buffers<double> att;
   float* mean_k;              // [Hk, D, nqb]
-  float* mean_q;              // [Hq, nqc, D]
-  float* mean_last;           // [Hq, D]
+  float* mean_q;              // [rotations, Hq, nqc, D]
+  float* mean_last;           // [combos (DCA 9, else 1), Hq, D]
   double* vblocks;            // [Hq, nqb]
   double* sblocks;            // [Hq, nqb]
   float* est;                 // [Hq, nqb]
@@ -246,8 +265,8 @@ struct Layout {
   Layout(WorkspaceCarver& ws, const lastq::Geometry& lg, const pt::ChunkGeometry& g)
       : att(ws, lg),
         mean_k(ws.take<float>(static_cast<size_t>(g.Hk) * g.D * g.nqb)),
-        mean_q(ws.take<float>(static_cast<size_t>(g.Hq) * (g.nqb - g.first) * g.D)),
-        mean_last(ws.take<float>(static_cast<size_t>(g.Hq) * g.D)),
+        mean_q(ws.take<float>(static_cast<size_t>(g.rotations()) * g.Hq * (g.nqb - g.first) * g.D)),
+        mean_last(ws.take<float>(static_cast<size_t>(g.dca_chunk_len > 0 ? 9 : 1) * g.Hq * g.D)),
         vblocks(ws.take<double>(static_cast<size_t>(g.Hq) * g.nqb)),
         sblocks(ws.take<double>(static_cast<size_t>(g.Hq) * g.nqb)),
         est(ws.take<float>(static_cast<size_t>(g.Hq) * g.nqb)),
@@ -260,15 +279,15 @@ struct Layout {
 
 struct FlexPrefillTag {};
 
-void launch_mean_last(const TensorView& q, int last, float* mean_last, cudaStream_t st) {
-  const int rows = static_cast<int>(q.dim(0)), Hq = static_cast<int>(q.dim(1)), D = static_cast<int>(q.dim(2));
-  const unsigned ctas = ceil_div_u(int64_t{Hq} * D, 128);
+void launch_mean_last(const TensorView& q, int last, float* mean_last, const pt::ChunkGeometry& g, cudaStream_t st) {
+  const int rows = g.T, Hq = g.Hq, D = g.D;
+  const dim3 ctas(ceil_div_u(int64_t{Hq} * D, 128), g.dca_chunk_len > 0 ? 9 : 1);
   if (q.dtype() == DType::kBF16)
-    mean_last_kernel<<<ctas, 128, 0, st>>>(q.data_as<const __nv_bfloat16>(), rows, Hq, D, last, mean_last);
+    mean_last_kernel<<<ctas, 128, 0, st>>>(q.data_as<const __nv_bfloat16>(), rows, Hq, D, last, mean_last, g);
   else if (q.dtype() == DType::kF16)
-    mean_last_kernel<<<ctas, 128, 0, st>>>(q.data_as<const __half>(), rows, Hq, D, last, mean_last);
+    mean_last_kernel<<<ctas, 128, 0, st>>>(q.data_as<const __half>(), rows, Hq, D, last, mean_last, g);
   else
-    mean_last_kernel<<<ctas, 128, 0, st>>>(q.data_as<const float>(), rows, Hq, D, last, mean_last);
+    mean_last_kernel<<<ctas, 128, 0, st>>>(q.data_as<const float>(), rows, Hq, D, last, mean_last, g);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -276,10 +295,13 @@ void launch_mean_last(const TensorView& q, int last, float* mean_last, cudaStrea
 
 void flexprefill_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                           const AttentionMetadata& meta, float scale, const ops::FlexPrefillParams& params,
-                          ops::Stream s) {
+                          const ops::DualChunkParams* dca, ops::Stream s) {
   constexpr const char* op = "flexprefill_estimate (cuda)";
   const cudaStream_t st = stream_of(s);
-  const pt::ChunkGeometry g = pt::chunk_geometry(pattern, q, k_cache, meta);
+  const int64_t dca_len = dca != nullptr ? dca->chunk_len : 0;
+  NANOVLLM_CHECK(dca_len % lastq::kKeys == 0, op, ": Dual Chunk Attention's chunk length ", dca_len,
+                 " must be a multiple of ", lastq::kKeys);
+  const pt::ChunkGeometry g = pt::chunk_geometry(pattern, q, k_cache, meta, dca_len);
   const int nqc = g.nqb - g.first, max_blocks = static_cast<int>(pattern.block_index.dim(2));
   int32_t* counts = pattern.block_counts.data_as<int32_t>();
   int32_t* index = pattern.block_index.data_as<int32_t>();
@@ -303,7 +325,7 @@ void flexprefill_estimate(const ops::BlockSparsePattern& pattern, TensorView q, 
   NANOVLLM_CHECK(g.D <= lastq::kMaxDim, op, ": head_dim ", g.D, " is above the kernel's ", lastq::kMaxDim);
   NANOVLLM_CHECK(int64_t{nqc} * g.nqb <= (int64_t{1} << 32), op, ": ", nqc, " x ", g.nqb,
                  " (query block, key block) pairs do not fit the selection's 32-bit pair index");
-  const lastq::Geometry lg = lastq::make_geometry(q, k_cache, g.ctx, std::min(g.B, g.T), scale);
+  const lastq::Geometry lg = lastq::make_geometry(q, k_cache, g.ctx, std::min(g.B, g.T), scale, dca_len);
   NANOVLLM_CHECK(lastq::tile_smem(lg, true) <= static_cast<size_t>(optin), op, ": head_dim ", g.D,
                  " needs more shared memory than the device's ", optin, " bytes per CTA");
   WorkspaceCarver sizer;
@@ -313,10 +335,10 @@ void flexprefill_estimate(const ops::BlockSparsePattern& pattern, TensorView q, 
 
   const int32_t* bt = meta.block_tables.data_as<const int32_t>();
   pt::launch_pooling(op, q, k_cache, bt, w.mean_q, w.mean_k, g, st);
-  launch_mean_last(q, lg.last, w.mean_last, st);
+  launch_mean_last(q, lg.last, w.mean_last, g, st);
   lastq::run<double, true>(q, k_cache, bt, lg, w.att, st);
   head_kernel<<<g.Hq, pt::kSelectThreads, 0, st>>>(w.att.vertical, w.att.slash, w.mean_last, w.mean_k, g, scale,
-                                                    params.tau, w.vblocks, w.sblocks, w.est, w.query_aware);
+                                                    params.tau, w.vblocks, w.sblocks, w.est, w.query_aware, lg.last);
   CUDA_CHECK(cudaGetLastError());
   // Fixed-point weights of the radix selections: totals below 2^53 (the tokens' means sum to 1 per head; the pairs'
   // masses to nqc).
@@ -325,7 +347,7 @@ void flexprefill_estimate(const ops::BlockSparsePattern& pattern, TensorView q, 
                                                             w.query_aware, g, params.gamma, budget, std::ldexp(1.0, 50),
                                                             w.vsel, w.ssel);
   CUDA_CHECK(cudaGetLastError());
-  mass_kernel<<<rows, pt::kSelectThreads, static_cast<size_t>(g.D) * sizeof(float), st>>>(
+  mass_kernel<<<rows, pt::kSelectThreads, static_cast<size_t>(g.rotations() * g.D) * sizeof(float), st>>>(
       w.mean_q, w.mean_k, w.query_aware, g, scale, w.masses);
   CUDA_CHECK(cudaGetLastError());
   const double pair_scale = std::ldexp(1.0, 52 - static_cast<int>(std::bit_width(static_cast<uint32_t>(nqc))));

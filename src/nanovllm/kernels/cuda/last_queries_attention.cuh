@@ -17,6 +17,10 @@
 // from bf16 operands (F32 / F16 inputs are rounded to bf16 first): the sums differ from the CPU's by rounding only
 // (~1e-6 relative), so the picks made from them agree except at near-ties. Everything is deterministic: no float
 // atomics, every reduction in a fixed order.
+//
+// Dual Chunk Attention (Geometry::dca_chunk_len > 0, q [3, T, Hq, D]): a key tile (kKeys divides the chunk length)
+// lies in one chunk, and each row of a query chunk is loaded in the rotation of that key chunk's region for the row
+// (the row's own chunk, the previous one, or earlier), as the CPU's ChunkQueries scores it.
 #pragma once
 
 #include <algorithm>
@@ -43,6 +47,8 @@ struct Geometry {
   int ntiles;   // key tiles: ceil(ctx / kKeys)
   int nchunks;  // row chunks: ceil(last / kRows)
   float scale;
+  int dca_chunk_len;   // > 0: Dual Chunk Attention, q [3, T, Hq, D] (a multiple of kKeys)
+  int64_t rot_stride;  // elements between q's rotations: T Hq D
   __host__ __device__ int p0() const { return ctx - last; }
   __host__ __device__ int group() const { return Hq / Hk; }
   __host__ __device__ int stride() const { return Dp + 8; }  // bf16 per shared row (+16 B: ldmatrix conflict-free)
@@ -50,12 +56,16 @@ struct Geometry {
   __host__ __device__ int diag_width() const { return nchunks * kRows + kKeys - 1; }
 };
 
+// q [T, Hq, D], or with dca_chunk_len > 0 [3, T, Hq, D].
 inline Geometry make_geometry(const TensorView& q, const TensorView& k_cache, int64_t ctx, int64_t last,
-                              float scale) {
+                              float scale, int64_t dca_chunk_len = 0) {
   Geometry g{};
-  g.T = static_cast<int>(q.dim(0));
-  g.Hq = static_cast<int>(q.dim(1));
-  g.D = static_cast<int>(q.dim(2));
+  const int o = q.ndim() - 3;  // the rotation dimension, if any
+  g.T = static_cast<int>(q.dim(o));
+  g.Hq = static_cast<int>(q.dim(o + 1));
+  g.D = static_cast<int>(q.dim(o + 2));
+  g.dca_chunk_len = static_cast<int>(dca_chunk_len);
+  g.rot_stride = int64_t{g.T} * g.Hq * g.D;
   g.BS = static_cast<int>(k_cache.dim(1));
   g.Hk = static_cast<int>(k_cache.dim(2));
   g.ctx = static_cast<int>(ctx);
@@ -123,10 +133,19 @@ __device__ __forceinline__ void load_keys(const T* k_cache, const int32_t* bt, i
   }
 }
 
+// Dual Chunk Attention: q row `row` (at position ctx - T + row) in the rotation it uses against key tile k0's keys.
+template <typename T>
+__device__ __forceinline__ const T* dca_rotation(const T* q, int row, int k0, const Geometry& g) {
+  if (g.dca_chunk_len <= 0) return q;
+  const int c = (g.ctx - g.T + row) / g.dca_chunk_len, kc = k0 / g.dca_chunk_len;
+  return q + (kc >= c ? 0 : kc == c - 1 ? 1 : 2) * g.rot_stride;
+}
+
 // qs [kRows][stride] bf16 = rows chunk x kRows .. + kRows of the last rows of query head qh from q [T, Hq, D] (zeros past
-// the last row and in the padding dims).
+// the last row and in the padding dims); with DCA each row in its rotation for key tile k0.
 template <typename T, bool kVec>
-__device__ __forceinline__ void load_queries(const T* q, int qh, int chunk, const Geometry& g, __nv_bfloat16* qs) {
+__device__ __forceinline__ void load_queries(const T* q, int qh, int chunk, const Geometry& g, __nv_bfloat16* qs,
+                                             int k0) {
   const int S = g.stride(), row0 = g.T - g.last + chunk * kRows;  // q row of the chunk's first row
   const int rows = min(kRows, g.last - chunk * kRows);
   if constexpr (kVec) {
@@ -134,13 +153,14 @@ __device__ __forceinline__ void load_queries(const T* q, int qh, int chunk, cons
     for (int e = threadIdx.x; e < kRows * chunks; e += blockDim.x) {
       const int r = e / chunks, c = e % chunks;
       const bool valid = r < rows && c * 8 < g.D;
-      const T* src = valid ? q + (int64_t{row0 + r} * g.Hq + qh) * g.D + c * 8 : q;
+      const T* src = valid ? dca_rotation(q, row0 + r, k0, g) + (int64_t{row0 + r} * g.Hq + qh) * g.D + c * 8 : q;
       cp_async16_zfill(smem_u32(qs + r * S + c * 8), src, valid);
     }
   } else {
     for (int e = threadIdx.x; e < kRows * g.Dp; e += blockDim.x) {
       const int r = e / g.Dp, d = e % g.Dp;
-      const float v = r < rows && d < g.D ? static_cast<float>(q[(int64_t{row0 + r} * g.Hq + qh) * g.D + d]) : 0.0f;
+      const T* qr = dca_rotation(q, row0 + r, k0, g);
+      const float v = r < rows && d < g.D ? static_cast<float>(qr[(int64_t{row0 + r} * g.Hq + qh) * g.D + d]) : 0.0f;
       qs[r * S + d] = __float2bfloat16_rn(v);
     }
   }
@@ -200,7 +220,7 @@ __global__ void __launch_bounds__(kThreads)
     const int qh = h * g.group() + gi;
     for (int chunk = 0; chunk < g.nchunks; ++chunk) {
       __syncthreads();  // the previous chunk's readers of qs and red_* are done
-      load_queries<T, kVec>(q, qh, chunk, g, qs);
+      load_queries<T, kVec>(q, qh, chunk, g, qs, k0);
       cp_async_commit();
       cp_async_wait<0>();
       __syncthreads();
@@ -295,7 +315,7 @@ __global__ void __launch_bounds__(kThreads)
     Acc column = 0;  // thread tid < kKeys: key k0 + tid
     for (int chunk = 0; chunk < g.nchunks; ++chunk) {
       __syncthreads();  // the previous chunk's readers of qs and ps are done; diag's zeros are visible
-      load_queries<T, kVec>(q, qh, chunk, g, qs);
+      load_queries<T, kVec>(q, qh, chunk, g, qs, k0);
       cp_async_commit();
       cp_async_wait<0>();
       __syncthreads();

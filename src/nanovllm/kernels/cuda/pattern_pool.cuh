@@ -51,10 +51,13 @@ __global__ void pool_keys_kernel(const T* __restrict__ k_cache, const int32_t* _
     mean_k[(int64_t{h} * g.D + d + t) * g.nqb + j] = acc[t] / static_cast<float>(p1 - p0);
 }
 
-// mean_q [Hq, nqb - first, D] fp32: per query head and query block i of the chunk, the mean of the chunk's rows
-// [row_begin(i), row_end(i)) of q [T, Hq, D], in row order. blockIdx (i - first, slice of the [Hq x D] row).
+// mean_q [R, Hq, nqb - first, D] fp32: per query rotation (R = g.rotations(): Dual Chunk Attention's three), query
+// head and query block i of the chunk, the mean of the chunk's rows [row_begin(i), row_end(i)) of q [R, T, Hq, D], in
+// row order. blockIdx (i - first, slice of the [Hq x D] row, rotation).
 template <typename T, int kVec>
 __global__ void pool_queries_kernel(const T* __restrict__ q, float* __restrict__ mean_q, ChunkGeometry g) {
+  q += blockIdx.z * g.rot_stride;
+  mean_q += int64_t{blockIdx.z} * g.Hq * (g.nqb - g.first) * g.D;
   const int i = g.first + static_cast<int>(blockIdx.x);
   const int e = (static_cast<int>(blockIdx.y) * blockDim.x + threadIdx.x) * kVec;  // in the [Hq x D] row
   if (e >= g.Hq * g.D) return;
@@ -79,8 +82,8 @@ void launch_pooling_as(const void* q, const void* k_cache, const int32_t* block_
   pool_keys_kernel<T, kVec><<<dim3(g.nqb, ceil_div_u(int64_t{g.Hk} * g.D, per_cta)), kPoolThreads, 0, st>>>(
       static_cast<const T*>(k_cache), block_table, mean_k, g);
   CUDA_CHECK(cudaGetLastError());
-  pool_queries_kernel<T, kVec><<<dim3(g.nqb - g.first, ceil_div_u(int64_t{g.Hq} * g.D, per_cta)), kPoolThreads, 0,
-                                 st>>>(static_cast<const T*>(q), mean_q, g);
+  pool_queries_kernel<T, kVec><<<dim3(g.nqb - g.first, ceil_div_u(int64_t{g.Hq} * g.D, per_cta), g.rotations()),
+                                 kPoolThreads, 0, st>>>(static_cast<const T*>(q), mean_q, g);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -18,6 +18,17 @@ namespace nanovllm::cuda_ops::pattern {
 // key blocks of B tokens (nqb of them, the chunk's from `first`), keys in a paged cache of BS-token blocks.
 struct ChunkGeometry {
   int T, ctx, Hq, Hk, D, B, nqb, first, BS;
+  // Dual Chunk Attention (> 0: chunks of dca_chunk_len positions, a multiple of B; q [3, T, Hq, D], rot_stride = T Hq D
+  // elements between its rotations). 0: plain attention.
+  int dca_chunk_len;
+  int64_t rot_stride;
+  // The rotation (dca_region: 0 intra, 1 successive, 2 inter) query block i uses for key block j; 0 without DCA.
+  __host__ __device__ int region(int i, int j) const {
+    if (dca_chunk_len <= 0) return 0;
+    const int c = i * B / dca_chunk_len, kc = j * B / dca_chunk_len;
+    return kc >= c ? 0 : kc == c - 1 ? 1 : 2;
+  }
+  __host__ __device__ int rotations() const { return dca_chunk_len > 0 ? 3 : 1; }
   __host__ __device__ int start() const { return ctx - T; }
   __host__ __device__ int row_begin(int i) const { return max(i * B, start()); }
   __host__ __device__ int row_end(int i) const { return min((i + 1) * B, ctx); }
@@ -25,15 +36,20 @@ struct ChunkGeometry {
   __host__ __device__ int group() const { return Hq / Hk; }
 };
 
-// The geometry of an estimator's arguments (q [T, Hq, D], k_cache [NB, BS, Hk, D], one sequence).
+// The geometry of an estimator's arguments (q [T, Hq, D], k_cache [NB, BS, Hk, D], one sequence); with Dual Chunk
+// Attention (dca_chunk_len > 0) q [3, T, Hq, D].
 inline ChunkGeometry chunk_geometry(const ops::BlockSparsePattern& pattern, const TensorView& q,
-                                    const TensorView& k_cache, const AttentionMetadata& meta) {
+                                    const TensorView& k_cache, const AttentionMetadata& meta,
+                                    int64_t dca_chunk_len = 0) {
   ChunkGeometry g{};
-  g.T = static_cast<int>(q.dim(0));
+  const int o = q.ndim() - 3;  // the rotation dimension, if any
+  g.T = static_cast<int>(q.dim(o));
   g.ctx = static_cast<int>(meta.max_context_len);
-  g.Hq = static_cast<int>(q.dim(1));
+  g.Hq = static_cast<int>(q.dim(o + 1));
   g.Hk = static_cast<int>(k_cache.dim(2));
-  g.D = static_cast<int>(q.dim(2));
+  g.D = static_cast<int>(q.dim(o + 2));
+  g.dca_chunk_len = static_cast<int>(dca_chunk_len);
+  g.rot_stride = int64_t{g.T} * g.Hq * g.D;
   g.B = static_cast<int>(pattern.block_size);
   g.BS = static_cast<int>(k_cache.dim(1));
   g.nqb = (g.ctx + g.B - 1) / g.B;

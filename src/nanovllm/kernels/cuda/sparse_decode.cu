@@ -13,6 +13,11 @@
 //   scratch, and the dense decode attention (paged_attention) runs on a virtual batch of S x Hk one-head
 //   sequences over the cache viewed as [NB BS Hk, 1, 1, D] blocks of one key: the tuned split-KV kernel
 //   serves the sparse case, and reads nothing but the selected keys.
+// - Dual Chunk Attention (q [3, S, Hq, D], docs/sparse_attention.md "With Dual Chunk Attention"): quest_scores
+//   takes the three rotations into shared memory and bounds each page with the rotation of each region its
+//   positions meet (one, or two for a page across a chunk start); sparse_decode_attention runs
+//   dca_sparse_decode_kernel, a CTA per (sequence, KV head) whose warps walk the selected keys (straight from the
+//   list and the block table), each scored with its region's rotation in one online softmax per query head.
 #include <cub/block/block_scan.cuh>
 #include <cuda_bf16.h>
 
@@ -79,24 +84,38 @@ constexpr int kPagesPerCta = 128;  // 8 x 32K contexts, Hk 8: 1024 CTAs (block 1
 
 // The score kernels' prologue: waits for q and the metadata (PDL), then loads the GQA group of KV head h
 // of sequence s into shared memory as fp32 (qs [G, D]). The caller synchronises before reading qs.
+// With Dual Chunk Attention (rotations 3, rot_stride = S Hq D): qs [3, G, D], the three rotations.
 __device__ __forceinline__ void load_group_queries(float* qs, const __nv_bfloat16* __restrict__ q, int s, int h,
-                                                   int hq, int g_count, int d) {
+                                                   int hq, int g_count, int d, int rotations = 1,
+                                                   int64_t rot_stride = 0) {
   pdl_wait();  // q and the metadata come from the preceding kernels
   pdl_trigger();
-  for (int e = threadIdx.x; e < g_count * d; e += blockDim.x)
-    qs[e] = __bfloat162float(q[(int64_t{s} * hq + int64_t{h} * g_count) * d + e]);
+  for (int r = 0; r < rotations; ++r)
+    for (int e = threadIdx.x; e < g_count * d; e += blockDim.x)
+      qs[r * g_count * d + e] = __bfloat162float(q[r * rot_stride + (int64_t{s} * hq + int64_t{h} * g_count) * d + e]);
 }
 
-// Grid (S x Hk, page chunks of kPagesPerCta); q [S, Hq, D]; scores [S, Hk, MP].
+// Dual Chunk Attention: the regions (dca_region order: 0 intra, 1 successive, 2 inter) page p's positions meet
+// for the query at position qpos: [r_lo, r_hi] (regions grow inward with the position).
+__device__ __forceinline__ void page_regions(int p, int block_size, int ctx, int chunk_len, int& r_lo, int& r_hi) {
+  const int qc = (ctx - 1) / chunk_len;
+  const auto region = [&](int pos) { const int c = pos / chunk_len; return c >= qc ? 0 : c == qc - 1 ? 1 : 2; };
+  r_lo = region(min((p + 1) * block_size, ctx) - 1);
+  r_hi = region(p * block_size);
+}
+
+// Grid (S x Hk, page chunks of kPagesPerCta); q [S, Hq, D] (DCA, chunk_len > 0: [3, S, Hq, D]); scores [S, Hk, MP].
 __global__ void __launch_bounds__(kScoreWarps * 32)
     quest_scores_kernel(float* __restrict__ scores, const __nv_bfloat16* __restrict__ q,
                         const __nv_bfloat16* __restrict__ k_min, const __nv_bfloat16* __restrict__ k_max,
                         const int32_t* __restrict__ block_tables, const int32_t* __restrict__ context_lens,
-                        int hq, int hk, int d, int max_pages, int max_blocks, int block_size) {
-  extern __shared__ float qs[];  // [G, D]
+                        int hq, int hk, int d, int max_pages, int max_blocks, int block_size, int chunk_len,
+                        int64_t rot_stride) {
+  extern __shared__ float qs[];  // [rotations, G, D]
   const int item = blockIdx.x, s = item / hk, h = item % hk, g_count = hq / hk;
-  const int pages = (context_lens[s] + block_size - 1) / block_size;
-  load_group_queries(qs, q, s, h, hq, g_count, d);
+  const int ctx = context_lens[s];
+  const int pages = (ctx + block_size - 1) / block_size;
+  load_group_queries(qs, q, s, h, hq, g_count, d, chunk_len > 0 ? 3 : 1, rot_stride);
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int p_end = min(max_pages, (blockIdx.y + 1) * kPagesPerCta);
@@ -104,10 +123,12 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
     float best = -INFINITY;
     if (p < pages) {
       const int64_t meta = (int64_t{block_tables[int64_t{s} * max_blocks + p]} * hk + h) * d;
-      for (int g = 0; g < g_count; ++g) {
+      int r_lo = 0, r_hi = 0;
+      if (chunk_len > 0) page_regions(p, block_size, ctx, chunk_len, r_lo, r_hi);
+      for (int rg = r_lo * g_count; rg < (r_hi + 1) * g_count; ++rg) {
         float bound = 0.0f;
         for (int e = lane; e < d; e += 32) {
-          const float qv = qs[g * d + e];
+          const float qv = qs[rg * d + e];
           bound += fmaxf(qv * __bfloat162float(k_min[meta + e]), qv * __bfloat162float(k_max[meta + e]));
         }
         best = fmaxf(best, warp_sum(bound));
@@ -130,18 +151,21 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
 // us for 8 x 32K with pages of 32; docs/experiments.md, "`quest_scores_vec_kernel` capped at 4 CTAs per SM").
 constexpr int kScoreUnroll = 2;
 
-template <int L>
+// kDca: Dual Chunk Attention (q [3, S, Hq, D], qs [3, G, D]; a page's bound is the max over the rotations of the
+// regions it meets).
+template <int L, bool kDca = false>
 __global__ void __launch_bounds__(kScoreWarps * 32)
     quest_scores_vec_kernel(float* __restrict__ scores, const __nv_bfloat16* __restrict__ q,
                             const __nv_bfloat16* __restrict__ k_min, const __nv_bfloat16* __restrict__ k_max,
                             const int32_t* __restrict__ block_tables, const int32_t* __restrict__ context_lens, int hq,
-                            int hk, int max_pages, int max_blocks, int block_size) {
+                            int hk, int max_pages, int max_blocks, int block_size, int chunk_len, int64_t rot_stride) {
   constexpr int D = L * 8, kGroups = 32 / L;      // pages per warp at a time
   constexpr int kStride = kScoreWarps * kGroups;  // pages per CTA at a time
-  extern __shared__ float qs[];                   // [G, D]
+  extern __shared__ float qs[];                   // [rotations, G, D]
   const int item = blockIdx.x, s = item / hk, h = item % hk, g_count = hq / hk;
-  const int pages = (context_lens[s] + block_size - 1) / block_size;
-  load_group_queries(qs, q, s, h, hq, g_count, D);
+  const int ctx = context_lens[s];
+  const int pages = (ctx + block_size - 1) / block_size;
+  load_group_queries(qs, q, s, h, hq, g_count, D, kDca ? 3 : 1, rot_stride);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = lane / L, sub = lane % L;
   const int p_end = min(max_pages, (blockIdx.y + 1) * kPagesPerCta);
   const int p_live = min(pages, p_end);
@@ -171,15 +195,23 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
       bf16x8_to_f32(raw_lo[u], lo);
       bf16x8_to_f32(raw_hi[u], hi);
       float best = -INFINITY;
-      for (int g = 0; g < g_count; ++g) {
-        const float* qv = qs + g * D + sub * 8;
+      // DCA: this lane group's page meets regions [r_lo, r_hi]; the loop runs over the warp's union of them (the
+      // shuffles need every lane) and a group keeps only its own regions' bounds.
+      int r_lo = 0, r_hi = 0, w_lo = 0, w_hi = 0;
+      if constexpr (kDca) {
+        page_regions(min(base + u * kStride, max(pages - 1, 0)), block_size, ctx, chunk_len, r_lo, r_hi);
+        w_lo = __reduce_min_sync(0xffffffffu, r_lo);
+        w_hi = __reduce_max_sync(0xffffffffu, r_hi);
+      }
+      for (int rg = w_lo * g_count; rg < (w_hi + 1) * g_count; ++rg) {
+        const float* qv = qs + rg * D + sub * 8;
         float bound = 0.0f;
 #pragma unroll
         // max(q lo, q hi) = q x (q >= 0 ? hi : lo) since lo <= hi: one select and one FMA per dim.
         for (int i = 0; i < 8; ++i) bound = fmaf(qv[i], qv[i] >= 0.0f ? hi[i] : lo[i], bound);
 #pragma unroll
         for (int o = L / 2; o > 0; o >>= 1) bound += __shfl_xor_sync(0xffffffffu, bound, o);
-        best = fmaxf(best, bound);
+        if (!kDca || (rg / g_count >= r_lo && rg / g_count <= r_hi)) best = fmaxf(best, bound);
       }
       const int p = base + u * kStride;
       if (p < p_end && sub == 0) scores[int64_t{item} * max_pages + p] = p < pages ? best : -INFINITY;
@@ -339,28 +371,32 @@ void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, 
 }
 
 void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView k_max, TensorView block_tables,
-                  TensorView context_lens, int64_t block_size, ops::Stream s) {
+                  TensorView context_lens, int64_t block_size, const ops::DualChunkParams* dca, ops::Stream s) {
   NANOVLLM_CHECK(q.dtype() == DType::kBF16 && k_min.dtype() == DType::kBF16,
                  "quest_scores (cuda): q and the page metadata must be BF16");
-  const int64_t S = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hk = k_min.dim(1), MP = scores.dim(2);
+  const int R = dca ? 3 : 1;  // query rotations: q [S, Hq, D], or [3, S, Hq, D] with DCA
+  const int64_t S = q.dim(R == 3 ? 1 : 0), Hq = q.dim(R == 3 ? 2 : 1), D = q.dim(R == 3 ? 3 : 2);
+  const int64_t Hk = k_min.dim(1), MP = scores.dim(2);
+  const int chunk_len = dca ? static_cast<int>(dca->chunk_len) : 0;
+  const int64_t rot_stride = S * Hq * D;
   if (S == 0 || MP == 0) return;
   const auto* kmin = k_min.data_as<const __nv_bfloat16>();
   const auto* kmax = k_max.data_as<const __nv_bfloat16>();
   const int hq = static_cast<int>(Hq), hk = static_cast<int>(Hk), mp = static_cast<int>(MP);
   const int mb = static_cast<int>(block_tables.dim(1)), bs = static_cast<int>(block_size);
   const dim3 grid(static_cast<unsigned>(S * Hk), static_cast<unsigned>((MP + kPagesPerCta - 1) / kPagesPerCta));
-  const size_t smem = static_cast<size_t>(Hq / Hk * D) * sizeof(float);
+  const size_t smem = static_cast<size_t>(R * Hq / Hk * D) * sizeof(float);
   const auto vec = [&](auto kernel) {
     launch_pdl(kernel, grid, dim3(kScoreWarps * 32), smem, s, scores.data_as<float>(), q.data_as<const __nv_bfloat16>(),
                kmin, kmax, block_tables.data_as<const int32_t>(), context_lens.data_as<const int32_t>(), hq, hk, mp,
-               mb, bs);
+               mb, bs, chunk_len, rot_stride);
   };
-  if (D == 64) return vec(quest_scores_vec_kernel<8>);
-  if (D == 128) return vec(quest_scores_vec_kernel<16>);
-  if (D == 256) return vec(quest_scores_vec_kernel<32>);
+  if (D == 64) return dca ? vec(quest_scores_vec_kernel<8, true>) : vec(quest_scores_vec_kernel<8>);
+  if (D == 128) return dca ? vec(quest_scores_vec_kernel<16, true>) : vec(quest_scores_vec_kernel<16>);
+  if (D == 256) return dca ? vec(quest_scores_vec_kernel<32, true>) : vec(quest_scores_vec_kernel<32>);
   launch_pdl(quest_scores_kernel, grid, dim3(kScoreWarps * 32), smem, s, scores.data_as<float>(),
              q.data_as<const __nv_bfloat16>(), kmin, kmax, block_tables.data_as<const int32_t>(),
-             context_lens.data_as<const int32_t>(), hq, hk, static_cast<int>(D), mp, mb, bs);
+             context_lens.data_as<const int32_t>(), hq, hk, static_cast<int>(D), mp, mb, bs, chunk_len, rot_stride);
 }
 
 void select_pages(TensorView selected, TensorView scores, TensorView context_lens, int64_t block_size,
@@ -383,7 +419,10 @@ void select_pages(TensorView selected, TensorView scores, TensorView context_len
 
 void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
                              TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
-                             TensorView scratch, ops::Stream s) {
+                             TensorView scratch, const ops::DualChunkParams* dca, ops::Stream s) {
+  if (dca != nullptr)
+    return dual_chunk_sparse_decode_attention(out, q, k_cache, v_cache, block_tables, context_lens, selected, *dca,
+                                              scale, s);
   const int64_t S = q.dim(0), Hq = q.dim(1), D = q.dim(2);
   const int64_t NB = k_cache.dim(0), BS = k_cache.dim(1), Hk = k_cache.dim(2), K = selected.dim(2);
   if (S == 0) return;

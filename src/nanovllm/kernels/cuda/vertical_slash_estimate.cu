@@ -186,14 +186,20 @@ struct VerticalSlashTag {};
 
 void vertical_slash_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                              const AttentionMetadata& meta, float scale, const ops::VerticalSlashParams& params,
-                             ops::Stream s) {
+                             const ops::DualChunkParams* dca, ops::Stream s) {
   constexpr const char* op = "vertical_slash_estimate (cuda)";
   const cudaStream_t st = stream_of(s);
-  const pt::ChunkGeometry g = pt::chunk_geometry(pattern, q, k_cache, meta);
+  // Dual Chunk Attention: q [3, T, Hq, D]; its rows are scored in the rotation of each key tile's region
+  // (last_queries_attention.cuh), so the chunk must hold whole key tiles.
+  const int64_t dca_len = dca != nullptr ? dca->chunk_len : 0;
+  NANOVLLM_CHECK(dca_len % lastq::kKeys == 0, op, ": Dual Chunk Attention's chunk length ", dca_len,
+                 " must be a multiple of ", lastq::kKeys);
+  const pt::ChunkGeometry g = pt::chunk_geometry(pattern, q, k_cache, meta, dca_len);
   NANOVLLM_CHECK(q.dtype() == k_cache.dtype(), op, ": q and k_cache must have one dtype, got ", dtype_name(q.dtype()),
                  " and ", dtype_name(k_cache.dtype()));
   NANOVLLM_CHECK(g.D <= lastq::kMaxDim, op, ": head_dim ", g.D, " is above the kernel's ", lastq::kMaxDim);
-  const lastq::Geometry lg = lastq::make_geometry(q, k_cache, g.ctx, std::min<int64_t>(params.last_q, g.T), scale);
+  const lastq::Geometry lg =
+      lastq::make_geometry(q, k_cache, g.ctx, std::min<int64_t>(params.last_q, g.T), scale, dca_len);
   int optin = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, context_of(s).device()));
   const size_t tile_smem = lastq::tile_smem(lg, true), flags_smem = static_cast<size_t>(g.nqb);

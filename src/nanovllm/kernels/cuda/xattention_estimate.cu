@@ -10,6 +10,10 @@
 // The scores differ from the CPU's fp32 dot products by rounding only (other summation order; q and keys rounded to
 // bf16 first when they are F32 / F16), so picks agree except at near-ties. Causal waste: the GEMM of a slab computes
 // its whole rectangle up to the slab's last column.
+// Dual Chunk Attention (q [3, T, Hq, D]): a tile row's queries and a tile column's keys each lie in one chunk (the
+// stride divides the block, which divides the chunk), so a tile is scored in the rotation of its region: Qr is gathered
+// and the GEMM run once per rotation, and the mass kernel reads each tile's score from its region's product (three
+// times the GEMM work; the slabs shrink to keep the score memory).
 #include <algorithm>
 
 #include "nanovllm/core/error.h"
@@ -48,45 +52,49 @@ __global__ void gather_keys_kernel(const void* __restrict__ k_cache, int k_dtype
 }
 
 // qr [m1 - m0, S D] bf16: row m - m0 holds query head qh's rows at positions m S + S - 1 - s for s = 0 .. S - 1
-// (reversed: the antidiagonal), zeros for positions outside the chunk [start, ctx).
+// (reversed: the antidiagonal), zeros for positions outside the chunk [start, ctx); of q's rotation `rot` (DCA).
 __global__ void gather_queries_kernel(const void* __restrict__ q, int q_dtype, __nv_bfloat16* __restrict__ qr, int qh,
-                                      Geometry g) {
+                                      Geometry g, int rot) {
   const int m = g.m0 + static_cast<int>(blockIdx.x);
   for (int64_t e = threadIdx.x; e < g.width(); e += blockDim.x) {
     const int s = static_cast<int>(e / g.D), d = static_cast<int>(e % g.D);
     const int pos = m * g.S + g.S - 1 - s;
     const bool in = pos >= g.start() && pos < g.ctx;
     qr[int64_t{blockIdx.x} * g.width() + e] = __float2bfloat16_rn(
-        in ? load_f32(q, q_dtype, (int64_t{pos - g.start()} * g.Hq + qh) * g.D + d) : 0.0f);
+        in ? load_f32(q, q_dtype, rot * g.rot_stride + (int64_t{pos - g.start()} * g.Hq + qh) * g.D + d) : 0.0f);
   }
 }
 
 // One CTA per query block i of the slab [qb0, ...): for each of its tile rows m (scores row m - row0 of `scores`, ld
 // ncols), the softmax of tile_scale x the row over its causal tiles n <= m, summed per key block (n S / B) in double
-// over the block's rows; mass[i - first, j] (fp32, [nqc, nqb] for this query head) for j <= i.
+// over the block's rows; mass[i - first, j] (fp32, [nqc, nqb] for this query head) for j <= i. DCA: scores holds the
+// rotations' products one after the other (rot_elems apart), and tile (m, n) is read from its region's (the region
+// of query block i and key block n S / B).
 __global__ void __launch_bounds__(kThreads)
     tile_mass_kernel(const float* __restrict__ scores, int64_t ncols, int row0, int qb0, float* __restrict__ mass,
-                     Geometry g, float tile_scale) {
+                     Geometry g, float tile_scale, int64_t rot_elems) {
   extern __shared__ double acc[];  // [nqb]
   __shared__ pt::Scratch sh;
   const int i = qb0 + static_cast<int>(blockIdx.x);
   const int per_block = g.B / g.S;  // tile columns per key block
   for (int j = threadIdx.x; j <= i; j += blockDim.x) acc[j] = 0.0;
   for (int m = g.row_begin(i) / g.S; m * g.S < g.row_end(i); ++m) {
-    const float* row = scores + int64_t{m - row0} * ncols;
+    const float* base = scores + int64_t{m - row0} * ncols;
+    // (the tile's region is that of query block i against key block c S / B)
+    const auto tile = [&](int c) { return base[g.region(i, c * g.S / g.B) * rot_elems + c]; };
     const int n = m + 1;
     float mx = -INFINITY;
-    for (int c = threadIdx.x; c < n; c += blockDim.x) mx = fmaxf(mx, __fmul_rn(row[c], tile_scale));
+    for (int c = threadIdx.x; c < n; c += blockDim.x) mx = fmaxf(mx, __fmul_rn(tile(c), tile_scale));
     mx = pt::block_max_f(mx, sh);
     double part = 0;
     for (int c = threadIdx.x; c < n; c += blockDim.x)
-      part += static_cast<double>(expf(__fmul_rn(row[c], tile_scale) - mx));
+      part += static_cast<double>(expf(__fmul_rn(tile(c), tile_scale) - mx));
     const double sum = pt::block_sum_d(part, sh);
     for (int j = threadIdx.x; j * per_block < n; j += blockDim.x) {
       double a = 0;
       for (int c = j * per_block; c < min(n, (j + 1) * per_block); ++c)
         a += static_cast<double>(
-            static_cast<float>(static_cast<double>(expf(__fmul_rn(row[c], tile_scale) - mx)) / sum));
+            static_cast<float>(static_cast<double>(expf(__fmul_rn(tile(c), tile_scale) - mx)) / sum));
       acc[j] += a;  // the same thread owns j for every row
     }
   }
@@ -147,11 +155,13 @@ size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
 void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
                          const AttentionMetadata& meta, float scale, const ops::XAttentionParams& params,
-                         ops::Stream s) {
+                         const ops::DualChunkParams* dca, ops::Stream s) {
   constexpr const char* op = "xattention_estimate (cuda)";
   const cudaStream_t st = stream_of(s);
   Geometry g{};
-  static_cast<pt::ChunkGeometry&>(g) = pt::chunk_geometry(pattern, q, k_cache, meta);
+  static_cast<pt::ChunkGeometry&>(g) =
+      pt::chunk_geometry(pattern, q, k_cache, meta, dca != nullptr ? dca->chunk_len : 0);
+  const int R = g.rotations();
   g.S = static_cast<int>(params.stride);
   g.m0 = g.start() / g.S;
   g.m1 = (g.ctx + g.S - 1) / g.S;
@@ -178,12 +188,14 @@ void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, T
   }
   // Slabs of query blocks whose tile-score rows (up to the slab's last causal column) fit kScoreSlabBytes.
   const int rows_per_block = g.B / g.S;
-  const int slab_blocks = static_cast<int>(
-      std::max<int64_t>(1, kScoreSlabBytes / (int64_t{rows_per_block} * g.nt * static_cast<int64_t>(sizeof(float)))));
+  const int slab_blocks = static_cast<int>(std::max<int64_t>(
+      1, kScoreSlabBytes / (int64_t{R} * rows_per_block * g.nt * static_cast<int64_t>(sizeof(float)))));
   const size_t kt_bytes = align256(static_cast<size_t>(g.nt) * g.width() * 2);
-  const size_t qr_bytes = align256(static_cast<size_t>(g.m1 - g.m0) * g.width() * 2);
-  const size_t score_bytes =
+  const size_t qr_one = align256(static_cast<size_t>(g.m1 - g.m0) * g.width() * 2);  // one rotation's Qr
+  const size_t qr_bytes = R * qr_one;
+  const size_t score_one =  // one rotation's slab of scores
       align256(static_cast<size_t>(std::min(slab_blocks, g.nqc())) * rows_per_block * g.nt * sizeof(float));
+  const size_t score_bytes = R * score_one;
   const size_t mass_bytes = align256(static_cast<size_t>(g.group()) * g.nqc() * g.nqb * sizeof(float));
   unsigned char* ws = op_workspace<XAttentionTag>(kt_bytes + qr_bytes + score_bytes + mass_bytes, s);
   auto* kt = reinterpret_cast<__nv_bfloat16*>(ws);
@@ -199,17 +211,27 @@ void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, T
                                                    meta.block_tables.data_as<const int32_t>(), kt, h, g);
     CUDA_CHECK(cudaGetLastError());
     for (int gi = 0; gi < g.group(); ++gi) {
-      gather_queries_kernel<<<g.m1 - g.m0, kThreads, 0, st>>>(q.data(), dt(q), qr, h * g.group() + gi, g);
-      CUDA_CHECK(cudaGetLastError());
+      for (int r = 0; r < R; ++r) {
+        gather_queries_kernel<<<g.m1 - g.m0, kThreads, 0, st>>>(
+            q.data(), dt(q), reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<unsigned char*>(qr) + r * qr_one),
+            h * g.group() + gi, g, r);
+        CUDA_CHECK(cudaGetLastError());
+      }
       for (int qb0 = g.first; qb0 < g.nqb; qb0 += slab_blocks) {
         const int qb1 = std::min(g.nqb, qb0 + slab_blocks);
         const int row0 = std::max(g.m0, qb0 * rows_per_block), row1 = std::min(g.m1, qb1 * rows_per_block);
         const int64_t ncols = row1;  // causal: tile columns n <= m < row1
-        cuda_ops::linear(TensorView(scores, DType::kF32, {row1 - row0, ncols}, dev),
-               TensorView(qr + int64_t{row0 - g.m0} * g.width(), DType::kBF16, {row1 - row0, g.width()}, dev),
-               TensorView(kt, DType::kBF16, {ncols, g.width()}, dev), TensorView(), s, ops::LinearHint::kNone);
+        for (int r = 0; r < R; ++r) {  // DCA: each rotation's product, score_one apart
+          auto* qr_r = reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<unsigned char*>(qr) + r * qr_one);
+          auto* scores_r = reinterpret_cast<unsigned char*>(scores) + r * score_one;
+          cuda_ops::linear(
+              TensorView(scores_r, DType::kF32, {row1 - row0, ncols}, dev),
+              TensorView(qr_r + int64_t{row0 - g.m0} * g.width(), DType::kBF16, {row1 - row0, g.width()}, dev),
+              TensorView(kt, DType::kBF16, {ncols, g.width()}, dev), TensorView(), s, ops::LinearHint::kNone);
+        }
         tile_mass_kernel<<<qb1 - qb0, kThreads, static_cast<size_t>(mass_smem), st>>>(
-            scores, ncols, row0, qb0, mass + int64_t{gi} * g.nqc() * g.nqb, g, tile_scale);
+            scores, ncols, row0, qb0, mass + int64_t{gi} * g.nqc() * g.nqb, g, tile_scale,
+            static_cast<int64_t>(score_one / sizeof(float)));
         CUDA_CHECK(cudaGetLastError());
       }
     }
