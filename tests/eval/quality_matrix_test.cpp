@@ -1,8 +1,12 @@
 // The long-context quality matrix (issue 46) on the CPU backend with the trained retrieval fixture
 // (tests/data/retrieval-model): every combination of
 //   {GPU-resident cache, offload, offload with 2 lanes} x {dense, xattention, minference, flexprefill, avgpool,
-//    avgpool + block budget} x {full decode, Quest} x {TP 1, TP 2}
-// against the dense resident TP 1 run on the same prompts (computed once per process). Each cell runs twice:
+//    avgpool + block budget} x {full decode, Quest} x {TP 1, TP 2} x {plain attention, Dual Chunk Attention}
+// against the dense resident TP 1 run of the same attention on the same prompts (computed once per process). The
+// Dual Chunk Attention variant is the fixture with a dual_chunk_attention_config of chunks of 192 positions (chunk_size
+// 256, local_size 64, logits scaled past 256 tokens), so a prompt spans four chunks and every sparse policy scores and
+// attends intra, successive and inter keys (docs/sparse_attention.md, "With Dual Chunk Attention"). Each cell runs
+// twice:
 //   covering: the policy's threshold at 1 (minference: every diagonal) and a Quest budget covering the context: the
 //     dense tokens exactly;
 //   sparse: the policy at its defaults (knobs scaled to the short context, kSparse below) and a Quest budget of a
@@ -17,10 +21,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "eval/kl.h"
 #include "eval/runner.h"
@@ -30,6 +39,7 @@
 #include "nanovllm/llm/llm_engine.h"
 #include "nanovllm/sparse/decode_policy.h"
 #include "nanovllm/sparse/sparse_prefill_attention.h"
+#include "support/process_scratch_dir.h"
 
 namespace nanovllm::eval {
 namespace {
@@ -78,17 +88,40 @@ struct Cell {
   bool quest = false;
   int64_t tp = 1;
   bool covering = false;
+  bool dca = false;  // the fixture with Dual Chunk Attention (dca_model_dir)
 };
 
 std::string describe(const Cell& c) {
   return std::string(name(c.prefill)) + (c.quest ? " + quest" : "") + ", " + name(c.path) + ", tp " +
-         std::to_string(c.tp) + (c.covering ? ", covering" : ", sparse");
+         std::to_string(c.tp) + (c.covering ? ", covering" : ", sparse") + (c.dca ? ", dca" : "");
+}
+
+// The fixture with a dual_chunk_attention_config: a folder of links to its files and an edited config.json (chunks of
+// 192 positions, a multiple of the pattern and Quest blocks of 16). Made once per process.
+std::filesystem::path dca_model_dir() {
+  static const std::filesystem::path dir = [] {
+    namespace fs = std::filesystem;
+    static const nanovllm::testing::ProcessScratchDir scratch("nanovllm-quality-matrix-dca");
+    const fs::path src = retrieval_model_dir(), out = scratch.path();
+    for (const fs::directory_entry& e : fs::directory_iterator(src))
+      if (e.path().filename() != "config.json") fs::create_symlink(fs::absolute(e.path()), out / e.path().filename());
+    nlohmann::json config = nlohmann::json::parse(std::ifstream(src / "config.json"));
+    config["dual_chunk_attention_config"] = {
+        {"chunk_size", 256}, {"local_size", 64}, {"original_max_position_embeddings", 256}};
+    std::ofstream(out / "config.json") << config.dump(2);
+    return out;
+  }();
+  return dir;
 }
 
 // The knobs behind "defaults" at this length: the policies' own defaults, except those sized for long contexts
-// (flexprefill's 1024-token minimum budget, the avgpool record's 4096-token budget, Quest's 2048) scaled down.
+// (flexprefill's 1024-token minimum budget, the avgpool record's 4096-token budget, Quest's 2048) scaled down, and
+// xattention's stride scaled with the block: 8 in 128-token blocks estimates each query block from 16 antidiagonal
+// rows; in 16-token blocks it would leave 2, and with Dual Chunk Attention that missed the needle (2 of 3 answers lost,
+// first-token KL 1.37 nats at 70% density; stride 4 at the same threshold and density: every answer, KL 7e-8).
 struct SparseKnobs {
   int64_t pattern_block = 16;
+  int64_t xattention_stride = 4;
   int64_t min_tokens = 256;
   int64_t flexprefill_min_budget = 128;
   int64_t avgpool_budget = 160;  // a quarter of the context, as 4096 of 16K
@@ -99,7 +132,7 @@ constexpr SparseKnobs kSparse{};
 
 EngineConfig config_for(const Cell& c) {
   EngineConfig ec;
-  ec.model.path = retrieval_model_dir().string();
+  ec.model.path = (c.dca ? dca_model_dir() : retrieval_model_dir()).string();
   ec.model.backend = Backend::kCpu;
   ec.model.max_model_len = 1024;
   ec.cache.block_size = 16;  // the Quest page
@@ -129,6 +162,7 @@ EngineConfig config_for(const Cell& c) {
     case Prefill::kAvgPoolBudget: sp.policy = SparsePrefillPolicy::kAvgPool; break;
   }
   sp.block_size = kSparse.pattern_block;
+  sp.stride = kSparse.xattention_stride;
   sp.min_tokens = kSparse.min_tokens;
   sp.min_budget = kSparse.flexprefill_min_budget;
   if (c.prefill == Prefill::kAvgPoolBudget) sp.dense_layers = 1;  // the 1M record's configuration
@@ -186,9 +220,13 @@ CellRun run(const Cell& c) {
   return r;
 }
 
-const CellRun& dense_reference() {
-  static const CellRun r = run(Cell{});
-  return r;
+const CellRun& dense_reference(bool dca) {
+  if (dca) {
+    static const CellRun with_dca = run(Cell{.dca = true});
+    return with_dca;
+  }
+  static const CellRun plain = run(Cell{});
+  return plain;
 }
 
 double mean_score(const CellRun& r) {
@@ -255,19 +293,20 @@ void expect_close_to_dense(const CellRun& got, const CellRun& dense) {
             << dense.results.size() << ", KL mean " << kl_sum / n << " max " << kl_max << "\n";
 }
 
-class QualityMatrix : public ::testing::TestWithParam<Prefill> {};
+// (prefill policy, Dual Chunk Attention)
+class QualityMatrix : public ::testing::TestWithParam<std::tuple<Prefill, bool>> {};
 
 TEST_P(QualityMatrix, EveryPathDecodeAndTpSizeAgainstDense) {
   ASSERT_TRUE(std::filesystem::exists(retrieval_model_dir() / "model.safetensors"));
-  const CellRun& dense = dense_reference();
+  const auto [prefill, dca] = GetParam();
+  const CellRun& dense = dense_reference(dca);
   ASSERT_EQ(dense.results.size(), prompts().size());
   ASSERT_GT(mean_score(dense), 0.99);  // the fixture retrieves every needle here: a loss below is the policy's
-  const Prefill prefill = GetParam();
   for (int64_t tp : {1, 2}) {
     for (bool quest : {false, true}) {
       CellRun resident;  // the sparse cell on the resident path: what the offloaded ones must give
       for (Path path : {Path::kResident, Path::kOffload, Path::kOffloadTwoLanes}) {
-        Cell cell{.path = path, .prefill = prefill, .quest = quest, .tp = tp};
+        Cell cell{.path = path, .prefill = prefill, .quest = quest, .tp = tp, .dca = dca};
         const bool plain_dense = prefill == Prefill::kDense && !quest;  // covering and sparse are the same run
         if (!plain_dense) {
           cell.covering = true;
@@ -294,9 +333,14 @@ TEST_P(QualityMatrix, EveryPathDecodeAndTpSizeAgainstDense) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, QualityMatrix,
-                         ::testing::Values(Prefill::kDense, Prefill::kXAttention, Prefill::kMInference,
-                                           Prefill::kFlexPrefill, Prefill::kAvgPool, Prefill::kAvgPoolBudget),
-                         [](const ::testing::TestParamInfo<Prefill>& info) { return std::string(name(info.param)); });
+                         ::testing::Combine(::testing::Values(Prefill::kDense, Prefill::kXAttention,
+                                                              Prefill::kMInference, Prefill::kFlexPrefill,
+                                                              Prefill::kAvgPool, Prefill::kAvgPoolBudget),
+                                            ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<Prefill, bool>>& info) {
+                           return std::string(name(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) ? "_dca" : "");
+                         });
 
 }  // namespace
 }  // namespace nanovllm::eval
