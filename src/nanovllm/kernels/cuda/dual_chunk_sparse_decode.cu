@@ -4,9 +4,9 @@
 //
 // One CTA per (sequence, KV head) of kWarps warps. Key e of the item (e < its selected keys) is offset e % BS of
 // page list[e / BS] (pages whole but the context's last, which comes last), read straight through the block table.
-// Warp w takes keys w, w + kWarps, ...: per key the lane's D / 32 dims of K and V, one dot product per query head
-// of the group (fp32, warp-reduced) with the key's rotation, and a base-2 online softmax per head; then the warps'
-// (max, sum, output) are merged in shared memory. The selection is small (the budget: a few thousand keys), so a
+// Each warp walks its share of the keys a few at a time (their loads in flight together): per key the lane's D / 32
+// dims of K and V, one dot product per query head of the group (fp32, warp-reduced) with the key's rotation, and a
+// base-2 online softmax per head; then the warps' (max, sum, output) are merged in shared memory. The selection is small (the budget: a few thousand keys), so a
 // SIMT kernel reads it at a fraction of the step's time; the plain path's virtual-batch trick does not apply,
 // because the tuned decode kernels tell a key's region from its index in the sequence.
 #include <cuda_bf16.h>
@@ -34,7 +34,8 @@ __global__ void __launch_bounds__(kWarps * 32)
                              const int32_t* __restrict__ block_tables, const int32_t* __restrict__ context_lens,
                              const int32_t* __restrict__ selected, int num_seqs, int hq, int hk, int budget,
                              int block_size, int max_blocks, int chunk_len, float scale) {
-  constexpr int V = D / 32;  // dims per lane
+  constexpr int V = D / 32;            // dims per lane
+  constexpr int U = D == 256 ? 2 : 4;  // keys per warp in flight
   extern __shared__ float smem[];
   const int item = blockIdx.x, s = item / hk, h = item % hk, G = hq / hk;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -66,31 +67,46 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int v = 0; v < V; ++v) acc[g][v] = 0.0f;
   }
   const int qchunk = qpos / chunk_len;
-  for (int e = warp; e < nkeys; e += kWarps) {
-    const int page = list[e / block_size], o = e % block_size, pos = page * block_size + o;
-    const int kc = pos / chunk_len;
-    const int region = kc >= qchunk ? 0 : kc == qchunk - 1 ? 1 : 2;
-    const int64_t row = ((int64_t{block_tables[int64_t{s} * max_blocks + page]} * block_size + o) * hk + h) * D;
-    float kf[V], vf[V];
+  // Warp w takes keys [w U + i kWarps U, + U): the U keys' list, block-table and K / V loads are issued before any is
+  // used (each key is a chain of three dependent loads; one at a time, the walk is latency-bound).
+  for (int e0 = warp * U; e0 < nkeys; e0 += kWarps * U) {
+    float kf[U][V], vf[U][V];
+    int region[U];
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      kf[v] = __bfloat162float(k_cache[row + lane * V + v]);
-      vf[v] = __bfloat162float(v_cache[row + lane * V + v]);
+    for (int u = 0; u < U; ++u) {
+      const int e = e0 + u;
+      region[u] = -1;  // past the keys (uniform over the warp)
+#pragma unroll
+      for (int v = 0; v < V; ++v) kf[u][v] = vf[u][v] = 0.0f;
+      if (e >= nkeys) continue;
+      const int page = list[e / block_size], o = e % block_size, pos = page * block_size + o;
+      const int kc = pos / chunk_len;
+      region[u] = kc >= qchunk ? 0 : kc == qchunk - 1 ? 1 : 2;
+      const int64_t row = ((int64_t{block_tables[int64_t{s} * max_blocks + page]} * block_size + o) * hk + h) * D;
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        kf[u][v] = __bfloat162float(k_cache[row + lane * V + v]);
+        vf[u][v] = __bfloat162float(v_cache[row + lane * V + v]);
+      }
     }
-    const float* qr = qs + region * G * D + lane * V;
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
-      if (g >= G) break;
-      float dot = 0.0f;
+    for (int u = 0; u < U; ++u) {
+      if (region[u] < 0) break;
+      const float* qr = qs + region[u] * G * D + lane * V;
 #pragma unroll
-      for (int v = 0; v < V; ++v) dot = fmaf(qr[g * D + v], kf[v], dot);
-      dot = warp_sum(dot);  // base-2 logit
-      const float m_new = fmaxf(m[g], dot);
-      const float corr = exp2f(m[g] - m_new), p = exp2f(dot - m_new);
-      m[g] = m_new;
-      l[g] = l[g] * corr + p;
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g >= G) break;
+        float dot = 0.0f;
 #pragma unroll
-      for (int v = 0; v < V; ++v) acc[g][v] = fmaf(acc[g][v], corr, p * vf[v]);
+        for (int v = 0; v < V; ++v) dot = fmaf(qr[g * D + v], kf[u][v], dot);
+        dot = warp_sum(dot);  // base-2 logit
+        const float m_new = fmaxf(m[g], dot);
+        const float corr = exp2f(m[g] - m_new), p = exp2f(dot - m_new);
+        m[g] = m_new;
+        l[g] = l[g] * corr + p;
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc[g][v] = fmaf(acc[g][v], corr, p * vf[u][v]);
+      }
     }
   }
   // Merge the warps: each writes its state, then the CTA combines per (head, dim).
