@@ -509,6 +509,13 @@ EngineConfig with_sparse(EngineConfig ec, SparsePrefillPolicy policy, bool cover
     ec.sparse_prefill.slash = 100000;
     ec.sparse.budget_tokens = 1024;
   } else {
+    // Random weights spread attention evenly, so the default thresholds keep every block of these short prompts: a
+    // low threshold (and for xattention and avgpool a key budget of 3 blocks) makes each policy select; minference
+    // keeps its adaptive default, which already does.
+    if (policy != SparsePrefillPolicy::kMInference) ec.sparse_prefill.threshold = 0.5;
+    if (policy == SparsePrefillPolicy::kXAttention || policy == SparsePrefillPolicy::kAvgPool) {
+      ec.sparse_prefill.budget_tokens = 192;
+    }
     ec.sparse.budget_tokens = 128;
   }
   return ec;
