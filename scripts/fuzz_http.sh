@@ -1,21 +1,33 @@
 #!/usr/bin/env bash
 # Short libFuzzer run of tests/fuzz/http_request_fuzz.cpp (the server's request reading: Beast parser +
 # limits + header checks, JSON depth, parameter table), clang with -fsanitize=fuzzer,address,undefined.
-#   scripts/fuzz_http.sh [seconds=60]
+#   scripts/fuzz_http.sh [seconds=60]    build, then run
+#   scripts/fuzz_http.sh --build         build only (.ci/run builds in the background, runs later)
+#   scripts/fuzz_http.sh --run SECONDS   run what --build built
 # Builds into build/fuzz-http; seeds are a few well-formed and hostile requests; crashes land in that dir
 # (and fail the script).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-secs="${1:-60}"
+mode=all
+secs=60
+case "${1:-}" in
+  --build) mode=build ;;
+  --run) mode=run; secs="${2:-60}" ;;
+  "") ;;
+  *) secs=$1 ;;
+esac
 out="$root/build/fuzz-http"
 mkdir -p "$out/corpus"
-command -v clang++ >/dev/null || { echo "clang++ not found (scripts/install_deps.sh --fuzz)"; exit 1; }
-cd "$root/src/nanovllm/server"
-clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -I"$root/src" -DBOOST_ASIO_NO_DEPRECATED -DBOOST_ENABLE_ASSERT_DEBUG_HANDLER \
-  http_request_reader.cpp json_depth.cpp parameters.cpp api_error.cpp boost_assert.cpp \
-  "$root/tests/fuzz/http_request_fuzz.cpp" \
-  -o "$out/http_request_fuzz"
+if [ $mode != run ]; then
+  command -v clang++ >/dev/null || { echo "clang++ not found (scripts/install_deps.sh --fuzz)"; exit 1; }
+  cd "$root/src/nanovllm/server"
+  clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+    -I"$root/src" -DBOOST_ASIO_NO_DEPRECATED -DBOOST_ENABLE_ASSERT_DEBUG_HANDLER \
+    http_request_reader.cpp json_depth.cpp parameters.cpp api_error.cpp boost_assert.cpp \
+    "$root/tests/fuzz/http_request_fuzz.cpp" \
+    -o "$out/http_request_fuzz"
+fi
+[ $mode != build ] || exit 0
 # Seeds: the first byte is the read size; then one or more requests.
 seed() { printf '%b' "$2" > "$out/corpus/$1"; }
 seed get '\x07GET /health HTTP/1.1\r\nHost: x\r\n\r\n'

@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
 # Short libFuzzer run of tests/fuzz/safetensors_fuzz.cpp (clang, -fsanitize=fuzzer,address,undefined):
 # arbitrary bytes as a .safetensors file into the header parser every checkpoint load uses.
-#   scripts/fuzz_safetensors.sh [seconds=60]
+#   scripts/fuzz_safetensors.sh [seconds=60]    build, then run
+#   scripts/fuzz_safetensors.sh --build         build only (.ci/run builds in the background, runs later)
+#   scripts/fuzz_safetensors.sh --run SECONDS   run what --build built
 # Builds into build/fuzz-safetensors; seeds are small valid and broken files; crashes land in that dir and
 # fail the script.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-secs="${1:-60}"
+mode=all
+secs=60
+case "${1:-}" in
+  --build) mode=build ;;
+  --run) mode=run; secs="${2:-60}" ;;
+  "") ;;
+  *) secs=$1 ;;
+esac
 out="$root/build/fuzz-safetensors"
 mkdir -p "$out/corpus"
-command -v clang++ >/dev/null || { echo "clang++ not found (scripts/install_deps.sh --fuzz)"; exit 1; }
-cd "$root/src/nanovllm"
-srcs=(model/safetensors.cpp core/tensor.cpp core/error.cpp)
-clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -I"$root/src" "${srcs[@]}" "$root/tests/fuzz/safetensors_fuzz.cpp" -lpthread -o "$out/safetensors_fuzz"
+if [ $mode != run ]; then
+  command -v clang++ >/dev/null || { echo "clang++ not found (scripts/install_deps.sh --fuzz)"; exit 1; }
+  cd "$root/src/nanovllm"
+  srcs=(model/safetensors.cpp core/tensor.cpp core/error.cpp)
+  clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+    -I"$root/src" "${srcs[@]}" "$root/tests/fuzz/safetensors_fuzz.cpp" -lpthread -o "$out/safetensors_fuzz"
+fi
+[ $mode != build ] || exit 0
 # Seeds in the fuzzer's "header\0data" form (first byte odd): valid files, and the usual ways files break.
 python3 - "$out/corpus" <<'PY'
 import json, os, sys
