@@ -29,13 +29,13 @@ void check_lists(std::string_view op, std::string_view counts_name, const Tensor
 // The common arguments (pattern_estimators.h); returns the chunk's geometry. `needs_columns`: the column lists must be
 // given (otherwise they may be undefined).
 cpu::PrefillChunk check_estimate(std::string_view op, const BlockSparsePattern& pattern, const TensorView& q,
-                                 const TensorView& k_cache, const AttentionMetadata& meta, float scale,
+                                 const KvCacheTensor& k_cache, const AttentionMetadata& meta, float scale,
                                  bool needs_columns = false) {
   const Device dev = q.device();
   check_tensor(op, "q", q, dev, 3);
   check_float(op, "q", q);
-  check_tensor(op, "k_cache", k_cache, dev, 4);
-  check_float(op, "k_cache", k_cache);
+  check_kv_tensor(op, "k_cache", k_cache, dev, 4);
+  NANOVLLM_CHECK(!(dev.is_cuda() && k_cache.fp8()), op, ": the CUDA estimators read a bf16 KV cache, not fp8");
   const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hk = k_cache.dim(2);
   NANOVLLM_CHECK(T >= 1 && D >= 1 && k_cache.dim(1) >= 1 && k_cache.dim(3) == D, op, ": q ", q.shape().str(),
                  " and k_cache ", k_cache.shape().str(), " must be [T >= 1, Hq, D] and [NB, BS, Hk, D]");
@@ -80,7 +80,7 @@ void check_block_budget(std::string_view op, int64_t max_blocks, double threshol
 
 }  // namespace
 
-void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                          const AttentionMetadata& meta, float scale, const XAttentionParams& params, Stream s) {
   constexpr std::string_view op = "xattention_estimate";
   const cpu::PrefillChunk c = check_estimate(op, pattern, q, k_cache, meta, scale);
@@ -93,7 +93,7 @@ void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, Tensor
   cpu::xattention_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
 }
 
-void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                              const AttentionMetadata& meta, float scale, const VerticalSlashParams& params, Stream s) {
   constexpr std::string_view op = "vertical_slash_estimate";
   NANOVLLM_CHECK(params.last_q >= 1 && params.vertical >= 0 && params.slash >= 0 && params.sink_tokens >= 0 &&
@@ -113,7 +113,7 @@ void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, Te
   cpu::vertical_slash_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
 }
 
-void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                           const AttentionMetadata& meta, float scale, const FlexPrefillParams& params, Stream s) {
   constexpr std::string_view op = "flexprefill_estimate";
   NANOVLLM_CHECK(params.gamma > 0 && params.tau >= 0 && params.min_budget >= 0, op,
@@ -125,7 +125,7 @@ void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, Tenso
   cpu::flexprefill_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
 }
 
-void avgpool_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void avgpool_estimate(const BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                       const AttentionMetadata& meta, float scale, const AvgPoolParams& params, Stream s) {
   constexpr std::string_view op = "avgpool_estimate";
   NANOVLLM_CHECK(params.threshold > 0, op, ": threshold must be > 0, got ", params.threshold);

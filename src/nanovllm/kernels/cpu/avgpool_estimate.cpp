@@ -30,8 +30,8 @@ void last_query_scores(std::vector<float>& score, const float* q, const float* k
 
 }  // namespace
 
-void avgpool_estimate(const PatternOut& out, TensorView q, TensorView k_cache, const int32_t* block_table,
-                      const PrefillChunk& c, const ops::AvgPoolParams& p) {
+void avgpool_estimate(const PatternOut& out, TensorView q, const KvCacheTensor& k_cache,
+                      const int32_t* block_table, const PrefillChunk& c, const ops::AvgPoolParams& p) {
   const int64_t D = c.D, T = c.T, ctx = c.ctx, B = c.B, first = c.first_block(), NQB = c.num_blocks();
   const std::vector<float> qs = queries_by_head(q);
   const std::vector<float> ks = keys_by_head(k_cache, block_table, ctx);

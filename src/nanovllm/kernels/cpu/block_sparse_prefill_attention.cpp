@@ -39,9 +39,9 @@ void collect_keys(std::vector<int32_t>& keys, const ops::BlockSparsePattern& pt,
 
 }  // namespace
 
-void block_sparse_prefill_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                                    const AttentionMetadata& meta, const ops::BlockSparsePattern& pattern,
-                                    float scale) {
+void block_sparse_prefill_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache,
+                                    const KvCacheTensor& v_cache, const AttentionMetadata& meta,
+                                    const ops::BlockSparsePattern& pattern, float scale) {
   const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2);
   const int64_t BS = k_cache.dim(1), Hk = k_cache.dim(2), G = Hq / Hk;
   const int64_t ctx = meta.context_lens.data_as<const int32_t>()[0];

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/kv_cache.h"
 
 namespace nanovllm::cpu {
 
@@ -31,7 +32,7 @@ struct PrefillChunk {
 // as fp32 [Hk][ctx][D]. A reference's simplicity over memory: the CPU backend runs tiny models; the CUDA estimators
 // read the cache in place.
 std::vector<float> queries_by_head(TensorView q);
-std::vector<float> keys_by_head(TensorView k_cache, const int32_t* block_table, int64_t ctx);
+std::vector<float> keys_by_head(const KvCacheTensor& k_cache, const int32_t* block_table, int64_t ctx);
 
 // s . t over D elements, in fp32 (the estimators' scores; the exact attention is the kernel's).
 float dot(const float* s, const float* t, int64_t D);
