@@ -6,10 +6,12 @@
 
 namespace nanovllm::cuda_ops {
 
-void block_sparse_prefill_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                                    const AttentionMetadata& meta, const ops::BlockSparsePattern& pattern,
-                                    float scale, ops::Stream s) {
+void block_sparse_prefill_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache,
+                                    const KvCacheTensor& v_cache, const AttentionMetadata& meta,
+                                    const ops::BlockSparsePattern& pattern, float scale, ops::Stream s) {
   constexpr const char* op = "block_sparse_prefill_attention (cuda)";
+  NANOVLLM_CHECK(!k_cache.fp8(), op, ": the wgmma kernel reads a bf16 KV cache, not fp8 (--kv-cache-dtype fp8 runs "
+                 "sparse prefill on the CPU backend only)");
   const int64_t T = q.dim(0), D = q.dim(2);
   if (T == 0) return;
   const attn::Params p = attn::attention_params(out, q, k_cache, v_cache, meta, scale);

@@ -13,6 +13,9 @@
 // empty split slots exit at once. Single-split sequences write the output directly.
 // Decode, head_dim 256 (SIMT kernel + combine launch): ~2 waves of CTAs, each split >= 256 keys of
 // meta.max_context_len, at most kMaxSplits; ranges derived on the device from context_lens.
+// fp8 KV cache (kernels/kv_cache.h): the SIMT decode (every head_dim) and, for prefill rows, the mma.sync kernel
+// (head_dim 64 / 128; SIMT otherwise) dequantize K / V tiles into shared memory; the tensor-core decode, the fused
+// prologue and the wgmma prefill read bf16 only and are not used.
 // Split partials (and the fused combine's arrival counters, zeroed once) live in a workspace of the
 // device context, grown (cudaMalloc) only when a larger decode shape is first seen: run warm-up steps with
 // the largest decode batch before graph capture.
@@ -29,18 +32,22 @@ namespace nanovllm::cuda_ops {
 
 namespace attn {
 
-Params attention_params(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+Params attention_params(TensorView out, TensorView q, const KvCacheTensor& k_cache, const KvCacheTensor& v_cache,
                         const AttentionMetadata& meta, float scale) {
   const int64_t Hq = q.dim(1), Hk = k_cache.dim(2);
-  NANOVLLM_CHECK(q.dtype() == DType::kBF16 && out.dtype() == DType::kBF16 && k_cache.dtype() == DType::kBF16 &&
-                     v_cache.dtype() == DType::kBF16,
-                 "paged_attention (cuda): q, out and the KV caches must be BF16");
+  NANOVLLM_CHECK(q.dtype() == DType::kBF16 && out.dtype() == DType::kBF16 &&
+                     (k_cache.fp8() || k_cache.dtype() == DType::kBF16) && v_cache.dtype() == k_cache.dtype(),
+                 "paged_attention (cuda): q and out must be BF16, the KV caches BF16 or fp8");
   NANOVLLM_CHECK(Hk > 0 && Hq % Hk == 0, "paged_attention (cuda): Hq ", Hq, " not a multiple of Hk ", Hk);
   Params p{};
   p.q = q.data_as<const __nv_bfloat16>();
   p.out = out.data_as<__nv_bfloat16>();
   p.k_cache = k_cache.data_as<const __nv_bfloat16>();
   p.v_cache = v_cache.data_as<const __nv_bfloat16>();
+  if (k_cache.fp8()) {
+    p.k_scale = k_cache.scale.data_as<const float>();
+    p.v_scale = v_cache.scale.data_as<const float>();
+  }
   p.cu = meta.cu_seqlens_q.data_as<const int32_t>();
   p.ctx = meta.context_lens.data_as<const int32_t>();
   p.bt = meta.block_tables.data_as<const int32_t>();
@@ -134,7 +141,7 @@ void launch_decode_attention(attn::Params p, int D, int64_t max_context, ops::St
   const int64_t S = p.num_seqs, Hq = p.hq, Hk = p.hk;
   const DeviceContext& ctx = context_of(s);
   const cudaStream_t st = stream_of(s);
-  if (attn::decode_tc_supported(D)) {
+  if (attn::decode_tc_supported(D) && p.k_scale == nullptr) {
     const int gc = p.g <= 16 ? p.g : 16;  // heads per CTA (MMA rows)
     const int64_t units = Hk * ((p.g + gc - 1) / gc);
     const int64_t ctas = S * units;
@@ -172,7 +179,7 @@ void attn::launch_dual_chunk_decode(Params p, int head_dim, int64_t max_context,
   launch_decode_attention(p, head_dim, max_context, s, /*prologue=*/false, /*single_wave=*/false, /*dca=*/true);
 }
 
-void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+void paged_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache, const KvCacheTensor& v_cache,
                      const AttentionMetadata& meta, float scale, ops::Stream s) {
   const int64_t T = q.dim(0), D = q.dim(2);
   if (T == 0 || meta.num_seqs == 0) return;
@@ -186,7 +193,8 @@ void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorVie
   // A mixed step: its leading decodes through the decode kernel (each KV head read once per GQA group,
   // split-KV), the rest through the prefill kernel. Both index rows through cu_seqlens, so the prefill
   // part is the same arrays from sequence nd on. The decode tensor-core kernel needs head_dim 64 / 128.
-  const int nd = attn::decode_tc_supported(d) ? static_cast<int>(meta.num_leading_decodes) : 0;
+  const bool fp8 = k_cache.fp8();  // the SIMT decode and the mma.sync / SIMT prefill (header)
+  const int nd = attn::decode_tc_supported(d) && !fp8 ? static_cast<int>(meta.num_leading_decodes) : 0;
   if (nd > 0) {
     attn::Params dp = p;
     dp.num_seqs = nd;
@@ -199,20 +207,20 @@ void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorVie
   pp.bt += int64_t{nd} * p.max_blocks;
   pp.num_seqs = p.num_seqs - nd;
   const int64_t prefill_rows = T - nd;
-  const bool wgmma = context_of(s).options.prefill_wgmma && attn::launch_prefill_wgmma(pp, d, prefill_rows, st);
+  const bool wgmma = !fp8 && context_of(s).options.prefill_wgmma && attn::launch_prefill_wgmma(pp, d, prefill_rows, st);
   if (!wgmma && !attn::launch_prefill_tc(pp, d, prefill_rows, st))
     attn::launch_prefill(pp, d, prefill_rows, st);
 }
 
 void qkv_prologue_attention(TensorView out, TensorView q, TensorView qkv, TensorView q_norm, TensorView k_norm,
-                            float eps, TensorView positions, const ops::RopeParams& rope, TensorView k_cache,
-                            TensorView v_cache, const AttentionMetadata& meta, float scale, ops::Stream s) {
+                            float eps, TensorView positions, const ops::RopeParams& rope, const KvCacheTensor& k_cache,
+                            const KvCacheTensor& v_cache, const AttentionMetadata& meta, float scale, ops::Stream s) {
   const int64_t T = q.dim(0), D = q.dim(2);
   const DeviceContext& ctx = context_of(s);
   auto bf16_or_none = [](TensorView t) {
     return !t.defined() || t.numel() == 0 || t.data() == nullptr || (t.dtype() == DType::kBF16 && aligned16(t.data()));
   };
-  const bool fused = ctx.options.decode_fused_prologue && T > 0 && meta.num_seqs > 0 && meta.max_query_len == 1 &&
+  const bool fused = ctx.options.decode_fused_prologue && !k_cache.fp8() && T > 0 && meta.num_seqs > 0 && meta.max_query_len == 1 &&
                      attn::decode_tc_supported(static_cast<int>(D)) && qkv.dtype() == DType::kBF16 &&
                      aligned16(qkv.data()) && bf16_or_none(q_norm) && bf16_or_none(k_norm) &&
                      aligned16(k_cache.data()) && aligned16(v_cache.data()) &&
