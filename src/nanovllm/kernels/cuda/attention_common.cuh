@@ -31,9 +31,8 @@ struct Params {
   __nv_bfloat16* out;            // [T, Hq, D]
   const __nv_bfloat16* k_cache;  // [NB, BS, Hk, D] (an fp8 cache: its e4m3 codes, bytes)
   const __nv_bfloat16* v_cache;  // [NB, BS, Hk, D]
-  // An fp8 cache (kv_fp8.cuh): the rows' scales [NB, BS, Hk] f32; null: bf16. The SIMT kernels and the mma.sync
-  // prefill read it (load_tile / their tile loads dequantize to bf16 in shared memory); the dispatcher keeps it off
-  // the tensor-core decode and the wgmma prefill.
+  // An fp8 cache (kv_fp8.cuh): the rows' scales [NB, BS, Hk] f32; null: bf16. Every decode and prefill kernel reads
+  // it (dequantizing K / V tiles to bf16(code x scale) in shared memory); not the fused decode prologue.
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
   const int32_t* cu;             // [S + 1]

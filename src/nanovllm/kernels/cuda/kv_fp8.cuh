@@ -37,4 +37,11 @@ __device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint2 codes, float scale) {
   return out;
 }
 
+// A row's scale by a 4-byte cp.async (the tensor-core kernels stage codes and scales asynchronously, then
+// dequantize in shared memory with fp8x8_to_bf16x8); `valid == false` writes 0 (a zero-filled row of codes x 0 = 0).
+__device__ __forceinline__ void cp_async4_zfill(unsigned dst, const void* src, bool valid) {
+  const int n = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+
 }  // namespace nanovllm::cuda_ops

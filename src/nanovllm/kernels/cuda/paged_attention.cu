@@ -13,9 +13,9 @@
 // empty split slots exit at once. Single-split sequences write the output directly.
 // Decode, head_dim 256 (SIMT kernel + combine launch): ~2 waves of CTAs, each split >= 256 keys of
 // meta.max_context_len, at most kMaxSplits; ranges derived on the device from context_lens.
-// fp8 KV cache (kernels/kv_cache.h): the SIMT decode (every head_dim) and, for prefill rows, the mma.sync kernel
-// (head_dim 64 / 128; SIMT otherwise) dequantize K / V tiles into shared memory; the tensor-core decode, the fused
-// prologue and the wgmma prefill read bf16 only and are not used.
+// fp8 KV cache (kernels/kv_cache.h): the same kernels (tensor-core decode and wgmma prefill for head_dim 64 / 128,
+// the mma.sync prefill without wgmma, SIMT for other head dims) dequantize K / V tiles to bf16(code x scale) in
+// shared memory; only the fused decode prologue is bf16-only (the qkv_prologue kernel quantizes the new rows).
 // Split partials (and the fused combine's arrival counters, zeroed once) live in a workspace of the
 // device context, grown (cudaMalloc) only when a larger decode shape is first seen: run warm-up steps with
 // the largest decode batch before graph capture.
@@ -141,7 +141,7 @@ void launch_decode_attention(attn::Params p, int D, int64_t max_context, ops::St
   const int64_t S = p.num_seqs, Hq = p.hq, Hk = p.hk;
   const DeviceContext& ctx = context_of(s);
   const cudaStream_t st = stream_of(s);
-  if (attn::decode_tc_supported(D) && p.k_scale == nullptr) {
+  if (attn::decode_tc_supported(D)) {
     const int gc = p.g <= 16 ? p.g : 16;  // heads per CTA (MMA rows)
     const int64_t units = Hk * ((p.g + gc - 1) / gc);
     const int64_t ctas = S * units;
@@ -193,8 +193,7 @@ void paged_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache,
   // A mixed step: its leading decodes through the decode kernel (each KV head read once per GQA group,
   // split-KV), the rest through the prefill kernel. Both index rows through cu_seqlens, so the prefill
   // part is the same arrays from sequence nd on. The decode tensor-core kernel needs head_dim 64 / 128.
-  const bool fp8 = k_cache.fp8();  // the SIMT decode and the mma.sync / SIMT prefill (header)
-  const int nd = attn::decode_tc_supported(d) && !fp8 ? static_cast<int>(meta.num_leading_decodes) : 0;
+  const int nd = attn::decode_tc_supported(d) ? static_cast<int>(meta.num_leading_decodes) : 0;
   if (nd > 0) {
     attn::Params dp = p;
     dp.num_seqs = nd;
@@ -207,7 +206,7 @@ void paged_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache,
   pp.bt += int64_t{nd} * p.max_blocks;
   pp.num_seqs = p.num_seqs - nd;
   const int64_t prefill_rows = T - nd;
-  const bool wgmma = !fp8 && context_of(s).options.prefill_wgmma && attn::launch_prefill_wgmma(pp, d, prefill_rows, st);
+  const bool wgmma = context_of(s).options.prefill_wgmma && attn::launch_prefill_wgmma(pp, d, prefill_rows, st);
   if (!wgmma && !attn::launch_prefill_tc(pp, d, prefill_rows, st))
     attn::launch_prefill(pp, d, prefill_rows, st);
 }
