@@ -6,7 +6,7 @@
 #                                                built here when it lacks tests/test_cuda or tools/nanovllm)
 #
 # Steps (seconds on one H200 after the build; ~230 s in all):
-#   1. test_cuda: CudaKvFp8.* and the attention / sparse / page-cache / offload tests the change touches      ~40
+#   1. test_cuda: CudaKvFp8.*, the attention / dual-chunk / sparse / page-cache / offload tests it touches   ~60
 #   2. make-test-model q4-yarn (Qwen3-4B, YaRN x4 to 131072 positions), q4, q06 in $MODELS_DIR (kept)        ~30
 #   3. dense offload decode at 128K (bench offload, one request of 131000 tokens, 8 tokens): bf16, fp8      ~70
 #   4. Quest over offload at 128K, budget 2048, pages of 16: bf16, fp8                                      ~60
@@ -42,7 +42,7 @@ NV=$BUILD/tools/nanovllm
 
 # 1. Device tests: the fp8 ones, and the existing tests of every kernel and path the change touched (bf16 caches).
 run tests "$BUILD/tests/test_cuda" \
-  --gtest_filter='CudaKvFp8*:CudaAttention*:CudaSparse*:CudaPageCache*:CudaOffload*:CudaPrologue*:CudaVsCpu*'
+  --gtest_filter='CudaKvFp8*:CudaAttention*:CudaDualChunk*:CudaSparse*:CudaPageCache*:CudaOffload*:CudaPrologue*:CudaVsCpu*'
 
 # 2. Checkpoints (random weights, seed 1).
 mk() {  # mk NAME PRESET [CONFIG_OVERRIDE]
