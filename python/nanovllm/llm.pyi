@@ -24,6 +24,8 @@ class LLM:
         num_kvcache_blocks: int = -1,  # nano-vLLM's name (-1: from the memory budget)
         kv_cache_bytes: int = 2147483648,  # CPU backend KV budget (2 GiB)
         gpu_memory_utilization: float = 0.9,
+        # KV cache elements (docs/kv_cache.md): auto = the model's dtype; fp8 (= fp8_e4m3): e4m3 + a scale per row
+        kv_cache_dtype: Literal["auto", "bf16", "fp8", "fp8_e4m3"] = "auto",
         enable_prefix_caching: bool = True,
         max_num_seqs: int = 256,
         max_num_batched_tokens: int = 8192,

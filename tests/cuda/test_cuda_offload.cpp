@@ -88,6 +88,42 @@ TEST(CudaOffload, MatchesGpuCacheAt4KTokens) {
   }
 }
 
+// --kv-cache-dtype fp8 (docs/kv_cache.md) through the dense offload path: the ring slots, host pools and decode
+// buffers move codes and their row scales, and the GPU-resident fp8 cache runs the same kernels over the same codes
+// (same prefill chunks, same key order), so the tokens are the resident run's. head_dim 64 (GQA 2) and 128 (GQA 4,
+// the 4B shape's), prompts ending on, past and short of a host block, decode crossing host blocks, 1 and 4 layer buffers;
+// the engine captures its decode graphs (batch buckets up to 256) over a small fp8 paged cache, as bench offload
+// does. (Session 33: the 128K dense fp8 offload bench aborted with an illegal address within its first 12 s.)
+TEST(CudaOffload, Fp8KvCacheMatchesTheResidentFp8Cache) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (const int64_t hd : {64, 128}) {
+    EngineConfig plain = tiny_config(8192);
+    nlohmann::json shape = {{"num_hidden_layers", 4}, {"head_dim", hd}, {"max_position_embeddings", 1 << 18}};
+    if (hd == 128) shape.update({{"num_attention_heads", 8}, {"num_key_value_heads", 2}});  // GQA 4, as the 4B's
+    plain.model.path = testing::preset_model_dir("tiny", hd == 64 ? "offload-hd64" : "offload-hd128-gqa4", shape, 31);
+    plain.cache.kv_cache_dtype = "fp8";
+    const std::vector<std::vector<int32_t>> prompts = {random_prompt(2048, 512, 11), random_prompt(2049, 512, 12),
+                                                       random_prompt(700, 512, 13)};
+    std::vector<RequestOutput> reference;
+    {
+      LLM llm(plain);
+      for (const auto& p : prompts) reference.push_back(llm.generate({p}, greedy(70))[0]);
+    }
+    for (const int64_t nb : {1, 4}) {
+      EngineConfig ec = plain;
+      ec.offload.enabled = true;
+      ec.offload.min_tokens = 1;
+      ec.offload.block_size = 32;
+      ec.offload.num_kv_buffers = nb;
+      ec.cache.num_kv_blocks = 64;  // bench offload's small paged cache (its decode graphs are captured over it)
+      LLM llm(ec);
+      expect_same(llm.generate(prompts, greedy(70)), reference, 1e-2,
+                  "fp8, head_dim " + std::to_string(hd) + ", num_kv_buffers " + std::to_string(nb));
+      EXPECT_EQ(llm.engine().runner_stats().offload->steps.prefills, 3);
+    }
+  }
+}
+
 // GLM-4 (q/k/v bias, interleaved RoPE on half the head) through the offload path: the same tokens as the
 // GPU cache.
 TEST(CudaOffload, Glm4MatchesGpuCache) {

@@ -21,7 +21,7 @@ class RecentPagesPolicy final : public SparseDecodePolicy {
  public:
   RecentPagesPolicy(const PagedKvShape& shape, int64_t budget_pages, Allocator& alloc)
       : SparseDecodePolicy(shape, budget_pages, 1, 1, alloc) {}
-  void update_pages(int64_t, TensorView, TensorView, ops::Stream) override {}
+  void update_pages(int64_t, const KvCacheTensor&, TensorView, ops::Stream) override {}
 
  private:
   void score_pages(TensorView scores, int64_t, TensorView, const AttentionMetadata&, ops::Stream) override {

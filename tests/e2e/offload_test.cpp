@@ -1,6 +1,7 @@
 // Layer-wise CPU KV offload on the CPU backend: the offloaded path must give exactly the tokens of the
 // paged path (same fp32 math, different cache plumbing), across host block boundaries, chunked layer
-// prefill, every ring size, and back-to-back requests. The CPU offload device defers its copies to the
+// prefill, every ring size, and back-to-back requests; for each KV cache format (the model's dtype and fp8:
+// codes and scales move through the host pool, the ring and the decode buffers together). The CPU offload device defers its copies to the
 // latest point the events allow and checks every access for races, so a missing event fails here.
 #include <gtest/gtest.h>
 
@@ -54,12 +55,13 @@ std::vector<Result> tokens_of(const std::vector<RequestOutput>& outs) {
   return t;
 }
 
-class Offload : public ::testing::Test {
+class Offload : public ::testing::TestWithParam<const char*> {  // the KV cache dtype
  protected:
   void SetUp() override {
     // 3 layers: ring sizes 1, 2 (< L), 3 (= L) and more (clamped) all take different paths.
     base_.model.path = testing::tiny_model_dir("offload", {{"num_hidden_layers", 3}}, 21);
     base_.model.backend = Backend::kCpu;
+    base_.cache.kv_cache_dtype = GetParam();
     base_.cache.block_size = 8;
     base_.model.max_model_len = 256;
     base_.scheduler.max_num_batched_tokens = 256;
@@ -82,7 +84,7 @@ class Offload : public ::testing::Test {
 
 // Prompt lengths around host block boundaries (block 8), decode of 30 tokens crossing 3-4 boundaries
 // from a partial block (and from a full one).
-TEST_F(Offload, MatchesPagedPathAroundBlockBoundaries) {
+TEST_P(Offload, MatchesPagedPathAroundBlockBoundaries) {
   const auto prompts = random_prompts({1, 2, 7, 8, 9, 15, 16, 17, 23, 24, 25, 61}, 512, 1);
   const auto reference = run(base_, prompts, 30);
   LLM llm(offloaded());
@@ -94,19 +96,19 @@ TEST_F(Offload, MatchesPagedPathAroundBlockBoundaries) {
   EXPECT_GT(st.h2d_bytes, 0);
 }
 
-TEST_F(Offload, HostBlockSizesFromOneToLargerThanTheSequence) {
+TEST_P(Offload, HostBlockSizesFromOneToLargerThanTheSequence) {
   const auto prompts = random_prompts({5, 13, 32}, 512, 2);
   const auto reference = run(base_, prompts, 20);
   for (int64_t host_block : {1, 3, 8, 16, 64, 1024}) EXPECT_EQ(run(offloaded(host_block), prompts, 20), reference) << host_block;
 }
 
-TEST_F(Offload, EveryRingSizeGivesTheSameTokens) {
+TEST_P(Offload, EveryRingSizeGivesTheSameTokens) {
   const auto prompts = random_prompts({11, 40}, 512, 3);
   const auto reference = run(base_, prompts, 18);
   for (int64_t nb = 1; nb <= 8; ++nb) EXPECT_EQ(run(offloaded(8, nb), prompts, 18), reference) << "num_kv_buffers " << nb;
 }
 
-TEST_F(Offload, ChunkedLayerPrefillMatches) {
+TEST_P(Offload, ChunkedLayerPrefillMatches) {
   // A workspace of 16 rows: each layer of a 70-token prompt runs in 5 chunks over the layer buffer.
   const auto prompts = random_prompts({70, 16, 17, 33}, 512, 4);
   auto paged = base_;
@@ -117,7 +119,7 @@ TEST_F(Offload, ChunkedLayerPrefillMatches) {
   EXPECT_EQ(run(off, prompts, 12), reference);
 }
 
-TEST_F(Offload, SequentialRequestsMatchEachRunAlone) {
+TEST_P(Offload, SequentialRequestsMatchEachRunAlone) {
   const auto prompts = random_prompts({50, 3, 29, 9, 64}, 512, 5);
   std::vector<Result> alone;
   for (const auto& p : prompts) alone.push_back(run(offloaded(), {p}, 14)[0]);
@@ -127,7 +129,7 @@ TEST_F(Offload, SequentialRequestsMatchEachRunAlone) {
   EXPECT_EQ(run(base_, prompts, 14), alone);
 }
 
-TEST_F(Offload, StopsAtMaxModelLenLikeThePagedPath) {
+TEST_P(Offload, StopsAtMaxModelLenLikeThePagedPath) {
   // max_model_len 256: prompts of 255 (one token out), 250 and 241 (stopped by the limit, not max_tokens).
   const auto prompts = random_prompts({255, 250, 241}, 512, 10);
   const auto reference = run(base_, prompts, 40);
@@ -137,7 +139,7 @@ TEST_F(Offload, StopsAtMaxModelLenLikeThePagedPath) {
   EXPECT_EQ(got[2].tokens.size(), 15u);
 }
 
-TEST_F(Offload, SeededSamplingMatches) {
+TEST_P(Offload, SeededSamplingMatches) {
   const auto prompts = random_prompts({12, 31}, 512, 6);
   SamplingParams sp;
   sp.temperature = 0.8f;
@@ -149,7 +151,7 @@ TEST_F(Offload, SeededSamplingMatches) {
   EXPECT_EQ(tokens_of(off.generate(prompts, sp)), tokens_of(paged.generate(prompts, sp)));
 }
 
-TEST_F(Offload, LongRequestsOffloadWhenTheyDoNotFitTheGpuCacheShortOnesDoNot) {
+TEST_P(Offload, LongRequestsOffloadWhenTheyDoNotFitTheGpuCacheShortOnesDoNot) {
   // A paged cache of 6 blocks x 8 tokens = 48 tokens: the 60-token prompt cannot use it.
   const auto prompts = random_prompts({60, 5, 44, 10}, 512, 7);
   const auto reference = run(base_, prompts, 10);
@@ -165,7 +167,7 @@ TEST_F(Offload, LongRequestsOffloadWhenTheyDoNotFitTheGpuCacheShortOnesDoNot) {
   EXPECT_EQ(llm.engine().runner_stats().offload->steps.prefills, 2);
 }
 
-TEST_F(Offload, CpuMemoryLimitIsAClearError) {
+TEST_P(Offload, CpuMemoryLimitIsAClearError) {
   auto ec = offloaded(8);
   // 3 layers x (K + V) x 2 KV heads x head_dim x 4 bytes per token; 16 tokens fit in 16 x that.
   LLM probe(ec);
@@ -183,14 +185,14 @@ TEST_F(Offload, CpuMemoryLimitIsAClearError) {
   EXPECT_FALSE(llm.engine().has_unfinished());  // nothing was queued
 }
 
-TEST_F(Offload, BadConfigIsAClearError) {
+TEST_P(Offload, BadConfigIsAClearError) {
   auto ec = offloaded(8, 9);
   EXPECT_THROW(LLM{ec}, Error);
   ec.offload.num_kv_buffers = 0;
   EXPECT_THROW(LLM{ec}, Error);
 }
 
-TEST_F(Offload, AbortMidDecodeThenNextRequestIsExact) {
+TEST_P(Offload, AbortMidDecodeThenNextRequestIsExact) {
   const auto prompts = random_prompts({21, 37}, 512, 9);
   const auto reference = run(base_, {prompts[1]}, 12);
   LLM llm(offloaded());
@@ -219,7 +221,7 @@ std::vector<Result> run_each(LLM& llm, const std::vector<std::vector<int32_t>>& 
 // lengths pass through 3 lanes, so lanes are freed and reused while others decode, decode steps batch 2-3
 // sequences that cross host blocks at different steps, and prefills run next to the others' decodes. Every
 // request gets exactly its tokens and logprobs of the paged path, for ring sizes below, at and above L.
-TEST_F(Offload, ConcurrentRequestsBatchTheirDecodeStepsAndMatchThePagedPath) {
+TEST_P(Offload, ConcurrentRequestsBatchTheirDecodeStepsAndMatchThePagedPath) {
   const auto prompts = random_prompts({17, 1, 40, 9, 63, 8, 24}, 512, 11);
   const std::vector<int64_t> max_tokens = {30, 12, 5, 26, 19, 33, 2};
   LLM paged(base_);
@@ -238,7 +240,7 @@ TEST_F(Offload, ConcurrentRequestsBatchTheirDecodeStepsAndMatchThePagedPath) {
   }
 }
 
-TEST_F(Offload, ConcurrentRequestsWithChunkedLayerPrefillMatch) {
+TEST_P(Offload, ConcurrentRequestsWithChunkedLayerPrefillMatch) {
   // A workspace of 16 rows: the 70-token prompt's layers run in 5 chunks into its lane of the layer buffer.
   const auto prompts = random_prompts({70, 16, 33, 5}, 512, 12);
   const std::vector<int64_t> max_tokens = {12, 20, 9, 15};
@@ -253,7 +255,7 @@ TEST_F(Offload, ConcurrentRequestsWithChunkedLayerPrefillMatch) {
   EXPECT_EQ(run_each(llm, prompts, max_tokens), reference);
 }
 
-TEST_F(Offload, AbortOneOfConcurrentRequestsOthersStayExact) {
+TEST_P(Offload, AbortOneOfConcurrentRequestsOthersStayExact) {
   const auto prompts = random_prompts({21, 37, 12, 50}, 512, 13);
   auto ec = offloaded(8, 2);
   ec.offload.max_num_seqs = 2;
@@ -277,7 +279,7 @@ TEST_F(Offload, AbortOneOfConcurrentRequestsOthersStayExact) {
   EXPECT_EQ(got, reference);
 }
 
-TEST_F(Offload, ConcurrencyOptionsAreChecked) {
+TEST_P(Offload, ConcurrencyOptionsAreChecked) {
   auto ec = offloaded(8);
   ec.offload.max_num_seqs = 0;
   EXPECT_THROW(LLM{ec}, Error);
@@ -292,6 +294,17 @@ TEST_F(Offload, ConcurrencyOptionsAreChecked) {
     EXPECT_NE(std::string(e.what()).find("offload_max_num_seqs"), std::string::npos) << e.what();
   }
 }
+
+// The host pool of an fp8 cache: per token and layer, K and V of Hk x (D codes + one f32 scale) bytes.
+TEST_P(Offload, HostPoolHoldsTheCacheFormat) {
+  LLM llm(offloaded(8));
+  const ModelConfig& c = llm.engine().model_config();
+  const int64_t row = std::string(GetParam()) == "fp8" ? c.head_dim + 4 : c.head_dim * 4;  // fp8 or f32
+  EXPECT_EQ(llm.engine().offload_host_bytes(8), 8 * c.num_hidden_layers * 2 * c.num_key_value_heads * row);
+}
+
+INSTANTIATE_TEST_SUITE_P(KvCacheDtype, Offload, ::testing::Values("auto", "fp8"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 // --- the CPU offload device itself (buffers declared before the device: it runs pending copies when destroyed)
 

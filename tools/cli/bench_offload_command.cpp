@@ -143,10 +143,11 @@ void run_offload_bench(const OffloadBenchOptions& o) {
     const double weights = 2.0 * (cost.weight_params + cost.lm_head_params * (mc.tie_word_embeddings ? 1 : 2));
     const int64_t layers = mc.num_hidden_layers;
     const double kv_token_layer = static_cast<double>(offload().kv_bytes_per_token_per_layer);
-    std::printf("offload: num_kv_buffers %lld, host block %lld tokens, max_model_len %lld, %lld layers, %.0f KiB KV per token\n",
+    std::printf("offload: num_kv_buffers %lld, host block %lld tokens, max_model_len %lld, %lld layers, %.1f KiB KV per "
+                "token (kv_cache_dtype %s)\n",
                 static_cast<long long>(ec.offload.num_kv_buffers), static_cast<long long>(ec.offload.block_size),
                 static_cast<long long>(base.model.max_model_len), static_cast<long long>(layers),
-                kv_token_layer * static_cast<double>(layers) / 1024);
+                kv_token_layer * static_cast<double>(layers) / 1024, ec.cache.kv_cache_dtype.c_str());
     for (size_t i = 0; i < o.contexts.size(); ++i) {
       const int64_t c = o.contexts[i];
       const OffloadStats s0 = offload().steps;

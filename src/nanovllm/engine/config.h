@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "nanovllm/core/backend.h"
+#include "nanovllm/core/dtype.h"
 #include "nanovllm/sparse/sparse_config.h"  // SparseConfig, SparsePrefillConfig
 
 namespace nanovllm {
@@ -41,8 +42,17 @@ struct CacheConfig {
   int64_t kv_cache_bytes = 2LL << 30;   // CPU backend KV budget
   double gpu_memory_utilization = 0.9;  // CUDA backend: share of GPU memory the engine may use
   bool enable_prefix_caching = true;
+  // KV cache elements, here and in the offload path (docs/kv_cache.md): "auto" = the activations' dtype (bf16 on
+  // CUDA, f32 on the CPU backend), "bf16", or "fp8" (= "fp8_e4m3": e4m3 codes and one f32 scale per token and
+  // KV head, about half the bytes of bf16).
+  std::string kv_cache_dtype = "auto";
 
   int64_t blocks_for(int64_t num_tokens) const { return (num_tokens + block_size - 1) / block_size; }
+  bool kv_cache_fp8() const { return kv_cache_dtype == "fp8" || kv_cache_dtype == "fp8_e4m3"; }
+  // The cache's element dtype when the activations are `activation`.
+  DType kv_dtype(DType activation) const {
+    return kv_cache_fp8() ? DType::kF8E4M3 : kv_cache_dtype == "bf16" ? DType::kBF16 : activation;
+  }
 };
 
 // What each step runs.

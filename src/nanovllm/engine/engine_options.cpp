@@ -111,6 +111,10 @@ std::vector<EngineOption> make_table() {
     o.min_exclusive = true;
     o.max = 1;
   }
+  add(bound("kv_cache_dtype", "cache", &EngineConfig::cache, &CacheConfig::kv_cache_dtype,
+            "KV cache elements, GPU and host: auto (the model's dtype), bf16, fp8 (e4m3 with a scale per token and "
+            "KV head; fp8_e4m3 is the same)"))
+      .choices = [] { return std::string("auto | bf16 | fp8 | fp8_e4m3"); };
   {
     EngineOption& o = add(bound("enable_prefix_caching", "cache", &EngineConfig::cache,
                                 &CacheConfig::enable_prefix_caching, "reuse KV blocks of shared prompt prefixes"));

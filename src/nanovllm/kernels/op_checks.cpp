@@ -1,6 +1,7 @@
 #include "nanovllm/kernels/op_checks.h"
 
 #include <cmath>
+#include <string>
 
 namespace nanovllm::ops {
 
@@ -38,14 +39,37 @@ void check_i32_tensor(std::string_view op, std::string_view name, const TensorVi
   check_shape(op, name, t, shape);
 }
 
+void check_kv_tensor(std::string_view op, std::string_view name, const KvCacheTensor& cache, Device dev, int ndim) {
+  check_tensor(op, name, cache, dev, ndim);
+  if (!cache.fp8()) {
+    check_float(op, name, cache);
+    NANOVLLM_CHECK(!cache.scale.defined(), op, ": ", name, " is ",
+                   dtype_name(cache.dtype()), " and has scales (only an F8_E4M3 cache has them)");
+    return;
+  }
+  NANOVLLM_CHECK(cache.scale.defined(), op, ": ", name,
+                 " is F8_E4M3 but has no scales (kv_cache.h: one f32 per row)");
+  Shape rows = cache.shape();
+  rows.ndim -= 1;
+  check_tensor(op, std::string(name) + ".scale", cache.scale, dev, ndim - 1);
+  NANOVLLM_CHECK(cache.scale.dtype() == DType::kF32, op, ": ", name, ".scale must be F32, got ",
+                 dtype_name(cache.scale.dtype()));
+  check_shape(op, std::string(name) + ".scale", cache.scale, rows);
+}
+
+void check_kv_pair(std::string_view op, const KvCacheTensor& k, const KvCacheTensor& v, Device dev, int ndim,
+                   std::string_view k_name, std::string_view v_name) {
+  check_kv_tensor(op, k_name, k, dev, ndim);
+  check_kv_tensor(op, v_name, v, dev, ndim);
+  check_shape(op, v_name, v, k.shape());
+  NANOVLLM_CHECK(v.dtype() == k.dtype(), op, ": ", k_name, " is ", dtype_name(k.dtype()), " but ", v_name, " is ",
+                 dtype_name(v.dtype()));
+}
+
 // Paged KV cache [NB, BS, Hk, D] pair.
-void check_kv_cache(std::string_view op, const TensorView& k_cache, const TensorView& v_cache, Device dev,
+void check_kv_cache(std::string_view op, const KvCacheTensor& k_cache, const KvCacheTensor& v_cache, Device dev,
                     const AttentionMetadata& meta) {
-  check_tensor(op, "k_cache", k_cache, dev, 4);
-  check_float(op, "k_cache", k_cache);
-  check_float_tensor(op, "v_cache", v_cache, dev, k_cache.shape());
-  NANOVLLM_CHECK(v_cache.dtype() == k_cache.dtype(), op, ": k_cache is ", dtype_name(k_cache.dtype()),
-                 " but v_cache is ", dtype_name(v_cache.dtype()));
+  check_kv_pair(op, k_cache, v_cache, dev, 4);
   NANOVLLM_CHECK(k_cache.dim(1) > 0 && k_cache.dim(2) > 0 && k_cache.dim(3) > 0, op,
                  ": empty KV cache dimension in ", k_cache.shape().str());
   NANOVLLM_CHECK(meta.block_size == k_cache.dim(1), op, ": meta.block_size ", meta.block_size,
@@ -111,8 +135,8 @@ void check_slot_mapping(std::string_view op, const AttentionMetadata& meta, int6
 }
 
 void check_qkv_prologue(std::string_view op, TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm,
-                        float eps, TensorView positions, const RopeParams& rope, TensorView k_cache,
-                        TensorView v_cache, const AttentionMetadata& meta) {
+                        float eps, TensorView positions, const RopeParams& rope, const KvCacheTensor& k_cache,
+                        const KvCacheTensor& v_cache, const AttentionMetadata& meta) {
   const Device dev = q_out.device();
   check_tensor(op, "q_out", q_out, dev, 3);
   check_float(op, "q_out", q_out);
@@ -143,8 +167,8 @@ void check_qkv_prologue(std::string_view op, TensorView q_out, TensorView qkv, T
 }
 
 
-void check_paged_attention(std::string_view op, TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                           const AttentionMetadata& meta, float scale) {
+void check_paged_attention(std::string_view op, TensorView out, TensorView q, const KvCacheTensor& k_cache,
+                           const KvCacheTensor& v_cache, const AttentionMetadata& meta, float scale) {
   const Device dev = q.device();
   check_tensor(op, "q", q, dev, 3);
   check_float(op, "q", q);

@@ -24,8 +24,14 @@ void check_float_tensor(std::string_view op, std::string_view name, const Tensor
 // An I32 tensor of the given shape on `dev`.
 void check_i32_tensor(std::string_view op, std::string_view name, const TensorView& t, Device dev, Shape shape);
 
-// Paged KV cache pair [NB, BS, Hk, D] of one float dtype, BS == meta.block_size.
-void check_kv_cache(std::string_view op, const TensorView& k_cache, const TensorView& v_cache, Device dev,
+// A K or V cache tensor (kv_cache.h) of rank ndim on `dev`: a float dtype without scales, or F8E4M3 codes with
+// F32 scales of its shape less the last dimension.
+void check_kv_tensor(std::string_view op, std::string_view name, const KvCacheTensor& cache, Device dev, int ndim);
+// Two of them of one shape and dtype.
+void check_kv_pair(std::string_view op, const KvCacheTensor& k, const KvCacheTensor& v, Device dev, int ndim,
+                   std::string_view k_name = "k_cache", std::string_view v_name = "v_cache");
+// Paged KV cache pair [NB, BS, Hk, D] of one dtype (kv_cache.h), BS == meta.block_size.
+void check_kv_cache(std::string_view op, const KvCacheTensor& k_cache, const KvCacheTensor& v_cache, Device dev,
                     const AttentionMetadata& meta);
 // cu_seqlens_q [S+1], context_lens [S], block_tables [S, MB] i32; on the host also their contents.
 void check_seq_metadata(std::string_view op, const AttentionMetadata& meta, int64_t T, int64_t num_blocks,
@@ -35,11 +41,11 @@ void check_slot_mapping(std::string_view op, const AttentionMetadata& meta, int6
 // qkv_prologue's arguments: q_out [T, Hq, D], qkv [T, (Hq + 2 Hk) D], norms [D] or undefined, positions [T] i32,
 // rope.inv_freq, the cache pair, the slot mapping.
 void check_qkv_prologue(std::string_view op, TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm,
-                        float eps, TensorView positions, const RopeParams& rope, TensorView k_cache,
-                        TensorView v_cache, const AttentionMetadata& meta);
+                        float eps, TensorView positions, const RopeParams& rope, const KvCacheTensor& k_cache,
+                        const KvCacheTensor& v_cache, const AttentionMetadata& meta);
 // paged_attention's arguments: out, q [T, Hq, D], the cache pair, GQA heads, a finite scale, metadata.
-void check_paged_attention(std::string_view op, TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                           const AttentionMetadata& meta, float scale);
+void check_paged_attention(std::string_view op, TensorView out, TensorView q, const KvCacheTensor& k_cache,
+                           const KvCacheTensor& v_cache, const AttentionMetadata& meta, float scale);
 
 #if !NANOVLLM_WITH_CUDA
 [[noreturn]] void no_cuda(std::string_view op, Device dev);

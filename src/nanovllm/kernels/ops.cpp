@@ -171,8 +171,8 @@ void linear_fp8(TensorView out, TensorView in, TensorView weight, TensorView wei
 }
 
 void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
-                  TensorView positions, const RopeParams& rope, TensorView k_cache, TensorView v_cache,
-                  const AttentionMetadata& meta, Stream s) {
+                  TensorView positions, const RopeParams& rope, const KvCacheTensor& k_cache,
+                  const KvCacheTensor& v_cache, const AttentionMetadata& meta, Stream s) {
   constexpr std::string_view op = "qkv_prologue";
   const Device dev = q_out.device();
   check_qkv_prologue(op, q_out, qkv, q_norm, k_norm, eps, positions, rope, k_cache, v_cache, meta);
@@ -187,7 +187,7 @@ void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorVie
                     rope.attention_scaling, k_cache, v_cache, meta, rope.inv_freq.numel(), rope.interleaved);
 }
 
-void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+void paged_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache, const KvCacheTensor& v_cache,
                      const AttentionMetadata& meta, float scale, Stream s) {
   constexpr std::string_view op = "paged_attention";
   const Device dev = q.device();
@@ -197,8 +197,8 @@ void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorVie
 }
 
 void qkv_prologue_attention(TensorView out, TensorView q, TensorView qkv, TensorView q_norm, TensorView k_norm,
-                            float eps, TensorView positions, const RopeParams& rope, TensorView k_cache,
-                            TensorView v_cache, const AttentionMetadata& meta, float scale, Stream s) {
+                            float eps, TensorView positions, const RopeParams& rope, const KvCacheTensor& k_cache,
+                            const KvCacheTensor& v_cache, const AttentionMetadata& meta, float scale, Stream s) {
   constexpr std::string_view op = "qkv_prologue_attention";
   const Device dev = q.device();
   if (dev.is_cuda()) {
@@ -279,6 +279,18 @@ void gather_rows(TensorView out, TensorView in, TensorView rows, Stream s) {
   if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(gather_rows, dev, out, in, rows, s);
   check_host_rows(op, rows, in.dim(0));
   cpu::gather_rows(out, in, rows);
+}
+
+void gather_kv_rows(TensorView out, const KvCacheTensor& cache, TensorView slots, Stream s) {
+  constexpr std::string_view op = "gather_kv_rows";
+  const Device dev = cache.device();
+  check_kv_tensor(op, "cache", cache, dev, 4);
+  check_tensor(op, "slots", slots, dev, 1);
+  check_i32(op, "slots", slots);
+  check_float_tensor(op, "out", out, dev, {slots.dim(0), cache.dim(2), cache.dim(3)});
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(gather_kv_rows, dev, out, cache, slots, s);
+  check_host_rows(op, slots, cache.dim(0) * cache.dim(1));
+  cpu::gather_kv_rows(out, cache, slots);
 }
 
 void convert(TensorView out, TensorView x, Stream s) {

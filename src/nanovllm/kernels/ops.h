@@ -1,8 +1,9 @@
 // Op entry points. Each validates shapes, dtypes and devices (NANOVLLM_CHECK) and dispatches on the
 // tensors' device to kernels/cpu (reference, fp32 accumulation) or kernels/cuda.
 //
-// Dtypes. Activations: F32 on the CPU backend, BF16 on CUDA. Weights: F32, BF16 or F16. KV cache:
-// same dtype as activations. Index tensors: I32.
+// Dtypes. Activations: F32 on the CPU backend, BF16 on CUDA. Weights: F32, BF16 or F16. KV cache
+// (kv_cache.h): the activations' dtype (or any float dtype on the CPU), or fp8 e4m3 codes with per-row f32
+// scales (kv_cache_dtype fp8). Index tensors: I32.
 //
 // Shapes: T = tokens in the step, H = hidden size, Hq/Hk = query/KV heads, D = head_dim, S = sequences,
 // V = vocab, I = intermediate size, NB = KV blocks, BS = block size.
@@ -12,6 +13,7 @@
 
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/kernels/attention_metadata.h"
+#include "nanovllm/kernels/kv_cache.h"
 
 namespace nanovllm::cuda_ops {
 class DeviceContext;  // kernels/cuda/device_context.h
@@ -93,24 +95,25 @@ struct RopeParams {
 
 // The attention prologue, fused on CUDA: split qkv [T, (Hq + 2 Hk) D] into q/k/v; optional per-head
 // RMSNorm of q and k (q_norm/k_norm [D], undefined = skip); RoPE of q and k at positions [T] i32;
-// q goes to q_out [T, Hq, D]; k and v are stored into the paged caches at meta.slot_mapping.
-// k_cache/v_cache [NB, BS, Hk, D].
+// q goes to q_out [T, Hq, D]; k and v are stored into the paged caches at meta.slot_mapping (an fp8 cache:
+// each (token, KV head) row quantized with its own scale, kv_cache.h). k_cache/v_cache [NB, BS, Hk, D].
 void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
-                  TensorView positions, const RopeParams& rope, TensorView k_cache, TensorView v_cache,
-                  const AttentionMetadata& meta, Stream s = {});
+                  TensorView positions, const RopeParams& rope, const KvCacheTensor& k_cache,
+                  const KvCacheTensor& v_cache, const AttentionMetadata& meta, Stream s = {});
 
 // Causal paged attention for a mixed batch. Query row t of seq s at absolute position
 // p = context_lens[s] - (cu[s+1] - t) attends cache positions 0..p of seq s through its block table.
-// out, q [T, Hq, D]; k_cache/v_cache [NB, BS, Hk, D]; GQA: head h reads KV head h / (Hq / Hk).
-void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+// out, q [T, Hq, D]; k_cache/v_cache [NB, BS, Hk, D] (an fp8 cache is dequantized as its rows are read);
+// GQA: head h reads KV head h / (Hq / Hk).
+void paged_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache, const KvCacheTensor& v_cache,
                      const AttentionMetadata& meta, float scale, Stream s = {});
 
 // qkv_prologue (q into `q`, K / V into the caches) then paged_attention, as one kernel where the backend
 // can: CUDA decode steps (every query one token) on sm_90 with head_dim 64 / 128, where the attention
 // kernel makes q and the new K / V itself (then `q` is not written). Same values either way.
 void qkv_prologue_attention(TensorView out, TensorView q, TensorView qkv, TensorView q_norm, TensorView k_norm,
-                            float eps, TensorView positions, const RopeParams& rope, TensorView k_cache,
-                            TensorView v_cache, const AttentionMetadata& meta, float scale, Stream s = {});
+                            float eps, TensorView positions, const RopeParams& rope, const KvCacheTensor& k_cache,
+                            const KvCacheTensor& v_cache, const AttentionMetadata& meta, float scale, Stream s = {});
 
 // out = silu(gate_up[:, :I]) * gate_up[:, I:].  out [T, I], gate_up [T, 2I].
 void silu_mul(TensorView out, TensorView gate_up, Stream s = {});
@@ -132,6 +135,11 @@ void silu_mlp(TensorView out, TensorView x, TensorView gate_up_w, TensorView dow
 
 // out[i, :] = in[rows[i], :].  out [S, H], in [T, H], rows [S] i32.
 void gather_rows(TensorView out, TensorView in, TensorView rows, Stream s = {});
+
+// The K or V rows a step wrote, read back as floats (layer taps): out[t] = cache row (slots[t], every KV head),
+// dequantized from an fp8 cache (kv_cache.h), converted to out's dtype. out [T, Hk, D] float; cache
+// [NB, BS, Hk, D]; slots [T] i32 in [0, NB x BS).
+void gather_kv_rows(TensorView out, const KvCacheTensor& cache, TensorView slots, Stream s = {});
 
 // out = x converted to out's dtype (F32/BF16/F16 either way), same shape.
 void convert(TensorView out, TensorView x, Stream s = {});

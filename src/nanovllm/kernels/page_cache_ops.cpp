@@ -78,34 +78,29 @@ void page_cache_plan(TensorView plan, TensorView selected, const PageCacheState&
   cpu::page_cache_plan(plan, selected, state, host_tokens, page_size, step, counters);
 }
 
-void page_cache_fetch(TensorView dst_k, TensorView dst_v, TensorView host_k, TensorView host_v, TensorView cache_k,
-                      TensorView cache_v, TensorView selected, TensorView plan, int64_t host_tokens, Stream s) {
+void page_cache_fetch(const KvCacheTensor& dst_k, const KvCacheTensor& dst_v, const KvCacheTensor& host_k,
+                      const KvCacheTensor& host_v, const KvCacheTensor& cache_k, const KvCacheTensor& cache_v,
+                      TensorView selected, TensorView plan, int64_t host_tokens, Stream s) {
   constexpr std::string_view op = "page_cache_fetch";
   const Device dev = dst_k.device();
-  check_tensor(op, "dst_k", dst_k, dev, 3);
-  check_float(op, "dst_k", dst_k);
+  // Each pair: one format (kv_cache.h: an fp8 one moves its rows' scales with them), the destination's.
+  check_kv_pair(op, dst_k, dst_v, dev, 3, "dst_k", "dst_v");
   const int64_t N = dst_k.dim(0), Hk = dst_k.dim(1), D = dst_k.dim(2);
   const auto same_dtype = [&](const char* name, const TensorView& t) {
     NANOVLLM_CHECK(t.dtype() == dst_k.dtype(), op, ": ", name, " is ", dtype_name(t.dtype()), ", dst_k is ",
                    dtype_name(dst_k.dtype()));
   };
-  check_float_tensor(op, "dst_v", dst_v, dev, {N, Hk, D});
-  same_dtype("dst_v", dst_v);
   // The host pool is host memory on both backends (pinned on CUDA: the kernel reads it over PCIe).
   const Device host = Device::cpu();
-  check_tensor(op, "host_k", host_k, host, 3);
+  check_kv_pair(op, host_k, host_v, host, 3, "host_k", "host_v");
   NANOVLLM_CHECK(host_k.dim(1) == Hk && host_k.dim(2) == D && host_k.dim(0) >= host_tokens, op, ": host_k ",
                  host_k.shape().str(), " must be [>= ", host_tokens, ", ", Hk, ", ", D, "]");
-  check_float_tensor(op, "host_v", host_v, host, host_k.shape());
   same_dtype("host_k", host_k);
-  same_dtype("host_v", host_v);
-  check_tensor(op, "cache_k", cache_k, dev, 4);
+  check_kv_pair(op, cache_k, cache_v, dev, 4, "cache_k", "cache_v");
   const int64_t C = cache_k.dim(0);
   NANOVLLM_CHECK(cache_k.dim(2) == Hk && cache_k.dim(3) == D, op, ": cache_k ", cache_k.shape().str(),
                  " must be [slots, page_size, ", Hk, ", ", D, "]");
-  check_float_tensor(op, "cache_v", cache_v, dev, cache_k.shape());
   same_dtype("cache_k", cache_k);
-  same_dtype("cache_v", cache_v);
   const int64_t K = check_selection(op, selected, Hk, dev);
   check_i32_tensor(op, "plan", plan, dev, {1, Hk, K, 2});
   NANOVLLM_CHECK(host_tokens >= 0 && host_tokens <= N, op, ": host_tokens ", host_tokens,

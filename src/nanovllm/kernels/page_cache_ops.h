@@ -45,9 +45,11 @@ void page_cache_plan(TensorView plan, TensorView selected, const PageCacheState&
 //   from the host: dst[r, h] = host[r, h], and cache[slot, r - p ps, h] = the same row when slot >= 0;
 //   a hit:         dst[r, h] = cache[slot, r - p ps, h].
 // dst_k/dst_v [N, Hk, D] (the layer buffer, device); host_k/host_v [>= host_tokens, Hk, D] (the host
-// pool; on CUDA pinned memory the kernel reads over PCIe); cache_k/cache_v [C, ps, Hk, D] (device).
-void page_cache_fetch(TensorView dst_k, TensorView dst_v, TensorView host_k, TensorView host_v, TensorView cache_k,
-                      TensorView cache_v, TensorView selected, TensorView plan, int64_t host_tokens,
+// pool; on CUDA pinned memory the kernel reads over PCIe); cache_k/cache_v [C, ps, Hk, D] (device). All of
+// one format (kv_cache.h); fp8 rows move with their scales ([N, Hk], [>= host_tokens, Hk], [C, ps, Hk]).
+void page_cache_fetch(const KvCacheTensor& dst_k, const KvCacheTensor& dst_v, const KvCacheTensor& host_k,
+                      const KvCacheTensor& host_v, const KvCacheTensor& cache_k, const KvCacheTensor& cache_v,
+                      TensorView selected, TensorView plan, int64_t host_tokens,
                       Stream s = {});
 
 }  // namespace nanovllm::ops

@@ -30,7 +30,7 @@ void check_lists(std::string_view op, std::string_view counts_name, const Tensor
 // given (otherwise they may be undefined).
 // `dca`: Dual Chunk Attention's q [3, T, Hq, D] (checked here; the geometry is its rotations').
 cpu::PrefillChunk check_estimate(std::string_view op, const BlockSparsePattern& pattern, const TensorView& q3,
-                                 const TensorView& k_cache, const AttentionMetadata& meta, float scale,
+                                 const KvCacheTensor& k_cache, const AttentionMetadata& meta, float scale,
                                  const DualChunkParams* dca, bool needs_columns = false) {
   const Device dev = q3.device();
   TensorView q = q3;
@@ -48,8 +48,8 @@ cpu::PrefillChunk check_estimate(std::string_view op, const BlockSparsePattern& 
   }
   check_tensor(op, "q", q, dev, 3);
   check_float(op, "q", q);
-  check_tensor(op, "k_cache", k_cache, dev, 4);
-  check_float(op, "k_cache", k_cache);
+  check_kv_tensor(op, "k_cache", k_cache, dev, 4);
+  NANOVLLM_CHECK(!(dev.is_cuda() && k_cache.fp8()), op, ": the CUDA estimators read a bf16 KV cache, not fp8");
   const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hk = k_cache.dim(2);
   NANOVLLM_CHECK(T >= 1 && D >= 1 && k_cache.dim(1) >= 1 && k_cache.dim(3) == D, op, ": q ", q.shape().str(),
                  " and k_cache ", k_cache.shape().str(), " must be [T >= 1, Hq, D] and [NB, BS, Hk, D]");
@@ -95,12 +95,12 @@ void check_block_budget(std::string_view op, int64_t max_blocks, double threshol
 
 }  // namespace
 
-void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                          const AttentionMetadata& meta, float scale, const XAttentionParams& params, Stream s) {
   xattention_estimate(pattern, q, k_cache, meta, scale, params, nullptr, s);
 }
 
-void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                          const AttentionMetadata& meta, float scale, const XAttentionParams& params,
                          const DualChunkParams* dca, Stream s) {
   constexpr std::string_view op = "xattention_estimate";
@@ -114,12 +114,12 @@ void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, Tensor
   cpu::xattention_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
 }
 
-void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                              const AttentionMetadata& meta, float scale, const VerticalSlashParams& params, Stream s) {
   vertical_slash_estimate(pattern, q, k_cache, meta, scale, params, nullptr, s);
 }
 
-void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                              const AttentionMetadata& meta, float scale, const VerticalSlashParams& params,
                              const DualChunkParams* dca, Stream s) {
   constexpr std::string_view op = "vertical_slash_estimate";
@@ -140,12 +140,12 @@ void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, Te
   cpu::vertical_slash_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
 }
 
-void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                           const AttentionMetadata& meta, float scale, const FlexPrefillParams& params, Stream s) {
   flexprefill_estimate(pattern, q, k_cache, meta, scale, params, nullptr, s);
 }
 
-void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                           const AttentionMetadata& meta, float scale, const FlexPrefillParams& params,
                           const DualChunkParams* dca, Stream s) {
   constexpr std::string_view op = "flexprefill_estimate";
@@ -158,12 +158,12 @@ void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, Tenso
   cpu::flexprefill_estimate(outputs(pattern), q, k_cache, block_table(meta), c, params);
 }
 
-void avgpool_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void avgpool_estimate(const BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                       const AttentionMetadata& meta, float scale, const AvgPoolParams& params, Stream s) {
   avgpool_estimate(pattern, q, k_cache, meta, scale, params, nullptr, s);
 }
 
-void avgpool_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void avgpool_estimate(const BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                       const AttentionMetadata& meta, float scale, const AvgPoolParams& params,
                       const DualChunkParams* dca, Stream s) {
   constexpr std::string_view op = "avgpool_estimate";

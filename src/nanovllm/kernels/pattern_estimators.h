@@ -11,7 +11,8 @@
 // optional (written empty). Per KV head the pattern is the union of its GQA group's query heads' choices, and always
 // lists the sink block 0 and the diagonal block of every query block. Rows of query blocks before the chunk are not
 // written (block_sparse_prefill_attention ignores them; writing NQB-wide rows for every earlier block would cost
-// O(NQB^2) per chunk, 1 GiB per chunk at 1M tokens). Estimates are deterministic.
+// O(NQB^2) per chunk, 1 GiB per chunk at 1M tokens). Estimates are deterministic. An fp8 cache's keys are read
+// dequantized (kv_cache.h; CPU only: on CUDA the estimators refuse an fp8 cache).
 //
 // With Dual Chunk Attention (the overloads taking `const DualChunkParams* dca`, non-null; docs/sparse_attention.md,
 // "With Dual Chunk Attention"): q [3, T, Hq, D] holds dual_chunk_qkv_prologue's rotations (intra, successive, inter),
@@ -35,9 +36,9 @@ namespace nanovllm::ops {
 // XAttention: per query head, q.k of stride x stride tiles as their antidiagonal sums, softmax of every tile row over
 // its causal tiles, summed into (query block, key block) masses; per query block the key blocks (sink and diagonal
 // first, then by decreasing mass) until tau of the block's mass is covered. stride divides bs.
-void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                          const AttentionMetadata& meta, float scale, const XAttentionParams& params, Stream s = {});
-void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                          const AttentionMetadata& meta, float scale, const XAttentionParams& params,
                          const DualChunkParams* dca, Stream s = {});
 
@@ -46,10 +47,10 @@ void xattention_estimate(const BlockSparsePattern& pattern, TensorView q, Tensor
 // diagonals [0, recent_diagonals) forced, then the `vertical` best columns and `slash` best diagonals. Per query block:
 // the key blocks its rows meet along the chosen diagonals, and the chosen columns before the block that those blocks do
 // not hold. Column lists need MAXC >= vertical_slash_max_columns(ctx, Hq / Hk, params.vertical).
-void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                              const AttentionMetadata& meta, float scale, const VerticalSlashParams& params,
                              Stream s = {});
-void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void vertical_slash_estimate(const BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                              const AttentionMetadata& meta, float scale, const VerticalSlashParams& params,
                              const DualChunkParams* dca, Stream s = {});
 inline int64_t vertical_slash_max_columns(int64_t ctx, int64_t group, int64_t vertical) {
@@ -64,9 +65,9 @@ inline int64_t vertical_slash_max_columns(int64_t ctx, int64_t group, int64_t ve
 // Otherwise vertical-slash: the best vertical blocks (key block columns, block 0 first) and slash blocks (block
 // diagonals i - s, the main one first), as many as cover gamma of the last queries' attention (tokens / bs + 1, at
 // least ceil(min_budget / bs)).
-void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                           const AttentionMetadata& meta, float scale, const FlexPrefillParams& params, Stream s = {});
-void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                           const AttentionMetadata& meta, float scale, const FlexPrefillParams& params,
                           const DualChunkParams* dca, Stream s = {});
 
@@ -74,9 +75,9 @@ void flexprefill_estimate(const BlockSparsePattern& pattern, TensorView q, Tenso
 // blocks; the blocks (sink and diagonal first, then by decreasing score) covering `threshold` of it. The chunk's last
 // query block is scored by its last query: per key block the log-sum-exp of scale x q . k over the block's keys (the
 // softmax over blocks is then that query's exact attention share; the token sampled after a prompt reads that row).
-void avgpool_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void avgpool_estimate(const BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                       const AttentionMetadata& meta, float scale, const AvgPoolParams& params, Stream s = {});
-void avgpool_estimate(const BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void avgpool_estimate(const BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                       const AttentionMetadata& meta, float scale, const AvgPoolParams& params,
                       const DualChunkParams* dca, Stream s = {});
 

@@ -27,16 +27,22 @@ TensorView first_rotation(std::string_view op, const TensorView& q, const DualCh
   return TensorView(q.data(), q.dtype(), Shape{q.dim(1), q.dim(2), q.dim(3)}, q.device());
 }
 
-// k_min/k_max [NB, Hk, D] of k_cache's dtype for k_cache [NB, BS, Hk, D].
+// k_min/k_max [NB, Hk, D] for k_cache [NB, BS, Hk, D]: of k_cache's dtype, or F32 / BF16 for an fp8 cache.
 void check_page_minmax(std::string_view op, const TensorView& k_min, const TensorView& k_max,
-                       const TensorView& k_cache, Device dev) {
-  check_tensor(op, "k_cache", k_cache, dev, 4);
-  check_float(op, "k_cache", k_cache);
+                       const KvCacheTensor& k_cache, Device dev) {
+  check_kv_tensor(op, "k_cache", k_cache, dev, 4);
   const Shape shape{k_cache.dim(0), k_cache.dim(2), k_cache.dim(3)};
   check_float_tensor(op, "k_min", k_min, dev, shape);
   check_float_tensor(op, "k_max", k_max, dev, shape);
-  NANOVLLM_CHECK(k_min.dtype() == k_cache.dtype() && k_max.dtype() == k_cache.dtype(), op,
-                 ": k_min/k_max must have k_cache's dtype ", dtype_name(k_cache.dtype()));
+  NANOVLLM_CHECK(k_max.dtype() == k_min.dtype(), op, ": k_min is ", dtype_name(k_min.dtype()), " but k_max is ",
+                 dtype_name(k_max.dtype()));
+  if (k_cache.fp8()) {
+    NANOVLLM_CHECK(k_min.dtype() == DType::kF32 || k_min.dtype() == DType::kBF16, op,
+                   ": k_min/k_max of an F8_E4M3 cache must be F32 or BF16, got ", dtype_name(k_min.dtype()));
+  } else {
+    NANOVLLM_CHECK(k_min.dtype() == k_cache.dtype(), op, ": k_min/k_max must have k_cache's dtype ",
+                   dtype_name(k_cache.dtype()));
+  }
 }
 
 // block_tables [S, MB] and context_lens [S] i32; on the host: every context >= 1 and its pages' blocks in
@@ -114,7 +120,8 @@ void check_pattern_contents(std::string_view op, const BlockSparsePattern& pt, i
 
 }  // namespace
 
-void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, TensorView slot_mapping, Stream s) {
+void quest_update_pages(TensorView k_min, TensorView k_max, const KvCacheTensor& k_cache, TensorView slot_mapping,
+                        Stream s) {
   constexpr std::string_view op = "quest_update_pages";
   const Device dev = k_cache.device();
   check_page_minmax(op, k_min, k_max, k_cache, dev);
@@ -190,26 +197,23 @@ void select_pages(TensorView selected, TensorView scores, TensorView context_len
   cpu::select_pages(selected, scores, context_lens, block_size, sink_pages, recent_pages);
 }
 
-void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                             TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
-                             TensorView scratch, Stream s) {
+void sparse_decode_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache,
+                             const KvCacheTensor& v_cache, TensorView block_tables, TensorView context_lens,
+                             TensorView selected, float scale, TensorView scratch, Stream s) {
   sparse_decode_attention(out, q, k_cache, v_cache, block_tables, context_lens, selected, scale, scratch, nullptr, s);
 }
 
-void sparse_decode_attention(TensorView out, TensorView q3, TensorView k_cache, TensorView v_cache,
-                             TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
-                             TensorView scratch, const DualChunkParams* dca, Stream s) {
+void sparse_decode_attention(TensorView out, TensorView q3, const KvCacheTensor& k_cache,
+                             const KvCacheTensor& v_cache, TensorView block_tables, TensorView context_lens,
+                             TensorView selected, float scale, TensorView scratch, const DualChunkParams* dca,
+                             Stream s) {
   constexpr std::string_view op = "sparse_decode_attention";
   const Device dev = q3.device();
   const TensorView q = first_rotation(op, q3, dca);
   check_tensor(op, "q", q, dev, 3);
   check_float(op, "q", q);
   check_float_tensor(op, "out", out, dev, q.shape());
-  check_tensor(op, "k_cache", k_cache, dev, 4);
-  check_float(op, "k_cache", k_cache);
-  check_float_tensor(op, "v_cache", v_cache, dev, k_cache.shape());
-  NANOVLLM_CHECK(v_cache.dtype() == k_cache.dtype(), op, ": k_cache is ", dtype_name(k_cache.dtype()),
-                 " but v_cache is ", dtype_name(v_cache.dtype()));
+  check_kv_pair(op, k_cache, v_cache, dev, 4);
   const int64_t S = q.dim(0), Hq = q.dim(1), D = q.dim(2);
   const int64_t NB = k_cache.dim(0), BS = k_cache.dim(1), Hk = k_cache.dim(2);
   NANOVLLM_CHECK(BS > 0 && k_cache.dim(3) == D, op, ": k_cache ", k_cache.shape().str(),
@@ -243,15 +247,16 @@ void sparse_decode_attention(TensorView out, TensorView q3, TensorView k_cache, 
   cpu::sparse_decode_attention(out, q3, k_cache, v_cache, block_tables, context_lens, selected, scale, scratch, dca);
 }
 
-void block_sparse_prefill_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                                    const AttentionMetadata& meta, const BlockSparsePattern& pattern, float scale,
-                                    Stream s) {
+void block_sparse_prefill_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache,
+                                    const KvCacheTensor& v_cache, const AttentionMetadata& meta,
+                                    const BlockSparsePattern& pattern, float scale, Stream s) {
   block_sparse_prefill_attention(out, q, k_cache, v_cache, meta, pattern, scale, nullptr, s);
 }
 
-void block_sparse_prefill_attention(TensorView out, TensorView q3, TensorView k_cache, TensorView v_cache,
-                                    const AttentionMetadata& meta, const BlockSparsePattern& pattern, float scale,
-                                    const DualChunkParams* dca, Stream s) {
+void block_sparse_prefill_attention(TensorView out, TensorView q3, const KvCacheTensor& k_cache,
+                                    const KvCacheTensor& v_cache, const AttentionMetadata& meta,
+                                    const BlockSparsePattern& pattern, float scale, const DualChunkParams* dca,
+                                    Stream s) {
   constexpr std::string_view op = "block_sparse_prefill_attention";
   const Device dev = q3.device();
   const TensorView q = first_rotation(op, q3, dca);

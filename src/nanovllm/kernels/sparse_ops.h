@@ -28,7 +28,9 @@ namespace nanovllm::ops {
 // dtype, and the bound below holds without rounding). k_min, k_max [NB, Hk, D] of k_cache's dtype;
 // k_cache [NB, BS, Hk, D]; slot_mapping [T] i32. Tokens of one block arrive in offset order (the
 // scheduler writes a sequence's positions in order; shared prefix blocks are never rewritten).
-void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, TensorView slot_mapping,
+// An fp8 cache (kv_cache.h): the keys are the dequantized rows (code x scale in f32) and k_min/k_max are F32
+// (exact) or BF16, then rounded outward (k_min down, k_max up) so the bound still holds.
+void quest_update_pages(TensorView k_min, TensorView k_max, const KvCacheTensor& k_cache, TensorView slot_mapping,
                         Stream s = {});
 
 // Quest scores: per sequence s, KV head h and page p < ceil(context_lens[s] / block_size),
@@ -58,15 +60,16 @@ void select_pages(TensorView selected, TensorView scores, TensorView context_len
 // out, q [S, Hq, D]; k_cache/v_cache [NB, BS, Hk, D]; block_tables [S, MB], context_lens [S],
 // selected [S, Hk, K] i32; scratch: sparse_decode_scratch_ints(S, Hk, K, BS) i32 of workspace (the
 // selected keys' cache rows, gathered first, and their counts; contents unspecified afterwards).
-void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                             TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
-                             TensorView scratch, Stream s = {});
+void sparse_decode_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache,
+                             const KvCacheTensor& v_cache, TensorView block_tables, TensorView context_lens,
+                             TensorView selected, float scale, TensorView scratch, Stream s = {});
 // DCA: q [3, S, Hq, D]; the selected keys split into the query's three regions, each attended with its rotation,
 // merged by their log-sum-exps (dual_chunk_attention's decode over the selected keys; the CPU kernels agree bit for
 // bit when every page is selected).
-void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                             TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
-                             TensorView scratch, const DualChunkParams* dca, Stream s = {});
+void sparse_decode_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache,
+                             const KvCacheTensor& v_cache, TensorView block_tables, TensorView context_lens,
+                             TensorView selected, float scale, TensorView scratch, const DualChunkParams* dca,
+                             Stream s = {});
 // [S, Hk] lists of at most K x BS key rows, then [S, Hk] counts and S x Hk + 1 offsets.
 inline int64_t sparse_decode_scratch_ints(int64_t S, int64_t Hk, int64_t K, int64_t BS) {
   return S * Hk * (K * BS + 2) + 1;
@@ -96,14 +99,15 @@ struct BlockSparsePattern {
 // The lists' contents are checked on the host (CPU tensors); CUDA kernels trust them (counts are clamped
 // to MAXB / MAXC) and take ctx from meta.max_context_len (host-side). CUDA: bf16, head_dim 64 / 128, the
 // sm_90a wgmma prefill kernel (other GPUs / head dims: an error); any block_size, 128 fits its key tiles.
-void block_sparse_prefill_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                                    const AttentionMetadata& meta, const BlockSparsePattern& pattern, float scale,
-                                    Stream s = {});
+void block_sparse_prefill_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache,
+                                    const KvCacheTensor& v_cache, const AttentionMetadata& meta,
+                                    const BlockSparsePattern& pattern, float scale, Stream s = {});
 // DCA: q [3, T, Hq, D]; a query row attends the listed keys <= p, each scored with its region's rotation, one softmax
 // over them (the three regions' partial attentions merged by their log-sum-exps). With every causal block listed this
 // is dual_chunk_attention for that sequence (bit for bit on the CPU). CUDA: dca->chunk_len a multiple of 128.
-void block_sparse_prefill_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                                    const AttentionMetadata& meta, const BlockSparsePattern& pattern, float scale,
-                                    const DualChunkParams* dca, Stream s = {});
+void block_sparse_prefill_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache,
+                                    const KvCacheTensor& v_cache, const AttentionMetadata& meta,
+                                    const BlockSparsePattern& pattern, float scale, const DualChunkParams* dca,
+                                    Stream s = {});
 
 }  // namespace nanovllm::ops

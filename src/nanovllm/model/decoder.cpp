@@ -28,7 +28,11 @@ void tap_attention_outputs(int64_t l, LayerTaps* taps, const DecoderInputs& in, 
   const int64_t t = in.attn.num_tokens, hk = kv.k.dim(2), d = kv.k.dim(3), slots = kv.k.dim(0) * kv.k.dim(1);
   const TensorView rows(scratch.data(), scratch.dtype(), Shape{t, hk * d}, scratch.device());  // [T, Hk D]
   for (const auto& [cache, point] : {std::pair{kv.k, TapPoint::kK}, std::pair{kv.v, TapPoint::kV}}) {
-    ops::gather_rows(rows, cache.reshape({slots, hk * d}), in.attn.slot_mapping, s);
+    if (cache.fp8()) {
+      ops::gather_kv_rows(rows.reshape({t, hk, d}), cache, in.attn.slot_mapping, s);  // dequantized
+    } else {
+      ops::gather_rows(rows, cache.reshape({slots, hk * d}), in.attn.slot_mapping, s);
+    }
     taps->record(l, point, rows.reshape({t, hk, d}), TensorView(), s);
   }
 }

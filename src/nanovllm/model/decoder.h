@@ -10,6 +10,7 @@
 #include "nanovllm/kernels/attention_metadata.h"
 #include "nanovllm/kernels/communicator.h"
 #include "nanovllm/kernels/dual_chunk_ops.h"
+#include "nanovllm/kernels/kv_cache.h"
 #include "nanovllm/kernels/moe_ops.h"
 #include "nanovllm/kernels/ops.h"
 #include "nanovllm/model/attention_policy.h"
@@ -20,10 +21,10 @@
 
 namespace nanovllm {
 
-// One layer's paged KV cache.
+// One layer's paged KV cache (kernels/kv_cache.h: elements of the activation dtype, or fp8 codes + scales).
 struct LayerKvCache {
-  TensorView k;  // [NB, BS, Hk, D]
-  TensorView v;  // [NB, BS, Hk, D]
+  KvCacheTensor k;  // [NB, BS, Hk, D]
+  KvCacheTensor v;  // [NB, BS, Hk, D]
 };
 
 // Activation buffers for up to max_tokens tokens and max_seqs sampled rows (allocated by the runner

@@ -17,12 +17,23 @@
 
 namespace nanovllm {
 
-OffloadHostPool::OffloadHostPool(Allocator& host, int64_t num_layers, int64_t token_bytes)
-    : host_(host), num_layers_(num_layers), token_bytes_(token_bytes) {}
+OffloadHostPool::OffloadHostPool(Allocator& host, int64_t num_layers, int64_t token_bytes, int64_t scale_bytes)
+    : host_(host), num_layers_(num_layers), token_bytes_(token_bytes), scale_bytes_(scale_bytes) {}
 
-size_t OffloadHostPool::bytes_for(int64_t num_layers, int64_t token_bytes, int64_t tokens) {
-  return static_cast<size_t>(num_layers) * 2 * static_cast<size_t>(tokens) * static_cast<size_t>(token_bytes);
+namespace {
+size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
+size_t region_bytes(int64_t token_bytes, int64_t scale_bytes, int64_t tokens) {
+  const size_t n = static_cast<size_t>(tokens);
+  return scale_bytes ? aligned(n * static_cast<size_t>(token_bytes)) + n * static_cast<size_t>(scale_bytes)
+                     : n * static_cast<size_t>(token_bytes);
 }
+}  // namespace
+
+size_t OffloadHostPool::bytes_for(int64_t num_layers, int64_t token_bytes, int64_t scale_bytes, int64_t tokens) {
+  return static_cast<size_t>(num_layers) * 2 * region_bytes(token_bytes, scale_bytes, tokens);
+}
+
+size_t OffloadHostPool::scale_offset() const { return aligned(static_cast<size_t>(capacity_ * token_bytes_)); }
 
 double OffloadHostPool::reserve(int64_t tokens) {
   if (tokens <= capacity_) return 0;
@@ -31,7 +42,7 @@ double OffloadHostPool::reserve(int64_t tokens) {
   k_.clear();
   v_.clear();
   capacity_ = 0;
-  const size_t region = static_cast<size_t>(tokens) * static_cast<size_t>(token_bytes_);
+  const size_t region = region_bytes(token_bytes_, scale_bytes_, tokens);
   const size_t n = static_cast<size_t>(2 * num_layers_);
   std::vector<Buffer> regions(n);
 

@@ -34,7 +34,9 @@ OffloadRunner::OffloadRunner(const Decoder& model, std::unique_ptr<OffloadDevice
   num_layers_ = model.num_layers();
   num_slots_ = std::min(cfg_.num_kv_buffers, num_layers_);  // more slots than layers never fill
   act_ = model.activation_dtype();
-  token_bytes_ = c.num_key_value_heads * c.head_dim * static_cast<int64_t>(dtype_size(act_));
+  kv_dtype_ = config.cache.kv_dtype(act_);
+  token_bytes_ = c.num_key_value_heads * c.head_dim * static_cast<int64_t>(dtype_size(kv_dtype_));
+  scale_bytes_ = kv_dtype_ == DType::kF8E4M3 ? c.num_key_value_heads * 4 : 0;
   chunk_ = ws_.hidden.dim(0);
   const int64_t lanes = cfg_.max_num_seqs;
   NANOVLLM_CHECK(chunk_ >= 1 && ws_.logits.dim(0) >= lanes, "offload: the runner workspace has ", chunk_,
@@ -46,20 +48,24 @@ OffloadRunner::OffloadRunner(const Decoder& model, std::unique_ptr<OffloadDevice
   Allocator& da = dev_->device_allocator();
   for (int64_t i = 0; i < lanes; ++i) {
     Lane lane;
-    lane.host = std::make_unique<OffloadHostPool>(dev_->host_allocator(), num_layers_, token_bytes_);
+    lane.host = std::make_unique<OffloadHostPool>(dev_->host_allocator(), num_layers_, token_bytes_, scale_bytes_);
     lanes_.push_back(std::move(lane));
   }
 
   // Device buffers, all allocated once: the ring, the decode buffers, the prefill hidden state.
-  const size_t tb = static_cast<size_t>(token_bytes_);
-  const size_t slot_tokens = static_cast<size_t>(lanes * capacity_);
-  ring_ = Buffer(da, static_cast<size_t>(num_slots_) * 2 * slot_tokens * tb);
+  // A slot's K (or V) is one region of the paged cache's format (kv_cache_region: elements, then scales).
+  const int64_t slot_rows = lanes * capacity_ * c.num_key_value_heads;
+  const size_t region = kv_cache_region_bytes(kv_dtype_, slot_rows, c.head_dim);
+  const size_t scales_at = kv_cache_region_bytes(DType::kU8, slot_rows, c.head_dim);  // the elements, aligned
+  ring_ = Buffer(da, static_cast<size_t>(num_slots_) * 2 * region);
   for (int64_t s = 0; s < num_slots_; ++s) {
-    char* k = static_cast<char*>(ring_.data()) + static_cast<size_t>(2 * s) * slot_tokens * tb;
-    slots_.push_back({k, k + slot_tokens * tb});
+    char* k = static_cast<char*>(ring_.data()) + static_cast<size_t>(2 * s) * region;
+    char* v = k + region;
+    slots_.push_back({{k, scale_bytes_ ? k + scales_at : nullptr}, {v, scale_bytes_ ? v + scales_at : nullptr}});
   }
-  decode_buf_ =
-      Buffer(da, static_cast<size_t>(lanes * num_layers_) * 2 * static_cast<size_t>(cfg_.block_size) * tb);
+  const size_t decode_tokens = static_cast<size_t>(lanes * num_layers_) * 2 * static_cast<size_t>(cfg_.block_size);
+  decode_buf_ = Buffer(da, decode_tokens * static_cast<size_t>(token_bytes_));
+  if (scale_bytes_) decode_scale_ = Buffer(da, decode_tokens * static_cast<size_t>(scale_bytes_));
   hidden_ = Buffer(da, act_, Shape{max_model_len_, c.hidden_size});
   residual_ = Buffer(da, act_, Shape{max_model_len_, c.hidden_size});
   // Step inputs: a prefill's ids, per-chunk ints and per-token DCA scale lengths; a decode step's 5 ints per
@@ -78,13 +84,13 @@ OffloadRunner::OffloadRunner(const Decoder& model, std::unique_ptr<OffloadDevice
                            .num_kv_heads = c.num_key_value_heads,
                            .num_query_heads = c.num_attention_heads,
                            .head_dim = c.head_dim,
-                           .kv_dtype = act_,
+                           .kv_dtype = act_,  // the page metadata's
                            .max_num_seqs = lanes,
                            .max_blocks_per_seq = pages};
     std::vector<const OffloadHostPool*> hosts;
     for (const Lane& lane : lanes_) hosts.push_back(lane.host.get());
     sparse_ = std::make_unique<OffloadSparseAttention>(make_sparse_decode_policy(config.sparse, shape, da),
-                                                       config.sparse.cache_tokens(), std::move(hosts), da,
+                                                       config.sparse.cache_tokens(), std::move(hosts), kv_dtype_, da,
                                                        dev_->compute_stream());
     const SparseDecodeBytes policy_bytes = sparse_decode_bytes(config.sparse, shape);
     footprint_.sparse = sparse_->device_bytes() + static_cast<size_t>(policy_bytes.per_block * shape.num_blocks +
@@ -93,7 +99,7 @@ OffloadRunner::OffloadRunner(const Decoder& model, std::unique_ptr<OffloadDevice
   }
 
   footprint_.ring = ring_.nbytes();
-  footprint_.decode_buffers = decode_buf_.nbytes();
+  footprint_.decode_buffers = decode_buf_.nbytes() + decode_scale_.nbytes();
   footprint_.hidden = hidden_.nbytes() + residual_.nbytes();
   footprint_.metadata = iota_.nbytes() + meta_dev_.nbytes();
 
@@ -114,7 +120,8 @@ OffloadRunner::OffloadRunner(const Decoder& model, std::unique_ptr<OffloadDevice
   dev_->copy(iota_.data(), h, static_cast<size_t>(lanes * capacity_ + 2) * 4, CopyKind::kH2D,
              OffloadDevice::kCompute, "iota upload");
   dev_->synchronize();  // once, at construction: the staging buffer is reused by every step
-  NANOVLLM_INFO("cpu offload: ", lanes, lanes == 1 ? " sequence" : " sequences at once", ", ", num_slots_,
+  NANOVLLM_INFO("cpu offload (", dtype_name(kv_dtype_), " KV): ", lanes,
+                lanes == 1 ? " sequence" : " sequences at once", ", ", num_slots_,
                 " layer buffers of ", lanes, " x ", capacity_, " tokens (", gib(footprint_.ring), " GiB), decode buffers ",
                 gib(footprint_.decode_buffers), " GiB, prefill hidden state ", gib(footprint_.hidden),
                 " GiB, prefill chunk ", chunk_, " tokens",
@@ -140,7 +147,8 @@ OffloadRunner::~OffloadRunner() {
 
 int64_t OffloadRunner::host_bytes_for(int64_t tokens) const {
   return static_cast<int64_t>(
-      OffloadHostPool::bytes_for(num_layers_, token_bytes_, round_up(std::max<int64_t>(tokens, 1), cfg_.block_size)));
+      OffloadHostPool::bytes_for(num_layers_, token_bytes_, scale_bytes_,
+                                 round_up(std::max<int64_t>(tokens, 1), cfg_.block_size)));
 }
 
 void OffloadRunner::check_host_memory(int64_t tokens) const { check_pool(tokens, host_ranks_); }
@@ -157,8 +165,9 @@ int64_t OffloadRunner::largest_free_lane() const {
 void OffloadRunner::check_pool(int64_t tokens, int64_t ranks) const {
   const int64_t need = ranks * host_bytes_for(tokens);
   const auto explain = [&] {
-    return detail::concat(tokens, " tokens x ", num_layers_, " layers x ", 2 * token_bytes_,
-                          " bytes of K+V per token", ranks > 1 ? detail::concat(" x ", ranks, " ranks") : "");
+    return detail::concat(tokens, " tokens x ", num_layers_, " layers x ", kv_bytes_per_token_per_layer(),
+                          " bytes of K+V per token (", dtype_name(kv_dtype_), ")",
+                          ranks > 1 ? detail::concat(" x ", ranks, " ranks") : "");
   };
   NANOVLLM_CHECK(cfg_.cpu_memory_limit == 0 || need <= cfg_.cpu_memory_limit, "the request needs ", gib(need),
                  " GiB of host KV cache (", explain(), "), more than cpu_memory_limit = ", gib(cfg_.cpu_memory_limit),
@@ -182,20 +191,47 @@ TensorView OffloadRunner::device_ints(int64_t offset, int64_t n) const {
   return TensorView(static_cast<int32_t*>(meta_dev_.data()) + offset, DType::kI32, Shape{n}, dev_->device());
 }
 
-size_t OffloadRunner::lane_offset(int64_t lane) const {
-  return static_cast<size_t>(lane * capacity_) * static_cast<size_t>(token_bytes_);
+OffloadRunner::KvRows OffloadRunner::at(const KvRows& rows, int64_t token) const {
+  return {rows.data + static_cast<size_t>(token * token_bytes_),
+          rows.scale ? rows.scale + static_cast<size_t>(token * scale_bytes_) : nullptr};
 }
 
-char* OffloadRunner::decode_buffer(int64_t lane, int64_t layer, bool value) const {
-  const size_t tokens = static_cast<size_t>(((lane * num_layers_ + layer) * 2 + (value ? 1 : 0)) * cfg_.block_size);
-  return static_cast<char*>(decode_buf_.data()) + tokens * static_cast<size_t>(token_bytes_);
+OffloadRunner::KvRows OffloadRunner::lane_rows(const KvRows& slot, int64_t lane) const {
+  return at(slot, lane * capacity_);
+}
+
+OffloadRunner::KvRows OffloadRunner::decode_buffer(int64_t lane, int64_t layer, bool value) const {
+  const int64_t tokens = ((lane * num_layers_ + layer) * 2 + (value ? 1 : 0)) * cfg_.block_size;
+  return at({static_cast<char*>(decode_buf_.data()), static_cast<char*>(decode_scale_.data())}, tokens);
+}
+
+OffloadRunner::KvRows OffloadRunner::host_rows(const OffloadHostPool& host, int64_t layer, bool value) const {
+  return value ? KvRows{host.v(layer), host.v_scale(layer)} : KvRows{host.k(layer), host.k_scale(layer)};
+}
+
+void OffloadRunner::copy_rows(const KvRows& dst, const KvRows& src, int64_t tokens, CopyKind kind,
+                              OffloadDevice::Queue q, const char* what) {
+  dev_->copy(dst.data, src.data, static_cast<size_t>(tokens * token_bytes_), kind, q, what);
+  if (scale_bytes_) dev_->copy(dst.scale, src.scale, static_cast<size_t>(tokens * scale_bytes_), kind, q, what);
+}
+
+void OffloadRunner::note_rows(const KvRows& rows, int64_t tokens, bool write, OffloadDevice::Queue q,
+                              const char* what) {
+  dev_->note_access(rows.data, static_cast<size_t>(tokens * token_bytes_), write, q, what);
+  if (scale_bytes_) dev_->note_access(rows.scale, static_cast<size_t>(tokens * scale_bytes_), write, q, what);
 }
 
 LayerKvCache OffloadRunner::slot_cache(int64_t s) const {
   const ModelConfig& c = model_.config();
   const Shape shape{num_lanes() * capacity_ / kViewBlock, kViewBlock, c.num_key_value_heads, c.head_dim};
+  const Shape rows{shape[0], shape[1], shape[2]};
   const Slot& slot = slots_[static_cast<size_t>(s)];
-  return {TensorView(slot.k, act_, shape, dev_->device()), TensorView(slot.v, act_, shape, dev_->device())};
+  const auto view = [&](const KvRows& r) -> KvCacheTensor {
+    const TensorView elements(r.data, kv_dtype_, shape, dev_->device());
+    if (r.scale == nullptr) return elements;
+    return {elements, TensorView(r.scale, DType::kF32, rows, dev_->device())};
+  };
+  return {view(slot.k), view(slot.v)};
 }
 
 AttentionMetadata OffloadRunner::prefill_attention(int64_t lane, int64_t start, int64_t query_len, TensorView cu,
@@ -302,7 +338,6 @@ void OffloadRunner::prefill(int64_t lane_id, const Sequence& seq, int64_t num_to
   const int64_t T = num_tokens;
   NANOVLLM_CHECK(T >= 1 && T < max_model_len_, "offload: prompt of ", T, " tokens; max_model_len is ",
                  max_model_len_);
-  const size_t tb = static_cast<size_t>(token_bytes_);
   const OffloadDevice::Queue compute = OffloadDevice::kCompute;
   const ops::Stream st = dev_->compute_stream();
   Lane& lane = lanes_[static_cast<size_t>(lane_id)];
@@ -321,7 +356,6 @@ void OffloadRunner::prefill(int64_t lane_id, const Sequence& seq, int64_t num_to
   lane.len = lane.flushed = 0;
   lane.capacity = capacity;
   const OffloadHostPool& host = *lane.host;
-  const size_t region = lane_offset(lane_id);
 
   // Inputs: ids [T], then per chunk c {0, len_c} (cu_seqlens), {start_c + len_c} (context), {len_c - 1}
   // (the sampled row), then the tokens' Dual Chunk Attention scale lengths [T] (AttentionMetadata::dca_scale_lens).
@@ -368,26 +402,24 @@ void OffloadRunner::prefill(int64_t lane_id, const Sequence& seq, int64_t num_to
     // The slot's previous D2H (layer l - num_slots) has read it; no load is writing it.
     dev_->wait(compute, slot_drained_[static_cast<size_t>(s)]);
     dev_->wait(compute, slot_loaded_[static_cast<size_t>(s)]);
-    dev_->note_access(slot.k + region, static_cast<size_t>(T) * tb, true, compute,
-                      "prefill layer K (qkv prologue + attention)");
-    dev_->note_access(slot.v + region, static_cast<size_t>(T) * tb, true, compute,
-                      "prefill layer V (qkv prologue + attention)");
+    note_rows(lane_rows(slot.k, lane_id), T, true, compute, "prefill layer K (qkv prologue + attention)");
+    note_rows(lane_rows(slot.v, lane_id), T, true, compute, "prefill layer V (qkv prologue + attention)");
     for (int64_t c = 0; c < num_chunks; ++c) model_.layer(l, chunk_inputs(c), slot_cache(s), chunk_workspace(c), st);
     dev_->record(slot_computed_[static_cast<size_t>(s)], compute);
 
     // The layer's K/V [0, T) to the host pool, overlapped with the next layers' compute.
     dev_->wait(d2h_q_, slot_computed_[static_cast<size_t>(s)]);
-    dev_->copy(host.k(l), slot.k + region, static_cast<size_t>(T) * tb, CopyKind::kD2H, d2h_q_,
-               "prefill K layer -> host pool");
-    dev_->copy(host.v(l), slot.v + region, static_cast<size_t>(T) * tb, CopyKind::kD2H, d2h_q_,
-               "prefill V layer -> host pool");
+    copy_rows(host_rows(host, l, false), lane_rows(slot.k, lane_id), T, CopyKind::kD2H, d2h_q_,
+              "prefill K layer -> host pool");
+    copy_rows(host_rows(host, l, true), lane_rows(slot.v, lane_id), T, CopyKind::kD2H, d2h_q_,
+              "prefill V layer -> host pool");
     dev_->record(slot_drained_[static_cast<size_t>(s)], d2h_q_);
     dev_->record(host_ready_[static_cast<size_t>(l)], d2h_q_);
   }
   model_.head(chunk_inputs(num_chunks - 1), chunk_workspace(num_chunks - 1), st);
 
   lane.len = lane.flushed = T;  // the partial last host block stays in the pool; decode appends after it
-  const int64_t d2h = 2 * T * token_bytes_ * num_layers_;
+  const int64_t d2h = T * kv_bytes_per_token_per_layer() * num_layers_;
   stats_.prefills += 1;
   stats_.prefill_tokens += T;
   stats_.d2h_bytes += d2h;
@@ -404,20 +436,19 @@ void OffloadRunner::issue_load(int64_t layer, const std::vector<int64_t>& lanes)
   dev_->wait(q, host_ready_[static_cast<size_t>(layer)]);  // the layer's host regions are fully written
   for (const int64_t id : lanes) {
     const Lane& lane = lanes_[static_cast<size_t>(id)];
-    const size_t bytes = static_cast<size_t>(lane.flushed * token_bytes_);
-    dev_->copy(slot.k + lane_offset(id), lane.host->k(layer), bytes, CopyKind::kH2D, q,
-               "load K host pool -> layer buffer");
-    dev_->copy(slot.v + lane_offset(id), lane.host->v(layer), bytes, CopyKind::kH2D, q,
-               "load V host pool -> layer buffer");
-    stats_.h2d_bytes += 2 * static_cast<int64_t>(bytes);
-    stats_.last_step_h2d_bytes += 2 * static_cast<int64_t>(bytes);
+    copy_rows(lane_rows(slot.k, id), host_rows(*lane.host, layer, false), lane.flushed, CopyKind::kH2D, q,
+              "load K host pool -> layer buffer");
+    copy_rows(lane_rows(slot.v, id), host_rows(*lane.host, layer, true), lane.flushed, CopyKind::kH2D, q,
+              "load V host pool -> layer buffer");
+    const int64_t bytes = lane.flushed * kv_bytes_per_token_per_layer();
+    stats_.h2d_bytes += bytes;
+    stats_.last_step_h2d_bytes += bytes;
   }
   dev_->record(slot_loaded_[static_cast<size_t>(s)], q);
 }
 
 void OffloadRunner::decode(const std::vector<const Sequence*>& seqs, const std::vector<int64_t>& lanes) {
   const int64_t B = static_cast<int64_t>(seqs.size());
-  const size_t tb = static_cast<size_t>(token_bytes_);
   const OffloadDevice::Queue compute = OffloadDevice::kCompute;
   const ops::Stream st = dev_->compute_stream();
   stats_.last_step_h2d_bytes = stats_.last_step_d2h_bytes = 0;
@@ -490,8 +521,8 @@ void OffloadRunner::decode(const std::vector<const Sequence*>& seqs, const std::
       dev_->wait(compute, host_ready_[static_cast<size_t>(l)]);    // the layer's host regions are written
       for (const int64_t id : lanes) {
         const Lane& lane = lanes_[static_cast<size_t>(id)];
-        dev_->note_access(lane.host->k(l), static_cast<size_t>(lane.flushed) * tb, false, compute, "sparse fetch host K");
-        dev_->note_access(lane.host->v(l), static_cast<size_t>(lane.flushed) * tb, false, compute, "sparse fetch host V");
+        note_rows(host_rows(*lane.host, l, false), lane.flushed, false, compute, "sparse fetch host K");
+        note_rows(host_rows(*lane.host, l, true), lane.flushed, false, compute, "sparse fetch host V");
       }
     } else {
       dev_->wait(compute, slot_loaded_[static_cast<size_t>(s)]);
@@ -499,24 +530,23 @@ void OffloadRunner::decode(const std::vector<const Sequence*>& seqs, const std::
     // Each lane's region = [host prefix 0..F) | decode buffer F..n) | new token n].
     for (const int64_t id : lanes) {
       const Lane& lane = lanes_[static_cast<size_t>(id)];
-      const size_t m = static_cast<size_t>(lane.len - lane.flushed);
-      char* k = slot.k + lane_offset(id);
-      char* v = slot.v + lane_offset(id);
-      dev_->copy(k + static_cast<size_t>(lane.flushed) * tb, decode_buffer(id, l, false), m * tb, CopyKind::kD2D,
-                 compute, "decode buffer K -> layer buffer");
-      dev_->copy(v + static_cast<size_t>(lane.flushed) * tb, decode_buffer(id, l, true), m * tb, CopyKind::kD2D,
-                 compute, "decode buffer V -> layer buffer");
-      dev_->note_access(k, static_cast<size_t>(lane.len + 1) * tb, true, compute, "decode layer K (prologue + attention)");
-      dev_->note_access(v, static_cast<size_t>(lane.len + 1) * tb, true, compute, "decode layer V (prologue + attention)");
+      const int64_t m = lane.len - lane.flushed;
+      const KvRows k = lane_rows(slot.k, id), v = lane_rows(slot.v, id);
+      copy_rows(at(k, lane.flushed), decode_buffer(id, l, false), m, CopyKind::kD2D, compute,
+                "decode buffer K -> layer buffer");
+      copy_rows(at(v, lane.flushed), decode_buffer(id, l, true), m, CopyKind::kD2D, compute,
+                "decode buffer V -> layer buffer");
+      note_rows(k, lane.len + 1, true, compute, "decode layer K (prologue + attention)");
+      note_rows(v, lane.len + 1, true, compute, "decode layer V (prologue + attention)");
     }
     model_.layer(l, in, slot_cache(s), ws_, st);
     for (const int64_t id : lanes) {
       const Lane& lane = lanes_[static_cast<size_t>(id)];
-      const size_t m = static_cast<size_t>(lane.len - lane.flushed), n = static_cast<size_t>(lane.len);
-      dev_->copy(decode_buffer(id, l, false) + m * tb, slot.k + lane_offset(id) + n * tb, tb, CopyKind::kD2D, compute,
-                 "new token K -> decode buffer");
-      dev_->copy(decode_buffer(id, l, true) + m * tb, slot.v + lane_offset(id) + n * tb, tb, CopyKind::kD2D, compute,
-                 "new token V -> decode buffer");
+      const int64_t m = lane.len - lane.flushed, n = lane.len;
+      copy_rows(at(decode_buffer(id, l, false), m), at(lane_rows(slot.k, id), n), 1, CopyKind::kD2D, compute,
+                "new token K -> decode buffer");
+      copy_rows(at(decode_buffer(id, l, true), m), at(lane_rows(slot.v, id), n), 1, CopyKind::kD2D, compute,
+                "new token V -> decode buffer");
     }
     dev_->record(slot_computed_[static_cast<size_t>(s)], compute);
     if (!sparse_ && l + num_slots_ < num_layers_) issue_load(l + num_slots_, lanes);
@@ -538,20 +568,19 @@ PageCacheCounters OffloadRunner::sparse_cache_counters() const {
 
 void OffloadRunner::flush_decode_buffers(int64_t lane_id, int64_t end) {
   Lane& lane = lanes_[static_cast<size_t>(lane_id)];
-  const size_t tb = static_cast<size_t>(token_bytes_);
   const int64_t count = end - lane.flushed;
   dev_->record(decode_written_, OffloadDevice::kCompute);
   dev_->wait(d2h_q_, decode_written_);
   for (int64_t l = 0; l < num_layers_; ++l) {
-    dev_->copy(lane.host->k(l) + static_cast<size_t>(lane.flushed) * tb, decode_buffer(lane_id, l, false),
-               static_cast<size_t>(count) * tb, CopyKind::kD2H, d2h_q_, "flush decode buffer K -> host pool");
-    dev_->copy(lane.host->v(l) + static_cast<size_t>(lane.flushed) * tb, decode_buffer(lane_id, l, true),
-               static_cast<size_t>(count) * tb, CopyKind::kD2H, d2h_q_, "flush decode buffer V -> host pool");
+    copy_rows(at(host_rows(*lane.host, l, false), lane.flushed), decode_buffer(lane_id, l, false), count,
+              CopyKind::kD2H, d2h_q_, "flush decode buffer K -> host pool");
+    copy_rows(at(host_rows(*lane.host, l, true), lane.flushed), decode_buffer(lane_id, l, true), count,
+              CopyKind::kD2H, d2h_q_, "flush decode buffer V -> host pool");
     dev_->record(host_ready_[static_cast<size_t>(l)], d2h_q_);
   }
   dev_->record(flush_done_, d2h_q_);
   lane.flushed = end;
-  const int64_t bytes = 2 * count * token_bytes_ * num_layers_;
+  const int64_t bytes = count * kv_bytes_per_token_per_layer() * num_layers_;
   stats_.d2h_bytes += bytes;
   stats_.last_step_d2h_bytes += bytes;
 }

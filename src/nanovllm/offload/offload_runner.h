@@ -31,6 +31,10 @@
 // GPU memory: num_kv_buffers x lanes x one layer's KV at max_model_len + decode buffers (lanes x L x
 // offload.block_size tokens) + hidden and residual [max_model_len, H] + the runner's workspace.
 //
+// KV format (cache.kv_cache_dtype, kernels/kv_cache.h): every K / V store here — host pools, ring slots, decode
+// buffers, the sparse hot-page cache — holds the paged cache's elements, fp8 codes with their rows' f32 scales
+// beside them; each copy of token rows moves the scales of the same rows too.
+//
 // Sparse decode (config.sparse.policy not full; offload_sparse_attention.h): no whole-layer loads. The
 // policy keeps its page summaries on the GPU (Quest: key min/max, updated by prefill and decode), selects per KV head,
 // and only the selected pages of [0, F) reach the layer buffer: from the lane's GPU cache of recently
@@ -102,7 +106,7 @@ class OffloadRunner {
   const OffloadConfig& config() const { return cfg_; }
   const OffloadStats& stats() const { return stats_; }
   OffloadFootprint footprint() const { return footprint_; }
-  int64_t kv_bytes_per_token_per_layer() const { return 2 * token_bytes_; }  // K + V
+  int64_t kv_bytes_per_token_per_layer() const { return 2 * (token_bytes_ + scale_bytes_); }  // K + V
   int64_t num_lanes() const { return static_cast<int64_t>(lanes_.size()); }
   OffloadDevice& device() { return *dev_; }
   // Sparse decode only (nullptr otherwise): its policy counters and hot-page cache hits since construction.
@@ -115,9 +119,14 @@ class OffloadRunner {
   void set_prefill_policy(AttentionPolicy* policy);
 
  private:
+  // Token-major K (or V) rows in the cache's format: elements [tokens, Hk, D] and (fp8) scales [tokens, Hk] f32.
+  struct KvRows {
+    char* data = nullptr;
+    char* scale = nullptr;  // nullptr without scales
+  };
   struct Slot {
-    char* k = nullptr;  // [lanes x capacity, Hk, D]
-    char* v = nullptr;  // [lanes x capacity, Hk, D]
+    KvRows k;  // [lanes x capacity, Hk, D]
+    KvRows v;  // [lanes x capacity, Hk, D]
   };
   // One offloaded sequence's place: its host pool and where it stands. seq_id -1: free.
   struct Lane {
@@ -135,8 +144,14 @@ class OffloadRunner {
   // Each of `lanes`' host pool [0, F) of `layer` -> its region of the layer's ring slot, on the slot's queue.
   void issue_load(int64_t layer, const std::vector<int64_t>& lanes);
   void flush_decode_buffers(int64_t lane, int64_t end);  // its decode buffers [0, end - F) -> host pool [F, end)
-  size_t lane_offset(int64_t lane) const;  // byte offset of the lane's region in a slot's K (or V)
-  char* decode_buffer(int64_t lane, int64_t layer, bool value) const;  // [offload.block_size, Hk, D]
+  KvRows lane_rows(const KvRows& slot, int64_t lane) const;  // the lane's region of a slot's K (or V)
+  KvRows decode_buffer(int64_t lane, int64_t layer, bool value) const;  // [offload.block_size, Hk, D]
+  KvRows host_rows(const OffloadHostPool& host, int64_t layer, bool value) const;  // [capacity, Hk, D]
+  KvRows at(const KvRows& rows, int64_t token) const;  // the rows from `token` on
+  // Rows [0, tokens) of src -> dst (and their scales), on queue q.
+  void copy_rows(const KvRows& dst, const KvRows& src, int64_t tokens, CopyKind kind, OffloadDevice::Queue q,
+                 const char* what);
+  void note_rows(const KvRows& rows, int64_t tokens, bool write, OffloadDevice::Queue q, const char* what);
   LayerKvCache slot_cache(int64_t s) const;  // the slot as a paged cache [lanes x capacity / kViewBlock, kViewBlock, Hk, D]
   TensorView index_view(int64_t offset, int64_t n) const;  // iota_[offset, offset + n) as [n] i32
   TensorView device_ints(int64_t offset, int64_t n) const;  // meta_dev_[offset, offset + n) as [n] i32
@@ -155,11 +170,14 @@ class OffloadRunner {
   SampleFn sample_;
   int64_t num_layers_ = 0, num_slots_ = 0, chunk_ = 0, capacity_ = 0;
   int64_t token_bytes_ = 0;  // one token of one layer's K: Hk * D * element size
+  int64_t scale_bytes_ = 0;  // its scales: Hk * 4 in an fp8 cache, else 0
+  DType kv_dtype_;           // the cache's elements (cache.kv_dtype of the activations)
   int64_t page_size_ = 0;    // tokens of a sparse decode page
   DType act_;
 
-  Buffer ring_;            // [num_slots, 2, lanes x capacity, Hk, D] device
+  Buffer ring_;            // [num_slots, 2, lanes x capacity, Hk, D] device (fp8: then the scales [..., Hk])
   Buffer decode_buf_;      // [lanes, L, 2, offload.block_size, Hk, D] device
+  Buffer decode_scale_;    // [lanes, L, 2, offload.block_size, Hk] f32 device (fp8 only)
   Buffer hidden_, residual_;  // [max_model_len, H] device
   Buffer iota_;            // [lanes x capacity + 2] i32 device: 0, 1, 2, ... (positions, slots, block tables)
   Buffer meta_dev_;        // i32 device: a step's inputs (ids, per-chunk cu/ctx/sample row; decode tables)

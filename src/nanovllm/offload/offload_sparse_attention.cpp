@@ -6,13 +6,14 @@
 namespace nanovllm {
 
 OffloadSparseAttention::OffloadSparseAttention(std::unique_ptr<SparseDecodePolicy> policy, int64_t cache_tokens,
-                                               std::vector<const OffloadHostPool*> hosts, Allocator& alloc,
-                                               ops::Stream s)
+                                               std::vector<const OffloadHostPool*> hosts, DType kv_dtype,
+                                               Allocator& alloc, ops::Stream s)
     : policy_(std::move(policy)),
       shape_(policy_->shape()),
       budget_pages_(policy_->budget_pages()),
       cache_slots_(cache_tokens / shape_.block_size),
-      hosts_(std::move(hosts)) {
+      hosts_(std::move(hosts)),
+      kv_dtype_(kv_dtype) {
   const PagedKvShape& shape = shape_;
   const int64_t budget_pages = budget_pages_;
   const int64_t lanes = static_cast<int64_t>(hosts_.size());
@@ -24,7 +25,9 @@ OffloadSparseAttention::OffloadSparseAttention(std::unique_ptr<SparseDecodePolic
                  cache_tokens, " tokens holds ", cache_slots_, " pages, fewer than a selection's ", budget_pages);
   pages_per_lane_ = shape.num_blocks / lanes;
   const int64_t L = shape.num_layers, Hk = shape.num_kv_heads, P = pages_per_lane_, C = cache_slots_;
-  cache_ = Buffer(alloc, shape.kv_dtype, Shape{lanes * L * 2, C, shape.block_size, Hk, shape.head_dim});
+  cache_ = Buffer(alloc, kv_dtype_, Shape{lanes * L * 2, C, shape.block_size, Hk, shape.head_dim});
+  if (kv_dtype_ == DType::kF8E4M3)
+    cache_scale_ = Buffer(alloc, DType::kF32, Shape{lanes * L * 2, C, shape.block_size, Hk});
   const int64_t state_ints = Hk * (P + 2 * C + 1);  // one (lane, layer)'s page_slot, slot_page, slot_stamp, hand
   state_ = Buffer(alloc, DType::kI32, Shape{lanes * L, state_ints});
   plan_ = Buffer(alloc, DType::kI32, Shape{lanes, Hk, budget_pages, 2});
@@ -44,7 +47,7 @@ OffloadSparseAttention::OffloadSparseAttention(std::unique_ptr<SparseDecodePolic
 }
 
 size_t OffloadSparseAttention::device_bytes() const {
-  return cache_.nbytes() + state_.nbytes() + plan_.nbytes() + counters_.nbytes();
+  return cache_.nbytes() + cache_scale_.nbytes() + state_.nbytes() + plan_.nbytes() + counters_.nbytes();
 }
 
 void OffloadSparseAttention::begin_prefill(int64_t lane, ops::Stream s) {
@@ -93,23 +96,35 @@ bool OffloadSparseAttention::attend_step(int64_t layer, TensorView out, TensorVi
   const TensorView selected = policy_->select(layer, q, by_page, s, dca);  // [B, Hk, K]: pages of each sequence
 
   const int64_t lane_rows = pages_per_lane_ * BS, C = cache_slots_;
-  const TensorView dst_k = kv.k.reshape({shape_.num_blocks * BS, Hk, D});
-  const TensorView dst_v = kv.v.reshape({shape_.num_blocks * BS, Hk, D});
-  const TensorView cache = cache_.view().reshape({cache_.view().dim(0), C, BS, Hk, D});
-  const DType dt = shape_.kv_dtype;
+  const KvCacheTensor dst_k = kv.k.reshape({shape_.num_blocks * BS, Hk, D});
+  const KvCacheTensor dst_v = kv.v.reshape({shape_.num_blocks * BS, Hk, D});
+  // Cache (lane, layer, K or V) i: [C, BS, Hk, D] and its scales.
+  const auto cache = [&](int64_t i) -> KvCacheTensor {
+    const int64_t n = C * BS * Hk;
+    char* base = static_cast<char*>(cache_.data()) + static_cast<size_t>(i * n * D) * dtype_size(kv_dtype_);
+    const TensorView elements(base, kv_dtype_, Shape{C, BS, Hk, D}, cache_.device());
+    if (kv_dtype_ != DType::kF8E4M3) return elements;
+    return {elements, TensorView(static_cast<float*>(cache_scale_.data()) + i * n, DType::kF32, Shape{C, BS, Hk},
+                                 cache_.device())};
+  };
+  // The lane's host pool as [capacity, Hk, D] K or V rows.
+  const auto host_view = [&](const OffloadHostPool& host, bool value) -> KvCacheTensor {
+    const TensorView elements(value ? host.v(layer) : host.k(layer), kv_dtype_, Shape{host.capacity(), Hk, D});
+    if (kv_dtype_ != DType::kF8E4M3) return elements;
+    return {elements, TensorView(value ? host.v_scale(layer) : host.k_scale(layer), DType::kF32,
+                                 Shape{host.capacity(), Hk})};
+  };
   for (int64_t b = 0; b < B; ++b) {  // each row from its own lane's cache and host pool
     const OffloadDecodeRow& row = rows_[static_cast<size_t>(b)];
     const OffloadHostPool& host = *hosts_[static_cast<size_t>(row.lane)];
-    const Shape host_rows{host.capacity(), Hk, D};
     const int64_t c = 2 * (row.lane * shape_.num_layers + layer);  // this lane and layer's K cache; V follows
     const TensorView plan = plan_.view().slice_rows(b, b + 1);
     const TensorView sel = selected.slice_rows(b, b + 1);
     ops::page_cache_plan(plan, sel, state(row.lane, layer), row.host_tokens, BS, step_, counters_.view(), s);
     ops::page_cache_fetch(dst_k.slice_rows(row.lane * lane_rows, (row.lane + 1) * lane_rows),
                           dst_v.slice_rows(row.lane * lane_rows, (row.lane + 1) * lane_rows),
-                          TensorView(host.k(layer), dt, host_rows), TensorView(host.v(layer), dt, host_rows),
-                          cache.slice_rows(c, c + 1).reshape({C, BS, Hk, D}),
-                          cache.slice_rows(c + 1, c + 2).reshape({C, BS, Hk, D}), sel, plan, row.host_tokens, s);
+                          host_view(host, false), host_view(host, true), cache(c), cache(c + 1), sel, plan,
+                          row.host_tokens, s);
   }
   policy_->attend_selected(out, q, pages, by_page, selected, scale, s, dca);
   return true;

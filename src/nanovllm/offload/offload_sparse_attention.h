@@ -43,10 +43,11 @@ class OffloadSparseAttention final : public AttentionPolicy {
   // `policy` serves the layer buffer: `hosts.size()` lanes of pages_per_lane pages of shape.block_size tokens
   // each, lane after lane: shape.num_blocks = lanes x pages_per_lane, shape.max_num_seqs = lanes,
   // shape.max_blocks_per_seq = pages_per_lane. cache_tokens: per lane, layer and KV head (0: no cache, else >= the
-  // budget). hosts: each lane's pool (read through its pinned pointers; they outlive this). The counters start at
-  // 0 on stream s.
+  // budget). hosts: each lane's pool (read through its pinned pointers; they outlive this). kv_dtype: the KV
+  // cache's elements (kernels/kv_cache.h; fp8: the pools, the layer buffer and the hot-page cache hold codes and
+  // scales). The counters start at 0 on stream s.
   OffloadSparseAttention(std::unique_ptr<SparseDecodePolicy> policy, int64_t cache_tokens,
-                         std::vector<const OffloadHostPool*> hosts, Allocator& alloc, ops::Stream s);
+                         std::vector<const OffloadHostPool*> hosts, DType kv_dtype, Allocator& alloc, ops::Stream s);
 
   // A new sequence's prompt in `lane`: the lane's cache forgets every page; the prefill chunks that follow
   // write its page metadata and attend densely.
@@ -80,7 +81,9 @@ class OffloadSparseAttention final : public AttentionPolicy {
   PagedKvShape shape_;
   int64_t budget_pages_ = 0, cache_slots_ = 0, pages_per_lane_ = 0;
   std::vector<const OffloadHostPool*> hosts_;  // [lanes]
+  DType kv_dtype_;
   Buffer cache_;                 // [lanes, L, 2, C, page_size, Hk, D]: the hot pages' K and V
+  Buffer cache_scale_;           // [lanes, L, 2, C, page_size, Hk] f32: their scales (fp8 only)
   Buffer state_;                 // [lanes, L, Hk x (P + 2 C + 1)] i32: page_slot, slot_page, slot_stamp, hand
   Buffer plan_;                  // [lanes, Hk, budget_pages, 2] i32: one plan per decode row
   Buffer counters_;              // [2] i64: hits, misses

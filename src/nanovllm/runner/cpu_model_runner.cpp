@@ -7,6 +7,7 @@
 #include "nanovllm/model/rope.h"
 #include "nanovllm/model/weights.h"
 #include "nanovllm/runner/forward_batch.h"
+#include "nanovllm/runner/kv_cache_layout.h"
 #include "nanovllm/runner/weight_quantization.h"
 
 namespace nanovllm {
@@ -34,10 +35,11 @@ CpuModelRunner::CpuModelRunner(const EngineConfig& ec, const ModelConfig& full_c
   const TensorView inv_freq(rope_inv_freq_.data(), DType::kF32, Shape{static_cast<int64_t>(rope_inv_freq_.size())});
   model_ = std::make_unique<Decoder>(config, std::move(weights), inv_freq, rope.attention_scaling, std::move(tp));
 
-  // KV cache: [L, 2, NB, BS, Hk, D] in fp32, one allocation.
-  const int64_t layers = config.num_hidden_layers;
-  const int64_t block_elems = ec.cache.block_size * config.num_key_value_heads * config.head_dim;
-  const int64_t bytes_per_block = layers * 2 * block_elems * 4;
+  // KV cache: per layer K and V [NB, BS, Hk, D] in fp32 (or --kv-cache-dtype's format), one allocation.
+  PagedKvLayout layout{.layers = config.num_hidden_layers, .block_size = ec.cache.block_size,
+                       .kv_heads = config.num_key_value_heads, .head_dim = config.head_dim,
+                       .dtype = ec.cache.kv_dtype(DType::kF32)};
+  const int64_t bytes_per_block = layout.bytes_per_block();
   const int64_t blocks_per_seq = ec.blocks_per_max_len_seq();
   num_kv_blocks_ = ec.cache.num_kv_blocks > 0 ? ec.cache.num_kv_blocks
                                               : std::min(ec.cache.kv_cache_bytes / bytes_per_block,
@@ -46,15 +48,10 @@ CpuModelRunner::CpuModelRunner(const EngineConfig& ec, const ModelConfig& full_c
                  bytes_per_block, " bytes");
   if (samples_)
     NANOVLLM_INFO("cpu runner: ", num_kv_blocks_, " KV blocks of ", ec.cache.block_size, " tokens (",
-                num_kv_blocks_ * bytes_per_block / (1 << 20), " MiB)");
-  kv_storage_ = Buffer(cpu_allocator(), DType::kF32, Shape{layers, 2, num_kv_blocks_, block_elems});
-  float* kv = static_cast<float*>(kv_storage_.data());
-  const Shape layer_shape{num_kv_blocks_, ec.cache.block_size, config.num_key_value_heads, config.head_dim};
-  for (int64_t l = 0; l < layers; ++l) {
-    float* k = kv + (2 * l) * num_kv_blocks_ * block_elems;
-    float* v = kv + (2 * l + 1) * num_kv_blocks_ * block_elems;
-    kv_.push_back({TensorView(k, DType::kF32, layer_shape), TensorView(v, DType::kF32, layer_shape)});
-  }
+                  num_kv_blocks_ * bytes_per_block / (1 << 20), " MiB, ", dtype_name(layout.dtype), ")");
+  layout.blocks = num_kv_blocks_;
+  kv_storage_ = Buffer(cpu_allocator(), layout.total_bytes());
+  kv_ = layout.carve(kv_storage_.data(), Device::cpu());
 
   size_t ws_bytes = 0;
   Decoder::make_workspace(config, DType::kF32, nullptr, Device::cpu(), ec.scheduler.max_num_batched_tokens,
@@ -63,7 +60,7 @@ CpuModelRunner::CpuModelRunner(const EngineConfig& ec, const ModelConfig& full_c
   ws_ = Decoder::make_workspace(config, DType::kF32, workspace_storage_.data(), Device::cpu(),
                                 ec.scheduler.max_num_batched_tokens, ec.scheduler.max_num_seqs, nullptr, tp_size);
   sparse_ = std::make_unique<RunnerSparseAttention>(ec, config, cpu_allocator());
-  sparse_->make_decode_policy(num_kv_blocks_, DType::kF32);
+  sparse_->make_decode_policy(num_kv_blocks_, layout.dtype == DType::kF8E4M3 ? DType::kF32 : layout.dtype);
   if (ec.offload.enabled) {
     // The CPU offload device defers copies and checks every access against the events (CI's stand-in
     // for CUDA streams).

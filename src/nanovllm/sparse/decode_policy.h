@@ -24,7 +24,7 @@ struct PagedKvShape {
   int64_t num_kv_heads = 0;        // Hk
   int64_t num_query_heads = 0;     // Hq
   int64_t head_dim = 0;            // D
-  DType kv_dtype = DType::kF32;    // the cache's (and any page metadata's) dtype
+  DType kv_dtype = DType::kF32;    // the activations': any page metadata's, and the cache's unless it is fp8
   int64_t max_num_seqs = 0;        // sequences of one decode step
   int64_t max_blocks_per_seq = 0;  // MB: block-table columns
 };
@@ -49,7 +49,7 @@ class SparseDecodePolicy : public AttentionPolicy {
                          ops::Stream s) final;
 
   // Folds the keys just stored at slot_mapping into the layer's page summaries (if the policy keeps any).
-  virtual void update_pages(int64_t layer, TensorView k_cache, TensorView slot_mapping, ops::Stream s) = 0;
+  virtual void update_pages(int64_t layer, const KvCacheTensor& k_cache, TensorView slot_mapping, ops::Stream s) = 0;
   // The pages of a decode step (every query one token) as [S, Hk, budget_pages] i32 lists in increasing order,
   // -1 padded (valid until the next select); counted. dca: a Dual Chunk Attention step, q [3, S, Hq, D].
   TensorView select(int64_t layer, TensorView q, const AttentionMetadata& meta, ops::Stream s,

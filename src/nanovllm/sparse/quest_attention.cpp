@@ -21,7 +21,8 @@ int64_t QuestAttention::metadata_bytes_per_block(const PagedKvShape& shape) {
   return shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim * static_cast<int64_t>(dtype_size(shape.kv_dtype));
 }
 
-void QuestAttention::update_pages(int64_t layer, TensorView k_cache, TensorView slot_mapping, ops::Stream s) {
+void QuestAttention::update_pages(int64_t layer, const KvCacheTensor& k_cache, TensorView slot_mapping,
+                                  ops::Stream s) {
   ops::quest_update_pages(key_min(layer), key_max(layer), k_cache, slot_mapping, s);
 }
 

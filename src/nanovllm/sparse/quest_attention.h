@@ -21,7 +21,7 @@ class QuestAttention final : public SparseDecodePolicy {
   // Allocates the metadata (2 x [NB, Hk, D] per layer) from `alloc` (the cache's device).
   QuestAttention(const PagedKvShape& shape, int64_t budget_pages, Allocator& alloc);
 
-  void update_pages(int64_t layer, TensorView k_cache, TensorView slot_mapping, ops::Stream s) override;
+  void update_pages(int64_t layer, const KvCacheTensor& k_cache, TensorView slot_mapping, ops::Stream s) override;
   TensorView key_min(int64_t layer) const { return key_min_[static_cast<size_t>(layer)]; }  // [NB, Hk, D]
   TensorView key_max(int64_t layer) const { return key_max_[static_cast<size_t>(layer)]; }  // [NB, Hk, D]
   static int64_t metadata_bytes_per_block(const PagedKvShape& shape);

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "nanovllm/core/tensor.h"
-#include "nanovllm/kernels/cpu/row_io.h"
+#include "nanovllm/kernels/cpu/kv_row.h"
 
 namespace nanovllm::cpu {
 
@@ -25,10 +25,11 @@ inline float dot_f32(const float* a, const float* b, int64_t n) {
 
 // out[g, :] = softmax_j(q[g] . k_j * scale) v_j over the n keys j whose cache slots slot_of(0..n-1) gives,
 // for the G query heads of KV head `kvh`. q_out: [G, D] queries on entry, [G, D] outputs on return.
-// k_cache, v_cache [NB, BS, Hk, D]; a slot is block * BS + offset.
+// k_cache, v_cache [NB, BS, Hk, D] (either format of kv_cache.h: an fp8 row is dequantized to fp32 first);
+// a slot is block * BS + offset.
 template <typename SlotOf>
-void attend_row(float* q_out, int64_t G, int64_t kvh, int64_t n, SlotOf slot_of, const TensorView& k_cache,
-                const TensorView& v_cache, float scale) {
+void attend_row(float* q_out, int64_t G, int64_t kvh, int64_t n, SlotOf slot_of, const KvCacheTensor& k_cache,
+                const KvCacheTensor& v_cache, float scale) {
   const int64_t Hk = k_cache.dim(2), D = k_cache.dim(3);
   const bool kv_f32 = k_cache.dtype() == DType::kF32 && v_cache.dtype() == DType::kF32;
   thread_local std::vector<float> kv_buf, score_buf;
@@ -36,9 +37,9 @@ void attend_row(float* q_out, int64_t G, int64_t kvh, int64_t n, SlotOf slot_of,
   float* vrow = krow + D;
   float* scores = scratch_f32(score_buf, G * n);  // [G, n]
   for (int64_t j = 0; j < n; ++j) {
-    const int64_t off = (int64_t{slot_of(j)} * Hk + kvh) * D;
-    const float* k = kv_f32 ? k_cache.data_as<const float>() + off : krow;
-    if (!kv_f32) load_row_f32(k_cache.data(), k_cache.dtype(), off, D, krow);
+    const int64_t row = int64_t{slot_of(j)} * Hk + kvh;
+    const float* k = kv_f32 ? k_cache.data_as<const float>() + row * D : krow;
+    if (!kv_f32) load_kv_row(k_cache, row, krow);
     for (int64_t g = 0; g < G; ++g) scores[g * n + j] = dot_f32(q_out + g * D, k, D) * scale;
   }
   for (int64_t g = 0; g < G; ++g) {
@@ -56,9 +57,9 @@ void attend_row(float* q_out, int64_t G, int64_t kvh, int64_t n, SlotOf slot_of,
   // The queries are no longer needed: accumulate the outputs in their place.
   std::fill(q_out, q_out + G * D, 0.0f);
   for (int64_t j = 0; j < n; ++j) {
-    const int64_t off = (int64_t{slot_of(j)} * Hk + kvh) * D;
-    const float* v = kv_f32 ? v_cache.data_as<const float>() + off : vrow;
-    if (!kv_f32) load_row_f32(v_cache.data(), v_cache.dtype(), off, D, vrow);
+    const int64_t row = int64_t{slot_of(j)} * Hk + kvh;
+    const float* v = kv_f32 ? v_cache.data_as<const float>() + row * D : vrow;
+    if (!kv_f32) load_kv_row(v_cache, row, vrow);
     for (int64_t g = 0; g < G; ++g) {
       const float w = scores[g * n + j];
       float* o = q_out + g * D;

@@ -32,8 +32,8 @@ void last_query_scores(std::vector<float>& score, const ChunkQueries& qs, int64_
 
 }  // namespace
 
-void avgpool_estimate(const PatternOut& out, TensorView q, TensorView k_cache, const int32_t* block_table,
-                      const PrefillChunk& c, const ops::AvgPoolParams& p) {
+void avgpool_estimate(const PatternOut& out, TensorView q, const KvCacheTensor& k_cache,
+                      const int32_t* block_table, const PrefillChunk& c, const ops::AvgPoolParams& p) {
   const int64_t D = c.D, ctx = c.ctx, B = c.B, first = c.first_block(), NQB = c.num_blocks();
   const ChunkQueries qs(q, c);
   const std::vector<float> ks = keys_by_head(k_cache, block_table, ctx);

@@ -42,9 +42,10 @@ void collect_keys(std::vector<int32_t>& keys, const ops::BlockSparsePattern& pt,
 
 }  // namespace
 
-void block_sparse_prefill_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                                    const AttentionMetadata& meta, const ops::BlockSparsePattern& pattern,
-                                    float scale, const ops::DualChunkParams* dca) {
+void block_sparse_prefill_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache,
+                                    const KvCacheTensor& v_cache, const AttentionMetadata& meta,
+                                    const ops::BlockSparsePattern& pattern, float scale,
+                                    const ops::DualChunkParams* dca) {
   const int64_t R = dca ? 3 : 1;  // query rotations: q [T, Hq, D], or [3, T, Hq, D] with DCA
   const int64_t T = q.dim(q.ndim() - 3), Hq = q.dim(q.ndim() - 2), D = q.dim(q.ndim() - 1);
   const int64_t BS = k_cache.dim(1), Hk = k_cache.dim(2), G = Hq / Hk;

@@ -5,6 +5,7 @@
 
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/kernels/attention_metadata.h"
+#include "nanovllm/kernels/kv_cache.h"
 
 namespace nanovllm::cpu {
 
@@ -27,13 +28,14 @@ void linear_fp8_quantized(TensorView out, TensorView in, TensorView weight, Tens
 // RoPE as ops::RopeParams: inv_freq [rope_pairs] (0: D/2); interleaved pairs (2i, 2i + 1), else
 // rotate_half pairs (i, i + D/2) (rope_pairs must then be D/2); elements past 2 rope_pairs pass through.
 void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
-                  TensorView positions, const float* inv_freq, float attention_scaling, TensorView k_cache,
-                  TensorView v_cache, const AttentionMetadata& meta, int64_t rope_pairs = 0,
+                  TensorView positions, const float* inv_freq, float attention_scaling, const KvCacheTensor& k_cache,
+                  const KvCacheTensor& v_cache, const AttentionMetadata& meta, int64_t rope_pairs = 0,
                   bool interleaved = false);
-void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+void paged_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache, const KvCacheTensor& v_cache,
                      const AttentionMetadata& meta, float scale);
 void silu_mul(TensorView out, TensorView gate_up);
 void gather_rows(TensorView out, TensorView in, TensorView rows);
+void gather_kv_rows(TensorView out, const KvCacheTensor& cache, TensorView slots);
 void convert(TensorView out, TensorView x);
 
 }  // namespace nanovllm::cpu

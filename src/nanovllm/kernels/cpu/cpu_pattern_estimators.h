@@ -16,13 +16,13 @@ struct PatternOut {
   TensorView block_counts, block_index, column_counts, column_index;
 };
 
-void xattention_estimate(const PatternOut& out, TensorView q, TensorView k_cache, const int32_t* block_table,
-                         const PrefillChunk& c, const ops::XAttentionParams& p);
-void vertical_slash_estimate(const PatternOut& out, TensorView q, TensorView k_cache, const int32_t* block_table,
-                             const PrefillChunk& c, const ops::VerticalSlashParams& p);
-void flexprefill_estimate(const PatternOut& out, TensorView q, TensorView k_cache, const int32_t* block_table,
-                          const PrefillChunk& c, const ops::FlexPrefillParams& p);
-void avgpool_estimate(const PatternOut& out, TensorView q, TensorView k_cache, const int32_t* block_table,
-                      const PrefillChunk& c, const ops::AvgPoolParams& p);
+void xattention_estimate(const PatternOut& out, TensorView q, const KvCacheTensor& k_cache,
+                         const int32_t* block_table, const PrefillChunk& c, const ops::XAttentionParams& p);
+void vertical_slash_estimate(const PatternOut& out, TensorView q, const KvCacheTensor& k_cache,
+                             const int32_t* block_table, const PrefillChunk& c, const ops::VerticalSlashParams& p);
+void flexprefill_estimate(const PatternOut& out, TensorView q, const KvCacheTensor& k_cache,
+                          const int32_t* block_table, const PrefillChunk& c, const ops::FlexPrefillParams& p);
+void avgpool_estimate(const PatternOut& out, TensorView q, const KvCacheTensor& k_cache,
+                      const int32_t* block_table, const PrefillChunk& c, const ops::AvgPoolParams& p);
 
 }  // namespace nanovllm::cpu

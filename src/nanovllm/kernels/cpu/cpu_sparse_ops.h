@@ -11,16 +11,17 @@
 
 namespace nanovllm::cpu {
 
-void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, TensorView slot_mapping);
+void quest_update_pages(TensorView k_min, TensorView k_max, const KvCacheTensor& k_cache, TensorView slot_mapping);
 void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView k_max, TensorView block_tables,
                   TensorView context_lens, int64_t block_size, const ops::DualChunkParams* dca);
 void select_pages(TensorView selected, TensorView scores, TensorView context_lens, int64_t block_size,
                   int64_t sink_pages, int64_t recent_pages);
-void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+void sparse_decode_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache, const KvCacheTensor& v_cache,
                              TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
                              TensorView scratch, const ops::DualChunkParams* dca);
-void block_sparse_prefill_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                                    const AttentionMetadata& meta, const ops::BlockSparsePattern& pattern,
-                                    float scale, const ops::DualChunkParams* dca);
+void block_sparse_prefill_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache,
+                                    const KvCacheTensor& v_cache, const AttentionMetadata& meta,
+                                    const ops::BlockSparsePattern& pattern, float scale,
+                                    const ops::DualChunkParams* dca);
 
 }  // namespace nanovllm::cpu

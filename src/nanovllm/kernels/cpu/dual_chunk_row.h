@@ -3,7 +3,8 @@
 // results. As vLLM's backend computes it (DualChunkFlashAttentionImpl._dual_chunk_flash_attn_prefill_func /
 // _merge_attn_outputs): per region (intra, successive, inter) a partial attention of that region's keys, in increasing
 // position, with that region's query rotation, giving an output and a log-sum-exp; then the partial outputs merged by
-// their log-sum-exps. fp32 scores, fp64 softmax sums.
+// their log-sum-exps. fp32 scores, fp64 softmax sums. Either cache format of kv_cache.h (an fp8 row is dequantized to
+// fp32 first, as attend_row does).
 #pragma once
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/kernels/cpu/attention_row.h"
+#include "nanovllm/kernels/cpu/kv_row.h"
 #include "nanovllm/kernels/cpu/row_io.h"
 
 namespace nanovllm::cpu {
@@ -28,11 +30,12 @@ inline int dual_chunk_region(int64_t p, int64_t j, int64_t L) {
 // slot_of(0..n-1) gives, and lse[g] = log sum_j exp(q[g] . k_j * scale), for the G query heads of KV head kvh (n >= 1).
 // q, out [G, D]; kv_row [D] and scores [G, n] scratch.
 template <typename SlotOf>
-void attend_range_lse(const float* q, int64_t G, int64_t kvh, int64_t n, SlotOf slot_of, const TensorView& k_cache,
-                      const TensorView& v_cache, float scale, float* kv_row, float* scores, float* out, double* lse) {
+void attend_range_lse(const float* q, int64_t G, int64_t kvh, int64_t n, SlotOf slot_of,
+                      const KvCacheTensor& k_cache, const KvCacheTensor& v_cache, float scale, float* kv_row,
+                      float* scores, float* out, double* lse) {
   const int64_t Hk = k_cache.dim(2), D = k_cache.dim(3);
   for (int64_t j = 0; j < n; ++j) {
-    load_row_f32(k_cache.data(), k_cache.dtype(), (int64_t{slot_of(j)} * Hk + kvh) * D, D, kv_row);
+    load_kv_row(k_cache, int64_t{slot_of(j)} * Hk + kvh, kv_row);
     for (int64_t g = 0; g < G; ++g) scores[g * n + j] = dot_f32(q + g * D, kv_row, D) * scale;
   }
   for (int64_t g = 0; g < G; ++g) {
@@ -50,7 +53,7 @@ void attend_range_lse(const float* q, int64_t G, int64_t kvh, int64_t n, SlotOf 
   }
   std::fill(out, out + G * D, 0.0f);
   for (int64_t j = 0; j < n; ++j) {
-    load_row_f32(v_cache.data(), v_cache.dtype(), (int64_t{slot_of(j)} * Hk + kvh) * D, D, kv_row);
+    load_kv_row(v_cache, int64_t{slot_of(j)} * Hk + kvh, kv_row);
     for (int64_t g = 0; g < G; ++g) {
       const float w = scores[g * n + j];
       float* o = out + g * D;
@@ -65,7 +68,7 @@ void attend_range_lse(const float* q, int64_t G, int64_t kvh, int64_t n, SlotOf 
 // order; zeros when no region has a key.
 template <typename SlotOf>
 void dual_chunk_attend_row(const float* q3, int64_t G, int64_t kvh, const int64_t count[3], SlotOf slot_of,
-                           const TensorView& k_cache, const TensorView& v_cache, float scale, float* out) {
+                           const KvCacheTensor& k_cache, const KvCacheTensor& v_cache, float scale, float* out) {
   const int64_t D = k_cache.dim(3);
   thread_local std::vector<float> buf, score_buf;
   thread_local std::vector<double> lse_buf;

@@ -59,8 +59,8 @@ std::vector<float> mean_rows(const float* x, int64_t r0, int64_t r1, int64_t D) 
 
 }  // namespace
 
-void flexprefill_estimate(const PatternOut& out, TensorView q, TensorView k_cache, const int32_t* block_table,
-                          const PrefillChunk& c, const ops::FlexPrefillParams& p) {
+void flexprefill_estimate(const PatternOut& out, TensorView q, const KvCacheTensor& k_cache,
+                          const int32_t* block_table, const PrefillChunk& c, const ops::FlexPrefillParams& p) {
   const int64_t D = c.D, T = c.T, ctx = c.ctx, B = c.B, first = c.first_block(), NQB = c.num_blocks();
   const ChunkQueries qs(q, c);
   const std::vector<float> ks = keys_by_head(k_cache, block_table, ctx);

@@ -53,8 +53,9 @@ void page_cache_plan(TensorView plan, TensorView selected, const ops::PageCacheS
   }
 }
 
-void page_cache_fetch(TensorView dst_k, TensorView dst_v, TensorView host_k, TensorView host_v, TensorView cache_k,
-                      TensorView cache_v, TensorView selected, TensorView plan, int64_t host_tokens) {
+void page_cache_fetch(const KvCacheTensor& dst_k, const KvCacheTensor& dst_v, const KvCacheTensor& host_k,
+                      const KvCacheTensor& host_v, const KvCacheTensor& cache_k, const KvCacheTensor& cache_v,
+                      TensorView selected, TensorView plan, int64_t host_tokens) {
   const int64_t Hk = dst_k.dim(1), K = selected.dim(2), ps = cache_k.dim(1);
   const size_t row = static_cast<size_t>(dst_k.dim(2)) * dtype_size(dst_k.dtype());  // one head's D elements
   const int32_t* sel = selected.data_as<const int32_t>();
@@ -62,6 +63,12 @@ void page_cache_fetch(TensorView dst_k, TensorView dst_v, TensorView host_k, Ten
   // Byte address of (token t, head h) in a [*, Hk, D] tensor, and of (slot c, offset o, head h) in the cache.
   const auto at = [&](const TensorView& t, int64_t tok, int64_t h) {
     return static_cast<char*>(t.data()) + static_cast<size_t>(tok * Hk + h) * row;
+  };
+  // One row: its D elements and, in an fp8 cache, its scale.
+  const auto copy_row = [&](const KvCacheTensor& to, int64_t to_tok, const KvCacheTensor& from, int64_t from_tok,
+                            int64_t h) {
+    std::memcpy(at(to, to_tok, h), at(from, from_tok, h), row);
+    if (to.fp8()) to.scale.data_as<float>()[to_tok * Hk + h] = from.scale.data_as<const float>()[from_tok * Hk + h];
   };
   for (int64_t h = 0; h < Hk; ++h)
     for (int64_t k = 0; k < K; ++k) {
@@ -71,13 +78,13 @@ void page_cache_fetch(TensorView dst_k, TensorView dst_v, TensorView host_k, Ten
       for (int64_t r = p * ps; r < std::min((p + 1) * ps, host_tokens); ++r) {
         const int64_t cache_tok = slot * ps + (r - p * ps);
         for (int kv = 0; kv < 2; ++kv) {
-          const TensorView& dst = kv ? dst_v : dst_k;
-          const TensorView& cache = kv ? cache_v : cache_k;
+          const KvCacheTensor& dst = kv ? dst_v : dst_k;
+          const KvCacheTensor& cache = kv ? cache_v : cache_k;
           if (from_host) {
-            std::memcpy(at(dst, r, h), at(kv ? host_v : host_k, r, h), row);
-            if (slot >= 0) std::memcpy(at(cache, cache_tok, h), at(dst, r, h), row);
+            copy_row(dst, r, kv ? host_v : host_k, r, h);
+            if (slot >= 0) copy_row(cache, cache_tok, dst, r, h);
           } else {
-            std::memcpy(at(dst, r, h), at(cache, cache_tok, h), row);
+            copy_row(dst, r, cache, cache_tok, h);
           }
         }
       }

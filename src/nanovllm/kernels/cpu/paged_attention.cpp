@@ -9,7 +9,7 @@
 
 namespace nanovllm::cpu {
 
-void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+void paged_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache, const KvCacheTensor& v_cache,
                      const AttentionMetadata& meta, float scale) {
   const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2);
   const int64_t BS = k_cache.dim(1), Hk = k_cache.dim(2);

@@ -6,6 +6,7 @@
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/kernels/cpu/dual_chunk_row.h"
+#include "nanovllm/kernels/cpu/kv_row.h"
 #include "nanovllm/kernels/cpu/row_io.h"
 
 namespace nanovllm::cpu {
@@ -43,14 +44,13 @@ const std::vector<float>& RowMeans::at(int64_t k) {
   return m;
 }
 
-std::vector<float> keys_by_head(TensorView k_cache, const int32_t* block_table, int64_t ctx) {
+std::vector<float> keys_by_head(const KvCacheTensor& k_cache, const int32_t* block_table, int64_t ctx) {
   const int64_t BS = k_cache.dim(1), Hk = k_cache.dim(2), D = k_cache.dim(3);
   std::vector<float> out(static_cast<size_t>(Hk * ctx * D));
   for (int64_t p = 0; p < ctx; ++p) {
     const int64_t slot = int64_t{block_table[p / BS]} * BS + p % BS;
     for (int64_t h = 0; h < Hk; ++h)
-      load_row_f32(k_cache.data(), k_cache.dtype(), (slot * Hk + h) * D, D,
-                   &out[static_cast<size_t>((h * ctx + p) * D)]);
+      load_kv_row(k_cache, slot * Hk + h, &out[static_cast<size_t>((h * ctx + p) * D)]);
   }
   return out;
 }

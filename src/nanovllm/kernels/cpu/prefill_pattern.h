@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/kv_cache.h"
 
 namespace nanovllm::cpu {
 
@@ -60,10 +61,11 @@ class RowMeans {
   std::array<std::vector<float>, 9> means_;  // by 3 x region(first row) + region(last row)
 };
 
-// The sequence's keys [0, ctx) read through block_table from k_cache [NB, BS, Hk, D] as fp32 [Hk][ctx][D]. A
+// The sequence's keys [0, ctx) read through block_table from k_cache [NB, BS, Hk, D] (either format of kv_cache.h) as
+// fp32 [Hk][ctx][D]. A
 // reference's simplicity over memory (so are ChunkQueries'): the CPU backend runs tiny models; the CUDA estimators read
 // the cache in place.
-std::vector<float> keys_by_head(TensorView k_cache, const int32_t* block_table, int64_t ctx);
+std::vector<float> keys_by_head(const KvCacheTensor& k_cache, const int32_t* block_table, int64_t ctx);
 
 // s . t over D elements, in fp32 (the estimators' scores; the exact attention is the kernel's).
 float dot(const float* s, const float* t, int64_t D);

@@ -1,5 +1,6 @@
 // Attention prologue: split qkv, optional per-head RMSNorm of q and k, RoPE, q -> q_out, k/v -> paged caches
-// at slot_mapping. Math follows HF's fp32 path:
+// at slot_mapping (an fp8 cache: each (token, KV head) row quantized with its scale, kv_cache.h). Math follows
+// HF's fp32 path:
 //   angle = float(pos) * inv_freq[i] (fp32), cos/sin of that fp32 angle, times attention_scaling;
 //   pair (a, b) of frequency i: a' = a cos - b sin;  b' = b cos + a sin, where the pair is
 //   (i, i + D/2) for rotate_half (Qwen, Llama) and (2i, 2i + 1) for interleaved (GLM-4, whose RoPE covers
@@ -12,13 +13,13 @@
 #include "nanovllm/kernels/cpu/cpu_ops.h"
 #include "nanovllm/kernels/cpu/rms_norm_row.h"
 #include "nanovllm/kernels/cpu/rope_row.h"
-#include "nanovllm/kernels/cpu/row_io.h"
+#include "nanovllm/kernels/cpu/kv_row.h"
 
 namespace nanovllm::cpu {
 
 void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
-                  TensorView positions, const float* inv_freq, float attention_scaling, TensorView k_cache,
-                  TensorView v_cache, const AttentionMetadata& meta, int64_t rope_pairs, bool interleaved) {
+                  TensorView positions, const float* inv_freq, float attention_scaling, const KvCacheTensor& k_cache,
+                  const KvCacheTensor& v_cache, const AttentionMetadata& meta, int64_t rope_pairs, bool interleaved) {
   const int64_t T = q_out.dim(0), Hq = q_out.dim(1), D = q_out.dim(2);
   const int64_t Hk = k_cache.dim(2);
   const int64_t half = D / 2;
@@ -53,9 +54,9 @@ void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorVie
         load_row_f32(qkv.data(), qkv.dtype(), t * W + (Hq + h) * D, D, row);
         if (has_kn) rms_norm_row(row, kn, D, eps);
         rope_row(row, cos_t, sin_t, pairs, half, interleaved);
-        store_row_f32(row, D, k_cache.data(), k_cache.dtype(), (slot * Hk + h) * D);
+        store_kv_row(row, k_cache, slot * Hk + h);
         load_row_f32(qkv.data(), qkv.dtype(), t * W + (Hq + Hk + h) * D, D, row);
-        store_row_f32(row, D, v_cache.data(), v_cache.dtype(), (slot * Hk + h) * D);
+        store_kv_row(row, v_cache, slot * Hk + h);
       }
     }
   }, 4);

@@ -1,19 +1,48 @@
 // Quest page metadata (per block and KV head: element-wise key min/max) and page scores.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <vector>
 
 #include "nanovllm/core/parallel.h"
 #include "nanovllm/kernels/cpu/cpu_sparse_ops.h"
 #include "nanovllm/kernels/cpu/dual_chunk_row.h"
+#include "nanovllm/kernels/cpu/kv_row.h"
 #include "nanovllm/kernels/cpu/row_io.h"
 
 namespace nanovllm::cpu {
 
-void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, TensorView slot_mapping) {
+namespace {
+
+// x rounded to BF16 toward -inf (down) or +inf (up): the nearest-even rounding, stepped one code outward when
+// it went the other way.
+uint16_t bf16_outward(float x, bool down) {
+  uint16_t b = f32_to_bf16(x);
+  const float r = bf16_to_f32(b);
+  if (std::isnan(x) || (down ? r <= x : r >= x)) return b;
+  const bool negative = (b & 0x8000u) != 0;
+  if ((b & 0x7fffu) == 0) return down ? uint16_t{0x8001u} : uint16_t{0x0001u};  // +-0 -> the smallest subnormal
+  return static_cast<uint16_t>(down != negative ? b - 1 : b + 1);  // magnitude - 1 (toward 0) or + 1
+}
+
+// The page bound's metadata row: the dtype's exact values (f32, or a cache of that dtype), or BF16 outward.
+void store_bound_row(const float* x, int64_t D, TensorView dst, int64_t first, bool down, bool outward) {
+  if (!outward || dst.dtype() != DType::kBF16) {
+    store_row_f32(x, D, dst.data(), dst.dtype(), first);
+    return;
+  }
+  uint16_t* d = dst.data_as<uint16_t>() + first;
+  for (int64_t i = 0; i < D; ++i) d[i] = bf16_outward(x[i], down);
+}
+
+}  // namespace
+
+void quest_update_pages(TensorView k_min, TensorView k_max, const KvCacheTensor& k_cache, TensorView slot_mapping) {
   const int64_t T = slot_mapping.dim(0), Hk = k_cache.dim(2), D = k_cache.dim(3), BS = k_cache.dim(1);
   const int32_t* sm = slot_mapping.data_as<const int32_t>();
-  const DType dt = k_cache.dtype();
+  const DType dt = k_min.dtype();
+  // An fp8 cache's dequantized keys need not be values of the metadata's dtype: round outward.
+  const bool outward = k_cache.fp8();
   // Tokens in order (a block's offset-0 token resets it before its later tokens fold in); heads in
   // parallel. min and max of values of the cache's dtype are values of that dtype: the stores are exact.
   parallel_for(Hk, [&](int64_t b, int64_t e) {
@@ -23,7 +52,7 @@ void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, 
         if (sm[t] < 0) continue;
         const int64_t block = sm[t] / BS, offset = sm[t] % BS;
         const int64_t meta = (block * Hk + h) * D;
-        load_row_f32(k_cache.data(), dt, (int64_t{sm[t]} * Hk + h) * D, D, key.data());
+        load_kv_row(k_cache, int64_t{sm[t]} * Hk + h, key.data());
         if (offset == 0) {
           lo = key;
           hi = key;
@@ -35,8 +64,8 @@ void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, 
             hi[static_cast<size_t>(d)] = std::max(hi[static_cast<size_t>(d)], key[static_cast<size_t>(d)]);
           }
         }
-        store_row_f32(lo.data(), D, k_min.data(), dt, meta);
-        store_row_f32(hi.data(), D, k_max.data(), dt, meta);
+        store_bound_row(lo.data(), D, k_min, meta, /*down=*/true, outward);
+        store_bound_row(hi.data(), D, k_max, meta, /*down=*/false, outward);
       }
     }
   });

@@ -14,19 +14,19 @@
 
 namespace nanovllm::cpu {
 
-void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+void sparse_decode_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache, const KvCacheTensor& v_cache,
                              TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
                              TensorView scratch, const ops::DualChunkParams* dca) {
   const int64_t R = dca ? 3 : 1;  // query rotations: q [S, Hq, D], or [3, S, Hq, D] with DCA
   const int64_t S = q.dim(q.ndim() - 3), Hq = q.dim(q.ndim() - 2), D = q.dim(q.ndim() - 1);
-  const int64_t NB = k_cache.dim(0), BS = k_cache.dim(1), Hk = k_cache.dim(2), G = Hq / Hk;
+  const int64_t BS = k_cache.dim(1), Hk = k_cache.dim(2), G = Hq / Hk;
   const int64_t MB = block_tables.dim(1), K = selected.dim(2);
   const int32_t* ctx = context_lens.data_as<const int32_t>();
   const int32_t* bt = block_tables.data_as<const int32_t>();
   const int32_t* sel = selected.data_as<const int32_t>();
   int32_t* rows = scratch.data_as<int32_t>();  // [S, Hk, K x BS]
-  const TensorView k_rows = k_cache.reshape({NB * BS * Hk, 1, 1, D});
-  const TensorView v_rows = v_cache.reshape({NB * BS * Hk, 1, 1, D});
+  const KvCacheTensor k_rows = k_cache.rows_as_blocks();  // [NB x BS x Hk, 1, 1, D]
+  const KvCacheTensor v_rows = v_cache.rows_as_blocks();
   parallel_for(S * Hk, [&](int64_t b, int64_t e) {
     thread_local std::vector<float> buf;
     float* qrow = scratch_f32(buf, (R + 1) * G * D);  // [R, G, D] queries (then outputs without DCA), [G, D] outputs

@@ -28,8 +28,8 @@ std::vector<int32_t> top_indices(const std::vector<float>& score, int64_t count)
 
 }  // namespace
 
-void vertical_slash_estimate(const PatternOut& out, TensorView q, TensorView k_cache, const int32_t* block_table,
-                             const PrefillChunk& c, const ops::VerticalSlashParams& p) {
+void vertical_slash_estimate(const PatternOut& out, TensorView q, const KvCacheTensor& k_cache,
+                             const int32_t* block_table, const PrefillChunk& c, const ops::VerticalSlashParams& p) {
   const int64_t D = c.D, T = c.T, ctx = c.ctx, B = c.B, first = c.first_block(), NQB = c.num_blocks();
   const ChunkQueries qs(q, c);
   const std::vector<float> ks = keys_by_head(k_cache, block_table, ctx);

@@ -8,8 +8,8 @@
 
 namespace nanovllm::cpu {
 
-void xattention_estimate(const PatternOut& out, TensorView q, TensorView k_cache, const int32_t* block_table,
-                         const PrefillChunk& c, const ops::XAttentionParams& p) {
+void xattention_estimate(const PatternOut& out, TensorView q, const KvCacheTensor& k_cache,
+                         const int32_t* block_table, const PrefillChunk& c, const ops::XAttentionParams& p) {
   const int64_t S = p.stride, D = c.D, ctx = c.ctx, first = c.first_block(), NQB = c.num_blocks();
   const ChunkQueries qs(q, c);
   const std::vector<float> ks = keys_by_head(k_cache, block_table, ctx);  // [Hk][ctx][D]

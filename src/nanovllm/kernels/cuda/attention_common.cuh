@@ -10,6 +10,8 @@
 #include <cuda_bf16.h>
 
 #include "nanovllm/kernels/cuda/common.cuh"
+#include "nanovllm/kernels/kv_cache.h"
+#include "nanovllm/kernels/cuda/kv_fp8.cuh"
 #include "nanovllm/kernels/cuda/mma_utils.cuh"
 
 namespace nanovllm::cuda_ops::attn {
@@ -27,8 +29,12 @@ template <int D> struct Dims {
 struct Params {
   const __nv_bfloat16* q;        // [T, Hq, D]
   __nv_bfloat16* out;            // [T, Hq, D]
-  const __nv_bfloat16* k_cache;  // [NB, BS, Hk, D]
+  const __nv_bfloat16* k_cache;  // [NB, BS, Hk, D] (an fp8 cache: its e4m3 codes, bytes)
   const __nv_bfloat16* v_cache;  // [NB, BS, Hk, D]
+  // An fp8 cache (kv_fp8.cuh): the rows' scales [NB, BS, Hk] f32; null: bf16. Every decode and prefill kernel reads
+  // it (dequantizing K / V tiles to bf16(code x scale) in shared memory); not the fused decode prologue.
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
   const int32_t* cu;             // [S + 1]
   const int32_t* ctx;            // [S]
   const int32_t* bt;             // [S, max_blocks]
@@ -70,8 +76,8 @@ struct Params {
 };
 
 // The kernels' view of one attention call (paged_attention.cu; no split workspace yet). Throws unless
-// q, out and the caches are BF16 and Hq is a multiple of Hk.
-Params attention_params(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+// q and out are BF16, the caches BF16 or fp8 (with scales), and Hq is a multiple of Hk.
+Params attention_params(TensorView out, TensorView q, const KvCacheTensor& k_cache, const KvCacheTensor& v_cache,
                         const AttentionMetadata& meta, float scale);
 
 // Paged KV cache: the block table of sequence `seq` ([max_blocks] cache block ids).
@@ -105,7 +111,8 @@ __device__ __forceinline__ void store_scaled_q8(float* dst, const float (&f)[8],
 }
 
 // Threads [tid, tid + nthr, ...) copy keys [key0, key0 + 32) of seq `seq` (KV head kvh) into ks/vs;
-// keys >= key_end become zeros (so masked keys never feed NaN/Inf into p * V).
+// keys >= key_end become zeros (so masked keys never feed NaN/Inf into p * V). An fp8 cache: plain loads of 8
+// codes, stored as the bf16 of code x scale (no cp.async: the values are transformed on the way).
 template <int D>
 __device__ __forceinline__ void load_tile(const Params& p, int seq, int kvh, int key0, int key_end,
                                           __nv_bfloat16* ks, __nv_bfloat16* vs, int tid, int nthr) {
@@ -118,9 +125,16 @@ __device__ __forceinline__ void load_tile(const Params& p, int seq, int kvh, int
     __nv_bfloat16* dv = vs + r * Dm::kRowPad + cc * 8;
     if (j < key_end) {
       const int64_t slot = paged_slot<int64_t>(bt, j, p.block_size);
-      const int64_t off = (slot * p.hk + kvh) * D + cc * 8;
-      cp_async16(dk, p.k_cache + off);
-      cp_async16(dv, p.v_cache + off);
+      const int64_t row = slot * p.hk + kvh, off = row * D + cc * 8;
+      if (p.k_scale != nullptr) {
+        const auto* kc = reinterpret_cast<const uint8_t*>(p.k_cache);
+        const auto* vc = reinterpret_cast<const uint8_t*>(p.v_cache);
+        *reinterpret_cast<uint4*>(dk) = fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(kc + off), p.k_scale[row]);
+        *reinterpret_cast<uint4*>(dv) = fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(vc + off), p.v_scale[row]);
+      } else {
+        cp_async16(dk, p.k_cache + off);
+        cp_async16(dv, p.v_cache + off);
+      }
     } else {
       *reinterpret_cast<uint4*>(dk) = make_uint4(0, 0, 0, 0);
       *reinterpret_cast<uint4*>(dv) = make_uint4(0, 0, 0, 0);

@@ -241,6 +241,14 @@ struct TcDec {
   static_assert(kClusterOff + kTcRows * (D + 1) * 4 <= kWarpBytes, "cluster partial must fit");
   static_assert(size_t{kTcRows} * (kTcMaxSplits + 1) * 4 <= kTcWarps * size_t{kWarpBytes}, "combine scratch");
   static_assert(32 % kChunks == 0 && kTcKeys % kRowsPerCopy == 0, "row copy layout");
+  // An fp8 cache: 16-byte cp.async of codes (D / 16 per row) into the first D bytes of the row's bf16 slot, the
+  // row's scale into its padding (bytes [2 D, 2 D + 4): ldmatrix never reads it); dequantize_stage then rewrites
+  // the row as bf16 in place, kDequantChunks 8-code chunks per lane per tile.
+  static constexpr int kCodeChunks = D / 16;
+  static constexpr int kCodeRowsPerCopy = 32 / kCodeChunks;
+  static constexpr int kCodeCopies = kTcKeys / kCodeRowsPerCopy;
+  static constexpr int kDequantChunks = kTcKeys * kChunks / 32;
+  static_assert(32 % kCodeChunks == 0 && kTcKeys % kCodeRowsPerCopy == 0, "code copy layout");
 };
 
 // Keys per split for a context of `ctx` keys and at most `max_splits` splits (device and host agree).
@@ -260,9 +268,14 @@ __device__ __forceinline__ int tc_split_chunk(int ctx, int max_splits, int min_s
 // kDca: Dual Chunk Attention (p.q_succ, p.q_inter, p.dca_chunk_len; not with kPro): a warp's Q fragments hold the
 // rotation of its current tile's key chunk (dca_region) and are reloaded when a tile starts another region (a warp's
 // tiles run in key order: at most twice).
-template <int D, int NST, bool kCluster, bool kPro, bool kDca = false>
+// kFp8: an fp8 cache (p.k_scale / p.v_scale, kv_fp8.cuh): the same pipeline moves the codes (half the bytes) and
+// the rows' scales by cp.async, and after a stage's wait the warp rewrites it as bf16(code x scale) in place (the
+// SIMT and mma.sync kernels' values), so ldmatrix and the MMAs are the bf16 kernel's. Not with kPro (it stores
+// bf16 rows) or kDca (the engine refuses fp8 with Dual Chunk Attention).
+template <int D, int NST, bool kCluster, bool kPro, bool kDca = false, bool kFp8 = false>
 __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel(Params p, int gc, int gchunks) {
   static_assert(!(kPro && kDca), "the fused prologue makes one query rotation");
+  static_assert(!(kFp8 && (kPro || kDca)), "an fp8 cache runs without the fused prologue and Dual Chunk Attention");
   using C = TcDec<D, NST>;
   extern __shared__ __align__(16) unsigned char smem[];  // [warps][stages][K tile | V tile]
   __shared__ int s_last;
@@ -317,15 +330,35 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
   auto issue = [&](int slot_reg, int stage) {
     const unsigned kd = wbase_s + stage * C::kStageElems * 2;
     const unsigned vd = kd + C::kTileElems * 2;
+    if constexpr (kFp8) {
+      const int c16 = lane % C::kCodeChunks, r16 = lane / C::kCodeChunks;
+      const auto* k_codes = reinterpret_cast<const uint8_t*>(p.k_cache);
+      const auto* v_codes = reinterpret_cast<const uint8_t*>(p.v_cache);
 #pragma unroll
-    for (int k = 0; k < C::kCopies; ++k) {
-      const int r = r0 + k * C::kRowsPerCopy;
-      const int slot = __shfl_sync(kFull, slot_reg, r);
-      const bool valid = slot >= 0;
-      const int64_t off = valid ? (int64_t{slot} * p.hk + kvh) * D + cc * 8 : 0;
-      const unsigned so = (r * C::kStride + cc * 8) * 2;
-      cp_async16_zfill(kd + so, p.k_cache + off, valid);
-      cp_async16_zfill(vd + so, p.v_cache + off, valid);
+      for (int k = 0; k < C::kCodeCopies; ++k) {
+        const int r = r16 + k * C::kCodeRowsPerCopy;
+        const int slot = __shfl_sync(kFull, slot_reg, r);
+        const bool valid = slot >= 0;
+        const int64_t row = valid ? int64_t{slot} * p.hk + kvh : 0;
+        const unsigned so = r * C::kStride * 2;
+        cp_async16_zfill(kd + so + c16 * 16, k_codes + row * D + c16 * 16, valid);
+        cp_async16_zfill(vd + so + c16 * 16, v_codes + row * D + c16 * 16, valid);
+        if (c16 == 0) {
+          cp_async4_zfill(kd + so + D * 2, p.k_scale + row, valid);
+          cp_async4_zfill(vd + so + D * 2, p.v_scale + row, valid);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < C::kCopies; ++k) {
+        const int r = r0 + k * C::kRowsPerCopy;
+        const int slot = __shfl_sync(kFull, slot_reg, r);
+        const bool valid = slot >= 0;
+        const int64_t off = valid ? (int64_t{slot} * p.hk + kvh) * D + cc * 8 : 0;
+        const unsigned so = (r * C::kStride + cc * 8) * 2;
+        cp_async16_zfill(kd + so, p.k_cache + off, valid);
+        cp_async16_zfill(vd + so, p.v_cache + off, valid);
+      }
     }
   };
 
@@ -431,6 +464,30 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
     cp_async_wait<NST - 1>();
     __syncwarp();
     const unsigned sb = wbase_s + stage * C::kStageElems * 2;
+    if constexpr (kFp8) {
+      // The stage's K and V codes -> bf16(code x scale) in place: every lane reads its chunks (8 codes of row r
+      // at byte 8 c, the row's scale), then, after the warp barrier, writes them as bf16 (at byte 16 c).
+      unsigned char* tiles = wbase + stage * C::kStageElems * 2;
+#pragma unroll
+      for (int kv = 0; kv < 2; ++kv) {
+        unsigned char* tile = tiles + kv * C::kTileElems * 2;
+        uint2 codes[C::kDequantChunks];
+        float scale[C::kDequantChunks];
+#pragma unroll
+        for (int j = 0; j < C::kDequantChunks; ++j) {
+          const int e = lane + 32 * j, r = e / C::kChunks, c = e % C::kChunks;
+          codes[j] = *reinterpret_cast<const uint2*>(tile + r * C::kStride * 2 + c * 8);
+          scale[j] = *reinterpret_cast<const float*>(tile + r * C::kStride * 2 + D * 2);
+        }
+        __syncwarp();
+#pragma unroll
+        for (int j = 0; j < C::kDequantChunks; ++j) {
+          const int e = lane + 32 * j, r = e / C::kChunks, c = e % C::kChunks;
+          *reinterpret_cast<uint4*>(tile + r * C::kStride * 2 + c * 16) = fp8x8_to_bf16x8(codes[j], scale[j]);
+        }
+      }
+      __syncwarp();
+    }
     if constexpr (kPro) {
       // The new key's row in this tile: the prologue's K / V replace the stale copy from the cache.
       const int nk = ctx - 1 - (k_begin + (warp + i * kTcWarps) * kTcKeys);
@@ -612,14 +669,14 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
   }
 }
 
-template <int D, int NST, bool kCluster, bool kPro, bool kDca = false>
+template <int D, int NST, bool kCluster, bool kPro, bool kDca = false, bool kFp8 = false>
 void set_tc_attributes() {
   static PerDeviceFlag attributes_set;
   once_per_current_device(attributes_set, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(decode_tc_kernel<D, NST, kCluster, kPro, kDca>,
+    CUDA_CHECK(cudaFuncSetAttribute(decode_tc_kernel<D, NST, kCluster, kPro, kDca, kFp8>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(TcDec<D, NST>::kSmem)));
     if (kCluster)
-      CUDA_CHECK(cudaFuncSetAttribute(decode_tc_kernel<D, NST, kCluster, kPro, kDca>,
+      CUDA_CHECK(cudaFuncSetAttribute(decode_tc_kernel<D, NST, kCluster, kPro, kDca, kFp8>,
                                       cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   });
 }
@@ -643,9 +700,9 @@ cudaLaunchConfig_t cluster_config(dim3 grid, size_t smem, cudaStream_t st, bool 
   return cfg;
 }
 
-template <int D, int NST, bool kCluster, bool kPro, bool kDca = false>
+template <int D, int NST, bool kCluster, bool kPro, bool kDca = false, bool kFp8 = false>
 void launch_tc(const Params& p, int gc, ops::Stream s) {
-  set_tc_attributes<D, NST, kCluster, kPro, kDca>();
+  set_tc_attributes<D, NST, kCluster, kPro, kDca, kFp8>();
   const int gchunks = (p.g + gc - 1) / gc;
   const int max_splits = kCluster ? kTcMaxClusterSplits : kTcMaxSplits;
   NANOVLLM_CHECK(p.num_splits >= 1 && p.num_splits <= max_splits, "paged_attention (cuda): split count ",
@@ -653,13 +710,13 @@ void launch_tc(const Params& p, int gc, ops::Stream s) {
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.hk * gchunks),
                   static_cast<unsigned>(p.num_splits));
   if constexpr (!kCluster) {
-    launch_pdl(decode_tc_kernel<D, NST, false, kPro, kDca>, grid, dim3(kTcThreads), TcDec<D, NST>::kSmem, s, p, gc,
-               gchunks);
+    launch_pdl(decode_tc_kernel<D, NST, false, kPro, kDca, kFp8>, grid, dim3(kTcThreads), TcDec<D, NST>::kSmem, s, p,
+               gc, gchunks);
   } else {
     cudaLaunchAttribute attr[2];
     const cudaLaunchConfig_t cfg =
         cluster_config(grid, TcDec<D, NST>::kSmem, stream_of(s), context_of(s).use_pdl(), attr);
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_tc_kernel<D, NST, true, kPro, kDca>, p, gc, gchunks));
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_tc_kernel<D, NST, true, kPro, kDca, kFp8>, p, gc, gchunks));
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -699,6 +756,14 @@ void launch_tc_for_device(const Params& p, int gc, bool cluster, bool prologue, 
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   const bool three = static_cast<size_t>(smem_optin(device)) >= TcDec<D, 3>::kSmem;
+  if (p.k_scale != nullptr) {  // an fp8 cache: the prologue runs separately (paged_attention.cu), no DCA (engine)
+    NANOVLLM_CHECK(!prologue && !dca, "paged_attention (cuda): an fp8 KV cache has no fused prologue or Dual Chunk "
+                   "Attention decode");
+    if (cluster) launch_tc<D, 3, true, false, false, true>(p, gc, st);
+    else if (three) launch_tc<D, 3, false, false, false, true>(p, gc, st);
+    else launch_tc<D, 2, false, false, false, true>(p, gc, st);
+    return;
+  }
   if (dca) {  // Dual Chunk Attention: no fused prologue (it makes one rotation)
     NANOVLLM_CHECK(!prologue, "paged_attention (cuda): Dual Chunk Attention has no fused prologue");
     if (cluster) launch_tc<D, 3, true, false, true>(p, gc, st);

@@ -79,12 +79,22 @@ __global__ void __launch_bounds__(kThreads, NANOVLLM_TC_MIN_CTAS(D))
     return tid < kBN && j < qt.nkeys ? paged_slot(bt, j, p.block_size) : -1;
   };
   const int cc = tid % C::kChunks, r_base = tid / C::kChunks;
-  auto issue_kv = [&](const __nv_bfloat16* cache, __nv_bfloat16* dst, int buf) {
+  // scale: an fp8 cache's row scales (kv_fp8.cuh): plain loads of 8 codes, stored as bf16 of code x scale.
+  auto issue_kv = [&](const __nv_bfloat16* cache, const float* scale, __nv_bfloat16* dst, int buf) {
 #pragma unroll
     for (int k = 0; k < C::kPasses; ++k) {
       const int r = r_base + k * C::kRowsPerPass;
       const int slot = slots[buf * kBN + r];
-      const __nv_bfloat16* src = slot >= 0 ? cache + (int64_t{slot} * p.hk + u.kvh) * D + cc * 8 : cache;
+      const int64_t row = int64_t{slot} * p.hk + u.kvh;
+      if (scale != nullptr) {
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (slot >= 0)
+          v = fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(reinterpret_cast<const uint8_t*>(cache) + row * D + cc * 8),
+                              scale[row]);
+        *reinterpret_cast<uint4*>(dst + r * C::kStride + cc * 8) = v;
+        continue;
+      }
+      const __nv_bfloat16* src = slot >= 0 ? cache + row * D + cc * 8 : cache;
       cp_async16_zfill(smem_u32(dst + r * C::kStride + cc * 8), src, slot >= 0);
     }
   };
@@ -100,7 +110,7 @@ __global__ void __launch_bounds__(kThreads, NANOVLLM_TC_MIN_CTAS(D))
     cp_async16_zfill(smem_u32(qs + i * C::kStride + cc * 8), src, valid);
   }
   __syncthreads();  // slot table 0
-  if (ntiles > 0) issue_kv(p.k_cache, ks, 0);
+  if (ntiles > 0) issue_kv(p.k_cache, p.k_scale, ks, 0);
   cp_async_commit();
 
   // This thread's two items: rows g and g + 8 of the warp's 16. Limit = last key each may see.
@@ -124,7 +134,7 @@ __global__ void __launch_bounds__(kThreads, NANOVLLM_TC_MIN_CTAS(D))
     const int buf = tile & 1;
     cp_async_wait<0>();
     __syncthreads();  // K_tile (and Q) landed; everyone done with V_{tile-1} and slot table buf ^ 1
-    issue_kv(p.v_cache, vs, buf);
+    issue_kv(p.v_cache, p.v_scale, vs, buf);
     cp_async_commit();
     // Block-table lookup for the next tile: loaded now, stored after the MMAs (latency hidden).
     const int next_slot = tile + 1 < ntiles ? key_slot(tile + 1) : -1;
@@ -161,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, NANOVLLM_TC_MIN_CTAS(D))
     if (tid < kBN) slots[(buf ^ 1) * kBN + tid] = next_slot;
     cp_async_wait<0>();
     __syncthreads();  // V_tile landed; everyone done with K_tile; next slot table visible
-    if (tile + 1 < ntiles) issue_kv(p.k_cache, ks, buf ^ 1);
+    if (tile + 1 < ntiles) issue_kv(p.k_cache, p.k_scale, ks, buf ^ 1);
     cp_async_commit();
 
     // O += P V: k-steps over 16 keys, n-tiles over 8 dims (pairs of 16 per ldmatrix.trans).

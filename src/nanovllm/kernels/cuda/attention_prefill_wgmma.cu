@@ -31,8 +31,13 @@
 // stream is regrouped by region, each region starting a key tile (SparseKeysDca), and the Q tile is reloaded
 // where the region changes (at most twice).
 //
-// Resources (D 128): 160 KB + 2 KB shared memory (+ 1.5 KB sparse) -> 1 CTA per SM, 255-register cap
-// (256 threads; dense 212 registers, sparse 224, no spills).
+// fp8 KV cache (the kFp8 switch, dense keys; kv_fp8.cuh): tile j+1's codes and row scales stream by cp.async into a
+// staging area while tile j is computed; at the top of tile j+1's iteration all threads rewrite them as bf16(code x
+// scale) into the K / V stage in the swizzled layout (the SIMT and mma.sync kernels' values), then the MMAs are the
+// bf16 kernel's. The dequantization is not overlapped with the MMAs (one CTA per SM).
+//
+// Resources (D 128): 160 KB + 2 KB shared memory (+ 1.5 KB sparse, + 33 KB fp8 staging) -> 1 CTA per SM,
+// 255-register cap (256 threads; dense 212 registers, sparse 224, no spills).
 
 #include <algorithm>
 #include <type_traits>
@@ -52,24 +57,30 @@ constexpr int kThreads = 128 * kWgs;
 constexpr int kBM = 64 * kWgs;        // items per CTA
 constexpr int kBN = 128;              // keys per tile
 
-template <int D, bool kSparse = false>
+template <int D, bool kSparse = false, bool kFp8 = false>
 struct WgCfg {
   static constexpr int kQBytes = 64 * D * 2;          // per warpgroup
   static constexpr int kKvBytes = kBN * D * 2;        // one K (or V) tile
-  // Q, 2 x K, 2 x V, 2 slot tables, (sparse: 3 key-position tables), + 1 KB so the tiles can be aligned
-  // to the 1024-byte swizzle atom
+  // fp8: the next tile's K and V codes [2][128][D] and row scales [2][128] f32
+  static constexpr size_t kStagingBytes = kFp8 ? size_t{2} * kBN * (D + 4) : 0;
+  // Q, 2 x K, 2 x V, 2 slot tables, (sparse: 3 key-position tables), (fp8: staging), + 1 KB so the tiles can be
+  // aligned to the 1024-byte swizzle atom
   static constexpr size_t kSmem = size_t{kWgs} * kQBytes + size_t{4} * kKvBytes + size_t{2} * kBN * 4 +
-                                  (kSparse ? size_t{3} * kBN * 4 : 0) + 1024;
+                                  (kSparse ? size_t{3} * kBN * 4 : 0) + kStagingBytes + 1024;
 };
 
 #ifdef NANOVLLM_WGMMA_DEVICE
 constexpr int kHalfRowsBytes = 128;  // bytes per swizzled row (64 bf16)
-template <int D>
-struct WgDev : WgCfg<D> {
+template <int D, bool kFp8 = false>
+struct WgDev : WgCfg<D, false, kFp8> {
   static constexpr int kHalfBytes = kBN * kHalfRowsBytes;  // one 64-column half of a K/V tile
   static constexpr int kChunks = D / 8;                    // 16-byte chunks per row
   static constexpr int kKvPasses = kBN * kChunks / kThreads;
   static constexpr int kQPasses = kBM * kChunks / kThreads;
+  // fp8: 16-byte code copies (D / 16 per row) per thread per K (or V) tile, and 8-code chunks dequantized
+  static constexpr int kCodeChunks = D / 16;
+  static constexpr int kCodePasses = kBN * kCodeChunks / kThreads;
+  static constexpr int kDequantPasses = kBN * kChunks / kThreads;
 };
 
 // Byte offset of 16-byte chunk `c` (of D/8) in row `r` of a swizzled [rows][D] tile whose 64-column halves
@@ -111,12 +122,14 @@ template <> struct PvMma<64> {
 // sp: the pattern (kSparse only). kDca: Dual Chunk Attention (p.q_succ, p.q_inter, p.dca_chunk_len a multiple of
 // kBN): the Q tile holds, per item, the rotation its row uses for the current key tile's chunk (dca_region) and is
 // reloaded when a key tile starts a chunk that changes it (at most 3 times); sparse: when the tile's region
-// (SparseKeysDca::tile_region) differs from the loaded one.
-template <int D, bool kSparse, bool kDca = false>
+// (SparseKeysDca::tile_region) differs from the loaded one. kFp8: an fp8 cache (p.k_scale / p.v_scale), see the file
+// comment.
+template <int D, bool kSparse, bool kDca = false, bool kFp8 = false>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_wgmma_kernel(Params p, SparsePattern sp, int rows_per_cta, int gc, int gchunks) {
+  static_assert(!(kFp8 && (kSparse || kDca)), "an fp8 cache runs with dense keys and no Dual Chunk Attention");
 #ifdef NANOVLLM_WGMMA_DEVICE
-  using C = WgDev<D>;
+  using C = WgDev<D, kFp8>;
   extern __shared__ unsigned char smem_raw[];
   // 1024-byte aligned base (swizzle atoms are addressed by absolute shared-memory address bits).
   unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -125,6 +138,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned char* vs = ks + 2 * C::kKvBytes;               // [2 stages][halves][128][128 B]
   int* slots = reinterpret_cast<int*>(vs + 2 * C::kKvBytes);  // [2][128] cache slot per key, -1 = none
   int* kpos = slots + 2 * kBN;  // sparse: [3][128] position per key of tiles t % 3 (INT_MAX: none)
+  // fp8: [K | V][128 keys][D] codes, then [K | V][128] scales (after the slot tables; kSparse is off)
+  unsigned char* staged = reinterpret_cast<unsigned char*>(kpos);
+  float* staged_scale = reinterpret_cast<float*>(staged + 2 * kBN * D);
   __shared__ int tile_info[2];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -181,6 +197,35 @@ __global__ void __launch_bounds__(kThreads, 1)
       cp_async16_zfill(smem_u32(vs + dst), slot >= 0 ? p.v_cache + off : p.v_cache, slot >= 0);
     }
   };
+  // fp8: the codes and scales of the tile whose slot table is `buf` -> the staging area (zeros past the keys).
+  auto issue_codes = [&](int buf) {
+    const auto* k_codes = reinterpret_cast<const uint8_t*>(p.k_cache);
+    const auto* v_codes = reinterpret_cast<const uint8_t*>(p.v_cache);
+    const int c16 = tid % C::kCodeChunks, r16 = tid / C::kCodeChunks;
+#pragma unroll
+    for (int k = 0; k < C::kCodePasses; ++k) {
+      const int r = r16 + k * (kThreads / C::kCodeChunks);
+      const int slot = slots[buf * kBN + r];
+      const int64_t off = slot >= 0 ? (int64_t{slot} * p.hk + u.kvh) * D + c16 * 16 : 0;
+      cp_async16_zfill(smem_u32(staged + r * D + c16 * 16), k_codes + off, slot >= 0);
+      cp_async16_zfill(smem_u32(staged + (kBN + r) * D + c16 * 16), v_codes + off, slot >= 0);
+    }
+    const int r = tid % kBN, slot = slots[buf * kBN + r];  // threads 0-127: K scales, 128-255: V scales
+    const int64_t row = slot >= 0 ? int64_t{slot} * p.hk + u.kvh : 0;
+    cp_async4_zfill(smem_u32(staged_scale + tid), (tid < kBN ? p.k_scale : p.v_scale) + row, slot >= 0);
+  };
+  // fp8: the staged tile -> bf16(code x scale) in K / V stage `buf` (swizzled as issue_kv's copies).
+  auto dequantize_staged = [&](int buf) {
+#pragma unroll
+    for (int k = 0; k < C::kDequantPasses; ++k) {
+      const int e = tid + k * kThreads, r = e / C::kChunks, c = e % C::kChunks;
+      const int dst = buf * C::kKvBytes + swz(r, c, C::kHalfBytes);
+      *reinterpret_cast<uint4*>(ks + dst) =
+          fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(staged + r * D + c * 8), staged_scale[r]);
+      *reinterpret_cast<uint4*>(vs + dst) =
+          fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(staged + (kBN + r) * D + c * 8), staged_scale[kBN + r]);
+    }
+  };
 
   // Slot tables of tiles 0 and 1 (threads 0-127: tile 0, 128-255: tile 1).
   {
@@ -210,7 +255,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     load_queries(0);
   }
   __syncthreads();  // slot tables
-  if (ntiles > 0) issue_kv(0);
+  if (ntiles > 0) {
+    if constexpr (kFp8) issue_codes(0);
+    else issue_kv(0);
+  }
   cp_async_commit();
 
   // This thread's two items (accumulator rows): wwarp * 16 + gq (+ 8) of the warpgroup.
@@ -237,7 +285,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int tile = 0; tile < ntiles; ++tile) {
     const int buf = tile & 1;
     cp_async_wait<0>();
-    fence_proxy_async_smem();  // this thread's cp.async writes -> visible to the tensor cores (async proxy)
+    if constexpr (kFp8) {
+      __syncthreads();  // the tile's codes are staged (every thread's copies); stage buf's last reader (tile - 2) done
+      dequantize_staged(buf);
+    }
+    fence_proxy_async_smem();  // this thread's cp.async (fp8: dequantized) writes -> visible to the tensor cores
     __syncthreads();      // tile landed everywhere; everyone done with tile - 1 (buffer buf ^ 1, table buf)
     if constexpr (kSparse && kDca) {
       // Key tiles of another region (the stream is grouped by region): the same reload as below.
@@ -264,7 +316,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         __syncthreads();
       }
     }
-    if (tile + 1 < ntiles) issue_kv(buf ^ 1);
+    if (tile + 1 < ntiles) {
+      if constexpr (kFp8) issue_codes(buf ^ 1);  // the staging area is free: the barrier above follows its reads
+      else issue_kv(buf ^ 1);
+    }
     cp_async_commit();
     // Slot table for tile + 2 (table buf is free: tile's copies were issued before the barrier);
     // looked up now, stored after the MMAs. Its positions (sparse) go to table (tile + 2) % 3, which
@@ -367,31 +422,32 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // The loaded binary of the kernel is sm_90a code (not a JIT of an older target's PTX, not a plain sm_90
 // build): its PTX / binary versions are 90 and the device is compute capability 9.0.
-template <int D, bool kSparse, bool kDca = false>
+template <int D, bool kSparse, bool kDca = false, bool kFp8 = false>
 bool wgmma_usable(int device) {
   static PerDeviceFlag flag;
   NANOVLLM_CHECK(device >= 0 && device < PerDeviceFlag::kMaxDevices, "paged_attention (cuda): device index ", device);
   return flag.get(device, [](int dev) {
-    if (!runs_sm90a_code(dev, reinterpret_cast<const void*>(prefill_wgmma_kernel<D, kSparse, kDca>))) return false;
-    constexpr size_t kSmem = WgCfg<D, kSparse>::kSmem;
+    if (!runs_sm90a_code(dev, reinterpret_cast<const void*>(prefill_wgmma_kernel<D, kSparse, kDca, kFp8>)))
+      return false;
+    constexpr size_t kSmem = WgCfg<D, kSparse, kFp8>::kSmem;
     int optin = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     if (static_cast<size_t>(optin) < kSmem) return false;
     // (the dynamic shared-memory limit is a per-function attribute of the current device's context)
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<D, kSparse, kDca>,
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<D, kSparse, kDca, kFp8>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
     return true;
   });
 }
 
-template <int D, bool kDca>
+template <int D, bool kDca, bool kFp8 = false>
 bool launch(const Params& p, int64_t num_tokens, cudaStream_t st) {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
-  if (!wgmma_usable<D, false, kDca>(device)) return false;
+  if (!wgmma_usable<D, false, kDca, kFp8>(device)) return false;
   const PackedGrid g = packed_grid(p, num_tokens, kBM);
-  prefill_wgmma_kernel<D, false, kDca>
-      <<<g.ctas, kThreads, WgCfg<D>::kSmem, st>>>(p, SparsePattern{}, g.rows_per_cta, g.gc, g.gchunks);
+  prefill_wgmma_kernel<D, false, kDca, kFp8>
+      <<<g.ctas, kThreads, WgCfg<D, false, kFp8>::kSmem, st>>>(p, SparsePattern{}, g.rows_per_cta, g.gc, g.gchunks);
   CUDA_CHECK_LAUNCH();
   return true;
 }
@@ -418,6 +474,14 @@ bool launch_sparse(const Params& p, SparsePattern sp, cudaStream_t st) {
 }  // namespace
 
 bool launch_prefill_wgmma(const Params& p, int head_dim, int64_t num_tokens, cudaStream_t st, bool dca) {
+  if (p.k_scale != nullptr) {  // an fp8 cache (the engine refuses it with Dual Chunk Attention)
+    NANOVLLM_CHECK(!dca, "paged_attention (cuda): Dual Chunk Attention reads a bf16 KV cache, not fp8");
+    switch (head_dim) {
+      case 64: return launch<64, false, true>(p, num_tokens, st);
+      case 128: return launch<128, false, true>(p, num_tokens, st);
+      default: return false;
+    }
+  }
   switch (head_dim) {
     case 64: return dca ? launch<64, true>(p, num_tokens, st) : launch<64, false>(p, num_tokens, st);
     case 128: return dca ? launch<128, true>(p, num_tokens, st) : launch<128, false>(p, num_tokens, st);
@@ -426,6 +490,8 @@ bool launch_prefill_wgmma(const Params& p, int head_dim, int64_t num_tokens, cud
 }
 
 bool launch_block_sparse_wgmma(const Params& p, const SparsePattern& sp, int head_dim, cudaStream_t st, bool dca) {
+  NANOVLLM_CHECK(p.k_scale == nullptr, "block_sparse_prefill_attention (cuda): the block-sparse wgmma kernel reads a "
+                 "bf16 KV cache, not fp8");
   switch (head_dim) {
     case 64: return dca ? launch_sparse<64, true>(p, sp, st) : launch_sparse<64, false>(p, sp, st);
     case 128: return dca ? launch_sparse<128, true>(p, sp, st) : launch_sparse<128, false>(p, sp, st);

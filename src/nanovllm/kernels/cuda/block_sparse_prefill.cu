@@ -7,10 +7,13 @@
 
 namespace nanovllm::cuda_ops {
 
-void block_sparse_prefill_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                                    const AttentionMetadata& meta, const ops::BlockSparsePattern& pattern,
-                                    float scale, const ops::DualChunkParams* dca, ops::Stream s) {
+void block_sparse_prefill_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache,
+                                    const KvCacheTensor& v_cache, const AttentionMetadata& meta,
+                                    const ops::BlockSparsePattern& pattern, float scale, const ops::DualChunkParams* dca,
+                                    ops::Stream s) {
   constexpr const char* op = "block_sparse_prefill_attention (cuda)";
+  NANOVLLM_CHECK(!k_cache.fp8(), op, ": the wgmma kernel reads a bf16 KV cache, not fp8 (--kv-cache-dtype fp8 runs "
+                 "sparse prefill on the CPU backend only)");
   // q [T, Hq, D], or [3, T, Hq, D] with DCA
   const int64_t T = q.dim(q.ndim() - 3), Hq = q.dim(q.ndim() - 2), D = q.dim(q.ndim() - 1);
   if (T == 0) return;

@@ -23,14 +23,16 @@ void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, o
             ops::LinearHint hint = ops::LinearHint::kNone);
 void linear_fp8(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,
                 ops::Stream s);
+// The KV caches: bf16, or fp8 codes + scales (kernels/kv_cache.h; kv_fp8.cuh).
 void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
-                  TensorView positions, const ops::RopeParams& rope, TensorView k_cache, TensorView v_cache,
-                  const AttentionMetadata& meta, ops::Stream s);
-void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                  TensorView positions, const ops::RopeParams& rope, const KvCacheTensor& k_cache,
+                  const KvCacheTensor& v_cache, const AttentionMetadata& meta, ops::Stream s);
+void paged_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache, const KvCacheTensor& v_cache,
                      const AttentionMetadata& meta, float scale, ops::Stream s);
 void qkv_prologue_attention(TensorView out, TensorView q, TensorView qkv, TensorView q_norm, TensorView k_norm,
-                            float eps, TensorView positions, const ops::RopeParams& rope, TensorView k_cache,
-                            TensorView v_cache, const AttentionMetadata& meta, float scale, ops::Stream s);
+                            float eps, TensorView positions, const ops::RopeParams& rope, const KvCacheTensor& k_cache,
+                            const KvCacheTensor& v_cache, const AttentionMetadata& meta, float scale, ops::Stream s);
+void gather_kv_rows(TensorView out, const KvCacheTensor& cache, TensorView slots, ops::Stream s);
 void silu_mul(TensorView out, TensorView gate_up, ops::Stream s);
 void linear_silu_mul(TensorView out, TensorView gate_up, TensorView weight, TensorView act, ops::Stream s);
 void silu_mlp(TensorView out, TensorView x, TensorView gate_up_w, TensorView down_w, TensorView gate_up,

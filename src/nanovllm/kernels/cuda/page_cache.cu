@@ -106,11 +106,13 @@ __global__ void __launch_bounds__(kPlanThreads)
 constexpr int kFetchThreads = 256;
 constexpr int kFetchUnroll = 4;
 
-// Grid over (entry, row of the page, 16-byte chunk of the row) x kFetchUnroll. Rows are [*, Hk, chunks]
-// uint4 arrays; the cache is [C, ps, Hk, chunks].
+// Grid over (entry, row of the page, chunk of the row) x kFetchUnroll. Rows are [*, Hk, chunks] arrays of
+// Chunk (uint4: 16 bytes of elements; float: an fp8 row's scale, one chunk per row); the cache is [C, ps, Hk,
+// chunks].
+template <class Chunk>
 __global__ void __launch_bounds__(kFetchThreads)
-    fetch_kernel(uint4* __restrict__ dst_k, uint4* __restrict__ dst_v, const uint4* __restrict__ host_k,
-                 const uint4* __restrict__ host_v, uint4* __restrict__ cache_k, uint4* __restrict__ cache_v,
+    fetch_kernel(Chunk* __restrict__ dst_k, Chunk* __restrict__ dst_v, const Chunk* __restrict__ host_k,
+                 const Chunk* __restrict__ host_v, Chunk* __restrict__ cache_k, Chunk* __restrict__ cache_v,
                  const int32_t* __restrict__ selected, const int32_t* __restrict__ plan, int entries, int hk,
                  int k_pages, int page_size, int chunks, int64_t host_tokens) {
   pdl_wait();  // the plan comes from the preceding kernel
@@ -118,7 +120,7 @@ __global__ void __launch_bounds__(kFetchThreads)
   const int64_t per_entry = int64_t{page_size} * chunks;
   const int64_t total = entries * per_entry * 2;  // K and V
   const int64_t first = (int64_t{blockIdx.x} * kFetchUnroll) * kFetchThreads + threadIdx.x;
-  uint4 val[kFetchUnroll];
+  Chunk val[kFetchUnroll];
   int64_t dst_at[kFetchUnroll], cache_at[kFetchUnroll];
   bool is_v[kFetchUnroll];
 #pragma unroll
@@ -183,8 +185,9 @@ void page_cache_plan(TensorView plan, TensorView selected, const ops::PageCacheS
   CUDA_CHECK_LAUNCH();
 }
 
-void page_cache_fetch(TensorView dst_k, TensorView dst_v, TensorView host_k, TensorView host_v, TensorView cache_k,
-                      TensorView cache_v, TensorView selected, TensorView plan, int64_t host_tokens, ops::Stream s) {
+void page_cache_fetch(const KvCacheTensor& dst_k, const KvCacheTensor& dst_v, const KvCacheTensor& host_k,
+                      const KvCacheTensor& host_v, const KvCacheTensor& cache_k, const KvCacheTensor& cache_v,
+                      TensorView selected, TensorView plan, int64_t host_tokens, ops::Stream s) {
   const int64_t Hk = dst_k.dim(1), K = selected.dim(2), ps = cache_k.dim(1);
   const int64_t row_bytes = dst_k.dim(2) * static_cast<int64_t>(dtype_size(dst_k.dtype()));
   const bool vec = row_bytes % 16 == 0 && aligned16(dst_k.data()) && aligned16(dst_v.data()) &&
@@ -198,10 +201,26 @@ void page_cache_fetch(TensorView dst_k, TensorView dst_v, TensorView host_k, Ten
   // The host pool must be pinned (cudaHostAlloc): the kernel reads it through its mapped address.
   const auto* hk = static_cast<const uint4*>(mapped_device_pointer(host_k.data()));
   const auto* hv = static_cast<const uint4*>(mapped_device_pointer(host_v.data()));
-  launch_pdl(fetch_kernel, dim3(ceil_div_u(total, int64_t{kFetchThreads} * kFetchUnroll)), dim3(kFetchThreads), 0,
-             s, dst_k.data_as<uint4>(), dst_v.data_as<uint4>(), hk, hv, cache_k.data_as<uint4>(), cache_v.data_as<uint4>(),
-             selected.data_as<const int32_t>(), plan.data_as<const int32_t>(), static_cast<int>(entries),
-             static_cast<int>(Hk), static_cast<int>(K), static_cast<int>(ps), static_cast<int>(chunks), host_tokens);
+  launch_pdl(fetch_kernel<uint4>, dim3(ceil_div_u(total, int64_t{kFetchThreads} * kFetchUnroll)), dim3(kFetchThreads),
+             0, s, dst_k.data_as<uint4>(), dst_v.data_as<uint4>(), hk, hv, cache_k.data_as<uint4>(),
+             cache_v.data_as<uint4>(), selected.data_as<const int32_t>(), plan.data_as<const int32_t>(),
+             static_cast<int>(entries), static_cast<int>(Hk), static_cast<int>(K), static_cast<int>(ps),
+             static_cast<int>(chunks), host_tokens);
+  CUDA_CHECK_LAUNCH();
+  if (!dst_k.fp8()) return;
+  // The fp8 rows' scales, the same entries and rows: one f32 per (row, KV head). They may lie inside the pinned
+  // allocation of the codes (the host pool's region): mapped through the codes' address plus their offset.
+  const auto mapped = [](const KvCacheTensor& t) {
+    return reinterpret_cast<const float*>(static_cast<const char*>(mapped_device_pointer(t.data())) +
+                                          (t.scale.data_as<const char>() - t.data_as<const char>()));
+  };
+  const int64_t scale_total = entries * ps * 2;
+  launch_pdl(fetch_kernel<float>, dim3(ceil_div_u(scale_total, int64_t{kFetchThreads} * kFetchUnroll)),
+             dim3(kFetchThreads), 0, s, dst_k.scale.data_as<float>(), dst_v.scale.data_as<float>(),
+             mapped(host_k), mapped(host_v), cache_k.scale.data_as<float>(),
+             cache_v.scale.data_as<float>(), selected.data_as<const int32_t>(), plan.data_as<const int32_t>(),
+             static_cast<int>(entries), static_cast<int>(Hk), static_cast<int>(K), static_cast<int>(ps), 1,
+             host_tokens);
   CUDA_CHECK_LAUNCH();
 }
 

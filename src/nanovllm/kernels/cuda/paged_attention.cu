@@ -13,6 +13,9 @@
 // empty split slots exit at once. Single-split sequences write the output directly.
 // Decode, head_dim 256 (SIMT kernel + combine launch): ~2 waves of CTAs, each split >= 256 keys of
 // meta.max_context_len, at most kMaxSplits; ranges derived on the device from context_lens.
+// fp8 KV cache (kernels/kv_cache.h): the same kernels (tensor-core decode and wgmma prefill for head_dim 64 / 128,
+// the mma.sync prefill without wgmma, SIMT for other head dims) dequantize K / V tiles to bf16(code x scale) in
+// shared memory; only the fused decode prologue is bf16-only (the qkv_prologue kernel quantizes the new rows).
 // Split partials (and the fused combine's arrival counters, zeroed once) live in a workspace of the
 // device context, grown (cudaMalloc) only when a larger decode shape is first seen: run warm-up steps with
 // the largest decode batch before graph capture.
@@ -29,18 +32,22 @@ namespace nanovllm::cuda_ops {
 
 namespace attn {
 
-Params attention_params(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+Params attention_params(TensorView out, TensorView q, const KvCacheTensor& k_cache, const KvCacheTensor& v_cache,
                         const AttentionMetadata& meta, float scale) {
   const int64_t Hq = q.dim(1), Hk = k_cache.dim(2);
-  NANOVLLM_CHECK(q.dtype() == DType::kBF16 && out.dtype() == DType::kBF16 && k_cache.dtype() == DType::kBF16 &&
-                     v_cache.dtype() == DType::kBF16,
-                 "paged_attention (cuda): q, out and the KV caches must be BF16");
+  NANOVLLM_CHECK(q.dtype() == DType::kBF16 && out.dtype() == DType::kBF16 &&
+                     (k_cache.fp8() || k_cache.dtype() == DType::kBF16) && v_cache.dtype() == k_cache.dtype(),
+                 "paged_attention (cuda): q and out must be BF16, the KV caches BF16 or fp8");
   NANOVLLM_CHECK(Hk > 0 && Hq % Hk == 0, "paged_attention (cuda): Hq ", Hq, " not a multiple of Hk ", Hk);
   Params p{};
   p.q = q.data_as<const __nv_bfloat16>();
   p.out = out.data_as<__nv_bfloat16>();
   p.k_cache = k_cache.data_as<const __nv_bfloat16>();
   p.v_cache = v_cache.data_as<const __nv_bfloat16>();
+  if (k_cache.fp8()) {
+    p.k_scale = k_cache.scale.data_as<const float>();
+    p.v_scale = v_cache.scale.data_as<const float>();
+  }
   p.cu = meta.cu_seqlens_q.data_as<const int32_t>();
   p.ctx = meta.context_lens.data_as<const int32_t>();
   p.bt = meta.block_tables.data_as<const int32_t>();
@@ -172,7 +179,7 @@ void attn::launch_dual_chunk_decode(Params p, int head_dim, int64_t max_context,
   launch_decode_attention(p, head_dim, max_context, s, /*prologue=*/false, /*single_wave=*/false, /*dca=*/true);
 }
 
-void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+void paged_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache, const KvCacheTensor& v_cache,
                      const AttentionMetadata& meta, float scale, ops::Stream s) {
   const int64_t T = q.dim(0), D = q.dim(2);
   if (T == 0 || meta.num_seqs == 0) return;
@@ -205,14 +212,14 @@ void paged_attention(TensorView out, TensorView q, TensorView k_cache, TensorVie
 }
 
 void qkv_prologue_attention(TensorView out, TensorView q, TensorView qkv, TensorView q_norm, TensorView k_norm,
-                            float eps, TensorView positions, const ops::RopeParams& rope, TensorView k_cache,
-                            TensorView v_cache, const AttentionMetadata& meta, float scale, ops::Stream s) {
+                            float eps, TensorView positions, const ops::RopeParams& rope, const KvCacheTensor& k_cache,
+                            const KvCacheTensor& v_cache, const AttentionMetadata& meta, float scale, ops::Stream s) {
   const int64_t T = q.dim(0), D = q.dim(2);
   const DeviceContext& ctx = context_of(s);
   auto bf16_or_none = [](TensorView t) {
     return !t.defined() || t.numel() == 0 || t.data() == nullptr || (t.dtype() == DType::kBF16 && aligned16(t.data()));
   };
-  const bool fused = ctx.options.decode_fused_prologue && T > 0 && meta.num_seqs > 0 && meta.max_query_len == 1 &&
+  const bool fused = ctx.options.decode_fused_prologue && !k_cache.fp8() && T > 0 && meta.num_seqs > 0 && meta.max_query_len == 1 &&
                      attn::decode_tc_supported(static_cast<int>(D)) && qkv.dtype() == DType::kBF16 &&
                      aligned16(qkv.data()) && bf16_or_none(q_norm) && bf16_or_none(k_norm) &&
                      aligned16(k_cache.data()) && aligned16(v_cache.data()) &&

@@ -14,11 +14,13 @@
 //    is the same register of lane ^ (lanes_per_head / 2). A warp takes 32 / lanes_per_head heads at once.
 //    Measured need: the generic kernel's 2-byte accesses ran at 1.3 TB/s at T = 8192.
 //  * generic (run-time dtypes, any even D <= 512): one warp per head, lane i holding the pairs (i, i + D/2)
-//    (interleaved: (2i, 2i + 1)).
+//    (interleaved: (2i, 2i + 1)). It also writes an fp8 cache (kv_fp8.cuh): the warp's max |x| gives the row's
+//    scale, each lane stores its codes, lane 0 the scale.
 // Both: RMSNorm over D in fp32 (w * (x * r)), RoPE in fp32, one rounding to the output dtype; math order as
 // kernels/cpu/qkv_prologue.cpp.
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
+#include "nanovllm/kernels/cuda/kv_fp8.cuh"
 #include "nanovllm/kernels/cuda/pdl.cuh"
 #include "nanovllm/kernels/cuda/qkv_rope.cuh"
 
@@ -36,8 +38,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 qkv_prologue_kernel(void* q_out, int q_dt, const void* qkv, int qkv_dt, const void* q_norm, int qn_dt,
                     const void* k_norm, int kn_dt, float eps, const int32_t* __restrict__ positions,
                     const float* __restrict__ inv_freq, int pairs, bool interleaved, float attn_scaling,
-                    void* k_cache, int k_dt, void* v_cache, int v_dt, const int32_t* __restrict__ slots, int Hq,
-                    int Hk, int D, int heads_per_block) {
+                    void* k_cache, int k_dt, void* v_cache, int v_dt, float* k_scale, float* v_scale,
+                    const int32_t* __restrict__ slots, int Hq, int Hk, int D, int heads_per_block) {
   extern __shared__ float cs[];  // [D/2] cos, [D/2] sin
   const int half = D / 2;
   const int64_t t = blockIdx.x;
@@ -113,6 +115,25 @@ qkv_prologue_kernel(void* q_out, int q_dt, const void* qkv, int qkv_dt, const vo
         }
       }
     }
+    float* row_scale = is_q ? nullptr : is_k ? k_scale : v_scale;  // non-null: an fp8 cache row
+    if (row_scale != nullptr) {
+      float amax = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kPairs; ++k)
+        if (lane + 32 * k < half) amax = fmaxf(amax, fmaxf(fabsf(x1[k]), fabsf(x2[k])));
+      const float sc = fp8_kv_row_scale(warp_max(amax));
+      uint8_t* codes = static_cast<uint8_t*>(dst);
+#pragma unroll
+      for (int k = 0; k < kPairs; ++k) {
+        const int i = lane + 32 * k;
+        if (i < half) {
+          codes[off + step * i] = fp8_e4m3_code(x1[k] / sc);
+          codes[off + step * i + second] = fp8_e4m3_code(x2[k] / sc);
+        }
+      }
+      if (lane == 0) row_scale[off / D] = sc;
+      continue;
+    }
 #pragma unroll
     for (int k = 0; k < kPairs; ++k) {
       const int i = lane + 32 * k;
@@ -174,8 +195,8 @@ qkv_prologue_vec_kernel(uint4* __restrict__ q_out, const uint4* __restrict__ qkv
 }  // namespace
 
 void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
-                  TensorView positions, const ops::RopeParams& rope, TensorView k_cache, TensorView v_cache,
-                  const AttentionMetadata& meta, ops::Stream s) {
+                  TensorView positions, const ops::RopeParams& rope, const KvCacheTensor& k_cache,
+                  const KvCacheTensor& v_cache, const AttentionMetadata& meta, ops::Stream s) {
   const int64_t T = q_out.dim(0), Hq = q_out.dim(1), D = q_out.dim(2);
   const int64_t Hk = k_cache.dim(2);
   if (T == 0) return;
@@ -190,7 +211,7 @@ void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorVie
   const int pairs = static_cast<int>(rope.inv_freq.numel());  // ops.cpp checked: D/2, or <= D/2 interleaved
   const int32_t* slots = meta.slot_mapping.data_as<const int32_t>();
   const int64_t lanes_per_head = D / 8;
-  const bool vec = D % 8 == 0 && lanes_per_head >= 2 && lanes_per_head <= 32 &&
+  const bool vec = !k_cache.fp8() && D % 8 == 0 && lanes_per_head >= 2 && lanes_per_head <= 32 &&
                    (lanes_per_head & (lanes_per_head - 1)) == 0 && q_out.dtype() == DType::kBF16 &&
                    qkv.dtype() == DType::kBF16 && k_cache.dtype() == DType::kBF16 &&
                    v_cache.dtype() == DType::kBF16 && (!has_qn || q_norm.dtype() == DType::kBF16) &&
@@ -225,7 +246,8 @@ void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorVie
       has_qn ? q_norm.data() : nullptr, has_qn ? dt(q_norm) : 0,
       has_kn ? k_norm.data() : nullptr, has_kn ? dt(k_norm) : 0, eps, pos, inv_freq, pairs, rope.interleaved,
       rope.attention_scaling,
-      k_cache.data(), dt(k_cache), v_cache.data(), dt(v_cache), slots, static_cast<int>(Hq), static_cast<int>(Hk),
+      k_cache.data(), dt(k_cache), v_cache.data(), dt(v_cache), k_cache.fp8() ? k_cache.scale.data_as<float>() : nullptr,
+      v_cache.fp8() ? v_cache.scale.data_as<float>() : nullptr, slots, static_cast<int>(Hq), static_cast<int>(Hk),
       static_cast<int>(D), heads_per_block);
   CUDA_CHECK_LAUNCH();
 }

@@ -27,6 +27,7 @@
 #include "nanovllm/kernels/cuda/cuda_check.h"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
 #include "nanovllm/kernels/cuda/cuda_sparse_ops.h"
+#include "nanovllm/kernels/cuda/kv_fp8.cuh"
 #include "nanovllm/kernels/cuda/pdl.cuh"
 
 namespace nanovllm::cuda_ops {
@@ -41,10 +42,19 @@ constexpr int kUpdateThreads = 128;
 // consecutive in the step) into the stored min / max, which cover the block's earlier offsets, unless
 // the block starts in this step. That is the CPU's fold, without ordering between the step's tokens (one
 // writer per block), and a decode step reads one key row and the stored pair, not the whole block.
+// An fp8 cache (k_scale set): keys are code x scale in f32 (row = slot x Hk + e / D), and the bf16 metadata is
+// rounded outward (min down, max up), as the CPU's, so the page bound still holds.
+__device__ __forceinline__ float quest_key(const void* k_cache, const float* k_scale, int64_t slot, int e, int hk_d,
+                                           int D) {
+  const int64_t i = slot * hk_d + e;
+  if (k_scale == nullptr) return __bfloat162float(static_cast<const __nv_bfloat16*>(k_cache)[i]);
+  return fp8_e4m3_value(static_cast<const uint8_t*>(k_cache)[i]) * k_scale[slot * (hk_d / D) + e / D];
+}
+
 __global__ void __launch_bounds__(kUpdateThreads)
     quest_update_kernel(__nv_bfloat16* __restrict__ k_min, __nv_bfloat16* __restrict__ k_max,
-                        const __nv_bfloat16* __restrict__ k_cache, const int32_t* __restrict__ slots, int num_tokens,
-                        int block_size, int hk_d) {
+                        const void* __restrict__ k_cache, const float* __restrict__ k_scale,
+                        const int32_t* __restrict__ slots, int num_tokens, int block_size, int hk_d, int D) {
   const int t = blockIdx.x;
   const int e = blockIdx.y * kUpdateThreads + threadIdx.x;
   const int slot = slots[t];
@@ -57,14 +67,14 @@ __global__ void __launch_bounds__(kUpdateThreads)
   }
   pdl_wait();  // the step's keys and the stored metadata come from earlier kernels
   pdl_trigger();
-  const __nv_bfloat16* rows = k_cache + int64_t{block} * block_size * hk_d + e;
+  const int64_t first_slot = int64_t{block} * block_size;
   int earliest = slot % block_size;
-  float lo = __bfloat162float(rows[int64_t{earliest} * hk_d]), hi = lo;
+  float lo = quest_key(k_cache, k_scale, first_slot + earliest, e, hk_d, D), hi = lo;
   for (int u = t - 1; u >= 0; --u) {
     if (slots[u] < 0) continue;
     if (slots[u] / block_size != block) break;
     earliest = slots[u] % block_size;
-    const float k = __bfloat162float(rows[int64_t{earliest} * hk_d]);
+    const float k = quest_key(k_cache, k_scale, first_slot + earliest, e, hk_d, D);
     lo = fminf(lo, k);
     hi = fmaxf(hi, k);
   }
@@ -73,9 +83,9 @@ __global__ void __launch_bounds__(kUpdateThreads)
     lo = fminf(lo, __bfloat162float(k_min[meta]));
     hi = fmaxf(hi, __bfloat162float(k_max[meta]));
   }
-  // min / max of bf16 values are bf16 values: the conversions are exact.
-  k_min[meta] = __float2bfloat16_rn(lo);
-  k_max[meta] = __float2bfloat16_rn(hi);
+  // min / max of bf16 values are bf16 values: the conversions are exact (fp8: outward).
+  k_min[meta] = k_scale != nullptr ? __float2bfloat16_rd(lo) : __float2bfloat16_rn(lo);
+  k_max[meta] = k_scale != nullptr ? __float2bfloat16_ru(hi) : __float2bfloat16_rn(hi);
 }
 
 // ---- quest_scores ----
@@ -358,16 +368,18 @@ __global__ void __launch_bounds__(kGatherThreads)
 
 }  // namespace
 
-void quest_update_pages(TensorView k_min, TensorView k_max, TensorView k_cache, TensorView slot_mapping,
+void quest_update_pages(TensorView k_min, TensorView k_max, const KvCacheTensor& k_cache, TensorView slot_mapping,
                         ops::Stream s) {
-  NANOVLLM_CHECK(k_cache.dtype() == DType::kBF16, "quest_update_pages (cuda): the KV cache must be BF16");
+  NANOVLLM_CHECK((k_cache.dtype() == DType::kBF16 || k_cache.fp8()) && k_min.dtype() == DType::kBF16,
+                 "quest_update_pages (cuda): the KV cache must be BF16 or fp8, the page metadata BF16");
   const int T = static_cast<int>(slot_mapping.dim(0));
   if (T == 0) return;
   const int hk_d = static_cast<int>(k_cache.dim(2) * k_cache.dim(3));
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>((hk_d + kUpdateThreads - 1) / kUpdateThreads));
   launch_pdl(quest_update_kernel, grid, dim3(kUpdateThreads), 0, s, k_min.data_as<__nv_bfloat16>(),
-             k_max.data_as<__nv_bfloat16>(), k_cache.data_as<const __nv_bfloat16>(),
-             slot_mapping.data_as<const int32_t>(), T, static_cast<int>(k_cache.dim(1)), hk_d);
+             k_max.data_as<__nv_bfloat16>(), k_cache.data(), k_cache.fp8() ? k_cache.scale.data_as<const float>() : nullptr,
+             slot_mapping.data_as<const int32_t>(), T, static_cast<int>(k_cache.dim(1)), hk_d,
+             static_cast<int>(k_cache.dim(3)));
 }
 
 void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView k_max, TensorView block_tables,
@@ -417,12 +429,16 @@ void select_pages(TensorView selected, TensorView scores, TensorView context_len
   }
 }
 
-void sparse_decode_attention(TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                             TensorView block_tables, TensorView context_lens, TensorView selected, float scale,
-                             TensorView scratch, const ops::DualChunkParams* dca, ops::Stream s) {
-  if (dca != nullptr)
+void sparse_decode_attention(TensorView out, TensorView q, const KvCacheTensor& k_cache,
+                             const KvCacheTensor& v_cache, TensorView block_tables, TensorView context_lens,
+                             TensorView selected, float scale, TensorView scratch, const ops::DualChunkParams* dca,
+                             ops::Stream s) {
+  if (dca != nullptr) {
+    NANOVLLM_CHECK(!k_cache.fp8(), "sparse_decode_attention (cuda, Dual Chunk Attention): the kernel reads a bf16 KV "
+                   "cache, not fp8 (Dual Chunk Attention runs with the model's KV cache dtype only)");
     return dual_chunk_sparse_decode_attention(out, q, k_cache, v_cache, block_tables, context_lens, selected, *dca,
                                               scale, s);
+  }
   const int64_t S = q.dim(0), Hq = q.dim(1), D = q.dim(2);
   const int64_t NB = k_cache.dim(0), BS = k_cache.dim(1), Hk = k_cache.dim(2), K = selected.dim(2);
   if (S == 0) return;

@@ -16,6 +16,7 @@
 #include "nanovllm/model/weights.h"
 #include "nanovllm/offload/cuda/cuda_offload_device.h"
 #include "nanovllm/runner/cuda/nvtx_range.h"
+#include "nanovllm/runner/kv_cache_layout.h"
 #include "nanovllm/runner/forward_batch.h"
 #include "nanovllm/runner/weight_quantization.h"
 
@@ -169,11 +170,13 @@ void CudaModelRunner::make_model(const ModelConfig& config, ModelWeights weights
 }
 
 void CudaModelRunner::allocate_kv_cache(const ModelConfig& config) {
-  const int64_t layers = config.num_hidden_layers;
-  const int64_t block_elems = ec_.cache.block_size * config.num_key_value_heads * config.head_dim;
-  // The sparse policy's page metadata grows with the blocks; its workspace comes off the budget first.
+  // bf16, or --kv-cache-dtype fp8's codes + scales (kernels/kv_cache.h).
+  PagedKvLayout layout{.layers = config.num_hidden_layers, .block_size = ec_.cache.block_size,
+                       .kv_heads = config.num_key_value_heads, .head_dim = config.head_dim,
+                       .dtype = ec_.cache.kv_dtype(DType::kBF16)};
+  // The sparse policy's page metadata (bf16) grows with the blocks; its workspace comes off the budget first.
   const SparseDecodeBytes sparse = RunnerSparseAttention::decode_bytes(ec_, config, DType::kBF16);
-  const int64_t bytes_per_block = layers * 2 * block_elems * 2 + sparse.per_block;  // bf16
+  const int64_t bytes_per_block = layout.bytes_per_block() + sparse.per_block;
   if (ec_.cache.num_kv_blocks > 0) {
     num_kv_blocks_ = ec_.cache.num_kv_blocks;
   } else {
@@ -190,16 +193,10 @@ void CudaModelRunner::allocate_kv_cache(const ModelConfig& config) {
   NANOVLLM_CHECK(num_kv_blocks_ >= 1, "no GPU memory left for the KV cache (gpu_memory_utilization ",
                  ec_.cache.gpu_memory_utilization, ")");
   NANOVLLM_INFO("cuda runner: ", num_kv_blocks_, " KV blocks of ", ec_.cache.block_size, " tokens (",
-                num_kv_blocks_ * bytes_per_block / (1 << 20), " MiB)");
-  kv_storage_ = Buffer(cuda_allocator(device_), DType::kBF16, Shape{layers, 2, num_kv_blocks_, block_elems});
-  char* base = static_cast<char*>(kv_storage_.data());
-  const Shape layer_shape{num_kv_blocks_, ec_.cache.block_size, config.num_key_value_heads, config.head_dim};
-  const size_t layer_bytes = static_cast<size_t>(num_kv_blocks_ * block_elems * 2);
-  for (int64_t l = 0; l < layers; ++l) {
-    char* k = base + static_cast<size_t>(2 * l) * layer_bytes;
-    kv_.push_back({TensorView(k, DType::kBF16, layer_shape, Device::cuda(device_)),
-                   TensorView(k + layer_bytes, DType::kBF16, layer_shape, Device::cuda(device_))});
-  }
+                num_kv_blocks_ * bytes_per_block / (1 << 20), " MiB, ", dtype_name(layout.dtype), ")");
+  layout.blocks = num_kv_blocks_;
+  kv_storage_ = Buffer(cuda_allocator(device_), layout.total_bytes());
+  kv_ = layout.carve(kv_storage_.data(), Device::cuda(device_));
   sparse_->make_decode_policy(num_kv_blocks_, DType::kBF16);
 }
 

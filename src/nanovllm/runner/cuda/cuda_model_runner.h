@@ -87,7 +87,7 @@ class CudaModelRunner final : public ModelRunner {
   Buffer workspace_;                 // decoder activations, device
   DecoderWorkspace ws_;
   int64_t num_kv_blocks_ = 0;
-  Buffer kv_storage_;                // [L, 2, NB, BS, Hk, D] bf16, device
+  Buffer kv_storage_;                // per layer K and V [NB, BS, Hk, D] (PagedKvLayout), device
   std::vector<LayerKvCache> kv_;
   int64_t max_batch_ints_ = 0;
   std::array<Buffer, 2> batch_host_;  // packed ForwardBatch ints, pinned: one per launched step in flight
