@@ -8,14 +8,7 @@
 # (and fail the script).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-mode=all
-secs=60
-case "${1:-}" in
-  --build) mode=build ;;
-  --run) mode=run; secs="${2:-60}" ;;
-  "") ;;
-  *) secs=$1 ;;
-esac
+source "$root/scripts/fuzz_args.sh"
 out="$root/build/fuzz-http"
 mkdir -p "$out/corpus"
 if [ $mode != run ]; then
