@@ -40,7 +40,8 @@ done
 
 have_gpu=0
 if nvidia-smi -L >/dev/null 2>&1; then have_gpu=1; fi
-cuda_args=(-UCMAKE_CUDA_ARCHITECTURES)  # with a GPU: the GPU's own (CMakeLists.txt), even in a tree configured without
+# With a GPU the architecture is detected again (CMakeLists.txt), also in a tree once configured without one.
+cuda_args=(-UCMAKE_CUDA_ARCHITECTURES)
 if [ $have_gpu = 0 ]; then cuda_args=(-DCMAKE_CUDA_ARCHITECTURES=90a-virtual); fi
 cmake --preset "$preset" -DNANOVLLM_WERROR=ON -DNANOVLLM_PYTHON=ON -DPython_EXECUTABLE="$python" "${cuda_args[@]}" \
   >/dev/null
