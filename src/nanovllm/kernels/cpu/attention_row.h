@@ -23,6 +23,21 @@ inline float dot_f32(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+// Scores sc[0, n) (n >= 1) -> their softmax, in place: max subtraction, exponentials and their sum in fp64, one
+// fp32 reciprocal. Returns the log-sum-exp, log sum_j exp(sc[j]).
+inline double softmax_in_place(float* sc, int64_t n) {
+  const float m = *std::max_element(sc, sc + n);
+  double denom = 0.0;
+  for (int64_t j = 0; j < n; ++j) {
+    const double w = std::exp(static_cast<double>(sc[j]) - m);
+    sc[j] = static_cast<float>(w);
+    denom += w;
+  }
+  const float inv = static_cast<float>(1.0 / denom);
+  for (int64_t j = 0; j < n; ++j) sc[j] *= inv;
+  return m + std::log(denom);
+}
+
 // out[g, :] = softmax_j(q[g] . k_j * scale) v_j over the n keys j whose cache slots slot_of(0..n-1) gives,
 // for the G query heads of KV head `kvh`. q_out: [G, D] queries on entry, [G, D] outputs on return.
 // k_cache, v_cache [NB, BS, Hk, D] (either format of kv_cache.h: an fp8 row is dequantized to fp32 first);
@@ -42,18 +57,7 @@ void attend_row(float* q_out, int64_t G, int64_t kvh, int64_t n, SlotOf slot_of,
     if (!kv_f32) load_kv_row(k_cache, row, krow);
     for (int64_t g = 0; g < G; ++g) scores[g * n + j] = dot_f32(q_out + g * D, k, D) * scale;
   }
-  for (int64_t g = 0; g < G; ++g) {
-    float* sc = scores + g * n;
-    const float m = *std::max_element(sc, sc + n);
-    double denom = 0.0;
-    for (int64_t j = 0; j < n; ++j) {
-      const double w = std::exp(static_cast<double>(sc[j]) - m);
-      sc[j] = static_cast<float>(w);
-      denom += w;
-    }
-    const float inv = static_cast<float>(1.0 / denom);
-    for (int64_t j = 0; j < n; ++j) sc[j] *= inv;
-  }
+  for (int64_t g = 0; g < G; ++g) softmax_in_place(scores + g * n, n);
   // The queries are no longer needed: accumulate the outputs in their place.
   std::fill(q_out, q_out + G * D, 0.0f);
   for (int64_t j = 0; j < n; ++j) {

@@ -38,19 +38,7 @@ void attend_range_lse(const float* q, int64_t G, int64_t kvh, int64_t n, SlotOf 
     load_kv_row(k_cache, int64_t{slot_of(j)} * Hk + kvh, kv_row);
     for (int64_t g = 0; g < G; ++g) scores[g * n + j] = dot_f32(q + g * D, kv_row, D) * scale;
   }
-  for (int64_t g = 0; g < G; ++g) {
-    float* sc = scores + g * n;
-    const float m = *std::max_element(sc, sc + n);
-    double denom = 0.0;
-    for (int64_t j = 0; j < n; ++j) {
-      const double w = std::exp(static_cast<double>(sc[j]) - m);
-      sc[j] = static_cast<float>(w);
-      denom += w;
-    }
-    lse[g] = m + std::log(denom);
-    const float inv = static_cast<float>(1.0 / denom);
-    for (int64_t j = 0; j < n; ++j) sc[j] *= inv;
-  }
+  for (int64_t g = 0; g < G; ++g) lse[g] = softmax_in_place(scores + g * n, n);
   std::fill(out, out + G * D, 0.0f);
   for (int64_t j = 0; j < n; ++j) {
     load_kv_row(v_cache, int64_t{slot_of(j)} * Hk + kvh, kv_row);
