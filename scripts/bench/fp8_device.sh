@@ -21,22 +21,7 @@ BUILD=${1:-build/cuda}
 OUT=${OUT:-./fp8-out}
 MODELS=${MODELS_DIR:-/tmp}
 mkdir -p "$OUT"
-FAILED=0
-run() {  # run NAME CMD...: log to $OUT/NAME.log, note a failure
-  local name=$1; shift
-  echo "== $name: $*"
-  local t0=$SECONDS
-  "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  tail -n 25 "$OUT/$name.log"
-  echo "== $name: exit $rc, $((SECONDS - t0)) s"
-  [ $rc -eq 0 ] || FAILED=1
-}
-
-if [ ! -x "$BUILD/tests/test_cuda" ] || [ ! -x "$BUILD/tools/nanovllm" ]; then
-  run build bash -c "cmake --preset cuda -DCMAKE_CUDA_ARCHITECTURES=90a -B '$BUILD' && \
-                     cmake --build '$BUILD' --target test_cuda nanovllm -j\$(nproc)"
-fi
+source "$(dirname "$0")/steps.sh"  # run, FAILED, the build when missing
 NV=$BUILD/tools/nanovllm
 run tests "$BUILD/tests/test_cuda" --gtest_filter='CudaFp8*' --gtest_also_run_disabled_tests
 run golden python3 scripts/hf_fp8_golden.py --out "$OUT/golden"

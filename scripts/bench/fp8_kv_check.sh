@@ -22,22 +22,8 @@ BUILD=${1:-build/cuda}
 OUT=${OUT:-./fp8-kv-out}
 MODELS=${MODELS_DIR:-/tmp}
 mkdir -p "$OUT"
-FAILED=0
-run() {  # run NAME CMD...: log to $OUT/NAME.log, note a failure
-  local name=$1; shift
-  echo "== $name: $*"
-  local t0=$SECONDS
-  "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  tail -n 12 "$OUT/$name.log"
-  echo "== $name: exit $rc, $((SECONDS - t0)) s"
-  [ $rc -eq 0 ] || FAILED=1
-}
-
-if [ ! -x "$BUILD/tests/test_cuda" ] || [ ! -x "$BUILD/tools/nanovllm" ]; then
-  run build bash -c "cmake --preset cuda -DCMAKE_CUDA_ARCHITECTURES=90a -B '$BUILD' && \
-                     cmake --build '$BUILD' --target test_cuda nanovllm -j\$(nproc)"
-fi
+STEP_TAIL=12
+source "$(dirname "$0")/steps.sh"  # run, FAILED, the build when missing
 NV=$BUILD/tools/nanovllm
 
 # 1. Device tests: the fp8 ones, and the existing tests of every kernel and path the change touched (bf16 caches).

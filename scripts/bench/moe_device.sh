@@ -21,22 +21,7 @@ BUILD=${1:-build/cuda}
 OUT=${OUT:-./moe-out}
 MODEL=${MODEL:-/tmp/q30a3b-24l}
 mkdir -p "$OUT"
-FAILED=0
-run() {  # run NAME CMD...: log to $OUT/NAME.log, note a failure
-  local name=$1; shift
-  echo "== $name: $*"
-  local t0=$SECONDS
-  "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  tail -n 25 "$OUT/$name.log"
-  echo "== $name: exit $rc, $((SECONDS - t0)) s"
-  [ $rc -eq 0 ] || FAILED=1
-}
-
-if [ ! -x "$BUILD/tests/test_cuda" ]; then
-  run build bash -c "cmake --preset cuda -DCMAKE_CUDA_ARCHITECTURES=90a -B '$BUILD' && \
-                     cmake --build '$BUILD' --target test_cuda nanovllm -j\$(nproc)"
-fi
+source "$(dirname "$0")/steps.sh"  # run, FAILED, the build when missing
 run tests "$BUILD/tests/test_cuda" --gtest_filter='CudaMoe*'
 run golden python3 scripts/hf_moe_golden.py --out tests/data/golden
 if [ -x build/cpu/tests/test_e2e ]; then

@@ -1,0 +1,19 @@
+# Sourced by the GPU-machine scripts of scripts/bench (fp8_device.sh, fp8_kv_check.sh, moe_device.sh) after they set
+# OUT and BUILD. Each step's output goes to $OUT/NAME.log; a failed step sets FAILED=1 and the script goes on (it
+# exits with $FAILED at the end).
+FAILED=0
+run() {  # run NAME CMD...: log to $OUT/NAME.log, print its last ${STEP_TAIL:-25} lines, note a failure
+  local name=$1; shift
+  echo "== $name: $*"
+  local t0=$SECONDS
+  "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  tail -n "${STEP_TAIL:-25}" "$OUT/$name.log"
+  echo "== $name: exit $rc, $((SECONDS - t0)) s"
+  [ $rc -eq 0 ] || FAILED=1
+}
+# test_cuda and nanovllm in $BUILD: configured (preset cuda, sm_90a) and built when either is missing.
+if [ ! -x "$BUILD/tests/test_cuda" ] || [ ! -x "$BUILD/tools/nanovllm" ]; then
+  run build bash -c "cmake --preset cuda -DCMAKE_CUDA_ARCHITECTURES=90a -B '$BUILD' && \
+                     cmake --build '$BUILD' --target test_cuda nanovllm -j\$(nproc)"
+fi
