@@ -185,8 +185,7 @@ void avgpool_estimate(const ops::BlockSparsePattern& pattern, TensorView q, Tens
   pt::clear_column_lists(pattern, st);
   const bool full = params.threshold >= 1;
   // Heads per pass: the whole group (up to kMaxHeadsPerPass) unless its score rows overflow shared memory.
-  int optin = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, context_of(s).device()));
+  const int optin = context_of(s).smem_optin();
   const int64_t static_bytes = static_cast<int64_t>(sizeof(pt::Scratch));
   int heads = std::min(g.group(), kMaxHeadsPerPass);
   const bool ranked = params.max_blocks > 0;

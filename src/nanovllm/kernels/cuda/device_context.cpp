@@ -13,6 +13,7 @@ DeviceContext::DeviceContext(int device) : device_(device) {
   NANOVLLM_CHECK(device >= 0 && device < count, "CUDA device ", device, " does not exist (", count, " present)");
   CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&major_, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   options.pdl = environment().pdl;
   options.pdl_early_norm = environment().pdl_early_norm != 0;  // unset (-1): on
 }

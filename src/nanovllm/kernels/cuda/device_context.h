@@ -49,6 +49,8 @@ class DeviceContext {
   int device() const { return device_; }
   int sm_count() const { return sm_count_; }
   int compute_major() const { return major_; }
+  // Shared memory a block may opt into (cudaFuncAttributeMaxDynamicSharedMemorySize's ceiling), bytes.
+  int smem_optin() const { return smem_optin_; }
   // Launches carry the PDL attribute: requested and supported (sm_90+).
   bool use_pdl() const { return options.pdl && major_ >= 9; }
 
@@ -74,6 +76,7 @@ class DeviceContext {
   int device_ = 0;
   int sm_count_ = 0;
   int major_ = 0;
+  int smem_optin_ = 0;
   std::mutex mu_;
   std::unordered_map<std::type_index, Erased> states_;
 };

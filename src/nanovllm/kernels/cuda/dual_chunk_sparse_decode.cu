@@ -203,8 +203,7 @@ void dual_chunk_sparse_decode_attention(TensorView out, TensorView q, TensorView
   NANOVLLM_CHECK(D == 64 || D == 128 || D == 256, op, ": head_dim ", D, " (64, 128 or 256)");
   NANOVLLM_CHECK(G <= kMaxGroup, op, ": ", G, " query heads per KV head (at most ", kMaxGroup, ")");
   const size_t smem = static_cast<size_t>(3 * G * D + 2 * kWarps * G + kWarps * G * D) * sizeof(float);
-  int optin = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, context_of(s).device()));
+  const int optin = context_of(s).smem_optin();
   NANOVLLM_CHECK(smem <= static_cast<size_t>(optin), op, ": ", G, " query heads of head_dim ", D, " need ", smem,
                  " bytes of shared memory; the device has ", optin);
   // Splits: ~2 waves of CTAs over the items, each split at least kMinSplitKeys of the budget's keys.

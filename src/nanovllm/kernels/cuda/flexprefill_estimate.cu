@@ -306,8 +306,7 @@ void flexprefill_estimate(const ops::BlockSparsePattern& pattern, TensorView q, 
   int32_t* counts = pattern.block_counts.data_as<int32_t>();
   int32_t* index = pattern.block_index.data_as<int32_t>();
   pt::clear_column_lists(pattern, st);
-  int optin = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, context_of(s).device()));
+  const int optin = context_of(s).smem_optin();
   const size_t flags_smem = static_cast<size_t>(g.nqb);
   NANOVLLM_CHECK(flags_smem + sizeof(pt::Scratch) <= static_cast<size_t>(optin), op, ": ", g.nqb,
                  " query blocks need more shared memory than the device's ", optin, " bytes per CTA");

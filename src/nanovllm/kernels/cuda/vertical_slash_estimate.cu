@@ -200,8 +200,7 @@ void vertical_slash_estimate(const ops::BlockSparsePattern& pattern, TensorView 
   NANOVLLM_CHECK(g.D <= lastq::kMaxDim, op, ": head_dim ", g.D, " is above the kernel's ", lastq::kMaxDim);
   const lastq::Geometry lg =
       lastq::make_geometry(q, k_cache, g.ctx, std::min<int64_t>(params.last_q, g.T), scale, dca_len);
-  int optin = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, context_of(s).device()));
+  const int optin = context_of(s).smem_optin();
   const size_t tile_smem = lastq::tile_smem(lg, true), flags_smem = static_cast<size_t>(g.nqb);
   NANOVLLM_CHECK(tile_smem <= static_cast<size_t>(optin) &&
                      flags_smem + sizeof(pt::Scratch) <= static_cast<size_t>(optin),

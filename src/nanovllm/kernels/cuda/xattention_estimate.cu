@@ -168,8 +168,7 @@ void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, T
   g.nt = g.m1;
   const int max_blocks = static_cast<int>(pattern.block_index.dim(2));
   pt::clear_column_lists(pattern, st);
-  int optin = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, context_of(s).device()));
+  const int optin = context_of(s).smem_optin();
   const int64_t sel_smem = params.threshold >= 1 ? 0 : select_smem(g, params.max_blocks > 0);
   const int64_t mass_smem = 8 * int64_t{g.nqb};
   NANOVLLM_CHECK(std::max(sel_smem, mass_smem) + static_cast<int64_t>(sizeof(pt::Scratch)) <= optin, op, ": ", g.nqb,
