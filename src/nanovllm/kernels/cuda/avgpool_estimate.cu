@@ -45,45 +45,97 @@ struct SelectSmem {
 
 // last_scores [Hq, nqb] fp32: per query head and key block j, log sum_{k in block j} exp(scale x q . k) for the chunk's
 // last query q (q [T, Hq, D], row T - 1), as the CPU's last_query_scores: each logit an fp32 dot summed over d in
-// order without fused multiply-adds, times scale; the block's max, its exponential sum in double. One CTA per (key
-// block, query head), the heads fastest: the group's heads of a block run next to each other and share its keys in L2.
+// order without fused multiply-adds, times scale; the block's max, its exponential sum in double.
+// One CTA per (key block, KV head), all query heads of the group: the block's keys are read from the cache once,
+// coalesced (16 bytes a thread for bf16), kLastTile keys at a time into shared memory as fp32 rows padded to D + 1
+// words (a warp's 32 keys at one d fall in 32 banks); a thread keeps one (head, key) dot. This reads every key of the
+// context once per chunk (the HBM bound); one CTA per (block, query head) with a key per thread and a dot from global
+// memory was latency bound: 7.5 ms of a 256K prefill chunk (H200), 29 ms at 1M.
+constexpr int kLastTile = 32;  // keys per shared-memory tile: one per lane
+
+struct LastSmem {  // [G][D] the group's last queries, [kLastTile][D + 1] the key tile, [G][B] the block's logits
+  int64_t keys_off, logits_off, total;
+  __host__ __device__ explicit LastSmem(const Geometry& g) {
+    keys_off = 4 * int64_t{g.group()} * g.D;
+    logits_off = keys_off + 4 * int64_t{kLastTile} * (g.D + 1);
+    total = logits_off + 4 * int64_t{g.group()} * g.B;
+  }
+};
+
 template <typename T>
 __global__ void __launch_bounds__(pt::kSelectThreads)
     last_query_scores_kernel(const T* __restrict__ q, const T* __restrict__ k_cache,
                              const int32_t* __restrict__ block_table, float* __restrict__ last_scores, Geometry g,
-                             float scale) {
+                             float scale, bool vec) {
   extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ pt::Scratch sh;
-  auto* qs = reinterpret_cast<float*>(smem);  // [D]: the last query, fp32
-  const int qh = static_cast<int>(blockIdx.x % g.Hq), j = static_cast<int>(blockIdx.x / g.Hq), h = qh / g.group();
+  const LastSmem layout(g);
+  const int G = g.group(), D = g.D;
+  auto* qs = reinterpret_cast<float*>(smem);                        // [G][D]
+  auto* ks = reinterpret_cast<float*>(smem + layout.keys_off);      // [kLastTile][D + 1]
+  auto* logits = reinterpret_cast<float*>(smem + layout.logits_off);  // [G][B]
+  const int h = static_cast<int>(blockIdx.x % g.Hk), j = static_cast<int>(blockIdx.x / g.Hk);
   // (DCA: the rotation of the last query block's region for key block j)
-  const T* qrow = q + g.region(g.nqb - 1, j) * g.rot_stride + (int64_t{g.T - 1} * g.Hq + qh) * g.D;
-  for (int d = threadIdx.x; d < g.D; d += blockDim.x) qs[d] = static_cast<float>(qrow[d]);
-  __syncthreads();
+  const T* qrow = q + g.region(g.nqb - 1, j) * g.rot_stride + (int64_t{g.T - 1} * g.Hq + int64_t{h} * G) * D;
+  for (int e = threadIdx.x; e < G * D; e += blockDim.x) qs[e] = static_cast<float>(qrow[e]);
+  constexpr int kVec = 8;  // elements a thread loads (one 16-byte load for bf16, pattern_pool.cuh's load_vec)
   const int p0 = j * g.B, p1 = g.key_end(j);
-  auto logit = [&](int p) {
-    const int64_t slot = int64_t{block_table[p / g.BS]} * g.BS + p % g.BS;
-    const T* k = k_cache + (slot * g.Hk + h) * g.D;
-    float acc = 0.0f;
-    for (int d = 0; d < g.D; ++d) acc = __fadd_rn(acc, __fmul_rn(qs[d], static_cast<float>(k[d])));
-    return __fmul_rn(scale, acc);
-  };
-  float m = -INFINITY;
-  for (int p = p0 + static_cast<int>(threadIdx.x); p < p1; p += blockDim.x) m = fmaxf(m, logit(p));
-  m = pt::block_max_f(m, sh);
-  double part = 0;
-  for (int p = p0 + static_cast<int>(threadIdx.x); p < p1; p += blockDim.x)
-    part += exp(static_cast<double>(logit(p)) - static_cast<double>(m));
-  const double sum = pt::block_sum_d(part, sh);
-  if (threadIdx.x == 0) last_scores[int64_t{qh} * g.nqb + j] = static_cast<float>(static_cast<double>(m) + log(sum));
+  for (int t0 = p0; t0 < p1; t0 += kLastTile) {
+    const int nk = min(kLastTile, p1 - t0);
+    __syncthreads();  // the previous tile's dots are done (and, the first time, the queries are written)
+    const int per_key = vec ? D / kVec : D;
+    for (int e = threadIdx.x; e < nk * per_key; e += blockDim.x) {
+      const int k = e / per_key, c = e % per_key, p = t0 + k;
+      const int64_t slot = int64_t{block_table[p / g.BS]} * g.BS + p % g.BS;
+      const T* src = k_cache + (slot * g.Hk + h) * D;
+      float* dst = ks + k * (D + 1);
+      if (vec) {
+        float x[kVec];
+        pt::load_vec<T, kVec>(src + c * kVec, x);
+#pragma unroll
+        for (int t = 0; t < kVec; ++t) dst[c * kVec + t] = x[t];
+      } else {
+        dst[c] = static_cast<float>(src[c]);
+      }
+    }
+    __syncthreads();
+    const int k = threadIdx.x % kLastTile;
+    if (k < nk)
+      for (int gi = threadIdx.x / kLastTile; gi < G; gi += blockDim.x / kLastTile) {
+        const float* qv = qs + gi * D;
+        const float* kv = ks + k * (D + 1);
+        float acc = 0.0f;
+        for (int d = 0; d < D; ++d) acc = __fadd_rn(acc, __fmul_rn(qv[d], kv[d]));
+        logits[gi * g.B + (t0 - p0) + k] = __fmul_rn(scale, acc);
+      }
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % 32, n = p1 - p0;
+  for (int gi = threadIdx.x / 32; gi < G; gi += blockDim.x / 32) {  // a warp per query head
+    const float* l = logits + gi * g.B;
+    float m = -INFINITY;
+    for (int p = lane; p < n; p += 32) m = fmaxf(m, l[p]);
+    m = warp_max(m);
+    double part = 0;
+    for (int p = lane; p < n; p += 32) part += exp(static_cast<double>(l[p]) - static_cast<double>(m));
+    const double sum = pt::warp_sum_d(part);
+    if (lane == 0)
+      last_scores[(int64_t{h} * G + gi) * g.nqb + j] = static_cast<float>(static_cast<double>(m) + log(sum));
+  }
 }
 
 template <typename T>
 void launch_last_query_scores(const TensorView& q, const TensorView& k_cache, const int32_t* block_table,
-                              float* last_scores, const Geometry& g, float scale, cudaStream_t st) {
-  const unsigned ctas = static_cast<unsigned>(int64_t{g.Hq} * g.nqb);
-  last_query_scores_kernel<T><<<ctas, pt::kSelectThreads, static_cast<size_t>(g.D) * sizeof(float), st>>>(
-      q.data_as<const T>(), k_cache.data_as<const T>(), block_table, last_scores, g, scale);
+                              float* last_scores, const Geometry& g, float scale, int smem_optin, cudaStream_t st) {
+  const int64_t smem = LastSmem(g).total;
+  NANOVLLM_CHECK(smem <= smem_optin, "avgpool_estimate (cuda): the last query's scores of ", g.group(),
+                 " query heads over key blocks of ", g.B, " tokens (head_dim ", g.D, ") need ", smem,
+                 " bytes of shared memory; the device has ", smem_optin, " per CTA");
+  CUDA_CHECK(cudaFuncSetAttribute(last_query_scores_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(smem)));
+  const unsigned ctas = static_cast<unsigned>(int64_t{g.Hk} * g.nqb);
+  const bool vec = g.D % 8 == 0 && aligned16(k_cache.data());
+  last_query_scores_kernel<T><<<ctas, pt::kSelectThreads, static_cast<size_t>(smem), st>>>(
+      q.data_as<const T>(), k_cache.data_as<const T>(), block_table, last_scores, g, scale, vec);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -209,11 +261,11 @@ void avgpool_estimate(const ops::BlockSparsePattern& pattern, TensorView q, Tens
     pt::launch_pooling(op, q, k_cache, table, mean_q, mean_k, g, st);
     // pool_keys reads the cache as q's dtype: launch_pooling checked they match.
     if (q.dtype() == DType::kBF16) {
-      launch_last_query_scores<__nv_bfloat16>(q, k_cache, table, last_scores, g, scale, st);
+      launch_last_query_scores<__nv_bfloat16>(q, k_cache, table, last_scores, g, scale, optin, st);
     } else if (q.dtype() == DType::kF16) {
-      launch_last_query_scores<__half>(q, k_cache, table, last_scores, g, scale, st);
+      launch_last_query_scores<__half>(q, k_cache, table, last_scores, g, scale, optin, st);
     } else {
-      launch_last_query_scores<float>(q, k_cache, table, last_scores, g, scale, st);
+      launch_last_query_scores<float>(q, k_cache, table, last_scores, g, scale, optin, st);
     }
   }
   CUDA_CHECK(cudaFuncSetAttribute(select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
