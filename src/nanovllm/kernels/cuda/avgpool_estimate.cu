@@ -29,13 +29,12 @@ constexpr int kMaxHeadsPerPass = 8;  // query heads scored per pass over the mea
 
 using Geometry = pt::ChunkGeometry;
 
-// Dynamic shared memory of select_kernel: sort keys, heads_per_pass score rows, their mean queries, the block ranks
-// (with a block budget), the block flags.
+// Dynamic shared memory of select_kernel: heads_per_pass score rows, their mean queries, the block ranks (with a
+// block budget), the block flags.
 struct SelectSmem {
-  int64_t keys_bytes, scores_off, mq_off, rank_off, flags_off, total;
+  int64_t scores_off, mq_off, rank_off, flags_off, total;
   __host__ __device__ SelectSmem(const Geometry& g, int heads_per_pass, bool ranked) {
-    keys_bytes = 8 * pt::pow2_at_least(g.nqb > 3 ? g.nqb - 2 : 1);
-    scores_off = keys_bytes;
+    scores_off = 0;
     mq_off = scores_off + 4 * int64_t{heads_per_pass} * g.nqb;
     rank_off = mq_off + 4 * int64_t{g.rotations()} * heads_per_pass * g.D;
     flags_off = rank_off + (ranked ? 4 * int64_t{g.nqb} : 0);
@@ -147,6 +146,7 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
                   int max_blocks, Geometry g, float scale, double threshold, int heads_per_pass, int budget_blocks) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ pt::Scratch sh;
+  __shared__ pt::RadixSmem rs;
   const int i = g.first + static_cast<int>(blockIdx.x), h = blockIdx.y, n = i + 1;
   int32_t* list = index + (int64_t{h} * g.nqb + i) * max_blocks;
   int32_t* count = counts + int64_t{h} * g.nqb + i;
@@ -156,7 +156,6 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
   }
   const bool ranked = budget_blocks > 0;
   const SelectSmem layout(g, heads_per_pass, ranked);
-  auto* keys = reinterpret_cast<unsigned long long*>(smem);
   auto* scores = reinterpret_cast<float*>(smem + layout.scores_off);  // [heads_per_pass][nqb]
   auto* mq = reinterpret_cast<float*>(smem + layout.mq_off);          // [rotations][heads_per_pass][D]
   auto* rank = reinterpret_cast<float*>(smem + layout.rank_off);      // [nqb] when ranked
@@ -214,12 +213,12 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
       const double sum = pt::block_sum_d(part, sh);
       for (int j = threadIdx.x; j < n; j += blockDim.x) s[j] = static_cast<float>(static_cast<double>(s[j]) / sum);
       __syncthreads();
-      pt::cover_mass(s, n, threshold, keys, flags, sh);
+      pt::cover_mass(s, n, threshold, flags, rs, sh);
       if (ranked) pt::rank_blocks(rank, s, n);
     }
   }
   __syncthreads();
-  if (ranked) pt::limit_flagged(flags, rank, n, budget_blocks, keys, sh);
+  if (ranked) pt::limit_flagged(flags, rank, n, budget_blocks, rs, sh);
   pt::write_flagged(flags, n, list, count, max_blocks, sh);
 }
 
@@ -238,7 +237,7 @@ void avgpool_estimate(const ops::BlockSparsePattern& pattern, TensorView q, Tens
   const bool full = params.threshold >= 1;
   // Heads per pass: the whole group (up to kMaxHeadsPerPass) unless its score rows overflow shared memory.
   const int optin = context_of(s).smem_optin();
-  const int64_t static_bytes = static_cast<int64_t>(sizeof(pt::Scratch));
+  const int64_t static_bytes = pt::kSelectStaticSmem;
   int heads = std::min(g.group(), kMaxHeadsPerPass);
   const bool ranked = params.max_blocks > 0;
   while (heads > 1 && SelectSmem(g, heads, ranked).total + static_bytes > optin) --heads;

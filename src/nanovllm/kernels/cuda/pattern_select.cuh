@@ -1,8 +1,9 @@
 // Block-wide pieces the CUDA pattern estimators share (one CTA per (KV head, query block)): double reductions and
 // scans, the cover-mass selection of the CPU reference (kernels/cpu/prefill_pattern.cpp, cover_mass: forced entries,
-// then by decreasing mass, ties to the lower index, while the kept mass is below threshold x total) as a bitonic sort
-// in shared memory plus a scan, and the write of a (KV head, query block)'s list from per-key-block flags. Every
-// function is called by all threads of the block (blockDim.x = kSelectThreads) and synchronises.
+// then by decreasing mass, ties to the lower index, while the kept mass is below threshold x total) and the block
+// budget's top-k, both as a radix select (radix_select.cuh), and the write of a (KV head, query block)'s list from
+// per-key-block flags. Every function is called by all threads of the block (blockDim.x = kSelectThreads) and
+// synchronises.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include "nanovllm/kernels/attention_metadata.h"
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_check.h"
+#include "nanovllm/kernels/cuda/radix_select.cuh"
 #include "nanovllm/kernels/sparse_ops.h"
 
 namespace nanovllm::cuda_ops::pattern {
@@ -67,26 +69,14 @@ inline void clear_column_lists(const ops::BlockSparsePattern& pattern, cudaStrea
 constexpr int kSelectThreads = 256;
 constexpr int kWarps = kSelectThreads / 32;
 
-// The smallest power of two >= n (n >= 1).
-__host__ __device__ inline int64_t pow2_at_least(int64_t n) {
-  int64_t p = 1;
-  while (p < n) p <<= 1;
-  return p;
-}
-
-constexpr int kMassBuckets = 32;  // by binary exponent: bucket b holds masses in [2^-b, 2^(1-b)), the last also below
-
-// Shared scratch of the reductions and the selection.
+// Shared scratch of the reductions.
 struct Scratch {
   double warp_total[kWarps];
-  double bucket_mass[kMassBuckets];
-  int candidates;
 };
 
-__device__ __forceinline__ int mass_bucket(float m) {
-  const int e = static_cast<int>(__float_as_uint(m) >> 23) - 127;  // m in [0, 1]: e <= 0 (-127 for 0 and denormals)
-  return min(-e, kMassBuckets - 1);
-}
+// Shared memory of the selections (static, beside Scratch).
+using RadixSmem = radix::SmemT<kSelectThreads>;
+constexpr int64_t kSelectStaticSmem = sizeof(Scratch) + sizeof(RadixSmem);
 
 __device__ __forceinline__ double warp_sum_d(double v) {
 #pragma unroll
@@ -140,73 +130,32 @@ __device__ __forceinline__ double block_exclusive_scan_d(double v, Scratch& sh) 
 __device__ __forceinline__ unsigned long long mass_key(float m, int j) {
   return (static_cast<unsigned long long>(__float_as_uint(m)) << 32) | static_cast<unsigned>(~j);
 }
-__device__ __forceinline__ float key_mass(unsigned long long k) {
-  return __uint_as_float(static_cast<unsigned>(k >> 32));
-}
-__device__ __forceinline__ int key_index(unsigned long long k) { return static_cast<int>(~static_cast<unsigned>(k)); }
 
-// keys[0, P) sorted in decreasing order (P a power of two).
-__device__ __forceinline__ void bitonic_sort_desc(unsigned long long* keys, int P) {
-  for (int k = 2; k <= P; k <<= 1)
-    for (int half = k >> 1; half > 0; half >>= 1) {
-      for (int r = threadIdx.x; r < P; r += blockDim.x) {
-        const int o = r ^ half;
-        if (o > r) {
-          const unsigned long long a = keys[r], b = keys[o];
-          if ((r & k) == 0 ? a < b : a > b) {
-            keys[r] = b;
-            keys[o] = a;
-          }
-        }
-      }
-      __syncthreads();
-    }
-}
+// Masses (shares of one softmax, <= 1) as the radix select's integer weights: sums stay exact and far below 2^53; a
+// mass rounds by at most 2^-41, so the kept set differs from the CPU's double sums only where the kept mass lands
+// within ~n x 2^-41 of threshold x total.
+constexpr double kMassFixedScale = 1099511627776.0;  // 2^40
 
 // cover_mass over mass[0, n) with the forced entries 0 and n - 1 (n >= 1): sets flags[j] = 1 for the entries kept
-// besides the forced ones (the caller flags those). mass >= 0; `keys` holds pow2_at_least(n - 2) entries.
-__device__ __forceinline__ void cover_mass(const float* mass, int n, double threshold, unsigned long long* keys,
-                                           uint8_t* flags, Scratch& sh) {
+// besides the forced ones (the caller flags those). mass >= 0. The others (1 .. n - 2) by decreasing mass_key while
+// the kept mass, the forced included, is below need: a radix select over them for need - forced.
+__device__ __forceinline__ void cover_mass(const float* mass, int n, double threshold, uint8_t* flags,
+                                           RadixSmem& rs, Scratch& sh) {
   double part = 0;
   for (int j = threadIdx.x; j < n; j += blockDim.x) part += static_cast<double>(mass[j]);
   const double need = threshold * block_sum_d(part, sh);
   const double forced = static_cast<double>(mass[0]) + (n > 1 ? static_cast<double>(mass[n - 1]) : 0.0);
   const int others = n - 2;  // entries 1 .. n - 2
   if (others <= 0 || forced >= need) return;
-  // Only entries of the exponent buckets that, with all larger ones, reach `need` can be kept (the selection stops at
-  // or before the last of them), plus one bucket for rounding: sorting just those candidates gives the same prefix.
-  for (int b = threadIdx.x; b < kMassBuckets; b += blockDim.x) sh.bucket_mass[b] = 0;
-  if (threadIdx.x == 0) sh.candidates = 0;
-  __syncthreads();
-  for (int j = 1 + threadIdx.x; j <= others; j += blockDim.x) atomicAdd(&sh.bucket_mass[mass_bucket(mass[j])], mass[j]);
-  __syncthreads();
-  int last = kMassBuckets - 1;
-  double reached = forced;
-  for (int b = 0; b < kMassBuckets - 1; ++b) {
-    reached += sh.bucket_mass[b];
-    if (reached >= need) {
-      last = min(b + 1, kMassBuckets - 1);
-      break;
-    }
-  }
+  const auto entry = [mass](int64_t e, uint64_t& key, uint64_t& weight) {
+    const int j = static_cast<int>(e) + 1;
+    key = mass_key(mass[j], j);
+    weight = static_cast<uint64_t>(__double2ull_rn(static_cast<double>(mass[j]) * kMassFixedScale));
+    return true;
+  };
+  const radix::Result r = radix::select_top(others, entry, {(need - forced) * kMassFixedScale, false}, rs);
   for (int j = 1 + threadIdx.x; j <= others; j += blockDim.x)
-    if (mass_bucket(mass[j]) <= last) keys[atomicAdd(&sh.candidates, 1)] = mass_key(mass[j], j);
-  __syncthreads();
-  const int count = sh.candidates;
-  const int P = static_cast<int>(pow2_at_least(count));
-  for (int r = count + threadIdx.x; r < P; r += blockDim.x) keys[r] = 0ull;  // sorts last
-  __syncthreads();
-  bitonic_sort_desc(keys, P);
-  // Kept: the sorted prefix whose mass before each entry (plus the forced) is still below need.
-  const int chunk = (count + blockDim.x - 1) / blockDim.x;
-  const int r0 = min(count, static_cast<int>(threadIdx.x) * chunk), r1 = min(count, r0 + chunk);
-  double local = 0;
-  for (int r = r0; r < r1; ++r) local += static_cast<double>(key_mass(keys[r]));
-  double run = forced + block_exclusive_scan_d(local, sh);
-  for (int r = r0; r < r1 && run < need; ++r) {
-    flags[key_index(keys[r])] = 1;
-    run += static_cast<double>(key_mass(keys[r]));
-  }
+    if (mass_key(mass[j], j) >= r.threshold) flags[j] = 1;
   __syncthreads();
 }
 
@@ -217,21 +166,24 @@ __device__ __forceinline__ void rank_blocks(float* rank, const float* mass, int 
 }
 
 // kBlockBudget: keeps at most max_blocks (> 0) of flags[0, n) set, the forced 0 and n - 1 first, then the others by
-// decreasing rank (ties: the lower index) (cpu PatternSets' limit). `keys` holds pow2_at_least(n - 2) entries.
-__device__ __forceinline__ void limit_flagged(uint8_t* flags, const float* rank, int n, int max_blocks,
-                                              unsigned long long* keys, Scratch& sh) {
-  if (threadIdx.x == 0) sh.candidates = 0;
-  __syncthreads();
-  for (int j = 1 + threadIdx.x; j < n - 1; j += blockDim.x)
-    if (flags[j]) keys[atomicAdd(&sh.candidates, 1)] = mass_key(rank[j], j);
-  __syncthreads();
-  const int count = sh.candidates, keep = max(0, max_blocks - (n > 1 ? 2 : 1));
+// decreasing rank (ties: the lower index) (cpu PatternSets' limit): a radix select of the top `keep` flagged others.
+__device__ __forceinline__ void limit_flagged(uint8_t* flags, const float* rank, int n, int max_blocks, RadixSmem& rs,
+                                              Scratch& sh) {
+  int local = 0;
+  for (int j = 1 + threadIdx.x; j < n - 1; j += blockDim.x) local += flags[j];
+  const int count = static_cast<int>(block_sum_d(local, sh)), keep = max(0, max_blocks - (n > 1 ? 2 : 1));
   if (count > keep) {  // the same in every thread
-    const int P = static_cast<int>(pow2_at_least(count));
-    for (int r = count + threadIdx.x; r < P; r += blockDim.x) keys[r] = 0ull;  // sorts last
-    __syncthreads();
-    bitonic_sort_desc(keys, P);
-    for (int r = keep + threadIdx.x; r < count; r += blockDim.x) flags[key_index(keys[r])] = 0;
+    const auto entry = [flags, rank](int64_t e, uint64_t& key, uint64_t& weight) {
+      const int j = static_cast<int>(e) + 1;
+      if (!flags[j]) return false;
+      key = mass_key(rank[j], j);
+      weight = 1;
+      return true;
+    };
+    const radix::Result r = radix::select_top(n - 2, entry, {static_cast<double>(keep), false}, rs);
+    __syncthreads();  // every thread's entries were read before any flag changes
+    for (int j = 1 + threadIdx.x; j < n - 1; j += blockDim.x)
+      if (flags[j] && mass_key(rank[j], j) < r.threshold) flags[j] = 0;
   }
   __syncthreads();
 }

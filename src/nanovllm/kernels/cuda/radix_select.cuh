@@ -18,21 +18,24 @@
 
 namespace nanovllm::cuda_ops::radix {
 
-constexpr int kThreads = 512;  // blockDim.x of every kernel calling select_top
+constexpr int kThreads = 512;  // blockDim.x of the kernels calling select_top with Smem (SmemT<kThreads>)
 constexpr int kPasses = 6;
 constexpr int kMaxDigits = 2048;
 
 // Low bit of each pass's digit: 53, 42, 31, 20, 10, 0; digit widths are the gaps (the first pass: bits 53..63).
 __device__ __forceinline__ int digit_shift(int pass) { return pass < 4 ? 53 - 11 * pass : 10 * (5 - pass); }
 
-struct Smem {
-  using Scan = cub::BlockScan<unsigned long long, kThreads>;
+// Threads: the calling kernel's blockDim.x, a power of two from 64 to 1024.
+template <int Threads>
+struct SmemT {
+  using Scan = cub::BlockScan<unsigned long long, Threads>;
   typename Scan::TempStorage scan;
   unsigned count[kMaxDigits];             // entries per digit
   unsigned long long weight[kMaxDigits];  // their weight
   int digit;                              // the digit where need is reached, -1: nowhere
   unsigned long long above_w, above_c;    // weight and count of the digits above it, this pass
 };
+using Smem = SmemT<kThreads>;
 
 // A thread's running (count, weight) of its last few digits, flushed to the shared histogram when evicted: the first
 // pass's digits are the values' exponents, a handful for the whole set, and shared-memory atomics on a handful of
@@ -47,12 +50,14 @@ struct DigitSlots {
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) digit[s] = -1;
   }
-  __device__ __forceinline__ void flush(int s, Smem& sm) {
+  template <class S>
+  __device__ __forceinline__ void flush(int s, S& sm) {
     if (digit[s] < 0) return;
     atomicAdd(&sm.count[digit[s]], count[s]);
     atomicAdd(&sm.weight[digit[s]], weight[s]);
   }
-  __device__ __forceinline__ void add(int b, uint64_t w, Smem& sm) {
+  template <class S>
+  __device__ __forceinline__ void add(int b, uint64_t w, S& sm) {
     bool hit = false;
 #pragma unroll
     for (int s = 0; s < kSlots; ++s)
@@ -72,7 +77,8 @@ struct DigitSlots {
       }
     victim = victim + 1 == kSlots ? 0 : victim + 1;
   }
-  __device__ __forceinline__ void flush_all(Smem& sm) {
+  template <class S>
+  __device__ __forceinline__ void flush_all(S& sm) {
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) flush(s, sm);
   }
@@ -90,9 +96,10 @@ struct Result {
 
 // Kept entries of the set {entry(i) : i in [0, n)}: entry(i, key, weight) returns false for an index outside the set.
 // Keep-nothing is threshold ~0 (no key reaches it: the callers' keys stay below 2^63), keep-everything threshold 0.
-// Called by all kThreads threads; returns the same in every thread.
-template <class Entry>
-__device__ Result select_top(int64_t n, const Entry& entry, Need need_of, Smem& sm) {
+// Called by all the block's threads (SmemT's Threads); returns the same in every thread.
+template <int Threads, class Entry>
+__device__ Result select_top(int64_t n, const Entry& entry, Need need_of, SmemT<Threads>& sm) {
+  using Scan = typename SmemT<Threads>::Scan;
   const int tid = threadIdx.x;
   double need = need_of.value;
   uint64_t prefix = 0;                 // the digits found so far, in place
@@ -102,13 +109,13 @@ __device__ Result select_top(int64_t n, const Entry& entry, Need need_of, Smem& 
     const int shift = digit_shift(pass);
     const int top = pass == 0 ? 64 : digit_shift(pass - 1);  // bits [top, 64) are fixed by the passes before
     const int digits = 1 << (top - shift);
-    for (int b = tid; b < digits; b += kThreads) {
+    for (int b = tid; b < digits; b += Threads) {
       sm.count[b] = 0;
       sm.weight[b] = 0;
     }
     __syncthreads();
     DigitSlots slots;
-    for (int64_t i = tid; i < n; i += kThreads) {
+    for (int64_t i = tid; i < n; i += Threads) {
       uint64_t key = 0, w = 0;
       if (!entry(i, key, w)) continue;
       if (top < 64 && (key >> top) != (prefix >> top)) continue;
@@ -118,16 +125,16 @@ __device__ Result select_top(int64_t n, const Entry& entry, Need need_of, Smem& 
     __syncthreads();
     // Digits from the top: thread t sums its `per` digits (the t-th run from the top), a block scan gives the weight
     // above its run.
-    const int per = digits / kThreads, hi = digits - 1 - tid * per;  // this thread's digits: hi, hi - 1, ...
+    const int per = digits / Threads, hi = digits - 1 - tid * per;  // this thread's digits: hi, hi - 1, ...
     unsigned long long w_run = 0, c_run = 0;
     for (int k = 0; k < per; ++k) {
       w_run += sm.weight[hi - k];
       c_run += sm.count[hi - k];
     }
     unsigned long long w_before = 0, c_before = 0, w_total = 0, c_total = 0;
-    Smem::Scan(sm.scan).ExclusiveSum(w_run, w_before, w_total);
+    Scan(sm.scan).ExclusiveSum(w_run, w_before, w_total);
     __syncthreads();  // the scan storage is reused
-    Smem::Scan(sm.scan).ExclusiveSum(c_run, c_before, c_total);
+    Scan(sm.scan).ExclusiveSum(c_run, c_before, c_total);
     if (pass == 0 && need_of.share) need = need_of.value * static_cast<double>(w_total);
     if (need <= 0) return {~uint64_t{0}, 0};  // the same in every thread
     if (tid == 0) sm.digit = -1;

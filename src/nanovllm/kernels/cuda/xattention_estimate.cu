@@ -111,6 +111,7 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
                   int max_blocks, int h, Geometry g, double threshold, int budget_blocks) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ pt::Scratch sh;
+  __shared__ pt::RadixSmem rs;
   const int i = g.first + static_cast<int>(blockIdx.x), n = i + 1;
   int32_t* list = index + (int64_t{h} * g.nqb + i) * max_blocks;
   int32_t* count = counts + int64_t{h} * g.nqb + i;
@@ -118,12 +119,10 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
     pt::write_causal_row(i, list, count, max_blocks);
     return;
   }
-  const int64_t keys_bytes = 8 * pt::pow2_at_least(g.nqb > 3 ? g.nqb - 2 : 1);
-  auto* keys = reinterpret_cast<unsigned long long*>(smem);
-  auto* row = reinterpret_cast<float*>(smem + keys_bytes);  // [nqb]
-  auto* rank = reinterpret_cast<float*>(smem + keys_bytes + 4 * int64_t{g.nqb});  // [nqb] when ranked
+  auto* row = reinterpret_cast<float*>(smem);                           // [nqb]
+  auto* rank = reinterpret_cast<float*>(smem + 4 * int64_t{g.nqb});    // [nqb] when ranked
   const bool ranked = budget_blocks > 0;
-  auto* flags = smem + keys_bytes + 4 * int64_t{g.nqb} * (ranked ? 2 : 1);         // [nqb]
+  auto* flags = smem + 4 * int64_t{g.nqb} * (ranked ? 2 : 1);          // [nqb]
   for (int j = threadIdx.x; j < n; j += blockDim.x) {
     flags[j] = (j == 0 || j == i) ? 1 : 0;
     if (ranked) rank[j] = 0.0f;
@@ -133,18 +132,17 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
     for (int j = threadIdx.x; j < n; j += blockDim.x)
       row[j] = mass[(int64_t{gi} * g.nqc() + i - g.first) * g.nqb + j];
     __syncthreads();
-    pt::cover_mass(row, n, threshold, keys, flags, sh);
+    pt::cover_mass(row, n, threshold, flags, rs, sh);
     if (ranked) pt::rank_blocks(rank, row, n);
   }
   __syncthreads();
-  if (ranked) pt::limit_flagged(flags, rank, n, budget_blocks, keys, sh);
+  if (ranked) pt::limit_flagged(flags, rank, n, budget_blocks, rs, sh);
   pt::write_flagged(flags, n, list, count, max_blocks, sh);
 }
 
-// Sort keys, one head's mass row, the block ranks (ranked: a block budget), the flags.
+// One head's mass row, the block ranks (ranked: a block budget), the flags.
 int64_t select_smem(const Geometry& g, bool ranked) {
-  return 8 * pt::pow2_at_least(g.nqb > 3 ? g.nqb - 2 : 1) + 4 * int64_t{g.nqb} * (ranked ? 2 : 1) +
-         (g.nqb + 15) / 16 * 16;
+  return 4 * int64_t{g.nqb} * (ranked ? 2 : 1) + (g.nqb + 15) / 16 * 16;
 }
 
 struct XAttentionTag;  // the op's grow-only workspace (op_workspace.h)
@@ -171,7 +169,9 @@ void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, T
   const int optin = context_of(s).smem_optin();
   const int64_t sel_smem = params.threshold >= 1 ? 0 : select_smem(g, params.max_blocks > 0);
   const int64_t mass_smem = 8 * int64_t{g.nqb};
-  NANOVLLM_CHECK(std::max(sel_smem, mass_smem) + static_cast<int64_t>(sizeof(pt::Scratch)) <= optin, op, ": ", g.nqb,
+  NANOVLLM_CHECK(std::max(sel_smem + pt::kSelectStaticSmem, mass_smem + static_cast<int64_t>(sizeof(pt::Scratch))) <=
+                     optin,
+                 op, ": ", g.nqb,
                  " query blocks of ", g.B, " tokens need more shared memory than the device's ", optin,
                  " bytes per CTA (use larger blocks)");
   CUDA_CHECK(cudaFuncSetAttribute(select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
