@@ -29,13 +29,12 @@ constexpr int kMaxHeadsPerPass = 8;  // query heads scored per pass over the mea
 
 using Geometry = pt::ChunkGeometry;
 
-// Dynamic shared memory of select_kernel: heads_per_pass score rows, their mean queries, the block ranks (with a
-// block budget), the block flags.
+// Dynamic shared memory of select_kernel: heads_per_pass score rows (at offset 0), their mean queries, the block ranks
+// (with a block budget), the block flags.
 struct SelectSmem {
-  int64_t scores_off, mq_off, rank_off, flags_off, total;
+  int64_t mq_off, rank_off, flags_off, total;
   __host__ __device__ SelectSmem(const Geometry& g, int heads_per_pass, bool ranked) {
-    scores_off = 0;
-    mq_off = scores_off + 4 * int64_t{heads_per_pass} * g.nqb;
+    mq_off = 4 * int64_t{heads_per_pass} * g.nqb;
     rank_off = mq_off + 4 * int64_t{g.rotations()} * heads_per_pass * g.D;
     flags_off = rank_off + (ranked ? 4 * int64_t{g.nqb} : 0);
     total = flags_off + (g.nqb + 15) / 16 * 16;
@@ -77,11 +76,11 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
   const T* qrow = q + g.region(g.nqb - 1, j) * g.rot_stride + (int64_t{g.T - 1} * g.Hq + int64_t{h} * G) * D;
   for (int e = threadIdx.x; e < G * D; e += blockDim.x) qs[e] = static_cast<float>(qrow[e]);
   constexpr int kVec = 8;  // elements a thread loads (one 16-byte load for bf16, pattern_pool.cuh's load_vec)
+  const int per_key = vec ? D / kVec : D;  // loads per key row
   const int p0 = j * g.B, p1 = g.key_end(j);
   for (int t0 = p0; t0 < p1; t0 += kLastTile) {
     const int nk = min(kLastTile, p1 - t0);
     __syncthreads();  // the previous tile's dots are done (and, the first time, the queries are written)
-    const int per_key = vec ? D / kVec : D;
     for (int e = threadIdx.x; e < nk * per_key; e += blockDim.x) {
       const int k = e / per_key, c = e % per_key, p = t0 + k;
       const int64_t slot = int64_t{block_table[p / g.BS]} * g.BS + p % g.BS;
@@ -156,7 +155,7 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
   }
   const bool ranked = budget_blocks > 0;
   const SelectSmem layout(g, heads_per_pass, ranked);
-  auto* scores = reinterpret_cast<float*>(smem + layout.scores_off);  // [heads_per_pass][nqb]
+  auto* scores = reinterpret_cast<float*>(smem);                      // [heads_per_pass][nqb]
   auto* mq = reinterpret_cast<float*>(smem + layout.mq_off);          // [rotations][heads_per_pass][D]
   auto* rank = reinterpret_cast<float*>(smem + layout.rank_off);      // [nqb] when ranked
   auto* flags = smem + layout.flags_off;                               // [nqb]

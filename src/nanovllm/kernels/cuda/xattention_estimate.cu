@@ -169,9 +169,8 @@ void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, T
   const int optin = context_of(s).smem_optin();
   const int64_t sel_smem = params.threshold >= 1 ? 0 : select_smem(g, params.max_blocks > 0);
   const int64_t mass_smem = 8 * int64_t{g.nqb};
-  NANOVLLM_CHECK(std::max(sel_smem + pt::kSelectStaticSmem, mass_smem + static_cast<int64_t>(sizeof(pt::Scratch))) <=
-                     optin,
-                 op, ": ", g.nqb,
+  const int64_t scratch = static_cast<int64_t>(sizeof(pt::Scratch));
+  NANOVLLM_CHECK(std::max(sel_smem + pt::kSelectStaticSmem, mass_smem + scratch) <= optin, op, ": ", g.nqb,
                  " query blocks of ", g.B, " tokens need more shared memory than the device's ", optin,
                  " bytes per CTA (use larger blocks)");
   CUDA_CHECK(cudaFuncSetAttribute(select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
