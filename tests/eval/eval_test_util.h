@@ -14,6 +14,10 @@
 namespace nanovllm::eval::testing {
 
 inline std::filesystem::path retrieval_model_dir() { return nanovllm::testing::test_data_dir() / "retrieval-model"; }
+// The same weights with YaRN (factor 8 over 16K) and max_position_embeddings 131072: the 128K ruler.
+inline std::filesystem::path long_retrieval_model_dir() {
+  return nanovllm::testing::test_data_dir() / "retrieval-model-128k";
+}
 inline std::filesystem::path qwen3_tokenizer_dir() { return nanovllm::testing::test_data_dir() / "qwen3-tokenizer"; }
 
 // The fixture's byte-level tokenizer (one token per byte) and Qwen3's BPE, loaded once per process.
