@@ -139,5 +139,21 @@ TEST(EvalCli, RandomModelRunsAndOffloadGivesTheDenseTokens) {
   EXPECT_EQ(sweep["samples"].size(), 3u);
 }
 
+// A decode policy only runs in steps without a prefill chunk: with several prompts in flight the score mixes in
+// dense decode steps, and eval says so (a Quest record taken that way once read 99.9% of dense where the policy
+// alone keeps 81%: bench/README.md, issue 46).
+TEST(EvalCli, SparseDecodeSaysWhenPrefillStepsHideIt) {
+  const std::string args = "eval ruler --backend cpu --model " + random_byte_model() +
+                           " --tasks niah_single_2 --context 1024 --samples 1 --max-new-tokens 2"
+                           " --sparse-policy quest --sparse-budget 64";
+  const std::string note = "sparse decode runs only in steps without a prefill chunk";
+  const auto mixed = run_cli(args);
+  ASSERT_EQ(mixed.exit_code, 0) << mixed.output;
+  EXPECT_NE(mixed.output.find(note), std::string::npos) << mixed.output;
+  const auto alone = run_cli(args + " --max-num-seqs 1");
+  ASSERT_EQ(alone.exit_code, 0) << alone.output;
+  EXPECT_EQ(alone.output.find(note), std::string::npos) << alone.output;
+}
+
 }  // namespace
 }  // namespace nanovllm::eval

@@ -225,6 +225,11 @@ void run_and_report(const EvalOptions& o, const std::string& command, const std:
     std::printf("sparse prefill %s: %.1f%% of the causal key blocks attended (%lld layer-chunks sparse, %lld dense)\n",
                 sparse_prefill_policy_name(cfg.sparse_prefill.policy), 100 * density,
                 static_cast<long long>(sp->sparse_layer_chunks), static_cast<long long>(sp->dense_layer_chunks));
+  // Mixed steps (decodes beside another prompt's prefill chunk) attend densely: with several prompts in flight
+  // most decode tokens can escape the decode policy, and the score then says little about it.
+  if (cfg.sparse.enabled() && cfg.scheduler.max_num_seqs > 1)
+    std::printf("note: sparse decode runs only in steps without a prefill chunk; --max-num-seqs 1 measures the "
+                "decode policy alone\n");
   for (size_t i = 0; i < firsts.size(); ++i) firsts[i].logprobs = results[i].first_token_logprobs;
   std::optional<eval::FirstTokenKl> kl;
   if (reference) {
