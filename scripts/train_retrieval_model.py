@@ -5,8 +5,9 @@ A 4-layer, hidden-256 Qwen3ForCausalLM (4 query heads x 64, 2 KV heads: GQA) ove
 tests/data/retrieval-model (scripts/make_byte_tokenizer.py), trained on the harness's own RULER tasks: the
 `nanovllm` binary dumps them (`eval ruler --dump-prompts -`, streamed through a pipe) with training seeds, never
 the evaluation seed (42). The loss is on the answer (the task's reference completion + EOS), plus a small
-language-model term on the prompt. A length curriculum goes from 512 to 16K tokens; training stops at the
-deadline (--train-minutes). Then HF transformers answers held-out prompts (seed 42) greedily at 2K-32K, and
+language-model term on the prompt. A length curriculum goes from 512 to 16K tokens (--stages); training stops at
+the deadline (--train-minutes). --init-from continues from a trained checkpoint instead: the long fixture
+(tests/data/retrieval-model-128k) is the 16K fixture trained on 16K-128K prompts (its README has the command). Then HF transformers answers held-out prompts (seed 42) greedily at 2K-32K, and
 README.md records the command, seeds and that accuracy table next to the checkpoint.
 
     # on the GPU machine (python3 + torch + transformers + safetensors; no internet needed)
@@ -35,8 +36,8 @@ ROOT = os.path.dirname(HERE)
 EVAL_SEED = 42  # nanovllm eval's default: never a training seed
 
 # (fraction of the training time at which the stage ends, context lengths it trains on). Later stages keep
-# shorter lengths in the mix so the model does not forget them.
-STAGES = [
+# shorter lengths in the mix so the model does not forget them. --stages replaces it.
+DEFAULT_STAGES = [
     (0.10, [512, 1024]),
     (0.25, [1024, 2048]),
     (0.45, [2048, 4096]),
@@ -61,7 +62,7 @@ def producer(args, eos_id, stage_value, out_queue):
     try:
         while True:
             want = stage_value.value
-            if want >= len(STAGES):
+            if want >= len(args.stages):
                 return
             if want != stage or proc is None:
                 if proc is not None:
@@ -73,7 +74,7 @@ def producer(args, eos_id, stage_value, out_queue):
                 # Training seeds: disjoint from the evaluation seed by construction.
                 seed = args.seed + 1000 * restarts + stage
                 assert seed != EVAL_SEED
-                cmd = dump_command(args.nanovllm, args.tokenizer_dir, STAGES[stage][1], args.samples_per_dump, seed,
+                cmd = dump_command(args.nanovllm, args.dump_dir, args.stages[stage][1], args.samples_per_dump, seed,
                                    args.dump_threads)
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=1 << 22)
             line = proc.stdout.readline()
@@ -98,18 +99,36 @@ def producer(args, eos_id, stage_value, out_queue):
             proc.kill()
 
 
-def stage_at(fraction):
-    for i, (end, _) in enumerate(STAGES):
+def stage_at(stages, fraction):
+    for i, (end, _) in enumerate(stages):
         if fraction < end:
             return i
-    return len(STAGES) - 1
+    return len(stages) - 1
+
+
+def parse_stages(text):
+    """'0.3:16384,32768;1:65536,131072' -> [(0.3, [16384, 32768]), (1.0, [65536, 131072])]."""
+    stages = []
+    for part in text.split(";"):
+        end, contexts = part.split(":")
+        stages.append((float(end), [int(c) for c in contexts.split(",")]))
+    ends = [e for e, _ in stages]
+    if ends != sorted(ends) or ends[-1] != 1.0:
+        raise SystemExit(f"--stages: stage ends must increase and the last must be 1, got {ends}")
+    return stages
 
 
 def make_model(args, torch):
     import transformers
     from transformers import Qwen3Config, Qwen3ForCausalLM
+    if args.init_from:
+        model = Qwen3ForCausalLM.from_pretrained(args.init_from, dtype=torch.float32, attn_implementation="sdpa")
+        model.config.max_position_embeddings = args.max_position_embeddings
+        check_rope_base(model, args.rope_theta)
+        return model
     common = dict(vocab_size=args.vocab_size, hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=65536,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                  max_position_embeddings=args.max_position_embeddings,
                   rms_norm_eps=1e-6, tie_word_embeddings=True, attention_bias=False, use_sliding_window=False,
                   bos_token_id=None, eos_token_id=args.eos_id, pad_token_id=args.eos_id)
     if int(transformers.__version__.split(".")[0]) >= 5:
@@ -119,14 +138,18 @@ def make_model(args, torch):
     torch.manual_seed(args.seed)
     cfg._attn_implementation = "sdpa"
     model = Qwen3ForCausalLM(cfg)
-    # The RoPE base really is rope_theta (the config keyword moved between transformers versions).
+    check_rope_base(model, args.rope_theta)
+    return model
+
+
+def check_rope_base(model, rope_theta):
+    """The RoPE base really is rope_theta (the config keyword moved between transformers versions)."""
     rotary = getattr(model.model, "rotary_emb", None)
     if rotary is not None and hasattr(rotary, "inv_freq"):
-        got, expect = rotary.inv_freq.float()[1].item(), args.rope_theta ** (-2.0 / 64)
+        got, expect = rotary.inv_freq.float()[1].item(), rope_theta ** (-2.0 / 64)
         assert abs(got - expect) <= 1e-6 * expect, f"RoPE inv_freq[1] {got} != {expect}: rope_theta not applied"
     else:
         print("warning: cannot check the model's RoPE base", file=sys.stderr)
-    return model
 
 
 def make_batch(items, torch, device):
@@ -172,11 +195,11 @@ def train(args):
         frac = (time.time() - t0) / budget
         if frac >= 1.0:
             break
-        if stage_at(frac) != stage:
-            stage = stage_at(frac)
+        if stage_at(args.stages, frac) != stage:
+            stage = stage_at(args.stages, frac)
             stage_value.value = stage
             buckets.clear()
-            print(f"[{time.time() - t0:6.0f}s] stage {stage}: contexts {STAGES[stage][1]}", flush=True)
+            print(f"[{time.time() - t0:6.0f}s] stage {stage}: contexts {args.stages[stage][1]}", flush=True)
         # Batches of one context length (little padding), about --tokens-per-step tokens each.
         batch = None
         while batch is None:
@@ -218,7 +241,7 @@ def train(args):
                       f"{prompt_loss.item():.3f} lr {lr:.2e} {tokens / elapsed / 1e6:.2f} M tok/s", flush=True)
                 log.append({"time_s": round(elapsed, 1), "step": step, "stage": stage, "answer_loss": round(a, 4),
                             "prompt_loss": round(prompt_loss.item(), 4), "tokens": tokens})
-    stage_value.value = len(STAGES)
+    stage_value.value = len(args.stages)
     prod.terminate()
     return model, {"steps": step, "tokens": tokens, "samples": samples, "train_s": time.time() - t0, "log": log,
                    "params": params, "final_answer_loss_ema": ema}
@@ -241,7 +264,7 @@ def evaluate(args):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "eval.jsonl")
         # Prompts depend on the tokenizer alone.
-        cmd = dump_command(args.nanovllm, args.tokenizer_dir, args.eval_contexts, args.eval_samples, EVAL_SEED,
+        cmd = dump_command(args.nanovllm, args.dump_dir, args.eval_contexts, args.eval_samples, EVAL_SEED,
                            args.dump_threads)
         cmd[cmd.index("-")] = path
         subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL)
@@ -265,17 +288,19 @@ def write_report(args, stats, table, samples, eval_s, torch):
         json.dump(result, f, indent=1)
     losses = "\n".join(f"| {e['time_s']:.0f} | {e['step']} | {e['stage']} | {e['answer_loss']:.4f} | "
                        f"{e['prompt_loss']:.3f} |" for e in stats["log"][::max(1, len(stats["log"]) // 12)])
+    start = (f"Starts from the checkpoint in `{os.path.relpath(args.init_from, ROOT)}` (same architecture); "
+             if args.init_from else "")
     md = f"""# Retrieval fixture: how it was trained
 
 A {stats['params'] / 1e6:.2f} M-parameter Qwen3ForCausalLM (4 layers, hidden 256, 4 query heads x 64, 2 KV heads,
-intermediate 1024, tied embeddings, rope_theta {args.rope_theta:g}, max_position_embeddings 65536) over the
-byte-level tokenizer (`scripts/make_byte_tokenizer.py`: id = byte, 256 `<|endoftext|>` = EOS). Trained by
+intermediate 1024, tied embeddings, rope_theta {args.rope_theta:g}, max_position_embeddings
+{args.max_position_embeddings}) over the byte-level tokenizer (`scripts/make_byte_tokenizer.py`: id = byte, 256 `<|endoftext|>` = EOS). Trained by
 `scripts/train_retrieval_model.py` on prompts of `nanovllm eval ruler --dump-prompts` (all RULER tasks the
 harness has; vt/cwe/fwe kept at {args.aux_task_fraction:g} of their rate) with training seeds {args.seed} + stage
 (+ 1000 per refill), never the evaluation seed {EVAL_SEED}; loss on the answer (+ {args.prompt_loss_weight:g} x the
 prompt's LM loss), bf16 autocast, AdamW lr {args.lr:g}, ~{args.tokens_per_step} tokens per step, length curriculum
-{' -> '.join('/'.join(str(x) for x in c) for _, c in STAGES)} (stages end at {', '.join(f'{e:.0%}' for e, _ in STAGES)} of the time).
-
+{' -> '.join('/'.join(str(x) for x in c) for _, c in args.stages)} (stages end at {', '.join(f'{e:.0%}' for e, _ in args.stages)} of the time).
+{start}
 - Command: `{command}`
 - Device: {device}; torch {torch.__version__}, transformers {transformers.__version__}
 - Training: {stats['steps']} steps, {stats['samples']} samples, {stats['tokens'] / 1e6:.0f} M tokens in
@@ -309,6 +334,10 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "data", "retrieval-model"))
     ap.add_argument("--tokenizer-dir", default=os.path.join(ROOT, "tests", "data", "retrieval-model"),
                     help="where tokenizer.json / tokenizer_config.json come from")
+    ap.add_argument("--init-from", default="", help="a checkpoint to continue training (its architecture is kept)")
+    ap.add_argument("--stages", default="", help="length curriculum 'END:CTX,CTX;...' (END: fraction of the time; "
+                    "default " + ";".join(f"{e:g}:" + ",".join(map(str, c)) for e, c in DEFAULT_STAGES) + ")")
+    ap.add_argument("--max-position-embeddings", type=int, default=65536)
     ap.add_argument("--seed", type=int, default=1000, help="training seed base (dumps use seed + stage)")
     ap.add_argument("--train-minutes", type=float, default=7.0, help="training deadline (evaluation comes after)")
     ap.add_argument("--tokens-per-step", type=int, default=131072)
@@ -327,24 +356,43 @@ def main():
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     args.eval_contexts = [int(c) for c in args.eval_contexts.split(",")]
+    args.stages = parse_stages(args.stages) if args.stages else DEFAULT_STAGES
+    if args.init_from:
+        args.init_from = os.path.abspath(args.init_from)
     assert args.seed != EVAL_SEED
     args.nanovllm = os.path.abspath(args.nanovllm)
     tok_cfg = json.load(open(os.path.join(args.tokenizer_dir, "tokenizer_config.json")))
     tok = json.load(open(os.path.join(args.tokenizer_dir, "tokenizer.json")))
     args.eos_id = next(t["id"] for t in tok["added_tokens"] if t["content"] == tok_cfg["eos_token"])
 
-    # Fail early, before any GPU time, when the dumper does not work.
-    probe = subprocess.run(dump_command(args.nanovllm, args.tokenizer_dir, [1024], 1, args.seed, 1, "niah_single_2"),
-                           capture_output=True, text=True)
-    if probe.returncode != 0 or not probe.stdout.startswith("{"):
-        sys.exit(f"error: the dumper failed:\n{probe.stderr}")
+    with tempfile.TemporaryDirectory() as dump_dir:
+        args.dump_dir = make_dump_dir(args, dump_dir)
+        # Fail early, before any GPU time, when the dumper does not work.
+        longest = max(max(c) for _, c in args.stages)
+        probe = subprocess.run(dump_command(args.nanovllm, args.dump_dir, [longest], 1, args.seed, 1,
+                                            "niah_single_2"), capture_output=True, text=True)
+        if probe.returncode != 0 or not probe.stdout.startswith("{"):
+            sys.exit(f"error: the dumper failed:\n{probe.stderr}")
 
-    import torch
-    model, stats = train(args)
-    save(model, args, torch)
-    del model
-    table, samples, eval_s = evaluate(args)
-    write_report(args, stats, table, samples, eval_s, torch)
+        import torch
+        model, stats = train(args)
+        save(model, args, torch)
+        del model
+        table, samples, eval_s = evaluate(args)
+        write_report(args, stats, table, samples, eval_s, torch)
+
+
+def make_dump_dir(args, tmp):
+    """The dumper refuses contexts past the config's max_position_embeddings: it reads the tokenizer from a folder
+    whose config.json says the trained limit."""
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        os.symlink(os.path.join(os.path.abspath(args.tokenizer_dir), name), os.path.join(tmp, name))
+    with open(os.path.join(args.tokenizer_dir, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["max_position_embeddings"] = args.max_position_embeddings
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    return tmp
 
 
 if __name__ == "__main__":
