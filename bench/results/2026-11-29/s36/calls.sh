@@ -150,3 +150,34 @@ echo "flood_check rc=${PIPESTATUS[0]}" | tee -a $OUT/flood.log
 kill %1; wait
 # 4. Issue 50: structured outputs' cost.
 OUT=$OUT/structured timeout 200 scripts/bench/device_bench.sh structured $B 2>&1 | tail -12
+
+# ## call4 {#call4}
+#!/usr/bin/env bash
+# s36 call 4: fp8 GEMV variants (issue 51): correctness, micro-benchmarks and bs=1 decode of the 8B / 0.6B shapes.
+#   variant 0 = the kernel on main; 1 = next step's codes loaded before this step's products (register double
+#   buffer); 2 = 1 with twice the rows per warp (8 at T=1); 3 = twice the rows, no double buffer.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p /tmp/b && tar -xJf .carry/bin.tar.xz -C /tmp/b
+B=/tmp/b/nanovllm; TC=/tmp/b/test_cuda
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} NANOVLLM_TEST_DATA=$PWD/tests/data
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
+for v in 0 1 2 3; do
+  echo "== variant $v tests" | tee -a $OUT/fp8.log
+  NANOVLLM_FP8_GEMV_VARIANT=$v timeout 60 $TC --gtest_filter='CudaFp8Linear.Gemv*:CudaFp8Linear.Determ*' --gtest_brief=1 2>&1 | tail -3 | tee -a $OUT/fp8.log
+  echo "== variant $v decode shapes" | tee -a $OUT/fp8.log
+  NANOVLLM_FP8_GEMV_VARIANT=$v timeout 60 $TC --gtest_filter='CudaFp8Bench.DISABLED_DecodeShapes' --gtest_also_run_disabled_tests 2>&1 | grep " us " | tee -a $OUT/fp8.log
+done
+for m in q06 q8; do
+  preset=$([ $m = q06 ] && echo qwen3-0.6b || echo qwen3-8b)
+  $B make-test-model --out /tmp/$m --preset $preset --seed 1 > /dev/null
+done
+for round in 1 2; do
+  for m in q8 q06; do
+    echo "== $m bf16 r$round" >> $OUT/lat.log
+    timeout 90 $B bench latency --backend cuda --model /tmp/$m --quantization none --context 1024 --decode-tokens 64 --prefill 1024 2>&1 | grep -E "decode bs=1" | sed "s/^/$m bf16 r$round: /" | tee -a $OUT/lat.log
+    for v in 0 1 2 3; do
+      NANOVLLM_FP8_GEMV_VARIANT=$v timeout 90 $B bench latency --backend cuda --model /tmp/$m --quantization fp8 --context 1024 --decode-tokens 64 --prefill 1024 2>&1 | grep -E "decode bs=1" | sed "s/^/$m fp8 v$v r$round: /" | tee -a $OUT/lat.log
+    done
+  done
+done
