@@ -181,3 +181,31 @@ for round in 1 2; do
     done
   done
 done
+
+# ## call5 {#call5}
+#!/usr/bin/env bash
+# s36 call 5: sparse prefill on the 128K fixture at 128K with 16 samples (issue 46's 98% target, less noise).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p /tmp/b && tar -xJf .carry/bin.tar.xz -C /tmp/b
+B=/tmp/b/nanovllm
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
+M=tests/data/retrieval-model-128k
+mkdir -p /tmp/r
+common=(--model $M --context 131072 --samples 16 --tasks all --skip-too-short --first-token-logprobs 20)
+run() {
+  local name=$1; shift
+  local ref=(); [ "$name" != dense ] && ref=(--kl-reference /tmp/r/dense.json)
+  echo "== $name: $*" >> $OUT/sp.log
+  timeout 100 $B eval ruler "${common[@]}" --json-out /tmp/r/$name.json "${ref[@]}" "$@" 2>&1 | grep -v '^\s*$' >> $OUT/sp.log
+  echo "$name rc=$?"
+}
+run dense
+run avgpool_budget --sparse-prefill-policy avgpool --sparse-prefill-budget 4096 --sparse-prefill-dense-layers 1
+run avgpool --sparse-prefill-policy avgpool
+run xattention --sparse-prefill-policy xattention
+run flexprefill --sparse-prefill-policy flexprefill
+run flexprefill_l0 --sparse-prefill-policy flexprefill --sparse-prefill-dense-layers 1
+run minference --sparse-prefill-policy minference
+python3 .carry/summarize.py /tmp/r | tee $OUT/sp_summary.md
