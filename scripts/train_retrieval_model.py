@@ -6,9 +6,10 @@ tests/data/retrieval-model (scripts/make_byte_tokenizer.py), trained on the harn
 `nanovllm` binary dumps them (`eval ruler --dump-prompts -`, streamed through a pipe) with training seeds, never
 the evaluation seed (42). The loss is on the answer (the task's reference completion + EOS), plus a small
 language-model term on the prompt. A length curriculum goes from 512 to 16K tokens (--stages); training stops at
-the deadline (--train-minutes). --init-from continues from a trained checkpoint instead: the long fixture
-(tests/data/retrieval-model-128k) is the 16K fixture trained on 16K-128K prompts (its README has the command). Then HF transformers answers held-out prompts (seed 42) greedily at 2K-32K, and
-README.md records the command, seeds and that accuracy table next to the checkpoint.
+the deadline (--train-minutes). --init-from continues a trained checkpoint on another curriculum (tried for the
+128K fixture, which lost to YaRN: tests/data/retrieval-model-128k/README.md). Then HF transformers answers
+held-out prompts (seed 42) greedily at 2K-32K, and README.md records the command, seeds and that accuracy table
+next to the checkpoint.
 
     # on the GPU machine (python3 + torch + transformers + safetensors; no internet needed)
     python3 scripts/train_retrieval_model.py --nanovllm build/cpu/tools/nanovllm --out tests/data/retrieval-model
