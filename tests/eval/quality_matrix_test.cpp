@@ -2,7 +2,7 @@
 // (tests/data/retrieval-model): every combination of
 //   {GPU-resident cache, offload, offload with 2 lanes} x {dense, xattention, minference, flexprefill, avgpool,
 //    avgpool + block budget} x {full decode at TP 1, Quest at TP 1 and 2} x {plain attention, Dual Chunk Attention,
-//    plain attention with an fp8 KV cache}
+//    plain attention with an fp8 KV cache, YaRN (the 128K fixture, tests/data/retrieval-model-128k)}
 // against the dense resident TP 1 run of the same attention and KV dtype on the same prompts (computed once per process
 // and variant; the fp8 one is itself held to the same quality bounds against the unquantized one). The Dual Chunk
 // Attention variant is the fixture with a dual_chunk_attention_config of chunks of 192 positions (chunk_size 256,
@@ -49,6 +49,7 @@
 namespace nanovllm::eval {
 namespace {
 
+using testing::long_retrieval_model_dir;
 using testing::retrieval_model_dir;
 
 constexpr int64_t kContext = 640;   // prompt + generated tokens
@@ -95,12 +96,13 @@ struct Cell {
   bool covering = false;
   bool dca = false;     // the fixture with Dual Chunk Attention (dca_model_dir)
   bool fp8_kv = false;  // --kv-cache-dtype fp8 (docs/kv_cache.md); else the model's dtype
+  bool yarn = false;    // the 128K fixture: the same weights with YaRN x8 (long_retrieval_model_dir)
 };
 
 std::string describe(const Cell& c) {
   return std::string(name(c.prefill)) + (c.quest ? " + quest" : "") + ", " + name(c.path) + ", tp " +
          std::to_string(c.tp) + (c.covering ? ", covering" : ", sparse") + (c.dca ? ", dca" : "") +
-         (c.fp8_kv ? ", fp8 KV" : "");
+         (c.fp8_kv ? ", fp8 KV" : "") + (c.yarn ? ", yarn" : "");
 }
 
 // The fixture with a dual_chunk_attention_config: a folder of links to its files and an edited config.json (chunks of
@@ -139,7 +141,7 @@ constexpr SparseKnobs kSparse{};
 
 EngineConfig config_for(const Cell& c) {
   EngineConfig ec;
-  ec.model.path = (c.dca ? dca_model_dir() : retrieval_model_dir()).string();
+  ec.model.path = (c.dca ? dca_model_dir() : c.yarn ? long_retrieval_model_dir() : retrieval_model_dir()).string();
   ec.model.backend = Backend::kCpu;
   ec.model.max_model_len = 1024;
   ec.cache.block_size = 16;  // the Quest page
@@ -231,7 +233,7 @@ CellRun run(const Cell& c) {
 }
 
 // The matrix's third axis: the attention and the KV cache's dtype.
-enum class Variant { kPlain, kDca, kFp8Kv };
+enum class Variant { kPlain, kDca, kFp8Kv, kYarn };
 
 const CellRun& dense_reference(Variant v) {
   switch (v) {
@@ -242,6 +244,10 @@ const CellRun& dense_reference(Variant v) {
     case Variant::kFp8Kv: {
       static const CellRun fp8 = run(Cell{.fp8_kv = true});
       return fp8;
+    }
+    case Variant::kYarn: {
+      static const CellRun yarn = run(Cell{.yarn = true});
+      return yarn;
     }
     case Variant::kPlain: break;
   }
@@ -325,7 +331,7 @@ class QualityMatrix : public ::testing::TestWithParam<std::tuple<Prefill, Varian
 TEST_P(QualityMatrix, EveryPathDecodeAndTpSizeAgainstDense) {
   ASSERT_TRUE(std::filesystem::exists(retrieval_model_dir() / "model.safetensors"));
   const auto [prefill, variant] = GetParam();
-  const bool dca = variant == Variant::kDca, fp8_kv = variant == Variant::kFp8Kv;
+  const bool dca = variant == Variant::kDca, fp8_kv = variant == Variant::kFp8Kv, yarn = variant == Variant::kYarn;
   const CellRun& dense = dense_reference(variant);
   ASSERT_EQ(dense.results.size(), prompts().size());
   ASSERT_GT(mean_score(dense), 0.99);  // the fixture retrieves every needle here: a loss below is the policy's
@@ -341,7 +347,8 @@ TEST_P(QualityMatrix, EveryPathDecodeAndTpSizeAgainstDense) {
       if (tp == 2 && !quest) continue;
       CellRun resident;  // the sparse cell on the resident path: what the offloaded ones must give
       for (Path path : {Path::kResident, Path::kOffload, Path::kOffloadTwoLanes}) {
-        Cell cell{.path = path, .prefill = prefill, .quest = quest, .tp = tp, .dca = dca, .fp8_kv = fp8_kv};
+        Cell cell{.path = path, .prefill = prefill, .quest = quest, .tp = tp, .dca = dca, .fp8_kv = fp8_kv,
+                  .yarn = yarn};
         const bool plain_dense = prefill == Prefill::kDense && !quest;  // covering and sparse are the same run
         if (!plain_dense && runs_covering(path, quest, tp)) {
           cell.covering = true;
@@ -371,11 +378,15 @@ INSTANTIATE_TEST_SUITE_P(Policies, QualityMatrix,
                          ::testing::Combine(::testing::Values(Prefill::kDense, Prefill::kXAttention,
                                                               Prefill::kMInference, Prefill::kFlexPrefill,
                                                               Prefill::kAvgPool, Prefill::kAvgPoolBudget),
-                                            ::testing::Values(Variant::kPlain, Variant::kDca, Variant::kFp8Kv)),
+                                            ::testing::Values(Variant::kPlain, Variant::kDca, Variant::kFp8Kv,
+                                                              Variant::kYarn)),
                          [](const ::testing::TestParamInfo<std::tuple<Prefill, Variant>>& info) {
                            const Variant v = std::get<1>(info.param);
                            return std::string(name(std::get<0>(info.param))) +
-                                  (v == Variant::kDca ? "_dca" : v == Variant::kFp8Kv ? "_fp8_kv" : "");
+                                  (v == Variant::kDca     ? "_dca"
+                                   : v == Variant::kFp8Kv ? "_fp8_kv"
+                                   : v == Variant::kYarn  ? "_yarn"
+                                                          : "");
                          });
 
 }  // namespace
