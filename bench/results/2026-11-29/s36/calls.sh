@@ -5,14 +5,7 @@
 #   bash bench/results/2026-11-29/s36/calls.sh ID [ARGS...]
 # (no ID lists them). The section runs as its own bash script with $0 = this file, so `dirname "$0"` is the
 # folder it was written in.
-set -euo pipefail
-section() { awk -v id="$1" 'index($0, "# ## ") == 1 { on = index($0, "{#" id "}") > 0; next } on' "$0"; }
-ids=$(sed -n 's/^# ## .* {#\(.*\)}$/\1/p' "$0" | tr '\n' ' ')
-[ $# -ge 1 ] || { echo "usage: bash $0 ID [ARGS...]; IDs: $ids" >&2; exit 2; }
-body=$(section "$1")
-[ -n "$body" ] || { echo "$0: no section '$1'; IDs: $ids" >&2; exit 2; }
-shift
-exec bash -c "$body" "$0" "$@"
+exec bash "$(dirname "$0")/../../run_section.sh" "$0" "$@"
 
 # ## call1 {#call1}
 #!/usr/bin/env bash
