@@ -393,6 +393,21 @@ std::vector<int32_t> estimate(const Batch& b, const KvCacheTensor& k, int which,
   return out;
 }
 
+TEST(KvCacheFp8, Int4KeysOfTheFp8CacheAreThoseOfTheDequantizedKeys) {
+  std::mt19937 rng(6);
+  const int64_t Hk = 2, D = 64, BS = 16, NB = 4;
+  Caches cache(NB, BS, Hk, D, rng);
+  std::vector<int32_t> slot_v(static_cast<size_t>(NB * BS));
+  std::iota(slot_v.begin(), slot_v.end(), 0);
+  const HostTensor slots = test::i32_tensor(slot_v);
+  HostTensor codes8(DType::kU8, {NB, Hk, BS, D / 2}), codesdq(DType::kU8, {NB, Hk, BS, D / 2});
+  HostTensor scales8(DType::kF32, {NB, Hk, BS}), scalesdq(DType::kF32, {NB, Hk, BS});
+  ops::int4_keys_update(codes8.v, scales8.v, cache.k_fp8(), slots.v);
+  ops::int4_keys_update(codesdq.v, scalesdq.v, cache.kdq.v, slots.v);
+  EXPECT_EQ(codes8.bytes, codesdq.bytes);
+  expect_identical(scales8, scalesdq, "scales");
+}
+
 TEST(KvCacheFp8, PrefillEstimatorsSeeTheDequantizedKeys) {
   std::mt19937 rng(5);
   const int64_t Hq = 8, Hk = 2, D = 32, BS = 16, ctx = 300, T = 120;

@@ -135,6 +135,113 @@ void check_quest_metadata_and_bound(DType kv) {
 TEST(QuestOps, MetadataIsTheBlockMinMaxAndScoresBoundEveryKeyF32) { check_quest_metadata_and_bound(DType::kF32); }
 TEST(QuestOps, MetadataIsTheBlockMinMaxAndScoresBoundEveryKeyBf16) { check_quest_metadata_and_bound(DType::kBF16); }
 
+// The keyscore policy's 4-bit keys (sparse_ops.h): rows written in two steps (a prefill with a skipped -1 slot, then
+// single decodes) hold the contract's quantization, computed here in f32 from the stored key, which is also within
+// half a step of the key; the scores are the max over the group's heads and the page's keys of the dequantized dot,
+// recomputed in double.
+void check_int4_keys(DType kv) {
+  std::mt19937 rng(11);
+  DecodeBatch b({37, 5, 70}, /*hq=*/6, /*hk=*/2, /*d=*/64, /*bs=*/8, kv, rng);
+  HostTensor codes(DType::kU8, {b.NB, b.Hk, b.BS, b.D / 2}), scales(DType::kF32, {b.NB, b.Hk, b.BS});
+  std::vector<int32_t> first, rest;
+  for (int64_t s = 0; s < b.S; ++s) {
+    const int64_t c = b.ctx[static_cast<size_t>(s)];
+    for (int64_t pos = 0; pos < c; ++pos) {
+      const int32_t slot = b.block(s, pos / b.BS) * static_cast<int32_t>(b.BS) + static_cast<int32_t>(pos % b.BS);
+      (pos < c - 3 ? first : rest).push_back(slot);
+    }
+  }
+  first.push_back(-1);
+  HostTensor first_t = test::i32_tensor(first, {static_cast<int64_t>(first.size())});
+  ops::int4_keys_update(codes.v, scales.v, b.k_cache.v, first_t.v);
+  for (int32_t slot : rest) {
+    HostTensor one = test::i32_tensor({slot}, {1});
+    ops::int4_keys_update(codes.v, scales.v, b.k_cache.v, one.v);
+  }
+  // code of dim d of the stored row r (row = (block Hk + h) BS + offset), -7..7
+  const auto code = [&](int64_t r, int64_t d) {
+    const uint8_t byte = codes.v.data_as<const uint8_t>()[r * (b.D / 2) + d / 2];
+    return static_cast<int>(d % 2 == 0 ? byte & 15 : byte >> 4) - 8;
+  };
+  for (int64_t s = 0; s < b.S; ++s)
+    for (int64_t pos = 0; pos < b.ctx[static_cast<size_t>(s)]; ++pos)
+      for (int64_t h = 0; h < b.Hk; ++h) {
+        const std::vector<double> k = b.key(b.k_cache, s, pos, h);
+        float amax = 0.0f;
+        for (const double x : k) amax = std::max(amax, std::fabs(static_cast<float>(x)));
+        const float scale = amax / 7.0f;
+        const int64_t r = (int64_t{b.block(s, pos / b.BS)} * b.Hk + h) * b.BS + pos % b.BS;
+        ASSERT_EQ(scales.get(r), scale) << "seq " << s << " pos " << pos << " head " << h;
+        for (int64_t d = 0; d < b.D; ++d) {
+          const float want = std::clamp(std::nearbyint(static_cast<float>(k[static_cast<size_t>(d)]) / scale), -7.0f,
+                                        7.0f);
+          ASSERT_EQ(code(r, d), static_cast<int>(want)) << "seq " << s << " pos " << pos << " d " << d;
+          EXPECT_LE(std::fabs(code(r, d) * double{scale} - k[static_cast<size_t>(d)]), 0.5001 * scale);
+        }
+      }
+
+  const int64_t MP = b.MB, G = b.Hq / b.Hk;
+  HostTensor scores(DType::kF32, {b.S, b.Hk, MP});
+  ops::int4_key_scores(scores.v, b.q.v, codes.v, scales.v, b.block_tables.v, b.context_lens.v, b.BS);
+  for (int64_t s = 0; s < b.S; ++s)
+    for (int64_t h = 0; h < b.Hk; ++h)
+      for (int64_t p = 0; p < MP; ++p) {
+        const float score = scores.get((s * b.Hk + h) * MP + p);
+        if (p >= b.pages(s)) {
+          EXPECT_EQ(score, -std::numeric_limits<float>::infinity());
+          continue;
+        }
+        double best = -1e30;
+        for (int64_t pos = p * b.BS; pos < std::min<int64_t>((p + 1) * b.BS, b.ctx[static_cast<size_t>(s)]); ++pos) {
+          const int64_t r = (int64_t{b.block(s, p)} * b.Hk + h) * b.BS + pos % b.BS;
+          for (int64_t g = 0; g < G; ++g) {
+            double dot = 0;
+            for (int64_t d = 0; d < b.D; ++d) dot += b.q.get((s * b.Hq + h * G + g) * b.D + d) * code(r, d);
+            best = std::max(best, dot * scales.get(r));
+          }
+        }
+        EXPECT_NEAR(score, best, 1e-5 * (1 + std::abs(best))) << "seq " << s << " head " << h << " page " << p;
+      }
+}
+
+TEST(Int4KeyOps, CodesQuantizeEachKeyRowAndScoresAreTheBestDequantizedDotF32) { check_int4_keys(DType::kF32); }
+TEST(Int4KeyOps, CodesQuantizeEachKeyRowAndScoresAreTheBestDequantizedDotBf16) { check_int4_keys(DType::kBF16); }
+
+// Why keyscore exists (docs/sparse_attention.md, "Quest at 128K"): every page holds keys of wide spread, so Quest's
+// bound (sum_d max(q_d min_d, q_d max_d)) of any page exceeds the one key that matches the query; the 4-bit scores
+// rank that key's page first.
+TEST(Int4KeyOps, KeyScoresFindTheMatchingKeyWhereQuestsBoundCannot) {
+  std::mt19937 rng(5);
+  const int64_t pages = 40, BS = 16, D = 64, needle_page = 23;
+  DecodeBatch b({static_cast<int32_t>(pages * BS)}, /*hq=*/1, /*hk=*/1, D, BS, DType::kF32, rng);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<float> q(static_cast<size_t>(D));
+  for (int64_t d = 0; d < D; ++d) b.q.set(d, q[static_cast<size_t>(d)] = n(rng));
+  for (int64_t pos = 0; pos < pages * BS; ++pos) {
+    const int64_t base = (int64_t{b.block(0, pos / BS)} * BS + pos % BS) * D;
+    const bool needle = pos == needle_page * BS + 5;
+    for (int64_t d = 0; d < D; ++d) b.k_cache.set(base + d, needle ? 0.6f * q[static_cast<size_t>(d)] : n(rng));
+  }
+  std::vector<int32_t> all(static_cast<size_t>(pages * BS));
+  for (int64_t pos = 0; pos < pages * BS; ++pos)
+    all[static_cast<size_t>(pos)] = b.block(0, pos / BS) * static_cast<int32_t>(BS) + static_cast<int32_t>(pos % BS);
+  const HostTensor slots = test::i32_tensor(all);
+  HostTensor codes(DType::kU8, {b.NB, 1, BS, D / 2}), scales(DType::kF32, {b.NB, 1, BS});
+  HostTensor k_min(DType::kF32, {b.NB, 1, D}), k_max(DType::kF32, {b.NB, 1, D});
+  ops::int4_keys_update(codes.v, scales.v, b.k_cache.v, slots.v);
+  ops::quest_update_pages(k_min.v, k_max.v, b.k_cache.v, slots.v);
+  HostTensor key_scores(DType::kF32, {1, 1, b.MB}), quest(DType::kF32, {1, 1, b.MB});
+  ops::int4_key_scores(key_scores.v, b.q.v, codes.v, scales.v, b.block_tables.v, b.context_lens.v, BS);
+  ops::quest_scores(quest.v, b.q.v, k_min.v, k_max.v, b.block_tables.v, b.context_lens.v, BS);
+  const auto rank_of_needle = [&](const HostTensor& sc) {
+    int64_t higher = 0;
+    for (int64_t p = 0; p < pages; ++p) higher += sc.get(p) > sc.get(needle_page);
+    return higher;
+  };
+  EXPECT_EQ(rank_of_needle(key_scores), 0);
+  EXPECT_GT(rank_of_needle(quest), 0) << "the setting should defeat Quest's bound";
+}
+
 // The seeds' counter-example to head-averaged scores: KV head 0 needs page 2 (a key aligned with its
 // query), head 1 needs page 3. Page 2 is strongly negative for head 1, so the head average ranks page 3
 // first and a shared selection of one middle page would drop head 0's page. Per head, both are kept.

@@ -169,6 +169,66 @@ void quest_scores(TensorView scores, TensorView q3, TensorView k_min, TensorView
   cpu::quest_scores(scores, q3, k_min, k_max, block_tables, context_lens, block_size, dca);
 }
 
+namespace {
+
+// codes [NB, Hk, BS, D / 2] U8 and scales [NB, Hk, BS] F32 on `dev`, D a multiple of 32; returns D.
+int64_t check_int4_keys(std::string_view op, const TensorView& codes, const TensorView& scales, Device dev) {
+  check_tensor(op, "codes", codes, dev, 4);
+  NANOVLLM_CHECK(codes.dtype() == DType::kU8, op, ": codes must be U8, got ", dtype_name(codes.dtype()));
+  const int64_t D = codes.dim(3) * 2;
+  NANOVLLM_CHECK(D > 0 && D % 32 == 0, op, ": head_dim ", D, " must be a multiple of 32");
+  check_float_tensor(op, "scales", scales, dev, Shape{codes.dim(0), codes.dim(1), codes.dim(2)});
+  NANOVLLM_CHECK(scales.dtype() == DType::kF32, op, ": scales must be F32, got ", dtype_name(scales.dtype()));
+  return D;
+}
+
+}  // namespace
+
+void int4_keys_update(TensorView codes, TensorView scales, const KvCacheTensor& k_cache, TensorView slot_mapping,
+                      Stream s) {
+  constexpr std::string_view op = "int4_keys_update";
+  const Device dev = k_cache.device();
+  check_kv_tensor(op, "k_cache", k_cache, dev, 4);
+  const int64_t D = check_int4_keys(op, codes, scales, dev);
+  NANOVLLM_CHECK(codes.dim(0) == k_cache.dim(0) && codes.dim(1) == k_cache.dim(2) && codes.dim(2) == k_cache.dim(1) &&
+                     D == k_cache.dim(3),
+                 op, ": codes ", codes.shape().str(), " must be [NB, Hk, BS, D / 2] of k_cache ", k_cache.shape().str());
+  check_tensor(op, "slot_mapping", slot_mapping, dev, 1);
+  check_i32(op, "slot_mapping", slot_mapping);
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(int4_keys_update, dev, codes, scales, k_cache, slot_mapping, s);
+  const int64_t slots = k_cache.dim(0) * k_cache.dim(1);
+  const int32_t* sm = slot_mapping.data_as<const int32_t>();
+  for (int64_t t = 0; t < slot_mapping.dim(0); ++t)
+    NANOVLLM_CHECK(sm[t] >= -1 && sm[t] < slots, op, ": slot_mapping[", t, "] = ", sm[t], " is outside [-1, ",
+                   slots, ")");
+  cpu::int4_keys_update(codes, scales, k_cache, slot_mapping);
+}
+
+void int4_key_scores(TensorView scores, TensorView q, TensorView codes, TensorView scales, TensorView block_tables,
+                     TensorView context_lens, int64_t block_size, Stream s) {
+  constexpr std::string_view op = "int4_key_scores";
+  const Device dev = q.device();
+  check_tensor(op, "q", q, dev, 3);
+  check_float(op, "q", q);
+  const int64_t D = check_int4_keys(op, codes, scales, dev);
+  const int64_t S = q.dim(0), Hq = q.dim(1), NB = codes.dim(0), Hk = codes.dim(1);
+  NANOVLLM_CHECK(q.dim(2) == D, op, ": codes ", codes.shape().str(), " hold head_dim ", D, ", q ", q.dim(2));
+  NANOVLLM_CHECK(Hk > 0 && Hq % Hk == 0, op, ": query heads ", Hq, " must be a multiple of KV heads ", Hk);
+  NANOVLLM_CHECK(block_size == codes.dim(2), op, ": block_size ", block_size, " != the codes' ", codes.dim(2));
+  check_tensor(op, "scores", scores, dev, 3);
+  NANOVLLM_CHECK(scores.dtype() == DType::kF32, op, ": scores must be F32, got ", dtype_name(scores.dtype()));
+  NANOVLLM_CHECK(scores.dim(0) == S && scores.dim(1) == Hk, op, ": scores ", scores.shape().str(),
+                 " must be [", S, ", ", Hk, ", pages]");
+  check_decode_tables(op, block_tables, context_lens, S, NB, block_size, dev);
+  if (dev.is_cuda())
+    NANOVLLM_DISPATCH_CUDA(int4_key_scores, dev, scores, q, codes, scales, block_tables, context_lens, block_size, s);
+  const int32_t* ctx = context_lens.data_as<const int32_t>();
+  for (int64_t i = 0; i < S; ++i)
+    NANOVLLM_CHECK((int64_t{ctx[i]} + block_size - 1) / block_size <= scores.dim(2), op, ": context_lens[", i,
+                   "] = ", ctx[i], " has more pages than scores' ", scores.dim(2));
+  cpu::int4_key_scores(scores, q, codes, scales, block_tables, context_lens, block_size);
+}
+
 void select_pages(TensorView selected, TensorView scores, TensorView context_lens, int64_t block_size,
                   int64_t sink_pages, int64_t recent_pages, Stream s) {
   constexpr std::string_view op = "select_pages";

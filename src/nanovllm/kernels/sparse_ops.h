@@ -45,6 +45,24 @@ void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView 
 void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView k_max, TensorView block_tables,
                   TensorView context_lens, int64_t block_size, const DualChunkParams* dca, Stream s = {});
 
+// A 4-bit copy of every key for scoring pages (the keyscore decode policy, docs/sparse_attention.md): per (slot, KV
+// head) row of the cache, x its D values as f32 (an fp8 cache's dequantized), amax = max_d |x_d|,
+//   scale = amax / 7 (1 when amax is 0),  code_d = clamp(round_half_even(x_d / scale), -7, 7)
+// in f32 (IEEE division) on every device, stored as the nibble code_d + 8, two per byte (d even: low nibble).
+// int4_keys_update quantizes the rows of the tokens with slot_mapping[t] = b BS + o >= 0 (-1: skipped) into
+// codes [NB, Hk, BS, D / 2] u8 and scales [NB, Hk, BS] f32 (block-major, so one page of one head is contiguous);
+// k_cache [NB, BS, Hk, D]. D must be a multiple of 32.
+void int4_keys_update(TensorView codes, TensorView scales, const KvCacheTensor& k_cache, TensorView slot_mapping,
+                      Stream s = {});
+
+// Page scores from the 4-bit keys: per sequence s, KV head h and page p < ceil(context_lens[s] / block_size),
+//   scores[s, h, p] = max over the query heads g of h's GQA group and the page's keys t (positions < context_lens[s])
+//                     of scale_t x sum_d q[g, d] code_t[d]
+// (the page's best approximate q . k), f32 sums; pages past the context get -inf. scores [S, Hk, MP] f32, q [S, Hq,
+// D], codes / scales of block block_tables[s][p] as int4_keys_update wrote them.
+void int4_key_scores(TensorView scores, TensorView q, TensorView codes, TensorView scales, TensorView block_tables,
+                     TensorView context_lens, int64_t block_size, Stream s = {});
+
 // Page selection within a budget of K pages, per sequence and KV head, from scores [S, Hk, MP] f32 (any
 // policy's). With n = ceil(context_lens[s] / block_size) pages: n <= K keeps all of them; otherwise the
 // first sink_pages and the last recent_pages always, then the highest-scoring other pages (ties: the

@@ -11,6 +11,7 @@
 #include "nanovllm/llm/structured_output.h"
 #include "nanovllm/model/tensor_parallel_plan.h"
 #include "nanovllm/runner/tensor_parallel_worker.h"
+#include "nanovllm/sparse/policies.h"
 
 namespace nanovllm {
 namespace {
@@ -58,6 +59,9 @@ EngineConfig offload_lane_config(const EngineConfig& config) {
 void check_dual_chunk_attention(const ModelConfig& model, const EngineConfig& config) {
   const DualChunkAttention& dca = model.dual_chunk_attention;
   if (!dca.enabled()) return;
+  NANOVLLM_CHECK(config.sparse.make_custom || find_decode_policy(config.sparse.policy).dual_chunk_attention,
+                 "--sparse-policy ", config.sparse.policy, " does not run with Dual Chunk Attention (the model's ",
+                 "dual_chunk_attention_config); use --sparse-policy quest or full");
   NANOVLLM_CHECK(!config.sparse_prefill.enabled() || dca.chunk_len() % config.sparse_prefill.block_size == 0,
                  "--sparse-prefill-block-size ", config.sparse_prefill.block_size, " must divide Dual Chunk ",
                  "Attention's chunk length chunk_size - local_size = ", dca.chunk_len(),

@@ -1,18 +1,24 @@
 #include "nanovllm/sparse/policies.h"
 
 #include "nanovllm/core/error.h"
+#include "nanovllm/sparse/keyscore_attention.h"
 #include "nanovllm/sparse/quest_attention.h"
 
 namespace nanovllm {
 namespace {
 
 const DecodePolicyInfo kDecodePolicies[] = {
-    {"full", "dense attention over every page", nullptr, nullptr},
+    {"full", "dense attention over every page", nullptr, nullptr, true},
     {"quest", "Quest: per KV head the pages with the highest q.k upper bound from their keys' min/max",
      [](const PagedKvShape& shape, int64_t budget_pages, Allocator& alloc) -> std::unique_ptr<SparseDecodePolicy> {
        return std::make_unique<QuestAttention>(shape, budget_pages, alloc);
      },
-     &QuestAttention::metadata_bytes_per_block},
+     &QuestAttention::metadata_bytes_per_block, true},
+    {"keyscore", "per KV head the pages whose keys score highest against the query, from a 4-bit copy of every key",
+     [](const PagedKvShape& shape, int64_t budget_pages, Allocator& alloc) -> std::unique_ptr<SparseDecodePolicy> {
+       return std::make_unique<KeyScoreAttention>(shape, budget_pages, alloc);
+     },
+     &KeyScoreAttention::metadata_bytes_per_block, false},
 };
 
 using E = SparsePrefillOptions::Estimator;

@@ -26,6 +26,7 @@ struct DecodePolicyInfo {
   std::unique_ptr<SparseDecodePolicy> (*make)(const PagedKvShape& shape, int64_t budget_pages, Allocator& alloc);
   // Device bytes of its page metadata per KV block (the CUDA runner leaves room for it when it sizes the cache).
   int64_t (*metadata_bytes_per_block)(const PagedKvShape& shape);
+  bool dual_chunk_attention;  // it scores pages of Dual Chunk Attention models (score_pages_dual_chunk)
 };
 std::span<const DecodePolicyInfo> decode_policies();
 const DecodePolicyInfo& find_decode_policy(std::string_view name);  // throws naming the choices
