@@ -36,8 +36,6 @@ void moe_route_group(const ops::MoeGroups& g, TensorView topk_ids, TensorView to
 // BF16 tensors, H and Im multiples of 8 (else a clear error).
 void moe_experts(TensorView rows, TensorView x, TensorView gate_up_w, TensorView down_w, const ops::MoeGroups& g,
                  TensorView act, ops::Stream s);
-// Stage 1 of moe_experts alone: act[r] = silu(gate) * up of every row (act [P, Im]).
-void moe_experts_gate_up(TensorView act, TensorView x, TensorView gate_up_w, const ops::MoeGroups& g, ops::Stream s);
 void moe_combine(TensorView out, TensorView rows, TensorView topk_weights, TensorView pair_rows, ops::Stream s);
 void moe_mlp(TensorView out, TensorView x, TensorView router_w, TensorView gate_up_w, TensorView down_w,
              bool renormalize, const ops::MoeWorkspace& ws, ops::Stream s,
@@ -52,7 +50,7 @@ bool moe_decode_supported(TensorView out, TensorView x, TensorView router_w, Ten
 // in one launch. x [T, H] BF16, router_w [E, H] BF16, T <= kMoeDecodeMaxTokens.
 void moe_router_decode(TensorView x, TensorView router_w, const ops::MoeWorkspace& w, bool renormalize,
                        ops::Stream s);
-// moe_experts_gate_up for decode-sized steps (T <= kMoeDecodeMaxTokens): act [P, Im] BF16.
+// moe_experts' stage 1 (act[r] = silu(gate) * up) for decode-sized steps (T <= kMoeDecodeMaxTokens): act [P, Im] BF16.
 void moe_gate_up_decode(TensorView act, TensorView x, TensorView gate_up_w, const ops::MoeGroups& g,
                         ops::Stream s);
 // out[t] = sum over j of topk_weights[t, j] * bf16(down_w[e_j] @ act[row of pair t k + j]), fp32 in slot order

@@ -24,7 +24,6 @@
 // predecessor first and then let their successor launch.
 #include <algorithm>
 #include <cstdint>
-#include <initializer_list>
 
 #include <cuda_bf16.h>
 
@@ -305,44 +304,27 @@ void grouped(const GroupedArgs& a, int64_t T, ops::Stream s) {
 
 }  // namespace
 
-namespace {
-
-void check_expert_tensors(std::initializer_list<const TensorView*> ts, int64_t H, int64_t Im) {
-  for (const TensorView* t : ts)
-    NANOVLLM_CHECK(t->dtype() == DType::kBF16, "moe_experts (CUDA): every float tensor must be BF16, got ",
-                   dtype_name(t->dtype()), " ", t->shape().str());
-  NANOVLLM_CHECK(H % 8 == 0 && Im % 8 == 0, "moe_experts (CUDA): the hidden size ", H, " and the experts' ",
-                 "intermediate size ", Im, " must be multiples of 8 (16-byte rows)");
-  for (const TensorView* t : ts)
-    NANOVLLM_CHECK(aligned16(t->data()), "moe_experts (CUDA): tensors must be 16-byte aligned");
-}
-
-GroupedArgs gate_up_args(TensorView act, TensorView x, TensorView gate_up_w, const ops::MoeGroups& g) {
-  const int64_t T = x.dim(0), P = act.dim(0);
-  return {x.data_as<const __nv_bfloat16>(), gate_up_w.data_as<const __nv_bfloat16>(), act.data_as<__nv_bfloat16>(),
-          g.expert_offsets.data_as<const int32_t>(), g.sorted_pairs.data_as<const int32_t>(),
-          g.active_experts.data_as<const int32_t>(), static_cast<int>(x.dim(1)),
-          static_cast<int>(gate_up_w.dim(1) / 2), static_cast<int>(P), static_cast<int>(gate_up_w.dim(0)),
-          static_cast<int>(P / T)};
-}
-
-}  // namespace
-
-void moe_experts_gate_up(TensorView act, TensorView x, TensorView gate_up_w, const ops::MoeGroups& g, ops::Stream s) {
-  check_expert_tensors({&act, &x, &gate_up_w}, x.dim(1), gate_up_w.dim(1) / 2);
-  grouped<true>(gate_up_args(act, x, gate_up_w, g), x.dim(0), s);
-}
-
 void moe_experts(TensorView rows, TensorView x, TensorView gate_up_w, TensorView down_w, const ops::MoeGroups& g,
                  TensorView act, ops::Stream s) {
+  for (const TensorView* t : {&rows, &x, &gate_up_w, &down_w, &act})
+    NANOVLLM_CHECK(t->dtype() == DType::kBF16, "moe_experts (CUDA): every float tensor must be BF16, got ",
+                   dtype_name(t->dtype()), " ", t->shape().str());
   const int64_t T = x.dim(0), H = x.dim(1), P = rows.dim(0), E = gate_up_w.dim(0), Im = down_w.dim(2);
-  check_expert_tensors({&rows, &x, &gate_up_w, &down_w, &act}, H, Im);
-  grouped<true>(gate_up_args(act, x, gate_up_w, g), T, s);
-  grouped<false>({act.data_as<const __nv_bfloat16>(), down_w.data_as<const __nv_bfloat16>(),
-                  rows.data_as<__nv_bfloat16>(), g.expert_offsets.data_as<const int32_t>(),
-                  g.sorted_pairs.data_as<const int32_t>(), g.active_experts.data_as<const int32_t>(),
-                  static_cast<int>(Im), static_cast<int>(H), static_cast<int>(P), static_cast<int>(E),
-                  static_cast<int>(P / T)},
+  NANOVLLM_CHECK(H % 8 == 0 && Im % 8 == 0, "moe_experts (CUDA): the hidden size ", H, " and the experts' ",
+                 "intermediate size ", Im, " must be multiples of 8 (16-byte rows)");
+  for (const TensorView* t : {&rows, &x, &gate_up_w, &down_w, &act})
+    NANOVLLM_CHECK(aligned16(t->data()), "moe_experts (CUDA): tensors must be 16-byte aligned");
+  const int k = static_cast<int>(P / T);
+  const auto* offsets = g.expert_offsets.data_as<const int32_t>();
+  const auto* sorted = g.sorted_pairs.data_as<const int32_t>();
+  const auto* active = g.active_experts.data_as<const int32_t>();
+  const auto* xb = x.data_as<const __nv_bfloat16>();
+  auto* ab = act.data_as<__nv_bfloat16>();
+  grouped<true>({xb, gate_up_w.data_as<const __nv_bfloat16>(), ab, offsets, sorted, active, static_cast<int>(H),
+                 static_cast<int>(Im), static_cast<int>(P), static_cast<int>(E), k},
+                T, s);
+  grouped<false>({ab, down_w.data_as<const __nv_bfloat16>(), rows.data_as<__nv_bfloat16>(), offsets, sorted, active,
+                  static_cast<int>(Im), static_cast<int>(H), static_cast<int>(P), static_cast<int>(E), k},
                  T, s);
 }
 
