@@ -167,7 +167,8 @@ TEST(CudaMoe, CombineMatchesTheReference) {
   }
 }
 
-// The whole sparse MLP on the GPU (ops::moe_mlp: router projection, fused routing + grouping, experts, combine)
+// The whole sparse MLP on the GPU (ops::moe_mlp; at T = 6 the decode kernels of moe_decode.cu: router + routing +
+// grouping, gate / up, down + combine)
 // against the CPU ops fed with the GPU's routing (the GPU's bf16 router logits may tie where the CPU's fp32 ones
 // do not); run eagerly, then from a CUDA graph captured for another input: the routing changes, the graph stays.
 TEST(CudaMoe, SparseMlpEagerAndFromAGraphMatchTheReference) {

@@ -11,7 +11,8 @@ namespace nanovllm::cuda_ops {
 void moe_mlp(TensorView out, TensorView x, TensorView router_w, TensorView gate_up_w, TensorView down_w,
              bool renormalize, const ops::MoeWorkspace& ws, ops::Stream s, MoeDecodePath path) {
   const ops::MoeWorkspace w = ws.first(x.dim(0));
-  if (path == MoeDecodePath::kFused && moe_decode_supported(out, x, router_w, gate_up_w, down_w, w.topk_ids.dim(1), s)) {
+  if (path == MoeDecodePath::kFused && w.router_logits.dtype() == DType::kBF16 &&
+      moe_decode_supported(out, x, router_w, gate_up_w, down_w, w.topk_ids.dim(1), s)) {
     cuda_ops::moe_router_decode(x, router_w, w, renormalize, s);
     cuda_ops::moe_gate_up_decode(w.act, x, gate_up_w, w.groups, s);  // [P, Im]
     cuda_ops::moe_down_combine(out, w.act, down_w, w.topk_weights, w.groups, s);
