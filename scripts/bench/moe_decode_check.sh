@@ -32,8 +32,8 @@ for L in 4 24; do
     --decode-tokens 64 --prefill 1024
 done
 rm -rf /tmp/moe24  # 31 GB of the box's disk
-echo "== ncu (timeout 150 s)"
-timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+echo "== ncu (timeout 120 s)"
+timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
   -k 'regex:^(?!decode_tc).*' --launch-count 700 \
   "$NV" bench latency --backend cuda --model /tmp/moe4 --context 1024 --decode-tokens 12 --prefill 1024 \
   --enforce-eager > "$OUT/moe_ncu.csv" 2> "$OUT/moe_ncu.err"

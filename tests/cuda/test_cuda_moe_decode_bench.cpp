@@ -6,6 +6,8 @@
 // --gtest_also_run_disabled_tests.
 #include "cuda_test_util.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <set>
 
@@ -50,8 +52,9 @@ TEST(MoeDecodeBench, DISABLED_FusedVsUnfused) {
     double us[2] = {};
     for (auto path : {cuda_ops::MoeDecodePath::kUnfused, cuda_ops::MoeDecodePath::kFused}) {
       const cudaGraphExec_t exec = cuda_test::warm_up_and_capture(st, [&] {
-        for (const Layer& L : layers)  // each layer's output is the next one's input, as in the decoder
-          cuda_ops::moe_mlp(x.view(), x.view(), L.router.view(), L.gate_up.view(), L.down.view(), true, ws,
+        // Every layer reads the same x (chaining them through constant expert weights would overflow to inf).
+        for (const Layer& L : layers)
+          cuda_ops::moe_mlp(out.view(), x.view(), L.router.view(), L.gate_up.view(), L.down.view(), true, ws,
                             cuda_test::on(st), path);
       });
       const std::vector<float> ms = cuda_test::graph_replay_ms(exec, st, kReps);
@@ -67,7 +70,8 @@ TEST(MoeDecodeBench, DISABLED_FusedVsUnfused) {
                 "floor %.2f us (%lld experts, %.1f MB)\n",
                 static_cast<long long>(T), us[0], us[0] / floor_us, us[1], us[1] / floor_us, floor_us,
                 static_cast<long long>(experts), bytes / 1e6);
-    EXPECT_GT(us[1], 0.0);
+    const std::vector<float> y = out.download_f32();
+    EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return std::isfinite(v); })) << "T=" << T;
   }
   CUDA_CHECK(cudaStreamDestroy(st));
 }
