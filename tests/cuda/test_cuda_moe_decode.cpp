@@ -1,7 +1,7 @@
-// The MoE decode kernels (kernels/cuda/moe_decode.cu: router, gate / up, down + combine) against the CPU reference and the general CUDA path, on
-// fresh random data: odd sizes (hidden sizes that leave a partial 16-column block, K tails of the 128-wide warp
-// step), experts with no token, T = 1, 3, 9, 17 and the limit kMoeDecodeMaxTokens, E up to 512, ties in the
-// router logits.
+// The MoE decode kernels (kernels/cuda/moe_decode.cu: router, gate / up, down + combine) against the CPU reference
+// and the general CUDA path, on fresh random data: odd sizes (hidden sizes that leave a partial 16-column block, K
+// tails of the 128-wide warp step), experts with no token, T = 1, 3, 9, 17 and the limit kMoeDecodeMaxTokens, E up
+// to 512, ties in the router logits.
 //
 // Tolerances. Router logits: the kernel's fp32 dot product is rounded to bf16 like the reference's, in another
 // summation order: one bf16 place, 1e-3 + 8e-3 relative. Routing and grouping of the kernel's own logits: equal
@@ -250,12 +250,14 @@ TEST(MoeDecode, SparseMlpFusedMatchesUnfusedAndTheReference) {
     for (int64_t t = 0; t < T; ++t) {
       if (!std::equal(ids.begin() + t * k, ids.begin() + (t + 1) * k, ids_b.begin() + t * k)) continue;
       ++same;
-      const std::vector<float> ra(a.begin() + t * H, a.begin() + (t + 1) * H), rb(b.begin() + t * H, b.begin() + (t + 1) * H);
+      const std::vector<float> ra(a.begin() + t * H, a.begin() + (t + 1) * H);
+      const std::vector<float> rb(b.begin() + t * H, b.begin() + (t + 1) * H);
       expect_close(ra, rb, 2e-2f, 1e-2f, what + " token " + std::to_string(t) + " fused vs unfused");
     }
     EXPECT_GE(same, (T + 1) / 2) << what << ": the two paths route most tokens alike";
     // The CPU ops on the fused path's routing.
-    std::vector<float> w = fused.weights.download<float>(), rows(static_cast<size_t>(P * H)), ref(static_cast<size_t>(T * H));
+    std::vector<float> w = fused.weights.download<float>();
+    std::vector<float> rows(static_cast<size_t>(P * H)), ref(static_cast<size_t>(T * H));
     std::vector<uint16_t> act(static_cast<size_t>(P * Im));
     std::vector<float> xf = x.f32, guf = gu.f32, dwf = dw.f32;
     HostGroups h(ids, T, k, E);

@@ -20,14 +20,14 @@
 //     experts exit at once.
 //   * moe_down_combine: the down projection with the combine folded in. A CTA per 16 output columns; its warp
 //     w takes the active experts w, w + 8, ... (at bs = 1: the 8 chosen experts, one per warp) and streams
-//     their 16 weight rows over all of K with gemv's warp step (mma.sync m16n8k16: the weight rows as the 16-row
-//     operand, the expert's activation rows — at most T — as the 8-wide one), one flat double-buffered loop over (expert, K step) so the next expert's loads fly
-//     during this one's products. Each expert row's 16 outputs are rounded to bf16 — the value moe_experts
-//     stores in ws.rows — into shared memory at its pair's place; then out[t, c] = sum over j of
-//     topk_weights[t, j] * value[t k + j, c] in fp32, in slot order, rounded to bf16: moe_combine's formula
-//     on moe_experts' values. The only difference from the unfused path is an expert output's fp32 sum
-//     order (one warp over all of K here, four K groups added there): at most one bf16 place of an expert
-//     row, before the weighting. No ws.rows, no combine launch.
+//     their 16 weight rows over all of K with gemv's warp step (mma.sync m16n8k16: the weight rows as the
+//     16-row operand, the expert's activation rows — at most T — as the 8-wide one), one flat double-buffered
+//     loop over (expert, K step) so the next expert's loads fly during this one's products. Each expert row's
+//     16 outputs are rounded to bf16 — the value moe_experts stores in ws.rows — into shared memory at its
+//     pair's place; then out[t, c] = sum over j of topk_weights[t, j] * value[t k + j, c] in fp32, in slot
+//     order, rounded to bf16: moe_combine's formula on moe_experts' values. The only difference from the
+//     unfused path is an expert output's fp32 sum order (one warp over all of K here, four K groups added
+//     there): at most one bf16 place of an expert row, before the weighting. No ws.rows, no combine launch.
 // Launch shapes depend on T, E, k and the sizes only, never on the routing, so CUDA graphs replay them; all
 // three are PDL launches (pdl.cuh) that read their predecessor's outputs right after the wait.
 #include <algorithm>

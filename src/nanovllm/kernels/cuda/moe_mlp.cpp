@@ -1,5 +1,6 @@
 // The sparse MLP on CUDA (kernels/moe_ops.h, moe_mlp). Decode-sized steps (moe_decode_supported): the router
-// projection, routing and grouping in one launch, the gate/up GEMV with SiLU·mul, the down GEMV with the combine folded in
+// projection, routing and grouping in one launch, the gate/up GEMV with SiLU·mul, the down GEMV with the
+// combine folded in
 // (moe_decode.cu): three launches. Longer steps: the router projection through the linear dispatch (cuBLASLt
 // or the decode gemv), routing and grouping, the grouped expert GEMMs, the combine: five. Which runs depends on
 // T and the shapes only, never on the routing; no host synchronisation.
