@@ -228,7 +228,8 @@ TEST(MoeDecode, SparseMlpFusedMatchesUnfusedAndTheReference) {
   SKIP_WITHOUT_CUDA();
   if (cuda_test::device_major() < 9) GTEST_SKIP() << "the decode router is a thread-block cluster (sm_90+)";
   std::mt19937 rng(14);
-  for (int64_t T : {int64_t{1}, int64_t{3}, cuda_ops::kMoeDecodeMaxTokens}) {
+  // moe_mlp fuses one-token steps only (moe_mlp.cpp: its A/B); the kernels' own tests above cover larger T.
+  for (int64_t T : {int64_t{1}}) {
     const int64_t E = 64, k = 8, H = 264, Im = 72, P = T * k;
     const std::string what = "T=" + std::to_string(T);
     const auto x = random_bf16(static_cast<size_t>(T * H), rng);
