@@ -10,6 +10,7 @@
 // the activation to bf16 as the kernels do; the GPU sums in another order, which can move a rounded gate / up
 // by one bf16 ulp, and rounds its output to bf16: per element 2e-2 + 1e-2 relative, NMSE <= 1e-5. Combine:
 // one bf16 rounding, 1e-2 + 5e-3 relative.
+#include "cuda_moe_test_util.h"
 #include "cuda_test_util.h"
 
 #include <algorithm>
@@ -27,58 +28,7 @@ namespace {
 using cuda_test::DeviceTensor;
 using cuda_test::expect_close;
 using cuda_test::random_bf16;
-
-TensorView hv(std::vector<float>& v, Shape s) { return TensorView(v.data(), DType::kF32, s); }
-TensorView hv(std::vector<int32_t>& v, Shape s) { return TensorView(v.data(), DType::kI32, s); }
-TensorView hv(std::vector<uint16_t>& v, Shape s) { return TensorView(v.data(), DType::kBF16, s); }
-
-// Random routing of T tokens to k distinct experts among the first `used` of E (the rest get nothing).
-std::vector<int32_t> random_ids(int64_t T, int64_t E, int64_t k, int64_t used, std::mt19937& rng) {
-  std::vector<int32_t> pool(static_cast<size_t>(used)), ids;
-  std::iota(pool.begin(), pool.end(), 0);
-  for (int64_t t = 0; t < T; ++t) {
-    std::shuffle(pool.begin(), pool.end(), rng);
-    ids.insert(ids.end(), pool.begin(), pool.begin() + k);
-  }
-  (void)E;
-  return ids;
-}
-
-// Device grouping buffers for P pairs over E experts.
-struct DeviceGroups {
-  DeviceTensor offsets, sorted, rows, active;
-  DeviceGroups(int64_t P, int64_t E)
-      : offsets(DType::kI32, {E + 1}), sorted(DType::kI32, {P}), rows(DType::kI32, {P}), active(DType::kI32, {E}) {}
-  ops::MoeGroups view() const { return {offsets.view(), sorted.view(), rows.view(), active.view()}; }
-};
-
-// The CPU grouping of `ids`.
-struct HostGroups {
-  std::vector<int32_t> offsets, sorted, rows, active;
-  HostGroups(std::vector<int32_t>& ids, int64_t T, int64_t k, int64_t E)
-      : offsets(static_cast<size_t>(E + 1)), sorted(static_cast<size_t>(T * k)), rows(static_cast<size_t>(T * k)),
-        active(static_cast<size_t>(E)) {
-    cpu::moe_group(view(), hv(ids, {T, k}));
-  }
-  ops::MoeGroups view() {
-    const int64_t E = static_cast<int64_t>(active.size()), P = static_cast<int64_t>(sorted.size());
-    return {hv(offsets, {E + 1}), hv(sorted, {P}), hv(rows, {P}), hv(active, {E})};
-  }
-};
-
-// The device grouping equals the CPU's up to the order inside each expert; pair_rows is its inverse.
-void expect_same_groups(const DeviceGroups& d, HostGroups& h, const std::string& what) {
-  const auto off = d.offsets.download<int32_t>(), sorted = d.sorted.download<int32_t>();
-  const auto rows = d.rows.download<int32_t>(), active = d.active.download<int32_t>();
-  ASSERT_EQ(off, h.offsets) << what;
-  EXPECT_EQ(active, h.active) << what;
-  for (size_t e = 0; e + 1 < off.size(); ++e) {
-    std::vector<int32_t> a(sorted.begin() + off[e], sorted.begin() + off[e + 1]);
-    std::sort(a.begin(), a.end());
-    EXPECT_EQ(a, std::vector<int32_t>(h.sorted.begin() + off[e], h.sorted.begin() + off[e + 1])) << what << " expert " << e;
-  }
-  for (size_t r = 0; r < sorted.size(); ++r) ASSERT_EQ(rows[static_cast<size_t>(sorted[r])], static_cast<int32_t>(r)) << what;
-}
+using namespace cuda_moe_test;
 
 TEST(CudaMoe, RouteMatchesTheReference) {
   SKIP_WITHOUT_CUDA();
@@ -217,7 +167,8 @@ TEST(CudaMoe, CombineMatchesTheReference) {
   }
 }
 
-// The whole sparse MLP on the GPU (ops::moe_mlp: router projection, fused routing + grouping, experts, combine)
+// The whole sparse MLP on the GPU (ops::moe_mlp; at T = 6 the decode kernels of moe_decode.cu: router + routing +
+// grouping, gate / up, down + combine)
 // against the CPU ops fed with the GPU's routing (the GPU's bf16 router logits may tie where the CPU's fp32 ones
 // do not); run eagerly, then from a CUDA graph captured for another input: the routing changes, the graph stays.
 TEST(CudaMoe, SparseMlpEagerAndFromAGraphMatchTheReference) {

@@ -1,0 +1,155 @@
+// Device code of the MoE routing and grouping shared by moe_route.cu (route, group, route_group) and
+// moe_decode.cu (the decode step's router: projection, routing and grouping in one launch). The algorithms
+// are described in moe_route.cu; every kernel that routes calls route_token and every one that groups calls
+// group_pairs, so their results are the same whichever launch runs them.
+#pragma once
+
+#include <cstdint>
+
+#include "nanovllm/core/limits.h"
+#include "nanovllm/kernels/cuda/common.cuh"
+#include "nanovllm/kernels/moe_ops.h"
+
+namespace nanovllm::cuda_ops::moe_detail {
+
+constexpr int kPerLane = static_cast<int>(kMaxExperts / 32);  // probabilities per lane
+
+struct RouteArgs {
+  const void* logits;  // [T, E]
+  int logits_dt;
+  int32_t* ids;        // [T, k]
+  float* weights;      // [T, k]
+  int T, E, k;
+  bool renormalize;
+};
+
+struct GroupArgs {
+  const int32_t* ids;  // [P]
+  int32_t* offsets;    // [E + 1]
+  int32_t* sorted;     // [P]
+  int32_t* pair_rows;  // [P]
+  int32_t* active;     // [E]
+  int P, E;
+};
+
+// Token t's routing by one warp.
+__device__ inline void route_token(const RouteArgs& a, int t, int lane) {
+  float p[kPerLane];
+  float m = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    p[i] = e < a.E ? load_f32(a.logits, a.logits_dt, int64_t{t} * a.E + e) : -INFINITY;
+    m = fmaxf(m, p[i]);
+  }
+  m = warp_max(m);
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    p[i] = e < a.E ? expf(p[i] - m) : -1.f;  // -1: below every probability (never chosen)
+    sum += e < a.E ? p[i] : 0.f;
+  }
+  sum = warp_sum(sum);
+  const float inv = 1.f / sum;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i)
+    if (p[i] >= 0.f) p[i] *= inv;
+  float chosen_sum = 0.f;
+  for (int j = 0; j < a.k; ++j) {
+    // The lane's best remaining entry (its lowest expert id among equals: entries rise with i).
+    float best = -2.f;
+    int best_e = 0x7fffffff;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (p[i] > best) {
+        best = p[i];
+        best_e = lane + 32 * i;
+      }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+      if (ob > best || (ob == best && oe < best_e)) {
+        best = ob;
+        best_e = oe;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (lane + 32 * i == best_e) p[i] = -1.f;  // taken out
+    chosen_sum += best;
+    if (lane == 0) {
+      a.ids[int64_t{t} * a.k + j] = best_e;
+      a.weights[int64_t{t} * a.k + j] = best;
+    }
+  }
+  if (a.renormalize && lane == 0) {
+    const float inv_chosen = 1.f / chosen_sum;
+    for (int j = 0; j < a.k; ++j) a.weights[int64_t{t} * a.k + j] *= inv_chosen;
+  }
+}
+
+// Exclusive scan of v[0, n) in shared memory by the whole CTA (n <= blockDim.x); returns the total.
+__device__ inline int block_exclusive_scan(int* v, int* tmp, int n) {
+  const int i = static_cast<int>(threadIdx.x);
+  for (int step = 1; step < n; step <<= 1) {  // Hillis-Steele inclusive scan through tmp
+    if (i < n) tmp[i] = v[i] + (i >= step ? v[i - step] : 0);
+    __syncthreads();
+    if (i < n) v[i] = tmp[i];
+    __syncthreads();
+  }
+  const int total = n > 0 ? v[n - 1] : 0;
+  __syncthreads();
+  if (i < n) tmp[i] = i > 0 ? v[i - 1] : 0;
+  __syncthreads();
+  if (i < n) v[i] = tmp[i];
+  __syncthreads();
+  return total;
+}
+
+// The grouping by one CTA (all threads call it).
+__device__ inline void group_pairs(const GroupArgs& a) {
+  __shared__ int count[kMaxExperts], cursor[kMaxExperts], flag[kMaxExperts], tmp[kMaxExperts];
+  const int i = static_cast<int>(threadIdx.x), n = static_cast<int>(blockDim.x);
+  for (int e = i; e < a.E; e += n) count[e] = 0;
+  __syncthreads();
+  for (int p = i; p < a.P; p += n) atomicAdd(&count[a.ids[p]], 1);
+  __syncthreads();
+  for (int e = i; e < a.E; e += n) {
+    flag[e] = count[e] > 0;
+    cursor[e] = count[e];
+  }
+  __syncthreads();
+  block_exclusive_scan(cursor, tmp, a.E);  // cursor[e] = expert e's first row
+  block_exclusive_scan(flag, count, a.E);  // flag[e] = active experts before e (count is free now)
+  for (int e = i; e < a.E; e += n) {
+    a.offsets[e] = cursor[e];
+    a.active[e] = -1;
+  }
+  if (i == 0) a.offsets[a.E] = a.P;
+  __syncthreads();
+  for (int e = i; e < a.E; e += n) {
+    const int next = e + 1 < a.E ? cursor[e + 1] : a.P;
+    if (next > cursor[e]) a.active[flag[e]] = e;
+  }
+  __syncthreads();
+  for (int p = i; p < a.P; p += n) {
+    const int r = atomicAdd(&cursor[a.ids[p]], 1);
+    a.sorted[r] = p;
+    a.pair_rows[p] = r;
+  }
+}
+
+inline RouteArgs route_args(TensorView ids, TensorView weights, TensorView logits, bool renormalize) {
+  return {logits.data(), dt(logits), ids.data_as<int32_t>(), weights.data_as<float>(),
+          static_cast<int>(logits.dim(0)), static_cast<int>(logits.dim(1)), static_cast<int>(ids.dim(1)), renormalize};
+}
+
+inline GroupArgs group_args(const ops::MoeGroups& g, TensorView ids) {
+  return {ids.data_as<const int32_t>(), g.expert_offsets.data_as<int32_t>(), g.sorted_pairs.data_as<int32_t>(),
+          g.pair_rows.data_as<int32_t>(), g.active_experts.data_as<int32_t>(), static_cast<int>(ids.numel()),
+          static_cast<int>(g.expert_offsets.dim(0) - 1)};
+}
+
+}  // namespace nanovllm::cuda_ops::moe_detail

@@ -1,0 +1,80 @@
+// A/B of the MoE decode fusion (kernels/cuda/moe_decode.cu) on the Qwen3-30B-A3B shape: E = 128 experts, k = 8,
+// H = 2048, Im = 768, the sparse MLP alone (moe_mlp) of kLayers layers with their own weights (8 x 1.2 GB: the
+// chosen experts come from HBM, not L2), captured into one CUDA graph per path and replayed. Prints the time
+// per layer, the bytes a layer must read (the router and the chosen experts' weights), and the ratio to the
+// floor at 4.25 TB/s. DISABLED_: a benchmark, run by scripts/bench/moe_decode_check.sh with
+// --gtest_also_run_disabled_tests.
+#include "cuda_test_util.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "nanovllm/kernels/cuda/cuda_moe_ops.h"
+#include "nanovllm/kernels/moe_ops.h"
+
+namespace nanovllm {
+namespace {
+
+using cuda_test::DeviceTensor;
+using cuda_test::random_bf16;
+
+TEST(MoeDecodeBench, DISABLED_FusedVsUnfused) {
+  SKIP_WITHOUT_CUDA();
+  constexpr int kLayers = 8, kReps = 30;
+  constexpr double kHbmBytesPerSecond = 4.25e12;
+  const int64_t E = 128, k = 8, H = 2048, Im = 768;
+  std::mt19937 rng(21);
+  struct Layer {
+    DeviceTensor router, gate_up, down;
+  };
+  std::vector<Layer> layers;
+  for (int l = 0; l < kLayers; ++l) {
+    Layer L{DeviceTensor(DType::kBF16, {E, H}, random_bf16(static_cast<size_t>(E * H), rng, -0.3f, 0.3f).bits),
+            DeviceTensor(DType::kBF16, {E, 2 * Im, H}), DeviceTensor(DType::kBF16, {E, H, Im})};
+    L.gate_up.fill_bytes(0x3c);  // bf16 0x3c3c = 0.0115: the values do not matter to the time
+    L.down.fill_bytes(0x3c);
+    layers.push_back(std::move(L));
+  }
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreate(&st));
+  for (int64_t T : {1, 2, 4, 8, 16, 32}) {
+    const int64_t P = T * k;
+    DeviceTensor x(DType::kBF16, {T, H}, random_bf16(static_cast<size_t>(T * H), rng).bits);
+    DeviceTensor out(DType::kBF16, {T, H}), logits(DType::kBF16, {T, E}), ids(DType::kI32, {T, k});
+    DeviceTensor weights(DType::kF32, {T, k}), act(DType::kBF16, {P, Im}), rows(DType::kBF16, {P, H});
+    DeviceTensor offsets(DType::kI32, {E + 1}), sorted(DType::kI32, {P}), pair_rows(DType::kI32, {P});
+    DeviceTensor active(DType::kI32, {E});
+    const ops::MoeWorkspace ws{logits.view(), ids.view(), weights.view(),
+                               {offsets.view(), sorted.view(), pair_rows.view(), active.view()}, act.view(),
+                               rows.view()};
+    double us[2] = {};
+    for (auto path : {cuda_ops::MoeDecodePath::kUnfused, cuda_ops::MoeDecodePath::kFused}) {
+      const cudaGraphExec_t exec = cuda_test::warm_up_and_capture(st, [&] {
+        // Every layer reads the same x (chaining them through constant expert weights would overflow to inf).
+        for (const Layer& L : layers)
+          cuda_ops::moe_mlp(out.view(), x.view(), L.router.view(), L.gate_up.view(), L.down.view(), true, ws,
+                            cuda_test::on(st), path);
+      });
+      const std::vector<float> ms = cuda_test::graph_replay_ms(exec, st, kReps);
+      us[path == cuda_ops::MoeDecodePath::kFused] = 1e3 * ms[ms.size() / 2] / kLayers;
+      CUDA_CHECK(cudaGraphExecDestroy(exec));
+    }
+    // The bytes of one layer: the router and the distinct experts of the last step's routing.
+    const std::vector<int32_t> chosen = ids.download<int32_t>();
+    const int64_t experts = static_cast<int64_t>(std::set<int32_t>(chosen.begin(), chosen.end()).size());
+    const double bytes = 2.0 * (E * H + experts * 3 * Im * H);
+    const double floor_us = 1e6 * bytes / kHbmBytesPerSecond;
+    std::printf("moe decode T=%2lld: unfused %7.2f us/layer (%.2fx floor), fused %7.2f us/layer (%.2fx floor); "
+                "floor %.2f us (%lld experts, %.1f MB)\n",
+                static_cast<long long>(T), us[0], us[0] / floor_us, us[1], us[1] / floor_us, floor_us,
+                static_cast<long long>(experts), bytes / 1e6);
+    const std::vector<float> y = out.download_f32();
+    EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return std::isfinite(v); })) << "T=" << T;
+  }
+  CUDA_CHECK(cudaStreamDestroy(st));
+}
+
+}  // namespace
+}  // namespace nanovllm
