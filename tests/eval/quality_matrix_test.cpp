@@ -1,7 +1,8 @@
 // The long-context quality matrix (issue 46) on the CPU backend with the trained retrieval fixture
 // (tests/data/retrieval-model): every combination of
 //   {GPU-resident cache, offload, offload with 2 lanes} x {dense, xattention, minference, flexprefill, avgpool,
-//    avgpool + block budget} x {full decode at TP 1, Quest at TP 1 and 2} x {plain attention, Dual Chunk Attention,
+//    avgpool + block budget} x {full decode at TP 1, Quest and keyscore at TP 1 and 2} x {plain attention, Dual Chunk
+//    Attention (keyscore does not run with it: the engine refuses the pair),
 //    plain attention with an fp8 KV cache, YaRN (the 128K fixture, tests/data/retrieval-model-128k)}
 // against the dense resident TP 1 run of the same attention and KV dtype on the same prompts (computed once per process
 // and variant; the fp8 one is itself held to the same quality bounds against the unquantized one). The Dual Chunk
@@ -9,12 +10,12 @@
 // local_size 64, logits scaled past 256 tokens), so a prompt spans four chunks and every sparse policy scores and
 // attends intra, successive and inter keys (docs/sparse_attention.md, "With Dual Chunk Attention"). Dual Chunk
 // Attention with an fp8 cache is not a cell: the engine refuses it (its kernels read a cache of the model's dtype).
-// TP 2 runs with Quest (whose cells run the sparse prefill as well). Each cell runs at the sparse settings, three of
-// them (one per path, with and without Quest, both TP sizes) also covering:
-//   covering: the policy's threshold at 1 (minference: every diagonal) and a Quest budget covering the context: the
-//     dense tokens exactly. Three covering runs put every path, Quest on and off and both TP sizes through that rule;
+// TP 2 runs with the sparse decode policies (whose cells run the sparse prefill as well). Each cell runs at the sparse
+// settings, four of them (one per path, each decode policy, both TP sizes) also covering:
+//   covering: the policy's threshold at 1 (minference: every diagonal) and a decode budget covering the context: the
+//     dense tokens exactly. Four covering runs put every path, each decode policy and both TP sizes through that rule;
 //     covering runs in all 12 cells were 40% of the matrix's time (it ran ~20 minutes of CI's two cores);
-//   sparse: the policy at its defaults (knobs scaled to the short context, kSparse below) and a Quest budget of a
+//   sparse: the policy at its defaults (knobs scaled to the short context, kSparse below) and a decode budget of a
 //     fifth of the context: (1) it really went sparse: every prompt's prefill in every sparse layer (counters), fewer
 //     blocks and keys than dense; (2) the offloaded paths give the resident path's tokens and first-token logprobs
 //     exactly (same chunks, same patterns: the offload path may never differ from the GPU cache); (3) quality within
@@ -88,10 +89,14 @@ const char* name(Prefill p) {
   return "?";
 }
 
+// The sparse decode policies (sparse/policies.h) the matrix runs; kFull is dense decode.
+enum class Decode { kFull, kQuest, kKeyscore };
+const char* name(Decode d) { return d == Decode::kQuest ? "quest" : d == Decode::kKeyscore ? "keyscore" : "full"; }
+
 struct Cell {
   Path path = Path::kResident;
   Prefill prefill = Prefill::kDense;
-  bool quest = false;
+  Decode decode = Decode::kFull;
   int64_t tp = 1;
   bool covering = false;
   bool dca = false;     // the fixture with Dual Chunk Attention (dca_model_dir)
@@ -100,7 +105,7 @@ struct Cell {
 };
 
 std::string describe(const Cell& c) {
-  return std::string(name(c.prefill)) + (c.quest ? " + quest" : "") + ", " + name(c.path) + ", tp " +
+  return std::string(name(c.prefill)) + (c.decode != Decode::kFull ? std::string(" + ") + name(c.decode) : "") + ", " + name(c.path) + ", tp " +
          std::to_string(c.tp) + (c.covering ? ", covering" : ", sparse") + (c.dca ? ", dca" : "") +
          (c.fp8_kv ? ", fp8 KV" : "") + (c.yarn ? ", yarn" : "");
 }
@@ -134,8 +139,8 @@ struct SparseKnobs {
   int64_t min_tokens = 256;
   int64_t flexprefill_min_budget = 128;
   int64_t avgpool_budget = 160;  // a quarter of the context, as 4096 of 16K
-  int64_t quest_budget = 128;    // 8 pages of 16: a fifth of the context
-  int64_t covering_quest_budget = 1024;
+  int64_t decode_budget = 128;   // 8 pages of 16: a fifth of the context
+  int64_t covering_decode_budget = 1024;
 };
 constexpr SparseKnobs kSparse{};
 
@@ -158,9 +163,9 @@ EngineConfig config_for(const Cell& c) {
     ec.offload.block_size = 64;
     ec.offload.max_num_seqs = c.path == Path::kOffloadTwoLanes ? 2 : 1;
   }
-  if (c.quest) {
-    ec.sparse.policy = "quest";
-    ec.sparse.budget_tokens = c.covering ? kSparse.covering_quest_budget : kSparse.quest_budget;
+  if (c.decode != Decode::kFull) {
+    ec.sparse.policy = name(c.decode);
+    ec.sparse.budget_tokens = c.covering ? kSparse.covering_decode_budget : kSparse.decode_budget;
   }
   SparsePrefillConfig& sp = ec.sparse_prefill;
   switch (c.prefill) {
@@ -189,7 +194,7 @@ struct CellRun {
   std::vector<SampleResult> results;
   SparsePrefillCounters prefill;
   bool has_prefill = false;
-  SparseDecodeCounters quest;
+  SparseDecodeCounters decode;
   OffloadStats offload;
 };
 
@@ -223,9 +228,9 @@ CellRun run(const Cell& c) {
   }
   if (stats.offload) {
     r.offload = stats.offload->steps;
-    if (stats.offload->sparse_decode) r.quest = *stats.offload->sparse_decode;
+    if (stats.offload->sparse_decode) r.decode = *stats.offload->sparse_decode;
   } else if (stats.sparse_decode) {
-    r.quest = *stats.sparse_decode;
+    r.decode = *stats.sparse_decode;
   }
   std::cout << describe(c) << ": " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
             << " s\n";
@@ -275,9 +280,9 @@ void expect_engaged(const Cell& c, const CellRun& got) {
     EXPECT_EQ(got.prefill.sparse_layer_chunks, sparse_layers * static_cast<int64_t>(prompts().size()));
     EXPECT_LT(got.prefill.attended_blocks, got.prefill.causal_blocks);
   }
-  if (c.quest) {
-    EXPECT_GT(got.quest.sparse_layer_steps, 0);
-    EXPECT_LT(got.quest.attended_keys, got.quest.context_keys);
+  if (c.decode != Decode::kFull) {
+    EXPECT_GT(got.decode.sparse_layer_steps, 0);
+    EXPECT_LT(got.decode.attended_keys, got.decode.context_keys);
   }
   if (c.path == Path::kOffloadTwoLanes) {
     EXPECT_LT(got.offload.decode_steps, got.offload.decode_tokens);  // the two lanes decoded together
@@ -314,15 +319,17 @@ void expect_close_to_dense(const CellRun& got, const CellRun& dense) {
   const double n = static_cast<double>(dense.results.size());
   EXPECT_GE(static_cast<double>(agree) / n, kMinTop1);
   EXPECT_LE(kl_sum / n, kMaxMeanKl);
-  std::cout << "  density " << got.prefill.density() << ", quest keys " << got.quest.attended_keys << "/"
-            << got.quest.context_keys << ", score " << mean_score(got) << " (dense " << mean_score(dense) << "), top-1 " << agree << "/"
+  std::cout << "  density " << got.prefill.density() << ", decode keys " << got.decode.attended_keys << "/"
+            << got.decode.context_keys << ", score " << mean_score(got) << " (dense " << mean_score(dense) << "), top-1 " << agree << "/"
             << dense.results.size() << ", KL mean " << kl_sum / n << " max " << kl_max << "\n";
 }
 
-// The cells that also run at covering settings: each path, Quest on and off, both TP sizes.
-bool runs_covering(Path path, bool quest, int64_t tp) {
-  return (path == Path::kResident && !quest && tp == 1) || (path == Path::kOffload && quest && tp == 1) ||
-         (path == Path::kOffloadTwoLanes && quest && tp == 2);
+// The cells that also run at covering settings: each path, each decode policy, both TP sizes.
+bool runs_covering(Path path, Decode decode, int64_t tp) {
+  return (path == Path::kResident && decode == Decode::kFull && tp == 1) ||
+         (path == Path::kOffload && decode == Decode::kQuest && tp == 1) ||
+         (path == Path::kOffloadTwoLanes && decode == Decode::kQuest && tp == 2) ||
+         (path == Path::kOffloadTwoLanes && decode == Decode::kKeyscore && tp == 1);
 }
 
 // (prefill policy, variant)
@@ -342,15 +349,16 @@ TEST_P(QualityMatrix, EveryPathDecodeAndTpSizeAgainstDense) {
     expect_close_to_dense(dense, dense_reference(Variant::kPlain));
   }
   for (int64_t tp : {1, 2}) {
-    for (bool quest : {false, true}) {
-      // TP 2 runs with Quest only: those cells run the sparse prefill too, so TP 2 without Quest checked a subset.
-      if (tp == 2 && !quest) continue;
+    for (Decode decode : {Decode::kFull, Decode::kQuest, Decode::kKeyscore}) {
+      // TP 2 runs with sparse decode only: those cells run the sparse prefill too, so TP 2 with full decode checked a
+      // subset. keyscore does not score pages of Dual Chunk Attention (the engine refuses the pair).
+      if ((tp == 2 && decode == Decode::kFull) || (dca && decode == Decode::kKeyscore)) continue;
       CellRun resident;  // the sparse cell on the resident path: what the offloaded ones must give
       for (Path path : {Path::kResident, Path::kOffload, Path::kOffloadTwoLanes}) {
-        Cell cell{.path = path, .prefill = prefill, .quest = quest, .tp = tp, .dca = dca, .fp8_kv = fp8_kv,
+        Cell cell{.path = path, .prefill = prefill, .decode = decode, .tp = tp, .dca = dca, .fp8_kv = fp8_kv,
                   .yarn = yarn};
-        const bool plain_dense = prefill == Prefill::kDense && !quest;  // covering and sparse are the same run
-        if (!plain_dense && runs_covering(path, quest, tp)) {
+        const bool plain_dense = prefill == Prefill::kDense && decode == Decode::kFull;  // covering = sparse here
+        if (!plain_dense && runs_covering(path, decode, tp)) {
           cell.covering = true;
           SCOPED_TRACE(describe(cell));
           expect_dense_tokens(run(cell), dense);
