@@ -485,7 +485,8 @@ TEST(CudaKvFp8Bench, DISABLED_Decode32K) {
   SKIP_WITHOUT_CUDA();
   const int64_t S = 8, ctx = 32768, Hq = 32, Hk = 8, D = 128, BS = 16, NB = S * ctx / BS + 1;
   std::mt19937 rng(47);
-  Batch b(std::vector<int32_t>(S, static_cast<int32_t>(ctx)), std::vector<int32_t>(S, 1), BS, NB, rng);
+  Batch b(std::vector<int32_t>(static_cast<size_t>(S), static_cast<int32_t>(ctx)),
+          std::vector<int32_t>(static_cast<size_t>(S), 1), BS, NB, rng);
   DeviceTensor cu(DType::kI32, {S + 1}, b.cu), dctx(DType::kI32, {S}, b.ctx), bt(DType::kI32, {S, b.MB}, b.bt);
   std::vector<int32_t> no_slots(static_cast<size_t>(S), -1);
   DeviceTensor sl(DType::kI32, {S}, no_slots);
