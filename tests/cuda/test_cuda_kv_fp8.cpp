@@ -1,5 +1,5 @@
 // The fp8 (e4m3 + per-row f32 scale) KV cache on CUDA (kernels/cuda/kv_fp8.cuh) against the CPU reference
-// (kernels/kv_cache.h), fresh random inputs, odd sizes, block boundaries, GQA ratios 1 / 4 / 8:
+// (kernels/kv_cache.h), fresh random inputs, odd sizes, block boundaries, GQA ratios 1 / 3 / 4 / 8 / 16:
 //  - the conversions bit for bit: every code decoded (gather_kv_rows, scale 1), every bf16 value in [-448, 448]
 //    encoded (qkv_prologue at position 0 without norms stores its inputs: rows holding 448 have scale 1);
 //  - qkv_prologue's stores with norms and RoPE: codes within one code step of the CPU's (the inputs differ by the

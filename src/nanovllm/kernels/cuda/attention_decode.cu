@@ -464,7 +464,7 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float rmax = quad_max(mx[h]);
-      const int e = rmax > 0.0f ? min(100, max(-100, 141 - (__float_as_int(rmax) >> 23))) : 0;
+      const int e = rmax > 0.0f ? min(126, max(-126, 141 - (__float_as_int(rmax) >> 23))) : 0;  // 2^+-e normal
       up[h] = __int_as_float((127 + e) << 23);
       q_unscale[h] = __int_as_float((127 - e) << 23);
     }
