@@ -276,7 +276,8 @@ TEST(CudaKvFp8, PagedAttentionMatchesTheCpuOnTheSameCache) {
   // Decode: GQA 1 / 3 / 4 / 8 / 16, head_dim 64 / 128, contexts of 1 key, around the 16-key tiles and the tensor-core
   // decode's 64-key split spans (one split) and long enough for many splits; the 4B shape (32 / 8 heads); queries of
   // 1e5 (f16 overflows at 65504) and of 1e-5 (f16 subnormal), with rows scaled to keep the scores moderate; rows of
-  // magnitudes 1e-4 .. 1e3; mixed steps (leading decodes + prefill chunks); prefill after prefixes, chunks longer
+  // magnitudes 1e-4 .. 1e3 (and 1e4 .. 1e5 under q of 1e-5: near-uniform P over rows of 1e4 averaging to ~10, which
+  // f16 P alone misses by ~3%); mixed steps (leading decodes + prefill chunks); prefill after prefixes, chunks longer
   // than a wgmma tile (128 items / keys); head_dim 256 (SIMT decode and prefill).
   const std::vector<Case> cases = {{4, 4, 64, {1, 17, 1000}, {1, 1, 1}},             // decode, GQA 1
                                    {8, 2, 128, {257, 129, 33}, {1, 1, 1}},           // decode, GQA 4

@@ -506,11 +506,16 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
   // stay out of the tiles: S[:, j] = (Q K_codes^T)[:, j] x k_scale[j] x q_unscale (f32), and P[:, j] x v_scale[j]
   // goes into P V, normalised per row by vref (the tile's largest, at least the previous vref x alpha), so P's
   // f16 fragments lie in [0, 1] and o holds the output / vref (alpha carries the change of vref).
+  // P's f16 rounding (relative 2^-12) would be the one coarse step: where the output cancels (V rows of 1e4 averaged
+  // to ~10) it is ~3% of the result. With at most 8 heads in the unit (p_lo_rows) the MMA's padding rows 8..15
+  // carry the remainder instead: A row gq + 8 = f16(P'[gq] - f16(P'[gq])), its accumulators o[][2..3] scaled like
+  // row gq's and added to them before the merge, so P enters P V to ~2^-23. With 16 heads P is f16 alone.
   // Layouts (the dims are permuted, the keys not): for S, lane (gq, tq) loads key 8 n + gq's codes at dims
   // [tq D / 4, (tq + 1) D / 4), one word per k-step, its low half the k-step's b0 (k 2 tq, 2 tq + 1), the high half
   // b1 (k 2 tq + 8, + 9), which is why q's fragments follow the same dims. For P V, lane (gq, tq) loads keys
   // 2 tq, 2 tq + 1, 2 tq + 8, 2 tq + 9 at dims [gq D / 8, (gq + 1) D / 8): byte nt of those is the B column gq of
   // n-tile nt; so accumulator o[nt][c] (column 2 tq + c) is output dim (2 tq + c) D / 8 + nt.
+  const bool p_lo_rows = gcount <= 8;  // kFp8: MMA rows 8..15 free for P's f16 remainder (see below)
   auto attend_fp8_tile = [&](const unsigned char* kt, int key0) {
     const unsigned char* vt = kt + C::kCodeTileBytes;
     const float* ksc = reinterpret_cast<const float*>(kt + 2 * C::kCodeTileBytes);  // [16] K, [16] V scales
@@ -563,9 +568,13 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
     uint32_t pa[4];
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
-      pa[2 * n] = pack_f16(pr[n][0] * inv[0], pr[n][1] * inv[0]);
-      pa[2 * n + 1] = pack_f16(pr[n][2] * inv[1], pr[n][3] * inv[1]);
+      const float p0 = pr[n][0] * inv[0], p1 = pr[n][1] * inv[0];
+      const __half2 hi = __floats2half2_rn(p0, p1);
+      const float2 hf = __half22float2(hi);
+      pa[2 * n] = *reinterpret_cast<const uint32_t*>(&hi);
+      pa[2 * n + 1] = p_lo_rows ? pack_f16(p0 - hf.x, p1 - hf.y) : pack_f16(pr[n][2] * inv[1], pr[n][3] * inv[1]);
     }
+    if (p_lo_rows) alpha[1] = alpha[0];  // o[][2..3] hold row gq's remainder terms
 
     constexpr int kW = D / 32;  // code words per key row and lane
     uint32_t va[4][kW];         // keys 2 tq, 2 tq + 1, 2 tq + 8, 2 tq + 9
@@ -687,6 +696,13 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
     float* mine = reinterpret_cast<float*>(wbase);
     const float lq[2] = {quad_sum(l[0]), quad_sum(l[1])};
     if constexpr (kFp8) {  // o[nt][c] is dim (2 tq + c) D / 8 + nt, scaled by 1 / vref
+      if (p_lo_rows) {  // row gq's P remainder terms (rows gq + 8 >= gcount are not merged)
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+          o[nt][0] += o[nt][2];
+          o[nt][1] += o[nt][3];
+        }
+      }
 #pragma unroll
       for (int nt = 0; nt < D / 8; ++nt)
 #pragma unroll
