@@ -32,7 +32,8 @@ struct Params {
   const __nv_bfloat16* k_cache;  // [NB, BS, Hk, D] (an fp8 cache: its e4m3 codes, bytes)
   const __nv_bfloat16* v_cache;  // [NB, BS, Hk, D]
   // An fp8 cache (kv_fp8.cuh): the rows' scales [NB, BS, Hk] f32; null: bf16. Every decode and prefill kernel reads
-  // it (dequantizing K / V tiles to bf16(code x scale) in shared memory); not the fused decode prologue.
+  // it, not the fused decode prologue: the tensor-core decode on the exact codes (f16 MMAs, the scales applied to the
+  // scores and to P in f32), the prefill and SIMT kernels on K / V tiles dequantized to bf16(code x scale).
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
   const int32_t* cu;             // [S + 1]

@@ -241,14 +241,19 @@ struct TcDec {
   static_assert(kClusterOff + kTcRows * (D + 1) * 4 <= kWarpBytes, "cluster partial must fit");
   static_assert(size_t{kTcRows} * (kTcMaxSplits + 1) * 4 <= kTcWarps * size_t{kWarpBytes}, "combine scratch");
   static_assert(32 % kChunks == 0 && kTcKeys % kRowsPerCopy == 0, "row copy layout");
-  // An fp8 cache: 16-byte cp.async of codes (D / 16 per row) into the first D bytes of the row's bf16 slot, the
-  // row's scale into its padding (bytes [2 D, 2 D + 4): ldmatrix never reads it); dequantize_stage then rewrites
-  // the row as bf16 in place, kDequantChunks 8-code chunks per lane per tile.
-  static constexpr int kCodeChunks = D / 16;
+  // An fp8 cache (kFp8): a stage is the K tile's and the V tile's codes, rows of D bytes kCodeStride apart (+16 B:
+  // the fragment loads are conflict-free at D 128, 2-way on a quarter of them at D 64), then the 16 K and the 16 V
+  // row scales (f32). A stage is about half a bf16 one, so the same warp region holds kCodeStages of them: as many
+  // bytes in flight per warp as the bf16 pipeline.
+  static constexpr int kCodeStride = D + 16;
+  static constexpr int kCodeTileBytes = kTcKeys * kCodeStride;
+  static constexpr int kCodeStageBytes = 2 * kCodeTileBytes + 2 * kTcKeys * 4;
+  static constexpr int kCodeStages = kWarpBytes / kCodeStageBytes < 6 ? kWarpBytes / kCodeStageBytes : 6;
+  static constexpr int kCodeChunks = D / 16;                 // 16-byte chunks per code row
   static constexpr int kCodeRowsPerCopy = 32 / kCodeChunks;
-  static constexpr int kCodeCopies = kTcKeys / kCodeRowsPerCopy;
-  static constexpr int kDequantChunks = kTcKeys * kChunks / 32;
+  static constexpr int kCodeCopies = kTcKeys / kCodeRowsPerCopy;  // cp.async per lane per K (or V) tile
   static_assert(32 % kCodeChunks == 0 && kTcKeys % kCodeRowsPerCopy == 0, "code copy layout");
+  static_assert(kCodeStages >= 2 && kCodeStride % 16 == 0, "fp8 pipeline");
 };
 
 // Keys per split for a context of `ctx` keys and at most `max_splits` splits (device and host agree).
@@ -268,15 +273,16 @@ __device__ __forceinline__ int tc_split_chunk(int ctx, int max_splits, int min_s
 // kDca: Dual Chunk Attention (p.q_succ, p.q_inter, p.dca_chunk_len; not with kPro): a warp's Q fragments hold the
 // rotation of its current tile's key chunk (dca_region) and are reloaded when a tile starts another region (a warp's
 // tiles run in key order: at most twice).
-// kFp8: an fp8 cache (p.k_scale / p.v_scale, kv_fp8.cuh): the same pipeline moves the codes (half the bytes) and
-// the rows' scales by cp.async, and after a stage's wait the warp rewrites it as bf16(code x scale) in place (the
-// SIMT and mma.sync kernels' values), so ldmatrix and the MMAs are the bf16 kernel's. Not with kPro (it stores
-// bf16 rows) or kDca (the engine refuses fp8 with Dual Chunk Attention).
+// kFp8: an fp8 cache (p.k_scale / p.v_scale, kv_fp8.cuh): the pipeline moves the codes (half the bytes) and the
+// rows' scales by cp.async into kCodeStages smaller stages, and each tile runs on the codes (attend_fp8_tile: f16
+// MMAs on the exactly converted codes, the scales applied to S and P in f32). Not with kPro (it stores bf16 rows)
+// or kDca (the engine refuses fp8 with Dual Chunk Attention).
 template <int D, int NST, bool kCluster, bool kPro, bool kDca = false, bool kFp8 = false>
 __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel(Params p, int gc, int gchunks) {
   static_assert(!(kPro && kDca), "the fused prologue makes one query rotation");
   static_assert(!(kFp8 && (kPro || kDca)), "an fp8 cache runs without the fused prologue and Dual Chunk Attention");
   using C = TcDec<D, NST>;
+  constexpr int kSt = kFp8 ? C::kCodeStages : NST;  // pipeline stages per warp
   extern __shared__ __align__(16) unsigned char smem[];  // [warps][stages][K tile | V tile]
   __shared__ int s_last;
   // kPro only (1-element placeholders otherwise): RoPE table, the CTA's q rows, the new key's K and V.
@@ -318,19 +324,21 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
     const int j = k_begin + (warp + local * kTcWarps) * kTcKeys + (lane & (kTcKeys - 1));
     return local < my_tiles && j < k_end ? paged_slot(bt, j, p.block_size) : -1;
   };
-  // Lookups for the first NST tiles together (independent loads), before anything waits on them.
-  int slot_pro[NST];
+  // Lookups for the first kSt tiles together (independent loads), before anything waits on them.
+  int slot_pro[kSt];
 #pragma unroll
-  for (int s = 0; s < NST; ++s) slot_pro[s] = slot_of(s);
+  for (int s = 0; s < kSt; ++s) slot_pro[s] = slot_of(s);
 
   unsigned char* wbase = smem + warp * C::kWarpBytes;
   const unsigned wbase_s = smem_u32(wbase);
   // Copy the tile whose key slots lane l (mod 16) holds in `slot_reg` into `stage`.
   const int cc = lane % C::kChunks, r0 = lane / C::kChunks;
   auto issue = [&](int slot_reg, int stage) {
-    const unsigned kd = wbase_s + stage * C::kStageElems * 2;
-    const unsigned vd = kd + C::kTileElems * 2;
     if constexpr (kFp8) {
+      // Codes: kCodeCopies 16-byte chunks per lane per tile; scales: lane l < 16 the K scale of key l, lane l >= 16
+      // the V scale of key l - 16 (slot_reg of lane l is key l mod 16's).
+      const unsigned kd = wbase_s + stage * C::kCodeStageBytes;
+      const unsigned vd = kd + C::kCodeTileBytes;
       const int c16 = lane % C::kCodeChunks, r16 = lane / C::kCodeChunks;
       const auto* k_codes = reinterpret_cast<const uint8_t*>(p.k_cache);
       const auto* v_codes = reinterpret_cast<const uint8_t*>(p.v_cache);
@@ -339,16 +347,17 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
         const int r = r16 + k * C::kCodeRowsPerCopy;
         const int slot = __shfl_sync(kFull, slot_reg, r);
         const bool valid = slot >= 0;
-        const int64_t row = valid ? int64_t{slot} * p.hk + kvh : 0;
-        const unsigned so = r * C::kStride * 2;
-        cp_async16_zfill(kd + so + c16 * 16, k_codes + row * D + c16 * 16, valid);
-        cp_async16_zfill(vd + so + c16 * 16, v_codes + row * D + c16 * 16, valid);
-        if (c16 == 0) {
-          cp_async4_zfill(kd + so + D * 2, p.k_scale + row, valid);
-          cp_async4_zfill(vd + so + D * 2, p.v_scale + row, valid);
-        }
+        const int64_t off = valid ? (int64_t{slot} * p.hk + kvh) * D + c16 * 16 : 0;
+        const unsigned so = r * C::kCodeStride + c16 * 16;
+        cp_async16_zfill(kd + so, k_codes + off, valid);
+        cp_async16_zfill(vd + so, v_codes + off, valid);
       }
+      const int64_t row = slot_reg >= 0 ? int64_t{slot_reg} * p.hk + kvh : 0;
+      cp_async4_zfill(kd + 2 * C::kCodeTileBytes + lane * 4, (lane < kTcKeys ? p.k_scale : p.v_scale) + row,
+                      slot_reg >= 0);
     } else {
+      const unsigned kd = wbase_s + stage * C::kStageElems * 2;
+      const unsigned vd = kd + C::kTileElems * 2;
 #pragma unroll
       for (int k = 0; k < C::kCopies; ++k) {
         const int r = r0 + k * C::kRowsPerCopy;
@@ -364,15 +373,15 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
 
   // PDL (pdl.cuh): the metadata and block tables above are the step's host upload, and every key but the
   // newest (ctx - 1, stored by the preceding qkv_prologue) was cached by earlier steps. So when none of
-  // this warp's first NST - 1 tiles holds key ctx - 1 (uniform per warp) their copies start before the
+  // this warp's first kSt - 1 tiles holds key ctx - 1 (uniform per warp) their copies start before the
   // wait; q (the predecessor's output) is read after it.
   // (kPro: all of them; the new key's stale row is overwritten in shared memory below.)
-  const int n_pro = min(my_tiles, NST - 1);
+  const int n_pro = min(my_tiles, kSt - 1);
   const bool early = kPro || n_pro == 0 ||
                      min(k_end, k_begin + (warp + (n_pro - 1) * kTcWarps + 1) * kTcKeys) - 1 < ctx - 1;
   auto issue_prologue = [&] {
 #pragma unroll
-    for (int s = 0; s < NST - 1; ++s) {
+    for (int s = 0; s < kSt - 1; ++s) {
       if (s < my_tiles) issue(slot_pro[s], s);
       cp_async_commit();
     }
@@ -430,8 +439,48 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
       qf[kk][3] = hi_ok ? q_hi[kk * 8 + 4 + tq] : 0u;
     }
   };
+  // kFp8: f16 fragments in the code layout (see the tile loop): in k-step kk lane tq holds dims tq D / 4 + 4 kk + 0, 1
+  // (a0 / a1) and + 2, 3 (a2 / a3). Row h is scaled by 2^e_h, which puts its max |q| into [2^14, 2^15) (so every
+  // element above 2^-31 of the max is exact in f16); q_unscale[h] = 2^-e_h multiplies the row's scores.
+  float q_unscale[2] = {1.0f, 1.0f};
+  auto load_q_f16 = [&](const __nv_bfloat16* q) {
+    const uint32_t* q_lo = reinterpret_cast<const uint32_t*>(q + (int64_t{t} * p.hq + head0 + gq) * D) + tq * (D / 8);
+    const uint32_t* q_hi = reinterpret_cast<const uint32_t*>(q + (int64_t{t} * p.hq + head0 + gq + 8) * D) + tq * (D / 8);
+    const bool lo_ok = gq < gcount, hi_ok = gq + 8 < gcount;
+    float mx[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int kk = 0; kk < C::kKSteps; ++kk) {
+      qf[kk][0] = lo_ok ? q_lo[2 * kk] : 0u;
+      qf[kk][1] = hi_ok ? q_hi[2 * kk] : 0u;
+      qf[kk][2] = lo_ok ? q_lo[2 * kk + 1] : 0u;
+      qf[kk][3] = hi_ok ? q_hi[2 * kk + 1] : 0u;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&qf[kk][e]));
+        mx[e & 1] = fmaxf(mx[e & 1], fmaxf(fabsf(f.x), fabsf(f.y)));
+      }
+    }
+    float up[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float rmax = quad_max(mx[h]);
+      const int e = rmax > 0.0f ? min(126, max(-126, 141 - (__float_as_int(rmax) >> 23))) : 0;  // 2^+-e normal
+      up[h] = __int_as_float((127 + e) << 23);
+      q_unscale[h] = __int_as_float((127 - e) << 23);
+    }
+#pragma unroll
+    for (int kk = 0; kk < C::kKSteps; ++kk) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&qf[kk][e]));
+        qf[kk][e] = pack_f16(f.x * up[e & 1], f.y * up[e & 1]);
+      }
+    }
+  };
   int q_region = 0;  // kDca: the rotation qf holds (the query sits at position ctx - 1)
-  if constexpr (kDca) {
+  if constexpr (kFp8) {
+    load_q_f16(p.q);
+  } else if constexpr (kDca) {
     q_region = dca_region(ctx - 1, (k_begin + warp * kTcKeys) / p.dca_chunk_len, p.dca_chunk_len);
     load_q(dca_queries(p, q_region));
   } else {
@@ -442,6 +491,7 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
 #pragma unroll
   for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float vref[2] = {1.0f, 1.0f};  // kFp8: o holds the output / vref of its row (see the tile loop)
   const float sl2 = p.scale_log2;
 
   // ldmatrix lane addresses (offsets inside a stage): K as the col-major B of S = Q K^T (two n-tiles of
@@ -450,101 +500,193 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
   const unsigned v_off = (C::kTileElems + ldsm_bt_offset(lane, C::kStride)) * 2;
 
   const int last_key[2] = {k_end - 1, k_end - 1};  // both rows see the split's whole range
-  int slot_next = slot_pro[NST - 1];
+
+  // kFp8: one tile from its stage (codes, no dequantized copy): K and V fragments are loaded as codes and turned
+  // into f16 in registers (fp8x2_to_f16x2: one cvt per 2 elements, exact), the MMAs run in f16, and the row scales
+  // stay out of the tiles: S[:, j] = (Q K_codes^T)[:, j] x k_scale[j] x q_unscale (f32), and P[:, j] x v_scale[j]
+  // goes into P V, normalised per row by vref (the tile's largest, at least the previous vref x alpha), so P's
+  // f16 fragments lie in [0, 1] and o holds the output / vref (alpha carries the change of vref).
+  // P's f16 rounding (relative 2^-12) would be the one coarse step: where the output cancels (V rows of 1e4 averaged
+  // to ~10) it is ~3% of the result. With at most 8 heads in the unit (p_lo_rows) the MMA's padding rows 8..15
+  // carry the remainder instead: A row gq + 8 = f16(P'[gq] - f16(P'[gq])), its accumulators o[][2..3] scaled like
+  // row gq's and added to them before the merge, so P enters P V to ~2^-23. With 16 heads P is f16 alone.
+  // Layouts (the dims are permuted, the keys not): for S, lane (gq, tq) loads key 8 n + gq's codes at dims
+  // [tq D / 4, (tq + 1) D / 4), one word per k-step, its low half the k-step's b0 (k 2 tq, 2 tq + 1), the high half
+  // b1 (k 2 tq + 8, + 9), which is why q's fragments follow the same dims. For P V, lane (gq, tq) loads keys
+  // 2 tq, 2 tq + 1, 2 tq + 8, 2 tq + 9 at dims [gq D / 8, (gq + 1) D / 8): byte nt of those is the B column gq of
+  // n-tile nt; so accumulator o[nt][c] (column 2 tq + c) is output dim (2 tq + c) D / 8 + nt.
+  const bool p_lo_rows = gcount <= 8;  // kFp8: MMA rows 8..15 free for P's f16 remainder (see below)
+  auto attend_fp8_tile = [&](const unsigned char* kt, int key0) {
+    const unsigned char* vt = kt + C::kCodeTileBytes;
+    const float* ksc = reinterpret_cast<const float*>(kt + 2 * C::kCodeTileBytes);  // [16] K, [16] V scales
+    float s[2][4];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      uint32_t kc[C::kKSteps];
+      const uint4* src = reinterpret_cast<const uint4*>(kt + (n * 8 + gq) * C::kCodeStride + tq * (D / 4));
+#pragma unroll
+      for (int w = 0; w < D / 64; ++w) {
+        const uint4 v = src[w];
+        kc[4 * w] = v.x;
+        kc[4 * w + 1] = v.y;
+        kc[4 * w + 2] = v.z;
+        kc[4 * w + 3] = v.w;
+      }
+#pragma unroll
+      for (int kk = 0; kk < C::kKSteps; ++kk)
+        mma16816_f16(s[n], qf[kk], fp8x2_to_f16x2(kc[kk]), fp8x2_to_f16x2(kc[kk] >> 16));
+      const float2 ks = *reinterpret_cast<const float2*>(ksc + n * 8 + 2 * tq);
+      s[n][0] *= ks.x * q_unscale[0];
+      s[n][1] *= ks.y * q_unscale[0];
+      s[n][2] *= ks.x * q_unscale[1];
+      s[n][3] *= ks.y * q_unscale[1];
+    }
+    if (key0 + kTcKeys > k_end) mask_scores(s, key0, tq, last_key);  // ragged end (zero-filled keys score 0)
+
+    float alpha[2], pr[2][4];
+    online_softmax_p(s, sl2, m, l, alpha, pr);
+    float vmax[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const float2 vs = *reinterpret_cast<const float2*>(ksc + kTcKeys + n * 8 + 2 * tq);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        pr[n][e] *= e & 1 ? vs.y : vs.x;
+        vmax[e >> 1] = fmaxf(vmax[e >> 1], pr[n][e]);
+      }
+    }
+    float inv[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float ref = fmaxf(quad_max(vmax[h]), alpha[h] * vref[h]);
+      const float r = ref > 0.0f ? ref : 1.0f;
+      inv[h] = 1.0f / r;
+      alpha[h] *= vref[h] * inv[h];
+      vref[h] = r;
+    }
+    uint32_t pa[4];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const float p0 = pr[n][0] * inv[0], p1 = pr[n][1] * inv[0];
+      const __half2 hi = __floats2half2_rn(p0, p1);
+      const float2 hf = __half22float2(hi);
+      pa[2 * n] = *reinterpret_cast<const uint32_t*>(&hi);
+      pa[2 * n + 1] = p_lo_rows ? pack_f16(p0 - hf.x, p1 - hf.y) : pack_f16(pr[n][2] * inv[1], pr[n][3] * inv[1]);
+    }
+    if (p_lo_rows) alpha[1] = alpha[0];  // o[][2..3] hold row gq's remainder terms
+
+    constexpr int kW = D / 32;  // code words per key row and lane
+    uint32_t va[4][kW];         // keys 2 tq, 2 tq + 1, 2 tq + 8, 2 tq + 9
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const unsigned char* row = vt + (2 * tq + (r & 1) + (r >> 1) * 8) * C::kCodeStride + gq * (D / 8);
+      if constexpr (kW == 4) {
+        const uint4 v = *reinterpret_cast<const uint4*>(row);
+        va[r][0] = v.x;
+        va[r][1] = v.y;
+        va[r][2] = v.z;
+        va[r][3] = v.w;
+      } else {
+        static_assert(kW == 2, "D 64 or 128");
+        const uint2 v = *reinterpret_cast<const uint2*>(row);
+        va[r][0] = v.x;
+        va[r][1] = v.y;
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      o[nt][0] *= alpha[0];
+      o[nt][1] *= alpha[0];
+      o[nt][2] *= alpha[1];
+      o[nt][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int w = 0; w < kW; ++w) {
+      // Byte j of word w (n-tile 4 w + j) of the key pairs (2 tq, 2 tq + 1) -> b0, (2 tq + 8, 2 tq + 9) -> b1.
+      const uint32_t b0_01 = __byte_perm(va[0][w], va[1][w], 0x5140), b0_23 = __byte_perm(va[0][w], va[1][w], 0x7362);
+      const uint32_t b1_01 = __byte_perm(va[2][w], va[3][w], 0x5140), b1_23 = __byte_perm(va[2][w], va[3][w], 0x7362);
+      mma16816_f16(o[4 * w], pa, fp8x2_to_f16x2(b0_01), fp8x2_to_f16x2(b1_01));
+      mma16816_f16(o[4 * w + 1], pa, fp8x2_to_f16x2(b0_01 >> 16), fp8x2_to_f16x2(b1_01 >> 16));
+      mma16816_f16(o[4 * w + 2], pa, fp8x2_to_f16x2(b0_23), fp8x2_to_f16x2(b1_23));
+      mma16816_f16(o[4 * w + 3], pa, fp8x2_to_f16x2(b0_23 >> 16), fp8x2_to_f16x2(b1_23 >> 16));
+    }
+  };
+  int slot_next = slot_pro[kSt - 1];
   int stage = 0;
   for (int i = 0; i < my_tiles; ++i) {
     {
-      const int ni = i + NST - 1;  // refill the stage computed in the previous iteration
-      int st_fill = stage + NST - 1;
-      if (st_fill >= NST) st_fill -= NST;
+      const int ni = i + kSt - 1;  // refill the stage computed in the previous iteration
+      int st_fill = stage + kSt - 1;
+      if (st_fill >= kSt) st_fill -= kSt;
       if (ni < my_tiles) issue(slot_next, st_fill);
       cp_async_commit();
       slot_next = slot_of(ni + 1);  // consumed next iteration: latency hidden by this tile's math
     }
-    cp_async_wait<NST - 1>();
+    cp_async_wait<kSt - 1>();
     __syncwarp();
-    const unsigned sb = wbase_s + stage * C::kStageElems * 2;
     if constexpr (kFp8) {
-      // The stage's K and V codes -> bf16(code x scale) in place: every lane reads its chunks (8 codes of row r
-      // at byte 8 c, the row's scale), then, after the warp barrier, writes them as bf16 (at byte 16 c).
-      unsigned char* tiles = wbase + stage * C::kStageElems * 2;
-#pragma unroll
-      for (int kv = 0; kv < 2; ++kv) {
-        unsigned char* tile = tiles + kv * C::kTileElems * 2;
-        uint2 codes[C::kDequantChunks];
-        float scale[C::kDequantChunks];
-#pragma unroll
-        for (int j = 0; j < C::kDequantChunks; ++j) {
-          const int e = lane + 32 * j, r = e / C::kChunks, c = e % C::kChunks;
-          codes[j] = *reinterpret_cast<const uint2*>(tile + r * C::kStride * 2 + c * 8);
-          scale[j] = *reinterpret_cast<const float*>(tile + r * C::kStride * 2 + D * 2);
-        }
-        __syncwarp();
-#pragma unroll
-        for (int j = 0; j < C::kDequantChunks; ++j) {
-          const int e = lane + 32 * j, r = e / C::kChunks, c = e % C::kChunks;
-          *reinterpret_cast<uint4*>(tile + r * C::kStride * 2 + c * 16) = fp8x8_to_bf16x8(codes[j], scale[j]);
+      attend_fp8_tile(wbase + stage * C::kCodeStageBytes, k_begin + (warp + i * kTcWarps) * kTcKeys);
+    } else {
+      const unsigned sb = wbase_s + stage * C::kStageElems * 2;
+      if constexpr (kPro) {
+        // The new key's row in this tile: the prologue's K / V replace the stale copy from the cache.
+        const int nk = ctx - 1 - (k_begin + (warp + i * kTcWarps) * kTcKeys);
+        if (owns_new_key && nk >= 0 && nk < kTcKeys) {
+          if (lane < 2 * C::kChunks) {
+            const int is_v = lane / C::kChunks, c = lane % C::kChunks;
+            const int e = stage * C::kStageElems + is_v * C::kTileElems + nk * C::kStride + c * 8;
+            *reinterpret_cast<uint4*>(wbase + e * 2) = *reinterpret_cast<const uint4*>(pro_kv + is_v * D + c * 8);
+          }
+          __syncwarp();
         }
       }
-      __syncwarp();
-    }
-    if constexpr (kPro) {
-      // The new key's row in this tile: the prologue's K / V replace the stale copy from the cache.
-      const int nk = ctx - 1 - (k_begin + (warp + i * kTcWarps) * kTcKeys);
-      if (owns_new_key && nk >= 0 && nk < kTcKeys) {
-        if (lane < 2 * C::kChunks) {
-          const int is_v = lane / C::kChunks, c = lane % C::kChunks;
-          *reinterpret_cast<uint4*>(wbase + (stage * C::kStageElems + is_v * C::kTileElems + nk * C::kStride + c * 8) * 2) =
-              *reinterpret_cast<const uint4*>(pro_kv + is_v * D + c * 8);
+
+      const int key0 = k_begin + (warp + i * kTcWarps) * kTcKeys;
+      if constexpr (kDca) {  // a tile in another key region than the last: its rotation (warp-uniform)
+        const int region = dca_region(ctx - 1, key0 / p.dca_chunk_len, p.dca_chunk_len);
+        if (region != q_region) {
+          q_region = region;
+          load_q(dca_queries(p, region));
         }
-        __syncwarp();
+      }
+
+      // S = Q K^T: [16 rows x 16 keys], two n-tiles.
+      float s[2][4];
+  #pragma unroll
+      for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+  #pragma unroll
+      for (int kk = 0; kk < C::kKSteps; ++kk) {
+        uint32_t b0, b1, b2, b3;
+        ldsm_x4(sb + k_off + kk * 32, b0, b1, b2, b3);
+        mma16816(s[0], qf[kk], b0, b1);
+        mma16816(s[1], qf[kk], b2, b3);
+      }
+      if (key0 + kTcKeys > k_end) mask_scores(s, key0, tq, last_key);  // ragged end (zero-filled keys score 0)
+
+      // Online softmax, base 2 (rows gq and gq + 8; a row's 16 scores live in the 4 lanes of a quad).
+      float alpha[2];
+      uint32_t pa[1][4];  // P: the A operand of the tile's one k-step
+      online_softmax(s, sl2, m, l, alpha, pa);
+
+      // O = O * alpha + P V: n-tiles of 8 dims, two per ldmatrix.trans.
+  #pragma unroll
+      for (int dp = 0; dp < C::kKSteps; ++dp) {
+        uint32_t b0, b1, b2, b3;
+        ldsm_x4_t(sb + v_off + dp * 32, b0, b1, b2, b3);
+  #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          o[2 * dp + h][0] *= alpha[0];
+          o[2 * dp + h][1] *= alpha[0];
+          o[2 * dp + h][2] *= alpha[1];
+          o[2 * dp + h][3] *= alpha[1];
+        }
+        mma16816(o[2 * dp], pa[0], b0, b1);
+        mma16816(o[2 * dp + 1], pa[0], b2, b3);
       }
     }
-
-    const int key0 = k_begin + (warp + i * kTcWarps) * kTcKeys;
-    if constexpr (kDca) {  // a tile in another key region than the last: its rotation (warp-uniform)
-      const int region = dca_region(ctx - 1, key0 / p.dca_chunk_len, p.dca_chunk_len);
-      if (region != q_region) {
-        q_region = region;
-        load_q(dca_queries(p, region));
-      }
-    }
-
-    // S = Q K^T: [16 rows x 16 keys], two n-tiles.
-    float s[2][4];
-#pragma unroll
-    for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < C::kKSteps; ++kk) {
-      uint32_t b0, b1, b2, b3;
-      ldsm_x4(sb + k_off + kk * 32, b0, b1, b2, b3);
-      mma16816(s[0], qf[kk], b0, b1);
-      mma16816(s[1], qf[kk], b2, b3);
-    }
-    if (key0 + kTcKeys > k_end) mask_scores(s, key0, tq, last_key);  // ragged end (zero-filled keys score 0)
-
-    // Online softmax, base 2 (rows gq and gq + 8; a row's 16 scores live in the 4 lanes of a quad).
-    float alpha[2];
-    uint32_t pa[1][4];  // P: the A operand of the tile's one k-step
-    online_softmax(s, sl2, m, l, alpha, pa);
-
-    // O = O * alpha + P V: n-tiles of 8 dims, two per ldmatrix.trans.
-#pragma unroll
-    for (int dp = 0; dp < C::kKSteps; ++dp) {
-      uint32_t b0, b1, b2, b3;
-      ldsm_x4_t(sb + v_off + dp * 32, b0, b1, b2, b3);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        o[2 * dp + h][0] *= alpha[0];
-        o[2 * dp + h][1] *= alpha[0];
-        o[2 * dp + h][2] *= alpha[1];
-        o[2 * dp + h][3] *= alpha[1];
-      }
-      mma16816(o[2 * dp], pa[0], b0, b1);
-      mma16816(o[2 * dp + 1], pa[0], b2, b3);
-    }
-    __syncwarp();  // every lane's ldmatrix of this stage is done before the stage is refilled
-    stage = stage + 1 == NST ? 0 : stage + 1;
+    __syncwarp();  // every lane's loads of this stage are done before the stage is refilled
+    stage = stage + 1 == kSt ? 0 : stage + 1;
   }
 
   // ---- Merge the 4 warps (their pipeline regions become [16][kMergeStride] o, [16] m, [16] l). ----
@@ -553,10 +695,27 @@ __global__ void __launch_bounds__(kTcThreads, D == 128 ? 2 : 4) decode_tc_kernel
   {
     float* mine = reinterpret_cast<float*>(wbase);
     const float lq[2] = {quad_sum(l[0]), quad_sum(l[1])};
+    if constexpr (kFp8) {  // o[nt][c] is dim (2 tq + c) D / 8 + nt, scaled by 1 / vref
+      if (p_lo_rows) {  // row gq's P remainder terms (rows gq + 8 >= gcount are not merged)
 #pragma unroll
-    for (int d = 0; d < D / 8; ++d) {
-      *reinterpret_cast<float2*>(mine + gq * C::kMergeStride + d * 8 + 2 * tq) = make_float2(o[d][0], o[d][1]);
-      *reinterpret_cast<float2*>(mine + (gq + 8) * C::kMergeStride + d * 8 + 2 * tq) = make_float2(o[d][2], o[d][3]);
+        for (int nt = 0; nt < D / 8; ++nt) {
+          o[nt][0] += o[nt][2];
+          o[nt][1] += o[nt][3];
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          mine[gq * C::kMergeStride + (2 * tq + c) * (D / 8) + nt] = o[nt][c] * vref[0];
+          mine[(gq + 8) * C::kMergeStride + (2 * tq + c) * (D / 8) + nt] = o[nt][2 + c] * vref[1];
+        }
+    } else {
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d) {
+        *reinterpret_cast<float2*>(mine + gq * C::kMergeStride + d * 8 + 2 * tq) = make_float2(o[d][0], o[d][1]);
+        *reinterpret_cast<float2*>(mine + (gq + 8) * C::kMergeStride + d * 8 + 2 * tq) = make_float2(o[d][2], o[d][3]);
+      }
     }
     if (tq == 0) {
       mine[kTcRows * C::kMergeStride + gq] = m[0];

@@ -39,13 +39,11 @@ __device__ __forceinline__ void mask_scores_at(S& s, const int* kpos, int tq, co
 // One tile's step. s: raw scores (masked ones -inf); sl2 = softmax scale * log2 e, applied here (one
 // FFMA + MUFU.EX2 per score). m: running row maxima (raw scores); l: this lane's partial row sums.
 // Returns alpha (the factor the output accumulators of row h must be scaled by before adding P V) and
-// P as bf16 A fragments: the S accumulator layout is the A fragment layout, n-tiles 2k and 2k + 1
-// forming k-step k (16 keys).
-template <class S, int KS>
-__device__ __forceinline__ void online_softmax(const S& s, float sl2, float (&m)[2], float (&l)[2],
-                                               float (&alpha)[2], uint32_t (&pa)[KS][4]) {
+// P (f32) in the S accumulator layout.
+template <class S>
+__device__ __forceinline__ void online_softmax_p(const S& s, float sl2, float (&m)[2], float (&l)[2],
+                                                 float (&alpha)[2], S& p) {
   constexpr int kNT = FragTiles<S>::kN;
-  static_assert(kNT == 2 * KS, "P fragments: two n-tiles per k-step");
   float mx[2] = {m[0], m[1]};
 #pragma unroll
   for (int n = 0; n < kNT; ++n) {
@@ -66,11 +64,29 @@ __device__ __forceinline__ void online_softmax(const S& s, float sl2, float (&m)
     const float p2 = ex2(fmaf(frag(s, n, 2), sl2, -mref[1])), p3 = ex2(fmaf(frag(s, n, 3), sl2, -mref[1]));
     rs[0] += p0 + p1;
     rs[1] += p2 + p3;
-    pa[n >> 1][(n & 1) * 2 + 0] = pack_bf16(p0, p1);
-    pa[n >> 1][(n & 1) * 2 + 1] = pack_bf16(p2, p3);
+    frag(p, n, 0) = p0;
+    frag(p, n, 1) = p1;
+    frag(p, n, 2) = p2;
+    frag(p, n, 3) = p3;
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + rs[h];
+}
+
+// online_softmax_p with P as bf16 A fragments: the S accumulator layout is the A fragment layout, n-tiles 2k and
+// 2k + 1 forming k-step k (16 keys).
+template <class S, int KS>
+__device__ __forceinline__ void online_softmax(const S& s, float sl2, float (&m)[2], float (&l)[2],
+                                               float (&alpha)[2], uint32_t (&pa)[KS][4]) {
+  constexpr int kNT = FragTiles<S>::kN;
+  static_assert(kNT == 2 * KS, "P fragments: two n-tiles per k-step");
+  S p;
+  online_softmax_p(s, sl2, m, l, alpha, p);
+#pragma unroll
+  for (int n = 0; n < kNT; ++n) {
+    pa[n >> 1][(n & 1) * 2 + 0] = pack_bf16(frag(p, n, 0), frag(p, n, 1));
+    pa[n >> 1][(n & 1) * 2 + 1] = pack_bf16(frag(p, n, 2), frag(p, n, 3));
+  }
 }
 
 // o (accumulators of rows gq, gq + 8) *= alpha.

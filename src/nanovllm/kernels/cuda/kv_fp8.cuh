@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <cstdint>
@@ -24,21 +25,32 @@ __device__ __forceinline__ float fp8_e4m3_value(uint8_t code) {
   return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3)));
 }
 
-// 8 codes (a uint2) x scale as 8 bf16 (a uint4): the attention kernels' dequantized K / V tile rows. Each element is
-// the f32 product code x scale rounded once to bf16 (the tensor-core inputs), so a kernel reading an fp8 cache sees
-// the CPU's dequantized values to bf16 rounding (relative 2^-9).
+// Two codes (the low 16 bits, the first in the low byte) as f16x2 (the first in the low half), exactly: e4m3 is a
+// subset of f16. One cvt.rn.f16x2.e4m3x2 on sm_89+ (the tensor-core decode's conversion, no float math).
+__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t codes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes & 0xffffu), __NV_E4M3);
+  return uint32_t{h.x} | (uint32_t{h.y} << 16);
+}
+
+// 8 codes (a uint2) x scale as 8 bf16 (a uint4): the prefill and SIMT kernels' dequantized K / V tile rows. Each
+// element is the f32 product code x scale rounded once to bf16 (the tensor-core inputs), so a kernel reading an fp8
+// cache sees the CPU's dequantized values to bf16 rounding (relative 2^-9). Codes convert two at a time to f16x2
+// (exact), then to f32.
 __device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint2 codes, float scale) {
-  const uint8_t* c = reinterpret_cast<const uint8_t*>(&codes);
   uint4 out;
-  __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
+  uint32_t* o = reinterpret_cast<uint32_t*>(&out);
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
-    o[i] = __floats2bfloat162_rn(fp8_e4m3_value(c[2 * i]) * scale, fp8_e4m3_value(c[2 * i + 1]) * scale);
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t h = fp8x2_to_f16x2((i < 2 ? codes.x : codes.y) >> (16 * (i & 1)));
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale, f.y * scale);
+    o[i] = *reinterpret_cast<const uint32_t*>(&b);
+  }
   return out;
 }
 
-// A row's scale by a 4-byte cp.async (the tensor-core kernels stage codes and scales asynchronously, then
-// dequantize in shared memory with fp8x8_to_bf16x8); `valid == false` writes 0 (a zero-filled row of codes x 0 = 0).
+// A row's scale by a 4-byte cp.async (the tensor-core kernels stage codes and scales asynchronously);
+// `valid == false` writes 0 (a zero-filled row of codes x 0 = 0).
 __device__ __forceinline__ void cp_async4_zfill(unsigned dst, const void* src, bool valid) {
   const int n = valid ? 4 : 0;
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n));

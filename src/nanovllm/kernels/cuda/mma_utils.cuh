@@ -1,5 +1,5 @@
 // PTX wrappers shared by the attention kernels: cp.async (plain and zero-filling), ldmatrix, mma.sync
-// m16n8k16 bf16 -> fp32, ex2.approx, bf16x2 packing, plus the quad reductions and lane addressing of the
+// m16n8k16 bf16 (and f16) -> fp32, ex2.approx, bf16x2 / f16x2 packing, plus the quad reductions and lane addressing of the
 // mma.sync fragment layouts. All sm_80+; the wgmma-only pieces stay in attention_prefill_wgmma.cu.
 //
 // Fragment layout (mma.sync m16n8k16, per warp): lane = 4 gq + tq holds, of each 8-column n-tile n of a
@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 namespace nanovllm::cuda_ops {
 
@@ -62,6 +63,15 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// c += a * b, f16 operands (the fp8 KV decode: e4m3 codes convert exactly to f16, kv_fp8.cuh).
+__device__ __forceinline__ void mma16816_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -69,6 +79,11 @@ __device__ __forceinline__ float ex2(float x) {
 }
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // lo -> low 16 bits (the lower column)
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);  // lo -> low 16 bits
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
