@@ -8,13 +8,17 @@
 // Also: the bf16 checkpoint of the same seed under --quantization fp8 gives the FP8 checkpoint's tokens (the same
 // codes and scales), --quantization none runs the dequantized bf16 weights, decode runs through graphs and eager
 // alike, and one sequence at a time (the weight-streaming GEMV) passes the same rule.
+// The GEMM past 4 rows is the runners' KernelOptions::fp8_gemm, NANOVLLM_FP8_GEMM's (cuBLASLt by default, where it
+// runs): scripts/bench/fp8_gemm_check.sh runs this suite under mma and cublaslt, each held to the same reference.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <string>
 
 #include <cuda_runtime.h>
 
+#include "nanovllm/core/env.h"
 #include "nanovllm/llm/llm.h"
 #include "nanovllm/model/test_model.h"
 #include "support/process_scratch_dir.h"
@@ -27,18 +31,21 @@ namespace {
 constexpr double kNearTie = 0.5;
 constexpr double kLogprobTol = 0.5;
 
+// The GEMM the runners use past kFp8GemvMaxTokens rows (NANOVLLM_FP8_GEMM; unset: cuBLASLt where it runs).
+std::string gemm() { return environment().fp8_gemm == "mma" ? " [mma GEMM]" : " [cublaslt GEMM]"; }
+
 bool have_gpu() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-// A Qwen3 whose projections are whole 128 x 128 blocks (q 256, k / v 128 rows, hidden 256, I 512), tied like the
-// peaked `tiny` model.
+// A Qwen3 whose projections are whole 128 x 128 blocks (q 512, k / v 128 rows, hidden 512, I 1024: every K / 128
+// a multiple of 4, so cuBLASLt's GEMM takes them all), tied like the peaked `tiny` model.
 nlohmann::json fp8_config(bool fp8) {
   nlohmann::json j = test_model_config("tiny");
-  j["hidden_size"] = 256;
-  j["intermediate_size"] = 512;
-  j["num_attention_heads"] = 2;
+  j["hidden_size"] = 512;
+  j["intermediate_size"] = 1024;
+  j["num_attention_heads"] = 4;
   j["num_key_value_heads"] = 1;
   j["head_dim"] = 128;
   if (fp8) j["quantization_config"] = fp8_quantization_config();
@@ -123,9 +130,9 @@ TEST_F(CudaFp8Engine, GreedyFollowsTheCpuReference) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const auto cpu = run(dir("fp8"), Backend::kCpu, "auto");
   const auto gpu = run(dir("fp8"), Backend::kCuda, "auto");  // 6 sequences: decode through the fp8 GEMM
-  expect_near_reference(gpu, cpu, "fp8 batch of 6");
+  expect_near_reference(gpu, cpu, "fp8 batch of 6" + gemm());
   const auto one = run(dir("fp8"), Backend::kCuda, "auto", /*max_num_seqs=*/1);  // decode through the GEMV
-  expect_near_reference(one, cpu, "fp8 one sequence at a time");
+  expect_near_reference(one, cpu, "fp8 one sequence at a time" + gemm());
   const auto eager = run(dir("fp8"), Backend::kCuda, "auto", 8, /*eager=*/true);
   for (size_t i = 0; i < gpu.size(); ++i) EXPECT_EQ(eager[i].token_ids, gpu[i].token_ids) << "graphs vs eager, prompt " << i;
   const auto none = run(dir("fp8"), Backend::kCuda, "none");  // dequantized to bf16 at load

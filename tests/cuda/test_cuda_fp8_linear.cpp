@@ -4,14 +4,19 @@
 //   * GEMV (rows <= kFp8GemvMaxTokens) vs cpu::linear_fp8 (f64 over the dequantized weights): the same products
 //     up to fp32 summation order and output rounding: NMSE <= 1e-5 / per element |err| <= 1e-2 rms + 5e-3 |ref|
 //     (bf16 out); NMSE <= 1e-9 / 1e-4 rms + 1e-5 |ref| (f32 out), as the bf16 gemv's tests.
-//   * Activation quantization vs quantize_fp8_blocks of each row: codes and scales bit for bit.
-//   * GEMM vs cpu::linear_fp8_quantized (the same quantized activations, f64 sums): products of e4m3 codes are
-//     exact, the tensor cores' partial sums of 32 products may keep fewer bits than fp32 (Hopper fp8 mma), so
-//     f32 out within NMSE 1e-7 / per element 2e-3 rms + 2e-3 |ref|; bf16 out NMSE 1e-5 / 1e-2 rms + 5e-3 |ref|.
-//     Against the exact reference the activation quantization (e4m3: 4 significant bits) leaves NMSE <= 4e-3
-//     (printed).
-//   * ops::linear_fp8 dispatches both, chunks rows past its 32 MiB workspace, and is deterministic.
-// DISABLED_ benchmarks: the decode shapes of Qwen3-0.6B / 8B, fp8 GEMV vs the bf16 linear, and prefill GEMMs.
+//   * Activation quantization vs quantize_fp8_blocks of each row: codes and scales bit for bit, the scales in
+//     both layouts (row-major for the mma.sync GEMM, k-block-major for cuBLASLt).
+//   * Both GEMMs (KernelOptions::fp8_gemm: the mma.sync kernel, cuBLASLt's block-scaled matmul) vs
+//     cpu::linear_fp8_quantized (the same quantized activations, f64 sums): products of e4m3 codes are exact,
+//     the tensor cores' partial sums may keep fewer bits than fp32 (Hopper fp8 mma), so f32 out within NMSE 1e-7
+//     / per element 2e-3 rms + 2e-3 |ref|; bf16 out NMSE 1e-5 / 1e-2 rms + 5e-3 |ref|. Against the exact
+//     reference the activation quantization (e4m3: 4 significant bits) leaves NMSE <= 4e-3 (printed).
+//   * cuBLASLt's GEMM alone (sm_90) on host-quantized activations, M 1 .. 1000 (odd too): it must take every bf16
+//     shape of 16+ rows with K / 128 a multiple of 4 (fewer rows or f32 out it may refuse: printed) and refuse
+//     K / 128 = 3 and the wrong scale layout (those run the mma.sync kernel).
+//   * ops::linear_fp8 dispatches all of them, chunks rows past its 32 MiB workspace, and is deterministic.
+// DISABLED_ benchmarks: the decode shapes of Qwen3-0.6B / 8B, fp8 GEMV vs the bf16 linear, and the 8B prefill
+// GEMMs at 8192 rows: mma.sync vs cuBLASLt vs bf16 cuBLASLt.
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -31,6 +36,14 @@ namespace nanovllm {
 namespace {
 
 using cuda_test::DeviceTensor;
+using cuda_ops::Fp8Gemm;
+
+const char* gemm_name(Fp8Gemm g) { return g == Fp8Gemm::kCublasLt ? "cublaslt" : "mma"; }
+
+// ops::linear_fp8's GEMM is `gemm` (where it can run) while this lives.
+struct Fp8GemmGuard : cuda_test::RestoreOptions {
+  explicit Fp8GemmGuard(Fp8Gemm gemm) { cuda_test::context().options.fp8_gemm = gemm; }
+};
 
 struct HostFp8Weight {
   int64_t n = 0, k = 0;
@@ -98,7 +111,8 @@ std::vector<uint8_t> check_linear_fp8(int64_t T, int64_t N, int64_t K, DType out
   const std::vector<float> ref =
       reference(gemv ? Reference::kExact : Reference::kQuantizedActivations, x.f32, w, bias_mode ? &b.f32 : nullptr, T);
   const float r = static_cast<float>(rms(ref));
-  const std::string what = std::string(gemv ? "gemv" : "gemm") + " T=" + std::to_string(T) + " N=" +
+  const std::string path = gemv ? "gemv" : std::string("gemm ") + gemm_name(cuda_test::context().options.fp8_gemm);
+  const std::string what = path + " T=" + std::to_string(T) + " N=" +
                            std::to_string(N) + " K=" + std::to_string(K) + " out=" + std::string(dtype_name(out_t)) +
                            " bias=" + std::to_string(bias_mode);
   if (gemv) {
@@ -135,13 +149,21 @@ TEST(CudaFp8Linear, ActivationQuantizationMatchesTheCpuBitForBit) {
     for (int64_t k = 0; k < 128; ++k) x.bits[k] = 0, x.f32[k] = 0.0f;  // an all-zero group: scale 1
     if (T * K > 130) x.bits[130] = f32_to_bf16(-1e4f), x.f32[130] = bf16_to_f32(x.bits[130]);  // a large one
     DeviceTensor d_x(DType::kBF16, {T, K}, x.bits), codes(DType::kF8E4M3, {T, K}), scales(DType::kF32, {T, K / 128});
+    DeviceTensor codes_k(DType::kF8E4M3, {T, K}), scales_k(DType::kF32, {K / 128, T});
     cuda_ops::fp8_quantize_activations(codes.view(), scales.view(), d_x.view(), cuda_test::on());
+    cuda_ops::fp8_quantize_activations(codes_k.view(), scales_k.view(), d_x.view(), cuda_test::on(),
+                                       cuda_ops::Fp8ScaleLayout::kKBlockMajor);
     std::vector<uint8_t> want_codes(static_cast<size_t>(T * K));
-    std::vector<float> want_scales(static_cast<size_t>(T * K / 128));
+    std::vector<float> want_scales(static_cast<size_t>(T * K / 128)), want_k(want_scales.size());
     for (int64_t t = 0; t < T; ++t)
       quantize_fp8_blocks(x.f32.data() + t * K, 1, K, want_codes.data() + t * K, want_scales.data() + t * (K / 128));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t b = 0; b < K / 128; ++b)
+        want_k[static_cast<size_t>(b * T + t)] = want_scales[static_cast<size_t>(t * (K / 128) + b)];
     EXPECT_EQ(codes.download<uint8_t>(), want_codes) << "T " << T << " K " << K;
     EXPECT_EQ(scales.download<float>(), want_scales) << "T " << T << " K " << K;
+    EXPECT_EQ(codes_k.download<uint8_t>(), want_codes) << "k-block-major: T " << T << " K " << K;
+    EXPECT_EQ(scales_k.download<float>(), want_k) << "k-block-major: T " << T << " K " << K;
   }
 }
 
@@ -149,13 +171,110 @@ TEST(CudaFp8Linear, GemmMatchesTheQuantizedActivationReference) {
   SKIP_WITHOUT_CUDA();
   if (!cuda_ops::fp8_tensor_cores_available(cuda_test::context())) GTEST_SKIP() << "no fp8 tensor cores (sm_89+)";
   std::mt19937 rng(33);
-  for (int64_t T : {5, 16, 17, 63, 64, 65, 129, 1000}) {
-    check_linear_fp8(T, 128, 128, DType::kBF16, 0, rng);
-    check_linear_fp8(T, 256, 384, DType::kF32, 2, rng);
-    check_linear_fp8(T, 1024, 1024, DType::kBF16, 1, rng);
+  for (Fp8Gemm gemm : {Fp8Gemm::kMmaSync, Fp8Gemm::kCublasLt}) {
+    const Fp8GemmGuard guard(gemm);
+    for (int64_t T : {5, 16, 17, 63, 64, 65, 129, 1000}) {
+      check_linear_fp8(T, 128, 128, DType::kBF16, 0, rng);   // cuBLASLt: K / 128 = 1, the mma.sync kernel runs
+      check_linear_fp8(T, 256, 384, DType::kF32, 2, rng);    // bias: the mma.sync kernel
+      check_linear_fp8(T, 1024, 1024, DType::kBF16, 1, rng);
+      check_linear_fp8(T, 512, 1024, DType::kBF16, 0, rng);  // cuBLASLt where it runs (sm_90)
+      check_linear_fp8(T, 384, 512, DType::kF32, 0, rng);
+    }
+    check_linear_fp8(257, 4096, 1024, DType::kF32, 0, rng);
+    check_linear_fp8(2050, 128, 16384, DType::kBF16, 1, rng);  // two chunks (32 MiB of codes: 2048 rows at this K)
+    check_linear_fp8(2050, 128, 16384, DType::kBF16, 0, rng);  // two chunks, no bias (the second: 2 rows)
+    // Qwen3-8B's down_proj K: chunks of 2688 rows (whole 128-row tiles), then 42 = 32 through cuBLASLt + 10.
+    check_linear_fp8(2730, 128, 12288, DType::kBF16, 0, rng);
   }
-  check_linear_fp8(257, 4096, 1024, DType::kF32, 0, rng);
-  check_linear_fp8(2050, 128, 16384, DType::kBF16, 1, rng);  // two chunks (32 MiB of codes: 2048 rows at this K)
+}
+
+// Host-quantized activations for the GEMMs alone: x [M, K] (bf16 values), quantize_fp8_blocks per row (what
+// fp8_quantize_activations computes bit for bit), the scales row-major and k-block-major.
+struct HostQuantized {
+  std::vector<float> x;
+  std::vector<uint8_t> codes;             // [M, K]
+  std::vector<float> scales, k_major;     // [M, K / 128], [K / 128, M]
+};
+
+HostQuantized quantize_on_host(int64_t M, int64_t K, std::mt19937& rng) {
+  HostQuantized q;
+  q.x = cuda_test::random_bf16(static_cast<size_t>(M * K), rng, -2.0f, 2.0f).f32;
+  q.codes.resize(static_cast<size_t>(M * K));
+  q.scales.resize(static_cast<size_t>(M * (K / 128)));
+  q.k_major.resize(q.scales.size());
+  for (int64_t m = 0; m < M; ++m)
+    quantize_fp8_blocks(q.x.data() + m * K, 1, K, q.codes.data() + m * K, q.scales.data() + m * (K / 128));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t b = 0; b < K / 128; ++b)
+      q.k_major[static_cast<size_t>(b * M + m)] = q.scales[static_cast<size_t>(m * (K / 128) + b)];
+  return q;
+}
+
+TEST(CudaFp8Linear, CublasLtGemmMatchesTheQuantizedActivationReference) {
+  SKIP_WITHOUT_CUDA();
+  if (cuda_test::device_major() != 9) GTEST_SKIP() << "cuBLASLt's block-scaled fp8 matmul is Hopper's (sm_90)";
+  std::mt19937 rng(34);
+  // ops::linear_fp8 gives cuBLASLt whole 16-row groups only (the rest runs the mma.sync kernel).
+  for (int64_t M : {16, 128, 1008, 2688})
+    for (auto [N, K] : {std::pair<int64_t, int64_t>{128, 512}, {384, 1024}, {1024, 3072}})
+      for (DType out_t : {DType::kBF16, DType::kF32}) {
+        HostFp8Weight w = random_fp8_weight(N, K, rng, true);
+        const DeviceFp8Weight dw(w);
+        HostQuantized q = quantize_on_host(M, K, rng);
+        DeviceTensor codes(DType::kF8E4M3, {M, K}, q.codes), scales(DType::kF32, {K / 128, M}, q.k_major);
+        DeviceTensor out(out_t, {M, N});
+        out.fill_bytes(0xff);  // NaN poison: every element must be written
+        const bool bf = out_t == DType::kBF16;
+        const std::string what = "cublaslt M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" +
+                                 std::to_string(K) + " out=" + std::string(dtype_name(out_t));
+        if (!cuda_ops::fp8_gemm_cublaslt_supported(out.view(), codes.view(), scales.view(), dw.codes.view(),
+                                                   dw.scale.view(), cuda_test::on())) {
+          // ops::linear_fp8 then runs the mma.sync kernel: acceptable for a handful of rows or the f32 output the
+          // engine does not use, a failure for a prefill-sized bf16 GEMM.
+          if (bf) ADD_FAILURE() << what << ": cuBLASLt offered no algorithm";
+          std::printf("%s: cuBLASLt offers no algorithm (the mma.sync kernel runs it)\n", what.c_str());
+          continue;
+        }
+        cuda_ops::fp8_gemm_cublaslt(out.view(), codes.view(), scales.view(), dw.codes.view(), dw.scale.view(),
+                                    cuda_test::on());
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> got = out.download_f32();
+        const std::vector<float> ref = reference(Reference::kQuantizedActivations, q.x, w, nullptr, M);
+        const float r = static_cast<float>(rms(ref));
+        EXPECT_LE(cuda_test::nmse(got, ref), bf ? 1e-5 : 1e-7) << what;
+        cuda_test::expect_close(got, ref, (bf ? 1e-2f : 2e-3f) * r, bf ? 5e-3f : 2e-3f, what);
+        std::printf("%s: NMSE vs the quantized-activation reference %.2e\n", what.c_str(), cuda_test::nmse(got, ref));
+      }
+}
+
+TEST(CudaFp8Linear, CublasLtGemmRefusesWhatItCannotRun) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(35);
+  const int64_t M = 64;
+  // K / 128 = 3: cuBLASLt would read our unpadded weight scales with a row stride of 4 blocks.
+  HostFp8Weight w = random_fp8_weight(256, 384, rng);
+  const DeviceFp8Weight dw(w);
+  DeviceTensor codes(DType::kF8E4M3, {M, 384}), scales(DType::kF32, {3, M}), out(DType::kBF16, {M, 256});
+  EXPECT_FALSE(cuda_ops::fp8_gemm_cublaslt_supported(out.view(), codes.view(), scales.view(), dw.codes.view(),
+                                                     dw.scale.view(), cuda_test::on()));
+  testing::expect_error([&] { cuda_ops::fp8_gemm_cublaslt(out.view(), codes.view(), scales.view(), dw.codes.view(),
+                                                          dw.scale.view(), cuda_test::on()); },
+                        {"fp8_gemm_cublaslt", "[64, 384]", "[256, 384]"});
+  HostFp8Weight w4 = random_fp8_weight(256, 512, rng);
+  const DeviceFp8Weight dw4(w4);
+  DeviceTensor codes4(DType::kF8E4M3, {M, 512}), row_major(DType::kF32, {M, 4}), out16(DType::kF16, {M, 256});
+  EXPECT_FALSE(cuda_ops::fp8_gemm_cublaslt_supported(out.view(), codes4.view(), row_major.view(), dw4.codes.view(),
+                                                     dw4.scale.view(), cuda_test::on()))
+      << "row-major activation scales";
+  DeviceTensor k_major(DType::kF32, {4, M});
+  EXPECT_FALSE(cuda_ops::fp8_gemm_cublaslt_supported(out16.view(), codes4.view(), k_major.view(), dw4.codes.view(),
+                                                     dw4.scale.view(), cuda_test::on()))
+      << "f16 out";
+  if (cuda_test::device_major() != 9) {
+    EXPECT_FALSE(cuda_ops::fp8_gemm_cublaslt_supported(out.view(), codes4.view(), k_major.view(), dw4.codes.view(),
+                                                       dw4.scale.view(), cuda_test::on()))
+        << "not an sm_90 device";
+  }
 }
 
 TEST(CudaFp8Linear, DeterministicAndRefusesWhatItCannotRun) {
@@ -209,32 +328,53 @@ TEST(CudaFp8Bench, DISABLED_DecodeShapes) {
   CUDA_CHECK(cudaStreamDestroy(st));
 }
 
-// Prefill-shaped GEMMs (8192 rows) of Qwen3-8B: the fp8 path (activation quantization + GEMM) vs the bf16 linear
-// (cuBLASLt); TFLOP/s.
+// Prefill-shaped GEMMs (8192 rows) of Qwen3-8B: the activation quantization, then each GEMM alone on its
+// quantized activations (the mma.sync kernel, cuBLASLt's block-scaled matmul), the bf16 linear (cuBLASLt) and
+// ops::linear_fp8 whole under each KernelOptions::fp8_gemm; ms (median of 10) and TFLOP/s.
 TEST(CudaFp8Bench, DISABLED_PrefillShapes) {
   SKIP_WITHOUT_CUDA();
-  if (!cuda_ops::fp8_tensor_cores_available(cuda_test::context())) GTEST_SKIP() << "no fp8 tensor cores";
+  const bool mma = cuda_ops::fp8_tensor_cores_available(cuda_test::context());
   std::mt19937 rng(41);
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreate(&st));
   const int64_t T = 8192;
   for (const auto& [name, N, K] : std::vector<std::tuple<const char*, int64_t, int64_t>>{
-           {"8B qkv", 6144, 4096}, {"8B gate_up", 24576, 4096}, {"8B down", 4096, 12288}}) {
+           {"8B qkv", 6144, 4096}, {"8B o", 4096, 4096}, {"8B gate_up", 24576, 4096}, {"8B down", 4096, 12288}}) {
     HostFp8Weight w = random_fp8_weight(N, K, rng);
     const DeviceFp8Weight dw(w);
     auto wb = cuda_test::random_bf16(static_cast<size_t>(N * K), rng, -0.05f, 0.05f);
     auto x = cuda_test::random_bf16(static_cast<size_t>(T * K), rng);
     DeviceTensor d_w(DType::kBF16, {N, K}, wb.bits), d_x(DType::kBF16, {T, K}, x.bits), d_out(DType::kBF16, {T, N});
+    DeviceTensor codes(DType::kF8E4M3, {T, K}), rows(DType::kF32, {T, K / 128}), k_major(DType::kF32, {K / 128, T});
     const ops::Stream s = cuda_test::on(st);
-    auto run_fp8 = [&] { ops::linear_fp8(d_out.view(), d_x.view(), dw.codes.view(), dw.scale.view(), TensorView(), s); };
-    auto run_bf16 = [&] { ops::linear(d_out.view(), d_x.view(), d_w.view(), TensorView(), s); };
-    run_fp8();
-    run_bf16();
-    const float f = cuda_test::time_each_ms(st, 10, run_fp8)[5], b = cuda_test::time_each_ms(st, 10, run_bf16)[5];
     const double flop = 2.0 * static_cast<double>(T * N * K);
-    std::printf("%-11s T %lld N %6lld K %6lld: fp8 %7.3f ms (%5.0f TFLOP/s)  bf16 %7.3f ms (%5.0f TFLOP/s)  "
-                "bf16/fp8 %.2f\n", name, static_cast<long long>(T), static_cast<long long>(N),
-                static_cast<long long>(K), f, flop / f / 1e9, b, flop / b / 1e9, b / f);
+    auto report = [&](const char* what, auto&& fn) {
+      fn();  // first use: choices, workspaces
+      const float ms = cuda_test::time_each_ms(st, 10, fn)[5];
+      std::printf("%-11s T %lld N %6lld K %6lld %-22s %8.3f ms  %5.0f TFLOP/s\n", name, static_cast<long long>(T),
+                  static_cast<long long>(N), static_cast<long long>(K), what, ms, flop / ms / 1e9);
+    };
+    report("quantize (k-major)", [&] {
+      cuda_ops::fp8_quantize_activations(codes.view(), k_major.view(), d_x.view(), s,
+                                         cuda_ops::Fp8ScaleLayout::kKBlockMajor);
+    });
+    cuda_ops::fp8_quantize_activations(codes.view(), rows.view(), d_x.view(), s);
+    if (mma)
+      report("gemm mma.sync", [&] {
+        cuda_ops::fp8_gemm(d_out.view(), codes.view(), rows.view(), dw.codes.view(), dw.scale.view(), TensorView(), s);
+      });
+    if (cuda_ops::fp8_gemm_cublaslt_supported(d_out.view(), codes.view(), k_major.view(), dw.codes.view(),
+                                              dw.scale.view(), s))
+      report("gemm cublaslt", [&] {
+        cuda_ops::fp8_gemm_cublaslt(d_out.view(), codes.view(), k_major.view(), dw.codes.view(), dw.scale.view(), s);
+      });
+    report("bf16 linear", [&] { ops::linear(d_out.view(), d_x.view(), d_w.view(), TensorView(), s); });
+    for (Fp8Gemm gemm : {Fp8Gemm::kMmaSync, Fp8Gemm::kCublasLt}) {
+      const Fp8GemmGuard guard(gemm);
+      report(gemm == Fp8Gemm::kCublasLt ? "linear_fp8 cublaslt" : "linear_fp8 mma", [&] {
+        ops::linear_fp8(d_out.view(), d_x.view(), dw.codes.view(), dw.scale.view(), TensorView(), s);
+      });
+    }
   }
   CUDA_CHECK(cudaStreamDestroy(st));
 }

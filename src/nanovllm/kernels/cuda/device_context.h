@@ -20,6 +20,10 @@
 
 namespace nanovllm::cuda_ops {
 
+// The GEMM of the fp8 projections past kFp8GemvMaxTokens rows (fp8_linear.h): cuBLASLt's block-scaled fp8 matmul,
+// or the mma.sync kernel (which also runs what cuBLASLt cannot).
+enum class Fp8Gemm { kCublasLt, kMmaSync };
+
 // Kernel switches. The defaults are the measured winners; the alternatives compute the same values and
 // stay because another device needs them (no clusters below sm_90, no wgmma off sm_90a) or for debugging.
 struct KernelOptions {
@@ -35,6 +39,8 @@ struct KernelOptions {
   bool decode_cluster_combine = true;
   // Prefill attention through the wgmma kernel where the device runs sm_90a code (else mma.sync).
   bool prefill_wgmma = true;
+  // Default: NANOVLLM_FP8_GEMM (unset: cuBLASLt; the winner to be confirmed by scripts/bench/fp8_gemm_check.sh).
+  Fp8Gemm fp8_gemm = Fp8Gemm::kCublasLt;
 };
 
 class DeviceContext {

@@ -1,12 +1,20 @@
 // ops::linear_fp8 on CUDA (fp8_linear.h): up to kFp8GemvMaxTokens rows through the weight-streaming GEMV with
 // the bf16 activations; more rows in chunks: quantize the chunk's activations into a per-context workspace (codes
-// [rows, K] + scales [rows, K / 128]), then the fp8 GEMM. The workspace has one fixed size, allocated at the first
-// call (an eager step: the runner warms up before capturing graphs) and never grown, so the decode graphs of
-// batches past kFp8GemvMaxTokens keep valid pointers whatever prefill comes later; a chunk is as many rows as it
-// holds.
+// [rows, K] + a scale per 128 codes), then the fp8 GEMM: cuBLASLt's block-scaled matmul (scales [K / 128, rows])
+// when KernelOptions::fp8_gemm asks for it and it runs the chunk (fp8_gemm_cublaslt_supported: no bias, sm_90,
+// K / 128 a multiple of 4, an algorithm offered) for the chunk's rows down to a multiple of 16 (H200: cuBLASLt offers
+// no algorithm for 17, 129 or 2730 rows, but does for 1000 and 8192), else and for the rest the mma.sync kernel
+// (scales [rows, K / 128]). The
+// workspace has one fixed size, allocated at the first call (an eager step: the runner warms up before capturing
+// graphs) and never grown, so the decode graphs of batches past kFp8GemvMaxTokens keep valid pointers whatever
+// prefill comes later; a chunk is as many rows as it holds.
+#include <algorithm>
+#include <utility>
+
 #include "nanovllm/core/error.h"
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
+#include "nanovllm/kernels/cuda/device_context.h"
 #include "nanovllm/kernels/cuda/fp8_linear.h"
 #include "nanovllm/kernels/cuda/op_workspace.h"
 #include "nanovllm/kernels/fp8_block.h"
@@ -33,19 +41,39 @@ void linear_fp8(TensorView out, TensorView in, TensorView weight, TensorView wei
     return;
   }
   NANOVLLM_CHECK(static_cast<size_t>(K) <= kCodesBytes, "linear_fp8 (CUDA): in-features ", K, " past the workspace");
-  const int64_t chunk_rows = static_cast<int64_t>(kCodesBytes) / K, k_blocks = K / kFp8BlockSize;
+  // Chunks of whole 128-row tiles (a multiple of 16 for cuBLASLt), as many as the workspace holds.
+  const int64_t chunk_rows = std::max<int64_t>(kCodesBytes / static_cast<size_t>(K) / 128 * 128, 16);
+  const int64_t k_blocks = K / kFp8BlockSize;
   WorkspaceCarver size;  // the same total for every K: codes, then a scale per 128 codes
   size.take<uint8_t>(kCodesBytes);
   size.take<float>(kCodesBytes / kFp8BlockSize);
   WorkspaceCarver carve(op_workspace<Fp8ActivationsTag>(size.total(), s));
   uint8_t* codes = carve.take<uint8_t>(kCodesBytes);                    // [chunk_rows, K]
-  float* scales = carve.take<float>(kCodesBytes / kFp8BlockSize);       // [chunk_rows, K / 128]
-  for (int64_t r0 = 0; r0 < T; r0 += chunk_rows) {
-    const int64_t n = std::min(chunk_rows, T - r0);
+  float* scales = carve.take<float>(kCodesBytes / kFp8BlockSize);       // chunk_rows x K / 128
+  const bool try_cublaslt = context_of(s).options.fp8_gemm == Fp8Gemm::kCublasLt && !bias.defined();
+  for (int64_t r0 = 0; r0 < T;) {
+    int64_t n = std::min(chunk_rows, T - r0);
+    const auto rows = [&](int64_t count) {
+      return std::pair{out.slice_rows(r0, r0 + count), in.slice_rows(r0, r0 + count)};
+    };
+    const int64_t n16 = n / 16 * 16;  // cuBLASLt's part
+    if (try_cublaslt && n16 > 0) {
+      const auto [chunk_out, chunk_in] = rows(n16);
+      const TensorView chunk_codes(codes, DType::kF8E4M3, Shape{n16, K}, in.device());
+      const TensorView k_major_scales(scales, DType::kF32, Shape{k_blocks, n16}, in.device());
+      if (fp8_gemm_cublaslt_supported(chunk_out, chunk_codes, k_major_scales, weight, weight_scale, s)) {
+        fp8_quantize_activations(chunk_codes, k_major_scales, chunk_in, s, Fp8ScaleLayout::kKBlockMajor);
+        fp8_gemm_cublaslt(chunk_out, chunk_codes, k_major_scales, weight, weight_scale, s);
+        r0 += n16;
+        continue;  // the chunk's last n - n16 rows start the next one
+      }
+    }
+    const auto [chunk_out, chunk_in] = rows(n);
     const TensorView chunk_codes(codes, DType::kF8E4M3, Shape{n, K}, in.device());
-    const TensorView chunk_scales(scales, DType::kF32, Shape{n, k_blocks}, in.device());
-    fp8_quantize_activations(chunk_codes, chunk_scales, in.slice_rows(r0, r0 + n), s);
-    fp8_gemm(out.slice_rows(r0, r0 + n), chunk_codes, chunk_scales, weight, weight_scale, bias, s);
+    const TensorView row_major_scales(scales, DType::kF32, Shape{n, k_blocks}, in.device());
+    fp8_quantize_activations(chunk_codes, row_major_scales, chunk_in, s);
+    fp8_gemm(chunk_out, chunk_codes, row_major_scales, weight, weight_scale, bias, s);
+    r0 += n;
   }
 }
 

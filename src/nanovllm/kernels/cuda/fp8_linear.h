@@ -1,7 +1,8 @@
 // Block-scaled fp8 projections on CUDA (ops::linear_fp8; docs/fp8.md): a weight-streaming GEMV for decode-sized
-// batches and, for more rows, activation quantization (1 x 128 groups) plus an fp8 tensor-core GEMM. Weights
-// [N, K] e4m3 with f32 block scales [N / 128, K / 128]; N and K multiples of 128 (ops.cpp checks). Plain C++
-// declarations (no device code) so host tests include it.
+// batches and, for more rows, activation quantization (1 x 128 groups) plus an fp8 tensor-core GEMM: cuBLASLt's
+// block-scaled fp8 matmul (sm_90) or our mma.sync kernel (KernelOptions::fp8_gemm picks; the other one where the
+// first cannot run). Weights [N, K] e4m3 with f32 block scales [N / 128, K / 128]; N and K multiples of 128
+// (ops.cpp checks). Plain C++ declarations (no device code) so host tests include it.
 #pragma once
 
 #include "nanovllm/core/tensor.h"
@@ -22,15 +23,37 @@ bool fp8_tensor_cores_available(const DeviceContext& ctx);
 void fp8_gemv(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,
               ops::Stream s);
 
-// codes [T, K] F8E4M3, scales [T, K / 128] F32 = in [T, K] BF16 quantized per row and 128 columns: scale =
+// Where fp8_quantize_activations puts the scale of row t's k block b: kRowMajor scales [T, K / 128] (t * K / 128
+// + b; the mma.sync GEMM's), kKBlockMajor scales [K / 128, T] (b * T + t; cuBLASLt's VEC128_32F layout, rows
+// fastest).
+enum class Fp8ScaleLayout { kRowMajor, kKBlockMajor };
+
+// codes [T, K] F8E4M3, scales F32 (`layout`) = in [T, K] BF16 quantized per row and 128 columns: scale =
 // max |x| / 448 (1 for an all-zero group), code = e4m3(x / scale) rounded to nearest even — bit for bit what
 // cpu::linear_fp8_quantized computes.
-void fp8_quantize_activations(TensorView codes, TensorView scales, TensorView in, ops::Stream s);
+void fp8_quantize_activations(TensorView codes, TensorView scales, TensorView in, ops::Stream s,
+                              Fp8ScaleLayout layout = Fp8ScaleLayout::kRowMajor);
 
 // out [T, N] (BF16 / F32) = sum over 128-column blocks b of (codes x weight codes over b) * scales[t, b] *
 // weight_scale[n / 128, b] (+ bias): mma.sync m16n8k32 e4m3 with an fp32 accumulator per block. sm_89+.
 void fp8_gemm(TensorView out, TensorView codes, TensorView scales, TensorView weight, TensorView weight_scale,
               TensorView bias, ops::Stream s);
+
+// Whether cuBLASLt's block-scaled fp8 matmul runs out [M, N] (BF16 / F32) = codes [M, K] x weight [N, K]^T here
+// (scales [K / 128, M], weight_scale [N / 128, K / 128]: the buffers fp8_gemm_cublaslt will get): an sm_90
+// device, N and K multiples of 128, K / 128 a multiple of 4 (cuBLASLt reads the weight scales' rows with a
+// stride rounded up to 4 blocks; ours are unpadded, which agrees only then: every Qwen3 size), 16-byte aligned
+// buffers, and cuBLASLt offered an algorithm for this M, N, K, output dtype and the pointers' alignments (asked
+// once per such key and cached; one it refuses is logged once as a warning: the caller runs fp8_gemm instead).
+bool fp8_gemm_cublaslt_supported(TensorView out, TensorView codes, TensorView scales, TensorView weight,
+                                 TensorView weight_scale, ops::Stream s);
+
+// out [M, N] = the same sum as fp8_gemm, by cuBLASLt: the weight as matrix A with BLK128x128_32F scales
+// (weight_scale [N / 128, K / 128] as it is), the codes as B with VEC128_32F scales [K / 128, M]
+// (Fp8ScaleLayout::kKBlockMajor), fp32 compute, no bias. Fails (NANOVLLM_CHECK) where
+// fp8_gemm_cublaslt_supported is false.
+void fp8_gemm_cublaslt(TensorView out, TensorView codes, TensorView scales, TensorView weight, TensorView weight_scale,
+                       ops::Stream s);
 
 }  // namespace nanovllm::cuda_ops
 

@@ -16,6 +16,7 @@
 
 #include "nanovllm/core/logging.h"
 #include "nanovllm/kernels/cuda/common.cuh"
+#include "nanovllm/kernels/cuda/cublaslt_shared.h"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
 #include "nanovllm/kernels/cuda/device_context.h"
 #include "nanovllm/kernels/cuda/event_timing.h"
@@ -168,6 +169,11 @@ __global__ void add_bias_kernel(void* out, int out_dt, const void* bias, int bia
 }
 
 }  // namespace
+
+CublasLtShared cublaslt_shared(ops::Stream s) {
+  LtState& st = lt_state(s);
+  return {st.handle, st.workspace, kWorkspaceBytes};
+}
 
 bool linear_cublaslt_ranked(TensorView out, TensorView in, TensorView weight, int rank, ops::Stream s,
                             std::string* desc) {
