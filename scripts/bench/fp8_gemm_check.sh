@@ -1,20 +1,18 @@
 #!/usr/bin/env bash
-# The fp8 GEMM past 4 rows (issue #51, docs/fp8.md): cuBLASLt's block-scaled fp8 matmul vs our mma.sync kernel, on
-# the GPU machine in one run: the CUDA fp8 tests (both GEMMs against the CPU references; the engine under each),
-# the GEMMs alone at 8192 rows on the Qwen3-8B shapes, then the A/B the default rests on: 8B prefill 8K and 0.6B
-# offline throughput, bf16 vs fp8 (mma.sync) vs fp8 (cuBLASLt). Random weights; fp8 is the bf16 checkpoint under
-# --quantization fp8 (quantized per 128 x 128 block at load). The GEMM is picked by NANOVLLM_FP8_GEMM (mma |
-# cublaslt; unset: the shipped default). Run from the repository root on an H200 box.
+# The fp8 GEMM past 4 rows (issue #51, docs/fp8.md): cuBLASLt's block-scaled fp8 matmul, with our mma.sync kernel as
+# its fallback, on the GPU machine in one run: the CUDA fp8 tests (both GEMMs against the CPU references, the engine
+# against the CPU backend), the GEMMs alone at 8192 rows on the Qwen3-8B shapes, then 8B prefill 8K and 0.6B offline
+# throughput, bf16 vs fp8. Random weights; fp8 is the bf16 checkpoint under --quantization fp8 (quantized per
+# 128 x 128 block at load). Run from the repository root on an H200 box.
 #
 #   scripts/bench/fp8_gemm_check.sh [BUILD_DIR]   BUILD_DIR: a CUDA build tree (default build/cuda; configured and
 #                                                 built here when it has no tests/test_cuda or tools/nanovllm)
 #
-# Steps (seconds on one H200, after the build; ~200 in all):
-#   1. test_cuda CudaFp8Linear.* + CudaFp8Bench.DISABLED_PrefillShapes (GEMM TFLOP/s)                 ~35
-#   2. test_cuda CudaFp8Engine.* under NANOVLLM_FP8_GEMM=mma, then =cublaslt (vs the CPU reference)   ~30
-#   3. make-test-model qwen3-0.6b and qwen3-8b (seed 1, in $MODELS_DIR, default /tmp; kept if present)  ~35
-#   4. bench latency 8B, prefill 8192 (+ bs=1 decode @1K, 16 tokens): none, fp8 mma, fp8 cublaslt       ~60
-#   5. bench throughput 0.6B ([thr]): none, fp8 mma, fp8 cublaslt                                        ~45
+# Steps (seconds on one H200, after the build; ~150 in all):
+#   1. test_cuda CudaFp8Linear.* + CudaFp8Bench.DISABLED_PrefillShapes (GEMM TFLOP/s), CudaFp8Engine.*    ~50
+#   2. make-test-model qwen3-0.6b and qwen3-8b (seed 1, in $MODELS_DIR, default /tmp; kept if present)  ~35
+#   3. bench latency 8B, prefill 8192 (+ bs=1 decode @1K, 16 tokens): none, fp8                          ~40
+#   4. bench throughput 0.6B ([thr]): none, fp8                                                           ~30
 # Output: $OUT (default ./fp8-gemm-out): one log per step, *.json reports; a summary with the ratios at the end.
 set -uo pipefail
 export PATH=$PATH:/usr/local/cuda/bin
@@ -27,44 +25,28 @@ source "$(dirname "$0")/steps.sh"  # run, FAILED, the build when missing
 NV=$BUILD/tools/nanovllm
 
 run tests "$BUILD/tests/test_cuda" --gtest_also_run_disabled_tests \
-  --gtest_filter='CudaFp8Linear.*:CudaFp8Bench.DISABLED_PrefillShapes'
-for g in mma cublaslt; do
-  run "engine_$g" env NANOVLLM_FP8_GEMM="$g" "$BUILD/tests/test_cuda" --gtest_filter='CudaFp8Engine.*'
-done
-
+  --gtest_filter='CudaFp8Linear.*:CudaFp8Bench.DISABLED_PrefillShapes:CudaFp8Engine.*'
 for m in q06 q8; do
   preset=$([ $m = q06 ] && echo qwen3-0.6b || echo qwen3-8b)
   [ -f "$MODELS/$m/config.json" ] || run "make_$m" "$NV" make-test-model --out "$MODELS/$m" --preset "$preset" --seed 1
 done
-
-# name, --quantization, NANOVLLM_FP8_GEMM (bf16 runs no fp8 GEMM: its value does not matter)
-VARIANTS=("bf16 none mma" "fp8_mma fp8 mma" "fp8_cublaslt fp8 cublaslt")
-for v in "${VARIANTS[@]}"; do
-  read -r name quant gemm <<< "$v"
-  run "latency_q8_$name" env NANOVLLM_FP8_GEMM="$gemm" NANOVLLM_LOG_LEVEL=info "$NV" bench latency --backend cuda \
-    --model "$MODELS/q8" --quantization "$quant" --context 1024 --decode-tokens 16 --prefill 8192 \
-    --json-out "$OUT/latency_q8_$name.json"
+for q in none fp8; do
+  run "latency_q8_$q" env NANOVLLM_LOG_LEVEL=info "$NV" bench latency --backend cuda --model "$MODELS/q8" \
+    --quantization "$q" --context 1024 --decode-tokens 16 --prefill 8192 --json-out "$OUT/latency_q8_$q.json"
 done
-for v in "${VARIANTS[@]}"; do
-  read -r name quant gemm <<< "$v"
-  run "throughput_q06_$name" env NANOVLLM_FP8_GEMM="$gemm" "$NV" bench throughput --backend cuda \
-    --model "$MODELS/q06" --quantization "$quant" --json-out "$OUT/throughput_q06_$name.json"
+for q in none fp8; do
+  run "throughput_q06_$q" "$NV" bench throughput --backend cuda --model "$MODELS/q06" --quantization "$q" \
+    --json-out "$OUT/throughput_q06_$q.json"
 done
 
 echo "== summary"
-grep -hE "TFLOP/s|NMSE vs the quantized|cuBLASLt has no|steps agree|PASSED|FAILED" \
-  "$OUT/tests.log" "$OUT/engine_mma.log" "$OUT/engine_cublaslt.log" | head -60
-prefill() {  # tok/s of the 8K prefill in latency_q8_$1.log
-  grep -hoE "prefill 8192 tokens: [0-9.]+ ms, [0-9]+ tok/s" "$OUT/latency_q8_$1.log" | grep -oE "[0-9]+ tok/s" |
-    cut -d' ' -f1
-}
+grep -hE "TFLOP/s|NMSE vs the quantized|cuBLASLt has no|steps agree|PASSED|FAILED" "$OUT/tests.log" | head -60
+prefill() { grep -hoE "prefill 8192 tokens: [0-9.]+ ms, [0-9]+ tok/s" "$OUT/latency_q8_$1.log" | grep -oE "[0-9]+ tok/s" | cut -d' ' -f1; }
 thr() { grep -hoE "[0-9]+ output tok/s" "$OUT/throughput_q06_$1.log" | cut -d' ' -f1; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.3f", a / b; else printf "n/a" }'; }
-B=$(prefill bf16); M=$(prefill fp8_mma); C=$(prefill fp8_cublaslt)
-echo "8B prefill 8K tok/s: bf16 ${B:-?}  fp8 mma ${M:-?} ($(ratio "${M:-0}" "${B:-0}")x)  fp8 cublaslt ${C:-?}" \
-     "($(ratio "${C:-0}" "${B:-0}")x; target >= 1.5x)"
-B=$(thr bf16); M=$(thr fp8_mma); C=$(thr fp8_cublaslt)
-echo "0.6B throughput output tok/s: bf16 ${B:-?}  fp8 mma ${M:-?} ($(ratio "${M:-0}" "${B:-0}")x)  fp8 cublaslt" \
-     "${C:-?} ($(ratio "${C:-0}" "${B:-0}")x; target >= 1.2x)"
+B=$(prefill none); F=$(prefill fp8)
+echo "8B prefill 8K tok/s: bf16 ${B:-?}  fp8 ${F:-?} ($(ratio "${F:-0}" "${B:-0}")x; target >= 1.5x)"
+B=$(thr none); F=$(thr fp8)
+echo "0.6B throughput output tok/s: bf16 ${B:-?}  fp8 ${F:-?} ($(ratio "${F:-0}" "${B:-0}")x; target >= 1.2x)"
 echo "fp8_gemm_check: $([ "$FAILED" -eq 0 ] && echo all steps passed || echo SOME STEPS FAILED) (logs in $OUT)"
 exit "$FAILED"

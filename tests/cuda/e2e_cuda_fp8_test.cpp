@@ -8,8 +8,8 @@
 // Also: the bf16 checkpoint of the same seed under --quantization fp8 gives the FP8 checkpoint's tokens (the same
 // codes and scales), --quantization none runs the dequantized bf16 weights, decode runs through graphs and eager
 // alike, and one sequence at a time (the weight-streaming GEMV) passes the same rule.
-// The GEMM past 4 rows is the runners' KernelOptions::fp8_gemm, NANOVLLM_FP8_GEMM's (cuBLASLt by default, where it
-// runs): scripts/bench/fp8_gemm_check.sh runs this suite under mma and cublaslt, each held to the same reference.
+// The GEMM past 4 rows is the runners' default: cuBLASLt's block-scaled matmul where it runs, the mma.sync kernel for
+// the rest (test_cuda_fp8_linear.cpp tests both against the CPU references).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,7 +18,6 @@
 
 #include <cuda_runtime.h>
 
-#include "nanovllm/core/env.h"
 #include "nanovllm/llm/llm.h"
 #include "nanovllm/model/test_model.h"
 #include "support/process_scratch_dir.h"
@@ -30,9 +29,6 @@ namespace {
 // random data), a few times the bf16 rounding the bf16 CUDA tests allow 0.1 for.
 constexpr double kNearTie = 0.5;
 constexpr double kLogprobTol = 0.5;
-
-// The GEMM the runners use past kFp8GemvMaxTokens rows (NANOVLLM_FP8_GEMM; unset: cuBLASLt where it runs).
-std::string gemm() { return environment().fp8_gemm == "mma" ? " [mma GEMM]" : " [cublaslt GEMM]"; }
 
 bool have_gpu() {
   int n = 0;
@@ -130,9 +126,9 @@ TEST_F(CudaFp8Engine, GreedyFollowsTheCpuReference) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const auto cpu = run(dir("fp8"), Backend::kCpu, "auto");
   const auto gpu = run(dir("fp8"), Backend::kCuda, "auto");  // 6 sequences: decode through the fp8 GEMM
-  expect_near_reference(gpu, cpu, "fp8 batch of 6" + gemm());
+  expect_near_reference(gpu, cpu, "fp8 batch of 6" );
   const auto one = run(dir("fp8"), Backend::kCuda, "auto", /*max_num_seqs=*/1);  // decode through the GEMV
-  expect_near_reference(one, cpu, "fp8 one sequence at a time" + gemm());
+  expect_near_reference(one, cpu, "fp8 one sequence at a time" );
   const auto eager = run(dir("fp8"), Backend::kCuda, "auto", 8, /*eager=*/true);
   for (size_t i = 0; i < gpu.size(); ++i) EXPECT_EQ(eager[i].token_ids, gpu[i].token_ids) << "graphs vs eager, prompt " << i;
   const auto none = run(dir("fp8"), Backend::kCuda, "none");  // dequantized to bf16 at load

@@ -38,7 +38,6 @@ Environment read_environment() {
   if (const char* v = value_of("NANOVLLM_PDL_EARLY_NORM")) e.pdl_early_norm = std::strcmp(v, "0") == 0 ? 0 : 1;
   const char* tune = value_of("NANOVLLM_TUNE_LINEAR");
   e.tune_linear = tune == nullptr || std::strcmp(tune, "0") != 0;
-  if (const char* v = value_of("NANOVLLM_FP8_GEMM")) e.fp8_gemm = v;
   return e;
 }
 

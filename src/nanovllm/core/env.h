@@ -23,10 +23,6 @@ struct Environment {
   // NANOVLLM_TUNE_LINEAR = 0: decode graphs keep the projection kernels picked by timing each alone
   // (faster startup) instead of also timing the runners-up inside the graph.
   bool tune_linear = true;
-  // NANOVLLM_FP8_GEMM = cublaslt | mma: the GEMM of the fp8 projections past 4 rows (docs/fp8.md), an A/B and
-  // debugging switch; empty: unset (the default). The CUDA device context checks the value (an error naming the
-  // variable for another one): parsing here cannot fail, it runs before the CLI's error handling.
-  std::string fp8_gemm;
 };
 
 // The process environment as parsed at the first call (later changes to the environment are not seen).

@@ -120,3 +120,36 @@ tar -C .carry/fp8lt -xJf .carry/fp8lt/build.tar.xz
 echo "fp8lt rc $?" >> $O/fp8lt.log
 cd $O/lt && tar -czf ../lt_logs.tgz . && cd .. && rm -rf lt
 
+# ## call5 {#call5}
+#!/usr/bin/env bash
+# s37 call 5: the merged tree (refactor at 0c35252: keyscore's first kernel, the fused MoE decode, fp8 KV decode on
+# the codes with its fix, the cuBLASLt fp8 GEMM with its 16-row split): the whole CUDA suite, then the same-call
+# A/Bs of issues 51 (8B prefill 8K, 0.6B throughput: bf16, fp8 cuBLASLt, fp8 mma.sync) and 47 (8 x 32K resident
+# decode and 0.6B throughput, bf16 vs fp8 KV; the decode attention kernel alone).
+set -uo pipefail
+export NANOVLLM_TEST_DATA=$PWD/tests/data
+O=$OUT
+tar -C .carry -xJf .carry/bin.tar.xz
+B=.carry/bin/nanovllm T=.carry/bin/test_cuda
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $O/device.txt
+timeout 240 $T > /tmp/t.log 2>&1; echo "test_cuda rc $?" > $O/tests.log
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|Failure|Which is|off;" /tmp/t.log | head -60 >> $O/tests.log
+timeout 60 $T --gtest_also_run_disabled_tests --gtest_filter='CudaFp8Bench.DISABLED_PrefillShapes:CudaKvFp8Bench.*' 2>&1 | grep -vE "^\[ RUN|^\[       OK|warn\]" > $O/microbench.log
+for m in "q06 qwen3-0.6b" "q8 qwen3-8b" "q4 qwen3-4b"; do set -- $m; $B make-test-model --out /tmp/$1 --preset $2 --seed 1 > /dev/null; done
+{
+for v in "bf16 none cublaslt" "fp8_cublaslt fp8 cublaslt" "fp8_mma fp8 mma"; do
+  set -- $v
+  echo "== 8B latency $1"; env NANOVLLM_FP8_GEMM=$3 timeout 90 $B bench latency --backend cuda --model /tmp/q8 --quantization $2 --context 1024 --decode-tokens 16 --prefill 8192 2>&1 | grep -E "decode|prefill"
+done
+for v in "bf16 none cublaslt" "fp8_cublaslt fp8 cublaslt" "fp8_mma fp8 mma"; do
+  set -- $v
+  echo "== 0.6B throughput $1"; env NANOVLLM_FP8_GEMM=$3 timeout 90 $B bench throughput --backend cuda --model /tmp/q06 --quantization $2 2>&1 | grep -E "throughput|roofline"
+done
+} > $O/fp8_weights.log 2>&1
+{
+for kv in auto fp8; do
+  echo "== 4B 8 x 32K resident, kv $kv"; timeout 60 $B bench latency --backend cuda --model /tmp/q4 --batch 8 --context 32768 --decode-tokens 32 --skip-prefill --kv-cache-dtype $kv 2>&1 | grep decode
+  echo "== 0.6B throughput, kv $kv"; timeout 60 $B bench throughput --backend cuda --model /tmp/q06 --kv-cache-dtype $kv 2>&1 | grep -E "throughput|roofline"
+done
+} > $O/fp8_kv.log 2>&1
+

@@ -18,10 +18,6 @@ DeviceContext::DeviceContext(int device) : device_(device) {
   CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   options.pdl = environment().pdl;
   options.pdl_early_norm = environment().pdl_early_norm != 0;  // unset (-1): on
-  const std::string& fp8_gemm = environment().fp8_gemm;
-  NANOVLLM_CHECK(fp8_gemm.empty() || fp8_gemm == "mma" || fp8_gemm == "cublaslt",
-                 "NANOVLLM_FP8_GEMM must be mma or cublaslt, got '", fp8_gemm, "'");
-  if (fp8_gemm == "mma") options.fp8_gemm = Fp8Gemm::kMmaSync;
 }
 
 DeviceContext::~DeviceContext() {
