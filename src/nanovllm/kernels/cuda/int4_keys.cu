@@ -68,7 +68,7 @@ constexpr int kScoreCtasPerSm = 4;  // <= 64 registers (D <= 128): 132 SMs hold 
 __device__ __forceinline__ uint32_t nibble_pair(uint32_t word, int shift) {
   const uint32_t biased = ((word >> shift) & 0x000f000fu) | 0x43004300u;
   uint32_t out;
-  asm volatile("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(out) : "r"(biased), "r"(0x3f803f80u), "r"(0xc308c308u));
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(out) : "r"(biased), "r"(0x3f803f80u), "r"(0xc308c308u));
   return out;
 }
 
@@ -142,24 +142,24 @@ __global__ void __launch_bounds__(kScoreWarps * 32, kWords <= 4 ? kScoreCtasPerS
   const int tiles = (keys + 15) / 16;
   for (int tile0 = warp * kTiles; tile0 < tiles; tile0 += kScoreWarps * kTiles) {
     uint32_t raw[kTiles][2][kWords];
-    float scale[kTiles][2];
+    float scale[kTiles];  // lane tq = 0: row gq's, tq = 1: row gq + 8's (the lane that writes that row's max)
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) {
       // The tile's first key's page (one division per tile), then the lane's two rows by stepping over pages.
       const int first = (tile0 + i) * 16, first_page = (key_begin + first) / block_size;
       int p = first_page, j = key_begin + first - first_page * block_size + gq;
+      scale[i] = 0.0f;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         if (r == 1) j += 8;
         while (j >= block_size) j -= block_size, ++p;
         const int l = first + gq + 8 * r;  // the row's key, numbered from key_begin
-        scale[i][r] = 0.0f;
 #pragma unroll
         for (int w = 0; w < kWords; ++w) raw[i][r][w] = 0u;
         if (l < keys) {
           const int64_t row = (int64_t{block_tables[int64_t{s} * max_blocks + p]} * hk + h) * block_size + j;
           load_codes(raw[i][r], codes + row * (kD / 2) + tq * (kWords * 4));
-          scale[i][r] = __ldg(scales + row);
+          if (tq == r) scale[i] = __ldg(scales + row);
         }
       }
     }
@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32, kWords <= 4 ? kScoreCtasPerS
       for (int r = 0; r < 2; ++r) {
         const float m = quad_max(best[r]);
         const int l = (tile0 + i) * 16 + gq + 8 * r;
-        if (tq == 0 && l < keys) key_max[l] = scale[i][r] * m;  // scale > 0: the max of the products
+        if (tq == r && l < keys) key_max[l] = scale[i] * m;  // scale > 0: the max of the products
       }
     }
   }
