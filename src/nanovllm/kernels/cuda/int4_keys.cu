@@ -1,5 +1,5 @@
 // The keyscore decode policy's 4-bit key copy and page scores on CUDA (contracts: kernels/sparse_ops.h). Both kernels
-// are PDL-launched (pdl.cuh) and wait before reading anything of the step.
+// are PDL-launched (pdl.cuh) and wait before reading anything of the step but its metadata (context_lens).
 // - int4_keys_update: a warp per (token, KV head) row: the row's values as f32 (bf16, or fp8 code x scale), the
 //   warp's max |x|, then each lane quantizes pairs of dims into bytes. The f32 operations are the CPU's (IEEE
 //   division, round half to even), so the codes and scales are bit-identical.
@@ -116,9 +116,9 @@ __global__ void __launch_bounds__(kScoreWarps * 32, kWords <= 4 ? kScoreCtasPerS
   const int item = blockIdx.x, s = item / hk, h = item % hk, g_count = hq / hk, passes = (g_count + 7) / 8;
   uint2* qf = smem;
   float* key_max = reinterpret_cast<float*>(smem + passes * kSteps * 32);
+  const int ctx = context_lens[s];  // step metadata: readable before the wait (pdl.cuh)
   pdl_wait();
   pdl_trigger();
-  const int ctx = context_lens[s];
   const int pages = (ctx + block_size - 1) / block_size;
   const int p_begin = blockIdx.y * pages_per_cta, p_end = min(max_pages, p_begin + pages_per_cta);
   const int key_begin = p_begin * block_size;
