@@ -3,8 +3,10 @@
 # bench (one 128K sequence and 8 x 32K, beside Quest), then the decode step at 8 x 32K with Quest and with keyscore.
 # Run from the repository root on an H200 box.
 #
-#   scripts/bench/keyscore_check.sh [BUILD_DIR]   BUILD_DIR: a CUDA build tree (default build/cuda; configured and
-#                                                 built here when it lacks tests/test_cuda or tools/nanovllm)
+#   [PART=all|tests|latency] scripts/bench/keyscore_check.sh [BUILD_DIR]
+#     BUILD_DIR: a CUDA build tree (default build/cuda; configured and built here when it lacks a binary the part
+#     needs). PART=tests needs only tests/test_cuda (step 1), PART=latency only tools/nanovllm (steps 2-3): the two
+#     binaries together (~75 MB stripped) are more than one carried run takes, so a carried build runs in two parts.
 #
 # Steps (seconds on one H200 after the build; ~70 s in all):
 #   1. test_cuda CudaInt4Keys*: bit-identical update, scores vs the CPU (11 settings), the DISABLED_ bench   ~15
@@ -21,25 +23,36 @@ OUT=${OUT:-./keyscore-out}
 MODELS=${MODELS_DIR:-/tmp}
 mkdir -p "$OUT"
 STEP_TAIL=20
-source "$(dirname "$0")/steps.sh"  # run, FAILED, the build when missing
+PART=${PART:-all}
 NV=$BUILD/tools/nanovllm
+case $PART in  # the binaries this part runs: steps.sh builds when one is missing
+  tests) NEEDS=tests/test_cuda ;;
+  latency) NEEDS=tools/nanovllm ;;
+  *) NEEDS="tests/test_cuda tools/nanovllm" ;;
+esac
+source "$(dirname "$0")/steps.sh"  # run, FAILED, the build when missing
 
-# 1. Device tests and the scores bench.
-run tests "$BUILD/tests/test_cuda" --gtest_also_run_disabled_tests --gtest_filter='CudaInt4Keys*'
+if [ "$PART" != latency ]; then
+  # 1. Device tests and the scores bench.
+  run tests "$BUILD/tests/test_cuda" --gtest_also_run_disabled_tests --gtest_filter='CudaInt4Keys*'
+fi
 
-# 2. Checkpoint (random weights, seed 1).
-[ -f "$MODELS/q4/config.json" ] || run make_q4 "$NV" make-test-model --out "$MODELS/q4" --preset qwen3-4b --seed 1
-
-# 3. GPU-resident decode at 32K with each sparse policy.
-for policy in quest keyscore; do
-  run "latency_$policy" env NANOVLLM_LOG_LEVEL=info "$NV" bench latency --backend cuda --model "$MODELS/q4" \
-    --batch 8 --context 32768 --decode-tokens 32 --skip-prefill --sparse-policy "$policy" --sparse-budget 2048 \
-    --json-out "$OUT/latency_$policy.json"
-done
+if [ "$PART" != tests ]; then
+  # 2. Checkpoint (random weights, seed 1).
+  [ -f "$MODELS/q4/config.json" ] || run make_q4 "$NV" make-test-model --out "$MODELS/q4" --preset qwen3-4b --seed 1
+  # 3. GPU-resident decode at 32K with each sparse policy.
+  for policy in quest keyscore; do
+    run "latency_$policy" env NANOVLLM_LOG_LEVEL=info "$NV" bench latency --backend cuda --model "$MODELS/q4" \
+      --batch 8 --context 32768 --decode-tokens 32 --skip-prefill --sparse-policy "$policy" --sparse-budget 2048 \
+      --json-out "$OUT/latency_$policy.json"
+  done
+fi
 
 echo "== summary"
-grep -hE "^\[  (PASSED|FAILED) |FAILED  \]|tests ran|int4_key_scores|quest_scores|keys, Hq" "$OUT/tests.log" | head -20
+[ -f "$OUT/tests.log" ] &&
+  grep -hE "^\[  (PASSED|FAILED) |FAILED  \]|tests ran|int4_key_scores|quest_scores|keys, Hq" "$OUT/tests.log" | head -20
 for policy in quest keyscore; do
+  [ -f "$OUT/latency_$policy.log" ] || continue
   echo "-- $policy"
   grep -hE "decode|step" "$OUT/latency_$policy.log" | head -3
 done
