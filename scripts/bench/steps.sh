@@ -12,8 +12,11 @@ run() {  # run NAME CMD...: log to $OUT/NAME.log, print its last ${STEP_TAIL:-25
   echo "== $name: exit $rc, $((SECONDS - t0)) s"
   [ $rc -eq 0 ] || FAILED=1
 }
-# test_cuda and nanovllm in $BUILD: configured (preset cuda, sm_90a) and built when either is missing.
-if [ ! -x "$BUILD/tests/test_cuda" ] || [ ! -x "$BUILD/tools/nanovllm" ]; then
+# test_cuda and nanovllm in $BUILD: configured (preset cuda, sm_90a) and built when one the script needs is missing
+# (NEEDS: those paths under $BUILD; default both).
+missing=0
+for bin in ${NEEDS:-tests/test_cuda tools/nanovllm}; do [ -x "$BUILD/$bin" ] || missing=1; done
+if [ $missing -eq 1 ]; then
   run build bash -c "cmake --preset cuda -DCMAKE_CUDA_ARCHITECTURES=90a -B '$BUILD' && \
                      cmake --build '$BUILD' --target test_cuda nanovllm -j\$(nproc)"
 fi

@@ -1,8 +1,10 @@
 // The keyscore policy's CUDA kernels against their CPU references (kernels/sparse_ops.h) on the same data:
 // int4_keys_update bit for bit (bf16 and fp8 caches, a prefill then decode steps, a -1 slot), int4_key_scores within
-// fp32 summation tolerance (head_dim 64 / 128 / 256, GQA groups 1 to 20 -- past the kernel's 16 heads in registers --,
-// block sizes 16, 8, 32, 24 and 64, partial pages, a context past one CTA's keys). And the bench of one layer's
-// scores at 128K beside Quest's (DISABLED_: run with --gtest_also_run_disabled_tests).
+// fp32 summation tolerance (head_dim 32 to 256 -- every word count per lane of the tensor-core kernel's loads: 1, 2, 3,
+// 4, 6, 8 --, GQA groups 1 to 20 -- one, two and three passes of 8 heads per MMA --, block sizes 4, 8, 16, 24, 32, 40
+// and 64 -- 16-key tiles inside a page, across pages and across page boundaries --, partial pages, a context past
+// one CTA's keys). And the bench of one layer's scores at 128K and at 8 x 32K beside Quest's (DISABLED_: run with
+// --gtest_also_run_disabled_tests).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -116,7 +118,8 @@ TEST(CudaInt4Keys, UpdateIsBitIdenticalAndScoresMatchTheCpu) {
   SKIP_WITHOUT_CUDA();
   const Setting settings[] = {{128, 32, 8, 16, false}, {128, 32, 8, 16, true},  {64, 8, 2, 8, false},
                               {256, 8, 2, 32, false},  {128, 6, 3, 24, false},  {128, 16, 1, 64, true},
-                              {64, 20, 1, 16, false},  {128, 4, 4, 16, false}};
+                              {64, 20, 1, 16, false},  {128, 4, 4, 16, false}, {32, 9, 1, 4, false},
+                              {96, 12, 4, 16, false},  {192, 8, 8, 40, true}};
   for (const Setting& c : settings) {
     SCOPED_TRACE("head_dim " + std::to_string(c.d) + ", heads " + std::to_string(c.hq) + " / " +
                  std::to_string(c.hk) + ", block " + std::to_string(c.bs) + (c.fp8 ? ", fp8" : ", bf16"));
@@ -124,24 +127,23 @@ TEST(CudaInt4Keys, UpdateIsBitIdenticalAndScoresMatchTheCpu) {
   }
 }
 
-// One layer's page scores of one 128K sequence, Qwen3-4B heads (Hq 32, Hk 8, D 128), pages of 16: keyscore against
-// Quest (graph replay medians). Bytes read: keyscore 8 Hk x 131072 x (64 + 4) = 71 MB; Quest 2 x 8192 x 8 x 256 B = 34 MB.
-TEST(CudaInt4KeysBench, DISABLED_Scores128K) {
-  SKIP_WITHOUT_CUDA();
-  const int64_t Hq = 32, Hk = 8, D = 128, BS = 16, ctx = 131072, pages = ctx / BS, NB = pages;
+// One layer's page scores, Qwen3-4B heads (Hq 32, Hk 8, D 128), pages of 16: keyscore against Quest (graph replay
+// medians), for S sequences of ctx keys. Bytes read: keyscore Hk x S ctx x (64 + 4); Quest 2 x S ctx / 16 x 8 x 256 B.
+void bench_scores(int64_t S, int64_t ctx) {
+  const int64_t Hq = 32, Hk = 8, D = 128, BS = 16, pages = ctx / BS, NB = S * pages;
   std::mt19937 rng(3);
   std::vector<uint8_t> codes_h(static_cast<size_t>(NB * Hk * BS * D / 2));
   for (auto& b : codes_h) b = static_cast<uint8_t>(rng());
   std::vector<float> scales_h(static_cast<size_t>(NB * Hk * BS), 0.01f);
-  cuda_test::Bf16Data qd = cuda_test::random_bf16(static_cast<size_t>(Hq * D), rng);
+  cuda_test::Bf16Data qd = cuda_test::random_bf16(static_cast<size_t>(S * Hq * D), rng);
   cuda_test::Bf16Data mm = cuda_test::random_bf16(static_cast<size_t>(NB * Hk * D), rng);
-  std::vector<int32_t> bt(static_cast<size_t>(pages)), c{static_cast<int32_t>(ctx)};
+  std::vector<int32_t> bt(static_cast<size_t>(NB)), c(static_cast<size_t>(S), static_cast<int32_t>(ctx));
   std::iota(bt.begin(), bt.end(), 0);
   std::shuffle(bt.begin(), bt.end(), rng);
   DeviceTensor codes(DType::kU8, {NB, Hk, BS, D / 2}, codes_h), scales(DType::kF32, {NB, Hk, BS}, scales_h),
-      q(DType::kBF16, {1, Hq, D}, qd.bits), k_min(DType::kBF16, {NB, Hk, D}, mm.bits),
-      k_max(DType::kBF16, {NB, Hk, D}, mm.bits), block_tables(DType::kI32, {1, pages}, bt),
-      context(DType::kI32, {1}, c), scores(DType::kF32, {1, Hk, pages});
+      q(DType::kBF16, {S, Hq, D}, qd.bits), k_min(DType::kBF16, {NB, Hk, D}, mm.bits),
+      k_max(DType::kBF16, {NB, Hk, D}, mm.bits), block_tables(DType::kI32, {S, pages}, bt),
+      context(DType::kI32, {S}, c), scores(DType::kF32, {S, Hk, pages});
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   auto median_us = [&](auto&& body) {
@@ -158,11 +160,19 @@ TEST(CudaInt4KeysBench, DISABLED_Scores128K) {
     ops::quest_scores(scores.view(), q.view(), k_min.view(), k_max.view(), block_tables.view(), context.view(), BS,
                       on(st));
   });
-  const double mb = static_cast<double>(Hk * ctx * (D / 2 + 4)) / 1e6;
-  std::printf("one 128K sequence, Hq 32 / Hk 8 / D 128, pages of 16, one layer:\n");
+  const double mb = static_cast<double>(Hk * S * ctx * (D / 2 + 4)) / 1e6;
+  const double quest_mb = static_cast<double>(2 * NB * Hk * D * 2) / 1e6;
+  std::printf("%lld x %lld keys, Hq 32 / Hk 8 / D 128, pages of 16, one layer:\n", static_cast<long long>(S),
+              static_cast<long long>(ctx));
   std::printf("  int4_key_scores %8.1f us (%.0f MB: %.0f GB/s)\n", keyscore, mb, mb / 1e3 / (keyscore * 1e-6));
-  std::printf("  quest_scores    %8.1f us\n", quest);
+  std::printf("  quest_scores    %8.1f us (%.0f MB: %.0f GB/s)\n", quest, quest_mb, quest_mb / 1e3 / (quest * 1e-6));
   CUDA_CHECK(cudaStreamDestroy(st));
+}
+
+TEST(CudaInt4KeysBench, DISABLED_Scores128K) {
+  SKIP_WITHOUT_CUDA();
+  bench_scores(1, 131072);  // one 128K sequence
+  bench_scores(8, 32768);   // the 8 x 32K decode step of the 4B shape
 }
 
 }  // namespace

@@ -59,7 +59,8 @@ void int4_keys_update(TensorView codes, TensorView scales, const KvCacheTensor& 
 //   scores[s, h, p] = max over the query heads g of h's GQA group and the page's keys t (positions < context_lens[s])
 //                     of scale_t x sum_d q[g, d] code_t[d]
 // (the page's best approximate q . k), f32 sums; pages past the context get -inf. scores [S, Hk, MP] f32, q [S, Hq,
-// D], codes / scales of block block_tables[s][p] as int4_keys_update wrote them.
+// D], codes / scales of block block_tables[s][p] as int4_keys_update wrote them. The CUDA kernel takes head_dim up to
+// 256 (tensor cores; the sums' order differs from the CPU's).
 void int4_key_scores(TensorView scores, TensorView q, TensorView codes, TensorView scales, TensorView block_tables,
                      TensorView context_lens, int64_t block_size, Stream s = {});
 
