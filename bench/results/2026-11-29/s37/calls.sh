@@ -153,3 +153,41 @@ for kv in auto fp8; do
 done
 } > $O/fp8_kv.log 2>&1
 
+# ## call6 {#call6}
+#!/usr/bin/env bash
+# s37 call 6: keyscore's tensor-core page scores (refactor with kscore merged): device tests and the scores bench,
+# quality again at 64K / 128K (the MMA sums differ from the first kernel's), and its speed beside Quest (8 x 32K
+# resident; one 128K request over offload).
+set -uo pipefail
+export NANOVLLM_TEST_DATA=$PWD/tests/data
+O=$OUT
+tar -C .carry -xJf .carry/bin.tar.xz
+B=.carry/bin/nanovllm T=.carry/bin/test_cuda
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $O/device.txt
+timeout 90 $T --gtest_also_run_disabled_tests --gtest_filter='CudaInt4Keys*:CudaSparse.*' 2>&1 | grep -vE "^\[ RUN" > $O/ks_tests.log
+M=tests/data/retrieval-model-128k
+run() {  # run NAME CONTEXT ARGS...
+  local name=$1 ctx=$2; shift 2
+  echo "== $name @ $ctx: $*" >> $O/ks_quality.log
+  timeout 90 $B eval ruler --model $M --context $ctx --samples 8 --tasks all --skip-too-short --max-num-seqs 1 \
+    "$@" 2>&1 | grep -v '^\s*$' | tail -14 >> $O/ks_quality.log
+}
+run keyscore2048 131072 --sparse-policy keyscore --sparse-budget 2048
+run keyscore1024 131072 --sparse-policy keyscore --sparse-budget 1024
+run keyscore2048 65536 --sparse-policy keyscore --sparse-budget 2048
+$B make-test-model --out /tmp/q4 --preset qwen3-4b --seed 1 > /dev/null
+{
+for p in quest keyscore; do
+  echo "== 8 x 32K resident, $p 2048"
+  timeout 60 $B bench latency --backend cuda --model /tmp/q4 --batch 8 --context 32768 --decode-tokens 32 --skip-prefill \
+    --sparse-policy $p --sparse-budget 2048 2>&1 | grep decode
+done
+} > $O/ks_speed.log
+$B make-test-model --out /tmp/q4-yarn --preset qwen3-4b --seed 1 --config-override '{"max_position_embeddings": 131072, "tie_word_embeddings": false, "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}' > /dev/null
+for p in quest keyscore; do
+  echo "== one 128K request over offload, $p 2048" >> $O/ks_speed.log
+  timeout 90 $B bench offload --backend cuda --model /tmp/q4-yarn --context 131000 --output-len 48 --no-compare \
+    --sparse-policy $p --sparse-budget 2048 --sparse-prefill-policy avgpool --sparse-prefill-budget 4096 \
+    --sparse-prefill-dense-layers 1 2>&1 | grep -E "hit rate|decode" >> $O/ks_speed.log
+done
+
