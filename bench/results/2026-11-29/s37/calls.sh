@@ -191,3 +191,20 @@ for p in quest keyscore; do
     --sparse-prefill-dense-layers 1 2>&1 | grep -E "hit rate|decode" >> $O/ks_speed.log
 done
 
+# ## call7 {#call7}
+#!/usr/bin/env bash
+# s37 call 7: issue 47's lanes with the fp8 KV cache: 4 and 8 offloaded 128K requests at once, Quest 2048 (dense
+# prefill: fp8 with sparse prefill is refused on CUDA), host pool limited to 80 GiB.
+set -uo pipefail
+O=$OUT
+tar -C .carry -xJf .carry/bin.tar.xz
+B=.carry/bin/nanovllm
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $O/device.txt
+$B make-test-model --out /tmp/q4-yarn --preset qwen3-4b --seed 1 --config-override '{"max_position_embeddings": 131072, "tie_word_embeddings": false, "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}' > /dev/null
+for n in 4 8; do
+  echo "== $n x 128K, fp8 KV, Quest 2048" >> $O/lanes.log
+  timeout 230 $B bench offload --backend cuda --model /tmp/q4-yarn --context 131000 --output-len 32 --no-compare \
+    --sparse-policy quest --sparse-budget 2048 --concurrency $n --kv-cache-dtype fp8 --cpu-memory-limit 80 \
+    2>&1 | grep -vE "^\s*$" | tail -6 >> $O/lanes.log
+done
+
