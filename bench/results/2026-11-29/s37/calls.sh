@@ -122,7 +122,7 @@ cd $O/lt && tar -czf ../lt_logs.tgz . && cd .. && rm -rf lt
 
 # ## call5 {#call5}
 #!/usr/bin/env bash
-# s37 call 5: the merged tree (refactor at 0c35252: keyscore's first kernel, the fused MoE decode, fp8 KV decode on
+# s37 call 5: the merged tree (refactor at beae45b: keyscore's first kernel, the fused MoE decode, fp8 KV decode on
 # the codes with its fix, the cuBLASLt fp8 GEMM with its 16-row split): the whole CUDA suite, then the same-call
 # A/Bs of issues 51 (8B prefill 8K, 0.6B throughput: bf16, fp8 cuBLASLt, fp8 mma.sync) and 47 (8 x 32K resident
 # decode and 0.6B throughput, bf16 vs fp8 KV; the decode attention kernel alone).
