@@ -41,7 +41,8 @@ void check_int4_keys(const Setting& c) {
   std::shuffle(ids.begin(), ids.end(), rng);
   size_t next = 0;
   for (int64_t s = 0; s < S; ++s)
-    for (int64_t p = 0; p < (ctx[static_cast<size_t>(s)] + BS - 1) / BS; ++p) bt[static_cast<size_t>(s * MB + p)] = ids[next++];
+    for (int64_t p = 0; p < (ctx[static_cast<size_t>(s)] + BS - 1) / BS; ++p)
+      bt[static_cast<size_t>(s * MB + p)] = ids[next++];
   const Shape cache_shape{NB, BS, Hk, D}, rows{NB, BS, Hk};
   // The cache: bf16 values, or fp8 codes (no NaN codes) with per-row scales.
   cuda_test::Bf16Data kbf = cuda_test::random_bf16(static_cast<size_t>(cache_shape.numel()), rng, -2.0f, 2.0f);
@@ -98,8 +99,9 @@ void check_int4_keys(const Setting& c) {
   std::vector<int32_t> ctx_v = ctx;
   DeviceTensor q(DType::kBF16, {S, Hq, D}, qd.bits), dbt(DType::kI32, {S, MB}, bt), dctx(DType::kI32, {S}, ctx_v),
       scores(DType::kF32, {S, Hk, MP});
-  ops::int4_key_scores(cuda_test::host_view(cpu_scores, {S, Hk, MP}), TensorView(qd.bits.data(), DType::kBF16, {S, Hq, D}),
-                       host_codes, host_scales, cuda_test::host_view(bt, {S, MB}), cuda_test::host_view(ctx_v, {S}), BS);
+  ops::int4_key_scores(cuda_test::host_view(cpu_scores, {S, Hk, MP}),
+                       TensorView(qd.bits.data(), DType::kBF16, {S, Hq, D}), host_codes, host_scales,
+                       cuda_test::host_view(bt, {S, MB}), cuda_test::host_view(ctx_v, {S}), BS);
   ops::int4_key_scores(scores.view(), q.view(), codes.view(), scales.view(), dbt.view(), dctx.view(), BS, on());
   const std::vector<float> got = scores.download<float>();
   int64_t finite = 0;

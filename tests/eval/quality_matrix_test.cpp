@@ -105,7 +105,8 @@ struct Cell {
 };
 
 std::string describe(const Cell& c) {
-  return std::string(name(c.prefill)) + (c.decode != Decode::kFull ? std::string(" + ") + name(c.decode) : "") + ", " + name(c.path) + ", tp " +
+  const std::string decode = c.decode != Decode::kFull ? std::string(" + ") + name(c.decode) : "";
+  return std::string(name(c.prefill)) + decode + ", " + name(c.path) + ", tp " +
          std::to_string(c.tp) + (c.covering ? ", covering" : ", sparse") + (c.dca ? ", dca" : "") +
          (c.fp8_kv ? ", fp8 KV" : "") + (c.yarn ? ", yarn" : "");
 }

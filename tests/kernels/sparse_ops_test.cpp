@@ -7,6 +7,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -50,6 +51,19 @@ struct DecodeBatch {
   }
   int32_t block(int64_t s, int64_t page) const { return block_tables.v.data_as<const int32_t>()[s * MB + page]; }
   int64_t pages(int64_t s) const { return (ctx[static_cast<size_t>(s)] + BS - 1) / BS; }
+  // Every sequence's slots in two steps: a prefill of all but the last 3 positions (with a skipped -1 slot), then
+  // the rest one decode token at a time.
+  std::pair<std::vector<int32_t>, std::vector<int32_t>> prefill_then_decodes() const {
+    std::vector<int32_t> first, rest;
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t c = ctx[static_cast<size_t>(s)];
+      for (int64_t pos = 0; pos < c; ++pos)
+        (pos < c - 3 ? first : rest)
+            .push_back(block(s, pos / BS) * static_cast<int32_t>(BS) + static_cast<int32_t>(pos % BS));
+    }
+    first.push_back(-1);
+    return {first, rest};
+  }
   // Key (or value) of sequence s at position pos, KV head h, as stored.
   std::vector<double> key(const HostTensor& cache, int64_t s, int64_t pos, int64_t h) const {
     std::vector<double> k(static_cast<size_t>(D));
@@ -69,15 +83,7 @@ void check_quest_metadata_and_bound(DType kv) {
     k_min.set(i, -100.0f);
     k_max.set(i, 100.0f);
   }
-  std::vector<int32_t> first, rest;
-  for (int64_t s = 0; s < b.S; ++s) {
-    const int64_t c = b.ctx[static_cast<size_t>(s)];
-    for (int64_t pos = 0; pos < c; ++pos) {
-      const int32_t slot = b.block(s, pos / b.BS) * static_cast<int32_t>(b.BS) + static_cast<int32_t>(pos % b.BS);
-      (pos < c - 3 ? first : rest).push_back(slot);
-    }
-  }
-  first.push_back(-1);
+  const auto [first, rest] = b.prefill_then_decodes();
   HostTensor first_t = test::i32_tensor(first, {static_cast<int64_t>(first.size())});
   ops::quest_update_pages(k_min.v, k_max.v, b.k_cache.v, first_t.v);
   for (int32_t slot : rest) {
@@ -143,15 +149,7 @@ void check_int4_keys(DType kv) {
   std::mt19937 rng(11);
   DecodeBatch b({37, 5, 70}, /*hq=*/6, /*hk=*/2, /*d=*/64, /*bs=*/8, kv, rng);
   HostTensor codes(DType::kU8, {b.NB, b.Hk, b.BS, b.D / 2}), scales(DType::kF32, {b.NB, b.Hk, b.BS});
-  std::vector<int32_t> first, rest;
-  for (int64_t s = 0; s < b.S; ++s) {
-    const int64_t c = b.ctx[static_cast<size_t>(s)];
-    for (int64_t pos = 0; pos < c; ++pos) {
-      const int32_t slot = b.block(s, pos / b.BS) * static_cast<int32_t>(b.BS) + static_cast<int32_t>(pos % b.BS);
-      (pos < c - 3 ? first : rest).push_back(slot);
-    }
-  }
-  first.push_back(-1);
+  const auto [first, rest] = b.prefill_then_decodes();
   HostTensor first_t = test::i32_tensor(first, {static_cast<int64_t>(first.size())});
   ops::int4_keys_update(codes.v, scales.v, b.k_cache.v, first_t.v);
   for (int32_t slot : rest) {

@@ -45,6 +45,14 @@ void check_page_minmax(std::string_view op, const TensorView& k_min, const Tenso
   }
 }
 
+// A host slot mapping's entries in [-1, slots).
+void check_host_slots(std::string_view op, const TensorView& slot_mapping, int64_t slots) {
+  const int32_t* sm = slot_mapping.data_as<const int32_t>();
+  for (int64_t t = 0; t < slot_mapping.dim(0); ++t)
+    NANOVLLM_CHECK(sm[t] >= -1 && sm[t] < slots, op, ": slot_mapping[", t, "] = ", sm[t], " is outside [-1, ",
+                   slots, ")");
+}
+
 // block_tables [S, MB] and context_lens [S] i32; on the host: every context >= 1 and its pages' blocks in
 // [0, num_blocks).
 void check_decode_tables(std::string_view op, const TensorView& block_tables, const TensorView& context_lens,
@@ -128,11 +136,7 @@ void quest_update_pages(TensorView k_min, TensorView k_max, const KvCacheTensor&
   check_tensor(op, "slot_mapping", slot_mapping, dev, 1);
   check_i32(op, "slot_mapping", slot_mapping);
   if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(quest_update_pages, dev, k_min, k_max, k_cache, slot_mapping, s);
-  const int64_t slots = k_cache.dim(0) * k_cache.dim(1);
-  const int32_t* sm = slot_mapping.data_as<const int32_t>();
-  for (int64_t t = 0; t < slot_mapping.dim(0); ++t)
-    NANOVLLM_CHECK(sm[t] >= -1 && sm[t] < slots, op, ": slot_mapping[", t, "] = ", sm[t], " is outside [-1, ",
-                   slots, ")");
+  check_host_slots(op, slot_mapping, k_cache.dim(0) * k_cache.dim(1));
   cpu::quest_update_pages(k_min, k_max, k_cache, slot_mapping);
 }
 
@@ -192,15 +196,12 @@ void int4_keys_update(TensorView codes, TensorView scales, const KvCacheTensor& 
   const int64_t D = check_int4_keys(op, codes, scales, dev);
   NANOVLLM_CHECK(codes.dim(0) == k_cache.dim(0) && codes.dim(1) == k_cache.dim(2) && codes.dim(2) == k_cache.dim(1) &&
                      D == k_cache.dim(3),
-                 op, ": codes ", codes.shape().str(), " must be [NB, Hk, BS, D / 2] of k_cache ", k_cache.shape().str());
+                 op, ": codes ", codes.shape().str(), " must be [NB, Hk, BS, D / 2] of k_cache ",
+                 k_cache.shape().str());
   check_tensor(op, "slot_mapping", slot_mapping, dev, 1);
   check_i32(op, "slot_mapping", slot_mapping);
   if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(int4_keys_update, dev, codes, scales, k_cache, slot_mapping, s);
-  const int64_t slots = k_cache.dim(0) * k_cache.dim(1);
-  const int32_t* sm = slot_mapping.data_as<const int32_t>();
-  for (int64_t t = 0; t < slot_mapping.dim(0); ++t)
-    NANOVLLM_CHECK(sm[t] >= -1 && sm[t] < slots, op, ": slot_mapping[", t, "] = ", sm[t], " is outside [-1, ",
-                   slots, ")");
+  check_host_slots(op, slot_mapping, k_cache.dim(0) * k_cache.dim(1));
   cpu::int4_keys_update(codes, scales, k_cache, slot_mapping);
 }
 

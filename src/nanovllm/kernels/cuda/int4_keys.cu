@@ -232,7 +232,8 @@ void int4_key_scores(TensorView scores, TensorView q, TensorView codes, TensorVi
   const int64_t S = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hk = codes.dim(1), MP = scores.dim(2);
   NANOVLLM_CHECK(D % 32 == 0 && D >= 32 && D <= 256, "int4_key_scores (cuda): head_dim ", D,
                  " (a multiple of 32 up to 256)");
-  NANOVLLM_CHECK(reinterpret_cast<uintptr_t>(codes.data()) % 16 == 0, "int4_key_scores (cuda): codes must be 16-byte aligned");
+  NANOVLLM_CHECK(reinterpret_cast<uintptr_t>(codes.data()) % 16 == 0,
+                 "int4_key_scores (cuda): codes must be 16-byte aligned");
   if (S == 0 || MP == 0) return;
   const int bs = static_cast<int>(block_size);
   const int pages_per_cta = std::max(1, kKeysPerCta / bs);
