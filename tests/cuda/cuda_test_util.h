@@ -103,6 +103,15 @@ inline std::vector<float> graph_replay_ms(cudaGraphExec_t exec, cudaStream_t st,
   return time_each_ms(st, reps, [&] { CUDA_CHECK(cudaGraphLaunch(exec, st)); });
 }
 
+// The median replay, in microseconds, of `body` captured into a graph on `st` (warm_up_and_capture), over `reps` replays.
+template <class F>
+double graph_median_us(cudaStream_t st, F&& body, int reps = 21) {
+  cudaGraphExec_t g = warm_up_and_capture(st, body);
+  const std::vector<float> ms = graph_replay_ms(g, st, reps);
+  CUDA_CHECK(cudaGraphExecDestroy(g));
+  return 1000.0 * ms[ms.size() / 2];
+}
+
 // bf16 bit patterns as their exact fp32 values.
 inline std::vector<float> bf16_bits_to_f32(const std::vector<uint16_t>& bits) {
   std::vector<float> f(bits.size());

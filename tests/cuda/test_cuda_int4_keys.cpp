@@ -148,12 +148,7 @@ void bench_scores(int64_t S, int64_t ctx) {
       context(DType::kI32, {S}, c), scores(DType::kF32, {S, Hk, pages});
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  auto median_us = [&](auto&& body) {
-    cudaGraphExec_t g = cuda_test::warm_up_and_capture(st, body);
-    const std::vector<float> ms = cuda_test::graph_replay_ms(g, st, 21);
-    CUDA_CHECK(cudaGraphExecDestroy(g));
-    return 1000.0 * ms[ms.size() / 2];
-  };
+  const auto median_us = [&](auto&& body) { return cuda_test::graph_median_us(st, body); };
   const double keyscore = median_us([&] {
     ops::int4_key_scores(scores.view(), q.view(), codes.view(), scales.view(), block_tables.view(), context.view(), BS,
                          on(st));

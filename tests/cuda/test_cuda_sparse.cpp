@@ -253,12 +253,7 @@ void bench_decode_8x32k(int64_t BS) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  auto median_us = [&](auto&& body) {
-    cudaGraphExec_t g = cuda_test::warm_up_and_capture(st, body);
-    const std::vector<float> ms = cuda_test::graph_replay_ms(g, st, 21);
-    CUDA_CHECK(cudaGraphExecDestroy(g));
-    return 1000.0 * ms[ms.size() / 2];
-  };
+  const auto median_us = [&](auto&& body) { return cuda_test::graph_median_us(st, body); };
   const double dense =
       median_us([&] { ops::paged_attention(out.view(), q.view(), kc.view(), vc.view(), meta, scale, on(st)); });
   const double update = median_us(

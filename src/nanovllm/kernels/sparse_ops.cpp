@@ -45,6 +45,24 @@ void check_page_minmax(std::string_view op, const TensorView& k_min, const Tenso
   }
 }
 
+// Page scores [S, Hk, pages] F32 on `dev` for S sequences of Hq query heads over Hk KV heads (a whole GQA group each).
+void check_page_scores(std::string_view op, const TensorView& scores, int64_t S, int64_t Hq, int64_t Hk, Device dev) {
+  NANOVLLM_CHECK(Hk > 0 && Hq % Hk == 0, op, ": query heads ", Hq, " must be a multiple of KV heads ", Hk);
+  check_tensor(op, "scores", scores, dev, 3);
+  NANOVLLM_CHECK(scores.dtype() == DType::kF32, op, ": scores must be F32, got ", dtype_name(scores.dtype()));
+  NANOVLLM_CHECK(scores.dim(0) == S && scores.dim(1) == Hk, op, ": scores ", scores.shape().str(),
+                 " must be [", S, ", ", Hk, ", pages]");
+}
+
+// On the host: every context's pages fit the scores' last dimension.
+void check_scores_hold_contexts(std::string_view op, const TensorView& scores, const TensorView& context_lens,
+                                int64_t block_size) {
+  const int32_t* ctx = context_lens.data_as<const int32_t>();
+  for (int64_t i = 0; i < context_lens.dim(0); ++i)
+    NANOVLLM_CHECK((int64_t{ctx[i]} + block_size - 1) / block_size <= scores.dim(2), op, ": context_lens[", i,
+                   "] = ", ctx[i], " has more pages than scores' ", scores.dim(2));
+}
+
 // A host slot mapping's entries in [-1, slots).
 void check_host_slots(std::string_view op, const TensorView& slot_mapping, int64_t slots) {
   const int32_t* sm = slot_mapping.data_as<const int32_t>();
@@ -157,19 +175,12 @@ void quest_scores(TensorView scores, TensorView q3, TensorView k_min, TensorView
   check_float_tensor(op, "k_max", k_max, dev, k_min.shape());
   const int64_t S = q.dim(0), Hq = q.dim(1), D = q.dim(2), NB = k_min.dim(0), Hk = k_min.dim(1);
   NANOVLLM_CHECK(k_min.dim(2) == D, op, ": k_min ", k_min.shape().str(), " head_dim != q head_dim ", D);
-  NANOVLLM_CHECK(Hk > 0 && Hq % Hk == 0, op, ": query heads ", Hq, " must be a multiple of KV heads ", Hk);
-  check_tensor(op, "scores", scores, dev, 3);
-  NANOVLLM_CHECK(scores.dtype() == DType::kF32, op, ": scores must be F32, got ", dtype_name(scores.dtype()));
-  NANOVLLM_CHECK(scores.dim(0) == S && scores.dim(1) == Hk, op, ": scores ", scores.shape().str(),
-                 " must be [", S, ", ", Hk, ", pages]");
+  check_page_scores(op, scores, S, Hq, Hk, dev);
   NANOVLLM_CHECK(block_size >= 1, op, ": block_size must be >= 1, got ", block_size);
   check_decode_tables(op, block_tables, context_lens, S, NB, block_size, dev);
   if (dev.is_cuda())
     NANOVLLM_DISPATCH_CUDA(quest_scores, dev, scores, q3, k_min, k_max, block_tables, context_lens, block_size, dca, s);
-  const int32_t* ctx = context_lens.data_as<const int32_t>();
-  for (int64_t i = 0; i < S; ++i)
-    NANOVLLM_CHECK((int64_t{ctx[i]} + block_size - 1) / block_size <= scores.dim(2), op, ": context_lens[", i,
-                   "] = ", ctx[i], " has more pages than scores' ", scores.dim(2));
+  check_scores_hold_contexts(op, scores, context_lens, block_size);
   cpu::quest_scores(scores, q3, k_min, k_max, block_tables, context_lens, block_size, dca);
 }
 
@@ -214,19 +225,12 @@ void int4_key_scores(TensorView scores, TensorView q, TensorView codes, TensorVi
   const int64_t D = check_int4_keys(op, codes, scales, dev);
   const int64_t S = q.dim(0), Hq = q.dim(1), NB = codes.dim(0), Hk = codes.dim(1);
   NANOVLLM_CHECK(q.dim(2) == D, op, ": codes ", codes.shape().str(), " hold head_dim ", D, ", q ", q.dim(2));
-  NANOVLLM_CHECK(Hk > 0 && Hq % Hk == 0, op, ": query heads ", Hq, " must be a multiple of KV heads ", Hk);
   NANOVLLM_CHECK(block_size == codes.dim(2), op, ": block_size ", block_size, " != the codes' ", codes.dim(2));
-  check_tensor(op, "scores", scores, dev, 3);
-  NANOVLLM_CHECK(scores.dtype() == DType::kF32, op, ": scores must be F32, got ", dtype_name(scores.dtype()));
-  NANOVLLM_CHECK(scores.dim(0) == S && scores.dim(1) == Hk, op, ": scores ", scores.shape().str(),
-                 " must be [", S, ", ", Hk, ", pages]");
+  check_page_scores(op, scores, S, Hq, Hk, dev);
   check_decode_tables(op, block_tables, context_lens, S, NB, block_size, dev);
   if (dev.is_cuda())
     NANOVLLM_DISPATCH_CUDA(int4_key_scores, dev, scores, q, codes, scales, block_tables, context_lens, block_size, s);
-  const int32_t* ctx = context_lens.data_as<const int32_t>();
-  for (int64_t i = 0; i < S; ++i)
-    NANOVLLM_CHECK((int64_t{ctx[i]} + block_size - 1) / block_size <= scores.dim(2), op, ": context_lens[", i,
-                   "] = ", ctx[i], " has more pages than scores' ", scores.dim(2));
+  check_scores_hold_contexts(op, scores, context_lens, block_size);
   cpu::int4_key_scores(scores, q, codes, scales, block_tables, context_lens, block_size);
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include <cublasLt.h>
 
@@ -21,6 +22,15 @@ struct CublasLtShared {
 
 // The context of `s`'s handle and workspace.
 CublasLtShared cublaslt_shared(ops::Stream s);
+
+// The largest power of two up to 256 that divides p's address: part of a cached algorithm's key (cuBLASLt's
+// heuristics depend on the operands' alignment).
+inline int pointer_alignment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  int al = 256;
+  while (al > 1 && (a % static_cast<uintptr_t>(al)) != 0) al >>= 1;
+  return al;
+}
 
 }  // namespace nanovllm::cuda_ops
 

@@ -59,13 +59,6 @@ struct Fp8LtAlgos {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-int alignment(const void* p) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  int al = 256;
-  while (al > 1 && (a % static_cast<uintptr_t>(al)) != 0) al >>= 1;
-  return al;
-}
-
 // The matmul's descriptors; `ok` false when cuBLASLt refused an attribute (a library without the block-scaled
 // modes): the caller treats it as no algorithm.
 struct Descs {
@@ -151,8 +144,8 @@ const AlgoEntry* entry_for(TensorView out, TensorView codes, TensorView scales, 
   DeviceContext& ctx = context_of(s);
   if (ctx.compute_major() != 9 || !shape_fits(out, codes, scales, weight, weight_scale)) return nullptr;
   const int64_t M = codes.dim(0), K = codes.dim(1), N = weight.dim(0);
-  const AlgoKey key{M, N, K, static_cast<int>(out.dtype()), alignment(out.data()), alignment(codes.data()),
-                    alignment(weight.data())};
+  const AlgoKey key{M, N, K, static_cast<int>(out.dtype()), pointer_alignment(out.data()),
+                    pointer_alignment(codes.data()), pointer_alignment(weight.data())};
   Fp8LtAlgos& cache = ctx.op_state<Fp8LtAlgos>([] { return std::make_unique<Fp8LtAlgos>(); });
   if (auto it = cache.algos.find(key); it != cache.algos.end()) return &it->second;
   const Descs d(M, N, K, out.dtype(), weight_scale.data(), scales.data());

@@ -77,13 +77,6 @@ cudaDataType_t cuda_type(DType t) {
   }
 }
 
-int alignment(const void* p) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  int al = 256;
-  while (al > 1 && (a % static_cast<uintptr_t>(al)) != 0) al >>= 1;
-  return al;
-}
-
 struct Descs {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -136,8 +129,15 @@ bool run_matmul(LtState& ctx, void* out, DType out_t, const void* in, const void
                 const void* bias, int64_t T, int64_t N, int64_t K, cudaStream_t st) {
   Descs d;
   make_descs(d, in_t, out_t, bias, T, N, K);
-  const AlgoKey key{T, N, K, static_cast<int>(in_t), static_cast<int>(out_t),
-                    bias ? static_cast<int>(out_t) : -1, alignment(w), alignment(in), alignment(out)};
+  const AlgoKey key{T,
+                    N,
+                    K,
+                    static_cast<int>(in_t),
+                    static_cast<int>(out_t),
+                    bias ? static_cast<int>(out_t) : -1,
+                    pointer_alignment(w),
+                    pointer_alignment(in),
+                    pointer_alignment(out)};
   AlgoEntry entry;
   if (auto it = ctx.algos.find(key); it != ctx.algos.end()) {
     entry = it->second;
@@ -181,8 +181,9 @@ bool linear_cublaslt_ranked(TensorView out, TensorView in, TensorView weight, in
   LtState& ctx = lt_state(s);
   Descs d;
   make_descs(d, in.dtype(), out.dtype(), nullptr, T, N, K);
-  const Pref pref(static_cast<uint32_t>(alignment(weight.data())), static_cast<uint32_t>(alignment(in.data())),
-                  static_cast<uint32_t>(alignment(out.data())));
+  const Pref pref(static_cast<uint32_t>(pointer_alignment(weight.data())),
+                  static_cast<uint32_t>(pointer_alignment(in.data())),
+                  static_cast<uint32_t>(pointer_alignment(out.data())));
   constexpr int kMaxRanks = 32;
   cublasLtMatmulHeuristicResult_t res[kMaxRanks] = {};
   int found = 0;
