@@ -31,8 +31,8 @@ SPARSE_PREFILL=(--sparse-prefill-policy avgpool --sparse-prefill-budget 4096 --s
 # 1. Device tests: the new fp8 ones (CudaPatternEstimatorsFp8.*, CudaBlockSparsePrefill.Fp8*,
 # CudaKvFp8SparsePrefill.*), the bf16 estimator and block-sparse tests (same kernels, new templates), the dense fp8
 # tests (the wgmma kernel's fp8 path is shared) and the runner's sparse prefill on CUDA.
-run tests timeout 300 "$BUILD/tests/test_cuda" \
-  --gtest_filter='CudaPatternEstimators*:CudaBlockSparsePrefill*:Policies/CudaKvFp8SparsePrefill*:CudaKvFp8.*:CudaOffload.Sparse*'
+run tests timeout 300 "$BUILD/tests/test_cuda" --gtest_filter='CudaPatternEstimators*:CudaBlockSparsePrefill*:'\
+'Policies/CudaKvFp8SparsePrefill*:CudaKvFp8.*:CudaOffload.Sparse*'
 
 # 2. RULER on the 128K retrieval fixture (one sequence at a time: every chunk goes sparse), bf16 then fp8.
 for kv in auto fp8; do

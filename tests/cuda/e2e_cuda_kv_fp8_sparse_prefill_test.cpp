@@ -1,9 +1,8 @@
 // An fp8 KV cache (--kv-cache-dtype fp8, docs/kv_cache.md) with each sparse prefill policy on the CUDA backend, end to
 // end, against the CPU backend's fp8 run of the same configuration on the peaked tied tiny model (the one on which the
 // two backends give identical greedy tokens dense: e2e_cuda_test.cpp). Pattern blocks of 16 and min_tokens 64 make
-// every prompt past 64 tokens prefill sparsely; the counters check that both runs did, in the same (layer, chunk)
-// pairs. Plus the long-context configuration: AvgPool with a
-// block budget and layer 0 dense, Quest decode, over the offload path.
+// every prompt past 64 tokens prefill sparsely; the counters check that both runs did. Plus the long-context
+// configuration: AvgPool with a block budget and layer 0 dense, Quest decode, over the offload path.
 // The GPU's estimators see bf16 activations where the CPU's see f32, and XAttention / vertical-slash / FlexPrefill's
 // tensor-core scores see bf16(code x scale) keys: a near-tie may pick another block and move a later token. So: the
 // first 8 tokens of every prompt equal the CPU's, and the whole 32-token continuation for all prompts but one.
@@ -97,12 +96,14 @@ TEST_P(CudaKvFp8SparsePrefill, GivesTheCpuTokens) {
   const PolicyCase& c = GetParam();
   const PolicyRun gpu = generate_with(c, Backend::kCuda);
   const PolicyRun cpu = generate_with(c, Backend::kCpu);
-  // Both went sparse in the same (layer, chunk) pairs; with a block budget of 3 blocks the 513-token prompt's lists
-  // are cut (fewer attended blocks than causal ones); layer 0 dense where asked.
-  EXPECT_GT(gpu.counters.sparse_layer_chunks, 0) << c.name << ": no chunk prefilled sparsely";
-  EXPECT_EQ(gpu.counters.sparse_layer_chunks, cpu.counters.sparse_layer_chunks) << c.name;
-  EXPECT_EQ(gpu.counters.dense_layer_chunks, cpu.counters.dense_layer_chunks) << c.name;
-  EXPECT_EQ(gpu.counters.causal_blocks, cpu.counters.causal_blocks) << c.name;
+  // Both went sparse (resident: in the same (layer, chunk) pairs, the steps being the same); with a block budget of
+  // 3 blocks the longer prompts' lists are cut (fewer attended blocks than causal ones); layer 0 dense where asked.
+  EXPECT_GT(gpu.counters.sparse_layer_chunks, 0) << c.name << ": no chunk prefilled sparsely on CUDA";
+  EXPECT_GT(cpu.counters.sparse_layer_chunks, 0) << c.name << ": no chunk prefilled sparsely on the CPU";
+  if (!c.offload_with_quest) {
+    EXPECT_EQ(gpu.counters.sparse_layer_chunks, cpu.counters.sparse_layer_chunks) << c.name;
+    EXPECT_EQ(gpu.counters.causal_blocks, cpu.counters.causal_blocks) << c.name;
+  }
   EXPECT_LE(gpu.counters.attended_blocks, gpu.counters.causal_blocks) << c.name;
   if (c.budget_tokens > 0) {
     EXPECT_LT(gpu.counters.attended_blocks, gpu.counters.causal_blocks) << c.name;

@@ -100,10 +100,11 @@ struct Chunk {
   void quantize_keys() {
     k_codes.resize(k.size());
     k_scales.resize(k.size() / static_cast<size_t>(D));
-    std::vector<float> row(static_cast<size_t>(D));
+    const auto n = static_cast<size_t>(D);
+    std::vector<float> row(n);
     for (size_t r = 0; r < k_scales.size(); ++r) {
-      for (int64_t d = 0; d < D; ++d) row[static_cast<size_t>(d)] = bf16_to_f32(k[r * static_cast<size_t>(D) + static_cast<size_t>(d)]);
-      k_scales[r] = quantize_fp8_kv_row(row.data(), D, k_codes.data() + r * static_cast<size_t>(D));
+      for (size_t d = 0; d < n; ++d) row[d] = bf16_to_f32(k[r * n + d]);
+      k_scales[r] = quantize_fp8_kv_row(row.data(), D, k_codes.data() + r * n);
     }
     fp8 = true;
   }

@@ -1,6 +1,6 @@
 // block_sparse_prefill_attention on CUDA: the sm_90a wgmma prefill kernel with the block-sparse key source
-// (attention_prefill_wgmma.cu, block_sparse_tiles.cuh), head_dim 64 / 128, bf16 q and a bf16 or fp8 KV cache (an fp8
-// cache's K / V tiles are dequantized in shared memory as the dense wgmma prefill does). No other path: other
+// (attention_prefill_wgmma.cu, block_sparse_tiles.cuh), head_dim 64 / 128, bf16 q and a bf16 or fp8 KV cache (an
+// fp8 cache's K / V tiles are dequantized in shared memory as the dense wgmma prefill does). No other path: other
 // GPUs and head dims get an error naming what is supported. Dual Chunk Attention (q [3, T, Hq, D]): the same
 // kernel with the key stream grouped by region (SparseKeysDca), chunk_len a multiple of its 128-key tiles.
 #include "nanovllm/kernels/cuda/block_sparse_tiles.cuh"
