@@ -1,8 +1,9 @@
 // An fp8 KV cache (--kv-cache-dtype fp8, docs/kv_cache.md) with each sparse prefill policy on the CUDA backend, end to
 // end, against the CPU backend's fp8 run of the same configuration on the peaked tied tiny model (the one on which the
 // two backends give identical greedy tokens dense: e2e_cuda_test.cpp). Pattern blocks of 16 and min_tokens 64 make
-// every prompt past 64 tokens prefill sparsely; the counters check that both runs did. Plus the long-context
-// configuration: AvgPool with a block budget and layer 0 dense, Quest decode, over the offload path.
+// every prompt past 64 tokens prefill sparsely (thresholds 0.5, minference at its default); the counters check that
+// both runs did. Plus the long-context configuration: AvgPool with a block budget and layer 0 dense, Quest decode,
+// over the offload path.
 // The GPU's estimators see bf16 activations where the CPU's see f32, and XAttention / vertical-slash / FlexPrefill's
 // tensor-core scores see bf16(code x scale) keys: a near-tie may pick another block and move a later token. So: the
 // first 8 tokens of every prompt equal the CPU's, and the whole 32-token continuation for all prompts but one.
@@ -31,6 +32,7 @@ struct PolicyCase {
   int64_t budget_tokens = 0;  // avgpool's block budget
   int64_t dense_layers = 0;
   bool offload_with_quest = false;  // the long-context configuration: offload + Quest decode
+  double threshold = 0;             // 0: the policy's default
 };
 
 EngineConfig config_for(const PolicyCase& c, Backend backend) {
@@ -44,6 +46,7 @@ EngineConfig config_for(const PolicyCase& c, Backend backend) {
   ec.scheduler.max_num_batched_tokens = 1024;
   SparsePrefillConfig& sp = ec.sparse_prefill;
   sp.policy = c.policy;
+  sp.threshold = c.threshold;
   sp.block_size = 16;
   sp.stride = 8;
   sp.min_tokens = 64;
@@ -96,18 +99,17 @@ TEST_P(CudaKvFp8SparsePrefill, GivesTheCpuTokens) {
   const PolicyCase& c = GetParam();
   const PolicyRun gpu = generate_with(c, Backend::kCuda);
   const PolicyRun cpu = generate_with(c, Backend::kCpu);
-  // Both went sparse (resident: in the same (layer, chunk) pairs, the steps being the same); with a block budget of
-  // 3 blocks the longer prompts' lists are cut (fewer attended blocks than causal ones); layer 0 dense where asked.
+  // Both went sparse (resident: in the same (layer, chunk) pairs, the steps being the same) and listed fewer blocks
+  // than the causal ones (the CPU run, measured: 69% - 91% at threshold 0.5 / minference's default, 24% with the
+  // 3-block budget); layer 0 dense where asked.
   EXPECT_GT(gpu.counters.sparse_layer_chunks, 0) << c.name << ": no chunk prefilled sparsely on CUDA";
   EXPECT_GT(cpu.counters.sparse_layer_chunks, 0) << c.name << ": no chunk prefilled sparsely on the CPU";
   if (!c.offload_with_quest) {
     EXPECT_EQ(gpu.counters.sparse_layer_chunks, cpu.counters.sparse_layer_chunks) << c.name;
     EXPECT_EQ(gpu.counters.causal_blocks, cpu.counters.causal_blocks) << c.name;
   }
-  EXPECT_LE(gpu.counters.attended_blocks, gpu.counters.causal_blocks) << c.name;
-  if (c.budget_tokens > 0) {
-    EXPECT_LT(gpu.counters.attended_blocks, gpu.counters.causal_blocks) << c.name;
-  }
+  EXPECT_LT(gpu.counters.attended_blocks, gpu.counters.causal_blocks) << c.name;
+  EXPECT_LT(cpu.counters.attended_blocks, cpu.counters.causal_blocks) << c.name;
   if (c.dense_layers > 0) {
     EXPECT_GT(gpu.counters.dense_layer_chunks, 0) << c.name;
   }
@@ -125,12 +127,12 @@ TEST_P(CudaKvFp8SparsePrefill, GivesTheCpuTokens) {
 
 INSTANTIATE_TEST_SUITE_P(
     Policies, CudaKvFp8SparsePrefill,
-    ::testing::Values(PolicyCase{"avgpool", SparsePrefillPolicy::kAvgPool},
+    ::testing::Values(PolicyCase{"avgpool", SparsePrefillPolicy::kAvgPool, 0, 0, false, 0.5},
                       PolicyCase{"avgpool_budget_dense_layer", SparsePrefillPolicy::kAvgPool, 48, 1},
                       PolicyCase{"avgpool_budget_offload_quest", SparsePrefillPolicy::kAvgPool, 48, 1, true},
-                      PolicyCase{"xattention", SparsePrefillPolicy::kXAttention},
+                      PolicyCase{"xattention", SparsePrefillPolicy::kXAttention, 0, 0, false, 0.5},
                       PolicyCase{"minference", SparsePrefillPolicy::kMInference},
-                      PolicyCase{"flexprefill", SparsePrefillPolicy::kFlexPrefill}),
+                      PolicyCase{"flexprefill", SparsePrefillPolicy::kFlexPrefill, 0, 0, false, 0.5}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace
