@@ -4,7 +4,8 @@
 // tile, GQA groups 1 to 8, head_dim 64 / 128, rows that see no key. Tolerance: the prefill attention
 // tests' bf16 one (atol 1e-2, rtol 5e-3 per element: P rounded to bf16 for P V, bf16 output).
 // The full pattern of 128-token blocks runs the dense kernel's tiles in the same order: bit-identical
-// to paged_attention. Plus the 128K benchmark of the issue (DISABLED_, timing only).
+// to paged_attention. The same on an fp8 KV cache (its section says what it is held to). Plus the 128K benchmark of the
+// issue (DISABLED_, timing only).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +18,7 @@
 
 #include "cuda/cuda_test_util.h"
 #include "nanovllm/core/error.h"
+#include "nanovllm/kernels/kv_cache.h"
 #include "nanovllm/kernels/sparse_ops.h"
 
 namespace nanovllm {
@@ -257,6 +259,118 @@ TEST(CudaBlockSparsePrefill, FullPatternEqualsPagedAttentionBitForBit) {
     const AttentionMetadata m = c.meta(d_cu.view(), d_ctx.view(), d_bt.view(), d_slots.view());
     ops::block_sparse_prefill_attention(sparse.view(), d_q.view(), d_k.view(), d_v.view(), m, pt.device(), 0.1f, on());
     ops::paged_attention(dense.view(), d_q.view(), d_k.view(), d_v.view(), m, 0.1f, on());
+    EXPECT_EQ(sparse.download<uint16_t>(), dense.download<uint16_t>()) << "Hq " << Hq << " Hk " << Hk << " D " << D;
+  }
+}
+
+// ---- an fp8 KV cache (--kv-cache-dtype fp8, docs/kv_cache.md) ----
+// The chunk's K and V quantized per (slot, KV head) row (codes + f32 scales, kernels/kv_cache.h). The kernel turns each
+// K / V tile into bf16(code x scale) in shared memory (the dense wgmma prefill's fp8 staging) and runs its bf16 math.
+// Held (1) to the CPU over that bf16-rounded cache with the bf16 tolerance above: what it is documented to compute,
+// rounded here on the host independently of the CUDA code; and (2) to the CPU backend's own fp8 path (f32 code x scale)
+// with atol 2e-2 + rtol 1e-2: K / V rounded once more (relative 2^-9; |k| <= 2 and |v| <= 1 here move the logits by
+// well under 1e-2).
+struct Fp8Kv {
+  std::vector<uint8_t> k, v;     // [NB, BS, Hk, D] codes
+  std::vector<float> ks, vs;     // [NB, BS, Hk] row scales
+  std::vector<float> k16, v16;   // [NB, BS, Hk, D] bf16(code x scale), as f32
+  explicit Fp8Kv(const Chunk& c) {
+    quantize(c.k, c.D, k, ks, k16);
+    quantize(c.v, c.D, v, vs, v16);
+  }
+  static void quantize(const std::vector<uint16_t>& bits, int64_t D, std::vector<uint8_t>& codes,
+                       std::vector<float>& scales, std::vector<float>& rounded) {
+    const auto d = static_cast<size_t>(D);
+    codes.resize(bits.size());
+    scales.resize(bits.size() / d);
+    rounded.resize(bits.size());
+    std::vector<float> row(d);
+    for (size_t r = 0; r < scales.size(); ++r) {
+      for (size_t e = 0; e < d; ++e) row[e] = bf16_to_f32(bits[r * d + e]);
+      scales[r] = quantize_fp8_kv_row(row.data(), D, codes.data() + r * d);
+      for (size_t e = 0; e < d; ++e)
+        rounded[r * d + e] = bf16_to_f32(f32_to_bf16(fp8_e4m3_to_f32(codes[r * d + e]) * scales[r]));
+    }
+  }
+};
+
+void check_fp8_against_cpu(const Chunk& c, const Pattern& pattern, const std::string& what) {
+  PatternTensors pt(pattern);
+  Fp8Kv kv(c);
+  std::vector<int32_t> bt = c.bt, cu = c.cu, ctx = c.ctx_v, slots = c.slots;
+  std::vector<float> q(c.q.size()), ref16(c.q.size()), ref8(c.q.size());
+  for (size_t i = 0; i < q.size(); ++i) q[i] = bf16_to_f32(c.q[i]);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+  const int64_t MB = static_cast<int64_t>(bt.size());
+  const Shape scales{c.NB, c.BS, c.Hk};
+  const AttentionMetadata hm = c.meta(cuda_test::host_view(cu, {2}), cuda_test::host_view(ctx, {1}),
+                                     cuda_test::host_view(bt, {1, MB}), cuda_test::host_view(slots, {c.T}));
+  ops::block_sparse_prefill_attention(cuda_test::host_view(ref16, c.rows()), cuda_test::host_view(q, c.rows()),
+                                      cuda_test::host_view(kv.k16, c.cache()), cuda_test::host_view(kv.v16, c.cache()),
+                                      hm, pt.host(), scale);
+  ops::block_sparse_prefill_attention(
+      cuda_test::host_view(ref8, c.rows()), cuda_test::host_view(q, c.rows()),
+      KvCacheTensor(TensorView(kv.k.data(), DType::kF8E4M3, c.cache()), cuda_test::host_view(kv.ks, scales)),
+      KvCacheTensor(TensorView(kv.v.data(), DType::kF8E4M3, c.cache()), cuda_test::host_view(kv.vs, scales)), hm,
+      pt.host(), scale);
+  DeviceTensor d_q(DType::kBF16, c.rows(), c.q), d_k(DType::kF8E4M3, c.cache(), kv.k),
+      d_v(DType::kF8E4M3, c.cache(), kv.v), d_ks(DType::kF32, scales, kv.ks), d_vs(DType::kF32, scales, kv.vs),
+      d_out(DType::kBF16, c.rows()), d_bt(DType::kI32, {1, MB}, bt), d_cu(DType::kI32, {2}, cu),
+      d_ctx(DType::kI32, {1}, ctx), d_slots(DType::kI32, {c.T}, slots);
+  d_out.fill_bytes(0xff);  // NaN
+  ops::block_sparse_prefill_attention(d_out.view(), d_q.view(), KvCacheTensor(d_k.view(), d_ks.view()),
+                                      KvCacheTensor(d_v.view(), d_vs.view()),
+                                      c.meta(d_cu.view(), d_ctx.view(), d_bt.view(), d_slots.view()), pt.device(),
+                                      scale, on());
+  const std::vector<float> got = d_out.download_f32();
+  cuda_test::expect_close(got, ref16, kAtol, kRtol, what + " (cpu over bf16(code x scale))");
+  cuda_test::expect_close(got, ref8, 2e-2f, 1e-2f, what + " (cpu fp8 path)");
+}
+
+TEST(CudaBlockSparsePrefill, Fp8CacheMatchesTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  if (cuda_test::device_major() != 9) GTEST_SKIP() << "the block-sparse kernel runs on sm_90a";
+  uint32_t seed = 600;
+  for (const Case& k : std::vector<Case>{
+           {1000, 1000, 32, 8, 128, 16, 128, 1.0, 0.3, 0},      // Qwen3-4B heads (G 4)
+           {777, 300, 8, 1, 64, 16, 64, 0.9, 0.4, 0},           // G 8, chunk from 477 (mid-block)
+           {515, 515, 4, 4, 128, 32, 128, 0.9, 0.5, 0},         // G 1: 128-row tiles
+           {300, 300, 8, 2, 64, 16, 16, 0.8, 0.3, 0},           // 16-token blocks: 8 per key tile
+           {1100, 611, 16, 4, 128, 16, 256, 0.9, 0.4, 0},       // 256-token blocks: 2 key tiles each
+           {500, 1, 8, 2, 128, 16, 128, 1.0, 0.5, 0},           // one row
+           {129, 129, 6, 2, 64, 8, 128, 0.7, 0.5, 0},           // G 3, ragged end
+           {1000, 1000, 32, 8, 128, 16, 128, 1.0, 0.2, 0.05},   // blocks and columns
+           {777, 333, 8, 1, 64, 16, 64, 0.8, 0.3, 0.1},         // columns, mid-block start
+           {3001, 257, 16, 2, 128, 16, 128, 0.0, 0.1, 0.3},     // rows left with only columns
+       }) {
+    std::mt19937 rng(seed++);
+    const Chunk c(k.ctx, k.T, k.Hq, k.Hk, k.D, k.cache_bs, rng);
+    check_fp8_against_cpu(c, random_pattern(k.bs, k.Hk, k.ctx, k.p_diag, k.p_other, k.p_col, rng),
+                          "fp8 " + describe(k));
+  }
+}
+
+// The full pattern of 128-token blocks on an fp8 cache: the dense fp8 wgmma kernel's tiles, staged and dequantized
+// alike, in the same order: the same bits as paged_attention on that cache.
+TEST(CudaBlockSparsePrefill, Fp8FullPatternEqualsPagedAttentionBitForBit) {
+  SKIP_WITHOUT_CUDA();
+  if (cuda_test::device_major() != 9) GTEST_SKIP() << "the block-sparse kernel runs on sm_90a";
+  for (auto [Hq, Hk, D] : {std::tuple<int64_t, int64_t, int64_t>{32, 8, 128}, {8, 1, 64}, {4, 4, 128}}) {
+    std::mt19937 rng(static_cast<uint32_t>(700 + Hq + D));
+    const Chunk c(1300, 1300, Hq, Hk, D, 16, rng);
+    PatternTensors pt(full_pattern(128, Hk, 1300));
+    Fp8Kv kv(c);
+    std::vector<int32_t> bt = c.bt;
+    const Shape scales{c.NB, c.BS, c.Hk};
+    DeviceTensor d_q(DType::kBF16, c.rows(), c.q), d_k(DType::kF8E4M3, c.cache(), kv.k),
+        d_v(DType::kF8E4M3, c.cache(), kv.v), d_ks(DType::kF32, scales, kv.ks), d_vs(DType::kF32, scales, kv.vs),
+        sparse(DType::kBF16, c.rows()), dense(DType::kBF16, c.rows()),
+        d_bt(DType::kI32, {1, static_cast<int64_t>(bt.size())}, bt), d_cu(DType::kI32, {2}, c.cu),
+        d_ctx(DType::kI32, {1}, c.ctx_v), d_slots(DType::kI32, {c.T}, c.slots);
+    const AttentionMetadata m = c.meta(d_cu.view(), d_ctx.view(), d_bt.view(), d_slots.view());
+    const KvCacheTensor kc(d_k.view(), d_ks.view()), vc(d_v.view(), d_vs.view());
+    ops::block_sparse_prefill_attention(sparse.view(), d_q.view(), kc, vc, m, pt.device(), 0.1f, on());
+    ops::paged_attention(dense.view(), d_q.view(), kc, vc, m, 0.1f, on());
     EXPECT_EQ(sparse.download<uint16_t>(), dense.download<uint16_t>()) << "Hq " << Hq << " Hk " << Hk << " D " << D;
   }
 }

@@ -6,7 +6,7 @@
 // near-tied blocks: there every list must be increasing, hold the sink and the diagonal, cover threshold of each of its
 // query heads' mass (recomputed here in double), and differ from the CPU's by at most two blocks. Vertical-slash
 // (MInference) and FlexPrefill: planted columns, diagonals and hot blocks, exact and tolerant comparisons (their
-// section below says which and why).
+// section below says which and why). Each estimator again on an fp8 KV cache (codes + row scales on both backends).
 // Plus a 128K timing benchmark (DISABLED_): estimator time next to the block-sparse attention of its pattern.
 #include <algorithm>
 #include <cmath>
@@ -22,6 +22,7 @@
 
 #include "cuda/cuda_test_util.h"
 #include "nanovllm/core/error.h"
+#include "nanovllm/kernels/kv_cache.h"
 #include "nanovllm/kernels/pattern_estimators.h"
 #include "nanovllm/kernels/sparse_ops.h"
 
@@ -88,12 +89,30 @@ struct Chunk {
   }
   float kf(int64_t pos, int64_t h, int64_t d) const {
     const int64_t slot = int64_t{bt[static_cast<size_t>(pos / BS)]} * BS + pos % BS;
-    return bf16_to_f32(k[static_cast<size_t>((slot * Hk + h) * D + d)]);
+    const auto i = static_cast<size_t>((slot * Hk + h) * D + d);
+    return fp8 ? fp8_e4m3_to_f32(k_codes[i]) * k_scales[i / static_cast<size_t>(D)] : bf16_to_f32(k[i]);
+  }
+  // An fp8 KV cache (kernels/kv_cache.h): the keys quantized per (slot, KV head) row into codes [NB, BS, Hk, D] and
+  // scales [NB, BS, Hk], which both backends then read; kf() returns the dequantized key (code x scale).
+  bool fp8 = false;
+  std::vector<uint8_t> k_codes;
+  std::vector<float> k_scales;
+  void quantize_keys() {
+    k_codes.resize(k.size());
+    k_scales.resize(k.size() / static_cast<size_t>(D));
+    const auto n = static_cast<size_t>(D);
+    std::vector<float> row(n);
+    for (size_t r = 0; r < k_scales.size(); ++r) {
+      for (size_t d = 0; d < n; ++d) row[d] = bf16_to_f32(k[r * n + d]);
+      k_scales[r] = quantize_fp8_kv_row(row.data(), D, k_codes.data() + r * n);
+    }
+    fp8 = true;
   }
   void set_q(int64_t pos, int64_t g, int64_t d, float v) {
     q[static_cast<size_t>(((pos - (ctx - T)) * Hq + g) * D + d)] = f32_to_bf16(v);
   }
   void set_k(int64_t pos, int64_t h, int64_t d, float v) {
+    NANOVLLM_CHECK(!fp8, "set_k after quantize_keys");
     const int64_t slot = int64_t{bt[static_cast<size_t>(pos / BS)]} * BS + pos % BS;
     k[static_cast<size_t>((slot * Hk + h) * D + d)] = f32_to_bf16(v);
   }
@@ -148,7 +167,13 @@ std::pair<Lists, Lists> run_both(const Chunk& c, Estimate&& estimate, const std:
   hp.block_index = cuda_test::host_view(bi, {c.Hk, nqb, width});
   hp.column_counts = cuda_test::host_view(cc, {c.Hk, nqb});
   hp.column_index = cuda_test::host_view(ci, {c.Hk, nqb, cols});
-  estimate(hp, TensorView(q.data(), DType::kBF16, c.rows()), TensorView(k.data(), DType::kBF16, c.cache()),
+  std::vector<uint8_t> codes = c.k_codes;
+  std::vector<float> scales = c.k_scales;
+  const Shape scale_shape{c.NB, c.BS, c.Hk};
+  const KvCacheTensor host_k = c.fp8 ? KvCacheTensor(TensorView(codes.data(), DType::kF8E4M3, c.cache()),
+                                                     cuda_test::host_view(scales, scale_shape))
+                                     : KvCacheTensor(TensorView(k.data(), DType::kBF16, c.cache()));
+  estimate(hp, TensorView(q.data(), DType::kBF16, c.rows()), host_k,
            c.meta(cuda_test::host_view(cu, {2}), cuda_test::host_view(ctx, {1}), cuda_test::host_view(bt, {1, MB}),
                   cuda_test::host_view(slots, {c.T})),
            ops::Stream{});
@@ -159,13 +184,20 @@ std::pair<Lists, Lists> run_both(const Chunk& c, Estimate&& estimate, const std:
       d_bc(DType::kI32, {c.Hk, nqb}), d_bi(DType::kI32, {c.Hk, nqb, width}), d_cc(DType::kI32, {c.Hk, nqb}),
       d_ci(DType::kI32, {c.Hk, nqb, cols});
   for (DeviceTensor* t : {&d_bc, &d_bi, &d_cc, &d_ci}) t->fill_bytes(0x5a);
+  std::unique_ptr<DeviceTensor> d_codes, d_scales;
+  KvCacheTensor device_k = d_k.view();
+  if (c.fp8) {
+    d_codes = std::make_unique<DeviceTensor>(DType::kF8E4M3, c.cache(), codes);
+    d_scales = std::make_unique<DeviceTensor>(DType::kF32, scale_shape, scales);
+    device_k = KvCacheTensor(d_codes->view(), d_scales->view());
+  }
   ops::BlockSparsePattern dp;
   dp.block_size = c.bs;
   dp.block_counts = d_bc.view();
   dp.block_index = d_bi.view();
   dp.column_counts = d_cc.view();
   dp.column_index = d_ci.view();
-  estimate(dp, d_q.view(), d_k.view(), c.meta(d_cu.view(), d_ctx.view(), d_bt.view(), d_slots.view()), on());
+  estimate(dp, d_q.view(), device_k, c.meta(d_cu.view(), d_ctx.view(), d_bt.view(), d_slots.view()), on());
   const std::vector<int32_t> gcc = d_cc.download<int32_t>(), gci = d_ci.download<int32_t>();
   Lists gpu{unpack(c, d_bc.download<int32_t>(), d_bi.download<int32_t>(), width, what + " (cuda)"),
             unpack(c, gcc, gci, cols, what + " (cuda columns)")};
@@ -232,10 +264,11 @@ std::vector<double> xattention_mass(const Chunk& c, int64_t S, int64_t g, int64_
 }
 
 // The checks that hold whatever the near-ties: the CUDA lists increasing, sink and diagonal in, >= threshold of every
-// group member's mass (mass_of(g, i)) covered, at most `max_diff` blocks apart from the CPU's.
+// group member's mass (mass_of(g, i)) covered (up to `slack`: the kernel's masses' rounding), at most `max_diff`
+// blocks apart from the CPU's.
 template <class Mass>
 void expect_valid(const Chunk& c, const Lists& cpu, const Lists& gpu, double threshold, int max_diff, Mass&& mass_of,
-                  const std::string& what) {
+                  const std::string& what, double slack = 1e-4) {
   for (int64_t h = 0; h < c.Hk; ++h)
     for (int64_t i = c.first(); i < c.nqb(); ++i) {
       const std::vector<int32_t>& l = gpu.at(c, h, i);
@@ -248,7 +281,7 @@ void expect_valid(const Chunk& c, const Lists& cpu, const Lists& gpu, double thr
         const std::vector<double> m = mass_of(g, i);
         double kept = 0;
         for (int32_t j : l) kept += m[static_cast<size_t>(j)];
-        EXPECT_GE(kept, std::min(threshold, 1.0) - 1e-4) << at << " query head " << g;
+        EXPECT_GE(kept, std::min(threshold, 1.0) - slack) << at << " query head " << g;
       }
       const std::vector<int32_t>& r = cpu.at(c, h, i);
       std::vector<int32_t> diff;
@@ -279,8 +312,8 @@ const std::vector<Case> kCases = {
 };
 
 auto avgpool_with(double threshold) {
-  return [threshold](const ops::BlockSparsePattern& p, TensorView q, TensorView k, const AttentionMetadata& m,
-                     ops::Stream s) {
+  return [threshold](const ops::BlockSparsePattern& p, TensorView q, const KvCacheTensor& k,
+                     const AttentionMetadata& m, ops::Stream s) {
     ops::avgpool_estimate(p, q, k, m, 1.0f / std::sqrt(static_cast<float>(q.dim(2))), {.threshold = threshold}, s);
   };
 }
@@ -314,8 +347,8 @@ TEST(CudaPatternEstimators, AvgPoolIsValidAndCloseToTheCpuOnNoise) {
 }
 
 auto xattention_with(int64_t stride, double threshold) {
-  return [stride, threshold](const ops::BlockSparsePattern& p, TensorView q, TensorView k, const AttentionMetadata& m,
-                             ops::Stream s) {
+  return [stride, threshold](const ops::BlockSparsePattern& p, TensorView q, const KvCacheTensor& k,
+                             const AttentionMetadata& m, ops::Stream s) {
     ops::xattention_estimate(p, q, k, m, 1.0f / std::sqrt(static_cast<float>(q.dim(2))),
                              {.stride = stride, .threshold = threshold}, s);
   };
@@ -369,7 +402,7 @@ TEST(CudaPatternEstimators, BlockBudgetMatchesTheCpu) {
       const std::string what = describe(k, 0.95) + " max_blocks " + std::to_string(max_blocks);
       const auto [ap_cpu, ap_gpu] = run_both(
           c,
-          [&](const ops::BlockSparsePattern& p, TensorView q, TensorView kc, const AttentionMetadata& m,
+          [&](const ops::BlockSparsePattern& p, TensorView q, const KvCacheTensor& kc, const AttentionMetadata& m,
               ops::Stream s) {
             ops::avgpool_estimate(p, q, kc, m, sc, {.threshold = 0.95, .max_blocks = max_blocks}, s);
           },
@@ -377,7 +410,7 @@ TEST(CudaPatternEstimators, BlockBudgetMatchesTheCpu) {
       EXPECT_EQ(ap_gpu.blocks, ap_cpu.blocks) << "avgpool " << what;
       const auto [xa_cpu, xa_gpu] = run_both(
           c,
-          [&](const ops::BlockSparsePattern& p, TensorView q, TensorView kc, const AttentionMetadata& m,
+          [&](const ops::BlockSparsePattern& p, TensorView q, const KvCacheTensor& kc, const AttentionMetadata& m,
               ops::Stream s) {
             ops::xattention_estimate(p, q, kc, m, sc, {.stride = stride, .threshold = 0.95, .max_blocks = max_blocks},
                                      s);
@@ -526,14 +559,16 @@ void unite(Pick& into, const Pick& p) {
 
 constexpr double kPickTolerance = 1e-3;  // relative; the sums' rounding (bf16 MMA scores, fp32 sums) is ~1e-6
 
-// Per KV head, the union over its group of the columns and of the diagonals the test's sums allow for p.
-std::pair<std::vector<Pick>, std::vector<Pick>> vertical_slash_picks(const Chunk& c, const ops::VerticalSlashParams& p) {
+// Per KV head, the union over its group of the columns and of the diagonals the test's sums allow for p (the sums
+// the kernels rank off from the test's by a relative `tol` at most).
+std::pair<std::vector<Pick>, std::vector<Pick>> vertical_slash_picks(const Chunk& c, const ops::VerticalSlashParams& p,
+                                                                     double tol = kPickTolerance) {
   const int64_t last = std::min(p.last_q, c.T), G = c.Hq / c.Hk;
   std::vector<Pick> columns(static_cast<size_t>(c.Hk)), diagonals(static_cast<size_t>(c.Hk));
   for (int64_t g = 0; g < c.Hq; ++g) {
     const LastRowSums r = last_row_sums(c, g, last);
-    unite(columns[static_cast<size_t>(g / G)], plausible_top(r.vertical, p.vertical, p.sink_tokens, kPickTolerance));
-    unite(diagonals[static_cast<size_t>(g / G)], plausible_top(r.slash, p.slash, p.recent_diagonals, kPickTolerance));
+    unite(columns[static_cast<size_t>(g / G)], plausible_top(r.vertical, p.vertical, p.sink_tokens, tol));
+    unite(diagonals[static_cast<size_t>(g / G)], plausible_top(r.slash, p.slash, p.recent_diagonals, tol));
   }
   return {columns, diagonals};
 }
@@ -589,7 +624,7 @@ void expect_plausible_vertical_slash(const Chunk& c, const Lists& l, const std::
 }
 
 auto vertical_slash_with(const ops::VerticalSlashParams& params) {
-  return [params](const ops::BlockSparsePattern& p, TensorView q, TensorView k, const AttentionMetadata& m,
+  return [params](const ops::BlockSparsePattern& p, TensorView q, const KvCacheTensor& k, const AttentionMetadata& m,
                   ops::Stream s) {
     ops::vertical_slash_estimate(p, q, k, m, 1.0f / std::sqrt(static_cast<float>(q.dim(2))), params, s);
   };
@@ -755,7 +790,7 @@ TEST(CudaPatternEstimators, VerticalSlashCoveringCountsListEveryCausalBlock) {
 }
 
 auto flexprefill_with(const ops::FlexPrefillParams& params) {
-  return [params](const ops::BlockSparsePattern& p, TensorView q, TensorView k, const AttentionMetadata& m,
+  return [params](const ops::BlockSparsePattern& p, TensorView q, const KvCacheTensor& k, const AttentionMetadata& m,
                   ops::Stream s) {
     ops::flexprefill_estimate(p, q, k, m, 1.0f / std::sqrt(static_cast<float>(q.dim(2))), params, s);
   };
@@ -843,6 +878,175 @@ TEST(CudaPatternEstimators, FlexPrefillFindsPlantedStructure) {
     EXPECT_TRUE(std::binary_search(gpu.at(c, 0, 9).begin(), gpu.at(c, 0, 9).end(), 3)) << str(gpu.at(c, 0, 9));
     EXPECT_LE(max_row_difference(c, cpu, gpu), 2);  // query-aware: pooled masses, the CPU's bits up to exp
   }
+}
+
+// ---- an fp8 KV cache (--kv-cache-dtype fp8, docs/kv_cache.md) ----
+// The chunks above with their keys quantized (codes + per-row scales), read by both backends; the test's own masses and
+// sums use the dequantized keys (Chunk::kf). AvgPool (and FlexPrefill's pooled pairs) read code x scale in f32 like the
+// CPU, so their lists equal the CPU's where the scores are separated, as on bf16. XAttention's GEMM and the last
+// queries' attention (vertical-slash, FlexPrefill's vertical-slash heads) take bf16(code x scale) keys, one rounding
+// (relative 2^-9) more than the CPU's f32 product: logits may move by ~1e-2 at these magnitudes (an estimate, not a
+// measurement), so the masses they rank move by ~1% (a few % at the extremes over many keys); the checks allow 5e-2
+// relative for picks and 1e-2 absolute for a covered mass, a cover count landing at the threshold may take one block
+// more or less, and up to a fifth of XAttention's lists may differ from the CPU's. Planted structure stays far above
+// that.
+const std::vector<Case> kFp8Cases = {kCases[0], kCases[1], kCases[3], kCases[5], kCases[6], kCases[7]};
+
+Chunk fp8_chunk(const Case& k, float offset, std::mt19937& rng) {
+  Chunk c(k.ctx, k.T, k.Hq, k.Hk, k.D, k.cache_bs, k.bs, offset, rng);
+  c.quantize_keys();
+  return c;
+}
+
+TEST(CudaPatternEstimatorsFp8, AvgPoolMatchesTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 1200;
+  for (const Case& k : kFp8Cases)
+    for (double threshold : {0.5, 0.9, 1.0}) {
+      std::mt19937 rng(seed++);
+      const Chunk c = fp8_chunk(k, 2.0f, rng);
+      const std::string what = "fp8 avgpool " + describe(k, threshold);
+      const auto [cpu, gpu] = run_both(c, avgpool_with(threshold), what);
+      EXPECT_EQ(gpu.blocks, cpu.blocks) << what;
+      EXPECT_TRUE(gpu.columns_empty) << what;
+      expect_valid(c, cpu, gpu, threshold, 0, [&](int64_t g, int64_t i) { return avgpool_mass(c, g, i); }, what);
+      // Noise: near-ties (an exponential's last bit), as on bf16.
+      const Chunk n = fp8_chunk(k, 0.0f, rng);
+      const auto [ncpu, ngpu] = run_both(n, avgpool_with(threshold), what + " noise");
+      expect_valid(n, ncpu, ngpu, threshold, 2, [&](int64_t g, int64_t i) { return avgpool_mass(n, g, i); },
+                   what + " noise");
+    }
+}
+
+TEST(CudaPatternEstimatorsFp8, AvgPoolBlockBudgetMatchesTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 1300;
+  for (const Case& k : kFp8Cases)
+    for (int64_t max_blocks : {2, 5}) {
+      std::mt19937 rng(seed++);
+      const Chunk c = fp8_chunk(k, 2.0f, rng);
+      const std::string what = "fp8 avgpool " + describe(k, 0.95) + " max_blocks " + std::to_string(max_blocks);
+      const float sc = c.scale();
+      const auto [cpu, gpu] = run_both(
+          c,
+          [&](const ops::BlockSparsePattern& p, TensorView q, const KvCacheTensor& kc, const AttentionMetadata& m,
+              ops::Stream s) {
+            ops::avgpool_estimate(p, q, kc, m, sc, {.threshold = 0.95, .max_blocks = max_blocks}, s);
+          },
+          what);
+      EXPECT_EQ(gpu.blocks, cpu.blocks) << what;
+    }
+}
+
+TEST(CudaPatternEstimatorsFp8, XAttentionIsValidAndCloseToTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 1400;
+  for (const Case& k : kFp8Cases)
+    for (double threshold : {0.5, 0.9, 1.0}) {
+      const int64_t stride = k.bs % 8 == 0 ? 8 : 4;
+      std::mt19937 rng(seed++);
+      const Chunk c = fp8_chunk(k, 2.0f, rng);
+      const std::string what = "fp8 xattention stride " + std::to_string(stride) + " " + describe(k, threshold);
+      const auto [cpu, gpu] = run_both(c, xattention_with(stride, threshold), what);
+      EXPECT_TRUE(gpu.columns_empty) << what;
+      expect_valid(c, cpu, gpu, threshold, 2,
+                   [&](int64_t g, int64_t i) { return xattention_mass(c, stride, g, i); }, what, 1e-2);
+      int64_t differ = 0;
+      for (size_t r = 0; r < cpu.blocks.size(); ++r) differ += cpu.blocks[r] != gpu.blocks[r];
+      EXPECT_LE(differ, static_cast<int64_t>(cpu.blocks.size()) / 5) << what << ": lists differing from the CPU's";
+    }
+}
+
+// Planted columns and diagonals (the bf16 tests' data, then quantized): the lists equal the CPU's, every planted line
+// is attended, and the lists are what the test's sums allow within 5e-2.
+TEST(CudaPatternEstimatorsFp8, VerticalSlashMatchesTheCpuOnPlantedLines) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 1500;
+  for (const Case& k : kFp8Cases) {
+    std::mt19937 rng(seed++);
+    Chunk c(k.ctx, k.T, k.Hq, k.Hk, k.D, k.cache_bs, k.bs, 0.0f, rng);
+    const ops::VerticalSlashParams p{.last_q = 64, .vertical = 5, .slash = 8, .sink_tokens = 4, .recent_diagonals = 8};
+    const int64_t span = (c.ctx - std::min(p.last_q, c.T) - p.sink_tokens) / c.Hq;
+    ASSERT_GE(span, 1);
+    std::vector<int64_t> planted;
+    for (int64_t g = 0; g < c.Hq; ++g) {
+      planted.push_back(p.sink_tokens + g * span + span / 2);
+      plant_column(c, planted.back(), {g});
+    }
+    c.quantize_keys();
+    const std::string what = "fp8 vertical-slash planted columns " + describe(k, p);
+    const auto [cpu, gpu] = run_both(c, vertical_slash_with(p), what, column_width(c, p));
+    EXPECT_EQ(gpu.blocks, cpu.blocks) << what;
+    EXPECT_EQ(gpu.columns, cpu.columns) << what;
+    const auto [columns, diagonals] = vertical_slash_picks(c, p, 5e-2);
+    expect_plausible_vertical_slash(c, gpu, columns, diagonals, what + " (cuda)");
+    for (int64_t g = 0; g < c.Hq; ++g) {
+      const int64_t v = planted[static_cast<size_t>(g)], h = g / (c.Hq / c.Hk);
+      for (int64_t i = std::max(c.first(), v / c.bs + 1); i < c.nqb(); ++i)
+        EXPECT_TRUE(covers(c, gpu, h, i, v)) << what << ": query head " << g << " column " << v << " block " << i;
+    }
+  }
+  for (const Case& k : kFp8Cases) {
+    std::mt19937 rng(seed++);
+    Chunk c(k.ctx, k.T, k.Hq, k.Hk, k.D, k.cache_bs, k.bs, 0.0f, rng);
+    const ops::VerticalSlashParams p{.last_q = 64, .vertical = 4, .slash = 9, .sink_tokens = 4, .recent_diagonals = 8};
+    const int64_t G = c.Hq / c.Hk;
+    std::vector<int64_t> delta;
+    for (int64_t g = 0; g < c.Hq; ++g) delta.push_back(p.recent_diagonals + 5 + 7 * (g % G) + 3 * (g / G));
+    ASSERT_LE(*std::max_element(delta.begin(), delta.end()), c.ctx - std::min(p.last_q, c.T));
+    plant_diagonals(c, delta);
+    c.quantize_keys();
+    const std::string what = "fp8 vertical-slash planted diagonals " + describe(k, p);
+    const auto [cpu, gpu] = run_both(c, vertical_slash_with(p), what, column_width(c, p));
+    EXPECT_EQ(gpu.blocks, cpu.blocks) << what;
+    EXPECT_EQ(gpu.columns, cpu.columns) << what;
+    const auto [columns, diagonals] = vertical_slash_picks(c, p, 5e-2);
+    expect_plausible_vertical_slash(c, gpu, columns, diagonals, what + " (cuda)");
+    for (int64_t g = 0; g < c.Hq; ++g) {
+      const int64_t d = delta[static_cast<size_t>(g)];
+      for (int64_t pos = std::max(c.ctx - c.T, d); pos < c.ctx; ++pos)
+        EXPECT_TRUE(covers(c, gpu, g / G, pos / c.bs, pos - d)) << what << ": query head " << g << " row " << pos;
+    }
+  }
+}
+
+// Noise: both backends' lists against what the test's sums allow within 5e-2.
+TEST(CudaPatternEstimatorsFp8, VerticalSlashIsPlausibleOnNoise) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 1600;
+  const ops::VerticalSlashParams p{.last_q = 64, .vertical = 24, .slash = 40, .sink_tokens = 4, .recent_diagonals = 16};
+  for (const Case& k : kFp8Cases) {
+    std::mt19937 rng(seed++);
+    const Chunk c = fp8_chunk(k, 2.0f, rng);
+    const std::string what = "fp8 vertical-slash noise " + describe(k, p);
+    const auto [cpu, gpu] = run_both(c, vertical_slash_with(p), what, column_width(c, p));
+    const auto [columns, diagonals] = vertical_slash_picks(c, p, 5e-2);
+    expect_plausible_vertical_slash(c, cpu, columns, diagonals, what + " (cpu)");
+    expect_plausible_vertical_slash(c, gpu, columns, diagonals, what + " (cuda)");
+  }
+}
+
+// Query-aware heads (tau 10: pooled pairs from code x scale products, summed in another order than the CPU's and
+// possibly fused into FMAs): a near-tie at the cover cut may land one block on the other side (seen on the H200:
+// one row of 22 one block longer), so at most one block per row apart. Vertical-slash heads (tau 0: the
+// last queries' attention from bf16(code x scale) keys): a cover count may end one block on the other side at each of
+// the vertical and slash cuts, or swap two near-equal blocks there, so at most 4 blocks per row apart; valid lists
+// everywhere.
+TEST(CudaPatternEstimatorsFp8, FlexPrefillMatchesTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 1700;
+  for (const Case& k : kFp8Cases)
+    for (double tau : {0.0, 10.0})
+      for (double gamma : {0.5, 0.9}) {
+        std::mt19937 rng(seed++);
+        const Chunk c = fp8_chunk(k, 2.0f, rng);
+        const ops::FlexPrefillParams p{.gamma = gamma, .tau = tau, .min_budget = 2 * k.bs};
+        const std::string what = "fp8 flexprefill " + describe(k, p);
+        const auto [cpu, gpu] = run_both(c, flexprefill_with(p), what);
+        EXPECT_LE(max_row_difference(c, cpu, gpu), tau > 0 ? 1 : 4) << what;
+        EXPECT_TRUE(gpu.columns_empty) << what;
+        expect_valid_blocks(c, gpu, what + " (cuda)");
+      }
 }
 
 // Timing only (--gtest_also_run_disabled_tests --gtest_filter='CudaEstimatorBench.*'): one layer of a 128K-token

@@ -1,7 +1,7 @@
 // --kv-cache-dtype on the CPU engine (docs/kv_cache.md): the fp8 cache against the model's dtype (f32 here) on the
 // peaked tiny model, its memory accounting, tensor parallel, and the option's errors. The combinations with offload,
 // Quest and the sparse prefill policies are the quality matrix's fp8 rows (tests/eval/quality_matrix_test.cpp) and
-// the offload tests' fp8 instances (offload_test.cpp).
+// the offload tests' fp8 instances (offload_test.cpp); on CUDA, tests/cuda/e2e_cuda_kv_fp8_sparse_prefill_test.cpp.
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -10,6 +10,8 @@
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/llm/llm.h"
+#include "nanovllm/llm/llm_engine.h"
+#include "nanovllm/sparse/sparse_config.h"
 #include "support/expect_error.h"
 #include "support/test_models.h"
 
@@ -100,6 +102,20 @@ TEST(KvCacheFp8Engine, BadValuesAndUnsupportedCombinationsAreRefused) {
   dca.model.backend = Backend::kCpu;
   dca.cache.kv_cache_dtype = "fp8";
   expect_error([&] { LLM llm(dca); }, {"--kv-cache-dtype fp8", "Dual Chunk Attention"});
+}
+
+// The cuda backend takes fp8 with every sparse prefill policy (its estimators and the block-sparse kernel dequantize
+// the cache as they read it; tests/cuda compares them with the CPU): the engine's configuration checks accept it, run
+// here without a GPU (LLMEngine::prepare, which refused the combination before).
+TEST(KvCacheFp8Engine, CudaBackendTakesEverySparsePrefillPolicy) {
+  for (const SparsePrefillPolicy policy : {SparsePrefillPolicy::kXAttention, SparsePrefillPolicy::kMInference,
+                                           SparsePrefillPolicy::kFlexPrefill, SparsePrefillPolicy::kAvgPool}) {
+    EngineConfig ec = peaked_config("fp8");
+    ec.model.backend = Backend::kCuda;
+    ec.sparse_prefill.policy = policy;
+    ec.sparse_prefill.dense_layers = 1;
+    EXPECT_NO_THROW(LLMEngine::prepare(ec)) << sparse_prefill_policy_name(policy);
+  }
 }
 
 }  // namespace

@@ -49,7 +49,6 @@ cpu::PrefillChunk check_estimate(std::string_view op, const BlockSparsePattern& 
   check_tensor(op, "q", q, dev, 3);
   check_float(op, "q", q);
   check_kv_tensor(op, "k_cache", k_cache, dev, 4);
-  NANOVLLM_CHECK(!(dev.is_cuda() && k_cache.fp8()), op, ": the CUDA estimators read a bf16 KV cache, not fp8");
   const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hk = k_cache.dim(2);
   NANOVLLM_CHECK(T >= 1 && D >= 1 && k_cache.dim(1) >= 1 && k_cache.dim(3) == D, op, ": q ", q.shape().str(),
                  " and k_cache ", k_cache.shape().str(), " must be [T >= 1, Hq, D] and [NB, BS, Hk, D]");

@@ -75,18 +75,12 @@ void check_dual_chunk_attention(const ModelConfig& model, const EngineConfig& co
 }
 
 // An fp8 KV cache (docs/kv_cache.md) runs on every path but Dual Chunk Attention's, whose kernels read only a cache
-// of the activation dtype, and, on CUDA, the sparse prefill policies' (their estimators and the block-sparse wgmma
-// kernel read bf16).
+// of the activation dtype.
 void check_kv_cache_dtype(const ModelConfig& model, const EngineConfig& config) {
   if (!config.cache.kv_cache_fp8()) return;
   NANOVLLM_CHECK(!model.dual_chunk_attention.enabled(), "--kv-cache-dtype ", config.cache.kv_cache_dtype,
                  " does not run with Dual Chunk Attention (the model's dual_chunk_attention_config); use "
                  "--kv-cache-dtype auto");
-  NANOVLLM_CHECK(config.model.backend != Backend::kCuda || !config.sparse_prefill.enabled(), "--kv-cache-dtype ",
-                 config.cache.kv_cache_dtype, " with --sparse-prefill-policy ",
-                 sparse_prefill_policy_name(config.sparse_prefill.policy),
-                 " is not implemented on the cuda backend (its kernels read a bf16 cache); use --kv-cache-dtype auto "
-                 "or the cpu backend");
 }
 
 }  // namespace

@@ -31,13 +31,14 @@
 // stream is regrouped by region, each region starting a key tile (SparseKeysDca), and the Q tile is reloaded
 // where the region changes (at most twice).
 //
-// fp8 KV cache (the kFp8 switch, dense keys; kv_fp8.cuh): tile j+1's codes and row scales stream by cp.async into a
-// staging area while tile j is computed; at the top of tile j+1's iteration all threads rewrite them as bf16(code x
+// fp8 KV cache (the kFp8 switch, dense or block-sparse keys, no Dual Chunk Attention; kv_fp8.cuh): tile j+1's codes
+// and row scales (gathered through the same slot tables) stream by cp.async into a staging area while tile j is
+// computed; at the top of tile j+1's iteration all threads rewrite them as bf16(code x
 // scale) into the K / V stage in the swizzled layout (the SIMT and mma.sync kernels' values), then the MMAs are the
 // bf16 kernel's. The dequantization is not overlapped with the MMAs (one CTA per SM).
 //
-// Resources (D 128): 160 KB + 2 KB shared memory (+ 1.5 KB sparse, + 33 KB fp8 staging) -> 1 CTA per SM,
-// 255-register cap (256 threads; dense 212 registers, sparse 224, no spills).
+// Resources (D 128): 160 KB + 2 KB shared memory (+ 1.5 KB sparse, + 33 KB fp8 staging: 196.5 KB at most) -> 1 CTA
+// per SM, 255-register cap (256 threads; dense 212 registers, sparse 224, fp8 223, sparse fp8 238, no spills).
 
 #include <algorithm>
 #include <type_traits>
@@ -127,7 +128,7 @@ template <> struct PvMma<64> {
 template <int D, bool kSparse, bool kDca = false, bool kFp8 = false>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_wgmma_kernel(Params p, SparsePattern sp, int rows_per_cta, int gc, int gchunks) {
-  static_assert(!(kFp8 && (kSparse || kDca)), "an fp8 cache runs with dense keys and no Dual Chunk Attention");
+  static_assert(!(kFp8 && kDca), "an fp8 cache runs without Dual Chunk Attention");
 #ifdef NANOVLLM_WGMMA_DEVICE
   using C = WgDev<D, kFp8>;
   extern __shared__ unsigned char smem_raw[];
@@ -138,8 +139,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned char* vs = ks + 2 * C::kKvBytes;               // [2 stages][halves][128][128 B]
   int* slots = reinterpret_cast<int*>(vs + 2 * C::kKvBytes);  // [2][128] cache slot per key, -1 = none
   int* kpos = slots + 2 * kBN;  // sparse: [3][128] position per key of tiles t % 3 (INT_MAX: none)
-  // fp8: [K | V][128 keys][D] codes, then [K | V][128] scales (after the slot tables; kSparse is off)
-  unsigned char* staged = reinterpret_cast<unsigned char*>(kpos);
+  // fp8: [K | V][128 keys][D] codes, then [K | V][128] scales (after the slot tables and, sparse, the position tables)
+  unsigned char* staged = reinterpret_cast<unsigned char*>(kpos + (kSparse ? 3 * kBN : 0));
   float* staged_scale = reinterpret_cast<float*>(staged + 2 * kBN * D);
   __shared__ int tile_info[2];
 
@@ -453,11 +454,11 @@ bool launch(const Params& p, int64_t num_tokens, cudaStream_t st) {
 }
 
 // Block-sparse: query tiles of min(128 / gc, bs) rows, tiles_per_block of them per query block.
-template <int D, bool kDca>
+template <int D, bool kDca, bool kFp8 = false>
 bool launch_sparse(const Params& p, SparsePattern sp, cudaStream_t st) {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
-  if (!wgmma_usable<D, true, kDca>(device)) return false;
+  if (!wgmma_usable<D, true, kDca, kFp8>(device)) return false;
   const int gc = p.g < kBM ? p.g : kBM;
   const int gchunks = (p.g + gc - 1) / gc;
   sp.rows_per_tile = std::min(kBM / gc, sp.block_size);
@@ -465,8 +466,9 @@ bool launch_sparse(const Params& p, SparsePattern sp, cudaStream_t st) {
   const int64_t ctas = int64_t{sp.num_query_blocks - sp.first_block} * sp.tiles_per_block * p.hk * gchunks;
   NANOVLLM_CHECK(ctas < (int64_t{1} << 31), "block_sparse_prefill_attention (cuda): grid too large (", ctas, " CTAs)");
   if (ctas == 0) return true;
-  prefill_wgmma_kernel<D, true, kDca><<<static_cast<unsigned>(ctas), kThreads, WgCfg<D, true>::kSmem, st>>>(
-      p, sp, sp.rows_per_tile, gc, gchunks);
+  prefill_wgmma_kernel<D, true, kDca, kFp8>
+      <<<static_cast<unsigned>(ctas), kThreads, WgCfg<D, true, kFp8>::kSmem, st>>>(p, sp, sp.rows_per_tile, gc,
+                                                                                  gchunks);
   CUDA_CHECK_LAUNCH();
   return true;
 }
@@ -490,8 +492,14 @@ bool launch_prefill_wgmma(const Params& p, int head_dim, int64_t num_tokens, cud
 }
 
 bool launch_block_sparse_wgmma(const Params& p, const SparsePattern& sp, int head_dim, cudaStream_t st, bool dca) {
-  NANOVLLM_CHECK(p.k_scale == nullptr, "block_sparse_prefill_attention (cuda): the block-sparse wgmma kernel reads a "
-                 "bf16 KV cache, not fp8");
+  if (p.k_scale != nullptr) {  // an fp8 cache (the engine refuses it with Dual Chunk Attention)
+    NANOVLLM_CHECK(!dca, "block_sparse_prefill_attention (cuda): Dual Chunk Attention reads a bf16 KV cache, not fp8");
+    switch (head_dim) {
+      case 64: return launch_sparse<64, false, true>(p, sp, st);
+      case 128: return launch_sparse<128, false, true>(p, sp, st);
+      default: return false;
+    }
+  }
   switch (head_dim) {
     case 64: return dca ? launch_sparse<64, true>(p, sp, st) : launch_sparse<64, false>(p, sp, st);
     case 128: return dca ? launch_sparse<128, true>(p, sp, st) : launch_sparse<128, false>(p, sp, st);

@@ -10,6 +10,8 @@
 // all query heads of a pass, reading the transposed mean keys coalesced (from L2: [D, NQB] per KV head).
 // Dual Chunk Attention (q [3, T, Hq, D]): the block-mean queries of each rotation, and a (query block, key block) pair
 // is scored with the rotation of its region (ChunkGeometry::region), the last query's logits likewise.
+// An fp8 KV cache (bf16 q): the keys are read as code x row scale, one f32 product (kv_fp8.cuh's load_kv_vec), the
+// CPU's load_kv_row values, so the means and scores stay the CPU's bits on the fp8 cache too.
 #include <algorithm>
 
 #include "nanovllm/core/error.h"
@@ -60,9 +62,10 @@ struct LastSmem {  // [G][D] the group's last queries, [kLastTile][D + 1] the ke
   }
 };
 
-template <typename T>
+// T: q's element type; K: the cache's (uint8_t: fp8 codes with k_scale, read as the CPU's code x scale).
+template <typename T, typename K>
 __global__ void __launch_bounds__(pt::kSelectThreads)
-    last_query_scores_kernel(const T* __restrict__ q, const T* __restrict__ k_cache,
+    last_query_scores_kernel(const T* __restrict__ q, const K* __restrict__ k_cache, const float* __restrict__ k_scale,
                              const int32_t* __restrict__ block_table, float* __restrict__ last_scores, Geometry g,
                              float scale, bool vec) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -75,7 +78,7 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
   // (DCA: the rotation of the last query block's region for key block j)
   const T* qrow = q + g.region(g.nqb - 1, j) * g.rot_stride + (int64_t{g.T - 1} * g.Hq + int64_t{h} * G) * D;
   for (int e = threadIdx.x; e < G * D; e += blockDim.x) qs[e] = static_cast<float>(qrow[e]);
-  constexpr int kVec = 8;  // elements a thread loads (one 16-byte load for bf16, pattern_pool.cuh's load_vec)
+  constexpr int kVec = 8;  // elements a thread loads (one vector load for bf16 / fp8 codes: kv_fp8.cuh's load_kv_vec)
   const int per_key = vec ? D / kVec : D;  // loads per key row
   const int p0 = j * g.B, p1 = g.key_end(j);
   for (int t0 = p0; t0 < p1; t0 += kLastTile) {
@@ -84,15 +87,17 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
     for (int e = threadIdx.x; e < nk * per_key; e += blockDim.x) {
       const int k = e / per_key, c = e % per_key, p = t0 + k;
       const int64_t slot = int64_t{block_table[p / g.BS]} * g.BS + p % g.BS;
-      const T* src = k_cache + (slot * g.Hk + h) * D;
+      const int64_t row = slot * g.Hk + h;
       float* dst = ks + k * (D + 1);
       if (vec) {
         float x[kVec];
-        pt::load_vec<T, kVec>(src + c * kVec, x);
+        load_kv_vec<K, kVec>(k_cache, k_scale, row, D, c * kVec, x);
 #pragma unroll
         for (int t = 0; t < kVec; ++t) dst[c * kVec + t] = x[t];
       } else {
-        dst[c] = static_cast<float>(src[c]);
+        float x[1];
+        load_kv_vec<K, 1>(k_cache, k_scale, row, D, c, x);
+        dst[c] = x[0];
       }
     }
     __syncthreads();
@@ -121,19 +126,20 @@ __global__ void __launch_bounds__(pt::kSelectThreads)
   }
 }
 
-template <typename T>
-void launch_last_query_scores(const TensorView& q, const TensorView& k_cache, const int32_t* block_table,
+template <typename T, typename K>
+void launch_last_query_scores(const TensorView& q, const KvCacheTensor& k_cache, const int32_t* block_table,
                               float* last_scores, const Geometry& g, float scale, int smem_optin, cudaStream_t st) {
   const int64_t smem = LastSmem(g).total;
   NANOVLLM_CHECK(smem <= smem_optin, "avgpool_estimate (cuda): the last query's scores of ", g.group(),
                  " query heads over key blocks of ", g.B, " tokens (head_dim ", g.D, ") need ", smem,
                  " bytes of shared memory; the device has ", smem_optin, " per CTA");
-  CUDA_CHECK(cudaFuncSetAttribute(last_query_scores_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  CUDA_CHECK(cudaFuncSetAttribute(last_query_scores_kernel<T, K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(smem)));
   const unsigned ctas = static_cast<unsigned>(int64_t{g.Hk} * g.nqb);
   const bool vec = g.D % 8 == 0 && aligned16(k_cache.data());
-  last_query_scores_kernel<T><<<ctas, pt::kSelectThreads, static_cast<size_t>(smem), st>>>(
-      q.data_as<const T>(), k_cache.data_as<const T>(), block_table, last_scores, g, scale, vec);
+  const float* k_scale = k_cache.fp8() ? k_cache.scale.data_as<const float>() : nullptr;
+  last_query_scores_kernel<T, K><<<ctas, pt::kSelectThreads, static_cast<size_t>(smem), st>>>(
+      q.data_as<const T>(), static_cast<const K*>(k_cache.data()), k_scale, block_table, last_scores, g, scale, vec);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -225,7 +231,7 @@ struct AvgPoolTag;  // the op's grow-only workspace (op_workspace.h): the mean k
 
 }  // namespace
 
-void avgpool_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void avgpool_estimate(const ops::BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                       const AttentionMetadata& meta, float scale, const ops::AvgPoolParams& params,
                       const ops::DualChunkParams* dca, ops::Stream s) {
   constexpr const char* op = "avgpool_estimate (cuda)";
@@ -257,13 +263,15 @@ void avgpool_estimate(const ops::BlockSparsePattern& pattern, TensorView q, Tens
     last_scores = mean_q + q_floats;
     const int32_t* table = meta.block_tables.data_as<const int32_t>();
     pt::launch_pooling(op, q, k_cache, table, mean_q, mean_k, g, st);
-    // pool_keys reads the cache as q's dtype: launch_pooling checked they match.
-    if (q.dtype() == DType::kBF16) {
-      launch_last_query_scores<__nv_bfloat16>(q, k_cache, table, last_scores, g, scale, optin, st);
+    // launch_pooling checked the cache is q's dtype or fp8 (then q is bf16).
+    if (k_cache.fp8()) {
+      launch_last_query_scores<__nv_bfloat16, uint8_t>(q, k_cache, table, last_scores, g, scale, optin, st);
+    } else if (q.dtype() == DType::kBF16) {
+      launch_last_query_scores<__nv_bfloat16, __nv_bfloat16>(q, k_cache, table, last_scores, g, scale, optin, st);
     } else if (q.dtype() == DType::kF16) {
-      launch_last_query_scores<__half>(q, k_cache, table, last_scores, g, scale, optin, st);
+      launch_last_query_scores<__half, __half>(q, k_cache, table, last_scores, g, scale, optin, st);
     } else {
-      launch_last_query_scores<float>(q, k_cache, table, last_scores, g, scale, optin, st);
+      launch_last_query_scores<float, float>(q, k_cache, table, last_scores, g, scale, optin, st);
     }
   }
   CUDA_CHECK(cudaFuncSetAttribute(select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));

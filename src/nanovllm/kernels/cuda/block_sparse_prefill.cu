@@ -1,5 +1,6 @@
 // block_sparse_prefill_attention on CUDA: the sm_90a wgmma prefill kernel with the block-sparse key source
-// (attention_prefill_wgmma.cu, block_sparse_tiles.cuh), head_dim 64 / 128, bf16. No other path: other
+// (attention_prefill_wgmma.cu, block_sparse_tiles.cuh), head_dim 64 / 128, bf16 q and a bf16 or fp8 KV cache (an
+// fp8 cache's K / V tiles are dequantized in shared memory as the dense wgmma prefill does). No other path: other
 // GPUs and head dims get an error naming what is supported. Dual Chunk Attention (q [3, T, Hq, D]): the same
 // kernel with the key stream grouped by region (SparseKeysDca), chunk_len a multiple of its 128-key tiles.
 #include "nanovllm/kernels/cuda/block_sparse_tiles.cuh"
@@ -12,8 +13,6 @@ void block_sparse_prefill_attention(TensorView out, TensorView q, const KvCacheT
                                     const ops::BlockSparsePattern& pattern, float scale, const ops::DualChunkParams* dca,
                                     ops::Stream s) {
   constexpr const char* op = "block_sparse_prefill_attention (cuda)";
-  NANOVLLM_CHECK(!k_cache.fp8(), op, ": the wgmma kernel reads a bf16 KV cache, not fp8 (--kv-cache-dtype fp8 runs "
-                 "sparse prefill on the CPU backend only)");
   // q [T, Hq, D], or [3, T, Hq, D] with DCA
   const int64_t T = q.dim(q.ndim() - 3), Hq = q.dim(q.ndim() - 2), D = q.dim(q.ndim() - 1);
   if (T == 0) return;

@@ -293,7 +293,7 @@ void launch_mean_last(const TensorView& q, int last, float* mean_last, const pt:
 
 }  // namespace
 
-void flexprefill_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void flexprefill_estimate(const ops::BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                           const AttentionMetadata& meta, float scale, const ops::FlexPrefillParams& params,
                           const ops::DualChunkParams* dca, ops::Stream s) {
   constexpr const char* op = "flexprefill_estimate (cuda)";
@@ -319,8 +319,7 @@ void flexprefill_estimate(const ops::BlockSparsePattern& pattern, TensorView q, 
     CUDA_CHECK(cudaGetLastError());
     return;
   }
-  NANOVLLM_CHECK(q.dtype() == k_cache.dtype(), op, ": q and k_cache must have one dtype, got ", dtype_name(q.dtype()),
-                 " and ", dtype_name(k_cache.dtype()));
+  pt::check_query_and_cache(op, q, k_cache);
   NANOVLLM_CHECK(g.D <= lastq::kMaxDim, op, ": head_dim ", g.D, " is above the kernel's ", lastq::kMaxDim);
   NANOVLLM_CHECK(int64_t{nqc} * g.nqb <= (int64_t{1} << 32), op, ": ", nqc, " x ", g.nqb,
                  " (query block, key block) pairs do not fit the selection's 32-bit pair index");

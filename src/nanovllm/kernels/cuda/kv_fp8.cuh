@@ -9,6 +9,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace nanovllm::cuda_ops {
 
@@ -47,6 +48,44 @@ __device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint2 codes, float scale) {
     o[i] = *reinterpret_cast<const uint32_t*>(&b);
   }
   return out;
+}
+
+// Elements [d, d + kVec) of row `row` (D elements per row; row = slot x Hk + head) of a K / V cache as f32: for an fp8
+// cache (K = uint8_t codes, `scale` its rows' scales) code x scale in one f32 product, the CPU's load_kv_row bits;
+// otherwise the element converted (`scale` unused). kVec 8 loads the 8 elements at once (one 8-byte load of codes, one
+// 16-byte load of bf16): the caller checks D % 8 == 0 and the alignment. The pattern estimators read keys this way.
+template <typename K, int kVec>
+__device__ __forceinline__ void load_kv_vec(const K* cache, const float* scale, int64_t row, int D, int d,
+                                            float (&x)[kVec]) {
+  const K* p = cache + row * D + d;
+  if constexpr (std::is_same_v<K, uint8_t>) {
+    const float s = scale[row];
+    if constexpr (kVec == 8) {
+      const uint2 codes = *reinterpret_cast<const uint2*>(p);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t h = fp8x2_to_f16x2((i < 2 ? codes.x : codes.y) >> (16 * (i & 1)));
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+        x[2 * i] = __fmul_rn(f.x, s);
+        x[2 * i + 1] = __fmul_rn(f.y, s);
+      }
+    } else {
+#pragma unroll
+      for (int t = 0; t < kVec; ++t) x[t] = __fmul_rn(fp8_e4m3_value(p[t]), s);
+    }
+  } else if constexpr (kVec == 8 && std::is_same_v<K, __nv_bfloat16>) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(h[i]);
+      x[2 * i] = f.x;
+      x[2 * i + 1] = f.y;
+    }
+  } else {
+#pragma unroll
+    for (int t = 0; t < kVec; ++t) x[t] = static_cast<float>(p[t]);
+  }
 }
 
 // A row's scale by a 4-byte cp.async (the tensor-core kernels stage codes and scales asynchronously);

@@ -21,15 +21,22 @@
 // Dual Chunk Attention (Geometry::dca_chunk_len > 0, q [3, T, Hq, D]): a key tile (kKeys divides the chunk length)
 // lies in one chunk, and each row of a query chunk is loaded in the rotation of that key chunk's region for the row
 // (the row's own chunk, the previous one, or earlier), as the CPU's ChunkQueries scores it.
+//
+// An fp8 KV cache (bf16 q): the key tile is written as bf16(code x row scale) (kv_fp8.cuh, the dense prefill kernels'
+// tile conversion), one more rounding than the CPU's f32 code x scale (relative 2^-9 per key, like the operands'
+// bf16 rounding above): the sums differ from the CPU's on the fp8 cache by rounding only.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/kernels/cuda/common.cuh"
+#include "nanovllm/kernels/cuda/kv_fp8.cuh"
 #include "nanovllm/kernels/cuda/mma_utils.cuh"
 #include "nanovllm/kernels/cuda/op_workspace.h"
+#include "nanovllm/kernels/kv_cache.h"
 
 namespace nanovllm::cuda_ops::lastq {
 
@@ -109,26 +116,37 @@ __device__ __forceinline__ int64_t cache_slot(const int32_t* bt, int k, int BS) 
 
 // ks [kKeys][stride] bf16 = keys k0 .. k0 + kKeys - 1 of KV head h from k_cache [NB, BS, Hk, D] (zeros past ctx and in
 // the padding dims). kVec: bf16 with D % 8 == 0 and 16-byte aligned tensors, 16-byte cp.async (the caller commits and
-// waits); otherwise element by element, converted to bf16.
-template <typename T, bool kVec>
-__device__ __forceinline__ void load_keys(const T* k_cache, const int32_t* bt, int h, int k0, const Geometry& g,
-                                          __nv_bfloat16* ks) {
+// waits); otherwise element by element, converted to bf16. K = uint8_t: fp8 codes with k_scale [NB, BS, Hk], written
+// as bf16(code x scale) by plain stores (8 codes at a time with kVec).
+template <typename K, bool kVec>
+__device__ __forceinline__ void load_keys(const K* k_cache, const float* k_scale, const int32_t* bt, int h, int k0,
+                                          const Geometry& g, __nv_bfloat16* ks) {
   const int S = g.stride();
-  if constexpr (kVec) {
+  if constexpr (kVec && std::is_same_v<K, uint8_t>) {
+    const int chunks = g.Dp / 8;
+    for (int e = threadIdx.x; e < kKeys * chunks; e += blockDim.x) {
+      const int r = e / chunks, c = e % chunks, k = k0 + r;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (k < g.ctx && c * 8 < g.D) {
+        const int64_t row = cache_slot(bt, k, g.BS) * g.Hk + h;
+        v = fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(k_cache + row * g.D + c * 8), k_scale[row]);
+      }
+      *reinterpret_cast<uint4*>(ks + r * S + c * 8) = v;
+    }
+  } else if constexpr (kVec) {
     const int chunks = g.Dp / 8;
     for (int e = threadIdx.x; e < kKeys * chunks; e += blockDim.x) {
       const int r = e / chunks, c = e % chunks, k = k0 + r;
       const bool valid = k < g.ctx && c * 8 < g.D;
-      const T* src = valid ? k_cache + (cache_slot(bt, k, g.BS) * g.Hk + h) * g.D + c * 8 : k_cache;
+      const K* src = valid ? k_cache + (cache_slot(bt, k, g.BS) * g.Hk + h) * g.D + c * 8 : k_cache;
       cp_async16_zfill(smem_u32(ks + r * S + c * 8), src, valid);
     }
   } else {
     for (int e = threadIdx.x; e < kKeys * g.Dp; e += blockDim.x) {
       const int r = e / g.Dp, d = e % g.Dp, k = k0 + r;
-      const float v = k < g.ctx && d < g.D
-                          ? static_cast<float>(k_cache[(cache_slot(bt, k, g.BS) * g.Hk + h) * g.D + d])
-                          : 0.0f;
-      ks[r * S + d] = __float2bfloat16_rn(v);
+      float v[1] = {0.0f};
+      if (k < g.ctx && d < g.D) load_kv_vec<K, 1>(k_cache, k_scale, cache_slot(bt, k, g.BS) * g.Hk + h, g.D, d, v);
+      ks[r * S + d] = __float2bfloat16_rn(v[0]);
     }
   }
 }
@@ -202,10 +220,11 @@ inline size_t tile_smem(const Geometry& g, bool staged) {
 
 // part_max / part_sum [Hq, last, ntiles]: per (query head, row, key tile), the largest x over the tile's causal keys
 // (-inf: none) and the sum of exp(x - that max) over them.
-template <typename T, bool kVec>
+template <typename T, typename K, bool kVec>
 __global__ void __launch_bounds__(kThreads)
-    stats_kernel(const T* __restrict__ q, const T* __restrict__ k_cache, const int32_t* __restrict__ bt, Geometry g,
-                 float* __restrict__ part_max, double* __restrict__ part_sum) {
+    stats_kernel(const T* __restrict__ q, const K* __restrict__ k_cache, const float* __restrict__ k_scale,
+                 const int32_t* __restrict__ bt, Geometry g, float* __restrict__ part_max,
+                 double* __restrict__ part_sum) {
   extern __shared__ __align__(16) unsigned char smem[];
   auto* ks = reinterpret_cast<__nv_bfloat16*>(smem);  // [kKeys][stride]
   __nv_bfloat16* qs = ks + kKeys * g.stride();         // [kRows][stride]
@@ -215,7 +234,7 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tq = lane & 3, half = warp >> 2;
   const int row0 = 16 * (warp & 3) + (lane >> 2);  // this thread's rows: row0 and row0 + 8 of the chunk
   const int key0 = k0 + 64 * half + 2 * tq;         // its keys: key0 + 8 n + c
-  load_keys<T, kVec>(k_cache, bt, h, k0, g, ks);
+  load_keys<K, kVec>(k_cache, k_scale, bt, h, k0, g, ks);
   for (int gi = 0; gi < g.group(); ++gi) {
     const int qh = h * g.group() + gi;
     for (int chunk = 0; chunk < g.nchunks; ++chunk) {
@@ -293,10 +312,11 @@ __global__ void __launch_bounds__(32 * kRowsPerCta)
 // vertical [Hq, ctx]: the CTA's keys, summed over all rows in row order; diag_part [Hq, ntiles, diag_width]: the
 // tile's partial sums along the diagonals crossing it. Acc float: fp32 sums (the CPU's); double: fp64, and kMean
 // divides the vertical sums by `last`.
-template <typename T, bool kVec, typename Acc, bool kMean>
+template <typename T, typename K, bool kVec, typename Acc, bool kMean>
 __global__ void __launch_bounds__(kThreads)
-    accumulate_kernel(const T* __restrict__ q, const T* __restrict__ k_cache, const int32_t* __restrict__ bt,
-                      Geometry g, const float* __restrict__ row_max, const double* __restrict__ row_inv,
+    accumulate_kernel(const T* __restrict__ q, const K* __restrict__ k_cache, const float* __restrict__ k_scale,
+                      const int32_t* __restrict__ bt, Geometry g, const float* __restrict__ row_max,
+                      const double* __restrict__ row_inv,
                       Acc* __restrict__ vertical, Acc* __restrict__ diag_part) {
   extern __shared__ __align__(16) unsigned char smem[];
   auto* ks = reinterpret_cast<__nv_bfloat16*>(smem);                    // [kKeys][stride]
@@ -307,7 +327,7 @@ __global__ void __launch_bounds__(kThreads)
   const int row0 = 16 * (warp & 3) + (lane >> 2);
   const int col0 = 64 * half + 2 * tq;  // this thread's keys in the tile: col0 + 8 n + c
   const int W = g.diag_width();
-  load_keys<T, kVec>(k_cache, bt, h, k0, g, ks);
+  load_keys<K, kVec>(k_cache, k_scale, bt, h, k0, g, ks);
   for (int gi = 0; gi < g.group(); ++gi) {
     const int qh = h * g.group() + gi;
     Acc* diag = diag_part + (int64_t{qh} * g.ntiles + tile) * W;  // entry u: diagonal p0 - k0 - (kKeys - 1) + u
@@ -378,40 +398,47 @@ __global__ void slash_kernel(const Acc* __restrict__ diag_part, Geometry g, Acc*
 
 // ---- host ----
 
-template <typename T, bool kVec, typename Acc, bool kMean>
-void run_as(const void* q, const void* k_cache, const int32_t* bt, const Geometry& g, const Buffers<Acc>& b,
+template <typename T, typename K, bool kVec, typename Acc, bool kMean>
+void run_as(const void* q, const KvCacheTensor& k_cache, const int32_t* bt, const Geometry& g, const Buffers<Acc>& b,
             cudaStream_t st) {
   const size_t stats_smem = tile_smem(g, false), acc_smem = tile_smem(g, true);
-  CUDA_CHECK(cudaFuncSetAttribute(stats_kernel<T, kVec>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  CUDA_CHECK(cudaFuncSetAttribute(stats_kernel<T, K, kVec>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(stats_smem)));
-  CUDA_CHECK(cudaFuncSetAttribute(accumulate_kernel<T, kVec, Acc, kMean>,
+  CUDA_CHECK(cudaFuncSetAttribute(accumulate_kernel<T, K, kVec, Acc, kMean>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(acc_smem)));
   const dim3 tiles(static_cast<unsigned>(g.ntiles), static_cast<unsigned>(g.Hk));
-  stats_kernel<T, kVec><<<tiles, kThreads, stats_smem, st>>>(static_cast<const T*>(q), static_cast<const T*>(k_cache),
-                                                              bt, g, b.part_max, b.part_sum);
+  const auto* keys = static_cast<const K*>(k_cache.data());
+  const float* k_scale = k_cache.fp8() ? k_cache.scale.data_as<const float>() : nullptr;
+  stats_kernel<T, K, kVec><<<tiles, kThreads, stats_smem, st>>>(static_cast<const T*>(q), keys, k_scale, bt, g,
+                                                                 b.part_max, b.part_sum);
   CUDA_CHECK(cudaGetLastError());
   constexpr int kRowsPerCta = 8;
   row_stats_kernel<kRowsPerCta><<<ceil_div_u(int64_t{g.Hq} * g.last, kRowsPerCta), 32 * kRowsPerCta, 0, st>>>(
       b.part_max, b.part_sum, g, b.row_max, b.row_inv);
   CUDA_CHECK(cudaGetLastError());
-  accumulate_kernel<T, kVec, Acc, kMean><<<tiles, kThreads, acc_smem, st>>>(
-      static_cast<const T*>(q), static_cast<const T*>(k_cache), bt, g, b.row_max, b.row_inv, b.vertical, b.diag_part);
+  accumulate_kernel<T, K, kVec, Acc, kMean><<<tiles, kThreads, acc_smem, st>>>(
+      static_cast<const T*>(q), keys, k_scale, bt, g, b.row_max, b.row_inv, b.vertical, b.diag_part);
   CUDA_CHECK(cudaGetLastError());
   slash_kernel<Acc, kMean><<<ceil_div_u(int64_t{g.Hq} * g.ctx, 256), 256, 0, st>>>(b.diag_part, g, b.slash);
   CUDA_CHECK(cudaGetLastError());
 }
 
-// The four launches for q's element type (q and k_cache of one float dtype; D <= kMaxDim: checked by the caller).
+// The four launches for q's element type (q and k_cache of one float dtype, or bf16 q and an fp8 cache: checked by
+// the caller, as D <= kMaxDim).
 template <typename Acc, bool kMean>
-void run(const TensorView& q, const TensorView& k_cache, const int32_t* bt, const Geometry& g, const Buffers<Acc>& b,
-         cudaStream_t st) {
+void run(const TensorView& q, const KvCacheTensor& k_cache, const int32_t* bt, const Geometry& g,
+         const Buffers<Acc>& b, cudaStream_t st) {
   const bool vec = g.D % 8 == 0 && aligned16(q.data()) && aligned16(k_cache.data());
-  if (q.dtype() == DType::kBF16) {
-    if (vec) return run_as<__nv_bfloat16, true, Acc, kMean>(q.data(), k_cache.data(), bt, g, b, st);
-    return run_as<__nv_bfloat16, false, Acc, kMean>(q.data(), k_cache.data(), bt, g, b, st);
+  if (k_cache.fp8()) {
+    if (vec) return run_as<__nv_bfloat16, uint8_t, true, Acc, kMean>(q.data(), k_cache, bt, g, b, st);
+    return run_as<__nv_bfloat16, uint8_t, false, Acc, kMean>(q.data(), k_cache, bt, g, b, st);
   }
-  if (q.dtype() == DType::kF16) return run_as<__half, false, Acc, kMean>(q.data(), k_cache.data(), bt, g, b, st);
-  run_as<float, false, Acc, kMean>(q.data(), k_cache.data(), bt, g, b, st);
+  if (q.dtype() == DType::kBF16) {
+    if (vec) return run_as<__nv_bfloat16, __nv_bfloat16, true, Acc, kMean>(q.data(), k_cache, bt, g, b, st);
+    return run_as<__nv_bfloat16, __nv_bfloat16, false, Acc, kMean>(q.data(), k_cache, bt, g, b, st);
+  }
+  if (q.dtype() == DType::kF16) return run_as<__half, __half, false, Acc, kMean>(q.data(), k_cache, bt, g, b, st);
+  run_as<float, float, false, Acc, kMean>(q.data(), k_cache, bt, g, b, st);
 }
 
 }  // namespace nanovllm::cuda_ops::lastq

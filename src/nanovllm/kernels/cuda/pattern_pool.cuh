@@ -1,7 +1,8 @@
 // Block-mean pooling the CUDA pattern estimators share (AvgPool scores pooled queries against pooled keys; FlexPrefill
 // the same for its query-aware heads and its Jensen-Shannon test): the mean key of every key block and the mean query
 // of every query block of the chunk, in fp32, summed in position order without fused multiply-adds, so they are the CPU
-// reference's mean_rows() bits (kernels/cpu). One thread per kVec elements of a row, 16-byte loads for bf16.
+// reference's mean_rows() bits (kernels/cpu). One thread per kVec elements of a row, 16-byte loads for bf16. The keys
+// come from a cache of q's dtype or from an fp8 cache (codes x row scales as the CPU's load_kv_row, kv_fp8.cuh).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/kernels/cuda/common.cuh"
+#include "nanovllm/kernels/cuda/kv_fp8.cuh"
 #include "nanovllm/kernels/cuda/pattern_select.cuh"
 
 namespace nanovllm::cuda_ops::pattern {
@@ -28,11 +30,11 @@ __device__ __forceinline__ void load_vec(const T* p, float (&x)[kVec]) {
 
 // mean_k [Hk, D, nqb] fp32 (transposed: score loops read consecutive key blocks in consecutive threads): per KV head
 // and key block j, the mean of keys [jB, key_end(j)) read from k_cache [NB, BS, Hk, D] through block_table, summed in
-// position order (the CPU's order). blockIdx (j, slice of the [Hk x D] row); T the cache's element type, kVec
-// elements per thread (16-byte loads where D allows).
-template <typename T, int kVec>
-__global__ void pool_keys_kernel(const T* __restrict__ k_cache, const int32_t* __restrict__ block_table,
-                                 float* __restrict__ mean_k, ChunkGeometry g) {
+// position order (the CPU's order). blockIdx (j, slice of the [Hk x D] row); K the cache's element type (uint8_t: fp8
+// codes with k_scale [NB, BS, Hk]), kVec elements per thread (vector loads where D allows).
+template <typename K, int kVec>
+__global__ void pool_keys_kernel(const K* __restrict__ k_cache, const float* __restrict__ k_scale,
+                                 const int32_t* __restrict__ block_table, float* __restrict__ mean_k, ChunkGeometry g) {
   const int j = blockIdx.x;
   const int e = (static_cast<int>(blockIdx.y) * blockDim.x + threadIdx.x) * kVec;  // in the [Hk x D] row
   if (e >= g.Hk * g.D) return;
@@ -41,7 +43,7 @@ __global__ void pool_keys_kernel(const T* __restrict__ k_cache, const int32_t* _
   for (int p = p0; p < p1; ++p) {
     const int64_t slot = int64_t{block_table[p / g.BS]} * g.BS + p % g.BS;
     float x[kVec];
-    load_vec<T, kVec>(k_cache + slot * g.Hk * g.D + e, x);
+    load_kv_vec<K, kVec>(k_cache, k_scale, slot * g.Hk + e / g.D, g.D, e % g.D, x);
 #pragma unroll
     for (int t = 0; t < kVec; ++t) acc[t] = __fadd_rn(acc[t], x[t]);
   }
@@ -75,33 +77,40 @@ __global__ void pool_queries_kernel(const T* __restrict__ q, float* __restrict__
     mean_q[(int64_t{qh} * (g.nqb - g.first) + blockIdx.x) * g.D + d + t] = acc[t] / static_cast<float>(r1 - r0);
 }
 
-template <typename T, int kVec>
-void launch_pooling_as(const void* q, const void* k_cache, const int32_t* block_table, float* mean_q, float* mean_k,
-                       const ChunkGeometry& g, cudaStream_t st) {
+template <typename T, typename K, int kVec>
+void launch_pooling_as(const void* q, const KvCacheTensor& k_cache, const int32_t* block_table, float* mean_q,
+                       float* mean_k, const ChunkGeometry& g, cudaStream_t st) {
   const int64_t per_cta = int64_t{kPoolThreads} * kVec;
-  pool_keys_kernel<T, kVec><<<dim3(g.nqb, ceil_div_u(int64_t{g.Hk} * g.D, per_cta)), kPoolThreads, 0, st>>>(
-      static_cast<const T*>(k_cache), block_table, mean_k, g);
+  const float* k_scale = k_cache.fp8() ? k_cache.scale.data_as<const float>() : nullptr;
+  pool_keys_kernel<K, kVec><<<dim3(g.nqb, ceil_div_u(int64_t{g.Hk} * g.D, per_cta)), kPoolThreads, 0, st>>>(
+      static_cast<const K*>(k_cache.data()), k_scale, block_table, mean_k, g);
   CUDA_CHECK(cudaGetLastError());
   pool_queries_kernel<T, kVec><<<dim3(g.nqb - g.first, ceil_div_u(int64_t{g.Hq} * g.D, per_cta), g.rotations()),
                                  kPoolThreads, 0, st>>>(static_cast<const T*>(q), mean_q, g);
   CUDA_CHECK(cudaGetLastError());
 }
 
-// The pooling kernels for q's and k_cache's element type (the entry points check they are floats; `op` names the
-// caller in the error when the two differ).
-inline void launch_pooling(const char* op, const TensorView& q, const TensorView& k_cache,
+// The pooling kernels for q's and k_cache's element types (the entry points check they are floats; `op` names the
+// caller in the error when they do not match).
+inline void launch_pooling(const char* op, const TensorView& q, const KvCacheTensor& k_cache,
                            const int32_t* block_table, float* mean_q, float* mean_k, const ChunkGeometry& g,
                            cudaStream_t st) {
-  NANOVLLM_CHECK(q.dtype() == k_cache.dtype(), op, ": q and k_cache must have one dtype, got ", dtype_name(q.dtype()),
-                 " and ", dtype_name(k_cache.dtype()));
+  check_query_and_cache(op, q, k_cache);
   const bool vec = g.D % 8 == 0 && aligned16(q.data()) && aligned16(k_cache.data());
+  if (k_cache.fp8()) {
+    if (vec) return launch_pooling_as<__nv_bfloat16, uint8_t, 8>(q.data(), k_cache, block_table, mean_q, mean_k, g, st);
+    return launch_pooling_as<__nv_bfloat16, uint8_t, 1>(q.data(), k_cache, block_table, mean_q, mean_k, g, st);
+  }
   if (q.dtype() == DType::kBF16) {
-    if (vec) return launch_pooling_as<__nv_bfloat16, 8>(q.data(), k_cache.data(), block_table, mean_q, mean_k, g, st);
-    return launch_pooling_as<__nv_bfloat16, 1>(q.data(), k_cache.data(), block_table, mean_q, mean_k, g, st);
+    if (vec) {
+      return launch_pooling_as<__nv_bfloat16, __nv_bfloat16, 8>(q.data(), k_cache, block_table, mean_q, mean_k, g,
+                                                                st);
+    }
+    return launch_pooling_as<__nv_bfloat16, __nv_bfloat16, 1>(q.data(), k_cache, block_table, mean_q, mean_k, g, st);
   }
   if (q.dtype() == DType::kF16)
-    return launch_pooling_as<__half, 1>(q.data(), k_cache.data(), block_table, mean_q, mean_k, g, st);
-  launch_pooling_as<float, 1>(q.data(), k_cache.data(), block_table, mean_q, mean_k, g, st);
+    return launch_pooling_as<__half, __half, 1>(q.data(), k_cache, block_table, mean_q, mean_k, g, st);
+  launch_pooling_as<float, float, 1>(q.data(), k_cache, block_table, mean_q, mean_k, g, st);
 }
 
 }  // namespace nanovllm::cuda_ops::pattern

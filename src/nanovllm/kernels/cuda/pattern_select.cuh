@@ -12,6 +12,7 @@
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_check.h"
 #include "nanovllm/kernels/cuda/radix_select.cuh"
+#include "nanovllm/kernels/kv_cache.h"
 #include "nanovllm/kernels/sparse_ops.h"
 
 namespace nanovllm::cuda_ops::pattern {
@@ -57,6 +58,17 @@ inline ChunkGeometry chunk_geometry(const ops::BlockSparsePattern& pattern, cons
   g.nqb = (g.ctx + g.B - 1) / g.B;
   g.first = g.start() / g.B;
   return g;
+}
+
+// The caller's check that q and k_cache match: one float dtype, or (an fp8 cache) bf16 queries.
+inline void check_query_and_cache(const char* op, const TensorView& q, const KvCacheTensor& k_cache) {
+  if (k_cache.fp8()) {
+    NANOVLLM_CHECK(q.dtype() == DType::kBF16, op, ": an fp8 KV cache takes bf16 queries on CUDA, got ",
+                   dtype_name(q.dtype()));
+    return;
+  }
+  NANOVLLM_CHECK(q.dtype() == k_cache.dtype(), op, ": q and k_cache must have one dtype, got ", dtype_name(q.dtype()),
+                 " and ", dtype_name(k_cache.dtype()));
 }
 
 // Empty column lists (counts 0, entries -1) where the pattern has them: only vertical-slash lists columns.

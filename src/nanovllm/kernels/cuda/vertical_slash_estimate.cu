@@ -184,7 +184,7 @@ struct VerticalSlashTag {};
 
 }  // namespace
 
-void vertical_slash_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void vertical_slash_estimate(const ops::BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                              const AttentionMetadata& meta, float scale, const ops::VerticalSlashParams& params,
                              const ops::DualChunkParams* dca, ops::Stream s) {
   constexpr const char* op = "vertical_slash_estimate (cuda)";
@@ -195,8 +195,7 @@ void vertical_slash_estimate(const ops::BlockSparsePattern& pattern, TensorView 
   NANOVLLM_CHECK(dca_len % lastq::kKeys == 0, op, ": Dual Chunk Attention's chunk length ", dca_len,
                  " must be a multiple of ", lastq::kKeys);
   const pt::ChunkGeometry g = pt::chunk_geometry(pattern, q, k_cache, meta, dca_len);
-  NANOVLLM_CHECK(q.dtype() == k_cache.dtype(), op, ": q and k_cache must have one dtype, got ", dtype_name(q.dtype()),
-                 " and ", dtype_name(k_cache.dtype()));
+  pt::check_query_and_cache(op, q, k_cache);
   NANOVLLM_CHECK(g.D <= lastq::kMaxDim, op, ": head_dim ", g.D, " is above the kernel's ", lastq::kMaxDim);
   const lastq::Geometry lg =
       lastq::make_geometry(q, k_cache, g.ctx, std::min<int64_t>(params.last_q, g.T), scale, dca_len);

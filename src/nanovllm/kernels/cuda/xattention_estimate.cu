@@ -14,6 +14,8 @@
 // stride divides the block, which divides the chunk), so a tile is scored in the rotation of its region: Qr is gathered
 // and the GEMM run once per rotation, and the mass kernel reads each tile's score from its region's product (three
 // times the GEMM work; the slabs shrink to keep the score memory).
+// An fp8 KV cache: Kt is gathered as bf16(code x row scale) (kv_fp8.cuh), the value the CPU reads (f32 code x scale)
+// rounded to the GEMM's bf16 like any F32 key.
 #include <algorithm>
 
 #include "nanovllm/core/error.h"
@@ -21,6 +23,7 @@
 #include "nanovllm/kernels/cuda/cuda_ops.h"
 #include "nanovllm/kernels/cuda/cuda_pattern_estimators.h"
 #include "nanovllm/kernels/cuda/device_context.h"
+#include "nanovllm/kernels/cuda/kv_fp8.cuh"
 #include "nanovllm/kernels/cuda/op_workspace.h"
 #include "nanovllm/kernels/cuda/pattern_select.cuh"
 
@@ -41,14 +44,22 @@ struct Geometry : pt::ChunkGeometry {
 };
 
 // kt [nt S, D] bf16 (= [nt, S D]): KV head h's keys at positions [0, nt S) read through block_table, zeros past ctx.
-__global__ void gather_keys_kernel(const void* __restrict__ k_cache, int k_dtype,
+// k_scale set: an fp8 cache (codes [NB, BS, Hk, D], scales [NB, BS, Hk]), each key code x scale.
+__global__ void gather_keys_kernel(const void* __restrict__ k_cache, int k_dtype, const float* __restrict__ k_scale,
                                    const int32_t* __restrict__ block_table, __nv_bfloat16* __restrict__ kt, int h,
                                    Geometry g) {
   const int p = blockIdx.x;
   const int64_t slot = p < g.ctx ? int64_t{block_table[p / g.BS]} * g.BS + p % g.BS : -1;
-  for (int d = threadIdx.x; d < g.D; d += blockDim.x)
-    kt[int64_t{p} * g.D + d] =
-        __float2bfloat16_rn(slot < 0 ? 0.0f : load_f32(k_cache, k_dtype, (slot * g.Hk + h) * g.D + d));
+  const int64_t row = slot * g.Hk + h;
+  for (int d = threadIdx.x; d < g.D; d += blockDim.x) {
+    float v = 0.0f;
+    if (slot >= 0 && k_scale != nullptr) {
+      v = __fmul_rn(fp8_e4m3_value(static_cast<const uint8_t*>(k_cache)[row * g.D + d]), k_scale[row]);
+    } else if (slot >= 0) {
+      v = load_f32(k_cache, k_dtype, row * g.D + d);
+    }
+    kt[int64_t{p} * g.D + d] = __float2bfloat16_rn(v);
+  }
 }
 
 // qr [m1 - m0, S D] bf16: row m - m0 holds query head qh's rows at positions m S + S - 1 - s for s = 0 .. S - 1
@@ -151,7 +162,7 @@ size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
 }  // namespace
 
-void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, TensorView k_cache,
+void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, const KvCacheTensor& k_cache,
                          const AttentionMetadata& meta, float scale, const ops::XAttentionParams& params,
                          const ops::DualChunkParams* dca, ops::Stream s) {
   constexpr const char* op = "xattention_estimate (cuda)";
@@ -202,10 +213,11 @@ void xattention_estimate(const ops::BlockSparsePattern& pattern, TensorView q, T
   auto* mass = reinterpret_cast<float*>(ws + kt_bytes + qr_bytes + score_bytes);
   const Device dev = q.device();
   const float tile_scale = scale / static_cast<float>(g.S);
+  const float* k_scale = k_cache.fp8() ? k_cache.scale.data_as<const float>() : nullptr;
   CUDA_CHECK(cudaFuncSetAttribute(tile_mass_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(mass_smem)));
   for (int h = 0; h < g.Hk; ++h) {
-    gather_keys_kernel<<<g.nt * g.S, 128, 0, st>>>(k_cache.data(), dt(k_cache),
+    gather_keys_kernel<<<g.nt * g.S, 128, 0, st>>>(k_cache.data(), dt(k_cache), k_scale,
                                                    meta.block_tables.data_as<const int32_t>(), kt, h, g);
     CUDA_CHECK(cudaGetLastError());
     for (int gi = 0; gi < g.group(); ++gi) {
