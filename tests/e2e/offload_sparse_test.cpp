@@ -117,7 +117,9 @@ TEST_F(OffloadSparse, BackToBackRequestsForgetThePreviousSequencesPages) {
 // lane's page metadata and hot-page cache and fetching from its own host pool: every request's tokens and
 // logprobs equal the resident sparse path's, bit for bit (prefills next to decodes included: the offloaded
 // step runs them apart, so its decodes stay sparse); a budget covering the context gives the dense ones.
-// Four requests through three lanes: one lane is reused.
+// Four requests through three lanes: one lane is reused. Every decode step plans and fetches all its rows in one
+// batched call per layer (page_cache_plan_rows / page_cache_fetch_rows), also with a hot-page cache of exactly one
+// selection that wraps and evicts every step.
 TEST_F(OffloadSparse, ConcurrentSequencesMatchTheResidentSparsePath) {
   const auto prompts = random_prompts({203, 96, 250, 161}, 512, 4);
   const auto together = [&](EngineConfig ec) {
@@ -146,6 +148,9 @@ TEST_F(OffloadSparse, ConcurrentSequencesMatchTheResidentSparsePath) {
   const Outcome uncached = together(offloaded(48, 0));
   EXPECT_EQ(uncached.tokens, want.tokens);
   EXPECT_EQ(uncached.logprobs, want.logprobs);
+  const Outcome tight = together(offloaded(48, 48, 8));
+  EXPECT_EQ(tight.tokens, want.tokens);
+  EXPECT_EQ(tight.logprobs, want.logprobs);
   EXPECT_EQ(together(offloaded(320)).tokens, together(base_).tokens);
 }
 
