@@ -7,10 +7,11 @@
 #     BUILD_DIR: a CUDA build tree (default build/cuda; configured and built here when it lacks tests/test_cuda or
 #     tools/nanovllm; otherwise test_cuda and nanovllm are brought up to date, a no-op when they are).
 #
-# Steps (seconds on one H200 once built; ~150 s in all):
-#   1. test_cuda: the page cache (CPU vs CUDA, batched rows with fp8 scales), fp8 KV and offload tests        ~45
+# Steps (seconds on one H200 once built; ~170 s in all):
+#   1. test_cuda: the page cache (CPU vs CUDA: batched rows with fp8 scales, the head-major scale store), the
+#      fp8 page-cache fetch, the offload sparse / fp8 / concurrent tests                                     ~30
 #   2. make-test-model q4-yarn (Qwen3-4B, YaRN x4 to 131072 positions) in $MODELS_DIR (kept)                  ~15
-#   3. bench offload, 64K contexts, Quest 2048, 24 tokens: fp8 at 1 and 4 lanes, bf16 at 4 lanes             ~90
+#   3. bench offload, 64K contexts, Quest 2048, pages of 16, 24 tokens: fp8 and bf16 at 1 and 4 lanes       ~120
 # Output: $OUT (default ./lanes-out): one log (and JSON) per step and a summary. Targets: 4 x 128K fp8 >= 250
 # output tok/s, 8 x 128K >= 350 (today at 64K: fp8 1 lane 9.06 ms/step, 4 lanes 21.05 ms/step).
 set -uo pipefail
@@ -29,7 +30,8 @@ fi
 NV=$BUILD/tools/nanovllm
 
 # 1. Device tests.
-run tests "$BUILD/tests/test_cuda" --gtest_filter='CudaPageCache*:CudaKvFp8*:CudaOffload*'
+run tests "$BUILD/tests/test_cuda" \
+  --gtest_filter='CudaPageCache.*:CudaKvFp8.PageCache*:CudaOffload.Sparse*:CudaOffload.Fp8*:CudaOffload.Concurrent*'
 
 # 2. The checkpoint (random weights, seed 1).
 if [ ! -f "$MODELS/q4-yarn/config.json" ]; then
@@ -45,11 +47,12 @@ quest() {  # quest KV_DTYPE N
 }
 quest fp8 1
 quest fp8 4
+quest bf16 1
 quest bf16 4
 
 echo "== summary"
 grep -hE "^\[  (PASSED|FAILED) |FAILED  \]|tests ran" "$OUT/tests.log" | head -20
-for s in fp8_x1 fp8_x4 bf16_x4; do
+for s in fp8_x1 fp8_x4 bf16_x1 bf16_x4; do
   echo "-- quest_$s"
   grep -hiE "decode|ms/step|ms/token|tok/s|H2D|hit rate" "$OUT/quest_$s.log" | head -8
 done

@@ -2,7 +2,7 @@
 // bookkeeping state and the counters) identical over many random steps with hot sets, straddling pages and
 // no-cache mode; the fetch bit-identical, reading a pinned host pool over PCIe (bf16, head_dim 64 and 128,
 // odd page sizes); and the batched *_rows ops (several rows, each its own lane and host pool, fp8 codes and scales
-// in one launch) equal to their CPU reference.
+// in one launch) and page_cache_store_scales equal to their CPU reference.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -145,24 +145,20 @@ TEST(CudaPageCache, FetchMatchesCpuFromPinnedHostMemory) {
   check_fetch(128, 5, 9);
 }
 
-// One row's fp8 host pool as OffloadHostPool lays it out: [N, Hk, D] codes, then (256-byte aligned) [N, Hk] f32
-// scales, in one pinned allocation.
+// One row's fp8 host pool as OffloadHostPool lays it out for the sparse fetch: [N, Hk, D] codes and, in a pinned
+// allocation of their own, the scales head-major [Hk, N].
 struct PinnedFp8Pool {
   int64_t N, Hk, D;
-  size_t scale_at;
-  Buffer buf;
+  Buffer codes, scales;
   PinnedFp8Pool(int64_t n, int64_t hk, int64_t d, std::mt19937& rng)
-      : N(n), Hk(hk), D(d), scale_at((static_cast<size_t>(n * hk * d) + 255) / 256 * 256),
-        buf(pinned_host_allocator(), scale_at + static_cast<size_t>(n * hk) * 4) {
-    auto* codes = static_cast<uint8_t*>(buf.data());
-    for (int64_t i = 0; i < N * Hk * D; ++i) codes[i] = static_cast<uint8_t>(rng() & 0x77);  // finite e4m3
-    auto* scales = reinterpret_cast<float*>(codes + scale_at);
-    for (int64_t i = 0; i < N * Hk; ++i) scales[i] = static_cast<float>(rng() % 997 + 1) / 64.0f;
+      : N(n), Hk(hk), D(d), codes(pinned_host_allocator(), DType::kF8E4M3, Shape{n, hk, d}),
+        scales(pinned_host_allocator(), DType::kF32, Shape{hk, n}) {
+    auto* c = codes.view().data_as<uint8_t>();
+    for (int64_t i = 0; i < N * Hk * D; ++i) c[i] = static_cast<uint8_t>(rng() % 0x78);  // finite e4m3
+    auto* sc = scales.view().data_as<float>();
+    for (int64_t i = 0; i < N * Hk; ++i) sc[i] = static_cast<float>(rng() % 997 + 1) / 64.0f;
   }
-  KvCacheTensor view() const {
-    char* base = static_cast<char*>(buf.data());
-    return {TensorView(base, DType::kF8E4M3, {N, Hk, D}), TensorView(base + scale_at, DType::kF32, {N, Hk})};
-  }
+  KvCacheTensor view() const { return {codes.view(), scales.view()}; }
 };
 
 // Stacked fp8 rows of `shape` (codes) on the host and on the device, the same random start.
@@ -253,6 +249,26 @@ void check_rows(int64_t Hk, int64_t D, int64_t ps, int64_t C, int64_t K, uint32_
   EXPECT_EQ(gpu.counters.download<int64_t>(), cpu.counters);
   EXPECT_GT(cpu.counters[0], 0) << "no hits: the test exercised nothing";
   EXPECT_GT(cpu.counters[1], 0);
+}
+
+// page_cache_store_scales writes the CPU's bytes into pinned host memory, from an odd start, leaving the rest.
+TEST(CudaPageCache, StoreScalesMatchesCpu) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(13);
+  const int64_t Hk = 5, T = 1000, cap = 1301, start = 299;
+  std::vector<float> src(static_cast<size_t>(T * Hk));
+  for (float& x : src) x = static_cast<float>(rng() % 4093) / 8.0f;
+  DeviceTensor d_src(DType::kF32, {T, Hk}, src);
+  Buffer pinned(pinned_host_allocator(), DType::kF32, Shape{Hk, cap});
+  std::vector<float> want(static_cast<size_t>(Hk * cap), -1.0f);
+  std::copy(want.begin(), want.end(), pinned.view().data_as<float>());
+  ops::page_cache_store_scales(TensorView(want.data(), DType::kF32, {Hk, cap}),
+                               TensorView(src.data(), DType::kF32, {T, Hk}), start);
+  ops::page_cache_store_scales(pinned.view(), d_src.view(), start, on());
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const float* got = pinned.view().data_as<float>();
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), got));
+  EXPECT_EQ(got[2 * cap + start + 7], src[7 * Hk + 2]);
 }
 
 TEST(CudaPageCache, BatchedRowsMatchCpuWithFp8Scales) {

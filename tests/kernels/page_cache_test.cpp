@@ -209,10 +209,12 @@ TEST(PageCache, NoCacheFetchesEveryHostPage) {
   EXPECT_EQ(c.misses(), 4);
 }
 
-// Random bytes (fp8 codes) of `shape`, and random f32 scales of its rows.
+// Random bytes (fp8 codes) of `shape`, and random f32 scales.
 struct Fp8Rows {
   HostTensor codes, scales;
-  Fp8Rows(Shape shape, std::mt19937& rng) : codes(DType::kF8E4M3, shape), scales(DType::kF32, rows_of(shape)) {
+  // scale_shape: the scales' own shape (a host pool's head-major [Hk, N]); default the rows of `shape`.
+  Fp8Rows(Shape shape, std::mt19937& rng, Shape scale_shape = {})
+      : codes(DType::kF8E4M3, shape), scales(DType::kF32, scale_shape.ndim ? scale_shape : rows_of(shape)) {
     for (uint8_t& b : codes.bytes) b = static_cast<uint8_t>(rng());
     for (int64_t i = 0; i < scales.numel(); ++i) scales.v.data_as<float>()[i] = static_cast<float>(rng() % 1000);
   }
@@ -257,7 +259,8 @@ TEST(PageCache, BatchedRowsEqualOneCallPerLane) {
   Fp8Rows dst_k({lanes, N, Hk, D}, rng), dst_v({lanes, N, Hk, D}, rng);
   Fp8Rows cache_k({lanes, C, ps, Hk, D}, rng), cache_v({lanes, C, ps, Hk, D}, rng);
   std::vector<Fp8Rows> host_k, host_v;
-  for (int64_t b = 0; b < B; ++b) host_k.emplace_back(Shape{N, Hk, D}, rng), host_v.emplace_back(Shape{N, Hk, D}, rng);
+  for (int64_t b = 0; b < B; ++b)  // the host pools' scales head-major
+    host_k.emplace_back(Shape{N, Hk, D}, rng, Shape{Hk, N}), host_v.emplace_back(Shape{N, Hk, D}, rng, Shape{Hk, N});
   // The per-lane side: the same starting contents, one Cache per row.
   const auto copy = [](const Fp8Rows& from) {
     std::mt19937 unused;
@@ -311,6 +314,26 @@ TEST(PageCache, BatchedRowsEqualOneCallPerLane) {
   EXPECT_GT(ref_misses, 60);  // ... and evicted them again
   // Lane 1 is no row's: untouched.
   EXPECT_EQ(page_slot.i32()[1 * Hk * P], -1);
+}
+
+// The host pool's head-major scales: rows [start, start + T) of every head's row, nothing else; bad shapes refused.
+TEST(PageCache, StoreScalesWritesTheHeadMajorCopy) {
+  std::mt19937 rng(4);
+  const int64_t Hk = 3, T = 5, cap = 12, start = 6;
+  HostTensor src = test::random_tensor(DType::kF32, {T, Hk}, rng);
+  HostTensor dst(DType::kF32, {Hk, cap});
+  std::fill_n(dst.v.data_as<float>(), Hk * cap, -7.0f);
+  ops::page_cache_store_scales(dst.v, src.v, start);
+  for (int64_t h = 0; h < Hk; ++h)
+    for (int64_t c = 0; c < cap; ++c) {
+      const bool written = c >= start && c < start + T;
+      EXPECT_EQ(dst.v.data_as<float>()[h * cap + c], written ? src.v.data_as<float>()[(c - start) * Hk + h] : -7.0f)
+          << "head " << h << " column " << c;
+    }
+  EXPECT_THROW(ops::page_cache_store_scales(dst.v, src.v, cap - T + 1), Error);  // past the capacity
+  HostTensor wrong_heads(DType::kF32, {Hk + 1, cap}), halves(DType::kBF16, {Hk, cap});
+  EXPECT_THROW(ops::page_cache_store_scales(wrong_heads.v, src.v, 0), Error);
+  EXPECT_THROW(ops::page_cache_store_scales(halves.v, src.v, 0), Error);
 }
 
 TEST(PageCache, RejectsBadArguments) {

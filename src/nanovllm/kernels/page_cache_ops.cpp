@@ -92,6 +92,21 @@ void page_cache_reset(const PageCacheState& state, TensorView counters, Stream s
   cpu::page_cache_reset(state, counters);
 }
 
+void page_cache_store_scales(TensorView dst, TensorView src, int64_t start, Stream s) {
+  constexpr std::string_view op = "page_cache_store_scales";
+  const Device dev = src.device();
+  check_tensor(op, "src", src, dev, 2);
+  check_tensor(op, "dst", dst, Device::cpu(), 2);  // the host pool
+  NANOVLLM_CHECK(src.dtype() == DType::kF32 && dst.dtype() == DType::kF32, op, ": src and dst must be F32, got ",
+                 dtype_name(src.dtype()), " and ", dtype_name(dst.dtype()));
+  const int64_t T = src.dim(0), Hk = src.dim(1);
+  NANOVLLM_CHECK(dst.dim(0) == Hk && start >= 0 && start + T <= dst.dim(1), op, ": rows [", start, ", ", start + T,
+                 ") of ", Hk, " heads do not fit dst ", dst.shape().str());
+  if (T == 0) return;
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(page_cache_store_scales, dev, dst, src, start, s);
+  cpu::page_cache_store_scales(dst, src, start);
+}
+
 void page_cache_plan(TensorView plan, TensorView selected, const PageCacheState& state, int64_t host_tokens,
                      int64_t page_size, int32_t step, TensorView counters, Stream s) {
   check_state("page_cache_plan", state, state.page_slot.device(), false);
@@ -154,12 +169,21 @@ void page_cache_fetch_rows(const KvCacheTensor& dst_k, const KvCacheTensor& dst_
                  host_k.size(), " host K and ", host_v.size(), " host V pools for ", B, " rows");
   // The host pools are host memory on both backends (pinned on CUDA: the kernel reads them over PCIe).
   for (int64_t b = 0; b < B; ++b) {
-    const KvCacheTensor& hk = host_k[static_cast<size_t>(b)];
-    check_kv_pair(op, hk, host_v[static_cast<size_t>(b)], Device::cpu(), 3, "host_k", "host_v");
     const int64_t tokens = rows[static_cast<size_t>(b)].host_tokens;
-    NANOVLLM_CHECK(hk.dim(1) == Hk && hk.dim(2) == D && hk.dim(0) >= tokens, op, ": row ", b, "'s host_k ",
-                   hk.shape().str(), " must be [>= ", tokens, ", ", Hk, ", ", D, "]");
-    same_dtype("host_k", hk);
+    for (const KvCacheTensor* t : {&host_k[static_cast<size_t>(b)], &host_v[static_cast<size_t>(b)]}) {
+      const char* name = t == &host_k[static_cast<size_t>(b)] ? "host_k" : "host_v";
+      check_tensor(op, name, *t, Device::cpu(), 3);
+      NANOVLLM_CHECK(t->dim(1) == Hk && t->dim(2) == D && t->dim(0) >= tokens, op, ": row ", b, "'s ", name, " ",
+                     t->shape().str(), " must be [>= ", tokens, ", ", Hk, ", ", D, "]");
+      same_dtype(name, *t);
+      NANOVLLM_CHECK(t->fp8() == dst_k.fp8(), op, ": row ", b, "'s ", name, (t->fp8() ? " has" : " lacks"),
+                     " scales, dst_k ", (dst_k.fp8() ? "has them" : "does not"));
+      if (!t->fp8()) continue;
+      check_tensor(op, "host scales", t->scale, Device::cpu(), 2);  // head-major
+      NANOVLLM_CHECK(t->scale.dtype() == DType::kF32 && t->scale.dim(0) == Hk && t->scale.dim(1) >= tokens, op,
+                     ": row ", b, "'s ", name, " scales ", t->scale.shape().str(), " ", dtype_name(t->scale.dtype()),
+                     " must be [", Hk, ", >= ", tokens, "] F32 (head-major)");
+    }
   }
   check_kv_pair(op, cache_k, cache_v, dev, 5, "cache_k", "cache_v");
   const int64_t C = cache_k.dim(1);

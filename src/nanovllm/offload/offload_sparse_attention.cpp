@@ -122,12 +122,12 @@ bool OffloadSparseAttention::attend_step(int64_t layer, TensorView out, TensorVi
   // One plan and one fetch for all rows: each row's lane of the stacked states, caches and layer buffer.
   const int64_t lanes = static_cast<int64_t>(hosts_.size());
   const Shape lane_shape{lanes, pages_per_lane_ * BS, Hk, D};
-  // The row's lane's host pool as [capacity, Hk, D] K or V rows.
+  // The row's lane's host pool as [capacity, Hk, D] K or V rows; fp8: with the head-major copy of their scales.
   const auto host_view = [&](const OffloadHostPool& host, bool value) -> KvCacheTensor {
     const TensorView elements(value ? host.v(layer) : host.k(layer), kv_dtype_, Shape{host.capacity(), Hk, D});
     if (kv_dtype_ != DType::kF8E4M3) return elements;
-    return {elements, TensorView(value ? host.v_scale(layer) : host.k_scale(layer), DType::kF32,
-                                 Shape{host.capacity(), Hk})};
+    return {elements, TensorView(value ? host.v_scale_by_head(layer) : host.k_scale_by_head(layer), DType::kF32,
+                                 Shape{Hk, host.capacity()})};
   };
   host_k_.clear();
   host_v_.clear();

@@ -43,7 +43,7 @@ class OffloadSparseAttention final : public AttentionPolicy {
   // `policy` serves the layer buffer: `hosts.size()` lanes of pages_per_lane pages of shape.block_size tokens
   // each, lane after lane: shape.num_blocks = lanes x pages_per_lane, shape.max_num_seqs = lanes,
   // shape.max_blocks_per_seq = pages_per_lane. cache_tokens: per lane, layer and KV head (0: no cache, else >= the
-  // budget). hosts: each lane's pool (read through its pinned pointers; they outlive this). kv_dtype: the KV
+  // budget). hosts: each lane's pool (read through its pinned pointers; they outlive this; fp8: with scales_by_head). kv_dtype: the KV
   // cache's elements (kernels/kv_cache.h; fp8: the pools, the layer buffer and the hot-page cache hold codes and
   // scales). The counters start at 0 on stream s.
   OffloadSparseAttention(std::unique_ptr<SparseDecodePolicy> policy, int64_t cache_tokens,

@@ -9,6 +9,7 @@
 namespace nanovllm::cpu {
 
 void page_cache_reset(const ops::PageCacheState& state, TensorView counters);
+void page_cache_store_scales(TensorView dst, TensorView src, int64_t start);
 void page_cache_plan_rows(TensorView plan, TensorView selected, const ops::PageCacheState& state,
                           std::span<const ops::PageCacheRow> rows, int64_t page_size, int32_t step,
                           TensorView counters);

@@ -14,6 +14,12 @@ void page_cache_reset(const ops::PageCacheState& st, TensorView counters) {
   std::fill_n(st.hand.data_as<int32_t>(), st.hand.numel(), 0);
 }
 
+void page_cache_store_scales(TensorView dst, TensorView src, int64_t start) {
+  const int64_t T = src.dim(0), Hk = src.dim(1), cap = dst.dim(1);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < Hk; ++h) dst.data_as<float>()[h * cap + start + t] = src.data_as<const float>()[t * Hk + h];
+}
+
 void page_cache_plan_rows(TensorView plan, TensorView selected, const ops::PageCacheState& st,
                           std::span<const ops::PageCacheRow> rows, int64_t page_size, int32_t step,
                           TensorView counters) {
@@ -68,11 +74,13 @@ void page_cache_fetch_rows(const KvCacheTensor& dst_k, const KvCacheTensor& dst_
   const auto at = [&](const TensorView& t, int64_t tok, int64_t h) {
     return static_cast<char*>(t.data()) + static_cast<size_t>(tok * Hk + h) * row;
   };
-  // One row: its D elements and, in an fp8 cache, its scale.
+  // One row: its D elements and, in an fp8 cache, its scale (the host pool's head-major: [Hk, capacity]).
   const auto copy_row = [&](const KvCacheTensor& to, int64_t to_tok, const KvCacheTensor& from, int64_t from_tok,
-                            int64_t h) {
+                            int64_t h, bool from_pool = false) {
     std::memcpy(at(to, to_tok, h), at(from, from_tok, h), row);
-    if (to.fp8()) to.scale.data_as<float>()[to_tok * Hk + h] = from.scale.data_as<const float>()[from_tok * Hk + h];
+    if (!to.fp8()) return;
+    const int64_t from_at = from_pool ? h * from.scale.dim(1) + from_tok : from_tok * Hk + h;
+    to.scale.data_as<float>()[to_tok * Hk + h] = from.scale.data_as<const float>()[from_at];
   };
   for (size_t b = 0; b < rows.size(); ++b) {
     const int64_t lane = rows[b].lane, host_tokens = rows[b].host_tokens;
@@ -89,7 +97,7 @@ void page_cache_fetch_rows(const KvCacheTensor& dst_k, const KvCacheTensor& dst_
             const KvCacheTensor& dst = kv ? dst_v : dst_k;
             const KvCacheTensor& cache = kv ? cache_v : cache_k;
             if (from_host) {
-              copy_row(dst, dst_tok, (kv ? host_v : host_k)[b], r, h);
+              copy_row(dst, dst_tok, (kv ? host_v : host_k)[b], r, h, true);
               if (slot >= 0) copy_row(cache, cache_tok, dst, dst_tok, h);
             } else {
               copy_row(dst, dst_tok, cache, cache_tok, h);

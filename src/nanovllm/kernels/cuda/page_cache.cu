@@ -121,9 +121,10 @@ constexpr int kFetchThreads = 256;
 constexpr int kFetchUnroll = 4;
 
 // The rows of a batched fetch, by value: RowTable's and each row's host pool (mapped device pointers): codes
-// [>= host_tokens, Hk, chunks] uint4, scales [>= host_tokens, Hk] f32 (fp8 only).
+// [>= host_tokens, Hk, chunks] uint4, scales head-major [Hk, scale_cap] f32 (fp8 only).
 struct FetchRows {
   RowTable row;
+  int64_t scale_cap[kMaxRows];
   const uint4* host_k[kMaxRows];
   const uint4* host_v[kMaxRows];
   const float* host_k_scale[kMaxRows];
@@ -139,7 +140,7 @@ struct FetchBuffers {
 
 // Grid over the work items x kFetchUnroll: first the codes, (K or V, entry, row of the page, chunk of the row)
 // with entry = (row b, KV head h, page k) of selected / plan [B, Hk, K(, 2)]; then, fp8, the scales the same way
-// with one chunk per row. dst [lanes, N, Hk, chunks], cache [lanes, C, ps, Hk, chunks]; scales without chunks.
+// with one chunk per row (the host pool's scales head-major). dst [lanes, N, Hk, chunks], cache [lanes, C, ps, Hk, chunks]; scales without chunks.
 __global__ void __launch_bounds__(kFetchThreads)
     fetch_kernel(const FetchBuffers buf, const FetchRows rows, const int32_t* __restrict__ selected,
                  const int32_t* __restrict__ plan, int entries, int hk, int k_pages, int page_size, int chunks, int N,
@@ -174,8 +175,8 @@ __global__ void __launch_bounds__(kFetchThreads)
     dst_at[u] = ((lane * N + row) * hk + h) * ch + c;
     cache_at[u] = slot >= 0 ? (((lane * C + slot) * page_size + r) * hk + h) * ch + c : -1;
     if (from_host) {
-      if (is_scale[u])
-        val[u].x = __float_as_uint((is_v[u] ? rows.host_v_scale : rows.host_k_scale)[b][host_at]);
+      if (is_scale[u])  // head-major: the threads of one (entry, K or V) read consecutive floats
+        val[u].x = __float_as_uint((is_v[u] ? rows.host_v_scale : rows.host_k_scale)[b][h * rows.scale_cap[b] + row]);
       else
         val[u] = (is_v[u] ? rows.host_v : rows.host_k)[b][host_at];
       if (slot < 0) cache_at[u] = -1;
@@ -201,6 +202,17 @@ __global__ void __launch_bounds__(kFetchThreads)
   }
 }
 
+// Grid (ceil(T / 256), Hk): dst [Hk, cap] (mapped pinned host memory) row h, columns start + t = src [T, Hk] column h.
+// Consecutive threads write consecutive floats: whole PCIe write sectors.
+__global__ void store_scales_kernel(float* __restrict__ dst, const float* __restrict__ src, int64_t T, int hk,
+                                    int64_t cap, int64_t start) {
+  pdl_wait();  // the scales come from the preceding kernels
+  pdl_trigger();
+  const int64_t t = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const int h = blockIdx.y;
+  if (t < T) dst[h * cap + start + t] = src[t * hk + h];
+}
+
 }  // namespace
 
 void page_cache_reset(const ops::PageCacheState& state, TensorView counters, ops::Stream s) {
@@ -217,6 +229,14 @@ void page_cache_reset(const ops::PageCacheState& state, TensorView counters, ops
   fill(state.hand, 0);
   if (counters.data() != nullptr)  // [2] i64 zeros: 4 i32 zeros
     fill(TensorView(counters.data(), DType::kI32, Shape{4}, counters.device()), 0);
+}
+
+void page_cache_store_scales(TensorView dst, TensorView src, int64_t start, ops::Stream s) {
+  const int64_t T = src.dim(0), Hk = src.dim(1);
+  auto* host = static_cast<float*>(mapped_device_pointer(dst.data()));  // dst must be pinned (cudaHostAlloc)
+  launch_pdl(store_scales_kernel, dim3(ceil_div_u(T, 256), static_cast<unsigned>(Hk)), dim3(256), 0, s, host,
+             src.data_as<const float>(), T, static_cast<int>(Hk), dst.dim(1), start);
+  CUDA_CHECK_LAUNCH();
 }
 
 void page_cache_plan_rows(TensorView plan, TensorView selected, const ops::PageCacheState& state,
@@ -251,9 +271,8 @@ void page_cache_fetch_rows(const KvCacheTensor& dst_k, const KvCacheTensor& dst_
   const bool fp8 = dst_k.fp8();
   const int64_t entries = B * Hk * K, chunks = row_bytes / 16;
   const int64_t code_items = entries * ps * chunks * 2, total = code_items + (fp8 ? entries * ps * 2 : 0);
-  // The host pools must be pinned (cudaHostAlloc): the kernel reads them through their mapped addresses. The
-  // scales may lie inside the pinned allocation of the codes (the host pool's region): mapped through the codes'
-  // address plus their offset.
+  // The host pools must be pinned (cudaHostAlloc): the kernel reads them through their mapped addresses (the
+  // head-major scales are an allocation of their own).
   FetchRows table{};
   int64_t host_rows = 0;  // rows any host pool contributes
   for (size_t b = 0; b < rows.size(); ++b) {
@@ -261,11 +280,10 @@ void page_cache_fetch_rows(const KvCacheTensor& dst_k, const KvCacheTensor& dst_
     host_rows += rows[b].host_tokens;
     if (rows[b].host_tokens == 0) continue;  // nothing read from this row's pool
     const auto map = [](const KvCacheTensor& t, const uint4** codes, const float** scales) {
-      const char* base = static_cast<const char*>(mapped_device_pointer(t.data()));
-      *codes = reinterpret_cast<const uint4*>(base);
-      if (t.fp8())
-        *scales = reinterpret_cast<const float*>(base + (t.scale.data_as<const char>() - t.data_as<const char>()));
+      *codes = static_cast<const uint4*>(mapped_device_pointer(t.data()));
+      if (t.fp8()) *scales = static_cast<const float*>(mapped_device_pointer(t.scale.data()));
     };
+    if (fp8) table.scale_cap[b] = host_k[b].scale.dim(1);
     map(host_k[b], &table.host_k[b], &table.host_k_scale[b]);
     map(host_v[b], &table.host_v[b], &table.host_v_scale[b]);
   }
