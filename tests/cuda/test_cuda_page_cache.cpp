@@ -220,7 +220,7 @@ void check_rows(int64_t Hk, int64_t D, int64_t ps, int64_t C, int64_t K, uint32_
     for (int64_t i = 0; i < B * Hk; ++i) {
       std::vector<int32_t> pages(static_cast<size_t>(P));
       std::iota(pages.begin(), pages.end(), 0);
-      std::shuffle(pages.begin(), pages.begin() + 2 * K, rng);  // a hot set: hits happen
+      std::shuffle(pages.begin(), pages.begin() + std::min(P, 2 * K), rng);  // a hot set: hits happen
       std::swap(pages[0], pages[static_cast<size_t>(P - 1)]);    // the last page, straddling or past some pools
       const int64_t n = std::uniform_int_distribution<int64_t>(K / 2, K)(rng);
       std::sort(pages.begin(), pages.begin() + n);
