@@ -420,17 +420,21 @@ TEST(CudaKvFp8, PageCacheFetchAndGatherMoveTheCpuBytes) {
   std::mt19937 rng(5);
   const int64_t Hk = 2, D = 64, ps = 16, C = 4, K = 3, P = 9, N = P * ps, host_tokens = 131;
   HostFp8Cache host(1, N, Hk, D, rng);
-  // Pinned host pool: codes then scales in one allocation, as OffloadHostPool lays them out.
-  const size_t codes_bytes = static_cast<size_t>(N * Hk * D), scale_at = (codes_bytes + 255) / 256 * 256;
-  Buffer pinned_k(pinned_host_allocator(), scale_at + static_cast<size_t>(N * Hk) * 4),
-      pinned_v(pinned_host_allocator(), scale_at + static_cast<size_t>(N * Hk) * 4);
+  // Pinned host pool as OffloadHostPool lays it out for the sparse fetch: the codes, and the scales head-major [Hk, N]
+  // in an allocation of their own.
+  const size_t codes_bytes = static_cast<size_t>(N * Hk * D);
+  Buffer pinned_k(pinned_host_allocator(), codes_bytes), pinned_v(pinned_host_allocator(), codes_bytes);
+  Buffer pinned_ks(pinned_host_allocator(), DType::kF32, Shape{Hk, N}),
+      pinned_vs(pinned_host_allocator(), DType::kF32, Shape{Hk, N});
   std::memcpy(pinned_k.data(), host.k.data(), codes_bytes);
   std::memcpy(pinned_v.data(), host.v.data(), codes_bytes);
-  std::memcpy(static_cast<char*>(pinned_k.data()) + scale_at, host.ks.data(), static_cast<size_t>(N * Hk) * 4);
-  std::memcpy(static_cast<char*>(pinned_v.data()) + scale_at, host.vs.data(), static_cast<size_t>(N * Hk) * 4);
-  const auto host_view = [&](Buffer& b) {
-    return KvCacheTensor(TensorView(b.data(), DType::kF8E4M3, {N, Hk, D}),
-                         TensorView(static_cast<char*>(b.data()) + scale_at, DType::kF32, {N, Hk}));
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t h = 0; h < Hk; ++h) {
+      pinned_ks.view().data_as<float>()[h * N + t] = host.ks[static_cast<size_t>(t * Hk + h)];
+      pinned_vs.view().data_as<float>()[h * N + t] = host.vs[static_cast<size_t>(t * Hk + h)];
+    }
+  const auto host_view = [&](Buffer& b, Buffer& scales) {
+    return KvCacheTensor(TensorView(b.data(), DType::kF8E4M3, {N, Hk, D}), scales.view());
   };
   DeviceTensor dk(DType::kF8E4M3, {N, Hk, D}), dv(DType::kF8E4M3, {N, Hk, D}), dks(DType::kF32, {N, Hk}),
       dvs(DType::kF32, {N, Hk}), ck(DType::kF8E4M3, {C, ps, Hk, D}), cv(DType::kF8E4M3, {C, ps, Hk, D}),
@@ -445,7 +449,7 @@ TEST(CudaKvFp8, PageCacheFetchAndGatherMoveTheCpuBytes) {
     DeviceTensor sel(DType::kI32, {1, Hk, K}, steps[static_cast<size_t>(step)]);
     ops::page_cache_plan(plan.view(), sel.view(), state, host_tokens, ps, step, counters.view(), on());
     ops::page_cache_fetch(KvCacheTensor(dk.view(), dks.view()), KvCacheTensor(dv.view(), dvs.view()),
-                          host_view(pinned_k), host_view(pinned_v), KvCacheTensor(ck.view(), cks.view()),
+                          host_view(pinned_k, pinned_ks), host_view(pinned_v, pinned_vs), KvCacheTensor(ck.view(), cks.view()),
                           KvCacheTensor(cv.view(), cvs.view()), sel.view(), plan.view(), host_tokens, on());
     const std::vector<uint8_t> gk = dk.download<uint8_t>();
     const std::vector<float> gks = dks.download<float>(), gvs = dvs.download<float>();

@@ -1,8 +1,10 @@
 // The CUDA page cache ops against their CPU references: the plan (hits, misses, victims, the whole
 // bookkeeping state and the counters) identical over many random steps with hot sets, straddling pages and
 // no-cache mode; the fetch bit-identical, reading a pinned host pool over PCIe (bf16, head_dim 64 and 128,
-// odd page sizes).
+// odd page sizes); and the batched *_rows ops (several rows, each its own lane and host pool, fp8 codes and scales
+// in one launch) and page_cache_store_scales equal to their CPU reference.
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -141,6 +143,138 @@ TEST(CudaPageCache, FetchMatchesCpuFromPinnedHostMemory) {
   check_fetch(128, 16, 7);
   check_fetch(64, 24, 8);
   check_fetch(128, 5, 9);
+}
+
+// One row's fp8 host pool as OffloadHostPool lays it out for the sparse fetch: [N, Hk, D] codes and, in a pinned
+// allocation of their own, the scales head-major [Hk, N].
+struct PinnedFp8Pool {
+  int64_t N, Hk, D;
+  Buffer codes, scales;
+  PinnedFp8Pool(int64_t n, int64_t hk, int64_t d, std::mt19937& rng)
+      : N(n), Hk(hk), D(d), codes(pinned_host_allocator(), DType::kF8E4M3, Shape{n, hk, d}),
+        scales(pinned_host_allocator(), DType::kF32, Shape{hk, n}) {
+    auto* c = codes.view().data_as<uint8_t>();
+    for (int64_t i = 0; i < N * Hk * D; ++i) c[i] = static_cast<uint8_t>(rng() % 0x78);  // finite e4m3
+    auto* sc = scales.view().data_as<float>();
+    for (int64_t i = 0; i < N * Hk; ++i) sc[i] = static_cast<float>(rng() % 997 + 1) / 64.0f;
+  }
+  KvCacheTensor view() const { return {codes.view(), scales.view()}; }
+};
+
+// Stacked fp8 rows of `shape` (codes) on the host and on the device, the same random start.
+struct Fp8Stack {
+  Shape shape, rows;
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  DeviceTensor d_codes, d_scales;
+  static Shape rows_of(Shape s) {
+    --s.ndim;
+    return s;
+  }
+  template <class T> static std::vector<T> random(int64_t n, std::mt19937& rng, uint32_t mod) {
+    std::vector<T> v(static_cast<size_t>(n));
+    for (T& x : v) x = static_cast<T>(rng() % mod);
+    return v;
+  }
+  Fp8Stack(Shape s, std::mt19937& rng)
+      : shape(s), rows(rows_of(s)), codes(random<uint8_t>(s.numel(), rng, 0x78)),
+        scales(random<float>(rows.numel(), rng, 991)), d_codes(DType::kF8E4M3, s, codes),
+        d_scales(DType::kF32, rows, scales) {}
+  KvCacheTensor host() {
+    return {TensorView(codes.data(), DType::kF8E4M3, shape), TensorView(scales.data(), DType::kF32, rows)};
+  }
+  KvCacheTensor device() const { return {d_codes.view(), d_scales.view()}; }
+  void expect_same(const char* what, int32_t step) const {
+    ASSERT_EQ(d_codes.download<uint8_t>(), codes) << what << " codes, step " << step;
+    ASSERT_EQ(d_scales.download<float>(), scales) << what << " scales, step " << step;
+  }
+};
+
+void check_rows(int64_t Hk, int64_t D, int64_t ps, int64_t C, int64_t K, uint32_t seed) {
+  SCOPED_TRACE("Hk " + std::to_string(Hk) + " D " + std::to_string(D) + " ps " + std::to_string(ps) + " C " +
+               std::to_string(C) + " K " + std::to_string(K));
+  std::mt19937 rng(seed);
+  const int64_t lanes = 5, P = 37, N = P * ps;
+  // Rows in lanes {3, 0, 4}: a full pool, one ending mid-page, a short one.
+  const std::vector<ops::PageCacheRow> rows{{.lane = 3, .host_tokens = N},
+                                            {.lane = 0, .host_tokens = N - ps / 2 - 1},
+                                            {.lane = 4, .host_tokens = 9 * ps + 1}};
+  const auto B = static_cast<int64_t>(rows.size());
+  std::vector<PinnedFp8Pool> host_k, host_v;
+  std::vector<KvCacheTensor> hk, hv;
+  host_k.reserve(static_cast<size_t>(B)), host_v.reserve(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) host_k.emplace_back(N, Hk, D, rng), host_v.emplace_back(N, Hk, D, rng);
+  for (int64_t b = 0; b < B; ++b) hk.push_back(host_k[b].view()), hv.push_back(host_v[b].view());
+  Fp8Stack dst_k({lanes, N, Hk, D}, rng), dst_v({lanes, N, Hk, D}, rng);
+  Fp8Stack cache_k({lanes, C, ps, Hk, D}, rng), cache_v({lanes, C, ps, Hk, D}, rng);
+  HostState cpu(lanes * Hk, P, C);  // the lanes stacked: [lanes x Hk] heads
+  DevState gpu(lanes * Hk, P, C);
+  const auto stacked = [&](const ops::PageCacheState& st) -> ops::PageCacheState {
+    return {st.page_slot.reshape({lanes, Hk, P}), st.slot_page.reshape({lanes, Hk, C}),
+            st.slot_stamp.reshape({lanes, Hk, C}), st.hand.reshape({lanes, Hk})};
+  };
+  ops::page_cache_reset(cpu.state(lanes * Hk, P, C), cpu.counter_view());
+  ops::page_cache_reset(gpu.state(), gpu.counters.view(), on());
+  for (int32_t step = 0; step < 8; ++step) {
+    std::vector<int32_t> sel(static_cast<size_t>(B * Hk * K), -1);
+    for (int64_t i = 0; i < B * Hk; ++i) {
+      std::vector<int32_t> pages(static_cast<size_t>(P));
+      std::iota(pages.begin(), pages.end(), 0);
+      std::shuffle(pages.begin(), pages.begin() + std::min(P, 2 * K), rng);  // a hot set: hits happen
+      std::swap(pages[0], pages[static_cast<size_t>(P - 1)]);    // the last page, straddling or past some pools
+      const int64_t n = std::uniform_int_distribution<int64_t>(K / 2, K)(rng);
+      std::sort(pages.begin(), pages.begin() + n);
+      std::copy(pages.begin(), pages.begin() + n, sel.begin() + i * K);
+    }
+    std::vector<int32_t> plan(static_cast<size_t>(B * Hk * K * 2));
+    const TensorView sel_v(sel.data(), DType::kI32, {B, Hk, K}), plan_v(plan.data(), DType::kI32, {B, Hk, K, 2});
+    ops::page_cache_plan_rows(plan_v, sel_v, stacked(cpu.state(lanes * Hk, P, C)), rows, ps, step,
+                              cpu.counter_view());
+    ops::page_cache_fetch_rows(dst_k.host(), dst_v.host(), hk, hv, cache_k.host(), cache_v.host(), sel_v, plan_v,
+                               rows);
+    DeviceTensor d_sel(DType::kI32, {B, Hk, K}, sel), d_plan(DType::kI32, {B, Hk, K, 2});
+    ops::page_cache_plan_rows(d_plan.view(), d_sel.view(), stacked(gpu.state()), rows, ps, step,
+                              gpu.counters.view(), on());
+    ops::page_cache_fetch_rows(dst_k.device(), dst_v.device(), hk, hv, cache_k.device(), cache_v.device(),
+                               d_sel.view(), d_plan.view(), rows, on());
+    ASSERT_EQ(d_plan.download<int32_t>(), plan) << "step " << step;
+    ASSERT_EQ(gpu.page_slot.download<int32_t>(), cpu.page_slot) << "step " << step;
+    ASSERT_EQ(gpu.slot_page.download<int32_t>(), cpu.slot_page) << "step " << step;
+    ASSERT_EQ(gpu.hand.download<int32_t>(), cpu.hand) << "step " << step;
+    dst_k.expect_same("dst_k", step);
+    dst_v.expect_same("dst_v", step);
+    cache_k.expect_same("cache_k", step);
+    cache_v.expect_same("cache_v", step);
+  }
+  EXPECT_EQ(gpu.counters.download<int64_t>(), cpu.counters);
+  EXPECT_GT(cpu.counters[0], 0) << "no hits: the test exercised nothing";
+  EXPECT_GT(cpu.counters[1], 0);
+}
+
+// page_cache_store_scales writes the CPU's bytes into pinned host memory, from an odd start, leaving the rest.
+TEST(CudaPageCache, StoreScalesMatchesCpu) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(13);
+  const int64_t Hk = 5, T = 1000, cap = 1301, start = 299;
+  std::vector<float> src(static_cast<size_t>(T * Hk));
+  for (float& x : src) x = static_cast<float>(rng() % 4093) / 8.0f;
+  DeviceTensor d_src(DType::kF32, {T, Hk}, src);
+  Buffer pinned(pinned_host_allocator(), DType::kF32, Shape{Hk, cap});
+  std::vector<float> want(static_cast<size_t>(Hk * cap), -1.0f);
+  std::copy(want.begin(), want.end(), pinned.view().data_as<float>());
+  ops::page_cache_store_scales(TensorView(want.data(), DType::kF32, {Hk, cap}),
+                               TensorView(src.data(), DType::kF32, {T, Hk}), start);
+  ops::page_cache_store_scales(pinned.view(), d_src.view(), start, on());
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const float* got = pinned.view().data_as<float>();
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), got));
+  EXPECT_EQ(got[2 * cap + start + 7], src[7 * Hk + 2]);
+}
+
+TEST(CudaPageCache, BatchedRowsMatchCpuWithFp8Scales) {
+  SKIP_WITHOUT_CUDA();
+  check_rows(8, 128, 16, 24, 20, 11);  // the 4B shape's heads and page size
+  check_rows(3, 64, 5, 9, 9, 12);      // odd heads and page size, a cache of exactly one selection
 }
 
 }  // namespace

@@ -117,7 +117,9 @@ TEST_F(OffloadSparse, BackToBackRequestsForgetThePreviousSequencesPages) {
 // lane's page metadata and hot-page cache and fetching from its own host pool: every request's tokens and
 // logprobs equal the resident sparse path's, bit for bit (prefills next to decodes included: the offloaded
 // step runs them apart, so its decodes stay sparse); a budget covering the context gives the dense ones.
-// Four requests through three lanes: one lane is reused.
+// Four requests through three lanes: one lane is reused. Every decode step plans and fetches all its rows in one
+// batched call per layer (page_cache_plan_rows / page_cache_fetch_rows), also with a hot-page cache of exactly one
+// selection that wraps and evicts every step.
 TEST_F(OffloadSparse, ConcurrentSequencesMatchTheResidentSparsePath) {
   const auto prompts = random_prompts({203, 96, 250, 161}, 512, 4);
   const auto together = [&](EngineConfig ec) {
@@ -146,7 +148,34 @@ TEST_F(OffloadSparse, ConcurrentSequencesMatchTheResidentSparsePath) {
   const Outcome uncached = together(offloaded(48, 0));
   EXPECT_EQ(uncached.tokens, want.tokens);
   EXPECT_EQ(uncached.logprobs, want.logprobs);
+  const Outcome tight = together(offloaded(48, 48, 8));
+  EXPECT_EQ(tight.tokens, want.tokens);
+  EXPECT_EQ(tight.logprobs, want.logprobs);
   EXPECT_EQ(together(offloaded(320)).tokens, together(base_).tokens);
+}
+
+// An fp8 KV cache: the sparse fetch reads the host pools' head-major copy of the scales (written by the prefill
+// and by every decode flush), so the offloaded tokens and logprobs equal the resident fp8 sparse path's, bit for
+// bit: one request at a time and three at once, with the hot-page cache and without.
+TEST_F(OffloadSparse, Fp8CacheMatchesTheResidentFp8SparsePath) {
+  const auto fp8 = [](EngineConfig ec) {
+    ec.cache.kv_cache_dtype = "fp8";
+    return ec;
+  };
+  const auto prompts = random_prompts({203, 96, 250}, 512, 5);
+  const Outcome want = run(fp8(resident(48)), prompts, 30);
+  const Outcome alone = run(fp8(offloaded(48)), prompts, 30);
+  EXPECT_EQ(alone.tokens, want.tokens);
+  EXPECT_EQ(alone.logprobs, want.logprobs);
+  EXPECT_GT(alone.cache.hits, 0);
+  const Outcome uncached = run(fp8(offloaded(48, 0)), prompts, 30);
+  EXPECT_EQ(uncached.tokens, want.tokens);
+  EXPECT_EQ(uncached.logprobs, want.logprobs);
+  EngineConfig ec = fp8(offloaded(48, 48, 8));
+  ec.offload.max_num_seqs = 3;
+  LLM llm(ec);
+  const std::vector<RequestOutput> outs = llm.generate(prompts, greedy(30));
+  for (size_t i = 0; i < outs.size(); ++i) EXPECT_EQ(outs[i].token_ids, want.tokens[i]) << "request " << i;
 }
 
 }  // namespace

@@ -473,8 +473,11 @@ TEST(KvCacheFp8, PageCacheFetchMovesCodesWithTheirScales) {
       hand(DType::kI32, {Hk}), counters(DType::kI64, {2}), plan(DType::kI32, {1, Hk, K, 2});
   const ops::PageCacheState state{page_slot.v, slot_page.v, stamp.v, hand.v};
   ops::page_cache_reset(state, counters.v);
-  const KvCacheTensor hk(host.k8.v.reshape({N, Hk, D}), host.ks.v.reshape({N, Hk}));
-  const KvCacheTensor hv(host.v8.v.reshape({N, Hk, D}), host.vs.v.reshape({N, Hk}));
+  // The host pool's scales head-major [Hk, N], as page_cache_store_scales writes them.
+  HostTensor hks(DType::kF32, {Hk, N}), hvs(DType::kF32, {Hk, N});
+  ops::page_cache_store_scales(hks.v, host.ks.v.reshape({N, Hk}), 0);
+  ops::page_cache_store_scales(hvs.v, host.vs.v.reshape({N, Hk}), 0);
+  const KvCacheTensor hk(host.k8.v.reshape({N, Hk, D}), hks.v), hv(host.v8.v.reshape({N, Hk, D}), hvs.v);
   const KvCacheTensor dst_k(dk.v, dks.v), dst_v(dv.v, dvs.v), cache_k(ck.v, cks.v), cache_v(cv.v, cvs.v);
   // Step 0 fetches pages {0, 2, 5} (5 straddles the pool's end: uncached) from the host; step 1 pages {0, 2, 3}:
   // 0 and 2 hit the cache.

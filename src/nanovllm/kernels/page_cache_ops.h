@@ -5,12 +5,16 @@
 // page_cache_fetch then moves the rows. Same rules as ops.h: validate, then dispatch (CPU reference
 // kernels in kernels/cpu/page_cache.cpp, CUDA in kernels/cuda/page_cache.cu).
 //
+// A batched decode step runs each op once per layer for all its sequences (rows), each in its own lane: the
+// *_rows ops take the lanes' states, hot-page caches and layer buffers stacked along a leading lane dimension.
+//
 // Shapes: Hk KV heads, K = pages one selection holds, P = pages of the layer, C = cache slots per KV head,
 // ps = tokens per page, D = head_dim, N = tokens of the layer buffer. Selections are select_pages' lists
 // of one sequence ([1, Hk, K] i32, pages increasing, -1 after them).
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "nanovllm/core/tensor.h"
 #include "nanovllm/kernels/ops.h"
@@ -46,10 +50,42 @@ void page_cache_plan(TensorView plan, TensorView selected, const PageCacheState&
 //   a hit:         dst[r, h] = cache[slot, r - p ps, h].
 // dst_k/dst_v [N, Hk, D] (the layer buffer, device); host_k/host_v [>= host_tokens, Hk, D] (the host
 // pool; on CUDA pinned memory the kernel reads over PCIe); cache_k/cache_v [C, ps, Hk, D] (device). All of
-// one format (kv_cache.h); fp8 rows move with their scales ([N, Hk], [>= host_tokens, Hk], [C, ps, Hk]).
+// one format (kv_cache.h); fp8 rows move with their scales: dst's [N, Hk], the cache's [C, ps, Hk], and the host
+// pool's head-major [Hk, >= host_tokens] (a page's scales of one head contiguous; see page_cache_store_scales; on
+// CUDA a pinned allocation of its own).
 void page_cache_fetch(const KvCacheTensor& dst_k, const KvCacheTensor& dst_v, const KvCacheTensor& host_k,
                       const KvCacheTensor& host_v, const KvCacheTensor& cache_k, const KvCacheTensor& cache_v,
                       TensorView selected, TensorView plan, int64_t host_tokens,
                       Stream s = {});
+
+// The host pool's head-major scales that page_cache_fetch reads: dst[h, start + t] = src[t, h] for t < T.
+// src [T, Hk] f32 (device: an fp8 layer buffer's or decode buffer's scales); dst [Hk, >= start + T] f32 host
+// memory (on CUDA a pinned allocation the kernel writes over PCIe, on the stream like any kernel).
+void page_cache_store_scales(TensorView dst, TensorView src, int64_t start, Stream s = {});
+
+// One row of a batched step: the lane it uses (its state, cache and layer-buffer region) and how many of its
+// tokens its host pool holds.
+struct PageCacheRow {
+  int64_t lane = 0;
+  int64_t host_tokens = 0;
+};
+inline constexpr int64_t kPageCacheMaxRows = 64;  // rows of one batched call (the CUDA kernels take them by value)
+
+// page_cache_plan for B = rows.size() sequences at once (1 <= B <= kPageCacheMaxRows, lanes distinct): row b
+// plans selected[b] ([B, Hk, K] i32) into plan[b] ([B, Hk, K, 2] i32) with lane rows[b].lane's state and
+// rows[b].host_tokens. state: the lanes' states stacked, page_slot [lanes, Hk, P], slot_page and slot_stamp
+// [lanes, Hk, C], hand [lanes, Hk]. The counters sum over the rows.
+void page_cache_plan_rows(TensorView plan, TensorView selected, const PageCacheState& state,
+                          std::span<const PageCacheRow> rows, int64_t page_size, int32_t step, TensorView counters,
+                          Stream s = {});
+
+// page_cache_fetch for B = rows.size() sequences at once, codes and scales in one pass: row b moves the entries of
+// selected[b] / plan[b] between host_k[b] / host_v[b] (row b's host pool, [>= rows[b].host_tokens, Hk, D], fp8
+// scales [Hk, >= rows[b].host_tokens]) and
+// lane rows[b].lane of dst ([lanes, N, Hk, D]) and of the cache ([lanes, C, ps, Hk, D]).
+void page_cache_fetch_rows(const KvCacheTensor& dst_k, const KvCacheTensor& dst_v,
+                           std::span<const KvCacheTensor> host_k, std::span<const KvCacheTensor> host_v,
+                           const KvCacheTensor& cache_k, const KvCacheTensor& cache_v, TensorView selected,
+                           TensorView plan, std::span<const PageCacheRow> rows, Stream s = {});
 
 }  // namespace nanovllm::ops

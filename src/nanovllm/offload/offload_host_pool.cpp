@@ -17,8 +17,13 @@
 
 namespace nanovllm {
 
-OffloadHostPool::OffloadHostPool(Allocator& host, int64_t num_layers, int64_t token_bytes, int64_t scale_bytes)
-    : host_(host), num_layers_(num_layers), token_bytes_(token_bytes), scale_bytes_(scale_bytes) {}
+OffloadHostPool::OffloadHostPool(Allocator& host, int64_t num_layers, int64_t token_bytes, int64_t scale_bytes,
+                                 bool scales_by_head)
+    : host_(host),
+      num_layers_(num_layers),
+      token_bytes_(token_bytes),
+      scale_bytes_(scale_bytes),
+      scales_by_head_(scales_by_head && scale_bytes > 0) {}
 
 namespace {
 size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -29,8 +34,10 @@ size_t region_bytes(int64_t token_bytes, int64_t scale_bytes, int64_t tokens) {
 }
 }  // namespace
 
-size_t OffloadHostPool::bytes_for(int64_t num_layers, int64_t token_bytes, int64_t scale_bytes, int64_t tokens) {
-  return static_cast<size_t>(num_layers) * 2 * region_bytes(token_bytes, scale_bytes, tokens);
+size_t OffloadHostPool::bytes_for(int64_t num_layers, int64_t token_bytes, int64_t scale_bytes, int64_t tokens,
+                                  bool scales_by_head) {
+  const size_t copy = scales_by_head ? static_cast<size_t>(tokens * scale_bytes) : 0;  // the head-major scales
+  return static_cast<size_t>(num_layers) * 2 * (region_bytes(token_bytes, scale_bytes, tokens) + copy);
 }
 
 size_t OffloadHostPool::scale_offset() const { return aligned(static_cast<size_t>(capacity_ * token_bytes_)); }
@@ -41,9 +48,13 @@ double OffloadHostPool::reserve(int64_t tokens) {
   const auto t0 = Clock::now();
   k_.clear();
   v_.clear();
+  k_by_head_.clear();
+  v_by_head_.clear();
   capacity_ = 0;
   const size_t region = region_bytes(token_bytes_, scale_bytes_, tokens);
-  const size_t n = static_cast<size_t>(2 * num_layers_);
+  const size_t copy = scales_by_head_ ? static_cast<size_t>(tokens * scale_bytes_) : 0;
+  const size_t regions_n = static_cast<size_t>(2 * num_layers_);
+  const size_t n = scales_by_head_ ? 2 * regions_n : regions_n;  // the regions, then the head-major scales
   std::vector<Buffer> regions(n);
 
   // Pinning is page-fault and page-lock bound: several threads, one region at a time each.
@@ -53,7 +64,7 @@ double OffloadHostPool::reserve(int64_t tokens) {
   auto work = [&] {
     for (size_t i = next++; i < n; i = next++) {
       try {
-        regions[i] = Buffer(host_, region);
+        regions[i] = Buffer(host_, i < regions_n ? region : copy);
       } catch (...) {
         std::lock_guard<std::mutex> lock(err_mu);
         if (!err) err = std::current_exception();
@@ -66,7 +77,7 @@ double OffloadHostPool::reserve(int64_t tokens) {
   std::vector<std::thread> pool;
   for (size_t t = 0; t < threads; ++t) pool.emplace_back(work);
   const bool tty = ::isatty(STDERR_FILENO) != 0;
-  const double gib = static_cast<double>(region) * static_cast<double>(n) / (1 << 30);
+  const double gib = static_cast<double>(region + copy) * static_cast<double>(regions_n) / (1 << 30);
   if (tty && gib >= 1.0) {
     while (done.load() < n && !err) {
       std::fprintf(stderr, "\rallocating host KV pool: %zu/%zu regions (%.1f of %.1f GiB)", done.load(), n,
@@ -80,8 +91,8 @@ double OffloadHostPool::reserve(int64_t tokens) {
   if (err) std::rethrow_exception(err);
 
   for (size_t i = 0; i < n; i += 2) {
-    k_.push_back(std::move(regions[i]));
-    v_.push_back(std::move(regions[i + 1]));
+    (i < regions_n ? k_ : k_by_head_).push_back(std::move(regions[i]));
+    (i < regions_n ? v_ : v_by_head_).push_back(std::move(regions[i + 1]));
   }
   capacity_ = tokens;
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -6,6 +6,7 @@
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/core/logging.h"
+#include "nanovllm/kernels/page_cache_ops.h"
 #include "nanovllm/sparse/policies.h"
 
 namespace nanovllm {
@@ -42,13 +43,15 @@ OffloadRunner::OffloadRunner(const Decoder& model, std::unique_ptr<OffloadDevice
   NANOVLLM_CHECK(chunk_ >= 1 && ws_.logits.dim(0) >= lanes, "offload: the runner workspace has ", chunk_,
                  " rows and ", ws_.logits.dim(0), " logits rows; ", lanes, " offloaded sequences need as many");
   const bool sparse = config.sparse.enabled();
+  scales_by_head_ = sparse && scale_bytes_ > 0;
   page_size_ = config.cache.block_size;  // a page of sparse decode
   // The buffers must hold whole view blocks and, for sparse decode, whole pages.
   capacity_ = round_up(max_model_len_, sparse ? std::lcm(kViewBlock, page_size_) : kViewBlock);
   Allocator& da = dev_->device_allocator();
   for (int64_t i = 0; i < lanes; ++i) {
     Lane lane;
-    lane.host = std::make_unique<OffloadHostPool>(dev_->host_allocator(), num_layers_, token_bytes_, scale_bytes_);
+    lane.host = std::make_unique<OffloadHostPool>(dev_->host_allocator(), num_layers_, token_bytes_, scale_bytes_,
+                                                  scales_by_head_);
     lanes_.push_back(std::move(lane));
   }
 
@@ -148,7 +151,7 @@ OffloadRunner::~OffloadRunner() {
 int64_t OffloadRunner::host_bytes_for(int64_t tokens) const {
   return static_cast<int64_t>(
       OffloadHostPool::bytes_for(num_layers_, token_bytes_, scale_bytes_,
-                                 round_up(std::max<int64_t>(tokens, 1), cfg_.block_size)));
+                                 round_up(std::max<int64_t>(tokens, 1), cfg_.block_size), scales_by_head_));
 }
 
 void OffloadRunner::check_host_memory(int64_t tokens) const { check_pool(tokens, host_ranks_); }
@@ -219,6 +222,16 @@ void OffloadRunner::note_rows(const KvRows& rows, int64_t tokens, bool write, Of
                               const char* what) {
   dev_->note_access(rows.data, static_cast<size_t>(tokens * token_bytes_), write, q, what);
   if (scale_bytes_) dev_->note_access(rows.scale, static_cast<size_t>(tokens * scale_bytes_), write, q, what);
+}
+
+void OffloadRunner::store_scales_by_head(const OffloadHostPool& host, int64_t layer, bool value, const KvRows& rows,
+                                         int64_t tokens, int64_t start) {
+  if (!scales_by_head_) return;
+  const int64_t Hk = scale_bytes_ / 4;
+  const TensorView src(rows.scale, DType::kF32, Shape{tokens, Hk}, dev_->device());
+  const TensorView dst(value ? host.v_scale_by_head(layer) : host.k_scale_by_head(layer), DType::kF32,
+                       Shape{Hk, host.capacity()});
+  ops::page_cache_store_scales(dst, src, start, dev_->compute_stream());
 }
 
 LayerKvCache OffloadRunner::slot_cache(int64_t s) const {
@@ -405,6 +418,8 @@ void OffloadRunner::prefill(int64_t lane_id, const Sequence& seq, int64_t num_to
     note_rows(lane_rows(slot.k, lane_id), T, true, compute, "prefill layer K (qkv prologue + attention)");
     note_rows(lane_rows(slot.v, lane_id), T, true, compute, "prefill layer V (qkv prologue + attention)");
     for (int64_t c = 0; c < num_chunks; ++c) model_.layer(l, chunk_inputs(c), slot_cache(s), chunk_workspace(c), st);
+    store_scales_by_head(host, l, false, lane_rows(slot.k, lane_id), T, 0);
+    store_scales_by_head(host, l, true, lane_rows(slot.v, lane_id), T, 0);
     dev_->record(slot_computed_[static_cast<size_t>(s)], compute);
 
     // The layer's K/V [0, T) to the host pool, overlapped with the next layers' compute.
@@ -572,6 +587,8 @@ void OffloadRunner::flush_decode_buffers(int64_t lane_id, int64_t end) {
   dev_->record(decode_written_, OffloadDevice::kCompute);
   dev_->wait(d2h_q_, decode_written_);
   for (int64_t l = 0; l < num_layers_; ++l) {
+    store_scales_by_head(*lane.host, l, false, decode_buffer(lane_id, l, false), count, lane.flushed);
+    store_scales_by_head(*lane.host, l, true, decode_buffer(lane_id, l, true), count, lane.flushed);
     copy_rows(at(host_rows(*lane.host, l, false), lane.flushed), decode_buffer(lane_id, l, false), count,
               CopyKind::kD2H, d2h_q_, "flush decode buffer K -> host pool");
     copy_rows(at(host_rows(*lane.host, l, true), lane.flushed), decode_buffer(lane_id, l, true), count,

@@ -152,6 +152,10 @@ class OffloadRunner {
   void copy_rows(const KvRows& dst, const KvRows& src, int64_t tokens, CopyKind kind, OffloadDevice::Queue q,
                  const char* what);
   void note_rows(const KvRows& rows, int64_t tokens, bool write, OffloadDevice::Queue q, const char* what);
+  // The sparse fetch's head-major copy of `rows`' scales (device [tokens, Hk]) into the host pool's layer from
+  // token `start` (scales_by_head_ only), on the compute queue: the fetch reads it there.
+  void store_scales_by_head(const OffloadHostPool& host, int64_t layer, bool value, const KvRows& rows, int64_t tokens,
+                            int64_t start);
   LayerKvCache slot_cache(int64_t s) const;  // the slot as a paged cache [lanes x capacity / kViewBlock, kViewBlock, Hk, D]
   TensorView index_view(int64_t offset, int64_t n) const;  // iota_[offset, offset + n) as [n] i32
   TensorView device_ints(int64_t offset, int64_t n) const;  // meta_dev_[offset, offset + n) as [n] i32
@@ -171,6 +175,7 @@ class OffloadRunner {
   int64_t num_layers_ = 0, num_slots_ = 0, chunk_ = 0, capacity_ = 0;
   int64_t token_bytes_ = 0;  // one token of one layer's K: Hk * D * element size
   int64_t scale_bytes_ = 0;  // its scales: Hk * 4 in an fp8 cache, else 0
+  bool scales_by_head_ = false;  // the host pools keep head-major scales for the sparse fetch (fp8 sparse decode)
   DType kv_dtype_;           // the cache's elements (cache.kv_dtype of the activations)
   int64_t page_size_ = 0;    // tokens of a sparse decode page
   DType act_;

@@ -1,5 +1,8 @@
 #include "nanovllm/offload/offload_sparse_attention.h"
 
+#include <algorithm>
+#include <span>
+
 #include "nanovllm/core/error.h"
 #include "nanovllm/kernels/host_copy.h"
 
@@ -25,25 +28,45 @@ OffloadSparseAttention::OffloadSparseAttention(std::unique_ptr<SparseDecodePolic
                  cache_tokens, " tokens holds ", cache_slots_, " pages, fewer than a selection's ", budget_pages);
   pages_per_lane_ = shape.num_blocks / lanes;
   const int64_t L = shape.num_layers, Hk = shape.num_kv_heads, P = pages_per_lane_, C = cache_slots_;
-  cache_ = Buffer(alloc, kv_dtype_, Shape{lanes * L * 2, C, shape.block_size, Hk, shape.head_dim});
+  cache_ = Buffer(alloc, kv_dtype_, Shape{L * 2 * lanes, C, shape.block_size, Hk, shape.head_dim});
   if (kv_dtype_ == DType::kF8E4M3)
-    cache_scale_ = Buffer(alloc, DType::kF32, Shape{lanes * L * 2, C, shape.block_size, Hk});
-  const int64_t state_ints = Hk * (P + 2 * C + 1);  // one (lane, layer)'s page_slot, slot_page, slot_stamp, hand
-  state_ = Buffer(alloc, DType::kI32, Shape{lanes * L, state_ints});
+    cache_scale_ = Buffer(alloc, DType::kF32, Shape{L * 2 * lanes, C, shape.block_size, Hk});
+  const int64_t layer_ints = lanes * Hk * (P + 2 * C + 1);  // one layer's page_slot, slot_page, slot_stamp, hand
+  state_ = Buffer(alloc, DType::kI32, Shape{L, layer_ints});
   plan_ = Buffer(alloc, DType::kI32, Shape{lanes, Hk, budget_pages, 2});
   counters_ = Buffer(alloc, DType::kI64, Shape{2});
   const Device dev = alloc.device();
-  for (int64_t i = 0; i < lanes * L; ++i) {
-    int32_t* base = state_.view().data_as<int32_t>() + i * state_ints;
+  for (int64_t l = 0; l < L; ++l) {
+    int32_t* base = state_.view().data_as<int32_t>() + l * layer_ints;
     const auto view = [&](int64_t offset, Shape shape_of) {
       return TensorView(base + offset, DType::kI32, shape_of, dev);
     };
-    states_.push_back({.page_slot = view(0, {Hk, P}),
-                       .slot_page = view(Hk * P, {Hk, C}),
-                       .slot_stamp = view(Hk * (P + C), {Hk, C}),
-                       .hand = view(Hk * (P + 2 * C), {Hk})});
+    layer_states_.push_back({.page_slot = view(0, {lanes, Hk, P}),
+                             .slot_page = view(lanes * Hk * P, {lanes, Hk, C}),
+                             .slot_stamp = view(lanes * Hk * (P + C), {lanes, Hk, C}),
+                             .hand = view(lanes * Hk * (P + 2 * C), {lanes, Hk})});
   }
-  ops::page_cache_reset(states_[0], counters_.view(), s);  // the counters once; each lane's state at its prefill
+  ops::page_cache_reset(lane_state(0, 0), counters_.view(), s);  // the counters once; each lane's state at its prefill
+}
+
+ops::PageCacheState OffloadSparseAttention::lane_state(int64_t lane, int64_t layer) const {
+  const ops::PageCacheState& st = layer_states_[static_cast<size_t>(layer)];
+  const auto one = [&](const TensorView& t) {
+    const TensorView rows = t.slice_rows(lane, lane + 1);
+    return t.ndim() == 3 ? rows.reshape({t.dim(1), t.dim(2)}) : rows.reshape({t.dim(1)});
+  };
+  return {one(st.page_slot), one(st.slot_page), one(st.slot_stamp), one(st.hand)};
+}
+
+KvCacheTensor OffloadSparseAttention::layer_cache(int64_t layer, bool value) const {
+  const int64_t lanes = static_cast<int64_t>(hosts_.size()), BS = shape_.block_size, Hk = shape_.num_kv_heads;
+  const int64_t i = layer * 2 + (value ? 1 : 0), C = cache_slots_;
+  const int64_t n = lanes * C * BS * Hk;  // rows of one (layer, K or V)
+  char* base = static_cast<char*>(cache_.data()) + static_cast<size_t>(i * n * shape_.head_dim) * dtype_size(kv_dtype_);
+  const TensorView elements(base, kv_dtype_, Shape{lanes, C, BS, Hk, shape_.head_dim}, cache_.device());
+  if (kv_dtype_ != DType::kF8E4M3) return elements;
+  return {elements, TensorView(static_cast<float*>(cache_scale_.data()) + i * n, DType::kF32, Shape{lanes, C, BS, Hk},
+                               cache_.device())};
 }
 
 size_t OffloadSparseAttention::device_bytes() const {
@@ -52,13 +75,14 @@ size_t OffloadSparseAttention::device_bytes() const {
 
 void OffloadSparseAttention::begin_prefill(int64_t lane, ops::Stream s) {
   NANOVLLM_ASSERT(lane >= 0 && lane < static_cast<int64_t>(hosts_.size()));
-  for (int64_t l = 0; l < shape_.num_layers; ++l) ops::page_cache_reset(state(lane, l), TensorView(), s);
+  for (int64_t l = 0; l < shape_.num_layers; ++l) ops::page_cache_reset(lane_state(lane, l), TensorView(), s);
   rows_.clear();
 }
 
 void OffloadSparseAttention::begin_decode(std::vector<OffloadDecodeRow> rows, TensorView page_tables) {
   NANOVLLM_ASSERT(!rows.empty() && page_tables.dim(0) == static_cast<int64_t>(rows.size()));
-  rows_ = std::move(rows);
+  rows_.clear();
+  for (const OffloadDecodeRow& r : rows) rows_.push_back({.lane = r.lane, .host_tokens = r.host_tokens});
   page_tables_ = page_tables;
   ++step_;
 }
@@ -95,36 +119,33 @@ bool OffloadSparseAttention::attend_step(int64_t layer, TensorView out, TensorVi
   by_page.num_leading_decodes = B;
   const TensorView selected = policy_->select(layer, q, by_page, s, dca);  // [B, Hk, K]: pages of each sequence
 
-  const int64_t lane_rows = pages_per_lane_ * BS, C = cache_slots_;
-  const KvCacheTensor dst_k = kv.k.reshape({shape_.num_blocks * BS, Hk, D});
-  const KvCacheTensor dst_v = kv.v.reshape({shape_.num_blocks * BS, Hk, D});
-  // Cache (lane, layer, K or V) i: [C, BS, Hk, D] and its scales.
-  const auto cache = [&](int64_t i) -> KvCacheTensor {
-    const int64_t n = C * BS * Hk;
-    char* base = static_cast<char*>(cache_.data()) + static_cast<size_t>(i * n * D) * dtype_size(kv_dtype_);
-    const TensorView elements(base, kv_dtype_, Shape{C, BS, Hk, D}, cache_.device());
-    if (kv_dtype_ != DType::kF8E4M3) return elements;
-    return {elements, TensorView(static_cast<float*>(cache_scale_.data()) + i * n, DType::kF32, Shape{C, BS, Hk},
-                                 cache_.device())};
-  };
-  // The lane's host pool as [capacity, Hk, D] K or V rows.
+  // One plan and one fetch for all rows: each row's lane of the stacked states, caches and layer buffer.
+  const int64_t lanes = static_cast<int64_t>(hosts_.size());
+  const Shape lane_shape{lanes, pages_per_lane_ * BS, Hk, D};
+  // The row's lane's host pool as [capacity, Hk, D] K or V rows; fp8: with the head-major copy of their scales.
   const auto host_view = [&](const OffloadHostPool& host, bool value) -> KvCacheTensor {
     const TensorView elements(value ? host.v(layer) : host.k(layer), kv_dtype_, Shape{host.capacity(), Hk, D});
     if (kv_dtype_ != DType::kF8E4M3) return elements;
-    return {elements, TensorView(value ? host.v_scale(layer) : host.k_scale(layer), DType::kF32,
-                                 Shape{host.capacity(), Hk})};
+    return {elements, TensorView(value ? host.v_scale_by_head(layer) : host.k_scale_by_head(layer), DType::kF32,
+                                 Shape{Hk, host.capacity()})};
   };
-  for (int64_t b = 0; b < B; ++b) {  // each row from its own lane's cache and host pool
-    const OffloadDecodeRow& row = rows_[static_cast<size_t>(b)];
+  host_k_.clear();
+  host_v_.clear();
+  for (const ops::PageCacheRow& row : rows_) {
     const OffloadHostPool& host = *hosts_[static_cast<size_t>(row.lane)];
-    const int64_t c = 2 * (row.lane * shape_.num_layers + layer);  // this lane and layer's K cache; V follows
-    const TensorView plan = plan_.view().slice_rows(b, b + 1);
-    const TensorView sel = selected.slice_rows(b, b + 1);
-    ops::page_cache_plan(plan, sel, state(row.lane, layer), row.host_tokens, BS, step_, counters_.view(), s);
-    ops::page_cache_fetch(dst_k.slice_rows(row.lane * lane_rows, (row.lane + 1) * lane_rows),
-                          dst_v.slice_rows(row.lane * lane_rows, (row.lane + 1) * lane_rows),
-                          host_view(host, false), host_view(host, true), cache(c), cache(c + 1), sel, plan,
-                          row.host_tokens, s);
+    host_k_.push_back(host_view(host, false));
+    host_v_.push_back(host_view(host, true));
+  }
+  const std::span<const ops::PageCacheRow> rows(rows_);
+  const std::span<const KvCacheTensor> host_k(host_k_), host_v(host_v_);
+  for (int64_t b0 = 0; b0 < B; b0 += ops::kPageCacheMaxRows) {  // one launch each unless B > kPageCacheMaxRows
+    const int64_t b1 = std::min(B, b0 + ops::kPageCacheMaxRows), n = b1 - b0;
+    const TensorView plan = plan_.view().slice_rows(b0, b1), sel = selected.slice_rows(b0, b1);
+    const auto part = [&](auto span) { return span.subspan(static_cast<size_t>(b0), static_cast<size_t>(n)); };
+    ops::page_cache_plan_rows(plan, sel, layer_states_[static_cast<size_t>(layer)], part(rows), BS, step_,
+                              counters_.view(), s);
+    ops::page_cache_fetch_rows(kv.k.reshape(lane_shape), kv.v.reshape(lane_shape), part(host_k), part(host_v),
+                               layer_cache(layer, false), layer_cache(layer, true), sel, plan, part(rows), s);
   }
   policy_->attend_selected(out, q, pages, by_page, selected, scale, s, dca);
   return true;

@@ -43,7 +43,7 @@ class OffloadSparseAttention final : public AttentionPolicy {
   // `policy` serves the layer buffer: `hosts.size()` lanes of pages_per_lane pages of shape.block_size tokens
   // each, lane after lane: shape.num_blocks = lanes x pages_per_lane, shape.max_num_seqs = lanes,
   // shape.max_blocks_per_seq = pages_per_lane. cache_tokens: per lane, layer and KV head (0: no cache, else >= the
-  // budget). hosts: each lane's pool (read through its pinned pointers; they outlive this). kv_dtype: the KV
+  // budget). hosts: each lane's pool (read through its pinned pointers; they outlive this; fp8: with scales_by_head). kv_dtype: the KV
   // cache's elements (kernels/kv_cache.h; fp8: the pools, the layer buffer and the hot-page cache hold codes and
   // scales). The counters start at 0 on stream s.
   OffloadSparseAttention(std::unique_ptr<SparseDecodePolicy> policy, int64_t cache_tokens,
@@ -73,22 +73,26 @@ class OffloadSparseAttention final : public AttentionPolicy {
  private:
   bool attend_step(int64_t layer, TensorView out, TensorView q, const LayerKvCache& kv, const AttentionMetadata& meta,
                    float scale, ops::Stream s, const ops::DualChunkParams* dca);
-  const ops::PageCacheState& state(int64_t lane, int64_t layer) const {
-    return states_[static_cast<size_t>(lane * shape_.num_layers + layer)];
-  }
+  // Lane `lane`'s state of `layer`: a slice of layer_states_[layer].
+  ops::PageCacheState lane_state(int64_t lane, int64_t layer) const;
+  // The hot-page cache of `layer`, K or V: [lanes, C, page_size, Hk, D] and its scales.
+  KvCacheTensor layer_cache(int64_t layer, bool value) const;
 
   std::unique_ptr<SparseDecodePolicy> policy_;
   PagedKvShape shape_;
   int64_t budget_pages_ = 0, cache_slots_ = 0, pages_per_lane_ = 0;
   std::vector<const OffloadHostPool*> hosts_;  // [lanes]
   DType kv_dtype_;
-  Buffer cache_;                 // [lanes, L, 2, C, page_size, Hk, D]: the hot pages' K and V
-  Buffer cache_scale_;           // [lanes, L, 2, C, page_size, Hk] f32: their scales (fp8 only)
-  Buffer state_;                 // [lanes, L, Hk x (P + 2 C + 1)] i32: page_slot, slot_page, slot_stamp, hand
+  Buffer cache_;                 // [L, 2, lanes, C, page_size, Hk, D]: the hot pages' K and V
+  Buffer cache_scale_;           // [L, 2, lanes, C, page_size, Hk] f32: their scales (fp8 only)
+  // Per layer: page_slot [lanes, Hk, P], slot_page [lanes, Hk, C], slot_stamp [lanes, Hk, C], hand [lanes, Hk] i32
+  // (each layer's lanes stacked, so one plan launch serves every row of a step).
+  Buffer state_;
   Buffer plan_;                  // [lanes, Hk, budget_pages, 2] i32: one plan per decode row
   Buffer counters_;              // [2] i64: hits, misses
-  std::vector<ops::PageCacheState> states_;  // [lanes x L] views of state_
-  std::vector<OffloadDecodeRow> rows_;       // the decode step's; empty while a prefill runs
+  std::vector<ops::PageCacheState> layer_states_;  // [L] views of state_, the lanes stacked
+  std::vector<ops::PageCacheRow> rows_;            // the decode step's; empty while a prefill runs
+  std::vector<KvCacheTensor> host_k_, host_v_;     // per row: its lane's host pool of the current layer
   TensorView page_tables_;
   int32_t step_ = 0;
 };

@@ -2,16 +2,20 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "nanovllm/kernels/page_cache_ops.h"
 
 namespace nanovllm::cpu {
 
 void page_cache_reset(const ops::PageCacheState& state, TensorView counters);
-void page_cache_plan(TensorView plan, TensorView selected, const ops::PageCacheState& state, int64_t host_tokens,
-                     int64_t page_size, int32_t step, TensorView counters);
-void page_cache_fetch(const KvCacheTensor& dst_k, const KvCacheTensor& dst_v, const KvCacheTensor& host_k,
-                      const KvCacheTensor& host_v, const KvCacheTensor& cache_k, const KvCacheTensor& cache_v,
-                      TensorView selected, TensorView plan, int64_t host_tokens);
+void page_cache_store_scales(TensorView dst, TensorView src, int64_t start);
+void page_cache_plan_rows(TensorView plan, TensorView selected, const ops::PageCacheState& state,
+                          std::span<const ops::PageCacheRow> rows, int64_t page_size, int32_t step,
+                          TensorView counters);
+void page_cache_fetch_rows(const KvCacheTensor& dst_k, const KvCacheTensor& dst_v,
+                           std::span<const KvCacheTensor> host_k, std::span<const KvCacheTensor> host_v,
+                           const KvCacheTensor& cache_k, const KvCacheTensor& cache_v, TensorView selected,
+                           TensorView plan, std::span<const ops::PageCacheRow> rows);
 
 }  // namespace nanovllm::cpu
