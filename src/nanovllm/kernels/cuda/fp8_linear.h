@@ -17,11 +17,39 @@ class DeviceContext;
 // The fp8 GEMM runs mma.sync e4m3 (sm_89+); this build's kernels target sm_90 for it.
 bool fp8_tensor_cores_available(const DeviceContext& ctx);
 
-// out [T, N] (BF16 / F32) = in [T, K] BF16 @ dequant(weight)^T (+ bias [N]), T <= kFp8GemvMaxTokens: each lane
-// streams 16 weight codes at a time, turns them into f32 exactly, and accumulates in fp32 per 128-column block
-// before the block scale. in and weight 16-byte aligned.
+// A launch shape of fp8_gemv: the register-fed kernel (fp8_gemv.cu; unit_k == 0: each lane streams 16 weight
+// codes at a time through registers) or the bulk-copy ring kernel (fp8_gemv_bulk.cu, sm_90): units of 16 rows x
+// unit_k codes (1024, 2048 or 4096) copied into shared memory, units_per_cta of them per CTA (ctas CTAs).
+struct Fp8GemvConfig {
+  int unit_k = 0;
+  int units_per_cta = 0;
+  int ctas = 0;
+  bool operator==(const Fp8GemvConfig&) const = default;
+};
+
+// True when the bulk-copy kernel runs on this device (sm_90+ and built for it).
+bool fp8_gemv_bulk_available(DeviceContext& ctx);
+
+// The bulk-copy launch for W [N, K] with row pieces of unit_k codes and about ctas_per_sm CTAs per SM.
+Fp8GemvConfig fp8_gemv_bulk_config(int64_t N, int64_t K, int unit_k, int ctas_per_sm, DeviceContext& ctx);
+
+// fp8_gemv's pick (cfg == nullptr): the bulk-copy kernel with 2 KB row pieces where it runs, one CTA per SM for
+// weights of kFp8BulkOnePerSmBytes or more and two below (the bf16 gemv's measured rule, gemv.cu), else the
+// register-fed kernel.
+inline constexpr int64_t kFp8BulkOnePerSmBytes = int64_t{16} << 20;
+Fp8GemvConfig fp8_gemv_default_config(int64_t N, int64_t K, DeviceContext& ctx);
+
+// out [T, N] (BF16 / F32) = in [T, K] BF16 @ dequant(weight)^T (+ bias [N]), T <= kFp8GemvMaxTokens: the codes
+// turned into f32 exactly and accumulated in fp32 per 16 codes before the block scale; deterministic for a given
+// launch shape. in and weight 16-byte aligned. Layouts: the register-fed kernel takes N and K multiples of 128
+// (weight_scale [N / 128, K / 128], what ops::linear_fp8 allows); the bulk-copy kernel any N >= 1 and K a multiple
+// of 16 (weight_scale [ceil(N / 128), ceil(K / 128)]). cfg: a launch shape (nullptr: fp8_gemv_default_config).
 void fp8_gemv(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,
-              ops::Stream s);
+              ops::Stream s, const Fp8GemvConfig* cfg = nullptr);
+
+// The bulk-copy kernel with launch shape c (c.unit_k > 0): fp8_gemv's checks already made.
+void fp8_gemv_bulk(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,
+                   ops::Stream s, const Fp8GemvConfig& c);
 
 // Where fp8_quantize_activations puts the scale of row t's k block b: kRowMajor scales [T, K / 128] (t * K / 128
 // + b; the mma.sync GEMM's), kKBlockMajor scales [K / 128, T] (b * T + t; cuBLASLt's VEC128_32F layout, rows
