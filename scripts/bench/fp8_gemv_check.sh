@@ -11,7 +11,7 @@
 #
 # Steps (seconds on one H200, after the build; ~150 in all, estimated):
 #   1. test_cuda CudaFp8Linear.Gemv* + CudaFp8Linear.DeterministicAndRefusesWhatItCannotRun + CudaFp8Engine.*  ~30
-#   2. test_cuda CudaFp8Bench.DISABLED_DecodeShapes (8 shapes x 8 timings)                                     ~20
+#   2. test_cuda CudaFp8Bench.DISABLED_DecodeShapes (8 shapes x 13 timings)                                    ~30
 #   3. make-test-model qwen3-0.6b and qwen3-8b (seed 1, in $MODELS_DIR, default /tmp; kept if present)        ~35
 #   4. bench latency --skip-prefill, bs=1 decode @1K, 32 tokens: 0.6B and 8B, none and fp8                     ~60
 # Output: $OUT (default ./fp8-gemv-out): one log per step, *.json reports; a summary with the ratios at the end

@@ -164,23 +164,27 @@ std::vector<float> dequantized_reference(const HostFp8Weight& w, const std::vect
 
 std::string describe(const cuda_ops::Fp8GemvConfig& c) {
   if (c.unit_k == 0) return "register-fed";
-  return "bulk unit_k " + std::to_string(c.unit_k) + " units/CTA " + std::to_string(c.units_per_cta) + " (" +
-         std::to_string(c.ctas) + " CTAs)";
+  return "bulk unit_k " + std::to_string(c.unit_k) + " warps " + std::to_string(c.consumer_warps) + " units/CTA " +
+         std::to_string(c.units_per_cta) + " (" + std::to_string(c.ctas) + " CTAs)";
 }
 
 // The launch shapes a test runs for W [N, K]: the register-fed kernel where its layout allows (N, K multiples of
-// 128) and, on sm_90, the bulk kernel with each row-piece size at one and two CTAs per SM, one unit per CTA (every
-// tile of cpt > 1 units split across CTAs), 3 units per CTA (splits at odd places) and whole tiles per CTA.
+// 128) and, on sm_90, the bulk kernel with each row-piece size and 4 and 8 consumer warps at one and two CTAs per
+// SM, one unit per CTA (every tile of cpt > 1 units split across CTAs), 3 units per CTA (splits at odd places) and
+// whole tiles per CTA.
 std::vector<cuda_ops::Fp8GemvConfig> gemv_configs(int64_t N, int64_t K) {
   std::vector<cuda_ops::Fp8GemvConfig> out;
   if (N % 128 == 0 && K % 128 == 0) out.push_back({});
   if (!cuda_ops::fp8_gemv_bulk_available(cuda_test::context())) return out;
   for (const int unit_k : {1024, 2048, 4096}) {
-    const int64_t cpt = (K + unit_k - 1) / unit_k, units = (N + 15) / 16 * cpt;
-    for (const int per_sm : {1, 2}) out.push_back(cuda_ops::fp8_gemv_bulk_config(N, K, unit_k, per_sm, cuda_test::context()));
-    for (const int64_t upc : {int64_t{1}, int64_t{3}, cpt}) {
-      cuda_ops::Fp8GemvConfig c{unit_k, static_cast<int>(upc), static_cast<int>((units + upc - 1) / upc)};
-      if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+    for (const int warps : {4, 8}) {
+      const int64_t cpt = (K + unit_k - 1) / unit_k, units = (N + 15) / 16 * cpt;
+      for (const int per_sm : {1, 2})
+        out.push_back(cuda_ops::fp8_gemv_bulk_config(N, K, unit_k, per_sm, cuda_test::context(), warps));
+      for (const int64_t upc : {int64_t{1}, int64_t{3}, cpt}) {
+        const cuda_ops::Fp8GemvConfig c{unit_k, static_cast<int>(upc), static_cast<int>((units + upc - 1) / upc), warps};
+        if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+      }
     }
   }
   return out;
@@ -266,6 +270,10 @@ TEST(CudaFp8Linear, GemvRefusesLayoutsItCannotRun) {
                         {"fp8_gemv (bulk)", "unit_k 512"});
   testing::expect_error([&] { cuda_ops::fp8_gemv_bulk_config(200, 1040, 3000, 1, cuda_test::context()); },
                         {"fp8_gemv_bulk_config", "unit_k 3000"});
+  const cuda_ops::Fp8GemvConfig six_warps{2048, 1, 13, 6};
+  testing::expect_error([&] { cuda_ops::fp8_gemv(out.view(), x.view(), dw.codes.view(), dw.scale.view(), TensorView(),
+                                                 cuda_test::on(), &six_warps); },
+                        {"fp8_gemv (bulk)", "consumer_warps 6"});
 }
 
 TEST(CudaFp8Linear, ActivationQuantizationMatchesTheCpuBitForBit) {
@@ -424,8 +432,8 @@ TEST(CudaFp8Linear, DeterministicAndRefusesWhatItCannotRun) {
 
 // Decode-shaped projections (T = 1) of Qwen3-0.6B and Qwen3-8B, each replayed from a graph of 20 back-to-back
 // calls (median of 20 replays): ops::linear_fp8 (fp8_gemv's default pick), each fp8 GEMV launch shape (the
-// register-fed kernel; on sm_90 the bulk kernel with 1, 2 and 4 KB row pieces at one and two CTAs per SM, 4 KB at
-// one: its ring takes 128 KB) and the bf16 linear (its tuned gemv); us per call and the weight stream's GB/s.
+// register-fed kernel; on sm_90 the bulk kernel with 4 and 8 consumer warps and 1, 2 and 4 KB row pieces at one and
+// two CTAs per SM, 4 KB at one: its ring takes 128 KB) and the bf16 linear (its tuned gemv); us per call and the weight stream's GB/s.
 TEST(CudaFp8Bench, DISABLED_DecodeShapes) {
   SKIP_WITHOUT_CUDA();
   std::mt19937 rng(40);
@@ -463,9 +471,10 @@ TEST(CudaFp8Bench, DISABLED_DecodeShapes) {
            }));
     std::vector<cuda_ops::Fp8GemvConfig> configs{cuda_ops::Fp8GemvConfig{}};
     if (bulk) {
-      for (const auto& [unit_k, per_sm] : std::vector<std::pair<int, int>>{{1024, 1}, {1024, 2}, {2048, 1}, {2048, 2},
-                                                                           {4096, 1}})
-        configs.push_back(cuda_ops::fp8_gemv_bulk_config(N, K, unit_k, per_sm, cuda_test::context()));
+      for (const int warps : {4, 8})
+        for (const auto& [unit_k, per_sm] : std::vector<std::pair<int, int>>{{1024, 1}, {1024, 2}, {2048, 1},
+                                                                             {2048, 2}, {4096, 1}})
+          configs.push_back(cuda_ops::fp8_gemv_bulk_config(N, K, unit_k, per_sm, cuda_test::context(), warps));
     }
     for (const cuda_ops::Fp8GemvConfig& c : configs)
       report(describe(c), us_per_call([&] {

@@ -111,7 +111,8 @@ void launch(TensorView out, TensorView in, TensorView weight, TensorView weight_
 
 Fp8GemvConfig fp8_gemv_default_config(int64_t N, int64_t K, DeviceContext& ctx) {
   if (!fp8_gemv_bulk_available(ctx)) return {};
-  return fp8_gemv_bulk_config(N, K, 2048, N * K >= kFp8BulkOnePerSmBytes ? 1 : 2, ctx);
+  if (N * K >= kFp8BulkOnePerSmBytes) return fp8_gemv_bulk_config(N, K, 2048, 1, ctx, 8);
+  return fp8_gemv_bulk_config(N, K, 1024, 2, ctx, 4);
 }
 
 void fp8_gemv(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,

@@ -10,12 +10,14 @@
 // Work: units of one 16-row tile x kUnitK codes (16 row pieces of kUnitK bytes; kUnitK = 2048 keeps bf16's 2 KB
 // pieces), laid end to end tile by tile (cpt = ceil(K / kUnitK) units per tile); CTA c takes units
 // [c upc, (c + 1) upc); the ring holds ~96 KB (kStages = 6 / 3 / 2 for 1 / 2 / 4 KB pieces), so two CTAs fit
-// per SM but at 4 KB. Consumer thread j of the 128 takes 16-code column vectors col, col + kCols, ... (kCols =
-// min(kUnitK / 16, 128)) of rows [grp kRows, (grp + 1) kRows) of each unit (kUnitK = 1024: two row groups of 8
-// rows): per vector it reads x's 16 values for each token (L1) and the block's scale once and reuses them for
-// all its rows. A warp's 32 lanes read 512 contiguous bytes of one row: no bank conflicts, no pad.
+// per SM but at 4 KB. 4 or 8 consumer warps (Fp8GemvConfig::consumer_warps: the products cost ~3 integer ops per
+// code, so one CTA per SM may want more warps than bf16's 4): consumer thread j takes 16-code column vectors col,
+// col + kCols, ... (kCols = min(kUnitK / 16, consumer threads)) of rows [grp kRows, (grp + 1) kRows) of each unit
+// (kGroups = consumer threads / kCols row groups): per vector it reads x's 16 values for each token (L1) and the
+// block's scale once and reuses them for all its rows. A warp's 32 lanes read 512 contiguous bytes of one row:
+// no bank conflicts, no pad.
 // At the end of a tile each warp sums its lanes (warp_sum, fixed order) into red [warp][16 rows][kT] and
-// gemv_bulk.cuh's bulk_finish_tile adds the 4 warps in order and writes the tile, or publishes a partial that
+// gemv_bulk.cuh's bulk_finish_tile adds the warps in order and writes the tile, or publishes a partial that
 // the tile's last CTA sums in CTA order (the gemv split workspace): deterministic for a given launch shape.
 // Layouts: any N >= 1 (rows past N reread row N - 1 and are not stored), K a multiple of 16 (a 16-code vector
 // lies in one 128-column block), scales [ceil(N / 128), ceil(K / 128)].
@@ -38,44 +40,45 @@ namespace nanovllm::cuda_ops {
 namespace {
 
 using namespace fp8_gemv_detail;
-using gemv_detail::kBulkConsumers;
-using gemv_detail::kBulkThreads;
-
 constexpr int kRingBytes = 96 << 10;  // the ring's target size (bf16's 3 x 32 KB)
 
-template <int kUnitK>
+// kConsumers consumer warps (4 or 8) + 1 producer warp.
+template <int kUnitK, int kConsumers>
 struct BulkShape {
+  static constexpr int kThreads = (kConsumers + 1) * 32;
   static constexpr int kStages = std::max(2, kRingBytes / (16 * kUnitK));
-  static constexpr int kVecs = kUnitK / 16;                   // 16-code vectors per unit row
-  static constexpr int kCols = std::min(kVecs, kBulkConsumers * 32);  // consumer threads per row group
-  static constexpr int kGroups = kBulkConsumers * 32 / kCols;  // row groups
-  static constexpr int kRows = 16 / kGroups;                  // rows per consumer thread
-  static constexpr int kVecsPer = kVecs / kCols;              // vectors per consumer thread per row
+  static constexpr int kVecs = kUnitK / 16;                       // 16-code vectors per unit row
+  static constexpr int kCols = std::min(kVecs, kConsumers * 32);  // consumer threads per row group
+  static constexpr int kGroups = kConsumers * 32 / kCols;         // row groups
+  static constexpr int kRows = 16 / kGroups;                      // rows per consumer thread
+  static constexpr int kVecsPer = kVecs / kCols;                  // vectors per consumer thread per row
   static constexpr int kStageBytes = 16 * kUnitK;
   template <int kT>
   static constexpr size_t smem_bytes() {
-    return size_t{kStages} * kStageBytes + size_t{kBulkConsumers} * 16 * kT * 4 +  // red
-           2 * kStages * sizeof(uint64_t) + 16;                                     // barriers, is_last
+    return size_t{kStages} * kStageBytes + size_t{kConsumers} * 16 * kT * 4 +  // red
+           2 * kStages * sizeof(uint64_t) + 16;                                 // barriers, is_last
   }
-  static_assert(kCols % 32 == 0 && kGroups * kCols == kBulkConsumers * 32 && kVecsPer * kCols == kVecs,
+  static_assert(kCols % 32 == 0 && kGroups * kCols == kConsumers * 32 && kVecsPer * kCols == kVecs && kRows >= 1,
                 "a warp works on one row group");
 };
 
 // kT: tokens computed (T <= kT; the others reread row T - 1). Kc = K codes per row; cpt = units per tile; upc =
 // units per CTA; units = row tiles x cpt. x [T, K] bf16; w [N, K] e4m3; w_scale [ceil(N / 128), ceil(K / 128)];
 // bias [N] (any float dtype) or null; out [T, N]; ws / counters: the gemv split workspace.
-template <int kT, int kUnitK>
-__global__ void __launch_bounds__(kBulkThreads, 2)
+// Two CTAs per SM where the ring allows and 4 consumer warps (registers capped at 65536 / 320 = 204 a thread:
+// enough for T = 4 without spills); with 8 warps or 4 KB pieces the registers are not capped for two.
+template <int kT, int kUnitK, int kConsumers>
+__global__ void __launch_bounds__((kConsumers + 1) * 32, kConsumers == 4 && kUnitK < 4096 ? 2 : 1)
 fp8_gemv_bulk_kernel(void* __restrict__ out, bool out_f32, const uint16_t* __restrict__ x, int T,
                      const uint8_t* __restrict__ w, const float* __restrict__ w_scale, const void* __restrict__ bias,
                      int bias_dt, int N, int K, int cpt, int upc, int units, float* __restrict__ ws,
                      unsigned* __restrict__ counters) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using S = BulkShape<kUnitK>;
+  using S = BulkShape<kUnitK, kConsumers>;
   extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* stages = smem;                                                 // [stages][16][kUnitK]
   float* red = reinterpret_cast<float*>(smem + S::kStages * S::kStageBytes);    // [consumers][16][kT]
-  uint64_t* full = reinterpret_cast<uint64_t*>(red + kBulkConsumers * 16 * kT);  // [stages]
+  uint64_t* full = reinterpret_cast<uint64_t*>(red + kConsumers * 16 * kT);     // [stages]
   uint64_t* empty = full + S::kStages;                                          // [stages]
   unsigned* is_last = reinterpret_cast<unsigned*>(empty + S::kStages);
 
@@ -84,14 +87,14 @@ fp8_gemv_bulk_kernel(void* __restrict__ out, bool out_f32, const uint16_t* __res
   const int n = min(units, u_begin + upc) - u_begin;  // > 0: the grid has ceil(units / upc) CTAs
   if (threadIdx.x == 0) {
     for (int s = 0; s < S::kStages; ++s) {
-      mbar_init(&full[s], 1);                     // the producer's arrive (+ the bytes)
-      mbar_init(&empty[s], kBulkConsumers * 32);  // every consumer thread
+      mbar_init(&full[s], 1);                 // the producer's arrive (+ the bytes)
+      mbar_init(&empty[s], kConsumers * 32);  // every consumer thread
     }
     mbar_fence_init();
   }
   __syncthreads();
 
-  if (warp == kBulkConsumers) {
+  if (warp == kConsumers) {
     gemv_detail::bulk_produce<S::kStages, kUnitK, kUnitK>(stages, full, empty, w, K, N, cpt, u_begin, n, lane);
     return;
   }
@@ -136,29 +139,31 @@ fp8_gemv_bulk_kernel(void* __restrict__ out, bool out_f32, const uint16_t* __res
           if (r < row0 || r >= row0 + S::kRows) red[warp * 16 * kT + e] = 0.0f;
         }
       }
-      gemv_detail::bulk_consumer_sync();
+      gemv_detail::bulk_consumer_sync<kConsumers>();
       if (out_f32) {
-        gemv_detail::bulk_finish_tile<kT, true>(red, tile, u_begin, n, upc, cpt, T, N, out, bias, bias_dt, ws,
+        gemv_detail::bulk_finish_tile<kT, true, kConsumers>(red, tile, u_begin, n, upc, cpt, T, N, out, bias, bias_dt, ws,
                                                 counters, is_last);
       } else {
-        gemv_detail::bulk_finish_tile<kT, false>(red, tile, u_begin, n, upc, cpt, T, N, out, bias, bias_dt, ws,
+        gemv_detail::bulk_finish_tile<kT, false, kConsumers>(red, tile, u_begin, n, upc, cpt, T, N, out, bias, bias_dt, ws,
                                                  counters, is_last);
       }
-      gemv_detail::bulk_consumer_sync();  // red is reused by the next tile
+      gemv_detail::bulk_consumer_sync<kConsumers>();  // red is reused by the next tile
     }
   }
 #endif
 }
 
-template <int kT, int kUnitK>
+template <int kT, int kUnitK, int kConsumers>
 void allow_smem() {
-  CUDA_CHECK(cudaFuncSetAttribute(fp8_gemv_bulk_kernel<kT, kUnitK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(BulkShape<kUnitK>::template smem_bytes<kT>())));
+  CUDA_CHECK(cudaFuncSetAttribute(fp8_gemv_bulk_kernel<kT, kUnitK, kConsumers>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(BulkShape<kUnitK, kConsumers>::template smem_bytes<kT>())));
 }
 
 template <int kUnitK>
-void allow_smem_all_tokens() {
-  allow_smem<1, kUnitK>(), allow_smem<2, kUnitK>(), allow_smem<4, kUnitK>();
+void allow_smem_all() {
+  allow_smem<1, kUnitK, 4>(), allow_smem<2, kUnitK, 4>(), allow_smem<4, kUnitK, 4>();
+  allow_smem<1, kUnitK, 8>(), allow_smem<2, kUnitK, 8>(), allow_smem<4, kUnitK, 8>();
 }
 
 // A device context's state (DeviceContext::op_state): whether the kernel runs here; every instance opted into
@@ -169,9 +174,9 @@ struct Fp8BulkState {
     int major = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     cudaFuncAttributes attr{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attr, fp8_gemv_bulk_kernel<1, 2048>));
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, fp8_gemv_bulk_kernel<1, 2048, 4>));
     if (major < 9 || attr.binaryVersion < 90) return;
-    allow_smem_all_tokens<1024>(), allow_smem_all_tokens<2048>(), allow_smem_all_tokens<4096>();
+    allow_smem_all<1024>(), allow_smem_all<2048>(), allow_smem_all<4096>();
     available = true;
   }
 };
@@ -183,7 +188,7 @@ Fp8BulkState& bulk_state(DeviceContext& ctx) {
 int64_t units_per_tile(int64_t K, int unit_k) { return (K + unit_k - 1) / unit_k; }
 int64_t total_units(int64_t N, int64_t K, int unit_k) { return (N + 15) / 16 * units_per_tile(K, unit_k); }
 
-template <int kT, int kUnitK>
+template <int kT, int kUnitK, int kConsumers>
 void launch(const Fp8GemvConfig& c, TensorView out, TensorView in, TensorView weight, TensorView weight_scale,
             TensorView bias, ops::Stream s) {
   const int64_t T = in.dim(0), N = weight.dim(0), K = weight.dim(1);
@@ -193,8 +198,9 @@ void launch(const Fp8GemvConfig& c, TensorView out, TensorView in, TensorView we
   NANOVLLM_CHECK(ctas * 2 * 16 * kT * 4 <= static_cast<int64_t>(split.ws_bytes) && (N + 15) / 16 <= split.counters &&
                      units <= INT32_MAX,
                  "fp8_gemv (bulk): shape out of range: N=", N, " K=", K, " units/CTA=", c.units_per_cta);
-  launch_pdl(fp8_gemv_bulk_kernel<kT, kUnitK>, dim3(static_cast<unsigned>(ctas)), dim3(kBulkThreads),
-             BulkShape<kUnitK>::template smem_bytes<kT>(), s, out.data(), out.dtype() == DType::kF32,
+  using S = BulkShape<kUnitK, kConsumers>;
+  launch_pdl(fp8_gemv_bulk_kernel<kT, kUnitK, kConsumers>, dim3(static_cast<unsigned>(ctas)), dim3(S::kThreads),
+             S::template smem_bytes<kT>(), s, out.data(), out.dtype() == DType::kF32,
              in.data_as<const uint16_t>(), static_cast<int>(T), weight.data_as<const uint8_t>(),
              weight_scale.data_as<const float>(), bias.defined() ? bias.data() : nullptr,
              bias.defined() ? dt(bias) : 0, static_cast<int>(N), static_cast<int>(K), static_cast<int>(cpt),
@@ -202,26 +208,37 @@ void launch(const Fp8GemvConfig& c, TensorView out, TensorView in, TensorView we
   CUDA_CHECK_LAUNCH();
 }
 
-template <int kUnitK>
+template <int kUnitK, int kConsumers>
 void launch_tokens(const Fp8GemvConfig& c, TensorView out, TensorView in, TensorView weight,
                    TensorView weight_scale, TensorView bias, ops::Stream s) {
   const int64_t T = in.dim(0);
-  if (T == 1) launch<1, kUnitK>(c, out, in, weight, weight_scale, bias, s);
-  else if (T == 2) launch<2, kUnitK>(c, out, in, weight, weight_scale, bias, s);
-  else launch<4, kUnitK>(c, out, in, weight, weight_scale, bias, s);
+  if (T == 1) launch<1, kUnitK, kConsumers>(c, out, in, weight, weight_scale, bias, s);
+  else if (T == 2) launch<2, kUnitK, kConsumers>(c, out, in, weight, weight_scale, bias, s);
+  else launch<4, kUnitK, kConsumers>(c, out, in, weight, weight_scale, bias, s);
+}
+
+template <int kUnitK>
+void launch_consumers(const Fp8GemvConfig& c, TensorView out, TensorView in, TensorView weight,
+                      TensorView weight_scale, TensorView bias, ops::Stream s) {
+  if (c.consumer_warps == 8) launch_tokens<kUnitK, 8>(c, out, in, weight, weight_scale, bias, s);
+  else launch_tokens<kUnitK, 4>(c, out, in, weight, weight_scale, bias, s);
 }
 
 }  // namespace
 
 bool fp8_gemv_bulk_available(DeviceContext& ctx) { return bulk_state(ctx).available; }
 
-Fp8GemvConfig fp8_gemv_bulk_config(int64_t N, int64_t K, int unit_k, int ctas_per_sm, DeviceContext& ctx) {
+Fp8GemvConfig fp8_gemv_bulk_config(int64_t N, int64_t K, int unit_k, int ctas_per_sm, DeviceContext& ctx,
+                                   int consumer_warps) {
   NANOVLLM_CHECK(unit_k == 1024 || unit_k == 2048 || unit_k == 4096, "fp8_gemv_bulk_config: unit_k ", unit_k,
                  " (1024, 2048 or 4096)");
   NANOVLLM_CHECK(ctas_per_sm >= 1, "fp8_gemv_bulk_config: ctas_per_sm ", ctas_per_sm, " (>= 1)");
+  NANOVLLM_CHECK(consumer_warps == 4 || consumer_warps == 8, "fp8_gemv_bulk_config: consumer_warps ", consumer_warps,
+                 " (4 or 8)");
   const int64_t units = total_units(N, K, unit_k), want = int64_t{ctas_per_sm} * ctx.sm_count();
   Fp8GemvConfig c;
   c.unit_k = unit_k;
+  c.consumer_warps = consumer_warps;
   c.units_per_cta = static_cast<int>(std::max<int64_t>(1, (units + want - 1) / want));
   c.ctas = static_cast<int>((units + c.units_per_cta - 1) / c.units_per_cta);
   return c;
@@ -237,10 +254,12 @@ void fp8_gemv_bulk(TensorView out, TensorView in, TensorView weight, TensorView 
                  "fp8_gemv (bulk): weight_scale must be F32 [", (N + 127) / 128, ", ", (K + 127) / 128, "], got ",
                  weight_scale.shape().str());
   NANOVLLM_CHECK(c.units_per_cta >= 1, "fp8_gemv (bulk): units_per_cta ", c.units_per_cta, " (>= 1)");
+  NANOVLLM_CHECK(c.consumer_warps == 4 || c.consumer_warps == 8, "fp8_gemv (bulk): consumer_warps ",
+                 c.consumer_warps, " (4 or 8)");
   switch (c.unit_k) {
-    case 1024: return launch_tokens<1024>(c, out, in, weight, weight_scale, bias, s);
-    case 2048: return launch_tokens<2048>(c, out, in, weight, weight_scale, bias, s);
-    case 4096: return launch_tokens<4096>(c, out, in, weight, weight_scale, bias, s);
+    case 1024: return launch_consumers<1024>(c, out, in, weight, weight_scale, bias, s);
+    case 2048: return launch_consumers<2048>(c, out, in, weight, weight_scale, bias, s);
+    case 4096: return launch_consumers<4096>(c, out, in, weight, weight_scale, bias, s);
     default: NANOVLLM_CHECK(false, "fp8_gemv (bulk): unit_k ", c.unit_k, " (1024, 2048 or 4096)");
   }
 }

@@ -19,23 +19,29 @@ bool fp8_tensor_cores_available(const DeviceContext& ctx);
 
 // A launch shape of fp8_gemv: the register-fed kernel (fp8_gemv.cu; unit_k == 0: each lane streams 16 weight
 // codes at a time through registers) or the bulk-copy ring kernel (fp8_gemv_bulk.cu, sm_90): units of 16 rows x
-// unit_k codes (1024, 2048 or 4096) copied into shared memory, units_per_cta of them per CTA (ctas CTAs).
+// unit_k codes (1024, 2048 or 4096) copied into shared memory, units_per_cta of them per CTA (ctas CTAs), read by
+// consumer_warps (4 or 8) warps.
 struct Fp8GemvConfig {
   int unit_k = 0;
   int units_per_cta = 0;
   int ctas = 0;
+  int consumer_warps = 4;
   bool operator==(const Fp8GemvConfig&) const = default;
 };
 
 // True when the bulk-copy kernel runs on this device (sm_90+ and built for it).
 bool fp8_gemv_bulk_available(DeviceContext& ctx);
 
-// The bulk-copy launch for W [N, K] with row pieces of unit_k codes and about ctas_per_sm CTAs per SM.
-Fp8GemvConfig fp8_gemv_bulk_config(int64_t N, int64_t K, int unit_k, int ctas_per_sm, DeviceContext& ctx);
+// The bulk-copy launch for W [N, K] with row pieces of unit_k codes, about ctas_per_sm CTAs per SM and
+// consumer_warps consumer warps per CTA.
+Fp8GemvConfig fp8_gemv_bulk_config(int64_t N, int64_t K, int unit_k, int ctas_per_sm, DeviceContext& ctx,
+                                   int consumer_warps = 4);
 
-// fp8_gemv's pick (cfg == nullptr): the bulk-copy kernel with 2 KB row pieces where it runs, one CTA per SM for
-// weights of kFp8BulkOnePerSmBytes or more and two below (the bf16 gemv's measured rule, gemv.cu), else the
-// register-fed kernel.
+// fp8_gemv's pick (cfg == nullptr) where the bulk-copy kernel runs: for weights of kFp8BulkOnePerSmBytes or more
+// one CTA per SM (the bf16 gemv's measured rule, gemv.cu: the next kernel's CTAs find room beside it) with 2 KB
+// row pieces and 8 consumer warps (the fp8 products cost more per byte than bf16's mma); below, two CTAs per SM
+// of 1 KB pieces and 4 warps (short streams: every SM busy from the start). Not yet measured against the other
+// shapes (CudaFp8Bench.DISABLED_DecodeShapes times them all). Elsewhere the register-fed kernel.
 inline constexpr int64_t kFp8BulkOnePerSmBytes = int64_t{16} << 20;
 Fp8GemvConfig fp8_gemv_default_config(int64_t N, int64_t K, DeviceContext& ctx);
 

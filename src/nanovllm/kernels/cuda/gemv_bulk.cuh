@@ -48,9 +48,10 @@ constexpr size_t kBulkSmemBytes = size_t{kBulkStages} * kBulkStageBytes +
                                   2 * kBulkStages * sizeof(uint64_t) + 16;           // barriers, is_last
 static_assert(kBulkSmemBytes<1> % 16 == 0 && kBulkSmemBytes<2> % 16 == 0, "the kSilu stage is 16-byte aligned");
 
-// bar.sync of the kBulkConsumers consumer warps alone (barrier 1; the producer warp has returned).
+// bar.sync of the kConsumers consumer warps alone (barrier 1; the producer warp has returned).
+template <int kConsumers = kBulkConsumers>
 __device__ __forceinline__ void bulk_consumer_sync() {
-  asm volatile("bar.sync 1, %0;\n" ::"n"(kBulkConsumers * 32) : "memory");
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * 32) : "memory");
 }
 
 // Producer warp of a bulk ring (shared with fp8_gemv_bulk.cu): lane r < 16 copies row r of each of the CTA's
@@ -85,13 +86,13 @@ __device__ __forceinline__ void bulk_produce(unsigned char* stages, uint64_t* fu
   }
 }
 
-// The consumers' end of a 16-row tile (shared with fp8_gemv_bulk.cu): red [kBulkConsumers][16][kTok] holds each
+// The consumers' end of a 16-row tile (shared with fp8_gemv_bulk.cu): red [kConsumers][16][kTok] holds each
 // consumer warp's sums of the tile's rows. Sums them in warp order; a tile that lies wholly in the CTA's units
 // [u_begin, u_begin + n) is written out, otherwise the CTA writes an fp32 partial to its workspace slot
 // (ws [2 x CTAs][16 kTok]; 0: its first tile, 1: its last) and the last CTA to arrive (counters [row tiles],
 // zero between launches; reset by that CTA) sums the partials in CTA order: deterministic. upc = units per
 // CTA, cpt = units per tile. Called by all consumer threads.
-template <int kTok, bool kOutF32>
+template <int kTok, bool kOutF32, int kConsumers = kBulkConsumers>
 __device__ __forceinline__ void bulk_finish_tile(const float* red, int tile, int u_begin, int n, int upc, int cpt,
                                                  int T, int N, void* out, const void* bias, int bias_dt, float* ws,
                                                  unsigned* counters, unsigned* is_last) {
@@ -99,11 +100,11 @@ __device__ __forceinline__ void bulk_finish_tile(const float* red, int tile, int
   const int t_begin = tile * cpt;
   const bool whole = t_begin >= u_begin && t_begin + cpt <= u_begin + n;
   float* slot = ws + (int64_t{blockIdx.x} * 2 + (tile == u_begin / cpt ? 0 : 1)) * kTileFloats;
-  for (int it = threadIdx.x; it < 16 * T; it += kBulkConsumers * 32) {
+  for (int it = threadIdx.x; it < 16 * T; it += kConsumers * 32) {
     const int tok = it >> 4, r = it & 15, row = tile * 16 + r;
     float s = 0.0f;
 #pragma unroll
-    for (int cw = 0; cw < kBulkConsumers; ++cw) s += red[(cw * 16 + r) * kTok + tok];
+    for (int cw = 0; cw < kConsumers; ++cw) s += red[(cw * 16 + r) * kTok + tok];
     if (!whole) {
       slot[r * kTok + tok] = s;
     } else if (row < N) {
@@ -112,13 +113,13 @@ __device__ __forceinline__ void bulk_finish_tile(const float* red, int tile, int
   }
   if (whole) return;
   __threadfence();  // the partial is visible device-wide before the arrival is counted
-  bulk_consumer_sync();
+  bulk_consumer_sync<kConsumers>();
   const int c_first = t_begin / upc, c_last = (t_begin + cpt - 1) / upc;
   if (threadIdx.x == 0) *is_last = atomicAdd(&counters[tile], 1u) == static_cast<unsigned>(c_last - c_first);
-  bulk_consumer_sync();
+  bulk_consumer_sync<kConsumers>();
   if (!*is_last) return;
   __threadfence();
-  for (int it = threadIdx.x; it < 16 * T; it += kBulkConsumers * 32) {
+  for (int it = threadIdx.x; it < 16 * T; it += kConsumers * 32) {
     const int tok = it >> 4, r = it & 15, row = tile * 16 + r;
     float s = 0.0f;
     for (int c = c_first; c <= c_last; ++c) {
@@ -215,20 +216,20 @@ gemv_bulk_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitc
     const unsigned char* st = stages + stage * kBulkStageBytes + warp * kBulkWarpSteps * kStepVecs * 16;
     uint4 lo[kBulkWarpSteps][kU], hi[kBulkWarpSteps][kU];
 #pragma unroll
-    for (int ws = 0; ws < kBulkWarpSteps; ++ws) {
+    for (int step = 0; step < kBulkWarpSteps; ++step) {
 #pragma unroll
       for (int k = 0; k < kU; ++k) {  // vectors past Kv were not copied: zero (x is zero there too)
-        const int v = ws * kStepVecs + q + 4 * k;
+        const int v = step * kStepVecs + q + 4 * k;
         const bool in = vb + v < Kv;
         const unsigned char* p = st + v * 16;
-        lo[ws][k] = in ? *reinterpret_cast<const uint4*>(p + g * kBulkRowPitch) : make_uint4(0, 0, 0, 0);
-        hi[ws][k] = in ? *reinterpret_cast<const uint4*>(p + (g + 8) * kBulkRowPitch) : make_uint4(0, 0, 0, 0);
+        lo[step][k] = in ? *reinterpret_cast<const uint4*>(p + g * kBulkRowPitch) : make_uint4(0, 0, 0, 0);
+        hi[step][k] = in ? *reinterpret_cast<const uint4*>(p + (g + 8) * kBulkRowPitch) : make_uint4(0, 0, 0, 0);
       }
     }
     mbar_arrive(&empty[stage]);  // the stage is in registers: the producer may refill it
 #pragma unroll
-    for (int ws = 0; ws < kBulkWarpSteps; ++ws)
-      mma_step<kNT, kSilu ? kXShared : kXGlobal>(acc, lo[ws], hi[ws], xr, vb + ws * kStepVecs, Kv, q, Kv);
+    for (int step = 0; step < kBulkWarpSteps; ++step)
+      mma_step<kNT, kSilu ? kXShared : kXGlobal>(acc, lo[step], hi[step], xr, vb + step * kStepVecs, Kv, q, Kv);
     if (chunk == cpt - 1 || i == n - 1) {
       float* mine = red + warp * kBulkTileFloats<kNT>;  // C fragment -> [16 rows][kTok]
 #pragma unroll
