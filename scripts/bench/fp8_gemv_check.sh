@@ -7,7 +7,9 @@
 # 128 x 128 block at load). Run from the repository root on an H200 box.
 #
 #   scripts/bench/fp8_gemv_check.sh [BUILD_DIR]   BUILD_DIR: a CUDA build tree (default build/cuda; configured and
-#                                                 built here when it has no tests/test_cuda or tools/nanovllm)
+#                                                 built here when it has no tests/test_cuda or tools/nanovllm), or
+#                                                 any folder holding those two binaries (e.g. unpacked from a carried
+#                                                 tarball of the stripped binaries)
 #
 # Steps (seconds on one H200, after the build; ~150 in all, estimated):
 #   1. test_cuda CudaFp8Linear.Gemv* + CudaFp8Linear.DeterministicAndRefusesWhatItCannotRun + CudaFp8Engine.*  ~30
@@ -19,6 +21,7 @@
 set -uo pipefail
 export PATH=$PATH:/usr/local/cuda/bin
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export NANOVLLM_TEST_DATA=${NANOVLLM_TEST_DATA:-$PWD/tests/data}
 BUILD=${1:-build/cuda}
 OUT=${OUT:-./fp8-gemv-out}
 MODELS=${MODELS_DIR:-/tmp}
