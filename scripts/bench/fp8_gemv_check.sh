@@ -47,7 +47,10 @@ done
 echo "== summary"
 grep -hE "PASSED|FAILED" "$OUT/tests.log" | head -20
 grep -hE "^(0\.6B|8B) " "$OUT/decode_shapes.log"
-decode_ms() { grep -hoE "decode bs=1 @ [0-9]+ context: [0-9.]+ ms/step median" "$OUT/latency_$1.log" | grep -oE "[0-9.]+ ms" | cut -d' ' -f1; }
+decode_ms() {
+  grep -hoE "decode bs=1 @ [0-9]+ context: [0-9.]+ ms/step median" "$OUT/latency_$1.log" | grep -oE "[0-9.]+ ms" |
+    cut -d' ' -f1
+}
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.3f", a / b; else printf "n/a" }'; }
 for m in q06 q8; do
   B=$(decode_ms "${m}_none"); F=$(decode_ms "${m}_fp8")

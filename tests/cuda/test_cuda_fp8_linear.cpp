@@ -64,7 +64,8 @@ HostFp8Weight random_fp8_weight(int64_t n, int64_t k, std::mt19937& rng, bool ze
     const float mag = std::ldexp(1.0f, static_cast<int>(r % 8) - 4) / std::sqrt(static_cast<float>(k));
     for (int64_t c = 0; c < k; ++c) w[r * k + c] = (zero_block && r < 128 && c < 128) ? 0.0f : normal(rng) * mag;
   }
-  HostFp8Weight h{n, k, std::vector<uint8_t>(w.size()), std::vector<float>(static_cast<size_t>(fp8_blocks(n) * fp8_blocks(k)))};
+  HostFp8Weight h{n, k, std::vector<uint8_t>(w.size()),
+                  std::vector<float>(static_cast<size_t>(fp8_blocks(n) * fp8_blocks(k)))};
   quantize_fp8_blocks(w.data(), n, k, h.codes.data(), h.scale.data());
   return h;
 }
@@ -72,7 +73,8 @@ HostFp8Weight random_fp8_weight(int64_t n, int64_t k, std::mt19937& rng, bool ze
 struct DeviceFp8Weight {
   DeviceTensor codes, scale;
   explicit DeviceFp8Weight(const HostFp8Weight& h)
-      : codes(DType::kF8E4M3, Shape{h.n, h.k}, h.codes), scale(DType::kF32, Shape{fp8_blocks(h.n), fp8_blocks(h.k)}, h.scale) {}
+      : codes(DType::kF8E4M3, Shape{h.n, h.k}, h.codes),
+        scale(DType::kF32, Shape{fp8_blocks(h.n), fp8_blocks(h.k)}, h.scale) {}
 };
 
 TensorView host_codes(HostFp8Weight& h) { return TensorView(h.codes.data(), DType::kF8E4M3, Shape{h.n, h.k}); }
@@ -156,7 +158,8 @@ std::vector<float> dequantized_reference(const HostFp8Weight& w, const std::vect
   for (int64_t t = 0; t < T; ++t)
     for (int64_t r = 0; r < w.n; ++r) {
       double sum = 0;
-      for (int64_t k = 0; k < w.k; ++k) sum += double{wf[static_cast<size_t>(r * w.k + k)]} * x[static_cast<size_t>(t * w.k + k)];
+      for (int64_t k = 0; k < w.k; ++k)
+        sum += double{wf[static_cast<size_t>(r * w.k + k)]} * x[static_cast<size_t>(t * w.k + k)];
       ref[static_cast<size_t>(t * w.n + r)] = static_cast<float>(sum);
     }
   return ref;
@@ -182,7 +185,8 @@ std::vector<cuda_ops::Fp8GemvConfig> gemv_configs(int64_t N, int64_t K) {
       for (const int per_sm : {1, 2})
         out.push_back(cuda_ops::fp8_gemv_bulk_config(N, K, unit_k, per_sm, cuda_test::context(), warps));
       for (const int64_t upc : {int64_t{1}, int64_t{3}, cpt}) {
-        const cuda_ops::Fp8GemvConfig c{unit_k, static_cast<int>(upc), static_cast<int>((units + upc - 1) / upc), warps};
+        const cuda_ops::Fp8GemvConfig c{unit_k, static_cast<int>(upc), static_cast<int>((units + upc - 1) / upc),
+                                        warps};
         if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
       }
     }
@@ -432,8 +436,9 @@ TEST(CudaFp8Linear, DeterministicAndRefusesWhatItCannotRun) {
 
 // Decode-shaped projections (T = 1) of Qwen3-0.6B and Qwen3-8B, each replayed from a graph of 20 back-to-back
 // calls (median of 20 replays): ops::linear_fp8 (fp8_gemv's default pick), each fp8 GEMV launch shape (the
-// register-fed kernel; on sm_90 the bulk kernel with 4 and 8 consumer warps and 1, 2 and 4 KB row pieces at one and
-// two CTAs per SM, 4 KB at one: its ring takes 128 KB) and the bf16 linear (its tuned gemv); us per call and the weight stream's GB/s.
+// register-fed kernel; on sm_90 the bulk kernel with 4 and 8 consumer warps and 1, 2 and 4 KB row pieces at one
+// and two CTAs per SM, 4 KB at one: its ring takes 128 KB) and the bf16 linear (its tuned gemv); us per call and
+// the weight stream's GB/s.
 TEST(CudaFp8Bench, DISABLED_DecodeShapes) {
   SKIP_WITHOUT_CUDA();
   std::mt19937 rng(40);

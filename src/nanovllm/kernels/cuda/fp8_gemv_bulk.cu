@@ -141,11 +141,11 @@ fp8_gemv_bulk_kernel(void* __restrict__ out, bool out_f32, const uint16_t* __res
       }
       gemv_detail::bulk_consumer_sync<kConsumers>();
       if (out_f32) {
-        gemv_detail::bulk_finish_tile<kT, true, kConsumers>(red, tile, u_begin, n, upc, cpt, T, N, out, bias, bias_dt, ws,
-                                                counters, is_last);
+        gemv_detail::bulk_finish_tile<kT, true, kConsumers>(red, tile, u_begin, n, upc, cpt, T, N, out, bias, bias_dt,
+                                                            ws, counters, is_last);
       } else {
-        gemv_detail::bulk_finish_tile<kT, false, kConsumers>(red, tile, u_begin, n, upc, cpt, T, N, out, bias, bias_dt, ws,
-                                                 counters, is_last);
+        gemv_detail::bulk_finish_tile<kT, false, kConsumers>(red, tile, u_begin, n, upc, cpt, T, N, out, bias,
+                                                             bias_dt, ws, counters, is_last);
       }
       gemv_detail::bulk_consumer_sync<kConsumers>();  // red is reused by the next tile
     }
