@@ -20,7 +20,7 @@
 # (targets: 8B fp8 / bf16 <= 0.58, 0.6B <= 0.75).
 set -uo pipefail
 export PATH=$PATH:/usr/local/cuda/bin
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
 export NANOVLLM_TEST_DATA=${NANOVLLM_TEST_DATA:-$PWD/tests/data}
 BUILD=${1:-build/cuda}
 OUT=${OUT:-./fp8-gemv-out}
