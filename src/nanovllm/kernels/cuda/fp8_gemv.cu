@@ -110,9 +110,11 @@ void launch(TensorView out, TensorView in, TensorView weight, TensorView weight_
 }  // namespace
 
 Fp8GemvConfig fp8_gemv_default_config(int64_t N, int64_t K, DeviceContext& ctx) {
-  if (!fp8_gemv_bulk_available(ctx)) return {};
-  if (N * K >= kFp8BulkOnePerSmBytes) return fp8_gemv_bulk_config(N, K, 2048, 1, ctx, 8);
-  return fp8_gemv_bulk_config(N, K, 1024, 2, ctx, 4);
+  if (!fp8_gemv_bulk_available(ctx) || N * K < kFp8BulkMinBytes) return {};
+  const Fp8GemvConfig two_per_sm = fp8_gemv_bulk_config(N, K, 2048, 2, ctx, 8);
+  const int64_t units_per_tile = (K + 2047) / 2048;
+  if (two_per_sm.units_per_cta % units_per_tile == 0) return two_per_sm;
+  return fp8_gemv_bulk_config(N, K, 2048, 1, ctx, 8);
 }
 
 void fp8_gemv(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,

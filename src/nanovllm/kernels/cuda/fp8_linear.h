@@ -37,12 +37,13 @@ bool fp8_gemv_bulk_available(DeviceContext& ctx);
 Fp8GemvConfig fp8_gemv_bulk_config(int64_t N, int64_t K, int unit_k, int ctas_per_sm, DeviceContext& ctx,
                                    int consumer_warps = 4);
 
-// fp8_gemv's pick (cfg == nullptr) where the bulk-copy kernel runs: for weights of kFp8BulkOnePerSmBytes or more
-// one CTA per SM (the bf16 gemv's measured rule, gemv.cu: the next kernel's CTAs find room beside it) with 2 KB
-// row pieces and 8 consumer warps (the fp8 products cost more per byte than bf16's mma); below, two CTAs per SM
-// of 1 KB pieces and 4 warps (short streams: every SM busy from the start). Not yet measured against the other
-// shapes (CudaFp8Bench.DISABLED_DecodeShapes times them all). Elsewhere the register-fed kernel.
-inline constexpr int64_t kFp8BulkOnePerSmBytes = int64_t{16} << 20;
+// fp8_gemv's pick (cfg == nullptr), from CudaFp8Bench.DISABLED_DecodeShapes on the H200 (s38 call 2): weights of
+// kFp8BulkMinBytes or more take the bulk-copy kernel with 2 KB row pieces and 8 consumer warps, two CTAs per SM
+// (8B gate_up 28.6 us, down 14.5, o 5.6 against 30.4 / 15.9 / 6.1 register-fed) unless that cuts the CTAs' ranges
+// inside row tiles, then one per SM (8B qkv: 8.3 us against 10.1 split, 9.9 register-fed). Smaller weights take
+// the register-fed kernel (Qwen3-0.6B's o and down: 2.0 / 2.6 us against the best bulk shape's 2.2 / 3.0), as
+// does every device without the bulk kernel.
+inline constexpr int64_t kFp8BulkMinBytes = int64_t{16} << 20;
 Fp8GemvConfig fp8_gemv_default_config(int64_t N, int64_t K, DeviceContext& ctx);
 
 // out [T, N] (BF16 / F32) = in [T, K] BF16 @ dequant(weight)^T (+ bias [N]), T <= kFp8GemvMaxTokens: the codes
