@@ -4,6 +4,10 @@
 //   * GEMV (rows <= kFp8GemvMaxTokens) vs cpu::linear_fp8 (f64 over the dequantized weights): the same products
 //     up to fp32 summation order and output rounding: NMSE <= 1e-5 / per element |err| <= 1e-2 rms + 5e-3 |ref|
 //     (bf16 out); NMSE <= 1e-9 / 1e-4 rms + 1e-5 |ref| (f32 out), as the bf16 gemv's tests.
+//   * Each GEMV kernel and launch shape (fp8_gemv with an Fp8GemvConfig: the register-fed kernel, the bulk-copy
+//     kernel with 1 / 2 / 4 KB row pieces and tiles whole or split across CTAs) vs the weights dequantized on the
+//     host (f64 sums), same tolerances, N off multiples of 16 and K off multiples of 128 where the bulk kernel
+//     takes them (K % 16 == 0), bitwise repeatable; the layouts each kernel refuses.
 //   * Activation quantization vs quantize_fp8_blocks of each row: codes and scales bit for bit, the scales in
 //     both layouts (row-major for the mma.sync GEMM, k-block-major for cuBLASLt).
 //   * Both GEMMs (KernelOptions::fp8_gemm: the mma.sync kernel, cuBLASLt's block-scaled matmul) vs
@@ -15,8 +19,9 @@
 //     shape of 16+ rows with K / 128 a multiple of 4 (fewer rows or f32 out it may refuse: printed) and refuse
 //     K / 128 = 3 and the wrong scale layout (those run the mma.sync kernel).
 //   * ops::linear_fp8 dispatches all of them, chunks rows past its 32 MiB workspace, and is deterministic.
-// DISABLED_ benchmarks: the decode shapes of Qwen3-0.6B / 8B, fp8 GEMV vs the bf16 linear, and the 8B prefill
-// GEMMs at 8192 rows: mma.sync vs cuBLASLt vs bf16 cuBLASLt.
+// DISABLED_ benchmarks: the decode shapes of Qwen3-0.6B / 8B, each fp8 GEMV launch shape vs the bf16 linear, and
+// the 8B prefill GEMMs at 8192 rows: mma.sync vs cuBLASLt vs bf16 cuBLASLt.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -48,7 +53,7 @@ struct Fp8GemmGuard : cuda_test::RestoreOptions {
 struct HostFp8Weight {
   int64_t n = 0, k = 0;
   std::vector<uint8_t> codes;  // [N, K]
-  std::vector<float> scale;    // [N / 128, K / 128]
+  std::vector<float> scale;    // [ceil(N / 128), ceil(K / 128)]
 };
 
 // Rows of magnitudes 2^-4 .. 2^3 (blocks of very different scales); block (0, 0) all zero when `zero_block`.
@@ -59,7 +64,8 @@ HostFp8Weight random_fp8_weight(int64_t n, int64_t k, std::mt19937& rng, bool ze
     const float mag = std::ldexp(1.0f, static_cast<int>(r % 8) - 4) / std::sqrt(static_cast<float>(k));
     for (int64_t c = 0; c < k; ++c) w[r * k + c] = (zero_block && r < 128 && c < 128) ? 0.0f : normal(rng) * mag;
   }
-  HostFp8Weight h{n, k, std::vector<uint8_t>(w.size()), std::vector<float>(static_cast<size_t>(n / 128 * (k / 128)))};
+  HostFp8Weight h{n, k, std::vector<uint8_t>(w.size()),
+                  std::vector<float>(static_cast<size_t>(fp8_blocks(n) * fp8_blocks(k)))};
   quantize_fp8_blocks(w.data(), n, k, h.codes.data(), h.scale.data());
   return h;
 }
@@ -67,11 +73,14 @@ HostFp8Weight random_fp8_weight(int64_t n, int64_t k, std::mt19937& rng, bool ze
 struct DeviceFp8Weight {
   DeviceTensor codes, scale;
   explicit DeviceFp8Weight(const HostFp8Weight& h)
-      : codes(DType::kF8E4M3, Shape{h.n, h.k}, h.codes), scale(DType::kF32, Shape{h.n / 128, h.k / 128}, h.scale) {}
+      : codes(DType::kF8E4M3, Shape{h.n, h.k}, h.codes),
+        scale(DType::kF32, Shape{fp8_blocks(h.n), fp8_blocks(h.k)}, h.scale) {}
 };
 
 TensorView host_codes(HostFp8Weight& h) { return TensorView(h.codes.data(), DType::kF8E4M3, Shape{h.n, h.k}); }
-TensorView host_scale(HostFp8Weight& h) { return TensorView(h.scale.data(), DType::kF32, Shape{h.n / 128, h.k / 128}); }
+TensorView host_scale(HostFp8Weight& h) {
+  return TensorView(h.scale.data(), DType::kF32, Shape{fp8_blocks(h.n), fp8_blocks(h.k)});
+}
 
 enum class Reference { kExact, kQuantizedActivations };
 
@@ -139,6 +148,136 @@ TEST(CudaFp8Linear, GemvMatchesTheExactReference) {
     check_linear_fp8(T, 1024, 3072, DType::kF32, 0, rng);   // Qwen3-0.6B down_proj
     check_linear_fp8(T, 6144, 4096, DType::kBF16, 0, rng);  // Qwen3-8B qkv_proj
   }
+}
+
+// out [T, N] = x [T, K] @ W^T with W dequantized to f32 on the host (dequantize_fp8_run: edge blocks too), in f64.
+std::vector<float> dequantized_reference(const HostFp8Weight& w, const std::vector<float>& x, int64_t T) {
+  std::vector<float> wf(static_cast<size_t>(w.n * w.k));
+  dequantize_fp8_run(w.codes.data(), w.scale.data(), w.k, 0, w.n * w.k, wf.data());
+  std::vector<float> ref(static_cast<size_t>(T * w.n));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t r = 0; r < w.n; ++r) {
+      double sum = 0;
+      for (int64_t k = 0; k < w.k; ++k)
+        sum += double{wf[static_cast<size_t>(r * w.k + k)]} * x[static_cast<size_t>(t * w.k + k)];
+      ref[static_cast<size_t>(t * w.n + r)] = static_cast<float>(sum);
+    }
+  return ref;
+}
+
+std::string describe(const cuda_ops::Fp8GemvConfig& c) {
+  if (c.unit_k == 0) return "register-fed";
+  return "bulk unit_k " + std::to_string(c.unit_k) + " warps " + std::to_string(c.consumer_warps) + " units/CTA " +
+         std::to_string(c.units_per_cta) + " (" + std::to_string(c.ctas) + " CTAs)";
+}
+
+// The launch shapes a test runs for W [N, K]: the register-fed kernel where its layout allows (N, K multiples of
+// 128) and, on sm_90, the bulk kernel with each row-piece size and 4 and 8 consumer warps at one and two CTAs per
+// SM, one unit per CTA (every tile of cpt > 1 units split across CTAs), 3 units per CTA (splits at odd places) and
+// whole tiles per CTA.
+std::vector<cuda_ops::Fp8GemvConfig> gemv_configs(int64_t N, int64_t K) {
+  std::vector<cuda_ops::Fp8GemvConfig> out;
+  if (N % 128 == 0 && K % 128 == 0) out.push_back({});
+  if (!cuda_ops::fp8_gemv_bulk_available(cuda_test::context())) return out;
+  for (const int unit_k : {1024, 2048, 4096}) {
+    for (const int warps : {4, 8}) {
+      const int64_t cpt = (K + unit_k - 1) / unit_k, units = (N + 15) / 16 * cpt;
+      for (const int per_sm : {1, 2})
+        out.push_back(cuda_ops::fp8_gemv_bulk_config(N, K, unit_k, per_sm, cuda_test::context(), warps));
+      for (const int64_t upc : {int64_t{1}, int64_t{3}, cpt}) {
+        const cuda_ops::Fp8GemvConfig c{unit_k, static_cast<int>(upc), static_cast<int>((units + upc - 1) / upc),
+                                        warps};
+        if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+      }
+    }
+  }
+  return out;
+}
+
+// Every launch shape of gemv_configs on fresh random inputs vs dequantized_reference: bias and out dtype vary with
+// the shape (none / bf16 / f32 bias, bf16 / f32 out). Tolerances as the bf16 gemv's: NMSE <= 1e-5 / per element
+// |err| <= 1e-2 rms + 5e-3 |ref| (bf16 out), NMSE <= 1e-9 / 1e-4 rms + 1e-5 |ref| (f32 out). Every element is
+// written (NaN poison) and a second run of each shape is bit for bit the first (fixed summation order).
+void check_gemv_kernels(int64_t T, int64_t N, int64_t K, std::mt19937& rng) {
+  HostFp8Weight w = random_fp8_weight(N, K, rng, N >= 128 && K >= 128);
+  const DeviceFp8Weight dw(w);
+  auto x = cuda_test::random_bf16(static_cast<size_t>(T * K), rng, -2.0f, 2.0f);
+  auto b = cuda_test::random_bf16(static_cast<size_t>(N), rng, -1.0f, 1.0f);
+  DeviceTensor d_x(DType::kBF16, {T, K}, x.bits), d_b16(DType::kBF16, {N}, b.bits), d_b32(DType::kF32, {N}, b.f32);
+  const std::vector<float> plain = dequantized_reference(w, x.f32, T);
+  const float r = static_cast<float>(rms(plain));
+  int i = 0;
+  for (const cuda_ops::Fp8GemvConfig& c : gemv_configs(N, K)) {
+    const int bias_mode = i % 3;
+    const DType out_t = (i / 3) % 2 == 0 ? DType::kBF16 : DType::kF32;
+    ++i;
+    const bool bf = out_t == DType::kBF16;
+    std::vector<float> ref = plain;
+    if (bias_mode != 0)
+      for (int64_t j = 0; j < T * N; ++j) ref[static_cast<size_t>(j)] += b.f32[static_cast<size_t>(j % N)];
+    DeviceTensor d_out(out_t, {T, N});
+    const TensorView bias = bias_mode == 0 ? TensorView() : bias_mode == 1 ? d_b16.view() : d_b32.view();
+    auto run = [&] {
+      d_out.fill_bytes(0xff);  // NaN poison: every element must be written
+      cuda_ops::fp8_gemv(d_out.view(), d_x.view(), dw.codes.view(), dw.scale.view(), bias, cuda_test::on(), &c);
+      CUDA_CHECK(cudaGetLastError());
+      return d_out.download<uint8_t>();
+    };
+    const std::vector<uint8_t> first = run();
+    const std::string what = describe(c) + " T=" + std::to_string(T) + " N=" + std::to_string(N) + " K=" +
+                             std::to_string(K) + " out=" + std::string(dtype_name(out_t)) + " bias=" +
+                             std::to_string(bias_mode);
+    EXPECT_EQ(run(), first) << what << ": not deterministic";
+    const std::vector<float> got = d_out.download_f32();
+    EXPECT_LE(cuda_test::nmse(got, ref), bf ? 1e-5 : 1e-9) << what;
+    cuda_test::expect_close(got, ref, (bf ? 1e-2f : 1e-4f) * r, bf ? 5e-3f : 1e-5f, what);
+  }
+}
+
+// Both GEMV kernels and every bulk launch shape, T = 1 .. kFp8GemvMaxTokens. Shapes: N not a multiple of 16
+// (17, 200, 1000: the bulk kernel only; ops::linear_fp8 refuses N, K off multiples of 128, the register-fed kernel
+// too), K at and around the unit and block boundaries (128, 1040 = 8 x 128 + 16, 2048, 2064, 4096, 12288), the
+// Qwen3-0.6B qkv shape.
+TEST(CudaFp8Linear, GemvKernelsMatchTheDequantizedReference) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(34);
+  for (int64_t T = 1; T <= kFp8GemvMaxTokens; ++T) {
+    for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{
+             {128, 128}, {200, 1040}, {17, 2048}, {1000, 2064}, {384, 4096}, {128, 12288}, {4096, 1024}})
+      check_gemv_kernels(T, N, K, rng);
+  }
+}
+
+TEST(CudaFp8Linear, GemvRefusesLayoutsItCannotRun) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(35);
+  HostFp8Weight w = random_fp8_weight(200, 1040, rng);
+  const DeviceFp8Weight dw(w);
+  DeviceTensor x(DType::kBF16, {1, 1040}), out(DType::kBF16, {1, 200});
+  const cuda_ops::Fp8GemvConfig registers{};
+  testing::expect_error([&] { cuda_ops::fp8_gemv(out.view(), x.view(), dw.codes.view(), dw.scale.view(), TensorView(),
+                                                 cuda_test::on(), &registers); },
+                        {"fp8_gemv", "register-fed", "multiples of 128"});
+  if (!cuda_ops::fp8_gemv_bulk_available(cuda_test::context())) return;
+  const cuda_ops::Fp8GemvConfig bulk = cuda_ops::fp8_gemv_bulk_config(200, 1040, 2048, 1, cuda_test::context());
+  DeviceTensor bad_scale(DType::kF32, {1, 9});
+  testing::expect_error([&] { cuda_ops::fp8_gemv(out.view(), x.view(), dw.codes.view(), bad_scale.view(), TensorView(),
+                                                 cuda_test::on(), &bulk); },
+                        {"fp8_gemv (bulk)", "weight_scale", "[2, 9]"});
+  DeviceTensor x_odd(DType::kBF16, {1, 1048}), w_odd(DType::kF8E4M3, {200, 1048}), s_odd(DType::kF32, {2, 9});
+  testing::expect_error([&] { cuda_ops::fp8_gemv(out.view(), x_odd.view(), w_odd.view(), s_odd.view(), TensorView(),
+                                                 cuda_test::on(), &bulk); },
+                        {"fp8_gemv (bulk)", "1048", "multiple of 16"});
+  const cuda_ops::Fp8GemvConfig odd_unit{512, 1, 1};
+  testing::expect_error([&] { cuda_ops::fp8_gemv(out.view(), x.view(), dw.codes.view(), dw.scale.view(), TensorView(),
+                                                 cuda_test::on(), &odd_unit); },
+                        {"fp8_gemv (bulk)", "unit_k 512"});
+  testing::expect_error([&] { cuda_ops::fp8_gemv_bulk_config(200, 1040, 3000, 1, cuda_test::context()); },
+                        {"fp8_gemv_bulk_config", "unit_k 3000"});
+  const cuda_ops::Fp8GemvConfig six_warps{2048, 1, 13, 6};
+  testing::expect_error([&] { cuda_ops::fp8_gemv(out.view(), x.view(), dw.codes.view(), dw.scale.view(), TensorView(),
+                                                 cuda_test::on(), &six_warps); },
+                        {"fp8_gemv (bulk)", "consumer_warps 6"});
 }
 
 TEST(CudaFp8Linear, ActivationQuantizationMatchesTheCpuBitForBit) {
@@ -295,8 +434,11 @@ TEST(CudaFp8Linear, DeterministicAndRefusesWhatItCannotRun) {
                                               cuda_test::on()); }, {"linear_fp8", "[256, 192]", "multiples of 128"});
 }
 
-// Decode-shaped projections (T = 1) of Qwen3-0.6B and Qwen3-8B: the fp8 GEMV vs the bf16 linear (its tuned
-// gemv), each replayed from a graph; us per call and the weight stream's GB/s.
+// Decode-shaped projections (T = 1) of Qwen3-0.6B and Qwen3-8B, each replayed from a graph of 20 back-to-back
+// calls (median of 20 replays): ops::linear_fp8 (fp8_gemv's default pick), each fp8 GEMV launch shape (the
+// register-fed kernel; on sm_90 the bulk kernel with 4 and 8 consumer warps and 1, 2 and 4 KB row pieces at one
+// and two CTAs per SM, 4 KB at one: its ring takes 128 KB) and the bf16 linear (its tuned gemv); us per call and
+// the weight stream's GB/s.
 TEST(CudaFp8Bench, DISABLED_DecodeShapes) {
   SKIP_WITHOUT_CUDA();
   std::mt19937 rng(40);
@@ -305,6 +447,7 @@ TEST(CudaFp8Bench, DISABLED_DecodeShapes) {
   const std::vector<std::tuple<const char*, int64_t, int64_t>> shapes = {
       {"0.6B qkv", 4096, 1024}, {"0.6B o", 1024, 2048}, {"0.6B gate_up", 6144, 1024}, {"0.6B down", 1024, 3072},
       {"8B qkv", 6144, 4096},   {"8B o", 4096, 4096},   {"8B gate_up", 24576, 4096}, {"8B down", 4096, 12288}};
+  const bool bulk = cuda_ops::fp8_gemv_bulk_available(cuda_test::context());
   for (const auto& [name, N, K] : shapes) {
     HostFp8Weight w = random_fp8_weight(N, K, rng);
     const DeviceFp8Weight dw(w);
@@ -312,18 +455,36 @@ TEST(CudaFp8Bench, DISABLED_DecodeShapes) {
     auto x = cuda_test::random_bf16(static_cast<size_t>(K), rng);
     DeviceTensor d_w(DType::kBF16, {N, K}, wb.bits), d_x(DType::kBF16, {1, K}, x.bits), d_out(DType::kBF16, {1, N});
     const ops::Stream s = cuda_test::on(st);
-    cudaGraphExec_t fp8 = cuda_test::warm_up_and_capture(st, [&] {
-      for (int i = 0; i < 20; ++i) ops::linear_fp8(d_out.view(), d_x.view(), dw.codes.view(), dw.scale.view(), TensorView(), s);
-    });
-    cudaGraphExec_t bf16 = cuda_test::warm_up_and_capture(st, [&] {
-      for (int i = 0; i < 20; ++i) ops::linear(d_out.view(), d_x.view(), d_w.view(), TensorView(), s);
-    });
-    const float f = cuda_test::graph_replay_ms(fp8, st, 20)[10] * 1000.0f / 20, b = cuda_test::graph_replay_ms(bf16, st, 20)[10] * 1000.0f / 20;
-    std::printf("%-13s N %6lld K %6lld: fp8 %7.2f us (%6.0f GB/s)  bf16 %7.2f us (%6.0f GB/s)  fp8/bf16 %.2f\n", name,
-                static_cast<long long>(N), static_cast<long long>(K), f, static_cast<double>(N * K) / f / 1e3, b,
-                2.0 * static_cast<double>(N * K) / b / 1e3, f / b);
-    CUDA_CHECK(cudaGraphExecDestroy(fp8));
-    CUDA_CHECK(cudaGraphExecDestroy(bf16));
+    auto us_per_call = [&](auto&& call) {
+      cudaGraphExec_t g = cuda_test::warm_up_and_capture(st, [&] {
+        for (int i = 0; i < 20; ++i) call();
+      });
+      const float us = cuda_test::graph_replay_ms(g, st, 20)[10] * 1000.0f / 20;
+      CUDA_CHECK(cudaGraphExecDestroy(g));
+      return us;
+    };
+    const float b = us_per_call([&] { ops::linear(d_out.view(), d_x.view(), d_w.view(), TensorView(), s); });
+    auto report = [&](const std::string& what, float us) {
+      std::printf("%-13s N %6lld K %6lld %-40s %7.2f us (%5.0f GB/s)  /bf16 %.2f\n", name, static_cast<long long>(N),
+                  static_cast<long long>(K), what.c_str(), us, static_cast<double>(N * K) / us / 1e3, us / b);
+    };
+    std::printf("%-13s N %6lld K %6lld %-40s %7.2f us (%5.0f GB/s)\n", name, static_cast<long long>(N),
+                static_cast<long long>(K), "bf16 linear", b, 2.0 * static_cast<double>(N * K) / b / 1e3);
+    report("fp8 linear (default: " + describe(cuda_ops::fp8_gemv_default_config(N, K, cuda_test::context())) + ")",
+           us_per_call([&] {
+             ops::linear_fp8(d_out.view(), d_x.view(), dw.codes.view(), dw.scale.view(), TensorView(), s);
+           }));
+    std::vector<cuda_ops::Fp8GemvConfig> configs{cuda_ops::Fp8GemvConfig{}};
+    if (bulk) {
+      for (const int warps : {4, 8})
+        for (const auto& [unit_k, per_sm] : std::vector<std::pair<int, int>>{{1024, 1}, {1024, 2}, {2048, 1},
+                                                                             {2048, 2}, {4096, 1}})
+          configs.push_back(cuda_ops::fp8_gemv_bulk_config(N, K, unit_k, per_sm, cuda_test::context(), warps));
+    }
+    for (const cuda_ops::Fp8GemvConfig& c : configs)
+      report(describe(c), us_per_call([&] {
+               cuda_ops::fp8_gemv(d_out.view(), d_x.view(), dw.codes.view(), dw.scale.view(), TensorView(), s, &c);
+             }));
   }
   CUDA_CHECK(cudaStreamDestroy(st));
 }

@@ -5,19 +5,19 @@
 //     strided share of K: per step each lane loads 16 codes (16 bytes) of each row, 512 columns per warp step.
 //     The CTA's 8 warps are (8 / k_slices) row groups x k_slices K shares, summed through shared memory in a
 //     fixed order (deterministic).
-//   * Codes become f32 with integer ops alone: an e4m3 code's exponent and mantissa bits placed in an f32's give
-//     its value times 2^-120 exactly, e4m3 subnormals included (they land on f32 subnormals, which the FMAs keep:
-//     no flush to zero in this build). The 2^120 goes back in with the block scale. (NaN codes, which no
-//     quantizer writes, would read as 480.)
-//   * Each lane's 16 columns lie in one 128-column block: it sums them for every token in fp32, then adds the
-//     sum times 2^120 times the block's scale to its accumulator.
+//   * Codes become f32 with integer ops alone (fp8_gemv_device.cuh: exact, times 2^-120, which the block scale
+//     puts back). Each lane's 16 columns lie in one 128-column block: it sums them for every token in fp32,
+//     then adds the sum times 2^120 times the block's scale to its accumulator.
 //   * x (T K bf16, a few KB) is read through L1; W bypasses it. Tokens past T reread row T - 1 and are not
 //     stored. Before waiting for its predecessor (PDL), each warp asks L2 for its first step of weights.
+// fp8_gemv dispatches between this kernel and the bulk-copy one (fp8_gemv_bulk.cu: more bytes in flight per SM,
+// sm_90): see fp8_gemv_default_config.
 #include <cuda_bf16.h>
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/device_context.h"
+#include "nanovllm/kernels/cuda/fp8_gemv_device.cuh"
 #include "nanovllm/kernels/cuda/fp8_linear.h"
 #include "nanovllm/kernels/cuda/gemv_device.cuh"
 #include "nanovllm/kernels/cuda/pdl.cuh"
@@ -26,30 +26,9 @@
 namespace nanovllm::cuda_ops {
 namespace {
 
+using namespace fp8_gemv_detail;
 constexpr int kWarps = 8;
 constexpr int kStepCols = 32 * 16;  // columns per warp step: 32 lanes x 16 codes
-constexpr float kTwoPow120 = 0x1p120f;
-
-// Four e4m3 codes (one word, code i in byte i) as f32 values times 2^-120: sign to bit 31, the 7 exponent and
-// mantissa bits to bits 26..20 (an arithmetic shift by 4 puts them there and the mask drops the sign copies).
-__device__ __forceinline__ void e4m3x4_times_2pow_minus120(uint32_t v, float* f) {
-  constexpr uint32_t kMask = 0x87f00000u;
-  f[0] = __uint_as_float(static_cast<uint32_t>(static_cast<int32_t>(v << 24) >> 4) & kMask);
-  f[1] = __uint_as_float(static_cast<uint32_t>(static_cast<int32_t>(v << 16) >> 4) & kMask);
-  f[2] = __uint_as_float(static_cast<uint32_t>(static_cast<int32_t>(v << 8) >> 4) & kMask);
-  f[3] = __uint_as_float(static_cast<uint32_t>(static_cast<int32_t>(v) >> 4) & kMask);
-}
-
-// Eight bf16 (one 16-byte vector) as f32: a bf16 is the top half of an f32.
-__device__ __forceinline__ void bf16x8_as_f32(const uint4& v, float* f) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-
 // kT: tokens computed (T <= kT; the others reread row T - 1); kRows: weight rows per warp (divides 128).
 // Grid: N / (kRows * 8 / k_slices) CTAs of 8 warps.
 // x [T, K] bf16; w [N, K] e4m3; w_scale [N / 128, K / 128]; bias [N] (any float dtype) or null; out [T, N].
@@ -84,27 +63,10 @@ fp8_gemv_kernel(void* __restrict__ out, bool out_f32, const uint16_t* __restrict
     for (int r = 0; r < kRows; ++r)
       codes[r] = gemv_detail::ld_weight(reinterpret_cast<const uint4*>(w_rows + int64_t{r} * K + k));
     float xs[kT][16];
-#pragma unroll
-    for (int t = 0; t < kT; ++t) {
-      const uint4* row = reinterpret_cast<const uint4*>(x + int64_t{min(t, T - 1)} * K + k);
-      bf16x8_as_f32(__ldg(row), xs[t]);
-      bf16x8_as_f32(__ldg(row + 1), xs[t] + 8);
-    }
+    load_x16<kT>(x, T, K, k, xs);
     const float scale = scale_row[k / 128];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      float ws[16];
-      const uint32_t words[4] = {codes[r].x, codes[r].y, codes[r].z, codes[r].w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) e4m3x4_times_2pow_minus120(words[i], ws + 4 * i);
-#pragma unroll
-      for (int t = 0; t < kT; ++t) {
-        float sum = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 16; ++i) sum = fmaf(ws[i], xs[t][i], sum);
-        acc[r][t] = fmaf(sum * kTwoPow120, scale, acc[r][t]);  // 2^120 first: the product cannot overflow
-      }
-    }
+    for (int r = 0; r < kRows; ++r) fp8x16_dot_add<kT>(codes[r], xs, scale, acc[r]);
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
@@ -147,14 +109,32 @@ void launch(TensorView out, TensorView in, TensorView weight, TensorView weight_
 
 }  // namespace
 
+Fp8GemvConfig fp8_gemv_default_config(int64_t N, int64_t K, DeviceContext& ctx) {
+  if (!fp8_gemv_bulk_available(ctx) || N * K < kFp8BulkMinBytes) return {};
+  const Fp8GemvConfig two_per_sm = fp8_gemv_bulk_config(N, K, 2048, 2, ctx, 8);
+  const int64_t units_per_tile = (K + 2047) / 2048;
+  if (two_per_sm.units_per_cta % units_per_tile == 0) return two_per_sm;
+  return fp8_gemv_bulk_config(N, K, 2048, 1, ctx, 8);
+}
+
 void fp8_gemv(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,
-              ops::Stream s) {
-  const int64_t T = in.dim(0);
+              ops::Stream s, const Fp8GemvConfig* cfg) {
+  const int64_t T = in.dim(0), N = weight.dim(0), K = weight.dim(1);
   NANOVLLM_CHECK(T >= 1 && T <= kFp8GemvMaxTokens, "fp8_gemv: ", T, " rows; 1 to ", kFp8GemvMaxTokens, " supported");
   NANOVLLM_CHECK(in.dtype() == DType::kBF16 && (out.dtype() == DType::kBF16 || out.dtype() == DType::kF32),
                  "fp8_gemv: in must be BF16 and out BF16 or F32, got ", dtype_name(in.dtype()), " and ",
                  dtype_name(out.dtype()));
+  NANOVLLM_CHECK(weight.dtype() == DType::kF8E4M3 && in.dim(1) == K && out.dim(0) == T && out.dim(1) == N,
+                 "fp8_gemv: shapes in ", in.shape().str(), ", weight ", weight.shape().str(), " (F8E4M3), out ",
+                 out.shape().str());
   NANOVLLM_CHECK(aligned16(in.data()) && aligned16(weight.data()), "fp8_gemv: in and weight must be 16-byte aligned");
+  const Fp8GemvConfig c = cfg != nullptr ? *cfg : fp8_gemv_default_config(N, K, context_of(s));
+  if (c.unit_k > 0) {
+    fp8_gemv_bulk(out, in, weight, weight_scale, bias, s, c);
+    return;
+  }
+  NANOVLLM_CHECK(N % 128 == 0 && K % 128 == 0, "fp8_gemv (register-fed): N ", N, " and K ", K,
+                 " must be multiples of 128");
   if (T == 1) {
     launch<1, 4>(out, in, weight, weight_scale, bias, s);
   } else if (T == 2) {

@@ -17,11 +17,46 @@ class DeviceContext;
 // The fp8 GEMM runs mma.sync e4m3 (sm_89+); this build's kernels target sm_90 for it.
 bool fp8_tensor_cores_available(const DeviceContext& ctx);
 
-// out [T, N] (BF16 / F32) = in [T, K] BF16 @ dequant(weight)^T (+ bias [N]), T <= kFp8GemvMaxTokens: each lane
-// streams 16 weight codes at a time, turns them into f32 exactly, and accumulates in fp32 per 128-column block
-// before the block scale. in and weight 16-byte aligned.
+// A launch shape of fp8_gemv: the register-fed kernel (fp8_gemv.cu; unit_k == 0: each lane streams 16 weight
+// codes at a time through registers) or the bulk-copy ring kernel (fp8_gemv_bulk.cu, sm_90): units of 16 rows x
+// unit_k codes (1024, 2048 or 4096) copied into shared memory, units_per_cta of them per CTA (ctas CTAs), read by
+// consumer_warps (4 or 8) warps.
+struct Fp8GemvConfig {
+  int unit_k = 0;
+  int units_per_cta = 0;
+  int ctas = 0;
+  int consumer_warps = 4;
+  bool operator==(const Fp8GemvConfig&) const = default;
+};
+
+// True when the bulk-copy kernel runs on this device (sm_90+ and built for it).
+bool fp8_gemv_bulk_available(DeviceContext& ctx);
+
+// The bulk-copy launch for W [N, K] with row pieces of unit_k codes, about ctas_per_sm CTAs per SM and
+// consumer_warps consumer warps per CTA.
+Fp8GemvConfig fp8_gemv_bulk_config(int64_t N, int64_t K, int unit_k, int ctas_per_sm, DeviceContext& ctx,
+                                   int consumer_warps = 4);
+
+// fp8_gemv's pick (cfg == nullptr), from CudaFp8Bench.DISABLED_DecodeShapes on the H200 (s38 call 2): weights of
+// kFp8BulkMinBytes or more take the bulk-copy kernel with 2 KB row pieces and 8 consumer warps, two CTAs per SM
+// (8B gate_up 28.6 us, down 14.5, o 5.6 against 30.4 / 15.9 / 6.1 register-fed) unless that cuts the CTAs' ranges
+// inside row tiles, then one per SM (8B qkv: 8.3 us against 10.1 split, 9.9 register-fed). Smaller weights take
+// the register-fed kernel (Qwen3-0.6B's o and down: 2.0 / 2.6 us against the best bulk shape's 2.2 / 3.0), as
+// does every device without the bulk kernel.
+inline constexpr int64_t kFp8BulkMinBytes = int64_t{16} << 20;
+Fp8GemvConfig fp8_gemv_default_config(int64_t N, int64_t K, DeviceContext& ctx);
+
+// out [T, N] (BF16 / F32) = in [T, K] BF16 @ dequant(weight)^T (+ bias [N]), T <= kFp8GemvMaxTokens: the codes
+// turned into f32 exactly and accumulated in fp32 per 16 codes before the block scale; deterministic for a given
+// launch shape. in and weight 16-byte aligned. Layouts: the register-fed kernel takes N and K multiples of 128
+// (weight_scale [N / 128, K / 128], what ops::linear_fp8 allows); the bulk-copy kernel any N >= 1 and K a multiple
+// of 16 (weight_scale [ceil(N / 128), ceil(K / 128)]). cfg: a launch shape (nullptr: fp8_gemv_default_config).
 void fp8_gemv(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,
-              ops::Stream s);
+              ops::Stream s, const Fp8GemvConfig* cfg = nullptr);
+
+// The bulk-copy kernel with launch shape c (c.unit_k > 0): fp8_gemv's checks already made.
+void fp8_gemv_bulk(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,
+                   ops::Stream s, const Fp8GemvConfig& c);
 
 // Where fp8_quantize_activations puts the scale of row t's k block b: kRowMajor scales [T, K / 128] (t * K / 128
 // + b; the mma.sync GEMM's), kKBlockMajor scales [K / 128, T] (b * T + t; cuBLASLt's VEC128_32F layout, rows

@@ -499,6 +499,11 @@ GemvConfig gemv_bulk_config(int64_t N, int64_t K, int64_t units_per_cta) {
 
 bool gemv_bulk_available(DeviceContext& ctx) { return gemv_state(ctx).bulk; }
 
+GemvSplitWorkspace gemv_split_workspace(DeviceContext& ctx) {
+  GemvState& st = gemv_state(ctx);
+  return {st.ws, kWsBytes, st.counters, kMaxCounters};
+}
+
 void gemv(TensorView out, TensorView in, TensorView weight, TensorView bias, ops::Stream s, const GemvConfig* cfg) {
   NANOVLLM_CHECK(gemv_supported(out, in, weight), "gemv (cuda): unsupported tensors: in ", in.shape().str(), " ",
                  dtype_name(in.dtype()), ", weight ", weight.shape().str(), " ", dtype_name(weight.dtype()), ", out ",

@@ -84,6 +84,16 @@ GemvConfig gemv_bulk_config(int64_t N, int64_t K, int64_t units_per_cta);
 // True when the bulk-copy kernel can run on this device (sm_90+ and built for it).
 bool gemv_bulk_available(DeviceContext& ctx);
 
+// The device context's split workspace (fp32 partials and per-tile arrival counters, zero between launches),
+// for other kernels that finish tiles like the bulk-copy gemv (fp8_gemv_bulk.cu). One stream at a time.
+struct GemvSplitWorkspace {
+  float* ws = nullptr;
+  size_t ws_bytes = 0;
+  unsigned* counters_data = nullptr;
+  int64_t counters = 0;  // entries of counters_data
+};
+GemvSplitWorkspace gemv_split_workspace(DeviceContext& ctx);
+
 }  // namespace nanovllm::cuda_ops
 
 #endif  // NANOVLLM_WITH_CUDA

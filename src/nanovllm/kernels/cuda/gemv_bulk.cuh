@@ -48,6 +48,89 @@ constexpr size_t kBulkSmemBytes = size_t{kBulkStages} * kBulkStageBytes +
                                   2 * kBulkStages * sizeof(uint64_t) + 16;           // barriers, is_last
 static_assert(kBulkSmemBytes<1> % 16 == 0 && kBulkSmemBytes<2> % 16 == 0, "the kSilu stage is 16-byte aligned");
 
+// bar.sync of the kConsumers consumer warps alone (barrier 1; the producer warp has returned).
+template <int kConsumers = kBulkConsumers>
+__device__ __forceinline__ void bulk_consumer_sync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * 32) : "memory");
+}
+
+// Producer warp of a bulk ring (shared with fp8_gemv_bulk.cu): lane r < 16 copies row r of each of the CTA's
+// units [u_begin, u_begin + n) into stage i % kStages, a row piece of up to kUnitBytes bytes (fewer in a
+// tile's last unit) at stage offset r * kRowPitch. W [N, row_bytes] (rows past N reread row N - 1); cpt =
+// units per 16-row tile. The first kStages units are requested before pdl_wait (weights only, PDL
+// prologue), the others once the consumers released their stage.
+template <int kStages, int kUnitBytes, int kRowPitch>
+__device__ __forceinline__ void bulk_produce(unsigned char* stages, uint64_t* full, uint64_t* empty,
+                                             const unsigned char* w, int64_t row_bytes, int N, int cpt,
+                                             int u_begin, int n, int lane) {
+  constexpr int kStageBytes = 16 * kRowPitch;
+  auto issue = [&](int i) {
+    const int u = u_begin + i, stage = i % kStages;
+    const int tile = u / cpt;
+    const int64_t b0 = int64_t{u - tile * cpt} * kUnitBytes;
+    const unsigned bytes = static_cast<unsigned>(min(int64_t{kUnitBytes}, row_bytes - b0));
+    if (lane == 0) mbar_arrive_expect_tx(&full[stage], 16u * bytes);
+    __syncwarp();
+    if (lane < 16)
+      bulk_copy_g2s(stages + stage * kStageBytes + lane * kRowPitch,
+                    w + int64_t{min(tile * 16 + lane, N - 1)} * row_bytes + b0, bytes, &full[stage]);
+  };
+  const int prologue = min(n, kStages);
+  for (int i = 0; i < prologue; ++i) issue(i);  // weights only: before the wait (PDL)
+  pdl_wait();
+  pdl_trigger();
+  for (int i = prologue; i < n; ++i) {
+    mbar_wait(&empty[i % kStages], static_cast<unsigned>(i / kStages - 1) & 1u);  // previous use read
+    fence_proxy_async_smem();  // the consumers' (generic) reads before the copy engine's writes
+    issue(i);
+  }
+}
+
+// The consumers' end of a 16-row tile (shared with fp8_gemv_bulk.cu): red [kConsumers][16][kTok] holds each
+// consumer warp's sums of the tile's rows. Sums them in warp order; a tile that lies wholly in the CTA's units
+// [u_begin, u_begin + n) is written out, otherwise the CTA writes an fp32 partial to its workspace slot
+// (ws [2 x CTAs][16 kTok]; 0: its first tile, 1: its last) and the last CTA to arrive (counters [row tiles],
+// zero between launches; reset by that CTA) sums the partials in CTA order: deterministic. upc = units per
+// CTA, cpt = units per tile. Called by all consumer threads.
+template <int kTok, bool kOutF32, int kConsumers = kBulkConsumers>
+__device__ __forceinline__ void bulk_finish_tile(const float* red, int tile, int u_begin, int n, int upc, int cpt,
+                                                 int T, int N, void* out, const void* bias, int bias_dt, float* ws,
+                                                 unsigned* counters, unsigned* is_last) {
+  constexpr int kTileFloats = 16 * kTok;
+  const int t_begin = tile * cpt;
+  const bool whole = t_begin >= u_begin && t_begin + cpt <= u_begin + n;
+  float* slot = ws + (int64_t{blockIdx.x} * 2 + (tile == u_begin / cpt ? 0 : 1)) * kTileFloats;
+  for (int it = threadIdx.x; it < 16 * T; it += kConsumers * 32) {
+    const int tok = it >> 4, r = it & 15, row = tile * 16 + r;
+    float s = 0.0f;
+#pragma unroll
+    for (int cw = 0; cw < kConsumers; ++cw) s += red[(cw * 16 + r) * kTok + tok];
+    if (!whole) {
+      slot[r * kTok + tok] = s;
+    } else if (row < N) {
+      store_result<kOutF32>(out, tok, N, row, s, bias, bias_dt);
+    }
+  }
+  if (whole) return;
+  __threadfence();  // the partial is visible device-wide before the arrival is counted
+  bulk_consumer_sync<kConsumers>();
+  const int c_first = t_begin / upc, c_last = (t_begin + cpt - 1) / upc;
+  if (threadIdx.x == 0) *is_last = atomicAdd(&counters[tile], 1u) == static_cast<unsigned>(c_last - c_first);
+  bulk_consumer_sync<kConsumers>();
+  if (!*is_last) return;
+  __threadfence();
+  for (int it = threadIdx.x; it < 16 * T; it += kConsumers * 32) {
+    const int tok = it >> 4, r = it & 15, row = tile * 16 + r;
+    float s = 0.0f;
+    for (int c = c_first; c <= c_last; ++c) {
+      const int which = tile == (c * upc) / cpt ? 0 : 1;
+      s += __ldcg(ws + (int64_t{c} * 2 + which) * kTileFloats + r * kTok + tok);
+    }
+    if (row < N) store_result<kOutF32>(out, tok, N, row, s, bias, bias_dt);
+  }
+  if (threadIdx.x == 0) counters[tile] = 0;  // ready for the next launch (stream-ordered)
+}
+
 // Kv = K / 8; x_pitch = vectors per x row (Kv, or 2 Kv for kSilu); cpt = units per tile; upc = units per
 // CTA; units = row tiles x cpt. ws: [2 x CTAs, kBulkTileFloats] fp32; counters: [row tiles], zero
 // between launches.
@@ -79,32 +162,15 @@ gemv_bulk_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitc
 
   if (warp == kBulkConsumers) {
     // ---- Producer warp: lane r < 16 copies row r of each unit. ----
-    auto issue = [&](int i) {
-      const int u = u_begin + i, stage = i % kBulkStages;
-      const int tile = u / cpt, v0 = (u - tile * cpt) * kBulkUnitVecs;
-      const unsigned bytes = static_cast<unsigned>(min(kBulkUnitVecs, Kv - v0)) * 16u;
-      if (lane == 0) mbar_arrive_expect_tx(&full[stage], 16u * bytes);
-      __syncwarp();
-      if (lane < 16)
-        bulk_copy_g2s(stages + stage * kBulkStageBytes + lane * kBulkRowPitch,
-                      w + int64_t{min(tile * 16 + lane, N - 1)} * Kv + v0, bytes, &full[stage]);
-    };
-    const int prologue = min(n, kBulkStages);
-    for (int i = 0; i < prologue; ++i) issue(i);  // weights only: before the wait (PDL)
-    pdl_wait();
-    pdl_trigger();
-    for (int i = prologue; i < n; ++i) {
-      mbar_wait(&empty[i % kBulkStages], static_cast<unsigned>(i / kBulkStages - 1) & 1u);  // previous use read
-      fence_proxy_async_smem();  // the consumers' (generic) reads before the copy engine's writes
-      issue(i);
-    }
+    bulk_produce<kBulkStages, kBulkUnitVecs * 16, kBulkRowPitch>(stages, full, empty,
+                                                                  reinterpret_cast<const unsigned char*>(w),
+                                                                  int64_t{Kv} * 16, N, cpt, u_begin, n, lane);
     return;
   }
 
   // ---- Consumer warps. ----
   pdl_wait();
   pdl_trigger();
-  auto consumer_sync = [] { asm volatile("bar.sync 1, %0;\n" ::"n"(kBulkConsumers * 32) : "memory"); };
   const uint4* xin = x;
   int xin_pitch = x_pitch;
   if constexpr (kSilu) {
@@ -134,7 +200,7 @@ gemv_bulk_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitc
       for (int j = 0; j < kPer; ++j)
         if (dst[j] >= 0) xs[dst[j]] = silu_mul8(gate[j], up[j]);
     }
-    consumer_sync();
+    bulk_consumer_sync();
     xin = xs;
     xin_pitch = Kv;
   }
@@ -142,44 +208,6 @@ gemv_bulk_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitc
   const uint4* xr[kNT];
   float acc[kNT][4];
   start_tiles<kNT>(xin, xin_pitch, g, T, xr, acc);
-  const int first_tile = u_begin / cpt;
-
-  // The CTA's sums of `tile` are in red: write them out, or publish a partial and let the last CTA sum.
-  auto finish_tile = [&](int tile) {
-    const int t_begin = tile * cpt;
-    const bool whole = t_begin >= u_begin && t_begin + cpt <= u_begin + n;
-    float* slot = ws + (int64_t{blockIdx.x} * 2 + (tile == first_tile ? 0 : 1)) * kBulkTileFloats<kNT>;
-    for (int it = threadIdx.x; it < 16 * T; it += kBulkConsumers * 32) {
-      const int tok = it >> 4, r = it & 15, row = tile * 16 + r;
-      float s = 0.0f;
-#pragma unroll
-      for (int cw = 0; cw < kBulkConsumers; ++cw) s += red[(cw * 16 + r) * kTok + tok];
-      if (!whole) {
-        slot[r * kTok + tok] = s;
-      } else if (row < N) {
-        store_result<kOutF32>(out, tok, N, row, s, bias, bias_dt);
-      }
-    }
-    if (whole) return;
-    __threadfence();  // the partial is visible device-wide before the arrival is counted
-    consumer_sync();
-    const int c_first = t_begin / upc, c_last = (t_begin + cpt - 1) / upc;
-    if (threadIdx.x == 0) *is_last = atomicAdd(&counters[tile], 1u) == static_cast<unsigned>(c_last - c_first);
-    consumer_sync();
-    if (!*is_last) return;
-    __threadfence();
-    for (int it = threadIdx.x; it < 16 * T; it += kBulkConsumers * 32) {
-      const int tok = it >> 4, r = it & 15, row = tile * 16 + r;
-      float s = 0.0f;
-      for (int c = c_first; c <= c_last; ++c) {
-        const int which = tile == (c * upc) / cpt ? 0 : 1;
-        s += __ldcg(ws + (int64_t{c} * 2 + which) * kBulkTileFloats<kNT> + r * kTok + tok);
-      }
-      if (row < N) store_result<kOutF32>(out, tok, N, row, s, bias, bias_dt);
-    }
-    if (threadIdx.x == 0) counters[tile] = 0;  // ready for the next launch (stream-ordered)
-  };
-
   for (int i = 0; i < n; ++i) {
     const int u = u_begin + i, stage = i % kBulkStages;
     const int tile = u / cpt, chunk = u - tile * cpt;
@@ -188,20 +216,20 @@ gemv_bulk_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitc
     const unsigned char* st = stages + stage * kBulkStageBytes + warp * kBulkWarpSteps * kStepVecs * 16;
     uint4 lo[kBulkWarpSteps][kU], hi[kBulkWarpSteps][kU];
 #pragma unroll
-    for (int ws = 0; ws < kBulkWarpSteps; ++ws) {
+    for (int step = 0; step < kBulkWarpSteps; ++step) {
 #pragma unroll
       for (int k = 0; k < kU; ++k) {  // vectors past Kv were not copied: zero (x is zero there too)
-        const int v = ws * kStepVecs + q + 4 * k;
+        const int v = step * kStepVecs + q + 4 * k;
         const bool in = vb + v < Kv;
         const unsigned char* p = st + v * 16;
-        lo[ws][k] = in ? *reinterpret_cast<const uint4*>(p + g * kBulkRowPitch) : make_uint4(0, 0, 0, 0);
-        hi[ws][k] = in ? *reinterpret_cast<const uint4*>(p + (g + 8) * kBulkRowPitch) : make_uint4(0, 0, 0, 0);
+        lo[step][k] = in ? *reinterpret_cast<const uint4*>(p + g * kBulkRowPitch) : make_uint4(0, 0, 0, 0);
+        hi[step][k] = in ? *reinterpret_cast<const uint4*>(p + (g + 8) * kBulkRowPitch) : make_uint4(0, 0, 0, 0);
       }
     }
     mbar_arrive(&empty[stage]);  // the stage is in registers: the producer may refill it
 #pragma unroll
-    for (int ws = 0; ws < kBulkWarpSteps; ++ws)
-      mma_step<kNT, kSilu ? kXShared : kXGlobal>(acc, lo[ws], hi[ws], xr, vb + ws * kStepVecs, Kv, q, Kv);
+    for (int step = 0; step < kBulkWarpSteps; ++step)
+      mma_step<kNT, kSilu ? kXShared : kXGlobal>(acc, lo[step], hi[step], xr, vb + step * kStepVecs, Kv, q, Kv);
     if (chunk == cpt - 1 || i == n - 1) {
       float* mine = red + warp * kBulkTileFloats<kNT>;  // C fragment -> [16 rows][kTok]
 #pragma unroll
@@ -212,9 +240,10 @@ gemv_bulk_kernel(void* __restrict__ out, const uint4* __restrict__ x, int x_pitc
         mine[(g + 8) * kTok + 8 * nt + 2 * q + 1] = acc[nt][3];
         acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
       }
-      consumer_sync();
-      finish_tile(tile);
-      consumer_sync();  // red is reused by the next tile
+      bulk_consumer_sync();
+      bulk_finish_tile<kTok, kOutF32>(red, tile, u_begin, n, upc, cpt, T, N, out, bias, bias_dt, ws, counters,
+                                      is_last);
+      bulk_consumer_sync();  // red is reused by the next tile
     }
   }
 #endif
