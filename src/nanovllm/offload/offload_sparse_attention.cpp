@@ -81,8 +81,7 @@ void OffloadSparseAttention::begin_prefill(int64_t lane, ops::Stream s) {
 
 void OffloadSparseAttention::begin_decode(std::vector<OffloadDecodeRow> rows, TensorView page_tables) {
   NANOVLLM_ASSERT(!rows.empty() && page_tables.dim(0) == static_cast<int64_t>(rows.size()));
-  rows_.clear();
-  for (const OffloadDecodeRow& r : rows) rows_.push_back({.lane = r.lane, .host_tokens = r.host_tokens});
+  rows_ = std::move(rows);
   page_tables_ = page_tables;
   ++step_;
 }
@@ -131,12 +130,12 @@ bool OffloadSparseAttention::attend_step(int64_t layer, TensorView out, TensorVi
   };
   host_k_.clear();
   host_v_.clear();
-  for (const ops::PageCacheRow& row : rows_) {
+  for (const OffloadDecodeRow& row : rows_) {
     const OffloadHostPool& host = *hosts_[static_cast<size_t>(row.lane)];
     host_k_.push_back(host_view(host, false));
     host_v_.push_back(host_view(host, true));
   }
-  const std::span<const ops::PageCacheRow> rows(rows_);
+  const std::span<const OffloadDecodeRow> rows(rows_);
   const std::span<const KvCacheTensor> host_k(host_k_), host_v(host_v_);
   for (int64_t b0 = 0; b0 < B; b0 += ops::kPageCacheMaxRows) {  // one launch each unless B > kPageCacheMaxRows
     const int64_t b1 = std::min(B, b0 + ops::kPageCacheMaxRows), n = b1 - b0;

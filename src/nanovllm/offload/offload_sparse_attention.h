@@ -32,11 +32,9 @@ struct PageCacheCounters {
 };
 
 // One row of a batched offloaded decode step: the sequence's lane (its region of the layer buffer, its host
-// pool, its hot-page cache) and how many of its tokens the host pool holds.
-struct OffloadDecodeRow {
-  int64_t lane = 0;
-  int64_t host_tokens = 0;
-};
+// pool, its hot-page cache) and how many of its tokens the host pool holds: the page cache ops' row, passed to them
+// as it is.
+using OffloadDecodeRow = ops::PageCacheRow;
 
 class OffloadSparseAttention final : public AttentionPolicy {
  public:
@@ -91,7 +89,7 @@ class OffloadSparseAttention final : public AttentionPolicy {
   Buffer plan_;                  // [lanes, Hk, budget_pages, 2] i32: one plan per decode row
   Buffer counters_;              // [2] i64: hits, misses
   std::vector<ops::PageCacheState> layer_states_;  // [L] views of state_, the lanes stacked
-  std::vector<ops::PageCacheRow> rows_;            // the decode step's; empty while a prefill runs
+  std::vector<OffloadDecodeRow> rows_;             // the decode step's; empty while a prefill runs
   std::vector<KvCacheTensor> host_k_, host_v_;     // per row: its lane's host pool of the current layer
   TensorView page_tables_;
   int32_t step_ = 0;

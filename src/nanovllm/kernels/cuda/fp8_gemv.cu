@@ -109,14 +109,6 @@ void launch(TensorView out, TensorView in, TensorView weight, TensorView weight_
 
 }  // namespace
 
-Fp8GemvConfig fp8_gemv_default_config(int64_t N, int64_t K, DeviceContext& ctx) {
-  if (!fp8_gemv_bulk_available(ctx) || N * K < kFp8BulkMinBytes) return {};
-  const Fp8GemvConfig two_per_sm = fp8_gemv_bulk_config(N, K, 2048, 2, ctx, 8);
-  const int64_t units_per_tile = (K + 2047) / 2048;
-  if (two_per_sm.units_per_cta % units_per_tile == 0) return two_per_sm;
-  return fp8_gemv_bulk_config(N, K, 2048, 1, ctx, 8);
-}
-
 void fp8_gemv(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,
               ops::Stream s, const Fp8GemvConfig* cfg) {
   const int64_t T = in.dim(0), N = weight.dim(0), K = weight.dim(1);

@@ -244,6 +244,14 @@ Fp8GemvConfig fp8_gemv_bulk_config(int64_t N, int64_t K, int unit_k, int ctas_pe
   return c;
 }
 
+Fp8GemvConfig fp8_gemv_default_config(int64_t N, int64_t K, DeviceContext& ctx) {
+  if (!fp8_gemv_bulk_available(ctx) || N * K < kFp8BulkMinBytes) return {};  // the register-fed kernel
+  constexpr int kUnitK = 2048, kWarps = 8;
+  const Fp8GemvConfig two_per_sm = fp8_gemv_bulk_config(N, K, kUnitK, 2, ctx, kWarps);
+  if (two_per_sm.units_per_cta % units_per_tile(K, kUnitK) == 0) return two_per_sm;  // no tile split across CTAs
+  return fp8_gemv_bulk_config(N, K, kUnitK, 1, ctx, kWarps);
+}
+
 void fp8_gemv_bulk(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,
                    ops::Stream s, const Fp8GemvConfig& c) {
   const int64_t N = weight.dim(0), K = weight.dim(1);
