@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 46 on a GPU (H200): the CUDA side of the sparse prefill fixes, then the retrieval fixture at 16K.
-#   1. CUDA tests: avgpool's last-query scores against the CPU reference (CudaPatternEstimators.*), and a step of three
+#   1. CUDA tests: avgpool's last-query scores against the CPU reference (CudaPatternEstimators*), and a step of three
 #      prompts going sparse per prompt on the resident path (CudaOffload.SparsePrefill*).
 #   2. eval at 16K, 4 niah tasks x 4 samples, dense vs avgpool (budget 4096, layer 0 dense), resident (default
 #      --max-num-seqs: several prompts per step) and offloaded, alone and with Quest 2048: before this branch the
@@ -15,7 +15,7 @@ if [ ! -x "$build/tests/test_cuda" ] || [ ! -x "$build/tools/nanovllm" ]; then
   cmake --preset cuda -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
   cmake --build "$build" --target test_cuda nanovllm -j "$(nproc)"
 fi
-"$build/tests/test_cuda" --gtest_filter='CudaPatternEstimators.*:CudaOffload.SparsePrefill*'
+"$build/tests/test_cuda" --gtest_filter='CudaPatternEstimators*:CudaOffload.SparsePrefill*'
 
 out=$(mktemp -d)
 eval_ruler() {  # NAME ARGS...

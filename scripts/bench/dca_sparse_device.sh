@@ -32,7 +32,7 @@ BIN=$B/tools/nanovllm
 stage() { echo "== $1 ($(date +%T))"; }
 
 stage tests
-"$B/tests/test_cuda" --gtest_filter='CudaDualChunkSparse.*:CudaDualChunk.*:CudaBlockSparsePrefill.*:CudaPatternEstimators.*:CudaSparse.*:CudaOffload.Sparse*' \
+"$B/tests/test_cuda" --gtest_filter='CudaDualChunkSparse.*:CudaDualChunk.*:CudaBlockSparsePrefill.*:CudaPatternEstimators*:CudaSparse.*:CudaOffload.Sparse*' \
   2>&1 | tee "$OUT/tests.log" | grep -E '^\[  (PASSED|FAILED) |^\[  FAILED|tests ran' || true
 
 stage ruler

@@ -28,7 +28,7 @@ source "$(dirname "$0")/steps.sh"  # run, FAILED, the build when missing
 NV=$BUILD/tools/nanovllm
 SPARSE_PREFILL=(--sparse-prefill-policy avgpool --sparse-prefill-budget 4096 --sparse-prefill-dense-layers 1)
 
-# 1. Device tests: the new fp8 ones (CudaPatternEstimatorsFp8.*, CudaBlockSparsePrefill.Fp8*,
+# 1. Device tests: the new fp8 ones (CudaPatternEstimatorsByKvDtype.*/Fp8, CudaBlockSparsePrefill.Fp8*,
 # CudaKvFp8SparsePrefill.*), the bf16 estimator and block-sparse tests (same kernels, new templates), the dense fp8
 # tests (the wgmma kernel's fp8 path is shared) and the runner's sparse prefill on CUDA.
 run tests timeout 300 "$BUILD/tests/test_cuda" --gtest_filter='CudaPatternEstimators*:CudaBlockSparsePrefill*:'\
