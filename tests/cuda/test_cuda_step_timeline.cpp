@@ -99,6 +99,8 @@ TEST(CudaStepTimelineBench, DISABLED_DecodeBatchOne) {
 // The offloaded Quest decode step of NANOVLLM_STEP_TIMELINE_SEQS (default 1) requests of
 // NANOVLLM_STEP_TIMELINE_CONTEXT (default 131000) tokens at once, budget 2048 in pages of 16: its kernels and
 // copies, and the GPU's idle time between them (the host launching one kernel or copy after another).
+// NANOVLLM_STEP_TIMELINE_KV_DTYPE sets the KV cache dtype (default auto); NANOVLLM_STEP_TIMELINE_FAST_PREFILL=1
+// prefills with avgpool, budget 4096, layer 0 dense (the README's long-context configuration) to save time.
 TEST(CudaStepTimelineBench, DISABLED_OffloadedQuestDecode) {
   const char* model = std::getenv("NANOVLLM_STEP_TIMELINE_MODEL");
   if (model == nullptr) GTEST_SKIP() << "set NANOVLLM_STEP_TIMELINE_MODEL";
@@ -119,6 +121,12 @@ TEST(CudaStepTimelineBench, DISABLED_OffloadedQuestDecode) {
   ec.offload.max_num_seqs = seqs;
   ec.sparse.policy = "quest";
   ec.sparse.budget_tokens = 2048;
+  if (const char* dt = std::getenv("NANOVLLM_STEP_TIMELINE_KV_DTYPE")) ec.cache.kv_cache_dtype = dt;
+  if (const char* fast = std::getenv("NANOVLLM_STEP_TIMELINE_FAST_PREFILL"); fast != nullptr && fast[0] == '1') {
+    ec.sparse_prefill.policy = SparsePrefillPolicy::kAvgPool;
+    ec.sparse_prefill.budget_tokens = 4096;
+    ec.sparse_prefill.dense_layers = 1;
+  }
   LLMEngine engine(ec);
   std::mt19937 rng(1);
   SamplingParams sp;
