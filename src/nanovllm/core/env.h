@@ -18,7 +18,8 @@ struct Environment {
   // default on sm_90+).
   bool pdl = true;
   // NANOVLLM_PDL_EARLY_NORM = 0 | 1: fixes whether the RMSNorm kernels launch the next projection before
-  // their own wait in decode graphs, instead of timing both per batch bucket at startup. -1: unset.
+  // their own wait, in decode graphs instead of timing both per batch bucket at startup, and outside them
+  // (default there: off). -1: unset.
   int pdl_early_norm = -1;
   // NANOVLLM_TUNE_LINEAR = 0: decode graphs keep the projection kernels picked by timing each alone
   // (faster startup) instead of also timing the runners-up inside the graph.

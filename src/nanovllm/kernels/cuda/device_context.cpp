@@ -17,7 +17,7 @@ DeviceContext::DeviceContext(int device) : device_(device) {
   CUDA_CHECK(cudaDeviceGetAttribute(&major_, cudaDevAttrComputeCapabilityMajor, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   options.pdl = environment().pdl;
-  options.pdl_early_norm = environment().pdl_early_norm != 0;  // unset (-1): on
+  options.pdl_early_norm = environment().pdl_early_norm == 1;  // unset (-1): off outside decode graphs
 }
 
 DeviceContext::~DeviceContext() {

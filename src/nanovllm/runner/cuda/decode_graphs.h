@@ -6,7 +6,7 @@
 //  * the RMSNorm kernels' PDL early trigger (KernelOptions::pdl_early_norm): which pays differs by model
 //    (H200, bs=1 @1K, off / forced on: Qwen3-0.6B 0.857-0.861 / 0.827-0.831 ms/token, Qwen3-8B
 //    4.490-4.493 / 4.540-4.542; docs/experiments.md, "PDL early norm"). NANOVLLM_PDL_EARLY_NORM=0/1 fixes
-//    it instead;
+//    it instead. Outside the graphs (eager steps: the offloaded decode step, prefill) it is off;
 //  * with tune_linear (NANOVLLM_TUNE_LINEAR unset or not 0, and one rank), each projection's kernel among
 //    the options nearly as fast alone (linear_tuning.h). Never with tensor parallel: which options a rank
 //    tries depends on its own timings, so the ranks would replay different numbers of graphs, each holding
