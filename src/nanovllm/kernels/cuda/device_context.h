@@ -29,7 +29,7 @@ enum class Fp8Gemm { kCublasLt, kMmaSync };
 struct KernelOptions {
   // Decode-path kernels carry the PDL attribute (sm_90+; pdl.cuh). Default: NANOVLLM_PDL (on).
   bool pdl = true;
-  // RMSNorm kernels launch their dependents before their own wait (pdl.h). The CUDA runner times both per
+  // RMSNorm kernels launch their dependents before their own wait (pdl.cuh). The CUDA runner times both per
   // decode graph bucket (DecodeGraphs); this is the setting outside the graphs: off, unless
   // NANOVLLM_PDL_EARLY_NORM=1. Off won on the eager offloaded decode step (H200, 4B YaRN, one 128K request, fp8 KV,
   // Quest 2048: 8.08-8.11 vs 9.21-9.37 ms/token, same call; docs/experiments.md).
