@@ -7,6 +7,10 @@ and picks one greedy token. Reported: top-1 agreement over all N*S steps, and th
 between nano-vLLM's and HF's logprob of HF's token.
 
   python3 scripts/hf_bf16_agreement.py --nanovllm .carry/nanovllm --model /tmp/q06 [--prompts 32 --steps 64]
+
+--hf-model DIR gives HF another checkpoint of the same model: an FP8 checkpoint's f32 copy
+(scripts/dequantize_fp8_checkpoint.py) while nano-vLLM runs the FP8 one (issue 51's accuracy target, with
+--fp32-reference: nano-vLLM's agreement with HF fp32 on the dequantized weights).
 """
 import argparse
 import json
@@ -21,7 +25,7 @@ def fp32_reference(args, hf, ours, hf_full):
     """HF fp32, teacher-forced along HF bf16's sequences (one forward per sequence): the agreement of HF bf16
     and of nano-vLLM with it, and at each step where nano-vLLM's token differs from HF bf16's, HF bf16's margin
     (its logprob of its own token minus that of nano-vLLM's): bf16 noise flips only near-ties."""
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="sdpa").cuda()
+    model = AutoModelForCausalLM.from_pretrained(args.hf_model, dtype=torch.float32, attn_implementation="sdpa").cuda()
     model.eval()
     torch.backends.cuda.matmul.allow_tf32 = False
     hf_vs_fp32 = nano_vs_fp32 = 0
@@ -54,6 +58,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--nanovllm", required=True)
     ap.add_argument("--model", required=True)
+    ap.add_argument("--hf-model", default="", help="the checkpoint HF runs (default: --model)")
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
@@ -63,8 +68,9 @@ def main():
                     help="also teacher-force HF in fp32 along the same sequences: how often HF bf16 and nano-vLLM "
                          "each agree with fp32, and HF bf16's own margin at every step where nano-vLLM differs")
     args = ap.parse_args()
+    args.hf_model = args.hf_model or args.model
 
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16, attn_implementation="sdpa").cuda()
+    model = AutoModelForCausalLM.from_pretrained(args.hf_model, dtype=torch.bfloat16, attn_implementation="sdpa").cuda()
     model.eval()
     if model.config.model_type == "glm":  # partial RoPE: the factor must have reached transformers' table
         pairs = model.model.rotary_emb.inv_freq.numel()
