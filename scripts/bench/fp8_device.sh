@@ -26,10 +26,8 @@ NV=$BUILD/tools/nanovllm
 run tests "$BUILD/tests/test_cuda" --gtest_filter='CudaFp8*' --gtest_also_run_disabled_tests
 run golden python3 scripts/hf_fp8_golden.py --out "$OUT/golden"
 
-for m in q06 q8; do
-  preset=$([ $m = q06 ] && echo qwen3-0.6b || echo qwen3-8b)
-  [ -f "$MODELS/$m/config.json" ] || run "make_$m" "$NV" make-test-model --out "$MODELS/$m" --preset "$preset" --seed 1
-done
+make_model "$MODELS/q06" qwen3-0.6b
+make_model "$MODELS/q8" qwen3-8b
 for m in q06 q8; do
   for q in none fp8; do
     run "latency_${m}_$q" env NANOVLLM_LOG_LEVEL=info "$NV" bench latency --backend cuda --model "$MODELS/$m" \

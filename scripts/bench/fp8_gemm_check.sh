@@ -26,10 +26,8 @@ NV=$BUILD/tools/nanovllm
 
 run tests "$BUILD/tests/test_cuda" --gtest_also_run_disabled_tests \
   --gtest_filter='CudaFp8Linear.*:CudaFp8Bench.DISABLED_PrefillShapes:CudaFp8Engine.*'
-for m in q06 q8; do
-  preset=$([ $m = q06 ] && echo qwen3-0.6b || echo qwen3-8b)
-  [ -f "$MODELS/$m/config.json" ] || run "make_$m" "$NV" make-test-model --out "$MODELS/$m" --preset "$preset" --seed 1
-done
+make_model "$MODELS/q06" qwen3-0.6b
+make_model "$MODELS/q8" qwen3-8b
 for q in none fp8; do
   run "latency_q8_$q" env NANOVLLM_LOG_LEVEL=info "$NV" bench latency --backend cuda --model "$MODELS/q8" \
     --quantization "$q" --context 1024 --decode-tokens 16 --prefill 8192 --json-out "$OUT/latency_q8_$q.json"

@@ -24,14 +24,12 @@ source "$(dirname "$0")/steps.sh"  # run, FAILED, the build when missing
 NV=$BUILD/tools/nanovllm
 
 Q32='{"num_hidden_layers": 64, "hidden_size": 5120, "num_attention_heads": 64, "num_key_value_heads": 8, "intermediate_size": 25600, "head_dim": 128, "max_position_embeddings": 131072}'
-[ -f "$MODELS/q32-fp8/config.json" ] ||
-  run make_q32 "$NV" make-test-model --out "$MODELS/q32-fp8" --preset qwen3-8b --seed 1 --fp8 --config-override "$Q32"
+make_model "$MODELS/q32-fp8" qwen3-8b --fp8 --config-override "$Q32"
 run capacity_q32 env NANOVLLM_LOG_LEVEL=info "$NV" bench latency --backend cuda --model "$MODELS/q32-fp8" \
   --max-model-len 131072 --context 1024 --decode-tokens 32 --skip-prefill
 rm -rf "$MODELS/q32-fp8"
 
-[ -f "$MODELS/q06-fp8/config.json" ] ||
-  run make_q06 "$NV" make-test-model --out "$MODELS/q06-fp8" --preset qwen3-0.6b --seed 1 --fp8
+make_model "$MODELS/q06-fp8" qwen3-0.6b --fp8
 run dequantize python3 scripts/dequantize_fp8_checkpoint.py --model "$MODELS/q06-fp8" --out "$MODELS/q06-fp8-f32"
 STEP_TAIL=8 run agreement python3 scripts/hf_bf16_agreement.py --nanovllm "$NV" --model "$MODELS/q06-fp8" \
   --hf-model "$MODELS/q06-fp8-f32" --prompts 8 --steps 64 --fp32-reference --json-out "$OUT/agreement.json"

@@ -28,14 +28,13 @@ lat() {  # lat NAME MODEL TP
 }
 if [ "$GPUS" = 2 ]; then
   M=$MODELS/q30a3b
-  [ -f "$M/config.json" ] || run make_model "$NV" make-test-model --out "$M" --preset qwen3-30b-a3b --seed 1
+  make_model "$M" qwen3-30b-a3b
   for r in 1 2; do lat "tp1_$r" "$M" 1; lat "tp2_$r" "$M" 2; done
   echo "== summary (target: TP2 <= 0.65x TP1)"
   for f in tp1_1 tp2_1 tp1_2 tp2_2; do echo "$f: $(grep -h 'decode bs=1' "$OUT/$f.log")"; done
 else
   M=$MODELS/q235-${LAYERS}l
-  [ -f "$M/config.json" ] || run make_model "$NV" make-test-model --out "$M" --preset qwen3-235b-a22b --seed 1 \
-    --config-override "{\"num_hidden_layers\": $LAYERS}"
+  make_model "$M" qwen3-235b-a22b --config-override "{\"num_hidden_layers\": $LAYERS}"
   for r in 1 2; do lat "tp4_$r" "$M" 4; done
   echo "== summary (target: <= 1.3x the four-GPU floor)"
   for f in tp4_1 tp4_2; do echo "$f: $(grep -h 'decode bs=1' "$OUT/$f.log")"; done

@@ -12,6 +12,11 @@ run() {  # run NAME CMD...: log to $OUT/NAME.log, print its last ${STEP_TAIL:-25
   echo "== $name: exit $rc, $((SECONDS - t0)) s"
   [ $rc -eq 0 ] || FAILED=1
 }
+make_model() {  # make_model DIR PRESET [ARGS...]: $NV make-test-model into DIR (seed 1) unless DIR holds a model
+  local dir=$1 preset=$2; shift 2
+  [ -f "$dir/config.json" ] || run "make_$(basename "$dir")" "$NV" make-test-model --out "$dir" --preset "$preset" \
+    --seed 1 "$@"
+}
 # test_cuda and nanovllm in $BUILD: configured (preset cuda, sm_90a) and built when one the script needs is missing
 # (NEEDS: those paths under $BUILD; default both).
 missing=0
