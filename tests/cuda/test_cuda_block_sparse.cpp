@@ -4,8 +4,8 @@
 // tile, GQA groups 1 to 8, head_dim 64 / 128, rows that see no key. Tolerance: the prefill attention
 // tests' bf16 one (atol 1e-2, rtol 5e-3 per element: P rounded to bf16 for P V, bf16 output).
 // The full pattern of 128-token blocks runs the dense kernel's tiles in the same order: bit-identical
-// to paged_attention. The same on an fp8 KV cache (its section says what it is held to). Plus the 128K benchmark of the
-// issue (DISABLED_, timing only).
+// to paged_attention, on a bf16 and an fp8 KV cache. The fp8 cache's section says what the rest is held to. Plus the
+// 128K benchmark of the issue (DISABLED_, timing only).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -242,27 +242,6 @@ TEST(CudaBlockSparsePrefill, RowsWithoutKeysAreZero) {
   check_against_cpu(c, pt, "empty lists");
 }
 
-// The full pattern of 128-token blocks: the same tiles as paged_attention's wgmma kernel, in the same
-// order: the same bits.
-TEST(CudaBlockSparsePrefill, FullPatternEqualsPagedAttentionBitForBit) {
-  SKIP_WITHOUT_CUDA();
-  if (cuda_test::device_major() != 9) GTEST_SKIP() << "the block-sparse kernel runs on sm_90a";
-  for (auto [Hq, Hk, D] : {std::tuple<int64_t, int64_t, int64_t>{32, 8, 128}, {8, 1, 64}, {4, 4, 128}}) {
-    std::mt19937 rng(static_cast<uint32_t>(400 + Hq + D));
-    const Chunk c(1300, 1300, Hq, Hk, D, 16, rng);
-    PatternTensors pt(full_pattern(128, Hk, 1300));
-    std::vector<int32_t> bt = c.bt;
-    DeviceTensor d_q(DType::kBF16, c.rows(), c.q), d_k(DType::kBF16, c.cache(), c.k),
-        d_v(DType::kBF16, c.cache(), c.v), sparse(DType::kBF16, c.rows()), dense(DType::kBF16, c.rows()),
-        d_bt(DType::kI32, {1, static_cast<int64_t>(bt.size())}, bt), d_cu(DType::kI32, {2}, c.cu),
-        d_ctx(DType::kI32, {1}, c.ctx_v), d_slots(DType::kI32, {c.T}, c.slots);
-    const AttentionMetadata m = c.meta(d_cu.view(), d_ctx.view(), d_bt.view(), d_slots.view());
-    ops::block_sparse_prefill_attention(sparse.view(), d_q.view(), d_k.view(), d_v.view(), m, pt.device(), 0.1f, on());
-    ops::paged_attention(dense.view(), d_q.view(), d_k.view(), d_v.view(), m, 0.1f, on());
-    EXPECT_EQ(sparse.download<uint16_t>(), dense.download<uint16_t>()) << "Hq " << Hq << " Hk " << Hk << " D " << D;
-  }
-}
-
 // ---- an fp8 KV cache (--kv-cache-dtype fp8, docs/kv_cache.md) ----
 // The chunk's K and V quantized per (slot, KV head) row (codes + f32 scales, kernels/kv_cache.h). The kernel turns each
 // K / V tile into bf16(code x scale) in shared memory (the dense wgmma prefill's fp8 staging) and runs its bf16 math.
@@ -350,27 +329,57 @@ TEST(CudaBlockSparsePrefill, Fp8CacheMatchesTheCpu) {
   }
 }
 
-// The full pattern of 128-token blocks on an fp8 cache: the dense fp8 wgmma kernel's tiles, staged and dequantized
-// alike, in the same order: the same bits as paged_attention on that cache.
-TEST(CudaBlockSparsePrefill, Fp8FullPatternEqualsPagedAttentionBitForBit) {
+// The full pattern of 128-token blocks runs paged_attention's wgmma tiles in the same order (on an fp8 cache: staged
+// and dequantized alike): the same bits as paged_attention on the same cache
+// (CudaBlockSparsePrefillByKvDtype.FullPatternEqualsPagedAttentionBitForBit/Bf16 and /Fp8; seeds per dtype).
+enum class KvDtype { kBf16, kFp8 };
+
+class CudaBlockSparsePrefillByKvDtype : public ::testing::TestWithParam<KvDtype> {};
+
+INSTANTIATE_TEST_SUITE_P(, CudaBlockSparsePrefillByKvDtype, ::testing::Values(KvDtype::kBf16, KvDtype::kFp8),
+                         [](const ::testing::TestParamInfo<KvDtype>& info) {
+                           return std::string(info.param == KvDtype::kFp8 ? "Fp8" : "Bf16");
+                         });
+
+// The chunk's K / V cache on the device: bf16 as drawn, or its fp8 codes with their row scales (Fp8Kv).
+struct DeviceKvCache {
+  std::unique_ptr<DeviceTensor> k, v, k_scale, v_scale;  // [NB, BS, Hk, D]; scales [NB, BS, Hk] f32 (fp8 only)
+  DeviceKvCache(const Chunk& c, bool fp8) {
+    if (!fp8) {
+      k = std::make_unique<DeviceTensor>(DType::kBF16, c.cache(), c.k);
+      v = std::make_unique<DeviceTensor>(DType::kBF16, c.cache(), c.v);
+      return;
+    }
+    const Fp8Kv kv(c);
+    const Shape scales{c.NB, c.BS, c.Hk};
+    k = std::make_unique<DeviceTensor>(DType::kF8E4M3, c.cache(), kv.k);
+    v = std::make_unique<DeviceTensor>(DType::kF8E4M3, c.cache(), kv.v);
+    k_scale = std::make_unique<DeviceTensor>(DType::kF32, scales, kv.ks);
+    v_scale = std::make_unique<DeviceTensor>(DType::kF32, scales, kv.vs);
+  }
+  KvCacheTensor key() const { return k_scale ? KvCacheTensor(k->view(), k_scale->view()) : KvCacheTensor(k->view()); }
+  KvCacheTensor value() const {
+    return v_scale ? KvCacheTensor(v->view(), v_scale->view()) : KvCacheTensor(v->view());
+  }
+};
+
+TEST_P(CudaBlockSparsePrefillByKvDtype, FullPatternEqualsPagedAttentionBitForBit) {
   SKIP_WITHOUT_CUDA();
   if (cuda_test::device_major() != 9) GTEST_SKIP() << "the block-sparse kernel runs on sm_90a";
+  const bool fp8 = GetParam() == KvDtype::kFp8;
   for (auto [Hq, Hk, D] : {std::tuple<int64_t, int64_t, int64_t>{32, 8, 128}, {8, 1, 64}, {4, 4, 128}}) {
-    std::mt19937 rng(static_cast<uint32_t>(700 + Hq + D));
+    std::mt19937 rng(static_cast<uint32_t>((fp8 ? 700 : 400) + Hq + D));
     const Chunk c(1300, 1300, Hq, Hk, D, 16, rng);
     PatternTensors pt(full_pattern(128, Hk, 1300));
-    Fp8Kv kv(c);
+    const DeviceKvCache cache(c, fp8);
     std::vector<int32_t> bt = c.bt;
-    const Shape scales{c.NB, c.BS, c.Hk};
-    DeviceTensor d_q(DType::kBF16, c.rows(), c.q), d_k(DType::kF8E4M3, c.cache(), kv.k),
-        d_v(DType::kF8E4M3, c.cache(), kv.v), d_ks(DType::kF32, scales, kv.ks), d_vs(DType::kF32, scales, kv.vs),
-        sparse(DType::kBF16, c.rows()), dense(DType::kBF16, c.rows()),
+    DeviceTensor d_q(DType::kBF16, c.rows(), c.q), sparse(DType::kBF16, c.rows()), dense(DType::kBF16, c.rows()),
         d_bt(DType::kI32, {1, static_cast<int64_t>(bt.size())}, bt), d_cu(DType::kI32, {2}, c.cu),
         d_ctx(DType::kI32, {1}, c.ctx_v), d_slots(DType::kI32, {c.T}, c.slots);
     const AttentionMetadata m = c.meta(d_cu.view(), d_ctx.view(), d_bt.view(), d_slots.view());
-    const KvCacheTensor kc(d_k.view(), d_ks.view()), vc(d_v.view(), d_vs.view());
-    ops::block_sparse_prefill_attention(sparse.view(), d_q.view(), kc, vc, m, pt.device(), 0.1f, on());
-    ops::paged_attention(dense.view(), d_q.view(), kc, vc, m, 0.1f, on());
+    ops::block_sparse_prefill_attention(sparse.view(), d_q.view(), cache.key(), cache.value(), m, pt.device(), 0.1f,
+                                        on());
+    ops::paged_attention(dense.view(), d_q.view(), cache.key(), cache.value(), m, 0.1f, on());
     EXPECT_EQ(sparse.download<uint16_t>(), dense.download<uint16_t>()) << "Hq " << Hq << " Hk " << Hk << " D " << D;
   }
 }
