@@ -124,7 +124,7 @@ TEST(MoeDecode, RouterTiesGoToTheLowerExpert) {
 }
 
 // moe_gate_up_decode on a random grouping against the CPU: gate / up = gate_up_w[e] @ x[token] rounded to bf16,
-// act = silu(gate) * up rounded to bf16 (the values moe_experts stores in ws.act).
+// act = silu(gate) * up rounded to bf16 (the values moe_experts stores in ws.act); for every k_parts.
 void check_gate_up(int64_t T, int64_t E, int64_t k, int64_t H, int64_t Im, int64_t used, std::mt19937& rng) {
   const int64_t P = T * k;
   const std::string what = shape_name(T, E, k, H) + " Im=" + std::to_string(Im) + " used=" + std::to_string(used);
@@ -136,9 +136,7 @@ void check_gate_up(int64_t T, int64_t E, int64_t k, int64_t H, int64_t Im, int64
   DeviceTensor d_act(DType::kBF16, {P, Im});
   DeviceTensor d_off(DType::kI32, {E + 1}, h.offsets), d_sorted(DType::kI32, {P}, h.sorted);
   DeviceTensor d_rows(DType::kI32, {P}, h.rows), d_active(DType::kI32, {E}, h.active);
-  d_act.fill_bytes(0xff);
   const ops::MoeGroups g{d_off.view(), d_sorted.view(), d_rows.view(), d_active.view()};
-  cuda_ops::moe_gate_up_decode(d_act.view(), d_x.view(), d_gu.view(), g, cuda_test::on());
 
   auto bf16_round = [](double v) { return bf16_to_f32(f32_to_bf16(static_cast<float>(v))); };
   std::vector<float> ref(static_cast<size_t>(P * Im));
@@ -156,9 +154,14 @@ void check_gate_up(int64_t T, int64_t E, int64_t k, int64_t H, int64_t Im, int64
         ref[static_cast<size_t>(r * Im + c)] = bf16_round(g_r / (1.0 + std::exp(-g_r)) * bf16_round(up));
       }
     }
-  const std::vector<float> got = d_act.download_f32();
-  expect_close(got, ref, 2e-2f, 1e-2f, what);
-  EXPECT_LE(cuda_test::nmse(got, ref), 1e-5) << what;
+  for (int parts : {0, 2, 4, 8}) {  // the kernel's pick, then each count of warps sharing an item's K
+    d_act.fill_bytes(0xff);
+    cuda_ops::moe_gate_up_decode(d_act.view(), d_x.view(), d_gu.view(), g, cuda_test::on(), parts);
+    const std::vector<float> got = d_act.download_f32();
+    const std::string named = what + " k_parts=" + std::to_string(parts);
+    expect_close(got, ref, 2e-2f, 1e-2f, named);
+    EXPECT_LE(cuda_test::nmse(got, ref), 1e-5) << named;
+  }
 }
 
 TEST(MoeDecode, GateUpMatchesTheReference) {
@@ -168,7 +171,8 @@ TEST(MoeDecode, GateUpMatchesTheReference) {
   // T, E, k, H, Im, experts used (the others get no token)
   for (auto [T, E, k, H, Im, used] : {std::tuple{1, 128, 8, 2048, 768, 128}, {3, 13, 3, 200, 72, 5},
                                       {9, 40, 4, 264, 136, 40}, {17, 6, 6, 40, 200, 6}, {32, 128, 8, 1032, 64, 17},
-                                      {1, 4, 1, 8, 8, 2}, {32, 64, 32, 24, 16, 64}}) {
+                                      {1, 4, 1, 8, 8, 2}, {32, 64, 32, 24, 16, 64},
+                                      {1, 128, 8, 2048, 384, 128}, {2, 128, 8, 2048, 192, 128}}) {  // TP 2 / 4 ranks
     check_gate_up(T, E, k, H, Im, used, rng);
   }
 }

@@ -3,7 +3,8 @@
 // chosen experts come from HBM, not L2), captured into one CUDA graph per path and replayed. Prints the time
 // per layer, the bytes a layer must read (the router and the chosen experts' weights), and the ratio to the
 // floor at 4.25 TB/s. DISABLED_: a benchmark, run by scripts/bench/moe_decode_check.sh with
-// --gtest_also_run_disabled_tests.
+// --gtest_also_run_disabled_tests. DISABLED_GateUpKParts: the gate / up kernel alone at a tensor-parallel rank's
+// shapes (Im / N for N = 1, 2, 4) for each count of warps sharing an item's K (moe_gate_up_decode's k_parts).
 #include "cuda_test_util.h"
 
 #include <algorithm>
@@ -72,6 +73,70 @@ TEST(MoeDecodeBench, DISABLED_FusedVsUnfused) {
                 static_cast<long long>(experts), bytes / 1e6);
     const std::vector<float> y = out.download_f32();
     EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return std::isfinite(v); })) << "T=" << T;
+  }
+  CUDA_CHECK(cudaStreamDestroy(st));
+}
+
+
+// One rank's gate / up launch at TP N (the 30B-A3B shape, Im = 768 / N), for k_parts 2, 4 and 8, then its down +
+// combine launch: kLayers layers' launches in one graph each, on the routing of a random token batch (the router
+// kernel, run once).
+TEST(MoeDecodeBench, DISABLED_GateUpKParts) {
+  SKIP_WITHOUT_CUDA();
+  constexpr int kLayers = 16, kReps = 30;
+  constexpr double kHbmBytesPerSecond = 4.25e12;
+  const int64_t E = 128, k = 8, H = 2048;
+  std::mt19937 rng(22);
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreate(&st));
+  for (int64_t ranks : {1, 2, 4}) {
+    const int64_t Im = 768 / ranks;
+    std::vector<DeviceTensor> gate_up;
+    for (int l = 0; l < kLayers; ++l) {
+      gate_up.emplace_back(DType::kBF16, Shape{E, 2 * Im, H});
+      gate_up.back().fill_bytes(0x3c);
+    }
+    DeviceTensor router(DType::kBF16, {E, H}, random_bf16(static_cast<size_t>(E * H), rng, -0.3f, 0.3f).bits);
+    for (int64_t T : {1, 2, 8}) {
+      const int64_t P = T * k;
+      DeviceTensor x(DType::kBF16, {T, H}, random_bf16(static_cast<size_t>(T * H), rng).bits);
+      DeviceTensor logits(DType::kBF16, {T, E}), ids(DType::kI32, {T, k}), weights(DType::kF32, {T, k});
+      DeviceTensor act(DType::kBF16, {P, Im}), rows(DType::kBF16, {P, H});
+      DeviceTensor offsets(DType::kI32, {E + 1}), sorted(DType::kI32, {P}), pair_rows(DType::kI32, {P});
+      DeviceTensor active(DType::kI32, {E});
+      const ops::MoeWorkspace ws{logits.view(), ids.view(), weights.view(),
+                                 {offsets.view(), sorted.view(), pair_rows.view(), active.view()}, act.view(),
+                                 rows.view()};
+      cuda_ops::moe_router_decode(x.view(), router.view(), ws, true, cuda_test::on(st));
+      const std::vector<int32_t> chosen = ids.download<int32_t>();
+      const int64_t experts = static_cast<int64_t>(std::set<int32_t>(chosen.begin(), chosen.end()).size());
+      const double floor_us = 1e6 * 2.0 * static_cast<double>(experts * 2 * Im * H) / kHbmBytesPerSecond;
+      std::printf("gate_up TP%lld (Im %4lld) T=%2lld floor %5.2f us:", static_cast<long long>(ranks),
+                  static_cast<long long>(Im), static_cast<long long>(T), floor_us);
+      for (int parts : {2, 4, 8}) {
+        const cudaGraphExec_t exec = cuda_test::warm_up_and_capture(st, [&] {
+          for (const DeviceTensor& w : gate_up)
+            cuda_ops::moe_gate_up_decode(act.view(), x.view(), w.view(), ws.groups, cuda_test::on(st), parts);
+        });
+        const std::vector<float> ms = cuda_test::graph_replay_ms(exec, st, kReps);
+        std::printf("  k_parts %d %6.2f us", parts, 1e3 * ms[ms.size() / 2] / kLayers);
+        CUDA_CHECK(cudaGraphExecDestroy(exec));
+      }
+      // The down projection + combine of the same rank (its bytes: the experts' down rows, Im each).
+      std::vector<DeviceTensor> down;
+      for (int l = 0; l < kLayers; ++l) {
+        down.emplace_back(DType::kBF16, Shape{E, H, Im});
+        down.back().fill_bytes(0x3c);
+      }
+      DeviceTensor out(DType::kBF16, {T, H});
+      const cudaGraphExec_t exec = cuda_test::warm_up_and_capture(st, [&] {
+        for (const DeviceTensor& w : down)
+          cuda_ops::moe_down_combine(out.view(), act.view(), w.view(), weights.view(), ws.groups, cuda_test::on(st));
+      });
+      const std::vector<float> ms = cuda_test::graph_replay_ms(exec, st, kReps);
+      std::printf(" | down %6.2f us (floor %5.2f)\n", 1e3 * ms[ms.size() / 2] / kLayers, floor_us / 2);
+      CUDA_CHECK(cudaGraphExecDestroy(exec));
+    }
   }
   CUDA_CHECK(cudaStreamDestroy(st));
 }

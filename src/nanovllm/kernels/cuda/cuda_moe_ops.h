@@ -51,8 +51,10 @@ bool moe_decode_supported(TensorView out, TensorView x, TensorView router_w, Ten
 void moe_router_decode(TensorView x, TensorView router_w, const ops::MoeWorkspace& w, bool renormalize,
                        ops::Stream s);
 // moe_experts' stage 1 (act[r] = silu(gate) * up) for decode-sized steps (T <= kMoeDecodeMaxTokens): act [P, Im] BF16.
+// k_parts: the warps that share an (expert, 8 columns) item, each over its part of K (2, 4 or 8; 0 picks by the
+// grid's size; tests and benchmarks pass each).
 void moe_gate_up_decode(TensorView act, TensorView x, TensorView gate_up_w, const ops::MoeGroups& g,
-                        ops::Stream s);
+                        ops::Stream s, int k_parts = 0);
 // out[t] = sum over j of topk_weights[t, j] * bf16(down_w[e_j] @ act[row of pair t k + j]), fp32 in slot order
 // (moe_experts' stage 2 and moe_combine in one launch). out [T, H], act [P, Im], down_w [E, H, Im], all BF16.
 void moe_down_combine(TensorView out, TensorView act, TensorView down_w, TensorView topk_weights,

@@ -12,12 +12,12 @@
 //     bit, ties included. The logits themselves may differ from the cuBLASLt / gemv projection's in the last
 //     bf16 place (another fp32 summation order), as two GEMM libraries would.
 //   * moe_gate_up_decode: gate / up with SiLU·mul, a warp item per (active expert slot, 8 activation columns,
-//     half of K): the 16-row mma tile is the 8 gate rows and the matching 8 up rows, so a lane ends with the
-//     gate and up of its column; the two K halves (two warps of a CTA) add through shared memory, first half
-//     first; then moe_gemv's epilogue (gate and up rounded to bf16, silu(gate) * up rounded to bf16). The grid
-//     covers min(E, P) slots x Im / 8 column tiles in 8-warp CTAs (at bs = 1 on Qwen3-30B-A3B: 192 CTAs of
-//     64 KB each, resident at once — moe_gemv's 384 CTAs of 128 KB ran in 1.5 waves); slots past the active
-//     experts exit at once.
+//     part of K): the 16-row mma tile is the 8 gate rows and the matching 8 up rows, so a lane ends with the
+//     gate and up of its column; the K parts (4 or 8 warps of a CTA, k_parts) add through shared memory in K
+//     order; then moe_gemv's epilogue (gate and up rounded to bf16, silu(gate) * up rounded to bf16). The grid
+//     covers min(E, P) slots x Im / 8 column tiles in 8-warp CTAs (at bs = 1 on Qwen3-30B-A3B: 384 CTAs of
+//     32 KB each); 8 parts where 4 would leave SMs idle (a tensor-parallel rank's share of Im). Slots past the
+//     active experts exit at once.
 //   * moe_down_combine: the down projection with the combine folded in. A CTA per 16 output columns; its warp
 //     w takes the active experts w, w + 8, ... (at bs = 1: the 8 chosen experts, one per warp) and streams
 //     their 16 weight rows over all of K with gemv's warp step (mma.sync m16n8k16: the weight rows as the
@@ -114,8 +114,7 @@ __global__ void __launch_bounds__(kRouterThreads, 1) moe_router_decode_kernel(Ro
 }
 
 // ---- moe_gate_up_decode -----------------------------------------------------------------------------------
-constexpr int kGuCols = 8;                            // activation columns of a warp item: 8 gate + 8 up rows
-constexpr int kGuItems = gemv_detail::kWarps / 2;     // (expert slot, column tile) items of a CTA, 2 K halves each
+constexpr int kGuCols = 8;  // activation columns of a warp item: 8 gate + 8 up rows
 
 struct GateUpArgs {
   const __nv_bfloat16* x;  // [T, H]
@@ -127,16 +126,19 @@ struct GateUpArgs {
   int K, N, k, slots;      // K = H, N = Im, slots = min(E, P)
 };
 
-template <int kNT>
+// kParts warps share an item, each over its part of K (the parts' partial sums add in shared memory, in part
+// order): items = kWarps / kParts per CTA.
+template <int kNT, int kParts>
 __global__ void __launch_bounds__(gemv_detail::kThreads) moe_gate_up_decode_kernel(GateUpArgs a) {
   using namespace gemv_detail;
-  __shared__ float red[kGuItems][32][kNT * 4];  // the second K half's fragments
+  constexpr int kItems = kWarps / kParts;
+  __shared__ float red[kItems][kParts - 1][32][kNT * 4];  // parts 1.. of each item's fragments
   pdl_wait();
   pdl_trigger();
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
-  const int gq = lane >> 2, q = lane & 3, half = warp & 1, local = warp >> 1;
+  const int gq = lane >> 2, q = lane & 3, part = warp % kParts, local = warp / kParts;
   const int tiles = a.N / kGuCols;
-  const int item = static_cast<int>(blockIdx.x) * kGuItems + local, slot = item / tiles;
+  const int item = static_cast<int>(blockIdx.x) * kItems + local, slot = item / tiles;
   const int e = slot < a.slots ? a.active[slot] : -1;
   float acc[kNT][4] = {};
   int r0 = 0, n = 0;
@@ -145,7 +147,7 @@ __global__ void __launch_bounds__(gemv_detail::kThreads) moe_gate_up_decode_kern
     r0 = a.offsets[e];
     n = a.offsets[e + 1] - r0;
     const int Kv = a.K / 8, steps = (Kv + kStepVecs - 1) / kStepVecs;
-    const int s0 = steps * half / 2, s1 = steps * (half + 1) / 2;
+    const int s0 = steps * part / kParts, s1 = steps * (part + 1) / kParts;
     const uint4* w_lo = reinterpret_cast<const uint4*>(a.w + (int64_t{e} * 2 * a.N + c) * a.K);        // gate row
     const uint4* w_hi = reinterpret_cast<const uint4*>(a.w + (int64_t{e} * 2 * a.N + a.N + c) * a.K);  // up row
     const uint4* xr[kNT];
@@ -162,26 +164,39 @@ __global__ void __launch_bounds__(gemv_detail::kThreads) moe_gate_up_decode_kern
       mma_step<kNT, kXGlobal>(acc, lo1, hi1, xr, (s + 1) * kStepVecs, Kv, q, Kv);
     }
   }
-  if (half == 1)
+  if (part > 0)
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) red[local][lane][4 * nt + i] = acc[nt][i];
+      for (int i = 0; i < 4; ++i) red[local][part - 1][lane][4 * nt + i] = acc[nt][i];
   __syncthreads();
-  if (half == 1 || e < 0) return;
+  if (part > 0 || e < 0) return;
   // Fragment i of tile nt: row gq + 8 (i / 2) — the gate (i < 2) or up (i >= 2) row of column c —, token
-  // 8 nt + 2 q + i % 2. First K half + second, then moe_gemv's epilogue: silu(bf16(gate)) * bf16(up).
+  // 8 nt + 2 q + i % 2. The parts in K order, then moe_gemv's epilogue: silu(bf16(gate)) * bf16(up).
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int tok = 8 * nt + 2 * q + j;
       if (tok >= n) continue;
-      const float gate = acc[nt][j] + red[local][lane][4 * nt + j];
-      const float up = acc[nt][2 + j] + red[local][lane][4 * nt + 2 + j];
+      float gate = acc[nt][j], up = acc[nt][2 + j];
+#pragma unroll
+      for (int p = 0; p < kParts - 1; ++p) {
+        gate += red[local][p][lane][4 * nt + j];
+        up += red[local][p][lane][4 * nt + 2 + j];
+      }
       const float y = silu(__bfloat162float(__float2bfloat16_rn(gate))) * __bfloat162float(__float2bfloat16_rn(up));
       a.act[int64_t{r0 + tok} * a.N + c] = __float2bfloat16_rn(y);
     }
+}
+
+template <int kParts>
+void launch_gate_up_decode(const GateUpArgs& a, int64_t T, ops::Stream s) {
+  const dim3 grid(ceil_div_u(int64_t{a.slots} * (a.N / kGuCols), gemv_detail::kWarps / kParts)),
+      block(gemv_detail::kThreads);
+  if (T <= 8) launch_pdl(moe_gate_up_decode_kernel<1, kParts>, grid, block, 0, s, a);
+  else if (T <= 16) launch_pdl(moe_gate_up_decode_kernel<2, kParts>, grid, block, 0, s, a);
+  else launch_pdl(moe_gate_up_decode_kernel<4, kParts>, grid, block, 0, s, a);
 }
 
 // ---- moe_down_combine -------------------------------------------------------------------------------------
@@ -300,7 +315,7 @@ void moe_router_decode(TensorView x, TensorView router_w, const ops::MoeWorkspac
 }
 
 void moe_gate_up_decode(TensorView act, TensorView x, TensorView gate_up_w, const ops::MoeGroups& g,
-                        ops::Stream s) {
+                        ops::Stream s, int k_parts) {
   const int64_t T = x.dim(0), H = x.dim(1), P = act.dim(0), E = gate_up_w.dim(0), Im = gate_up_w.dim(1) / 2;
   NANOVLLM_CHECK(T >= 1 && T <= kMoeDecodeMaxTokens, "moe_gate_up_decode (CUDA): ", T, " tokens; at most ",
                  kMoeDecodeMaxTokens);
@@ -315,10 +330,18 @@ void moe_gate_up_decode(TensorView act, TensorView x, TensorView gate_up_w, cons
                      act.data_as<__nv_bfloat16>(), g.expert_offsets.data_as<const int32_t>(),
                      g.sorted_pairs.data_as<const int32_t>(), g.active_experts.data_as<const int32_t>(),
                      static_cast<int>(H), static_cast<int>(Im), static_cast<int>(P / T), slots};
-  const dim3 grid(ceil_div_u(int64_t{slots} * (Im / kGuCols), kGuItems)), block(gemv_detail::kThreads);
-  if (T <= 8) launch_pdl(moe_gate_up_decode_kernel<1>, grid, block, 0, s, a);
-  else if (T <= 16) launch_pdl(moe_gate_up_decode_kernel<2>, grid, block, 0, s, a);
-  else launch_pdl(moe_gate_up_decode_kernel<4>, grid, block, 0, s, a);
+  NANOVLLM_CHECK(k_parts == 0 || k_parts == 2 || k_parts == 4 || k_parts == 8,
+                 "moe_gate_up_decode (CUDA): k_parts must be 0 (pick), 2, 4 or 8, got ", k_parts);
+  // The pick (H200, s40 calls.log#call3-kparts; per-rank shapes of 30B-A3B at TP 1 / 2 / 4, T 1 / 2 / 8): 4 parts
+  // beat 2 at every shape (TP 2, T = 1: 9.80 vs 11.10 us); 8 won only where 4 parts leave SMs without a CTA
+  // (TP 4, T = 1: 6.22 vs 6.83 us).
+  if (k_parts == 0) {
+    const int64_t items = int64_t{slots} * (Im / kGuCols), items_per_cta = gemv_detail::kWarps / 4;
+    k_parts = (items + items_per_cta - 1) / items_per_cta < context_of(s).sm_count() ? 8 : 4;
+  }
+  if (k_parts == 2) launch_gate_up_decode<2>(a, T, s);
+  else if (k_parts == 4) launch_gate_up_decode<4>(a, T, s);
+  else launch_gate_up_decode<8>(a, T, s);
 }
 
 void moe_down_combine(TensorView out, TensorView act, TensorView down_w, TensorView topk_weights,
