@@ -134,7 +134,7 @@ void run_throughput(const ThroughputOptions& o) {
   if (peaks.measured) {
     // Floor: prefill FLOP-bound at the GEMM rate; each decode step k bound by max(bytes, FLOPs) with
     // n_k sequences alive (those with output length > k) reading weights once and their KV once.
-    const ModelCost cost(mc, projection_weight_bytes(mc, ec));
+    const ModelCost cost(mc, projection_weight_bytes(mc, ec), ec.parallel.tensor_parallel_size);
     // A large D2D copy moves (read + write) bytes at the HBM rate; streaming reads run at about that rate.
     const double bw = peaks.copy_gbps * 1e9;
     const double flops_rate = peaks.gemm_tflops * 1e12;
@@ -190,7 +190,7 @@ void run_latency(LatencyOptions o) {
   if (ec.model.max_model_len == 0) ec.model.max_model_len = longest + o.decode_tokens + 16;
   LLMEngine engine(ec);
   const ModelConfig& mc = engine.model_config();
-  const ModelCost cost(mc, projection_weight_bytes(mc, ec));
+  const ModelCost cost(mc, projection_weight_bytes(mc, ec), ec.parallel.tensor_parallel_size);
   std::mt19937_64 rng(1);
   const double bw = peaks.copy_gbps * 1e9;
   const double flops_rate = peaks.gemm_tflops * 1e12;
@@ -235,7 +235,10 @@ void run_latency(LatencyOptions o) {
   std::printf("decode bs=%lld @ %lld context: %.3f ms/step median, %.3f mean (%zu steps)", static_cast<long long>(o.batch),
               static_cast<long long>(o.context), median_ms, mean_ms, decode.size());
   if (peaks.measured) {
-    std::printf(" | weight+KV read floor %.3f ms -> %.2fx the floor", floor_ms, median_ms / floor_ms);
+    std::printf(" | weight+KV read floor %.3f ms", floor_ms);
+    if (ec.parallel.tensor_parallel_size > 1)
+      std::printf(" (one GPU's share of %lld)", static_cast<long long>(ec.parallel.tensor_parallel_size));
+    std::printf(" -> %.2fx the floor", median_ms / floor_ms);
     if (mc.moe.enabled())
       std::printf(" (%.1f of %lld experts per MoE layer, %.2f GB per step)", cost.experts_read(batch),
                   static_cast<long long>(mc.moe.num_experts), floor_ms * 1e-3 * bw / 1e9);

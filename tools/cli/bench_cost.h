@@ -2,6 +2,7 @@
 // floors (METHOD.md).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -26,21 +27,26 @@ struct ModelCost {
   double attn_flops_per_ctx = 0;    // QK^T + PV FLOPs per query token per attended position, all layers
 
   // projection_bytes: bytes per attention / MLP / expert weight (projection_weight_bytes); routers, LM head and
-  // norms stay bf16.
-  explicit ModelCost(const ModelConfig& c, double projection_bytes = 2) : c_(c), projection_bytes_(projection_bytes) {
+  // norms stay bf16. ranks: the tensor-parallel size; every count is then one rank's (docs/tensor_parallel.md):
+  // q / o, the dense MLPs and every expert split N ways, K / V by KV head (one a rank when N exceeds them), the
+  // vocabulary-parallel LM head, the rank's KV heads of the cache; routers and norms whole on every rank.
+  explicit ModelCost(const ModelConfig& c, double projection_bytes = 2, int64_t ranks = 1)
+      : c_(c), projection_bytes_(projection_bytes) {
+    const double n = static_cast<double>(ranks);
     const double h = c.hidden_size, i = c.intermediate_size, d = c.head_dim, l = c.num_hidden_layers;
-    const double hq = c.num_attention_heads, hk = c.num_key_value_heads;
+    const double hq = c.num_attention_heads / n;
+    const double hk = static_cast<double>(std::max<int64_t>(c.num_key_value_heads / ranks, 1));
     double moe_layers = 0;
     for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) moe_layers += c.is_moe_layer(layer) ? 1 : 0;
     const double attention = l * (h * (hq + 2 * hk) * d + hq * d * h);
-    const double dense = (l - moe_layers) * 3 * h * i;
-    expert_params_ = 3 * h * static_cast<double>(c.moe.moe_intermediate_size);
+    const double dense = (l - moe_layers) * 3 * h * i / n;
+    expert_params_ = 3 * h * static_cast<double>(c.moe.moe_intermediate_size) / n;
     router_params_ = moe_layers * h * static_cast<double>(c.moe.num_experts);
     moe_layers_ = moe_layers;
     fixed_params_ = attention + dense + router_params_;
     weight_params = fixed_params_ + moe_layers * static_cast<double>(c.moe.num_experts) * expert_params_;
     active_params = fixed_params_ + moe_layers * static_cast<double>(c.moe.num_experts_per_tok) * expert_params_;
-    lm_head_params = static_cast<double>(c.vocab_size) * h;
+    lm_head_params = static_cast<double>(c.vocab_size) * h / n;
     kv_bytes_per_token = l * 2 * hk * d * 2;
     attn_flops_per_ctx = l * hq * 4 * d;
   }
