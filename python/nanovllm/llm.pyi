@@ -39,7 +39,7 @@ class LLM:
         offload_min_tokens: int = 0,
         sparse_policy: Literal["full", "quest"] = "full",
         sparse_budget: int = 2048,
-        sparse_gpu_cache_tokens: int = -1,  # offload: hot-page cache per layer and KV head; -1: 4 x sparse_budget
+        sparse_gpu_cache_tokens: int = -1,  # offload: hot-page cache per layer and KV head; -1: 16 x sparse_budget
         tensor_parallel_size: int = 1,  # GPUs one model is split over (threads on backend="cpu"), all nodes
         nnodes: int = 1,  # hosts the group spans; this process is node 0, the others run `nanovllm worker`
         node_rank: int = 0,

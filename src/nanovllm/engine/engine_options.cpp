@@ -192,7 +192,7 @@ std::vector<EngineOption> make_table() {
     EngineOption& o = add(bound("sparse_gpu_cache_tokens", "sparse", &EngineConfig::sparse,
                                 &SparseConfig::gpu_cache_tokens,
                                 "sparse decode with CPU offload: GPU cache of recently selected pages, tokens per "
-                                "layer and KV head (0: none; -1: 4 x sparse_budget)"));
+                                "layer and KV head (0: none; -1: 16 x sparse_budget, at most a sequence's tokens)"));
     o.min = -1;
   }
 

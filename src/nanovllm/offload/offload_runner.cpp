@@ -92,8 +92,11 @@ OffloadRunner::OffloadRunner(const Decoder& model, std::unique_ptr<OffloadDevice
                            .max_blocks_per_seq = pages};
     std::vector<const OffloadHostPool*> hosts;
     for (const Lane& lane : lanes_) hosts.push_back(lane.host.get());
+    // No more cache than a lane's pages (a short max_model_len), and never less than a selection.
+    const int64_t cache_tokens =
+        std::min(config.sparse.cache_tokens(), std::max(capacity_, config.sparse.budget_tokens));
     sparse_ = std::make_unique<OffloadSparseAttention>(make_sparse_decode_policy(config.sparse, shape, da),
-                                                       config.sparse.cache_tokens(), std::move(hosts), kv_dtype_, da,
+                                                       cache_tokens, std::move(hosts), kv_dtype_, da,
                                                        dev_->compute_stream());
     const SparseDecodeBytes policy_bytes = sparse_decode_bytes(config.sparse, shape);
     footprint_.sparse = sparse_->device_bytes() + static_cast<size_t>(policy_bytes.per_block * shape.num_blocks +

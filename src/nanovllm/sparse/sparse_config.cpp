@@ -8,7 +8,7 @@ namespace nanovllm {
 void SparseConfig::validate() const {
   if (!make_custom) find_decode_policy(policy);  // throws naming the choices
   NANOVLLM_CHECK(gpu_cache_tokens <= 0 || gpu_cache_tokens >= budget_tokens, "sparse_gpu_cache_tokens ",
-                 gpu_cache_tokens, " must be 0 (no cache), -1 (4 x sparse_budget) or hold a whole selection (>= "
+                 gpu_cache_tokens, " must be 0 (no cache), -1 (16 x sparse_budget) or hold a whole selection (>= "
                  "sparse_budget ", budget_tokens, ")");
 }
 
