@@ -13,11 +13,12 @@
 //     bf16 place (another fp32 summation order), as two GEMM libraries would.
 //   * moe_gate_up_decode: gate / up with SiLU·mul, a warp item per (active expert slot, 8 activation columns,
 //     part of K): the 16-row mma tile is the 8 gate rows and the matching 8 up rows, so a lane ends with the
-//     gate and up of its column; the K parts (4 or 8 warps of a CTA, k_parts) add through shared memory in K
+//     gate and up of its column; the K parts (2, 4 or 8 warps of a CTA, k_parts) add through shared memory in K
 //     order; then moe_gemv's epilogue (gate and up rounded to bf16, silu(gate) * up rounded to bf16). The grid
-//     covers min(E, P) slots x Im / 8 column tiles in 8-warp CTAs (at bs = 1 on Qwen3-30B-A3B: 384 CTAs of
-//     32 KB each); 8 parts where 4 would leave SMs idle (a tensor-parallel rank's share of Im). Slots past the
-//     active experts exit at once.
+//     covers min(E, P) slots x Im / 8 column tiles in 8-warp CTAs (at bs = 1 on Qwen3-30B-A3B: 192 CTAs of
+//     64 KB each, 2 parts, resident at once — moe_gemv's 384 CTAs of 128 KB ran in 1.5 waves); more parts where
+//     the grid would leave SMs idle (a tensor-parallel rank's share of Im). Slots past the active experts exit at
+//     once.
 //   * moe_down_combine: the down projection with the combine folded in. A CTA per 16 output columns; its warp
 //     w takes the active experts w, w + 8, ... (at bs = 1: the 8 chosen experts, one per warp) and streams
 //     their 16 weight rows over all of K with gemv's warp step (mma.sync m16n8k16: the weight rows as the
@@ -332,12 +333,15 @@ void moe_gate_up_decode(TensorView act, TensorView x, TensorView gate_up_w, cons
                      static_cast<int>(H), static_cast<int>(Im), static_cast<int>(P / T), slots};
   NANOVLLM_CHECK(k_parts == 0 || k_parts == 2 || k_parts == 4 || k_parts == 8,
                  "moe_gate_up_decode (CUDA): k_parts must be 0 (pick), 2, 4 or 8, got ", k_parts);
-  // The pick (H200, s40 calls.log#call3-kparts; per-rank shapes of 30B-A3B at TP 1 / 2 / 4, T 1 / 2 / 8): 4 parts
-  // beat 2 at every shape (TP 2, T = 1: 9.80 vs 11.10 us); 8 won only where 4 parts leave SMs without a CTA
-  // (TP 4, T = 1: 6.22 vs 6.83 us).
+  // The pick: 2 parts, doubled (up to 8) while the grid leaves SMs without a CTA — a tensor-parallel rank's share of
+  // Im. H200, 30B-A3B at bs = 1 (s40 calls.log#call5-moe_ab, same call): TP 1 keeps 2 parts (4 parts, faster alone
+  // in MoeDecodeBench.DISABLED_GateUpKParts, made the whole step 2.99 -> 3.06 ms); TP 2 takes 4 (2.90 -> 2.84 ms).
   if (k_parts == 0) {
-    const int64_t items = int64_t{slots} * (Im / kGuCols), items_per_cta = gemv_detail::kWarps / 4;
-    k_parts = (items + items_per_cta - 1) / items_per_cta < context_of(s).sm_count() ? 8 : 4;
+    const int64_t items = int64_t{slots} * (Im / kGuCols);
+    k_parts = 2;
+    while (k_parts < 8 && (items + gemv_detail::kWarps / k_parts - 1) / (gemv_detail::kWarps / k_parts) <
+                              context_of(s).sm_count())
+      k_parts *= 2;
   }
   if (k_parts == 2) launch_gate_up_decode<2>(a, T, s);
   else if (k_parts == 4) launch_gate_up_decode<4>(a, T, s);
