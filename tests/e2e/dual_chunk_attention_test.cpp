@@ -3,11 +3,14 @@
 // every path — chunked or whole prefill, resident or offloaded KV, prefix caching on or off, preemption by
 // recompute, tensor parallel, the sparse prefill and decode policies at covering settings — with the same tokens
 // and logprobs; sparse settings engage and agree offloaded and resident; the combinations it does not run with are
-// refused by name. The kernels' float64 reference is tests/kernels/dual_chunk_attention_test.cpp.
+// refused by name. Every test runs on two model families (DualChunk.*/Qwen2 and /Qwen3Moe): dca-tiny, a Qwen2 as the
+// Qwen2.5-1M models are, and qwen3-moe-tiny with dca-tiny's chunks, as the Qwen3-2507 1M releases are (qk-norm,
+// sparse MLP layers beside dense ones). The kernels' float64 reference is tests/kernels/dual_chunk_attention_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <ostream>
 #include <string>
 
@@ -54,11 +57,12 @@ std::vector<Result> run(const EngineConfig& ec, const std::vector<std::vector<in
   return r;
 }
 
-// dca-tiny: 2 layers, chunk_size 64, local_size 16 (chunks of 48 positions), logits scaled past 96 tokens.
-class DualChunk : public ::testing::Test {
+// The parameter: a test model preset, given dca-tiny's chunks (chunk_size 64, local_size 16: chunks of 48 positions;
+// logits scaled past 96 tokens). dca-tiny: 2 layers; qwen3-moe-tiny: 6, experts in layers 1 and 5.
+class DualChunk : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    base_.model.path = testing::preset_model_dir("dca-tiny", "e2e", nlohmann::json::object(), 31);
+    base_.model.path = model("e2e", nlohmann::json::object(), 31);
     base_.model.backend = Backend::kCpu;
     base_.model.max_model_len = 400;
     base_.cache.block_size = 8;
@@ -73,29 +77,42 @@ class DualChunk : public ::testing::Test {
     for (const auto& p : prompts) out.push_back(run(ec, {p}, max_tokens)[0]);
     return out;
   }
+  // The preset's checkpoint with those chunks, or with the dual_chunk_attention_config `override` gives (null: none),
+  // plus the rest of `override` (a JSON merge patch of the preset's config.json).
+  static std::filesystem::path model(const std::string& key, const nlohmann::json& override, uint64_t seed) {
+    nlohmann::json patch = override;
+    if (!patch.contains("dual_chunk_attention_config"))
+      patch["dual_chunk_attention_config"] = {{"chunk_size", 64}, {"local_size", 16}, {"original_max_position_embeddings", 96}};
+    return testing::preset_model_dir(GetParam(), key, patch, seed);
+  }
   EngineConfig base_;
 };
+
+INSTANTIATE_TEST_SUITE_P(, DualChunk, ::testing::Values("dca-tiny", "qwen3-moe-tiny"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return std::string(info.param == "dca-tiny" ? "Qwen2" : "Qwen3Moe");
+                         });
 
 // Prompts spanning one to six chunks, some past the logit-scaling length (96), with decodes crossing chunk
 // boundaries (48, 96, ...).
 std::vector<std::vector<int32_t>> long_prompts() { return random_prompts({30, 47, 95, 150, 233}, 512, 7); }
 
-TEST_F(DualChunk, WithinOneChunkItIsThePlainModelBitForBit) {
+TEST_P(DualChunk, WithinOneChunkItIsThePlainModelBitForBit) {
   // Same weights (a function of seed and tensor names), one config with a chunk larger than every context.
   EngineConfig dca = base_;
-  dca.model.path = testing::preset_model_dir(
-      "dca-tiny", "one-chunk",
+  dca.model.path = model(
+      "one-chunk",
       {{"dual_chunk_attention_config",
         {{"chunk_size", 320}, {"local_size", 16}, {"original_max_position_embeddings", 320}}}},
       32);
   EngineConfig plain = base_;
-  plain.model.path = testing::preset_model_dir("dca-tiny", "plain", {{"dual_chunk_attention_config", nullptr}}, 32);
+  plain.model.path = model("plain", {{"dual_chunk_attention_config", nullptr}}, 32);
   const auto prompts = random_prompts({1, 17, 100, 250}, 512, 8);
   expect_same(run(dca, prompts, 40), run(plain, prompts, 40), 0.0f, "DCA within one chunk vs plain attention");
 
   // Past the first chunk the model is no longer the plain one: DCA runs (never plain attention in its place).
   EngineConfig chunks = base_;
-  chunks.model.path = testing::preset_model_dir("dca-tiny", "seed32", nlohmann::json::object(), 32);
+  chunks.model.path = model("seed32", nlohmann::json::object(), 32);
   const auto a = run(chunks, {prompts[2]}, 4), b = run(plain, {prompts[2]}, 4);
   float diff = 0;  // the top-5 of the first step (a peaked model's top-1 logprob is ~0 either way)
   for (size_t k = 0; k < 5; ++k)
@@ -103,7 +120,7 @@ TEST_F(DualChunk, WithinOneChunkItIsThePlainModelBitForBit) {
   EXPECT_GT(diff, 1e-3f);
 }
 
-TEST_F(DualChunk, ChunkedPrefillAndBatchingMatchWholePrefill) {
+TEST_P(DualChunk, ChunkedPrefillAndBatchingMatchWholePrefill) {
   const auto prompts = long_prompts();
   const auto want = reference(prompts, 24);
   EngineConfig chunked = base_;
@@ -117,7 +134,7 @@ TEST_F(DualChunk, ChunkedPrefillAndBatchingMatchWholePrefill) {
   expect_same(run(batched, prompts, 24), want, 1e-5f, "one batch");
 }
 
-TEST_F(DualChunk, OffloadedMatchesResident) {
+TEST_P(DualChunk, OffloadedMatchesResident) {
   const auto prompts = long_prompts();
   const auto want = reference(prompts, 24);
   EngineConfig off = base_;
@@ -129,7 +146,7 @@ TEST_F(DualChunk, OffloadedMatchesResident) {
   expect_same(run(off, prompts, 24), want, 1e-5f, "offloaded");
 }
 
-TEST_F(DualChunk, PrefixCachingMatchesAndSharesOnlyEqualLengthFactors) {
+TEST_P(DualChunk, PrefixCachingMatchesAndSharesOnlyEqualLengthFactors) {
   // A 64-token shared prefix: prompts of 80 and 90 tokens (factor 1: they share blocks), of 150 and 170 (their
   // own factors: no sharing) and the 150-token one again (its own blocks back).
   const auto base = random_prompts({64}, 512, 9)[0];
@@ -155,7 +172,7 @@ TEST_F(DualChunk, PrefixCachingMatchesAndSharesOnlyEqualLengthFactors) {
   EXPECT_GE(got[4].cached, 144) << "the same 150-token prompt again";
 }
 
-TEST_F(DualChunk, PreemptionByRecomputeMatches) {
+TEST_P(DualChunk, PreemptionByRecomputeMatches) {
   const auto prompts = random_prompts({100, 60, 130}, 512, 11);
   const auto want = reference(prompts, 30);
   EngineConfig tight = base_;
@@ -174,7 +191,7 @@ TEST_F(DualChunk, PreemptionByRecomputeMatches) {
   EXPECT_GT(preemptions, 0) << "the block pool was meant to force preemption";
 }
 
-TEST_F(DualChunk, TensorParallelMatchesOneRank) {
+TEST_P(DualChunk, TensorParallelMatchesOneRank) {
   const auto prompts = random_prompts({150, 61}, 512, 12);
   const auto want = reference(prompts, 12);
   EngineConfig tp = base_;
@@ -239,7 +256,7 @@ EngineConfig offloaded(EngineConfig ec) {
   return ec;
 }
 
-TEST_F(DualChunk, SparsePoliciesAtCoveringSettingsGiveDenseDcaBitForBit) {
+TEST_P(DualChunk, SparsePoliciesAtCoveringSettingsGiveDenseDcaBitForBit) {
   const auto prompts = random_prompts({95, 150, 233}, 512, 13);  // two to five chunks: intra, successive, inter keys
   EngineConfig dense = base_;
   dense.cache.enable_prefix_caching = false;
@@ -259,7 +276,7 @@ TEST_F(DualChunk, SparsePoliciesAtCoveringSettingsGiveDenseDcaBitForBit) {
   }
 }
 
-TEST_F(DualChunk, SparsePoliciesGoSparseAndOffloadedMatchesResident) {
+TEST_P(DualChunk, SparsePoliciesGoSparseAndOffloadedMatchesResident) {
   const auto prompts = random_prompts({150, 233}, 512, 14);
   for (SparsePrefillPolicy policy : {SparsePrefillPolicy::kXAttention, SparsePrefillPolicy::kMInference,
                                      SparsePrefillPolicy::kFlexPrefill, SparsePrefillPolicy::kAvgPool}) {
@@ -276,7 +293,7 @@ TEST_F(DualChunk, SparsePoliciesGoSparseAndOffloadedMatchesResident) {
   }
 }
 
-TEST_F(DualChunk, CombinationsItDoesNotRunAreRefusedByName) {
+TEST_P(DualChunk, CombinationsItDoesNotRunAreRefusedByName) {
   // Pattern blocks straddling a chunk (48 positions) would pool keys of two chunk relations.
   EngineConfig straddle = base_;
   straddle.sparse_prefill.policy = SparsePrefillPolicy::kMInference;

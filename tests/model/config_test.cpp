@@ -785,6 +785,15 @@ TEST(ModelConfig, DualChunkAttentionOfTheOneMillionTokenQwen) {
   j = qwen3();
   j["dual_chunk_attention_config"] = {{"chunk_size", 64}, {"local_size", 0}};
   EXPECT_EQ(parse(j).dual_chunk_attention.chunk_len(), 64);
+  // And the MoE releases (Qwen3-30B-A3B / 235B-A22B-2507): Qwen3's attention beside the sparse MLP.
+  j = qwen3_moe();
+  j["max_position_embeddings"] = 1010000;
+  j["dual_chunk_attention_config"] = {
+      {"chunk_size", 262144}, {"local_size", 8192}, {"original_max_position_embeddings", 262144}};
+  const ModelConfig moe = parse(j);
+  EXPECT_EQ(moe.arch, Architecture::kQwen3Moe);
+  EXPECT_EQ(moe.dual_chunk_attention.chunk_len(), 262144 - 8192);
+  EXPECT_TRUE(moe.moe.enabled());
   // Fields that mean nothing without vLLM's sparse variant are accepted when it is off.
   j["dual_chunk_attention_config"] = {{"chunk_size", 64}, {"local_size", 8}, {"sparse_attention_enabled", false},
                                       {"sparse_attention_threshold", 32768}, {"sparse_attention_last_q", 64}};

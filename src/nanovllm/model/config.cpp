@@ -208,8 +208,10 @@ void parse_dual_chunk(const json& j, const std::string& origin, ModelConfig& c) 
   NANOVLLM_CHECK(d.is_object(), origin, ": field '", key, "' must be an object or null (got ", d.dump(), ")");
   const std::string where = origin + ": " + key;
   const Fields f(d, where);
-  NANOVLLM_CHECK(c.arch == Architecture::kQwen2 || c.arch == Architecture::kQwen3, origin, ": field '", key,
-                 "' is supported for Qwen2ForCausalLM and Qwen3ForCausalLM only (this is ", c.architecture_name, ")");
+  // Qwen3-MoE: Qwen3's attention (the Qwen3-2507 MoE releases ship a 1M configuration with it, as vLLM runs them).
+  NANOVLLM_CHECK(c.arch == Architecture::kQwen2 || c.arch == Architecture::kQwen3 || c.arch == Architecture::kQwen3Moe,
+                 origin, ": field '", key, "' is supported for Qwen2ForCausalLM, Qwen3ForCausalLM and "
+                 "Qwen3MoeForCausalLM only (this is ", c.architecture_name, ")");
   // vLLM's get_rope builds DualChunkRotaryEmbedding from rope_theta alone and drops any rope scaling; rather
   // than drop it silently, such a config is refused.
   NANOVLLM_CHECK(c.rope_scaling.type == RopeScaling::Type::kNone, origin, ": field '", key,
