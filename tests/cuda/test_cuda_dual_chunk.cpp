@@ -269,12 +269,21 @@ TEST(CudaDualChunk, ChunkLengthMustFitTheKeyTiles) {
 }
 
 // The engine on a tiny DCA model (head_dim 64, chunks of 128 positions, logits scaled past 200 tokens): decode
-// graphs, eager decode and CPU offload give the same tokens; the CPU backend's on the first 16 of each prompt.
-TEST(CudaDualChunk, EngineResidentOffloadedAndCpu) {
+// graphs, eager decode and CPU offload give the same tokens; the CPU backend's on the first 16 of each prompt. Two
+// families (CudaDualChunkEngine.*/Qwen2, /Qwen3Moe): dca-tiny, and qwen3-moe-tiny as the Qwen3-2507 MoE releases
+// run their 1M configuration.
+class CudaDualChunkEngine : public ::testing::TestWithParam<std::string> {};
+
+INSTANTIATE_TEST_SUITE_P(, CudaDualChunkEngine, ::testing::Values("dca-tiny", "qwen3-moe-tiny"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return std::string(info.param == "dca-tiny" ? "Qwen2" : "Qwen3Moe");
+                         });
+
+TEST_P(CudaDualChunkEngine, ResidentOffloadedAndCpu) {
   SKIP_WITHOUT_CUDA();
   EngineConfig ec;
   ec.model.path = testing::preset_model_dir(
-      "dca-tiny", "cuda",
+      GetParam(), "cuda",
       {{"head_dim", 64},
        {"num_key_value_heads", 1},
        {"dual_chunk_attention_config",
