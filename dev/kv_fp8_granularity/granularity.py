@@ -15,6 +15,11 @@ Scales (amax / 448, e4m3's largest finite value), each over:
   head    all tokens of one KV head (the same caveat);
   row     one token's D values of one KV head (what `--kv-cache-dtype fp8` stores, kernels/kv_cache.h);
   page    `--page` tokens x D of one KV head (one scale per cache block and head).
+And one variant of the row scale: "row-smooth" stores each key minus the prompt's mean key of its head (per channel)
+before quantizing (SageAttention's smoothing of K): q . (k - m) differs from q . k by q . m, the same for every key
+of a query, so the softmax is unchanged and only the quantization error moves. V is quantized per row. And
+"row-K" / "row-V": only K / only V quantized per row (the other exact), to tell which one the attention error is;
+"K-channel": K with a scale per (KV head, channel) over the prompt's tokens (KIVI's key grouping), V per row.
 Needs python3 and numpy only.
 """
 import argparse
@@ -63,6 +68,8 @@ def quantize(x, granularity, page):
         amax = np.abs(x).max(axis=(0, 2), keepdims=True)
     elif granularity == "row":
         amax = np.abs(x).max(axis=2, keepdims=True)
+    elif granularity == "channel":
+        amax = np.abs(x).max(axis=0, keepdims=True)
     elif granularity == "page":
         pages = -(-n // page)
         padded = np.zeros((pages * page, hk, d))
@@ -73,6 +80,12 @@ def quantize(x, granularity, page):
         raise ValueError(granularity)
     scale = np.where(amax > 0, amax / E4M3_MAX, 1.0)
     return e4m3_round(x / scale) * scale
+
+
+def quantize_smoothed(k):
+    """Per-row e4m3 of k minus its per-(head, channel) mean over the tokens, the mean added back."""
+    m = k.mean(axis=0, keepdims=True)
+    return quantize(k - m, "row", 1) + m
 
 
 def attention(q, k, v, rows):
@@ -104,7 +117,7 @@ def main():
     rng = np.random.default_rng(0)
     half = args.rows // 2
     rows = sorted(set(range(n - half, n)) | set(rng.choice(n - half, size=args.rows - half, replace=False).tolist()))
-    grans = ["tensor", "head", "row", "page"]
+    grans = ["tensor", "head", "row", "page", "row-smooth", "row-K", "row-V", "K-channel"]
     print(f"{n} tokens, layers {layers}, {len(rows)} query rows (the last {half} and {len(rows) - half} random), "
           f"pages of {args.page}")
     print(f"{'layer':>5} {'scale per':>9} {'K rel err':>10} {'V rel err':>10} {'attn mean':>10} {'attn worst':>10}")
@@ -116,7 +129,15 @@ def main():
         floor = rel(taps[f"layers.{l}.attn"][rows].astype(np.float64), exact)
         print(f"{l:>5} {'(engine)':>9} {'':>10} {'':>10} {floor:10.2e}")
         for g in grans:
-            kq, vq = quantize(k, g, args.page), quantize(v, g, args.page)
+            if g == "row-smooth":
+                kq, vq = quantize_smoothed(k), quantize(v, "row", args.page)
+            elif g == "K-channel":
+                kq, vq = quantize(k, "channel", args.page), quantize(v, "row", args.page)
+            elif g in ("row-K", "row-V"):
+                kq = quantize(k, "row", args.page) if g == "row-K" else k
+                vq = quantize(v, "row", args.page) if g == "row-V" else v
+            else:
+                kq, vq = quantize(k, g, args.page), quantize(v, g, args.page)
             got = attention(q, kq, vq, rows)
             per_row = [rel(got[i], exact[i]) for i in range(len(rows))]
             m = np.array([rel(kq, k), rel(vq, v), float(np.mean(per_row)), float(np.max(per_row))])
