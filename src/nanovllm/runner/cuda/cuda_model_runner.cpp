@@ -4,8 +4,10 @@
 #include <chrono>
 #include <cstring>
 #include <numeric>
+#include <string>
 
 #include "nanovllm/core/env.h"
+#include "nanovllm/core/error.h"
 #include "nanovllm/core/logging.h"
 #include "nanovllm/kernels/cuda/cuda_check.h"
 #include "nanovllm/kernels/cuda/cuda_memory.h"
@@ -190,8 +192,16 @@ void CudaModelRunner::allocate_kv_cache(const ModelConfig& config) {
     const int64_t useful = ec_.scheduler.max_num_seqs * ec_.blocks_per_max_len_seq() + 1;
     num_kv_blocks_ = std::min(static_cast<int64_t>(budget / static_cast<double>(bytes_per_block)), useful);
   }
+  // With CPU offload its GPU buffers come first (the ring, and for sparse decode the page summaries and the hot-page
+  // cache of every lane): say what they took and which options shrink them.
+  const std::string offload_note =
+      offload_ ? detail::concat("; the CPU offload's GPU buffers took ",
+                                static_cast<double>(offload_->footprint().total()) / (1 << 30),
+                                " GiB (fewer with a smaller --offload-max-num-seqs, --max-model-len or "
+                                "--sparse-gpu-cache-tokens)")
+               : std::string();
   NANOVLLM_CHECK(num_kv_blocks_ >= 1, "no GPU memory left for the KV cache (gpu_memory_utilization ",
-                 ec_.cache.gpu_memory_utilization, ")");
+                 ec_.cache.gpu_memory_utilization, ")", offload_note);
   NANOVLLM_INFO("cuda runner: ", num_kv_blocks_, " KV blocks of ", ec_.cache.block_size, " tokens (",
                 num_kv_blocks_ * bytes_per_block / (1 << 20), " MiB, ", dtype_name(layout.dtype), ")");
   layout.blocks = num_kv_blocks_;
