@@ -1,5 +1,5 @@
-// Helpers of the CUDA mixture-of-experts tests (test_cuda_moe.cpp, test_cuda_moe_decode.cpp): host views, random
-// routings, device and CPU groupings and their comparison.
+// Helpers of the CUDA mixture-of-experts tests (test_cuda_moe.cpp, test_cuda_moe_decode.cpp and its benchmark): host
+// views, random routings, device and CPU groupings and their comparison, a device workspace.
 #pragma once
 
 #include <algorithm>
@@ -38,6 +38,20 @@ struct DeviceGroups {
   DeviceGroups(int64_t P, int64_t E)
       : offsets(DType::kI32, {E + 1}), sorted(DType::kI32, {P}), rows(DType::kI32, {P}), active(DType::kI32, {E}) {}
   ops::MoeGroups view() const { return {offsets.view(), sorted.view(), rows.view(), active.view()}; }
+};
+
+// A device MoE workspace for T tokens, E experts, k per token (act / rows sized for H, Im).
+struct DeviceMoeWorkspace {
+  DeviceTensor logits, ids, weights, act, rows;
+  DeviceGroups groups;
+  DeviceMoeWorkspace(int64_t T, int64_t E, int64_t k, int64_t H, int64_t Im)
+      : logits(DType::kBF16, {T, E}), ids(DType::kI32, {T, k}), weights(DType::kF32, {T, k}),
+        act(DType::kBF16, {T * k, Im}), rows(DType::kBF16, {T * k, H}), groups(T * k, E) {
+    for (DeviceTensor* d : {&logits, &ids, &weights, &act, &rows}) d->fill_bytes(0xff);
+  }
+  ops::MoeWorkspace view() const {
+    return {logits.view(), ids.view(), weights.view(), groups.view(), act.view(), rows.view()};
+  }
 };
 
 // The CPU grouping of `ids`.

@@ -31,20 +31,6 @@ using cuda_test::expect_close;
 using cuda_test::random_bf16;
 using namespace cuda_moe_test;
 
-// A device MoE workspace for T tokens, E experts, k per token (act / rows sized for H, Im).
-struct DeviceMoeWorkspace {
-  DeviceTensor logits, ids, weights, act, rows;
-  DeviceGroups groups;
-  DeviceMoeWorkspace(int64_t T, int64_t E, int64_t k, int64_t H, int64_t Im)
-      : logits(DType::kBF16, {T, E}), ids(DType::kI32, {T, k}), weights(DType::kF32, {T, k}),
-        act(DType::kBF16, {T * k, Im}), rows(DType::kBF16, {T * k, H}), groups(T * k, E) {
-    for (DeviceTensor* d : {&logits, &ids, &weights, &act, &rows}) d->fill_bytes(0xff);
-  }
-  ops::MoeWorkspace view() const {
-    return {logits.view(), ids.view(), weights.view(), groups.view(), act.view(), rows.view()};
-  }
-};
-
 std::string shape_name(int64_t T, int64_t E, int64_t k, int64_t H) {
   return "T=" + std::to_string(T) + " E=" + std::to_string(E) + " k=" + std::to_string(k) + " H=" + std::to_string(H);
 }

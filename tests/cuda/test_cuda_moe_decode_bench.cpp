@@ -5,7 +5,7 @@
 // floor at 4.25 TB/s. DISABLED_: a benchmark, run by scripts/bench/moe_decode_check.sh with
 // --gtest_also_run_disabled_tests. DISABLED_GateUpKParts: the gate / up kernel alone at a tensor-parallel rank's
 // shapes (Im / N for N = 1, 2, 4) for each count of warps sharing an item's K (moe_gate_up_decode's k_parts).
-#include "cuda_test_util.h"
+#include "cuda_moe_test_util.h"
 
 #include <algorithm>
 #include <cmath>
@@ -18,8 +18,19 @@
 namespace nanovllm {
 namespace {
 
+using cuda_moe_test::DeviceMoeWorkspace;
 using cuda_test::DeviceTensor;
 using cuda_test::random_bf16;
+
+// Microseconds per layer of `launch_layers` (`layers` layers' launches), captured once into a CUDA graph on st and
+// replayed `reps` times: the median.
+template <class Fn>
+double graph_us_per_layer(cudaStream_t st, int layers, int reps, Fn launch_layers) {
+  const cudaGraphExec_t exec = cuda_test::warm_up_and_capture(st, launch_layers);
+  const std::vector<float> ms = cuda_test::graph_replay_ms(exec, st, reps);
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  return 1e3 * ms[ms.size() / 2] / layers;
+}
 
 TEST(MoeDecodeBench, DISABLED_FusedVsUnfused) {
   SKIP_WITHOUT_CUDA();
@@ -41,29 +52,21 @@ TEST(MoeDecodeBench, DISABLED_FusedVsUnfused) {
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreate(&st));
   for (int64_t T : {1, 2, 4, 8, 16, 32}) {
-    const int64_t P = T * k;
     DeviceTensor x(DType::kBF16, {T, H}, random_bf16(static_cast<size_t>(T * H), rng).bits);
-    DeviceTensor out(DType::kBF16, {T, H}), logits(DType::kBF16, {T, E}), ids(DType::kI32, {T, k});
-    DeviceTensor weights(DType::kF32, {T, k}), act(DType::kBF16, {P, Im}), rows(DType::kBF16, {P, H});
-    DeviceTensor offsets(DType::kI32, {E + 1}), sorted(DType::kI32, {P}), pair_rows(DType::kI32, {P});
-    DeviceTensor active(DType::kI32, {E});
-    const ops::MoeWorkspace ws{logits.view(), ids.view(), weights.view(),
-                               {offsets.view(), sorted.view(), pair_rows.view(), active.view()}, act.view(),
-                               rows.view()};
+    DeviceTensor out(DType::kBF16, {T, H});
+    const DeviceMoeWorkspace dws(T, E, k, H, Im);
+    const ops::MoeWorkspace ws = dws.view();
     double us[2] = {};
     for (auto path : {cuda_ops::MoeDecodePath::kUnfused, cuda_ops::MoeDecodePath::kFused}) {
-      const cudaGraphExec_t exec = cuda_test::warm_up_and_capture(st, [&] {
+      us[path == cuda_ops::MoeDecodePath::kFused] = graph_us_per_layer(st, kLayers, kReps, [&] {
         // Every layer reads the same x (chaining them through constant expert weights would overflow to inf).
         for (const Layer& L : layers)
           cuda_ops::moe_mlp(out.view(), x.view(), L.router.view(), L.gate_up.view(), L.down.view(), true, ws,
                             cuda_test::on(st), path);
       });
-      const std::vector<float> ms = cuda_test::graph_replay_ms(exec, st, kReps);
-      us[path == cuda_ops::MoeDecodePath::kFused] = 1e3 * ms[ms.size() / 2] / kLayers;
-      CUDA_CHECK(cudaGraphExecDestroy(exec));
     }
     // The bytes of one layer: the router and the distinct experts of the last step's routing.
-    const std::vector<int32_t> chosen = ids.download<int32_t>();
+    const std::vector<int32_t> chosen = dws.ids.download<int32_t>();
     const int64_t experts = static_cast<int64_t>(std::set<int32_t>(chosen.begin(), chosen.end()).size());
     const double bytes = 2.0 * (E * H + experts * 3 * Im * H);
     const double floor_us = 1e6 * bytes / kHbmBytesPerSecond;
@@ -91,51 +94,38 @@ TEST(MoeDecodeBench, DISABLED_GateUpKParts) {
   CUDA_CHECK(cudaStreamCreate(&st));
   for (int64_t ranks : {1, 2, 4}) {
     const int64_t Im = 768 / ranks;
-    std::vector<DeviceTensor> gate_up;
+    std::vector<DeviceTensor> gate_up, down;  // the values do not matter to the time
     for (int l = 0; l < kLayers; ++l) {
       gate_up.emplace_back(DType::kBF16, Shape{E, 2 * Im, H});
       gate_up.back().fill_bytes(0x3c);
+      down.emplace_back(DType::kBF16, Shape{E, H, Im});
+      down.back().fill_bytes(0x3c);
     }
     DeviceTensor router(DType::kBF16, {E, H}, random_bf16(static_cast<size_t>(E * H), rng, -0.3f, 0.3f).bits);
     for (int64_t T : {1, 2, 8}) {
-      const int64_t P = T * k;
       DeviceTensor x(DType::kBF16, {T, H}, random_bf16(static_cast<size_t>(T * H), rng).bits);
-      DeviceTensor logits(DType::kBF16, {T, E}), ids(DType::kI32, {T, k}), weights(DType::kF32, {T, k});
-      DeviceTensor act(DType::kBF16, {P, Im}), rows(DType::kBF16, {P, H});
-      DeviceTensor offsets(DType::kI32, {E + 1}), sorted(DType::kI32, {P}), pair_rows(DType::kI32, {P});
-      DeviceTensor active(DType::kI32, {E});
-      const ops::MoeWorkspace ws{logits.view(), ids.view(), weights.view(),
-                                 {offsets.view(), sorted.view(), pair_rows.view(), active.view()}, act.view(),
-                                 rows.view()};
+      DeviceTensor out(DType::kBF16, {T, H});
+      const DeviceMoeWorkspace dws(T, E, k, H, Im);
+      const ops::MoeWorkspace ws = dws.view();
       cuda_ops::moe_router_decode(x.view(), router.view(), ws, true, cuda_test::on(st));
-      const std::vector<int32_t> chosen = ids.download<int32_t>();
+      const std::vector<int32_t> chosen = dws.ids.download<int32_t>();
       const int64_t experts = static_cast<int64_t>(std::set<int32_t>(chosen.begin(), chosen.end()).size());
       const double floor_us = 1e6 * 2.0 * static_cast<double>(experts * 2 * Im * H) / kHbmBytesPerSecond;
       std::printf("gate_up TP%lld (Im %4lld) T=%2lld floor %5.2f us:", static_cast<long long>(ranks),
                   static_cast<long long>(Im), static_cast<long long>(T), floor_us);
       for (int parts : {2, 4, 8}) {
-        const cudaGraphExec_t exec = cuda_test::warm_up_and_capture(st, [&] {
+        const double us = graph_us_per_layer(st, kLayers, kReps, [&] {
           for (const DeviceTensor& w : gate_up)
-            cuda_ops::moe_gate_up_decode(act.view(), x.view(), w.view(), ws.groups, cuda_test::on(st), parts);
+            cuda_ops::moe_gate_up_decode(ws.act, x.view(), w.view(), ws.groups, cuda_test::on(st), parts);
         });
-        const std::vector<float> ms = cuda_test::graph_replay_ms(exec, st, kReps);
-        std::printf("  k_parts %d %6.2f us", parts, 1e3 * ms[ms.size() / 2] / kLayers);
-        CUDA_CHECK(cudaGraphExecDestroy(exec));
+        std::printf("  k_parts %d %6.2f us", parts, us);
       }
       // The down projection + combine of the same rank (its bytes: the experts' down rows, Im each).
-      std::vector<DeviceTensor> down;
-      for (int l = 0; l < kLayers; ++l) {
-        down.emplace_back(DType::kBF16, Shape{E, H, Im});
-        down.back().fill_bytes(0x3c);
-      }
-      DeviceTensor out(DType::kBF16, {T, H});
-      const cudaGraphExec_t exec = cuda_test::warm_up_and_capture(st, [&] {
+      const double us = graph_us_per_layer(st, kLayers, kReps, [&] {
         for (const DeviceTensor& w : down)
-          cuda_ops::moe_down_combine(out.view(), act.view(), w.view(), weights.view(), ws.groups, cuda_test::on(st));
+          cuda_ops::moe_down_combine(out.view(), ws.act, w.view(), ws.topk_weights, ws.groups, cuda_test::on(st));
       });
-      const std::vector<float> ms = cuda_test::graph_replay_ms(exec, st, kReps);
-      std::printf(" | down %6.2f us (floor %5.2f)\n", 1e3 * ms[ms.size() / 2] / kLayers, floor_us / 2);
-      CUDA_CHECK(cudaGraphExecDestroy(exec));
+      std::printf(" | down %6.2f us (floor %5.2f)\n", us, floor_us / 2);
     }
   }
   CUDA_CHECK(cudaStreamDestroy(st));
