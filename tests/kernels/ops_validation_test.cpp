@@ -8,6 +8,7 @@
 
 #include "kernels/kernel_test_util.h"
 #include "nanovllm/core/error.h"
+#include "nanovllm/kernels/copy_ops.h"
 #include "nanovllm/kernels/ops.h"
 
 namespace nanovllm {
@@ -16,6 +17,27 @@ namespace {
 using test::HostTensor;
 
 using testing::expect_error;
+
+TEST(OpsValidation, CopyBatchCopiesAndRefusesOverlaps) {
+  std::vector<char> a(64), b(64, 'x');
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<char>('A' + i % 26);
+  const std::vector<ops::ByteCopy> copies{{b.data(), a.data() + 3, 5}, {b.data() + 9, a.data(), 0},
+                                          {b.data() + 10, a.data() + 40, 7}};
+  ops::copy_batch(copies, Device::cpu());
+  EXPECT_EQ(std::string(b.data(), 20), std::string("DEFGHxxxxxOPQRSTUxxx"));
+  expect_error([&] { ops::copy_batch(std::vector<ops::ByteCopy>{{a.data() + 8, a.data(), 9}}, Device::cpu()); },
+               {"overlaps"});  // a destination over its own source
+  expect_error([&] {
+    ops::copy_batch(std::vector<ops::ByteCopy>{{b.data(), a.data(), 4}, {a.data() + 2, b.data() + 30, 4}},
+                    Device::cpu());
+  }, {"overlaps"});  // a destination over another copy's source
+  expect_error([&] {
+    ops::copy_batch(std::vector<ops::ByteCopy>{{b.data(), a.data(), 4}, {b.data() + 3, a.data() + 9, 4}},
+                    Device::cpu());
+  }, {"overlaps"});  // two destinations
+  expect_error([&] { ops::copy_batch(std::vector<ops::ByteCopy>{{nullptr, a.data(), 4}}, Device::cpu()); },
+               {"copy 0 of 4 bytes has a null pointer"});
+}
 
 TEST(OpsValidation, EmbeddingIdsOutOfRange) {
   std::mt19937 rng(1);

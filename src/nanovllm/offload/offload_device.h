@@ -8,9 +8,11 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "nanovllm/core/tensor.h"
+#include "nanovllm/kernels/copy_ops.h"
 #include "nanovllm/kernels/ops.h"
 
 namespace nanovllm {
@@ -35,6 +37,11 @@ class OffloadDevice {
 
   // Stream-ordered copy of `bytes` on queue q. `what` names it in race reports (CPU checker).
   virtual void copy(void* dst, const void* src, size_t bytes, CopyKind kind, Queue q, const char* what) = 0;
+  // Device-to-device copies on the compute queue (destinations overlap neither each other nor a source). CUDA: one
+  // kernel (ops::copy_batch) instead of a cudaMemcpyAsync each.
+  virtual void copy_batch_d2d(std::span<const ops::ByteCopy> copies, const char* what) {
+    for (const ops::ByteCopy& c : copies) copy(c.dst, c.src, c.bytes, CopyKind::kD2D, kCompute, what);
+  }
   // cudaEventRecord / cudaStreamWaitEvent semantics: a wait sees the latest record issued before it;
   // waiting on a never-recorded event is a no-op.
   virtual void record(Event e, Queue q) = 0;

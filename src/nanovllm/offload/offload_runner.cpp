@@ -221,6 +221,12 @@ void OffloadRunner::copy_rows(const KvRows& dst, const KvRows& src, int64_t toke
   if (scale_bytes_) dev_->copy(dst.scale, src.scale, static_cast<size_t>(tokens * scale_bytes_), kind, q, what);
 }
 
+void OffloadRunner::add_copy(std::vector<ops::ByteCopy>& copies, const KvRows& dst, const KvRows& src,
+                             int64_t tokens) const {
+  copies.push_back({dst.data, src.data, static_cast<size_t>(tokens * token_bytes_)});
+  if (scale_bytes_) copies.push_back({dst.scale, src.scale, static_cast<size_t>(tokens * scale_bytes_)});
+}
+
 void OffloadRunner::note_rows(const KvRows& rows, int64_t tokens, bool write, OffloadDevice::Queue q,
                               const char* what) {
   dev_->note_access(rows.data, static_cast<size_t>(tokens * token_bytes_), write, q, what);
@@ -531,6 +537,7 @@ void OffloadRunner::decode(const std::vector<const Sequence*>& seqs, const std::
     for (int64_t l = 0; l < num_slots_; ++l) issue_load(l, lanes);
   }
   model_.embed(in, ws_, st);
+  std::vector<ops::ByteCopy> copies;  // a layer's decode-buffer rows of every lane (K, V and their scales)
   for (int64_t l = 0; l < num_layers_; ++l) {
     const int64_t s = l % num_slots_;
     const Slot& slot = slots_[static_cast<size_t>(s)];
@@ -545,27 +552,31 @@ void OffloadRunner::decode(const std::vector<const Sequence*>& seqs, const std::
     } else {
       dev_->wait(compute, slot_loaded_[static_cast<size_t>(s)]);
     }
-    // Each lane's region = [host prefix 0..F) | decode buffer F..n) | new token n].
+    // Each lane's region = [host prefix 0..F) | decode buffer F..n) | new token n]: one launch for every lane's
+    // rows in, one for the new tokens out.
+    copies.clear();
     for (const int64_t id : lanes) {
       const Lane& lane = lanes_[static_cast<size_t>(id)];
       const int64_t m = lane.len - lane.flushed;
       const KvRows k = lane_rows(slot.k, id), v = lane_rows(slot.v, id);
-      copy_rows(at(k, lane.flushed), decode_buffer(id, l, false), m, CopyKind::kD2D, compute,
-                "decode buffer K -> layer buffer");
-      copy_rows(at(v, lane.flushed), decode_buffer(id, l, true), m, CopyKind::kD2D, compute,
-                "decode buffer V -> layer buffer");
-      note_rows(k, lane.len + 1, true, compute, "decode layer K (prologue + attention)");
-      note_rows(v, lane.len + 1, true, compute, "decode layer V (prologue + attention)");
+      add_copy(copies, at(k, lane.flushed), decode_buffer(id, l, false), m);
+      add_copy(copies, at(v, lane.flushed), decode_buffer(id, l, true), m);
+    }
+    dev_->copy_batch_d2d(copies, "decode buffers -> layer buffer");
+    for (const int64_t id : lanes) {
+      const Lane& lane = lanes_[static_cast<size_t>(id)];
+      note_rows(lane_rows(slot.k, id), lane.len + 1, true, compute, "decode layer K (prologue + attention)");
+      note_rows(lane_rows(slot.v, id), lane.len + 1, true, compute, "decode layer V (prologue + attention)");
     }
     model_.layer(l, in, slot_cache(s), ws_, st);
+    copies.clear();
     for (const int64_t id : lanes) {
       const Lane& lane = lanes_[static_cast<size_t>(id)];
       const int64_t m = lane.len - lane.flushed, n = lane.len;
-      copy_rows(at(decode_buffer(id, l, false), m), at(lane_rows(slot.k, id), n), 1, CopyKind::kD2D, compute,
-                "new token K -> decode buffer");
-      copy_rows(at(decode_buffer(id, l, true), m), at(lane_rows(slot.v, id), n), 1, CopyKind::kD2D, compute,
-                "new token V -> decode buffer");
+      add_copy(copies, at(decode_buffer(id, l, false), m), at(lane_rows(slot.k, id), n), 1);
+      add_copy(copies, at(decode_buffer(id, l, true), m), at(lane_rows(slot.v, id), n), 1);
     }
+    dev_->copy_batch_d2d(copies, "new tokens -> decode buffers");
     dev_->record(slot_computed_[static_cast<size_t>(s)], compute);
     if (!sparse_ && l + num_slots_ < num_layers_) issue_load(l + num_slots_, lanes);
   }

@@ -151,6 +151,8 @@ class OffloadRunner {
   // Rows [0, tokens) of src -> dst (and their scales), on queue q.
   void copy_rows(const KvRows& dst, const KvRows& src, int64_t tokens, CopyKind kind, OffloadDevice::Queue q,
                  const char* what);
+  // Rows [0, tokens) of src -> dst (and their scales) as copies of a copy_batch_d2d.
+  void add_copy(std::vector<ops::ByteCopy>& copies, const KvRows& dst, const KvRows& src, int64_t tokens) const;
   void note_rows(const KvRows& rows, int64_t tokens, bool write, OffloadDevice::Queue q, const char* what);
   // The sparse fetch's head-major copy of `rows`' scales (device [tokens, Hk]) into the host pool's layer from
   // token `start` (scales_by_head_ only), on the compute queue: the fetch reads it there.

@@ -53,6 +53,9 @@ class CudaOffloadDevice final : public OffloadDevice {
   void copy(void* dst, const void* src, size_t bytes, CopyKind kind, Queue q, const char*) override {
     if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, to_cuda(kind), stream(q)));
   }
+  void copy_batch_d2d(std::span<const ops::ByteCopy> copies, const char*) override {
+    ops::copy_batch(copies, device(), compute_);
+  }
   void record(Event e, Queue q) override { CUDA_CHECK(cudaEventRecord(event(e), stream(q))); }
   void wait(Queue q, Event e) override { CUDA_CHECK(cudaStreamWaitEvent(stream(q), event(e), 0)); }
   void synchronize() override {
