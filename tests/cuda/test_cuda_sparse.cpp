@@ -105,11 +105,13 @@ void check_quest_metadata_and_scores(int64_t d, int64_t hq, int64_t hk) {
   }
 }
 
-// head_dim 64 / 128 / 256 take the vectorised score kernel, 40 the generic one; GQA groups of 4 and 2,
-// the Qwen3-4B heads (32 / 8) and an odd KV head count.
+// head_dim 64 / 128 / 256 with GQA groups of up to 8 take the tensor-core score kernel (groups of 4, 2, 8 and 1),
+// a group of 16 the vectorised CUDA-core one, head_dim 40 the generic one; the Qwen3-4B heads (32 / 8) and an odd
+// KV head count.
 TEST(CudaSparse, QuestMetadataAndScoresMatchTheCpu) {
   SKIP_WITHOUT_CUDA();
-  const int64_t shapes[][3] = {{128, 8, 2}, {64, 8, 2}, {256, 8, 2}, {40, 8, 2}, {128, 32, 8}, {128, 6, 3}};
+  const int64_t shapes[][3] = {{128, 8, 2}, {64, 8, 2}, {256, 8, 2}, {40, 8, 2}, {128, 32, 8},
+                               {128, 6, 3}, {128, 16, 2}, {64, 3, 3}, {128, 32, 2}};
   for (const auto& [d, hq, hk] : shapes) {
     SCOPED_TRACE("head_dim " + std::to_string(d) + ", heads " + std::to_string(hq) + " / " + std::to_string(hk));
     check_quest_metadata_and_scores(d, hq, hk);

@@ -4,8 +4,9 @@
 // - quest_update_pages: the last token of each block written in the step folds the block's keys written
 //   in this step into the stored min/max (a thread per element of Hk x D): no ordering between tokens is
 //   needed, and the result equals the CPU fold (min / max are exact).
-// - quest_scores: the GQA group's queries in shared memory, fp32 sums; D / 8 lanes per page with 16-byte
-//   loads for head_dim 64 / 128 / 256, a warp per page otherwise.
+// - quest_scores: on tensor cores for head_dim 64 / 128 / 256 and GQA groups of up to 8 (quest_scores_tc.cu);
+//   otherwise (and with Dual Chunk Attention) the GQA group's queries in shared memory, fp32 sums; D / 8 lanes per
+//   page with 16-byte loads for head_dim 64 / 128 / 256, a warp per page otherwise.
 // - select_pages: a CTA per (sequence, KV head); a 4-pass radix select over the order-preserving bits
 //   of the middle pages' scores (block histogram, warp 0 finds the digit) finds the threshold, then a block scan writes the chosen pages in
 //   increasing order (ties: the earlier pages), after the sink pages and before the recent ones.
@@ -29,6 +30,7 @@
 #include "nanovllm/kernels/cuda/cuda_sparse_ops.h"
 #include "nanovllm/kernels/cuda/kv_fp8.cuh"
 #include "nanovllm/kernels/cuda/pdl.cuh"
+#include "nanovllm/kernels/cuda/quest_scores_tc.h"
 
 namespace nanovllm::cuda_ops {
 namespace {
@@ -386,6 +388,8 @@ void quest_scores(TensorView scores, TensorView q, TensorView k_min, TensorView 
                   TensorView context_lens, int64_t block_size, const ops::DualChunkParams* dca, ops::Stream s) {
   NANOVLLM_CHECK(q.dtype() == DType::kBF16 && k_min.dtype() == DType::kBF16,
                  "quest_scores (cuda): q and the page metadata must be BF16");
+  if (dca == nullptr && quest_scores_tensor_cores(scores, q, k_min, k_max, block_tables, context_lens, block_size, s))
+    return;
   const int R = dca ? 3 : 1;  // query rotations: q [S, Hq, D], or [3, S, Hq, D] with DCA
   const int64_t S = q.dim(R == 3 ? 1 : 0), Hq = q.dim(R == 3 ? 2 : 1), D = q.dim(R == 3 ? 3 : 2);
   const int64_t Hk = k_min.dim(1), MP = scores.dim(2);
