@@ -21,7 +21,8 @@
 // Decode: a ring of num_kv_buffers whole-layer buffers. Slot s = l % num_kv_buffers holds, for layer l
 // and in each decoding sequence's lane,
 //   [0, F)       tokens flushed to the host pool, loaded on slot s's queue (after slot s's compute-done),
-//   [F, n)       tokens still in the lane's decode buffer for the layer (a small device-to-device copy),
+//   [F, n)       tokens still in the lane's decode buffer for the layer (copied in, with every lane's, by one
+//                copy_batch_d2d launch; the new token goes back to the decode buffers the same way),
 //   n            the new token, written by the qkv prologue,
 // and layers l+1 .. l+num_kv_buffers-1 load while layer l computes. The new token's K/V is appended to
 // the decode buffer; when position n + 1 closes a host block (multiple of offload.block_size) the
