@@ -191,10 +191,14 @@ __global__ void __launch_bounds__(gemv_detail::kThreads) moe_gate_up_decode_kern
     }
 }
 
+// CTAs of moe_gate_up_decode_kernel<., k_parts>: an item per (expert slot, kGuCols columns), kWarps / k_parts a CTA.
+unsigned gate_up_ctas(int64_t slots, int64_t N, int k_parts) {
+  return ceil_div_u(slots * (N / kGuCols), gemv_detail::kWarps / k_parts);
+}
+
 template <int kParts>
 void launch_gate_up_decode(const GateUpArgs& a, int64_t T, ops::Stream s) {
-  const dim3 grid(ceil_div_u(int64_t{a.slots} * (a.N / kGuCols), gemv_detail::kWarps / kParts)),
-      block(gemv_detail::kThreads);
+  const dim3 grid(gate_up_ctas(a.slots, a.N, kParts)), block(gemv_detail::kThreads);
   if (T <= 8) launch_pdl(moe_gate_up_decode_kernel<1, kParts>, grid, block, 0, s, a);
   else if (T <= 16) launch_pdl(moe_gate_up_decode_kernel<2, kParts>, grid, block, 0, s, a);
   else launch_pdl(moe_gate_up_decode_kernel<4, kParts>, grid, block, 0, s, a);
@@ -337,10 +341,8 @@ void moe_gate_up_decode(TensorView act, TensorView x, TensorView gate_up_w, cons
   // Im. H200, 30B-A3B at bs = 1 (s40 calls.log#call5-moe_ab, same call): TP 1 keeps 2 parts (4 parts, faster alone
   // in MoeDecodeBench.DISABLED_GateUpKParts, made the whole step 2.99 -> 3.06 ms); TP 2 takes 4 (2.90 -> 2.84 ms).
   if (k_parts == 0) {
-    const int64_t items = int64_t{slots} * (Im / kGuCols);
     k_parts = 2;
-    while (k_parts < 8 && (items + gemv_detail::kWarps / k_parts - 1) / (gemv_detail::kWarps / k_parts) <
-                              context_of(s).sm_count())
+    while (k_parts < 8 && gate_up_ctas(slots, Im, k_parts) < static_cast<unsigned>(context_of(s).sm_count()))
       k_parts *= 2;
   }
   if (k_parts == 2) launch_gate_up_decode<2>(a, T, s);
