@@ -3,13 +3,18 @@
 // more pairs than a CTA has threads), the experts' grouped GEMMs on both kernels (the weight-streaming one for
 // T <= 32 with one and two 8-token tiles, the tiled one beyond: odd intermediate sizes, K tails, several row
 // tiles per expert, the Qwen3-30B-A3B shape), the combine, and the whole sparse MLP — eagerly and replayed from a
-// CUDA graph captured under another routing.
+// CUDA graph captured under another routing. The expert tests run with bf16 and with block-scaled fp8 experts
+// (ExpertDtype; fp8 on the shapes in whole 128 x 128 blocks, with odd expert counts, experts without tokens, 512-
+// column K steps left partial, token chunks; the experts nobody picks hold NaN codes and scales: never read).
 //
 // Tolerances. Routing: ids exact (continuous random logits have no ties; equal ones go to the lower id),
 // weights within 1e-6 + 1e-5 relative (fp32 exp and sum orders). Expert rows: the reference rounds gate, up and
 // the activation to bf16 as the kernels do; the GPU sums in another order, which can move a rounded gate / up
-// by one bf16 ulp, and rounds its output to bf16: per element 2e-2 + 1e-2 relative, NMSE <= 1e-5. Combine:
-// one bf16 rounding, 1e-2 + 5e-3 relative.
+// by one bf16 ulp, and rounds its output to bf16: per element 2e-2 + 1e-2 relative, NMSE <= 1e-5. fp8 experts:
+// the reference's weights are code x scale in f32 (the CPU backend's), which the weight-streaming kernels multiply
+// exactly (same tolerances); the tiled kernel converts its weight tiles to bf16(code x scale), so past 32 tokens
+// the reference takes those bf16 values (same tolerances) and the rows must equal, bit for bit, the bf16 kernel's
+// on those weights. Combine: one bf16 rounding, 1e-2 + 5e-3 relative.
 #include "cuda_moe_test_util.h"
 #include "cuda_test_util.h"
 
@@ -87,32 +92,38 @@ TEST(CudaMoe, GroupMatchesTheReference) {
 }
 
 // The experts' rows of a random routing on the GPU against cpu::moe_experts with bf16 activations.
-void check_experts(int64_t T, int64_t E, int64_t k, int64_t H, int64_t Im, int64_t used, std::mt19937& rng) {
-  const std::string what = "T=" + std::to_string(T) + " E=" + std::to_string(E) + " k=" + std::to_string(k) +
-                           " H=" + std::to_string(H) + " Im=" + std::to_string(Im);
+void check_experts(ExpertDtype dtype, int64_t T, int64_t E, int64_t k, int64_t H, int64_t Im, int64_t used,
+                   std::mt19937& rng) {
+  const std::string what = dtype_name(dtype) + " T=" + std::to_string(T) + " E=" + std::to_string(E) + " k=" +
+                           std::to_string(k) + " H=" + std::to_string(H) + " Im=" + std::to_string(Im);
   const int64_t P = T * k;
   auto x = random_bf16(static_cast<size_t>(T * H), rng);
-  // Random weights for the experts that get rows; the others stay zero (never read, cheap to make at 30B shapes).
-  auto gu = random_bf16(static_cast<size_t>(used * 2 * Im * H), rng, -0.1f, 0.1f);
-  auto dw = random_bf16(static_cast<size_t>(used * H * Im), rng, -0.1f, 0.1f);
-  gu.bits.resize(static_cast<size_t>(E * 2 * Im * H), 0);
-  gu.f32.resize(gu.bits.size(), 0.f);
-  dw.bits.resize(static_cast<size_t>(E * H * Im), 0);
-  dw.f32.resize(dw.bits.size(), 0.f);
+  // Random weights for the experts that get rows (cheap to make at 30B shapes).
+  HostExperts gu = random_experts(dtype, E, 2 * Im, H, used, rng), dw = random_experts(dtype, E, H, Im, used, rng);
+  // fp8 past the weight-streaming kernels: the tiled kernel's bf16 tiles.
+  const bool tiled_fp8 = dtype == ExpertDtype::kFp8 && T > cuda_ops::kMoeGemvMaxTokens;
+  cuda_test::Bf16Data gu_bf16, dw_bf16;
+  if (tiled_fp8) {
+    gu_bf16 = bf16_values(gu);
+    dw_bf16 = bf16_values(dw);
+  }
+  std::vector<float>& gu_ref = tiled_fp8 ? gu_bf16.f32 : gu.f32;
+  std::vector<float>& dw_ref = tiled_fp8 ? dw_bf16.f32 : dw.f32;
   std::vector<int32_t> ids = random_ids(T, E, k, used, rng);
   HostGroups h(ids, T, k, E);
   std::vector<float> ref(static_cast<size_t>(P * H));
   std::vector<uint16_t> act_ref(static_cast<size_t>(P * Im));
-  cpu::moe_experts(hv(ref, {P, H}), hv(x.f32, {T, H}), hv(gu.f32, {E, 2 * Im, H}), hv(dw.f32, {E, H, Im}), h.view(),
+  cpu::moe_experts(hv(ref, {P, H}), hv(x.f32, {T, H}), hv(gu_ref, {E, 2 * Im, H}), hv(dw_ref, {E, H, Im}), h.view(),
                    hv(act_ref, {P, Im}));
 
-  DeviceTensor d_x(DType::kBF16, {T, H}, x.bits), d_gu(DType::kBF16, {E, 2 * Im, H}, gu.bits);
-  DeviceTensor d_dw(DType::kBF16, {E, H, Im}, dw.bits), d_ids(DType::kI32, {T, k}, ids);
+  DeviceTensor d_x(DType::kBF16, {T, H}, x.bits), d_ids(DType::kI32, {T, k}, ids);
+  const DeviceExperts d_gu(gu), d_dw(dw);
   DeviceTensor d_rows(DType::kBF16, {P, H}), d_act(DType::kBF16, {P, Im});
   d_rows.fill_bytes(0xff);  // NaN poison: every row must be written
   DeviceGroups d(P, E);
   cuda_ops::moe_group(d.view(), d_ids.view(), cuda_test::on());
-  cuda_ops::moe_experts(d_rows.view(), d_x.view(), d_gu.view(), d_dw.view(), d.view(), d_act.view(), cuda_test::on());
+  cuda_ops::moe_experts(d_rows.view(), d_x.view(), expert_weights(d_gu, d_dw), d.view(), d_act.view(),
+                        cuda_test::on());
   // Rows sit where the device grouping put their pairs: compare pair by pair.
   const auto rows = d_rows.download_f32();
   const auto pair_rows = d.rows.download<int32_t>();
@@ -124,25 +135,53 @@ void check_experts(int64_t T, int64_t E, int64_t k, int64_t H, int64_t Im, int64
     }
   expect_close(got, want, 2e-2f, 1e-2f, what);
   EXPECT_LE(cuda_test::nmse(got, want), 1e-5) << what;
+  if (!tiled_fp8) return;
+  // The same grouping through the bf16 kernel on the bf16 values: the same rows, bit for bit.
+  DeviceTensor b_gu(DType::kBF16, gu.shape(), gu_bf16.bits), b_dw(DType::kBF16, dw.shape(), dw_bf16.bits);
+  DeviceTensor b_rows(DType::kBF16, {P, H}), b_act(DType::kBF16, {P, Im});
+  b_rows.fill_bytes(0xff);
+  cuda_ops::moe_experts(b_rows.view(), d_x.view(), {b_gu.view(), b_dw.view()}, d.view(), b_act.view(),
+                        cuda_test::on());
+  EXPECT_EQ(d_act.download<uint16_t>(), b_act.download<uint16_t>()) << what << ": activations vs the bf16 kernel";
+  EXPECT_EQ(d_rows.download<uint16_t>(), b_rows.download<uint16_t>()) << what << ": rows vs the bf16 kernel";
+}
+
+// Each shape with bf16 experts, and with fp8 ones where it is whole 128 x 128 blocks.
+void check_experts_both(int64_t T, int64_t E, int64_t k, int64_t H, int64_t Im, int64_t used, std::mt19937& rng) {
+  check_experts(ExpertDtype::kBf16, T, E, k, H, Im, used, rng);
+  if (fp8_shape(H, Im)) check_experts(ExpertDtype::kFp8, T, E, k, H, Im, used, rng);
 }
 
 TEST(CudaMoe, ExpertsWeightStreamingKernelMatchesTheReference) {
   SKIP_WITHOUT_CUDA();
   std::mt19937 rng(3);
-  check_experts(1, 8, 2, 64, 32, 8, rng);       // one 8-token tile
-  check_experts(5, 128, 8, 256, 96, 60, rng);   // most experts without a row
-  check_experts(13, 9, 3, 72, 40, 9, rng);      // two 8-token tiles; Im not a multiple of 16; K tails
-  check_experts(31, 16, 4, 128, 24, 5, rng);    // ~25 rows per expert: two token chunks
-  check_experts(1, 128, 8, 2048, 768, 8, rng);  // the Qwen3-30B-A3B shape at bs = 1
+  check_experts_both(1, 8, 2, 64, 32, 8, rng);       // one 8-token tile
+  check_experts_both(5, 128, 8, 256, 96, 60, rng);   // most experts without a row
+  check_experts_both(13, 9, 3, 72, 40, 9, rng);      // two 8-token tiles; Im not a multiple of 16; K tails
+  check_experts_both(31, 16, 4, 128, 24, 5, rng);    // ~25 rows per expert: two token chunks
+  check_experts_both(1, 128, 8, 2048, 768, 8, rng);  // the Qwen3-30B-A3B shape at bs = 1
+  // fp8 (and bf16) on whole blocks: 1 and 2 tokens, odd expert counts, most experts without a row, K steps of 512
+  // columns left partial (384, 640), ~25 rows per expert (token chunks), the 30B-A3B shape at a TP 2 rank's Im.
+  check_experts_both(1, 8, 2, 128, 128, 8, rng);
+  check_experts_both(2, 7, 3, 128, 384, 7, rng);
+  check_experts_both(5, 128, 8, 256, 128, 60, rng);
+  check_experts_both(13, 9, 3, 384, 256, 9, rng);
+  check_experts_both(31, 16, 4, 640, 128, 5, rng);
+  check_experts_both(4, 128, 8, 2048, 384, 30, rng);
 }
 
 TEST(CudaMoe, ExpertsTiledKernelMatchesTheReference) {
   SKIP_WITHOUT_CUDA();
   std::mt19937 rng(4);
-  check_experts(33, 16, 4, 136, 40, 16, rng);   // K tail (136 = 4 x 32 + 8), a partial column tile
-  check_experts(300, 128, 8, 256, 64, 64, rng);  // half the experts without rows
-  check_experts(200, 7, 2, 64, 200, 7, rng);    // > 128 rows per expert: several row tiles; 4 column tiles
-  check_experts(257, 128, 8, 2048, 768, 24, rng);  // the Qwen3-30B-A3B shape, 24 experts busy
+  check_experts_both(33, 16, 4, 136, 40, 16, rng);   // K tail (136 = 4 x 32 + 8), a partial column tile
+  check_experts_both(300, 128, 8, 256, 64, 64, rng);  // half the experts without rows
+  check_experts_both(200, 7, 2, 64, 200, 7, rng);    // > 128 rows per expert: several row tiles; 4 column tiles
+  check_experts_both(257, 128, 8, 2048, 768, 24, rng);  // the Qwen3-30B-A3B shape, 24 experts busy
+  // fp8 (and bf16) on whole blocks: odd expert counts, experts without rows, several row and column tiles.
+  check_experts_both(33, 16, 4, 256, 128, 16, rng);
+  check_experts_both(300, 128, 8, 256, 128, 64, rng);
+  check_experts_both(200, 7, 2, 128, 384, 7, rng);
+  check_experts_both(45, 5, 3, 640, 256, 4, rng);
 }
 
 TEST(CudaMoe, CombineMatchesTheReference) {
@@ -167,19 +206,18 @@ TEST(CudaMoe, CombineMatchesTheReference) {
   }
 }
 
-// The whole sparse MLP on the GPU (ops::moe_mlp; at T = 6 the decode kernels of moe_decode.cu: router + routing +
-// grouping, gate / up, down + combine)
+// The whole sparse MLP on the GPU (ops::moe_mlp; at T = 1 the decode kernels of moe_decode.cu: router + routing +
+// grouping, gate / up, down + combine; at T = 6 the general path's) with bf16 and with fp8 experts
 // against the CPU ops fed with the GPU's routing (the GPU's bf16 router logits may tie where the CPU's fp32 ones
 // do not); run eagerly, then from a CUDA graph captured for another input: the routing changes, the graph stays.
-TEST(CudaMoe, SparseMlpEagerAndFromAGraphMatchTheReference) {
-  SKIP_WITHOUT_CUDA();
-  std::mt19937 rng(6);
-  const int64_t T = 6, E = 16, k = 4, H = 128, Im = 64, P = T * k;
+void check_sparse_mlp_and_graph(ExpertDtype dtype, int64_t T, std::mt19937& rng) {
+  const int64_t E = 16, k = 4, H = 128, Im = dtype == ExpertDtype::kFp8 ? 128 : 64, P = T * k;
+  const std::string name = dtype_name(dtype) + " T=" + std::to_string(T) + " ";
   auto router = random_bf16(static_cast<size_t>(E * H), rng, -0.3f, 0.3f);
-  auto gu = random_bf16(static_cast<size_t>(E * 2 * Im * H), rng, -0.1f, 0.1f);
-  auto dw = random_bf16(static_cast<size_t>(E * H * Im), rng, -0.1f, 0.1f);
-  DeviceTensor d_router(DType::kBF16, {E, H}, router.bits), d_gu(DType::kBF16, {E, 2 * Im, H}, gu.bits);
-  DeviceTensor d_dw(DType::kBF16, {E, H, Im}, dw.bits), d_x(DType::kBF16, {T, H}), d_out(DType::kBF16, {T, H});
+  HostExperts gu = random_experts(dtype, E, 2 * Im, H, E, rng), dw = random_experts(dtype, E, H, Im, E, rng);
+  DeviceTensor d_router(DType::kBF16, {E, H}, router.bits);
+  const DeviceExperts d_gu(gu), d_dw(dw);
+  DeviceTensor d_x(DType::kBF16, {T, H}), d_out(DType::kBF16, {T, H});
   DeviceTensor d_logits(DType::kBF16, {T, E}), d_ids(DType::kI32, {T, k}), d_w(DType::kF32, {T, k});
   DeviceTensor d_act(DType::kBF16, {P, Im}), d_rows(DType::kBF16, {P, H});
   DeviceGroups d(P, E);
@@ -196,20 +234,20 @@ TEST(CudaMoe, SparseMlpEagerAndFromAGraphMatchTheReference) {
     cpu::moe_experts(hv(rows, {P, H}), hv(xf, {T, H}), hv(gu.f32, {E, 2 * Im, H}), hv(dw.f32, {E, H, Im}), h.view(),
                      hv(act, {P, Im}));
     cpu::moe_combine(hv(ref, {T, H}), hv(rows, {P, H}), hv(w, {T, k}), hv(h.rows, {P}));
-    expect_close(d_out.download_f32(), ref, 2e-2f, 1e-2f, what);
+    expect_close(d_out.download_f32(), ref, 2e-2f, 1e-2f, name + what);
     // The GPU's routing is the reference routing of the GPU's logits.
     std::vector<float> logits = d_logits.download_f32();
     std::vector<int32_t> want_ids(static_cast<size_t>(T * k));
     std::vector<float> want_w(static_cast<size_t>(T * k));
     cpu::moe_route(hv(want_ids, {T, k}), hv(want_w, {T, k}), hv(logits, {T, E}), true);
-    expect_close(w, want_w, 1e-6f, 1e-5f, what + " routing weights");
+    expect_close(w, want_w, 1e-6f, 1e-5f, name + what + " routing weights");
     return ids;
   };
   auto upload = [&](const cuda_test::Bf16Data& x) {
     CUDA_CHECK(cudaMemcpyAsync(d_x.view().data(), x.bits.data(), x.bits.size() * 2, cudaMemcpyHostToDevice, st));
   };
   auto body = [&] {
-    ops::moe_mlp(d_out.view(), d_x.view(), d_router.view(), d_gu.view(), d_dw.view(), true, ws, cuda_test::on(st));
+    ops::moe_mlp(d_out.view(), d_x.view(), d_router.view(), expert_weights(d_gu, d_dw), true, ws, cuda_test::on(st));
   };
   const auto x1 = random_bf16(static_cast<size_t>(T * H), rng), x2 = random_bf16(static_cast<size_t>(T * H), rng);
   upload(x1);
@@ -225,33 +263,43 @@ TEST(CudaMoe, SparseMlpEagerAndFromAGraphMatchTheReference) {
   upload(x2);
   CUDA_CHECK(cudaGraphLaunch(exec, st));
   CUDA_CHECK(cudaStreamSynchronize(st));
-  EXPECT_NE(check(x2, "graph replay, second input"), ids1) << "the two inputs route differently";
+  EXPECT_NE(check(x2, "graph replay, second input"), ids1) << name << "the two inputs route differently";
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaStreamDestroy(st));
+}
+
+TEST(CudaMoe, SparseMlpEagerAndFromAGraphMatchTheReference) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(6);
+  for (ExpertDtype dtype : {ExpertDtype::kBf16, ExpertDtype::kFp8})
+    for (int64_t T : {6, 1}) {
+      if (T == 1 && cuda_test::device_major() < 9) continue;  // the decode router is a cluster (sm_90+)
+      check_sparse_mlp_and_graph(dtype, T, rng);
+    }
 }
 
 // Rows land in a different place each run (atomics), their values and the combined output do not.
 TEST(CudaMoe, OutputIsBitwiseDeterministic) {
   SKIP_WITHOUT_CUDA();
   std::mt19937 rng(7);
+  for (ExpertDtype dtype : {ExpertDtype::kBf16, ExpertDtype::kFp8})
   for (int64_t T : {16, 100}) {  // both expert kernels
     const int64_t E = 32, k = 8, H = 256, Im = 128, P = T * k;
     auto x = random_bf16(static_cast<size_t>(T * H), rng);
     auto router = random_bf16(static_cast<size_t>(E * H), rng);
-    auto gu = random_bf16(static_cast<size_t>(E * 2 * Im * H), rng, -0.1f, 0.1f);
-    auto dw = random_bf16(static_cast<size_t>(E * H * Im), rng, -0.1f, 0.1f);
+    const HostExperts gu = random_experts(dtype, E, 2 * Im, H, E, rng), dw = random_experts(dtype, E, H, Im, E, rng);
     DeviceTensor d_x(DType::kBF16, {T, H}, x.bits), d_router(DType::kBF16, {E, H}, router.bits);
-    DeviceTensor d_gu(DType::kBF16, {E, 2 * Im, H}, gu.bits), d_dw(DType::kBF16, {E, H, Im}, dw.bits);
+    const DeviceExperts d_gu(gu), d_dw(dw);
     DeviceTensor d_logits(DType::kBF16, {T, E}), d_ids(DType::kI32, {T, k}), d_w(DType::kF32, {T, k});
     DeviceTensor d_act(DType::kBF16, {P, Im}), d_rows(DType::kBF16, {P, H}), d_out(DType::kBF16, {T, H});
     DeviceGroups d(P, E);
     const ops::MoeWorkspace ws{d_logits.view(), d_ids.view(), d_w.view(), d.view(), d_act.view(), d_rows.view()};
     std::vector<uint16_t> first;
     for (int run = 0; run < 3; ++run) {
-      ops::moe_mlp(d_out.view(), d_x.view(), d_router.view(), d_gu.view(), d_dw.view(), true, ws, cuda_test::on());
+      ops::moe_mlp(d_out.view(), d_x.view(), d_router.view(), expert_weights(d_gu, d_dw), true, ws, cuda_test::on());
       const auto out = d_out.download<uint16_t>();
       if (run == 0) first = out;
-      EXPECT_EQ(out, first) << "T=" << T << " run " << run;
+      EXPECT_EQ(out, first) << dtype_name(dtype) << " T=" << T << " run " << run;
     }
   }
 }
@@ -263,10 +311,22 @@ TEST(CudaMoe, UnsupportedShapesAreClearErrors) {
   DeviceTensor d_rows(DType::kBF16, {P, H}), d_act(DType::kBF16, {P, Im});
   DeviceGroups d(P, E);
   try {
-    ops::moe_experts(d_rows.view(), d_x.view(), d_gu.view(), d_dw.view(), d.view(), d_act.view(), cuda_test::on());
+    ops::moe_experts(d_rows.view(), d_x.view(), {d_gu.view(), d_dw.view()}, d.view(), d_act.view(), cuda_test::on());
     ADD_FAILURE() << "no error for H = 12";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("multiples of 8"), std::string::npos) << e.what();
+  }
+  // fp8 experts need whole 128 x 128 blocks: H = 136 is refused, naming the sizes.
+  const int64_t H8 = 136, Im8 = 128;
+  DeviceTensor f_x(DType::kBF16, {T, H8}), f_gu(DType::kF8E4M3, {E, 2 * Im8, H8}), f_dw(DType::kF8E4M3, {E, H8, Im8});
+  DeviceTensor f_gs(DType::kF32, {E, 2, 1}), f_ds(DType::kF32, {E, 1, 1});
+  DeviceTensor f_rows(DType::kBF16, {P, H8}), f_act(DType::kBF16, {P, Im8});
+  try {
+    ops::moe_experts(f_rows.view(), f_x.view(), {f_gu.view(), f_dw.view(), f_gs.view(), f_ds.view()}, d.view(),
+                     f_act.view(), cuda_test::on());
+    ADD_FAILURE() << "no error for fp8 experts with H = 136";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiples of 128"), std::string::npos) << e.what();
   }
 }
 

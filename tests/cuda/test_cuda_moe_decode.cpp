@@ -1,7 +1,10 @@
 // The MoE decode kernels (kernels/cuda/moe_decode.cu: router, gate / up, down + combine) against the CPU reference
 // and the general CUDA path, on fresh random data: odd sizes (hidden sizes that leave a partial 16-column block, K
 // tails of the 128-wide warp step), experts with no token, T = 1, 3, 9, 17 and the limit kMoeDecodeMaxTokens, E up
-// to 512, ties in the router logits.
+// to 512, ties in the router logits. Gate / up, down + combine and the whole fused MLP run with bf16 and with
+// block-scaled fp8 experts (ExpertDtype: the fp8 kernels of moe_fp8.cu; shapes in whole 128 x 128 blocks with odd
+// expert counts, experts without tokens, 512-column K steps left partial, token chunks, the 30B-A3B shape and its
+// TP 2 rank's; the experts nobody picks hold NaN codes and scales: never read).
 //
 // Tolerances. Router logits: the kernel's fp32 dot product is rounded to bf16 like the reference's, in another
 // summation order: one bf16 place, 1e-3 + 8e-3 relative. Routing and grouping of the kernel's own logits: equal
@@ -11,7 +14,8 @@
 // rounded gate / up by one bf16 place: 2e-2 + 1e-2 relative, NMSE <= 1e-5. Down +
 // combine: the reference rounds every expert row to bf16 (what moe_experts stores) and combines in fp32 in slot
 // order as the kernel does; the kernel's expert rows can differ by one bf16 place (fp32 sum order), so per
-// element 2e-2 + 1e-2 relative and NMSE <= 1e-5.
+// element 2e-2 + 1e-2 relative and NMSE <= 1e-5. fp8 experts: the reference multiplies code x scale in f32 (the CPU
+// backend's values), which the fp8 kernels decode exactly: the same tolerances.
 #include "cuda_moe_test_util.h"
 #include "cuda_test_util.h"
 
@@ -111,14 +115,17 @@ TEST(MoeDecode, RouterTiesGoToTheLowerExpert) {
 
 // moe_gate_up_decode on a random grouping against the CPU: gate / up = gate_up_w[e] @ x[token] rounded to bf16,
 // act = silu(gate) * up rounded to bf16 (the values moe_experts stores in ws.act); for every k_parts.
-void check_gate_up(int64_t T, int64_t E, int64_t k, int64_t H, int64_t Im, int64_t used, std::mt19937& rng) {
+void check_gate_up(ExpertDtype dtype, int64_t T, int64_t E, int64_t k, int64_t H, int64_t Im, int64_t used,
+                   std::mt19937& rng) {
   const int64_t P = T * k;
-  const std::string what = shape_name(T, E, k, H) + " Im=" + std::to_string(Im) + " used=" + std::to_string(used);
+  const std::string what = dtype_name(dtype) + " " + shape_name(T, E, k, H) + " Im=" + std::to_string(Im) +
+                           " used=" + std::to_string(used);
   std::vector<int32_t> ids = random_ids(T, E, k, used, rng);
   HostGroups h(ids, T, k, E);
   const auto x = random_bf16(static_cast<size_t>(T * H), rng);
-  const auto gu = random_bf16(static_cast<size_t>(E * 2 * Im * H), rng, -0.1f, 0.1f);
-  DeviceTensor d_x(DType::kBF16, {T, H}, x.bits), d_gu(DType::kBF16, {E, 2 * Im, H}, gu.bits);
+  const HostExperts gu = random_experts(dtype, E, 2 * Im, H, used, rng);
+  DeviceTensor d_x(DType::kBF16, {T, H}, x.bits);
+  const DeviceExperts d_gu(gu);
   DeviceTensor d_act(DType::kBF16, {P, Im});
   DeviceTensor d_off(DType::kI32, {E + 1}, h.offsets), d_sorted(DType::kI32, {P}, h.sorted);
   DeviceTensor d_rows(DType::kI32, {P}, h.rows), d_active(DType::kI32, {E}, h.active);
@@ -140,9 +147,10 @@ void check_gate_up(int64_t T, int64_t E, int64_t k, int64_t H, int64_t Im, int64
         ref[static_cast<size_t>(r * Im + c)] = bf16_round(g_r / (1.0 + std::exp(-g_r)) * bf16_round(up));
       }
     }
-  for (int parts : {0, 2, 4, 8}) {  // the kernel's pick, then each count of warps sharing an item's K
+  // The kernel's pick, then each count of warps sharing an item's K.
+  for (int parts : dtype == ExpertDtype::kFp8 ? std::vector<int>{0, 1, 2, 4} : std::vector<int>{0, 2, 4, 8}) {
     d_act.fill_bytes(0xff);
-    cuda_ops::moe_gate_up_decode(d_act.view(), d_x.view(), d_gu.view(), g, cuda_test::on(), parts);
+    cuda_ops::moe_gate_up_decode(d_act.view(), d_x.view(), d_gu.view(), d_gu.scale_view(), g, cuda_test::on(), parts);
     const std::vector<float> got = d_act.download_f32();
     const std::string named = what + " k_parts=" + std::to_string(parts);
     expect_close(got, ref, 2e-2f, 1e-2f, named);
@@ -154,34 +162,42 @@ TEST(MoeDecode, GateUpMatchesTheReference) {
   SKIP_WITHOUT_CUDA();
   if (cuda_test::device_major() < 9) GTEST_SKIP() << "the decode router is a thread-block cluster (sm_90+)";
   std::mt19937 rng(15);
-  // T, E, k, H, Im, experts used (the others get no token)
+  // T, E, k, H, Im, experts used (the others get no token); then shapes in whole 128 x 128 blocks, for fp8 too
   for (auto [T, E, k, H, Im, used] : {std::tuple{1, 128, 8, 2048, 768, 128}, {3, 13, 3, 200, 72, 5},
                                       {9, 40, 4, 264, 136, 40}, {17, 6, 6, 40, 200, 6}, {32, 128, 8, 1032, 64, 17},
                                       {1, 4, 1, 8, 8, 2}, {32, 64, 32, 24, 16, 64},
-                                      {1, 128, 8, 2048, 384, 128}, {2, 128, 8, 2048, 192, 128}}) {  // TP 2 / 4 ranks
-    check_gate_up(T, E, k, H, Im, used, rng);
+                                      {1, 128, 8, 2048, 384, 128}, {2, 128, 8, 2048, 192, 128},  // TP 2 / 4 ranks
+                                      {3, 13, 3, 256, 128, 5}, {9, 41, 4, 384, 256, 41}, {17, 7, 6, 640, 384, 7},
+                                      {32, 128, 8, 1024, 128, 17}, {1, 4, 1, 128, 128, 2}, {32, 64, 32, 128, 128, 64},
+                                      {2, 9, 2, 128, 256, 9}}) {
+    check_gate_up(ExpertDtype::kBf16, T, E, k, H, Im, used, rng);
+    if (fp8_shape(H, Im)) check_gate_up(ExpertDtype::kFp8, T, E, k, H, Im, used, rng);
   }
 }
 
 // moe_down_combine on a random grouping and activations against the CPU: rows = bf16(down_w[e] @ act[r]), then
 // moe_combine.
-void check_down_combine(int64_t T, int64_t E, int64_t k, int64_t H, int64_t Im, int64_t used, std::mt19937& rng) {
+void check_down_combine(ExpertDtype dtype, int64_t T, int64_t E, int64_t k, int64_t H, int64_t Im, int64_t used,
+                        std::mt19937& rng) {
   const int64_t P = T * k;
-  const std::string what = shape_name(T, E, k, H) + " Im=" + std::to_string(Im) + " used=" + std::to_string(used);
+  const std::string what = dtype_name(dtype) + " " + shape_name(T, E, k, H) + " Im=" + std::to_string(Im) +
+                           " used=" + std::to_string(used);
   std::vector<int32_t> ids = random_ids(T, E, k, used, rng);
   HostGroups h(ids, T, k, E);
   const auto act = random_bf16(static_cast<size_t>(P * Im), rng);
-  const auto dw = random_bf16(static_cast<size_t>(E * H * Im), rng, -0.1f, 0.1f);
+  const HostExperts dw = random_experts(dtype, E, H, Im, used, rng);
   std::vector<float> w(static_cast<size_t>(T * k));
   std::uniform_real_distribution<float> u(0.f, 1.f);
   for (float& v : w) v = u(rng);
-  DeviceTensor d_act(DType::kBF16, {P, Im}, act.bits), d_dw(DType::kBF16, {E, H, Im}, dw.bits);
+  DeviceTensor d_act(DType::kBF16, {P, Im}, act.bits);
+  const DeviceExperts d_dw(dw);
   DeviceTensor d_w(DType::kF32, {T, k}, w), d_out(DType::kBF16, {T, H});
   DeviceTensor d_off(DType::kI32, {E + 1}, h.offsets), d_sorted(DType::kI32, {P}, h.sorted);
   DeviceTensor d_rows(DType::kI32, {P}, h.rows), d_active(DType::kI32, {E}, h.active);
   d_out.fill_bytes(0xff);
   const ops::MoeGroups g{d_off.view(), d_sorted.view(), d_rows.view(), d_active.view()};
-  cuda_ops::moe_down_combine(d_out.view(), d_act.view(), d_dw.view(), d_w.view(), g, cuda_test::on());
+  cuda_ops::moe_down_combine(d_out.view(), d_act.view(), d_dw.view(), d_dw.scale_view(), d_w.view(), g,
+                             cuda_test::on());
 
   std::vector<float> rows(static_cast<size_t>(P * H)), ref(static_cast<size_t>(T * H));
   for (int64_t e = 0; e < E; ++e)
@@ -203,11 +219,15 @@ TEST(MoeDecode, DownCombineMatchesTheReference) {
   SKIP_WITHOUT_CUDA();
   if (cuda_test::device_major() < 9) GTEST_SKIP() << "the decode router is a thread-block cluster (sm_90+)";
   std::mt19937 rng(13);
-  // T, E, k, H, Im, experts used (the others get no token)
+  // T, E, k, H, Im, experts used (the others get no token); then shapes in whole 128 x 128 blocks, for fp8 too
   for (auto [T, E, k, H, Im, used] : {std::tuple{1, 128, 8, 2048, 768, 128}, {3, 13, 3, 200, 72, 5},
                                       {9, 40, 4, 264, 136, 40}, {17, 6, 6, 40, 200, 6}, {32, 128, 8, 104, 64, 17},
-                                      {1, 4, 1, 8, 8, 2}, {32, 64, 32, 24, 16, 64}}) {
-    check_down_combine(T, E, k, H, Im, used, rng);
+                                      {1, 4, 1, 8, 8, 2}, {32, 64, 32, 24, 16, 64},
+                                      {1, 128, 8, 2048, 384, 128}, {3, 13, 3, 256, 128, 5}, {9, 41, 4, 384, 256, 41},
+                                      {17, 7, 6, 128, 640, 7}, {32, 128, 8, 1024, 128, 17}, {1, 4, 1, 128, 128, 2},
+                                      {32, 64, 32, 128, 128, 64}, {2, 9, 2, 256, 384, 9}}) {
+    check_down_combine(ExpertDtype::kBf16, T, E, k, H, Im, used, rng);
+    if (fp8_shape(H, Im)) check_down_combine(ExpertDtype::kFp8, T, E, k, H, Im, used, rng);
   }
 }
 
@@ -219,20 +239,20 @@ TEST(MoeDecode, SparseMlpFusedMatchesUnfusedAndTheReference) {
   if (cuda_test::device_major() < 9) GTEST_SKIP() << "the decode router is a thread-block cluster (sm_90+)";
   std::mt19937 rng(14);
   // moe_mlp fuses one-token steps only (moe_mlp.cpp: its A/B); the kernels' own tests above cover larger T.
-  for (int64_t T : {int64_t{1}}) {
-    const int64_t E = 64, k = 8, H = 264, Im = 72, P = T * k;
-    const std::string what = "T=" + std::to_string(T);
+  for (ExpertDtype dtype : {ExpertDtype::kBf16, ExpertDtype::kFp8}) {
+    const int64_t T = 1, E = 64, k = 8;
+    const int64_t H = dtype == ExpertDtype::kFp8 ? 384 : 264, Im = dtype == ExpertDtype::kFp8 ? 128 : 72, P = T * k;
+    const std::string what = dtype_name(dtype) + " T=" + std::to_string(T);
     const auto x = random_bf16(static_cast<size_t>(T * H), rng);
     const auto router = random_bf16(static_cast<size_t>(E * H), rng, -0.3f, 0.3f);
-    const auto gu = random_bf16(static_cast<size_t>(E * 2 * Im * H), rng, -0.1f, 0.1f);
-    const auto dw = random_bf16(static_cast<size_t>(E * H * Im), rng, -0.1f, 0.1f);
+    HostExperts gu = random_experts(dtype, E, 2 * Im, H, E, rng), dw = random_experts(dtype, E, H, Im, E, rng);
     DeviceTensor d_x(DType::kBF16, {T, H}, x.bits), d_router(DType::kBF16, {E, H}, router.bits);
-    DeviceTensor d_gu(DType::kBF16, {E, 2 * Im, H}, gu.bits), d_dw(DType::kBF16, {E, H, Im}, dw.bits);
+    const DeviceExperts d_gu(gu), d_dw(dw);
     DeviceTensor fused_out(DType::kBF16, {T, H}), unfused_out(DType::kBF16, {T, H});
     DeviceMoeWorkspace fused(T, E, k, H, Im), unfused(T, E, k, H, Im);
-    cuda_ops::moe_mlp(fused_out.view(), d_x.view(), d_router.view(), d_gu.view(), d_dw.view(), true, fused.view(),
+    cuda_ops::moe_mlp(fused_out.view(), d_x.view(), d_router.view(), expert_weights(d_gu, d_dw), true, fused.view(),
                       cuda_test::on(), cuda_ops::MoeDecodePath::kFused);
-    cuda_ops::moe_mlp(unfused_out.view(), d_x.view(), d_router.view(), d_gu.view(), d_dw.view(), true,
+    cuda_ops::moe_mlp(unfused_out.view(), d_x.view(), d_router.view(), expert_weights(d_gu, d_dw), true,
                       unfused.view(), cuda_test::on(), cuda_ops::MoeDecodePath::kUnfused);
     const std::vector<float> a = fused_out.download_f32(), b = unfused_out.download_f32();
     std::vector<int32_t> ids = fused.ids.download<int32_t>();
@@ -250,7 +270,7 @@ TEST(MoeDecode, SparseMlpFusedMatchesUnfusedAndTheReference) {
     std::vector<float> w = fused.weights.download<float>();
     std::vector<float> rows(static_cast<size_t>(P * H)), ref(static_cast<size_t>(T * H));
     std::vector<uint16_t> act(static_cast<size_t>(P * Im));
-    std::vector<float> xf = x.f32, guf = gu.f32, dwf = dw.f32;
+    std::vector<float> xf = x.f32, &guf = gu.f32, &dwf = dw.f32;
     HostGroups h(ids, T, k, E);
     cpu::moe_experts(hv(rows, {P, H}), hv(xf, {T, H}), hv(guf, {E, 2 * Im, H}), hv(dwf, {E, H, Im}), h.view(),
                      hv(act, {P, Im}));
@@ -267,7 +287,8 @@ TEST(MoeDecode, OutOfRangeStepsAreClearErrors) {
   DeviceTensor d_w(DType::kF32, {T, k});
   DeviceGroups g(T * k, E);
   try {
-    cuda_ops::moe_down_combine(d_out.view(), d_act.view(), d_dw.view(), d_w.view(), g.view(), cuda_test::on());
+    cuda_ops::moe_down_combine(d_out.view(), d_act.view(), d_dw.view(), TensorView(), d_w.view(), g.view(),
+                               cuda_test::on());
     ADD_FAILURE() << "no error for T = " << T;
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("at most"), std::string::npos) << e.what();

@@ -219,7 +219,7 @@ TEST(MoeExperts, EveryRowIsItsExpertsSwiGluMlp) {
       const ops::MoeGroups g{offsets.v, sorted.v, pair_rows.v, active.v};
       ops::moe_group(g, ids.v);
       HostTensor rows(DType::kF32, {P, H}), act(DType::kF32, {P, Im});
-      ops::moe_experts(rows.v, x.v, gate_up.v, down.v, g, act.v);
+      ops::moe_experts(rows.v, x.v, {gate_up.v, down.v}, g, act.v);
       double worst = 0;
       for (int64_t p = 0; p < P; ++p) {
         const std::vector<double> want = ref_expert(gate_up, down, ids.i32()[p], row_of(x, p / k), DType::kF32);
@@ -269,7 +269,7 @@ TEST(MoeMlp, MatchesAFloat64SparseMoeBlock) {
       HostTensor down = random_tensor(DType::kBF16, {E, H, Im}, rng, -0.3f, 0.3f);
       Workspace w(T + 3, E, k, H, Im, DType::kF32);  // room for more tokens than the call has
       HostTensor out(DType::kF32, {T, H});
-      ops::moe_mlp(out.v, x.v, router.v, gate_up.v, down.v, renormalize, w.ws);
+      ops::moe_mlp(out.v, x.v, router.v, {gate_up.v, down.v}, renormalize, w.ws);
 
       std::vector<double> want(static_cast<size_t>(T * H), 0.0);
       std::vector<int> used(static_cast<size_t>(E), 0);
@@ -305,10 +305,10 @@ TEST(MoeMlp, OutMayAliasXAndZeroTokensIsANoOp) {
   HostTensor down = random_tensor(DType::kF32, {E, H, Im}, rng);
   Workspace w(T, E, k, H, Im, DType::kF32);
   HostTensor out(DType::kF32, {T, H});
-  ops::moe_mlp(out.v, x.v, router.v, gate_up.v, down.v, true, w.ws);
-  ops::moe_mlp(x.v, x.v, router.v, gate_up.v, down.v, true, w.ws);
+  ops::moe_mlp(out.v, x.v, router.v, {gate_up.v, down.v}, true, w.ws);
+  ops::moe_mlp(x.v, x.v, router.v, {gate_up.v, down.v}, true, w.ws);
   for (int64_t i = 0; i < T * H; ++i) ASSERT_EQ(x.get(i), out.get(i)) << i;
-  ops::moe_mlp(out.v.slice_rows(0, 0), x.v.slice_rows(0, 0), router.v, gate_up.v, down.v, true, w.ws);
+  ops::moe_mlp(out.v.slice_rows(0, 0), x.v.slice_rows(0, 0), router.v, {gate_up.v, down.v}, true, w.ws);
 }
 
 TEST(MoeOps, BadArgumentsAreNamed) {
@@ -338,14 +338,21 @@ TEST(MoeOps, BadArgumentsAreNamed) {
   ids.i32()[3] = 1;
   ops::moe_group(g, ids.v);
   HostTensor down_bad(DType::kF32, {E, H, Im + 1});
-  expect_error([&] { ops::moe_experts(rows.v, x.v, gate_up.v, down_bad.v, g, act.v); }, {"moe_experts", "down_w"});
+  expect_error([&] { ops::moe_experts(rows.v, x.v, {gate_up.v, down_bad.v}, g, act.v); }, {"moe_experts", "down_w"});
   HostTensor down_bf16(DType::kBF16, {E, H, Im});
-  expect_error([&] { ops::moe_experts(rows.v, x.v, gate_up.v, down_bf16.v, g, act.v); },
+  expect_error([&] { ops::moe_experts(rows.v, x.v, {gate_up.v, down_bf16.v}, g, act.v); },
                {"moe_experts", "down_w is BF16", "gate_up_w is F32"});
+  // fp8 experts run on CUDA only (the CPU backend loads them dequantized); scales go with fp8 codes only.
+  HostTensor gate_up_fp8(DType::kF8E4M3, {E, 2 * Im, H}), down_fp8(DType::kF8E4M3, {E, H, Im});
+  HostTensor gate_up_scale(DType::kF32, {E, 1, 1}), down_scale(DType::kF32, {E, 1, 1});
+  expect_error([&] { ops::moe_experts(rows.v, x.v, {gate_up_fp8.v, down_fp8.v, gate_up_scale.v, down_scale.v}, g, act.v); },
+               {"moe_experts", "fp8 expert weights run on CUDA only"});
+  expect_error([&] { ops::moe_experts(rows.v, x.v, {gate_up.v, down.v, gate_up_scale.v, down_scale.v}, g, act.v); },
+               {"moe_experts", "block scales given with F32 expert weights"});
   HostTensor gate_up_odd(DType::kF32, {E, 2 * Im + 1, H});
-  expect_error([&] { ops::moe_experts(rows.v, x.v, gate_up_odd.v, down.v, g, act.v); }, {"moe_experts", "gate | up"});
+  expect_error([&] { ops::moe_experts(rows.v, x.v, {gate_up_odd.v, down.v}, g, act.v); }, {"moe_experts", "gate | up"});
   sorted.i32()[0] = sorted.i32()[1];  // not a permutation any more
-  expect_error([&] { ops::moe_experts(rows.v, x.v, gate_up.v, down.v, g, act.v); }, {"moe_experts", "sorted_pairs[0]"});
+  expect_error([&] { ops::moe_experts(rows.v, x.v, {gate_up.v, down.v}, g, act.v); }, {"moe_experts", "sorted_pairs[0]"});
 
   HostTensor out(DType::kF32, {T, H});
   HostTensor bad_rows = test::i32_tensor(std::vector<int32_t>(static_cast<size_t>(T * k), static_cast<int32_t>(T * k)));
@@ -353,10 +360,10 @@ TEST(MoeOps, BadArgumentsAreNamed) {
 
   Workspace small(2, E, k, H, Im, DType::kF32);
   HostTensor router(DType::kF32, {E, H});
-  expect_error([&] { ops::moe_mlp(out.v, x.v, router.v, gate_up.v, down.v, true, small.ws); },
+  expect_error([&] { ops::moe_mlp(out.v, x.v, router.v, {gate_up.v, down.v}, true, small.ws); },
                {"moe_mlp", "4 tokens", "room for 2"});
   HostTensor router_bad(DType::kF32, {E - 1, H});
-  expect_error([&] { ops::moe_mlp(out.v, x.v, router_bad.v, gate_up.v, down.v, true, small.ws); },
+  expect_error([&] { ops::moe_mlp(out.v, x.v, router_bad.v, {gate_up.v, down.v}, true, small.ws); },
                {"moe_mlp", "router_w"});
 }
 

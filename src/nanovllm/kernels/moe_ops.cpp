@@ -2,22 +2,24 @@
 #include "nanovllm/kernels/moe_ops.h"
 
 #include <string_view>
+#include <tuple>
 
 #include "nanovllm/core/error.h"
 #include "nanovllm/core/limits.h"
 #include "nanovllm/kernels/cpu/cpu_moe_ops.h"
 #include "nanovllm/kernels/cuda/cuda_moe_ops.h"
 #include "nanovllm/kernels/cuda/device_context.h"
+#include "nanovllm/kernels/fp8_block.h"
 #include "nanovllm/kernels/op_checks.h"
 
 namespace nanovllm::ops {
 namespace {
 
-// Stacked expert weights: gate_up_w [E, 2 Im, H], down_w [E, H, Im] of one float dtype. Returns Im.
-int64_t check_expert_weights(std::string_view op, const TensorView& gate_up_w, const TensorView& down_w, int64_t H,
-                             Device dev) {
+// Stacked expert weights: gate_up [E, 2 Im, H], down [E, H, Im] of one float dtype, or both F8E4M3 with their f32
+// block scales (on CUDA only; H and Im multiples of 128). Returns Im.
+int64_t check_expert_weights(std::string_view op, const MoeExpertWeights& w, int64_t H, Device dev) {
+  const TensorView& gate_up_w = w.gate_up;
   check_tensor(op, "gate_up_w", gate_up_w, dev, 3);
-  check_float(op, "gate_up_w", gate_up_w);
   const int64_t E = gate_up_w.dim(0), Im = gate_up_w.dim(1) / 2;
   NANOVLLM_CHECK(E >= 1 && E <= kMaxExperts, op, ": gate_up_w ", gate_up_w.shape().str(), " holds ", E,
                  " experts; 1 to ", kMaxExperts, " are supported");
@@ -25,9 +27,26 @@ int64_t check_expert_weights(std::string_view op, const TensorView& gate_up_w, c
                  " must hold an even, non-zero number of rows per expert (gate | up)");
   NANOVLLM_CHECK(gate_up_w.dim(2) == H, op, ": gate_up_w ", gate_up_w.shape().str(), " has in-features ",
                  gate_up_w.dim(2), " but the hidden size is ", H);
-  check_float_tensor(op, "down_w", down_w, dev, {E, H, Im});
-  NANOVLLM_CHECK(down_w.dtype() == gate_up_w.dtype(), op, ": down_w is ", dtype_name(down_w.dtype()),
+  check_tensor(op, "down_w", w.down, dev, 3);
+  check_shape(op, "down_w", w.down, {E, H, Im});
+  NANOVLLM_CHECK(w.down.dtype() == gate_up_w.dtype(), op, ": down_w is ", dtype_name(w.down.dtype()),
                  " but gate_up_w is ", dtype_name(gate_up_w.dtype()));
+  if (!w.fp8()) {
+    check_float(op, "gate_up_w", gate_up_w);
+    NANOVLLM_CHECK(!w.gate_up_scale.defined() && !w.down_scale.defined(), op, ": block scales given with ",
+                   dtype_name(gate_up_w.dtype()), " expert weights (they go with F8E4M3 codes only)");
+    return Im;
+  }
+  NANOVLLM_CHECK(dev.is_cuda(), op, ": fp8 expert weights run on CUDA only (the CPU backend loads them dequantized)");
+  NANOVLLM_CHECK(H % kFp8BlockSize == 0 && Im % kFp8BlockSize == 0, op, ": fp8 experts need the hidden size (", H,
+                 ") and the intermediate size (", Im, ") in multiples of 128 (whole scale blocks)");
+  for (const auto& [name, scale, shape] :
+       {std::tuple{"gate_up_scale", &w.gate_up_scale, Shape{E, 2 * Im / kFp8BlockSize, H / kFp8BlockSize}},
+        std::tuple{"down_scale", &w.down_scale, Shape{E, H / kFp8BlockSize, Im / kFp8BlockSize}}}) {
+    check_tensor(op, name, *scale, dev, 3);
+    NANOVLLM_CHECK(scale->dtype() == DType::kF32, op, ": ", name, " must be F32, got ", dtype_name(scale->dtype()));
+    check_shape(op, name, *scale, shape);
+  }
   return Im;
 }
 
@@ -109,15 +128,15 @@ void moe_group(const MoeGroups& g, TensorView topk_ids, Stream s) {
   cpu::moe_group(g, topk_ids);
 }
 
-void moe_experts(TensorView rows, TensorView x, TensorView gate_up_w, TensorView down_w, const MoeGroups& g,
-                 TensorView act, Stream s) {
+void moe_experts(TensorView rows, TensorView x, const MoeExpertWeights& w, const MoeGroups& g, TensorView act,
+                 Stream s) {
   constexpr std::string_view op = "moe_experts";
   const Device dev = x.device();
   check_tensor(op, "x", x, dev, 2);
   check_float(op, "x", x);
   const int64_t T = x.dim(0), H = x.dim(1);
-  const int64_t Im = check_expert_weights(op, gate_up_w, down_w, H, dev);
-  const int64_t E = gate_up_w.dim(0);
+  const int64_t Im = check_expert_weights(op, w, H, dev);
+  const int64_t E = w.gate_up.dim(0);
   check_tensor(op, "rows", rows, dev, 2);
   check_float(op, "rows", rows);
   const int64_t P = rows.dim(0);
@@ -127,9 +146,9 @@ void moe_experts(TensorView rows, TensorView x, TensorView gate_up_w, TensorView
   check_float_tensor(op, "act", act, dev, {P, Im});
   check_groups(op, g, P, E, dev);
   if (P == 0) return;
-  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(moe_experts, dev, rows, x, gate_up_w, down_w, g, act, s);
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(moe_experts, dev, rows, x, w, g, act, s);
   check_host_groups(op, g, P, E);
-  cpu::moe_experts(rows, x, gate_up_w, down_w, g, act);
+  cpu::moe_experts(rows, x, w.gate_up, w.down, g, act);
 }
 
 void moe_combine(TensorView out, TensorView rows, TensorView topk_weights, TensorView pair_rows, Stream s) {
@@ -153,21 +172,21 @@ void moe_combine(TensorView out, TensorView rows, TensorView topk_weights, Tenso
   cpu::moe_combine(out, rows, topk_weights, pair_rows);
 }
 
-void moe_mlp(TensorView out, TensorView x, TensorView router_w, TensorView gate_up_w, TensorView down_w,
-             bool renormalize, const MoeWorkspace& ws, Stream s) {
+void moe_mlp(TensorView out, TensorView x, TensorView router_w, const MoeExpertWeights& experts, bool renormalize,
+             const MoeWorkspace& ws, Stream s) {
   constexpr std::string_view op = "moe_mlp";
   const Device dev = x.device();
   check_tensor(op, "x", x, dev, 2);
   check_float(op, "x", x);
   const int64_t T = x.dim(0), H = x.dim(1);
   check_float_tensor(op, "out", out, dev, {T, H});
-  check_expert_weights(op, gate_up_w, down_w, H, dev);
-  check_float_tensor(op, "router_w", router_w, dev, {gate_up_w.dim(0), H});
+  check_expert_weights(op, experts, H, dev);
+  check_float_tensor(op, "router_w", router_w, dev, {experts.gate_up.dim(0), H});
   NANOVLLM_CHECK(T <= ws.capacity(), op, ": ", T, " tokens, the workspace has room for ", ws.capacity());
   if (T == 0) return;
   // The workspace's views for T tokens: the CUDA path runs its kernels straight on them.
   const MoeWorkspace w = ws.first(T);
-  const int64_t E = gate_up_w.dim(0), Im = gate_up_w.dim(1) / 2, k = w.topk_ids.dim(1), P = T * k;
+  const int64_t E = experts.gate_up.dim(0), Im = experts.gate_up.dim(1) / 2, k = w.topk_ids.dim(1), P = T * k;
   NANOVLLM_CHECK(k >= 1 && k <= E, op, ": the workspace routes to ", k, " experts per token; 1 to ", E);
   check_float_tensor(op, "ws.router_logits", w.router_logits, dev, {T, E});
   check_i32_tensor(op, "ws.topk_ids", w.topk_ids, dev, {T, k});
@@ -177,11 +196,11 @@ void moe_mlp(TensorView out, TensorView x, TensorView router_w, TensorView gate_
   check_groups(op, w.groups, P, E, dev);
   check_float_tensor(op, "ws.act", w.act, dev, {P, Im});
   check_float_tensor(op, "ws.rows", w.rows, dev, {P, H});
-  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(moe_mlp, dev, out, x, router_w, gate_up_w, down_w, renormalize, ws, s);
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(moe_mlp, dev, out, x, router_w, experts, renormalize, ws, s);
   linear(w.router_logits, x, router_w, TensorView(), s);  // [T, E]
   moe_route(w.topk_ids, w.topk_weights, w.router_logits, renormalize, s);
   moe_group(w.groups, w.topk_ids, s);
-  moe_experts(w.rows, x, gate_up_w, down_w, w.groups, w.act, s);  // [P, H]
+  moe_experts(w.rows, x, experts, w.groups, w.act, s);  // [P, H]
   moe_combine(out, w.rows, w.topk_weights, w.groups.pair_rows, s);
 }
 

@@ -2,8 +2,8 @@
 // dispatches to kernels/cpu (the reference) or kernels/cuda, like ops.h.
 //
 // Shapes: T tokens, E experts, k experts per token, P = T k (token, slot) pairs — pair p = t k + j is
-// token t's j-th choice —, H hidden size, Im the experts' intermediate size. Expert weights are stacked:
-// gate_up_w [E, 2 Im, H] (expert e's gate rows, then its up rows), down_w [E, H, Im].
+// token t's j-th choice —, H hidden size, Im the experts' intermediate size. Expert weights are stacked
+// (MoeExpertWeights): gate_up [E, 2 Im, H] (expert e's gate rows, then its up rows), down [E, H, Im].
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,22 @@ struct MoeGroups {
   TensorView sorted_pairs;    // [P] i32: row r holds pair sorted_pairs[r]
   TensorView pair_rows;       // [P] i32: the inverse, the row of pair p
   TensorView active_experts;  // [E] i32: the experts with pairs in increasing order, then -1s
+};
+
+// The stacked expert weights of a sparse layer: float (F32 / BF16 / F16, both alike), or block-scaled fp8 on CUDA
+// (docs/fp8.md: e4m3 codes, value = code x the f32 scale of its 128 x 128 block of the expert's matrix; H and Im
+// multiples of 128). The CPU kernels take float weights only: its backend loads fp8 checkpoints dequantized.
+struct MoeExpertWeights {
+  MoeExpertWeights() = default;
+  // {gate_up, down} for float experts (braced at call sites).
+  MoeExpertWeights(TensorView gate_up_w, TensorView down_w, TensorView gate_up_scale_f32 = {},
+                   TensorView down_scale_f32 = {})
+      : gate_up(gate_up_w), down(down_w), gate_up_scale(gate_up_scale_f32), down_scale(down_scale_f32) {}
+  TensorView gate_up;        // [E, 2 Im, H]: expert e's gate rows, then its up rows
+  TensorView down;           // [E, H, Im]
+  TensorView gate_up_scale;  // fp8: [E, 2 Im / 128, H / 128] f32 (the gate rows' blocks, then the up rows'); else undefined
+  TensorView down_scale;     // fp8: [E, H / 128, Im / 128] f32; else undefined
+  bool fp8() const { return gate_up.defined() && gate_up.dtype() == DType::kF8E4M3; }
 };
 
 // Scratch of moe_mlp for up to `tokens` tokens (carved by the caller, e.g. the decoder's workspace arena).
@@ -51,10 +67,10 @@ void moe_route(TensorView topk_ids, TensorView topk_weights, TensorView router_l
 void moe_group(const MoeGroups& g, TensorView topk_ids, Stream s = {});
 
 // Every expert's SwiGLU MLP on its rows: row r of expert e (pair p = sorted_pairs[r], token t = p / k) gets
-// rows[r] = down_w[e] @ (silu(gate) * up) with [gate | up] = gate_up_w[e] @ x[t]; gate and up are rounded to
+// rows[r] = down[e] @ (silu(gate) * up) with [gate | up] = gate_up[e] @ x[t]; gate and up are rounded to
 // act's dtype, then the activation (into act[r]). x [T, H]; rows [P, H]; act [P, Im]; k = P / T.
-void moe_experts(TensorView rows, TensorView x, TensorView gate_up_w, TensorView down_w, const MoeGroups& g,
-                 TensorView act, Stream s = {});
+void moe_experts(TensorView rows, TensorView x, const MoeExpertWeights& w, const MoeGroups& g, TensorView act,
+                 Stream s = {});
 
 // out[t] = sum over j = 0..k-1 of topk_weights[t, j] * rows[pair_rows[t k + j]], accumulated in fp32 in that
 // order. out [T, H]; rows [P, H]; topk_weights [T, k] f32; pair_rows [P] i32 (in [0, P), checked on the host).
@@ -62,7 +78,7 @@ void moe_combine(TensorView out, TensorView rows, TensorView topk_weights, Tenso
 
 // The whole sparse MLP of T <= ws.capacity() tokens: router_logits = x @ router_w^T, moe_route, moe_group,
 // moe_experts, moe_combine. out, x [T, H] (out may be x); router_w [E, H]; k = ws.topk_ids.dim(1).
-void moe_mlp(TensorView out, TensorView x, TensorView router_w, TensorView gate_up_w, TensorView down_w,
-             bool renormalize, const MoeWorkspace& ws, Stream s = {});
+void moe_mlp(TensorView out, TensorView x, TensorView router_w, const MoeExpertWeights& experts, bool renormalize,
+             const MoeWorkspace& ws, Stream s = {});
 
 }  // namespace nanovllm::ops

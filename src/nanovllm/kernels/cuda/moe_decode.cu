@@ -30,7 +30,8 @@
 //     unfused path is an expert output's fp32 sum order (one warp over all of K here, four K groups added
 //     there): at most one bf16 place of an expert row, before the weighting. No ws.rows, no combine launch.
 // Launch shapes depend on T, E, k and the sizes only, never on the routing, so CUDA graphs replay them; all
-// three are PDL launches (pdl.cuh) that read their predecessor's outputs right after the wait.
+// three are PDL launches (pdl.cuh) that read their predecessor's outputs right after the wait. fp8 experts
+// (docs/fp8.md) take the same router and, for gate / up and down + combine, moe_fp8.cu's kernels.
 #include <algorithm>
 #include <cstdint>
 
@@ -40,6 +41,7 @@
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_moe_ops.h"
 #include "nanovllm/kernels/cuda/gemv_device.cuh"
+#include "nanovllm/kernels/cuda/moe_fp8.h"
 #include "nanovllm/kernels/cuda/moe_route_device.cuh"
 #include "nanovllm/kernels/cuda/pdl.cuh"
 
@@ -281,13 +283,17 @@ __global__ void __launch_bounds__(gemv_detail::kThreads) moe_down_combine_kernel
 
 }  // namespace
 
-bool moe_decode_supported(TensorView out, TensorView x, TensorView router_w, TensorView gate_up_w, TensorView down_w,
+bool moe_decode_supported(TensorView out, TensorView x, TensorView router_w, const ops::MoeExpertWeights& w,
                           int64_t k, ops::Stream s) {
-  const int64_t T = x.dim(0), H = x.dim(1), Im = down_w.dim(2);
-  for (const TensorView* t : {&out, &x, &router_w, &gate_up_w, &down_w})
+  const int64_t T = x.dim(0), H = x.dim(1), Im = w.down.dim(2);
+  for (const TensorView* t : {&out, &x, &router_w})
     if (t->dtype() != DType::kBF16 || !aligned16(t->data())) return false;
-  return T >= 1 && T <= kMoeDecodeMaxTokens && T * k <= kMoeDecodeMaxPairs && H % 8 == 0 && Im % 8 == 0 &&
-         gate_up_w.dim(0) <= kMaxExperts && context_of(s).compute_major() >= 9;
+  const DType expert_dtype = w.fp8() ? DType::kF8E4M3 : DType::kBF16;
+  for (const TensorView* t : {&w.gate_up, &w.down})
+    if (t->dtype() != expert_dtype || !aligned16(t->data())) return false;
+  const int64_t multiple = w.fp8() ? 128 : 8;
+  return T >= 1 && T <= kMoeDecodeMaxTokens && T * k <= kMoeDecodeMaxPairs && H % multiple == 0 &&
+         Im % multiple == 0 && w.gate_up.dim(0) <= kMaxExperts && context_of(s).compute_major() >= 9;
 }
 
 void moe_router_decode(TensorView x, TensorView router_w, const ops::MoeWorkspace& w, bool renormalize,
@@ -319,8 +325,15 @@ void moe_router_decode(TensorView x, TensorView router_w, const ops::MoeWorkspac
                                 group_args(w.groups, w.topk_ids)));
 }
 
-void moe_gate_up_decode(TensorView act, TensorView x, TensorView gate_up_w, const ops::MoeGroups& g,
-                        ops::Stream s, int k_parts) {
+void moe_gate_up_decode(TensorView act, TensorView x, TensorView gate_up_w, TensorView gate_up_scale,
+                        const ops::MoeGroups& g, ops::Stream s, int k_parts) {
+  if (gate_up_w.dtype() == DType::kF8E4M3) {
+    NANOVLLM_CHECK(x.dim(0) >= 1 && x.dim(0) <= kMoeDecodeMaxTokens, "moe_gate_up_decode (CUDA): ", x.dim(0),
+                   " tokens; at most ", kMoeDecodeMaxTokens);
+    moe_gate_up_fp8(act, x, gate_up_w, gate_up_scale, g, s, k_parts);
+    return;
+  }
+  NANOVLLM_CHECK(!gate_up_scale.defined(), "moe_gate_up_decode (CUDA): block scales go with F8E4M3 weights only");
   const int64_t T = x.dim(0), H = x.dim(1), P = act.dim(0), E = gate_up_w.dim(0), Im = gate_up_w.dim(1) / 2;
   NANOVLLM_CHECK(T >= 1 && T <= kMoeDecodeMaxTokens, "moe_gate_up_decode (CUDA): ", T, " tokens; at most ",
                  kMoeDecodeMaxTokens);
@@ -350,13 +363,18 @@ void moe_gate_up_decode(TensorView act, TensorView x, TensorView gate_up_w, cons
   else launch_gate_up_decode<8>(a, T, s);
 }
 
-void moe_down_combine(TensorView out, TensorView act, TensorView down_w, TensorView topk_weights,
-                      const ops::MoeGroups& g, ops::Stream s) {
+void moe_down_combine(TensorView out, TensorView act, TensorView down_w, TensorView down_scale,
+                      TensorView topk_weights, const ops::MoeGroups& g, ops::Stream s) {
   const int64_t T = out.dim(0), H = out.dim(1), k = topk_weights.dim(1), P = T * k, E = down_w.dim(0);
   const int64_t Im = down_w.dim(2);
   NANOVLLM_CHECK(T >= 1 && T <= kMoeDecodeMaxTokens && P <= kMoeDecodeMaxPairs, "moe_down_combine (CUDA): ", T,
                  " tokens x ", k, " experts; at most ", kMoeDecodeMaxTokens, " tokens and ", kMoeDecodeMaxPairs,
                  " pairs");
+  if (down_w.dtype() == DType::kF8E4M3) {
+    moe_down_combine_fp8(out, act, down_w, down_scale, topk_weights, g, s);
+    return;
+  }
+  NANOVLLM_CHECK(!down_scale.defined(), "moe_down_combine (CUDA): block scales go with F8E4M3 weights only");
   for (const TensorView* t : {&out, &act, &down_w})
     NANOVLLM_CHECK(t->dtype() == DType::kBF16 && aligned16(t->data()),
                    "moe_down_combine (CUDA): out, act and down_w must be BF16 and 16-byte aligned, got ",

@@ -22,15 +22,26 @@
 //     matching 16 up rows, so each warp holds both halves of its 16 activation columns in registers.
 // Both are PDL-launched (pdl.cuh): the weights they read depend on the routing, so they wait for their
 // predecessor first and then let their successor launch.
+//
+// fp8 experts (block-scaled e4m3, docs/fp8.md; H and Im multiples of 128): steps of up to kMoeGemvMaxTokens tokens
+// stream the codes (moe_fp8.cu); longer ones run moe_gemm with kFp8, whose B tiles arrive as codes (a cp.async ring
+// of 32-byte rows beside the bf16 one) and are converted by the thread that copied them, once its copy has landed,
+// to bf16(code x scale) in the bf16 B tile: the values the loader's bf16 dequantization gives, so the GEMM is the
+// bf16 GEMM on the dequantized experts, bit for bit. A 32-column k tile lies in one 128-column block, and a B tile's
+// rows in one 128-row block per half (stage 1: its 64 gate rows and 64 up rows; stage 2: 128 rows), so each
+// thread's chunk has one scale.
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 
 #include <cuda_bf16.h>
 
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_moe_ops.h"
+#include "nanovllm/kernels/cuda/fp8_gemv_device.cuh"
 #include "nanovllm/kernels/cuda/gemv_device.cuh"
 #include "nanovllm/kernels/cuda/mma_utils.cuh"
+#include "nanovllm/kernels/cuda/moe_fp8.h"
 #include "nanovllm/kernels/cuda/pdl.cuh"
 #include "nanovllm/kernels/cuda/per_device_flag.h"
 
@@ -40,7 +51,9 @@ namespace {
 // One grouped GEMM: out[r, :] = f(W[e] @ a(r)) for the rows r of every expert e.
 struct GroupedArgs {
   const __nv_bfloat16* a;    // stage 1: x [T, K] (row of r = sorted[r] / k); stage 2: act [P, K] (row r)
-  const __nv_bfloat16* w;    // [E, Nw, K]: Nw = 2 N (stage 1: gate rows, then up rows) or N
+  const __nv_bfloat16* w;    // [E, Nw, K]: Nw = 2 N (stage 1: gate rows, then up rows) or N (bf16 experts)
+  const uint8_t* w8;         // fp8 experts: the codes [E, Nw, K] (w null)
+  const float* w_scale;      // fp8 experts: [E, Nw / 128, K / 128]
   __nv_bfloat16* out;        // [P, N]
   const int32_t* offsets;    // [E + 1]
   const int32_t* sorted;     // [P]
@@ -138,12 +151,15 @@ constexpr int kBM = 128, kBN = 128, kBK = 32, kStages = 4, kThreads = 256;
 constexpr int kPitch = kBK + 8;  // bf16 per smem row: 80 bytes, conflict-free ldmatrix
 constexpr int kTileElems = kBM * kPitch;
 constexpr size_t kSmem = size_t{kStages} * 2 * kTileElems * sizeof(__nv_bfloat16);
+constexpr size_t kCodeTile = size_t{kBN} * kBK;  // fp8: one B tile's codes, 32 bytes a row
+constexpr size_t kSmemFp8 = kSmem + kStages * kCodeTile;
 
-template <bool kGateUp>
+template <bool kGateUp, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(GroupedArgs g) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kStages][kBM][kPitch]
   __nv_bfloat16* sB = sA + kStages * kTileElems;                   // [kStages][kBN][kPitch]
+  uint8_t* sC = reinterpret_cast<uint8_t*>(sB + kStages * kTileElems);  // kFp8: [kStages][kBN][kBK] codes
   __shared__ int s_expert, s_m0;
   const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31;
   pdl_wait();
@@ -179,25 +195,39 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(GroupedArgs g) {
   const int64_t w_rows = kGateUp ? 2 * g.N : g.N;
 
   // Each thread copies two 16-byte chunks of A and two of B per stage: rows tid / 4 and tid / 4 + 64, k chunk tid % 4.
+  // fp8: one 16-byte chunk of B's codes instead, row tid / 2, k half tid % 2, which it converts to bf16 itself.
   const int kc = tid & 3;
   const __nv_bfloat16* a_src[2];
-  const __nv_bfloat16* b_src[2];
-  bool a_ok[2], b_ok[2];
+  const __nv_bfloat16* b_src[2] = {};
+  bool a_ok[2], b_ok[2] = {};
+  // The weight row of B tile row `row` (0 when past the end: zero-filled), and whether it exists.
+  auto b_row = [&](int row, bool& ok) {
+    int wrow;
+    if constexpr (kGateUp) {  // B rows alternate 16 gate rows and the matching 16 up rows
+      const int j = n0 + (row / 32) * 16 + row % 16;
+      ok = j < g.N;
+      wrow = (row / 16) % 2 == 0 ? j : g.N + j;
+    } else {
+      wrow = n0 + row;
+      ok = wrow < g.N;
+    }
+    return ok ? wrow : 0;
+  };
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int row = tid / 4 + 64 * i;
     a_ok[i] = row < r_count;
     a_src[i] = a_ok[i] ? a_row<kGateUp>(g, r_begin + row) : g.a;
-    int wrow;
-    if constexpr (kGateUp) {  // B rows alternate 16 gate rows and the matching 16 up rows
-      const int j = n0 + (row / 32) * 16 + row % 16;
-      b_ok[i] = j < g.N;
-      wrow = (row / 16) % 2 == 0 ? j : g.N + j;
-    } else {
-      wrow = n0 + row;
-      b_ok[i] = wrow < g.N;
-    }
-    b_src[i] = g.w + (int64_t{e} * w_rows + (b_ok[i] ? wrow : 0)) * g.K;
+    if constexpr (!kFp8) b_src[i] = g.w + (int64_t{e} * w_rows + b_row(row, b_ok[i])) * g.K;
+  }
+  const int c_row = tid / 2, c_half = tid & 1;  // fp8: this thread's B codes chunk
+  bool c_ok = false;
+  const uint8_t* c_src = nullptr;
+  const float* c_scale = nullptr;  // the chunk's weight row's scales, one per 128 columns
+  if constexpr (kFp8) {
+    const int64_t wrow = int64_t{e} * w_rows + b_row(c_row, c_ok);
+    c_src = g.w8 + wrow * g.K + 16 * c_half;
+    c_scale = g.w_scale + (wrow / 128) * (g.K / 128);
   }
   const int k_tiles = (g.K + kBK - 1) / kBK;
   auto load_stage = [&](int stage, int kt) {
@@ -208,9 +238,32 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(GroupedArgs g) {
       const int row = tid / 4 + 64 * i;
       cp_async16_zfill(smem_u32(sA + stage * kTileElems + row * kPitch + kc * 8), a_src[i] + (k_ok ? k : 0),
                        a_ok[i] && k_ok);
-      cp_async16_zfill(smem_u32(sB + stage * kTileElems + row * kPitch + kc * 8), b_src[i] + (k_ok ? k : 0),
-                       b_ok[i] && k_ok);
+      if constexpr (!kFp8)
+        cp_async16_zfill(smem_u32(sB + stage * kTileElems + row * kPitch + kc * 8), b_src[i] + (k_ok ? k : 0),
+                         b_ok[i] && k_ok);
     }
+    if constexpr (kFp8) {  // K is a multiple of 128: every chunk of a k tile exists
+      cp_async16_zfill(smem_u32(sC + stage * kCodeTile + c_row * kBK + 16 * c_half), c_src + (c_ok ? kt * kBK : 0),
+                       c_ok);
+    }
+  };
+  // fp8: this thread's landed codes of stage `stage` (k tile kt) as bf16(code x scale) into the bf16 B tile, the
+  // f32 product rounded once to f32 then to bf16 as the loader's dequantization (fp8_gemv_device.cuh decodes
+  // codes x 2^-120 exactly; x 2^120 is exact too).
+  auto convert_stage = [&](int stage, int kt) {
+    const uint4 codes = *reinterpret_cast<const uint4*>(sC + stage * kCodeTile + c_row * kBK + 16 * c_half);
+    const float scale = c_ok ? __ldg(c_scale + kt * kBK / 128) : 0.f;
+    const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+    float v[2][8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) fp8_gemv_detail::e4m3x4_times_2pow_minus120(words[i], &v[i / 2][4 * (i % 2)]);
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[h][i] = __fmul_rn(__fmul_rn(v[h][i], fp8_gemv_detail::kTwoPow120), scale);
+    uint4* dst = reinterpret_cast<uint4*>(sB + stage * kTileElems + c_row * kPitch + 16 * c_half);
+    dst[0] = f32_to_bf16x8(v[0]);
+    dst[1] = f32_to_bf16x8(v[1]);
   };
 
   const int wm = warp / 4, wn = warp % 4;  // the warp's 64 x 32 block of the tile
@@ -222,7 +275,9 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(GroupedArgs g) {
   }
   for (int kt = 0; kt < k_tiles; ++kt) {
     cp_async_wait<kStages - 2>();
-    __syncthreads();  // stage kt has landed for every thread; stage kt - 1 is no longer read
+    // fp8: B's bf16 stage kt was last read at k tile kt - kStages, before the previous barriers.
+    if constexpr (kFp8) convert_stage(kt % kStages, kt);
+    __syncthreads();  // stage kt has landed (and is converted) for every thread; stage kt - 1 is no longer read
     if (kt + kStages - 1 < k_tiles) load_stage((kt + kStages - 1) % kStages, kt + kStages - 1);
     cp_async_commit();
     const __nv_bfloat16* a_tile = sA + (kt % kStages) * kTileElems;
@@ -280,52 +335,74 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(GroupedArgs g) {
 }
 }  // namespace gm
 
-// One grouped GEMM stage over T tokens' P rows.
-template <bool kGateUp>
+// One grouped GEMM stage over T tokens' P rows (kFp8: T > kMoeGemvMaxTokens only).
+template <bool kGateUp, bool kFp8>
 void grouped(const GroupedArgs& a, int64_t T, ops::Stream s) {
   const unsigned slots = static_cast<unsigned>(std::min<int64_t>(a.E, a.P));
-  if (T <= kMoeGemvMaxTokens) {
+  if (!kFp8 && T <= kMoeGemvMaxTokens) {
     const unsigned col_blocks = ceil_div_u(a.N, kGateUp ? gv::kCols : gv::kCols * gv::kRowTiles);
     const dim3 grid(slots, col_blocks);
     // An expert has at most T rows (a token picks it once): at T <= 8 one 8-row B tile holds them.
     launch_pdl(T <= 8 ? gv::moe_gemv_kernel<kGateUp, 1> : gv::moe_gemv_kernel<kGateUp, 2>, grid, dim3(gv::kThreads),
                0, s, a);
   } else {
+    constexpr size_t smem = kFp8 ? gm::kSmemFp8 : gm::kSmem;
     static PerDeviceFlag smem_raised;
     once_per_current_device(smem_raised, [] {
-      CUDA_CHECK(cudaFuncSetAttribute(gm::moe_gemm_kernel<kGateUp>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(gm::kSmem)));
+      CUDA_CHECK(cudaFuncSetAttribute(gm::moe_gemm_kernel<kGateUp, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(smem)));
     });
     const unsigned row_tiles = ceil_div_u(a.P, gm::kBM) + slots;  // each expert wastes at most one partial tile
     const dim3 grid(row_tiles, ceil_div_u(a.N, kGateUp ? gm::kBN / 2 : gm::kBN));
-    launch_pdl(gm::moe_gemm_kernel<kGateUp>, grid, dim3(gm::kThreads), gm::kSmem, s, a);
+    launch_pdl(gm::moe_gemm_kernel<kGateUp, kFp8>, grid, dim3(gm::kThreads), smem, s, a);
   }
 }
 
 }  // namespace
 
-void moe_experts(TensorView rows, TensorView x, TensorView gate_up_w, TensorView down_w, const ops::MoeGroups& g,
+void moe_experts(TensorView rows, TensorView x, const ops::MoeExpertWeights& w, const ops::MoeGroups& g,
                  TensorView act, ops::Stream s) {
-  for (const TensorView* t : {&rows, &x, &gate_up_w, &down_w, &act})
-    NANOVLLM_CHECK(t->dtype() == DType::kBF16, "moe_experts (CUDA): every float tensor must be BF16, got ",
+  const TensorView &gate_up_w = w.gate_up, &down_w = w.down;
+  const bool fp8 = w.fp8();
+  for (const TensorView* t : {&rows, &x, &act})
+    NANOVLLM_CHECK(t->dtype() == DType::kBF16, "moe_experts (CUDA): the activations must be BF16, got ",
+                   dtype_name(t->dtype()), " ", t->shape().str());
+  for (const TensorView* t : {&gate_up_w, &down_w})
+    NANOVLLM_CHECK(t->dtype() == (fp8 ? DType::kF8E4M3 : DType::kBF16),
+                   "moe_experts (CUDA): the expert weights must be BF16 or fp8 (F8E4M3 with block scales), got ",
                    dtype_name(t->dtype()), " ", t->shape().str());
   const int64_t T = x.dim(0), H = x.dim(1), P = rows.dim(0), E = gate_up_w.dim(0), Im = down_w.dim(2);
   NANOVLLM_CHECK(H % 8 == 0 && Im % 8 == 0, "moe_experts (CUDA): the hidden size ", H, " and the experts' ",
                  "intermediate size ", Im, " must be multiples of 8 (16-byte rows)");
-  for (const TensorView* t : {&rows, &x, &gate_up_w, &down_w, &act})
+  for (const TensorView* t : std::initializer_list<const TensorView*>{&rows, &x, &gate_up_w, &down_w, &act})
     NANOVLLM_CHECK(aligned16(t->data()), "moe_experts (CUDA): tensors must be 16-byte aligned");
+  if (fp8 && T <= kMoeGemvMaxTokens) {  // weight streaming over the codes
+    moe_gate_up_fp8(act, x, gate_up_w, w.gate_up_scale, g, s);                  // [P, Im]
+    moe_down_rows_fp8(rows, act, down_w, w.down_scale, g, T, s);                // [P, H]
+    return;
+  }
   const int k = static_cast<int>(P / T);
   const auto* offsets = g.expert_offsets.data_as<const int32_t>();
   const auto* sorted = g.sorted_pairs.data_as<const int32_t>();
   const auto* active = g.active_experts.data_as<const int32_t>();
   const auto* xb = x.data_as<const __nv_bfloat16>();
   auto* ab = act.data_as<__nv_bfloat16>();
-  grouped<true>({xb, gate_up_w.data_as<const __nv_bfloat16>(), ab, offsets, sorted, active, static_cast<int>(H),
-                 static_cast<int>(Im), static_cast<int>(P), static_cast<int>(E), k},
-                T, s);
-  grouped<false>({ab, down_w.data_as<const __nv_bfloat16>(), rows.data_as<__nv_bfloat16>(), offsets, sorted, active,
-                  static_cast<int>(Im), static_cast<int>(H), static_cast<int>(P), static_cast<int>(E), k},
-                 T, s);
+  const GroupedArgs stage1{xb, fp8 ? nullptr : gate_up_w.data_as<const __nv_bfloat16>(),
+                           fp8 ? gate_up_w.data_as<const uint8_t>() : nullptr,
+                           fp8 ? w.gate_up_scale.data_as<const float>() : nullptr, ab, offsets, sorted, active,
+                           static_cast<int>(H), static_cast<int>(Im), static_cast<int>(P), static_cast<int>(E), k};
+  const GroupedArgs stage2{ab, fp8 ? nullptr : down_w.data_as<const __nv_bfloat16>(),
+                           fp8 ? down_w.data_as<const uint8_t>() : nullptr,
+                           fp8 ? w.down_scale.data_as<const float>() : nullptr, rows.data_as<__nv_bfloat16>(), offsets,
+                           sorted, active, static_cast<int>(Im), static_cast<int>(H), static_cast<int>(P),
+                           static_cast<int>(E), k};
+  if (fp8) {
+    grouped<true, true>(stage1, T, s);
+    grouped<false, true>(stage2, T, s);
+  } else {
+    grouped<true, false>(stage1, T, s);
+    grouped<false, false>(stage2, T, s);
+  }
 }
 
 }  // namespace nanovllm::cuda_ops
