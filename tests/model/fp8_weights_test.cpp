@@ -340,3 +340,156 @@ TEST(Fp8Weights, BadCheckpointsAreRefusedNamingTheTensor) {
   const ModelWeights w = load_weights(dir / "bad", mixed);
   EXPECT_EQ(values(w.layers[1].down_proj), expected_rows(read_checkpoint(dir / "m"), projection_parts(1)[3]));
 }
+
+namespace {
+
+// A Qwen3-MoE in whole 128 x 128 blocks: hidden 256, 2 heads of 128 (1 KV head), dense layers' I 256, 4 layers of
+// which 1 and 3 are sparse, 5 experts (top 2) of moe_intermediate_size `moe_inter`; fp8 unless `fp8` is false.
+json moe_fp8(int64_t moe_inter, bool fp8 = true) {
+  json j = test_model_config("qwen3-moe-tiny");
+  j["hidden_size"] = 256;
+  j["intermediate_size"] = 256;
+  j["num_attention_heads"] = 2;
+  j["num_key_value_heads"] = 1;
+  j["head_dim"] = 128;
+  j["num_hidden_layers"] = 4;
+  j["mlp_only_layers"] = json::array();
+  j["num_experts"] = 5;
+  j["num_experts_per_tok"] = 2;
+  j["moe_intermediate_size"] = moe_inter;
+  j["vocab_size"] = 97;
+  if (fp8) j["quantization_config"] = fp8_quantization_config();
+  return j;
+}
+
+// Expert e's checkpoint names in layer l: gate, up, down.
+std::vector<std::string> expert_parts(int l, int64_t e) {
+  const std::string p = "model.layers." + std::to_string(l) + ".mlp.experts." + std::to_string(e) + ".";
+  return {p + "gate_proj.weight", p + "up_proj.weight", p + "down_proj.weight"};
+}
+
+// Stacked kept-fp8 experts [E, R, C] with their scales [E, R / 128, C / 128], dequantized by definition: the
+// experts' blocks stack by rows, so [E R, C] with [E R / 128, C / 128] decodes as one weight.
+std::vector<float> dequantize_stacked(const TensorView& codes, const TensorView& scale) {
+  EXPECT_EQ(codes.ndim(), 3);
+  EXPECT_EQ(scale.shape(), (Shape{codes.dim(0), codes.dim(1) / 128, codes.dim(2) / 128}));
+  return dequantize_view(codes.reshape({codes.dim(0) * codes.dim(1), codes.dim(2)}),
+                         scale.reshape({scale.dim(0) * scale.dim(1), scale.dim(2)}));
+}
+
+}  // namespace
+
+TEST(Fp8Weights, KeptFp8MoeExpertsHoldTheFilesCodesAndStackedBlockScales) {
+  TempDir dir;
+  write_test_model(dir / "fp8", moe_fp8(256), 11);
+  write_test_model(dir / "bf16", moe_fp8(256, false), 11);
+  const ModelConfig cfg = ModelConfig::from_model_dir(dir / "fp8");
+  const std::vector<RawTensor> ckpt = read_checkpoint(dir / "fp8");
+  const ModelWeights w = load_weights(dir / "fp8", cfg, kept());
+  WeightLoadOptions quantize = kept();  // --quantization fp8 on the bf16 checkpoint of the same seed
+  quantize.quantize_fp8 = true;
+  const ModelWeights q = load_weights(dir / "bf16", ModelConfig::from_model_dir(dir / "bf16"), quantize);
+  const int64_t E = 5, Im = 256, H = 256;
+  for (int l : {1, 3}) {
+    const LayerWeights& L = w.layers[l];
+    ASSERT_TRUE(L.is_moe());
+    EXPECT_EQ(L.router.dtype(), DType::kBF16);  // the router stays unquantized
+    ASSERT_EQ(L.experts_gate_up.dtype(), DType::kF8E4M3);
+    ASSERT_EQ(L.experts_down.dtype(), DType::kF8E4M3);
+    EXPECT_EQ(L.experts_gate_up.shape(), (Shape{E, 2 * Im, H}));
+    EXPECT_EQ(L.experts_down.shape(), (Shape{E, H, Im}));
+    ASSERT_EQ(L.experts_gate_up_scale.shape(), (Shape{E, 2 * Im / 128, H / 128}));
+    ASSERT_EQ(L.experts_down_scale.shape(), (Shape{E, H / 128, Im / 128}));
+    // Per expert: its gate codes then its up codes; its gate blocks' scales then its up blocks'.
+    std::string gate_up, gate_up_scales, down, down_scales;
+    for (int64_t e = 0; e < E; ++e) {
+      const auto parts = expert_parts(l, e);
+      for (size_t i = 0; i < 2; ++i) {
+        gate_up += find_tensor(ckpt, parts[i]).bytes;
+        gate_up_scales += find_tensor(ckpt, parts[i] + "_scale_inv").bytes;
+      }
+      down += find_tensor(ckpt, parts[2]).bytes;
+      down_scales += find_tensor(ckpt, parts[2] + "_scale_inv").bytes;
+    }
+    EXPECT_EQ(bytes_of(L.experts_gate_up.data(), L.experts_gate_up.nbytes()), gate_up) << l;
+    EXPECT_EQ(bytes_of(L.experts_gate_up_scale.data(), L.experts_gate_up_scale.nbytes()), gate_up_scales) << l;
+    EXPECT_EQ(bytes_of(L.experts_down.data(), L.experts_down.nbytes()), down) << l;
+    EXPECT_EQ(bytes_of(L.experts_down_scale.data(), L.experts_down_scale.nbytes()), down_scales) << l;
+    // Quantizing the bf16 checkpoint at load gives the same bytes.
+    const LayerWeights& Q = q.layers[l];
+    for (auto [a, b] : {std::pair{&L.experts_gate_up, &Q.experts_gate_up}, {&L.experts_down, &Q.experts_down},
+                        {&L.experts_gate_up_scale, &Q.experts_gate_up_scale},
+                        {&L.experts_down_scale, &Q.experts_down_scale}}) {
+      ASSERT_EQ(a->shape(), b->shape()) << l;
+      EXPECT_EQ(bytes_of(a->data(), a->nbytes()), bytes_of(b->data(), b->nbytes())) << l;
+    }
+  }
+  EXPECT_EQ(w.layers[0].gate_up_proj.dtype(), DType::kF8E4M3);  // the dense layers as before
+  EXPECT_FALSE(w.layers[0].experts_gate_up_scale.defined());
+  // Without keep_fp8 (the CPU backend) the experts are the dequantized f32 values, scales undefined.
+  const ModelWeights f = load_weights(dir / "fp8", cfg);
+  EXPECT_EQ(f.layers[1].experts_gate_up.dtype(), DType::kF32);
+  EXPECT_FALSE(f.layers[1].experts_gate_up_scale.defined());
+  EXPECT_EQ(values(f.layers[1].experts_gate_up), dequantize_stacked(w.layers[1].experts_gate_up,
+                                                                    w.layers[1].experts_gate_up_scale));
+  EXPECT_EQ(values(f.layers[3].experts_down), dequantize_stacked(w.layers[3].experts_down,
+                                                                 w.layers[3].experts_down_scale));
+}
+
+TEST(Fp8Weights, TensorParallelRanksCarryTheirExpertSlicesBlockScales) {
+  TempDir dir;
+  write_test_model(dir.path(), moe_fp8(256), 12);  // 2 ranks: 128 of every expert's 256 intermediate columns
+  const ModelConfig cfg = ModelConfig::from_model_dir(dir.path());
+  const ModelWeights full = load_weights(dir.path(), cfg);  // dequantized, whole
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    const TensorParallelPlan plan = shard_for_rank(cfg, rank, 2);
+    WeightLoadOptions opt = kept();
+    opt.shard = &plan;
+    const ModelWeights mine = load_weights(dir.path(), cfg, opt);
+    for (int l : {1, 3}) {
+      const LayerWeights &M = mine.layers[l], &F = full.layers[l];
+      ASSERT_EQ(M.experts_gate_up.dtype(), DType::kF8E4M3);
+      EXPECT_EQ(M.experts_gate_up.shape(), (Shape{5, 256, 256}));
+      EXPECT_EQ(M.experts_down.shape(), (Shape{5, 256, 128}));
+      EXPECT_EQ(dequantize_stacked(M.experts_gate_up, M.experts_gate_up_scale),
+                cut(values(F.experts_gate_up), 256, plan.experts_gate_up))
+          << "rank " << rank << " layer " << l;
+      EXPECT_EQ(dequantize_stacked(M.experts_down, M.experts_down_scale),
+                cut(values(F.experts_down), 256, plan.experts_down))
+          << "rank " << rank << " layer " << l;
+    }
+  }
+}
+
+TEST(Fp8Weights, MoeExpertsOffTheBlockGridFallBackToDequantized) {
+  TempDir dir;
+  // moe_intermediate_size 384 over 2 ranks: 192 columns each, which cut a block; 192 on one rank: a partial block.
+  write_test_model(dir / "tp", moe_fp8(384), 13);
+  write_test_model(dir / "one", moe_fp8(192), 13);
+  const ModelConfig tp = ModelConfig::from_model_dir(dir / "tp");
+  const ModelWeights full = load_weights(dir / "tp", tp);
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    const TensorParallelPlan plan = shard_for_rank(tp, rank, 2);
+    WeightLoadOptions opt = kept();
+    opt.dtype = DType::kBF16;  // what the CUDA backend asks for
+    opt.shard = &plan;
+    const ModelWeights mine = load_weights(dir / "tp", tp, opt);  // loads (a warning, no error)
+    const LayerWeights& M = mine.layers[1];
+    ASSERT_EQ(M.experts_gate_up.dtype(), DType::kBF16) << "rank " << rank;
+    ASSERT_EQ(M.experts_down.dtype(), DType::kBF16);
+    EXPECT_FALSE(M.experts_gate_up_scale.defined());
+    EXPECT_FALSE(M.experts_down_scale.defined());
+    EXPECT_EQ(M.experts_gate_up.shape(), (Shape{5, 384, 256}));
+    const std::vector<float> want = cut(values(full.layers[1].experts_gate_up), 256, plan.experts_gate_up);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(M.experts_gate_up.data_as<uint16_t>()[i], f32_to_bf16(want[i])) << "rank " << rank << " " << i;
+    EXPECT_EQ(mine.layers[0].qkv_proj.dtype(), DType::kF8E4M3);  // the rest stays fp8
+    EXPECT_EQ(mine.layers[0].down_proj.dtype(), DType::kF8E4M3);
+  }
+  const ModelConfig one = ModelConfig::from_model_dir(dir / "one");
+  const ModelWeights w = load_weights(dir / "one", one, kept());
+  EXPECT_EQ(w.layers[3].experts_down.dtype(), DType::kF32);  // dtype unset: the dequantized f32 values
+  EXPECT_FALSE(w.layers[3].experts_down_scale.defined());
+  EXPECT_EQ(values(w.layers[3].experts_down), values(load_weights(dir / "one", one).layers[3].experts_down));
+  EXPECT_EQ(w.layers[3].o_proj.dtype(), DType::kF8E4M3);
+}

@@ -223,7 +223,9 @@ void Decoder::sparse_mlp(const LayerWeights& w, TensorView hidden, const ops::Mo
   NANOVLLM_CHECK(chunk > 0, "Decoder: a MoE layer needs the workspace's MoE scratch (make_workspace)");
   for (int64_t b = 0; b < t; b += chunk) {
     const TensorView rows = hidden.slice_rows(b, std::min(t, b + chunk));  // [n, H]
-    ops::moe_mlp(rows, rows, w.router, {w.experts_gate_up, w.experts_down}, config_.moe.norm_topk_prob, ws, s);
+    ops::moe_mlp(rows, rows, w.router,
+                 {w.experts_gate_up, w.experts_down, w.experts_gate_up_scale, w.experts_down_scale},
+                 config_.moe.norm_topk_prob, ws, s);
   }
 }
 

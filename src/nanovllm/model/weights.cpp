@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <string>
 #include <thread>
 
 #include "nanovllm/core/error.h"
@@ -165,10 +166,10 @@ void moe_sources(const ModelConfig& c, const std::string& p, LayerWeights& l, st
   }
   add_source(t, &l.experts_gate_up, gate_up);
   t.back().stack = E;
-  projection(t, nullptr);
+  projection(t, &l.experts_gate_up_scale);
   add_source(t, &l.experts_down, down);
   t.back().stack = E;
-  projection(t, nullptr);
+  projection(t, &l.experts_down_scale);
 }
 
 // The transformers-native layouts (model.layers.N.self_attn..., model.norm, lm_head).
@@ -360,6 +361,20 @@ void plan_fp8_scales(const WeightSource& src, const ShardSlice& slice, OutputTen
   if (blocks.axis == ShardSlice::Axis::kColumns) o.scale_shape.dims[1] = blocks.extent();
 }
 
+// Why kept-fp8 MoE experts must be dequantized instead, or "" when they can stay fp8: the fp8 expert kernels need
+// every expert matrix, and this rank's share of it, in whole 128 x 128 blocks (Qwen3-30B-A3B's moe_intermediate_size
+// 768 over 4 ranks is 192 columns each); the bf16 ones take any size, so such a model still runs.
+std::string experts_off_the_fp8_grid(const ModelConfig& cfg, const TensorParallelPlan* shard) {
+  const int64_t H = cfg.hidden_size, Im = cfg.moe.moe_intermediate_size;
+  const int64_t share = shard != nullptr ? shard->moe_intermediate : Im;
+  if (H % kFp8BlockSize != 0) return "hidden_size " + std::to_string(H) + " is not a multiple of 128";
+  if (Im % kFp8BlockSize != 0) return "moe_intermediate_size " + std::to_string(Im) + " is not a multiple of 128";
+  if (share % kFp8BlockSize != 0)
+    return "each of the " + std::to_string(shard->size) + " tensor-parallel ranks holds " + std::to_string(share) +
+           " of the experts' " + std::to_string(Im) + " intermediate columns, not a multiple of 128";
+  return "";
+}
+
 // Layer tensors are named "<prefix><i>.": "model.layers." (HF), "transformer.encoder.layers." (ChatGLM).
 const char* layer_tensor_prefix(const ModelConfig& cfg) {
   return cfg.arch == Architecture::kChatGlm ? "transformer.encoder.layers." : "model.layers.";
@@ -401,6 +416,8 @@ ModelWeights load_weights(const std::filesystem::path& dir, const ModelConfig& c
 
   ModelWeights w;
   std::vector<OutputTensor> outs;
+  const std::string experts_dequantized = cfg.moe.num_experts > 0 ? experts_off_the_fp8_grid(cfg, opt.shard) : "";
+  bool warned = false;
   for (const WeightSource& src : weight_sources(cfg, &w)) {
     OutputTensor o;
     o.target = src.target;
@@ -429,9 +446,15 @@ ModelWeights load_weights(const std::filesystem::path& dir, const ModelConfig& c
       NANOVLLM_CHECK(o.shape.ndim == 2, "load_weights: a column split of the 1-D ", src.parts.front().name);
       o.shape.dims[1] = slice.extent();
     }
-    if (opt.keep_fp8 && any_fp8 && src.scale_target != nullptr) {
+    const bool experts_fall_back = src.stack > 0 && !experts_dequantized.empty();
+    if (opt.keep_fp8 && any_fp8 && src.scale_target != nullptr && !experts_fall_back) {
       o.dtype = DType::kF8E4M3;
       plan_fp8_scales(src, slice, o);
+    }
+    if (opt.keep_fp8 && any_fp8 && experts_fall_back && !warned && (!opt.shard || opt.shard->rank == 0)) {
+      NANOVLLM_WARN("fp8 weights: the MoE experts are dequantized to ", dtype_name(o.dtype), " at load (the fp8 ",
+                    "expert kernels need whole 128 x 128 blocks: ", experts_dequantized, "); the rest stays fp8");
+      warned = true;
     }
     outs.push_back(std::move(o));
   }
@@ -457,7 +480,11 @@ ModelWeights load_weights(const std::filesystem::path& dir, const ModelConfig& c
     loader.load(o, base);
     *o.target = TensorView(base + o.offset, o.dtype, o.shape, device);
     if (o.stack > 0) *o.target = o.target->reshape({o.stack, o.shape[0] / o.stack, o.shape[1]});
-    if (o.scale_target) *o.scale_target = TensorView(base + o.scale_offset, DType::kF32, o.scale_shape, device);
+    if (o.scale_target) {
+      *o.scale_target = TensorView(base + o.scale_offset, DType::kF32, o.scale_shape, device);
+      if (o.stack > 0)
+        *o.scale_target = o.scale_target->reshape({o.stack, o.scale_shape[0] / o.stack, o.scale_shape[1]});
+    }
   }
   if (cfg.tie_word_embeddings) w.lm_head = w.embed_tokens;
   NANOVLLM_DEBUG("loaded ", outs.size(), " weight tensors (", total >> 20, " MiB) from ", dir.string(),

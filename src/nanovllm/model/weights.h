@@ -36,6 +36,9 @@ struct LayerWeights {
   // Block scales of the projections kept in fp8 (WeightLoadOptions::keep_fp8): the weight above is then
   // F8E4M3 and its scale f32 [rows / 128, cols / 128] (kernels/fp8_block.h); undefined for a dense weight.
   TensorView qkv_proj_scale, o_proj_scale, gate_up_proj_scale, down_proj_scale;
+  // The experts' when kept fp8, per expert [rows / 128, cols / 128] stacked like the weights:
+  TensorView experts_gate_up_scale;     // [E, 2 * Im / 128, H / 128]: expert e's gate rows' blocks, then its up rows'
+  TensorView experts_down_scale;        // [E, H / 128, Im / 128]
   bool is_moe() const { return router.defined() && router.numel() > 0; }
 };
 
@@ -60,9 +63,11 @@ struct WeightLoadOptions {
   const TensorParallelPlan* shard = nullptr;
   // Block-scaled fp8 projections (q/k/v/o, gate/up/down, experts; docs/fp8.md). A projection is fp8 when the
   // checkpoint holds it so (config.json's quantization_config) or when quantize_fp8 quantizes a dense
-  // checkpoint's per 128 x 128 block at load. keep_fp8: the dense layers' fp8 projections stay e4m3 with f32 block
-  // scales (LayerWeights' *_scale; rows, columns and every rank's slice on 128 boundaries, else an error);
-  // otherwise, and always for MoE experts, they are dequantized to `dtype` (F32 when dtype is nullopt).
+  // checkpoint's per 128 x 128 block at load. keep_fp8: fp8 projections stay e4m3 with f32 block scales
+  // (LayerWeights' *_scale; rows, columns and every rank's slice on 128 boundaries, else an error naming the
+  // tensor); otherwise they are dequantized to `dtype` (F32 when dtype is nullopt). MoE experts whose hidden size
+  // or (rank's share of the) intermediate size is off the 128 grid are dequantized even under keep_fp8, for the
+  // whole model, with one warning naming why (the layers still run: the expert kernels take bf16 too).
   bool quantize_fp8 = false;
   bool keep_fp8 = false;
 };
@@ -80,7 +85,8 @@ struct WeightSpec {
 // `stack` > 0: the parts are `stack` experts' tensors and the engine tensor [R, C] of their rows is viewed as
 // [stack, R / stack, C] (the experts' gate_up and down weights).
 // `quantizable`: projection weights, which block-scaled fp8 checkpoints (and --quantization fp8) store in e4m3;
-// `scale_target` receives their block scales when the loader keeps them fp8 (null for MoE experts: dequantized).
+// `scale_target` receives their block scales when the loader keeps them fp8 (stacked sources: viewed as
+// [stack, rows / 128 / stack, cols / 128] like the weight).
 struct WeightSource {
   TensorView* target = nullptr;  // into the ModelWeights passed to weight_sources (null without one)
   std::vector<WeightSpec> parts;
