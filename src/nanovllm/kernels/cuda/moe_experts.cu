@@ -251,7 +251,13 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(GroupedArgs g) {
   // f32 product rounded once to f32 then to bf16 as the loader's dequantization (fp8_gemv_device.cuh decodes
   // codes x 2^-120 exactly; x 2^120 is exact too).
   auto convert_stage = [&](int stage, int kt) {
-    const uint4 codes = *reinterpret_cast<const uint4*>(sC + stage * kCodeTile + c_row * kBK + 16 * c_half);
+    // An asm load with a memory clobber: kept after cp_async_wait (itself an asm without one), which a plain load
+    // of the landed codes need not be.
+    uint4 codes;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(codes.x), "=r"(codes.y), "=r"(codes.z), "=r"(codes.w)
+                 : "r"(smem_u32(sC + stage * kCodeTile + c_row * kBK + 16 * c_half))
+                 : "memory");
     const float scale = c_ok ? __ldg(c_scale + kt * kBK / 128) : 0.f;
     const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
     float v[2][8];

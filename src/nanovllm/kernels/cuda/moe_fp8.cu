@@ -290,6 +290,12 @@ void moe_gate_up_fp8(TensorView act, TensorView x, TensorView gate_up_w, TensorV
   check_fp8_expert(op, gate_up_w, gate_up_scale);
   NANOVLLM_CHECK(gate_up_w.dim(2) == H && act.dim(1) == Im, op, ": x ", x.shape().str(), ", gate_up_w ",
                  gate_up_w.shape().str(), " and act ", act.shape().str(), " do not fit");
+  // check_fp8_expert sees 2 Im rows: Im itself must be whole blocks (a warp item's 4 gate rows and their scale row,
+  // and Im / 4 items per slot a multiple of a CTA's items, which keeps a CTA on one slot).
+  NANOVLLM_CHECK(gate_up_w.dim(1) == 2 * Im && H % kBlock == 0 && Im % kBlock == 0, op, ": gate_up_w ",
+                 gate_up_w.shape().str(), " must be [E, 2 Im, H] with H and Im multiples of ", kBlock);
+  NANOVLLM_CHECK(P % T == 0 && P / T >= 1, op, ": act ", act.shape().str(), " must hold T k rows for ", T,
+                 " tokens");
   NANOVLLM_CHECK(k_parts == 0 || k_parts == 1 || k_parts == 2 || k_parts == 4, op,
                  ": k_parts must be 0 (pick), 1, 2 or 4, got ", k_parts);
   const GateUpArgs a{x.data_as<const uint16_t>(), gate_up_w.data_as<const uint8_t>(),
