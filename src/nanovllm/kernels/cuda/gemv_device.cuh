@@ -24,6 +24,22 @@ __device__ __forceinline__ uint4 ld_weight(const uint4* p) {
   return r;
 }
 
+// ld_weight(p) where `ok`, else zeros, with the guard inside the asm. ld_weight is an asm without side effects,
+// which the compiler may execute where the source does not: `k < K ? ld_weight(w + k) : 0` in moe_fp8.cu's
+// K loop was hoisted out of its token loop unguarded and read past the end of the weights (compute-sanitizer,
+// lanes past K of an expert's last rows). Here a hoisted or speculated copy still loads only where `ok`.
+__device__ __forceinline__ uint4 ld_weight_if(const uint4* p, bool ok) {
+  uint4 r = make_uint4(0, 0, 0, 0);
+  asm("{\n"
+      "  .reg .pred ld_ok;\n"
+      "  setp.ne.b32 ld_ok, %5, 0;\n"
+      "  @ld_ok ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      "}\n"
+      : "+r"(r.x), "+r"(r.y), "+r"(r.z), "+r"(r.w)
+      : "l"(p), "r"(static_cast<int>(ok)));
+  return r;
+}
+
 // Lane's x rows (token g + 8 nt of each 8-token B tile, clamped to T - 1: padding tokens reread the
 // last row, their products are never stored) and zeroed accumulators.
 template <int kNT>

@@ -49,7 +49,8 @@ constexpr int kBlock = static_cast<int>(kFp8BlockSize);
 
 // One warp's pass over K steps [s0, s1) of kRows weight rows against kT activation rows: acc[r][t] += the
 // lane's share of row r . x[t]. w[r]: row r's codes (K of them); scale[h]: the scale row (one f32 per 128 columns)
-// of rows [4 h, 4 h + 4); x[t]: an activation row, K bf16. Lanes past K (K % 512 != 0) load nothing. The next
+// of rows [4 h, 4 h + 4); x[t]: an activation row, K bf16. Lanes past K (K % 512 != 0) load nothing (the guard is
+// inside the weight load's asm: see ld_weight_if) and add nothing. The next
 // step's codes load while this step's products run (two register buffers).
 template <int kT>
 __device__ __forceinline__ void stream_rows(const uint8_t* const (&w)[kRows], const float* const (&scale)[2],
@@ -59,22 +60,25 @@ __device__ __forceinline__ void stream_rows(const uint8_t* const (&w)[kRows], co
     const int k = s * kStepCols + lane * kLaneCodes;
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
-      c[r] = k < K ? gemv_detail::ld_weight(reinterpret_cast<const uint4*>(w[r] + k)) : make_uint4(0, 0, 0, 0);
+      c[r] = gemv_detail::ld_weight_if(reinterpret_cast<const uint4*>(w[r] + k), k < K);  // never past a row
   };
   uint4 cur[kRows], nxt[kRows] = {};
   if (s0 < s1) load(s0, cur);
   for (int s = s0; s < s1; ++s) {
     if (s + 1 < s1) load(s + 1, nxt);
     const int k = s * kStepCols + lane * kLaneCodes;
+    // __ldg is an asm without side effects too: its addresses stay inside the rows (kx = k where k < K) should a
+    // compiler move the loads above the guard.
+    const int kx = min(k, K - kLaneCodes);
     if (k < K) {
       float xs[kT][16];
 #pragma unroll
       for (int t = 0; t < kT; ++t) {
-        const uint4* row = reinterpret_cast<const uint4*>(x[t] + k);
+        const uint4* row = reinterpret_cast<const uint4*>(x[t] + kx);
         bf16x8_as_f32(__ldg(row), xs[t]);
         bf16x8_as_f32(__ldg(row + 1), xs[t] + 8);
       }
-      const float lo = __ldg(scale[0] + k / kBlock), hi = __ldg(scale[1] + k / kBlock);
+      const float lo = __ldg(scale[0] + kx / kBlock), hi = __ldg(scale[1] + kx / kBlock);
 #pragma unroll
       for (int r = 0; r < kRows; ++r) fp8x16_dot_add<kT>(cur[r], xs, r < kRows / 2 ? lo : hi, acc[r]);
     }
