@@ -19,6 +19,8 @@
 #include "cuda_test_util.h"
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <numeric>
 #include <set>
 #include <tuple>
@@ -91,6 +93,51 @@ TEST(CudaMoe, GroupMatchesTheReference) {
   }
 }
 
+// Where two [P, C] results (pair order) differ: beyond atol + rtol |want| (or bitwise when atol < 0), as
+// "pair p (token, slot, expert e, device row r = local row l of e, row tile l / 128, warp half l % 128 / 64):
+// columns [a, b) ..." for the first pairs, and per column the pairs it fails in. What a device run needs to tell a
+// race (varies between runs, scattered) from a tile-shaped fault (one row x one column tile, 64 rows x one column).
+void describe_mismatch(const std::vector<float>& got, const std::vector<float>& want, int64_t P, int64_t C,
+                       int64_t k, const std::vector<int32_t>& ids, const std::vector<int32_t>& pair_rows,
+                       const std::vector<int32_t>& offsets, float atol, float rtol, const std::string& what) {
+  auto off = [&](size_t i) {
+    return atol < 0 ? (got[i] != want[i] && !(std::isnan(got[i]) && std::isnan(want[i])))
+                    : !(std::fabs(got[i] - want[i]) <= atol + rtol * std::fabs(want[i]));
+  };
+  std::map<int64_t, std::vector<int64_t>> by_col;
+  int64_t bad = 0, shown = 0;
+  for (int64_t p = 0; p < P; ++p) {
+    std::string cols;
+    int64_t n = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      if (!off(static_cast<size_t>(p * C + c))) continue;
+      int64_t c1 = c;
+      while (c1 + 1 < C && off(static_cast<size_t>(p * C + c1 + 1))) ++c1;
+      for (int64_t i = c; i <= c1; ++i) by_col[i].push_back(p);
+      n += c1 - c + 1;
+      if (cols.size() < 400) cols += " [" + std::to_string(c) + ", " + std::to_string(c1 + 1) + ")";
+      c = c1;
+    }
+    if (n == 0) continue;
+    bad += n;
+    if (shown++ >= 24) continue;
+    const int32_t e = ids[static_cast<size_t>(p)], r = pair_rows[static_cast<size_t>(p)];
+    const int32_t l = r - offsets[static_cast<size_t>(e)];
+    const size_t i0 = static_cast<size_t>(p * C + std::stol(cols.substr(2)));
+    ADD_FAILURE() << what << ": pair " << p << " (token " << p / k << ", slot " << p % k << ", expert " << e
+                  << ", device row " << r << " = local row " << l << ", row tile " << l / 128 << ", warp half "
+                  << l % 128 / 64 << "): " << n << " columns:" << cols << "; first got " << got[i0] << " want "
+                  << want[i0];
+  }
+  if (bad == 0) return;
+  std::string cols;
+  for (const auto& [c, ps] : by_col) {
+    if (cols.size() > 1500) break;
+    cols += " " + std::to_string(c) + "(" + std::to_string(ps.size()) + " pairs)";
+  }
+  ADD_FAILURE() << what << ": " << bad << " elements in " << shown << " pairs differ; by column:" << cols;
+}
+
 // The experts' rows of a random routing on the GPU against cpu::moe_experts with bf16 activations.
 void check_experts(ExpertDtype dtype, int64_t T, int64_t E, int64_t k, int64_t H, int64_t Im, int64_t used,
                    std::mt19937& rng) {
@@ -133,17 +180,44 @@ void check_experts(ExpertDtype dtype, int64_t T, int64_t E, int64_t k, int64_t H
       got[static_cast<size_t>(p * H + c)] = rows[static_cast<size_t>(pair_rows[static_cast<size_t>(p)] * H + c)];
       want[static_cast<size_t>(p * H + c)] = ref[static_cast<size_t>(h.rows[static_cast<size_t>(p)] * H + c)];
     }
-  expect_close(got, want, 2e-2f, 1e-2f, what);
+  const auto d_offsets = d.offsets.download<int32_t>();
+  describe_mismatch(got, want, P, H, k, ids, pair_rows, d_offsets, 2e-2f, 1e-2f, what + " rows");
   EXPECT_LE(cuda_test::nmse(got, want), 1e-5) << what;
   if (!tiled_fp8) return;
+  // Pair order of a [P, C] device result.
+  auto by_pair = [&](const std::vector<float>& v, int64_t C) {
+    std::vector<float> o(static_cast<size_t>(P * C));
+    for (int64_t p = 0; p < P; ++p)
+      std::copy_n(v.begin() + pair_rows[static_cast<size_t>(p)] * C, C, o.begin() + p * C);
+    return o;
+  };
+  // Stage 1 alone: the activations against the CPU's (which rounds gate, up and act as the kernels do).
+  std::vector<float> act_want(static_cast<size_t>(P * Im));
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t c = 0; c < Im; ++c)
+      act_want[static_cast<size_t>(p * Im + c)] =
+          bf16_to_f32(act_ref[static_cast<size_t>(h.rows[static_cast<size_t>(p)] * Im + c)]);
+  const std::vector<float> act_got = by_pair(d_act.download_f32(), Im);
+  describe_mismatch(act_got, act_want, P, Im, k, ids, pair_rows, d_offsets, 2e-2f, 1e-2f, what + " act");
+  // A second run on the same inputs: a race shows as a difference between runs.
+  DeviceTensor r_rows(DType::kBF16, {P, H}), r_act(DType::kBF16, {P, Im});
+  r_rows.fill_bytes(0xff);
+  cuda_ops::moe_experts(r_rows.view(), d_x.view(), expert_weights(d_gu, d_dw), d.view(), r_act.view(),
+                        cuda_test::on());
+  describe_mismatch(by_pair(r_act.download_f32(), Im), act_got, P, Im, k, ids, pair_rows, d_offsets, -1.f, 0.f,
+                    what + " act, second run vs first");
+  describe_mismatch(by_pair(r_rows.download_f32(), H), by_pair(rows, H), P, H, k, ids, pair_rows, d_offsets, -1.f,
+                    0.f, what + " rows, second run vs first");
   // The same grouping through the bf16 kernel on the bf16 values: the same rows, bit for bit.
   DeviceTensor b_gu(DType::kBF16, gu.shape(), gu_bf16.bits), b_dw(DType::kBF16, dw.shape(), dw_bf16.bits);
   DeviceTensor b_rows(DType::kBF16, {P, H}), b_act(DType::kBF16, {P, Im});
   b_rows.fill_bytes(0xff);
   cuda_ops::moe_experts(b_rows.view(), d_x.view(), {b_gu.view(), b_dw.view()}, d.view(), b_act.view(),
                         cuda_test::on());
-  EXPECT_EQ(d_act.download<uint16_t>(), b_act.download<uint16_t>()) << what << ": activations vs the bf16 kernel";
-  EXPECT_EQ(d_rows.download<uint16_t>(), b_rows.download<uint16_t>()) << what << ": rows vs the bf16 kernel";
+  describe_mismatch(act_got, by_pair(b_act.download_f32(), Im), P, Im, k, ids, pair_rows, d_offsets, -1.f, 0.f,
+                    what + " act vs the bf16 kernel");
+  describe_mismatch(by_pair(rows, H), by_pair(b_rows.download_f32(), H), P, H, k, ids, pair_rows, d_offsets, -1.f,
+                    0.f, what + " rows vs the bf16 kernel");
 }
 
 // Each shape with bf16 experts, and with fp8 ones where it is whole 128 x 128 blocks.
