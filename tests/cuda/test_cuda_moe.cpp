@@ -12,7 +12,8 @@
 // the activation to bf16 as the kernels do; the GPU sums in another order, which can move a rounded gate / up
 // by one bf16 ulp, and rounds its output to bf16: per element 2e-2 + 1e-2 relative, NMSE <= 1e-5. fp8 experts:
 // the reference's weights are code x scale in f32 (the CPU backend's), which the weight-streaming kernels multiply
-// exactly (same tolerances); the tiled kernel converts its weight tiles to bf16(code x scale), so past 32 tokens
+// exactly (same tolerances; the codes' exact values on tensor cores, the scale per block after); the tiled kernel
+// converts its weight tiles to bf16(code x scale), so past 32 tokens
 // the reference takes those bf16 values (same tolerances) and the rows must equal, bit for bit, the bf16 kernel's
 // on those weights. Combine: one bf16 rounding, 1e-2 + 5e-3 relative.
 #include "cuda_moe_test_util.h"

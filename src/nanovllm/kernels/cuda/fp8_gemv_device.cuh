@@ -21,6 +21,15 @@ __device__ __forceinline__ void e4m3x4_times_2pow_minus120(uint32_t v, float* f)
   f[3] = __uint_as_float(static_cast<uint32_t>(static_cast<int32_t>(v) >> 4) & kMask);
 }
 
+// Four e4m3 codes (code i in byte i) as two bf16x2 words (codes 0, 1 and codes 2, 3; the lower code in the low
+// half) holding their values times 2^-120 exactly: a bf16 is an f32's top half, so the trick above 16 bits lower
+// (e4m3 subnormals become bf16 subnormals). Two byte permutes put the codes in the words' high bytes, a shift by 4
+// moves exponent and mantissa into place, the masks keep them and the sign.
+__device__ __forceinline__ uint2 e4m3x4_as_bf16x4_times_2pow_minus120(uint32_t v) {
+  const uint32_t a = __byte_perm(v, 0, 0x1404), b = __byte_perm(v, 0, 0x3424);  // bytes [0, c0, 0, c1], [0, c2, 0, c3]
+  return make_uint2((a & 0x80008000u) | ((a >> 4) & 0x07f007f0u), (b & 0x80008000u) | ((b >> 4) & 0x07f007f0u));
+}
+
 // Eight bf16 (one 16-byte vector) as f32: a bf16 is the top half of an f32.
 __device__ __forceinline__ void bf16x8_as_f32(const uint4& v, float* f) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};

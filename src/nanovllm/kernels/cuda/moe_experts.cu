@@ -24,7 +24,11 @@
 // predecessor first and then let their successor launch.
 //
 // fp8 experts (block-scaled e4m3, docs/fp8.md; H and Im multiples of 128): steps of up to kMoeGemvMaxTokens tokens
-// stream the codes (moe_fp8.cu); longer ones run moe_gemm with kFp8, whose B tiles arrive as codes (a cp.async ring
+// run moe_gemv with kFp8: each lane's 16-byte load is 16 codes, made bf16 with integer ops (their values times
+// 2^-120, exact) and fed to the same mma.sync as two of the bf16 kernel's 8-k vectors, x times 2^64 (exact) so
+// the f32 sums stay clear of subnormals; each 128-column block's sums join the accumulators times its scale (H200,
+// 30B-A3B shape, one layer: T = 4 71 us, T = 32 249; the FMA streaming kernels of moe_fp8.cu took 108 and 361, the
+// bf16 experts 89 and 316). Longer steps run moe_gemm with kFp8, whose B tiles arrive as codes (a cp.async ring
 // of 32-byte rows beside the bf16 one) and are converted by the thread that copied them, once its copy has landed,
 // to bf16(code x scale) in the bf16 B tile: the values the loader's bf16 dequantization gives, so the GEMM is the
 // bf16 GEMM on the dequantized experts, bit for bit. A 32-column k tile lies in one 128-column block, and a B tile's
@@ -77,7 +81,73 @@ constexpr int kRowTiles = 2;                   // 16-row tiles per CTA
 constexpr int kKGroups = kWarps / kRowTiles;   // K groups per CTA
 constexpr int kCols = 16;                      // output columns per CTA (stage 1: gate / up row pairs)
 
-template <bool kGateUp, int kNT>
+// fp8 experts: the codes' values times 2^-120 meet x times 2^64 in the products (bf16 x 2^64 is exact: a power of
+// two), so the f32 sums sit near the values times 2^-56, far from f32's subnormals whatever the sizes of x; the
+// block scale times 2^56 brings them back.
+constexpr float kFp8ProductScale = 0x1p56f;
+
+__device__ __forceinline__ uint4 bf16x8_times_2pow64(uint4 v) {
+  const __nv_bfloat162 f = __float2bfloat162_rn(0x1p64f);
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __hmul2(h[i], f);
+  return v;
+}
+
+// One fp8 warp step: 256 k = two 128-column scale blocks. Lane q holds code vectors (16 codes) cb + q + 4 u of its
+// rows g (lo) and g + 8 (hi), u < kU: u = 0, 1 in the step's first block, 2, 3 in its second.
+__device__ __forceinline__ void load_codes_step(const uint4* w_lo, const uint4* w_hi, int cb, int c_end, int q,
+                                                uint4 (&lo)[kU], uint4 (&hi)[kU]) {
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int c = cb + q + 4 * u;
+    lo[u] = ld_weight_if(w_lo + c, c < c_end);  // the guard inside the asm: never past a row
+    hi[u] = ld_weight_if(w_hi + c, c < c_end);
+  }
+}
+
+// Its products: a code vector is two of the bf16 kernel's 8-k vectors (2 c and 2 c + 1), so A and B keep that
+// kernel's k order. Each block's products sum apart and join acc times the block's scale (`scale`: this tile's
+// row of block scales, one per 128 columns).
+template <int kNT>
+__device__ __forceinline__ void mma_step_fp8(float (&acc)[kNT][4], const uint4 (&lo)[kU], const uint4 (&hi)[kU],
+                                             const uint4* const (&xr)[kNT], int s, int k_blocks, int q,
+                                             const float* scale) {
+  using fp8_gemv_detail::e4m3x4_as_bf16x4_times_2pow_minus120;
+#pragma unroll
+  for (int hb = 0; hb < 2; ++hb) {
+    const int kb = 2 * s + hb;
+    if (kb >= k_blocks) break;  // K = 128 (mod 256): the last step has one block (warp-uniform)
+    float part[kNT][4] = {};
+#pragma unroll
+    for (int uu = 0; uu < 2; ++uu) {
+      const int u = 2 * hb + uu, c = 16 * s + q + 4 * u;
+      const uint32_t lw[4] = {lo[u].x, lo[u].y, lo[u].z, lo[u].w}, hw[4] = {hi[u].x, hi[u].y, hi[u].z, hi[u].w};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // bf16 vector 2 c + h: codes 8 h .. 8 h + 7
+        uint4 b[kNT];
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) b[nt] = bf16x8_times_2pow64(__ldg(xr[nt] + 2 * c + h));
+#pragma unroll
+        for (int j = 2 * h; j < 2 * h + 2; ++j) {  // codes 4 j .. 4 j + 3: the vector's k pairs 0, 1 or 2, 3
+          const uint2 a_lo = e4m3x4_as_bf16x4_times_2pow_minus120(lw[j]);
+          const uint2 a_hi = e4m3x4_as_bf16x4_times_2pow_minus120(hw[j]);
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+            mma_bf16(part[nt], a_lo.x, a_hi.x, a_lo.y, a_hi.y, j % 2 == 0 ? b[nt].x : b[nt].z,
+                     j % 2 == 0 ? b[nt].y : b[nt].w);
+        }
+      }
+    }
+    const float sc = __ldg(scale + kb) * kFp8ProductScale;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[nt][i] = fmaf(part[nt][i], sc, acc[nt][i]);
+  }
+}
+
+template <bool kGateUp, int kNT, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 2) moe_gemv_kernel(GroupedArgs g) {
   __shared__ float red[kKGroups][kRowTiles][16][16];  // [K group][row tile][row][token]
   pdl_wait();
@@ -93,15 +163,28 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemv_kernel(GroupedArgs g) {
   const int c0 = static_cast<int>(blockIdx.y) * (kGateUp ? kCols : kCols * kRowTiles);
   const int tile_row = kGateUp ? c0 : c0 + 16 * rt;
   const int last = g.N - 1;
+  const int w_rows = kGateUp ? 2 * g.N : g.N;
   auto w_row = [&](int j) {
     const int jj = min(tile_row + j, last);
     const int row = kGateUp && rt == 1 ? g.N + jj : jj;
-    return reinterpret_cast<const uint4*>(g.w + (int64_t{e} * (kGateUp ? 2 * g.N : g.N) + row) * g.K);
+    const int64_t at = (int64_t{e} * w_rows + row) * g.K;
+    if constexpr (kFp8) return reinterpret_cast<const uint4*>(g.w8 + at);
+    else return reinterpret_cast<const uint4*>(g.w + at);
   };
   const uint4* w_lo = w_row(gq);
   const uint4* w_hi = w_row(gq + 8);
-  const int steps = (Kv + kStepVecs - 1) / kStepVecs;
+  // fp8: the tile's 16 rows lie in one 128-row block (tile_row and N are multiples of 16 and 128).
+  const int k_blocks = g.K / 128;
+  const float* scale = nullptr;
+  if constexpr (kFp8)
+    scale = g.w_scale + (int64_t{e} * (w_rows / 128) + (kGateUp && rt == 1 ? g.N + tile_row : tile_row) / 128) *
+                            k_blocks;
+  const int steps = kFp8 ? (k_blocks + 1) / 2 : (Kv + kStepVecs - 1) / kStepVecs;
   const int s0 = steps * kg / kKGroups, s1 = steps * (kg + 1) / kKGroups;
+  auto load = [&](int s, uint4(&lo)[kU], uint4(&hi)[kU]) {
+    if constexpr (kFp8) load_codes_step(w_lo, w_hi, 16 * s, g.K / 16, q, lo, hi);
+    else load_w_step(w_lo, w_hi, s * kStepVecs, Kv, q, lo, hi);
+  };
 
   for (int t0 = 0; t0 < n; t0 += 8 * kNT) {
     const int nt_rows = min(8 * kNT, n - t0);
@@ -112,14 +195,18 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemv_kernel(GroupedArgs g) {
       xr[nt] = reinterpret_cast<const uint4*>(a_row<kGateUp>(g, r0 + t0 + min(gq + 8 * nt, nt_rows - 1)));
       acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
     }
+    auto products = [&](const uint4(&lo)[kU], const uint4(&hi)[kU], int s) {
+      if constexpr (kFp8) mma_step_fp8<kNT>(acc, lo, hi, xr, s, k_blocks, q, scale);
+      else mma_step<kNT, kXGlobal>(acc, lo, hi, xr, s * kStepVecs, Kv, q, Kv);
+    };
     uint4 lo0[kU], hi0[kU], lo1[kU], hi1[kU];
-    if (s0 < s1) load_w_step(w_lo, w_hi, s0 * kStepVecs, Kv, q, lo0, hi0);
+    if (s0 < s1) load(s0, lo0, hi0);
     for (int s = s0; s < s1; s += 2) {  // two register buffers: the next step's loads fly during the products
-      if (s + 1 < s1) load_w_step(w_lo, w_hi, (s + 1) * kStepVecs, Kv, q, lo1, hi1);
-      mma_step<kNT, kXGlobal>(acc, lo0, hi0, xr, s * kStepVecs, Kv, q, Kv);
+      if (s + 1 < s1) load(s + 1, lo1, hi1);
+      products(lo0, hi0, s);
       if (s + 1 >= s1) break;
-      if (s + 2 < s1) load_w_step(w_lo, w_hi, (s + 2) * kStepVecs, Kv, q, lo0, hi0);
-      mma_step<kNT, kXGlobal>(acc, lo1, hi1, xr, (s + 1) * kStepVecs, Kv, q, Kv);
+      if (s + 2 < s1) load(s + 2, lo0, hi0);
+      products(lo1, hi1, s + 1);
     }
     // The K groups' partial sums, summed in group order by one thread per output.
 #pragma unroll
@@ -341,16 +428,16 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(GroupedArgs g) {
 }
 }  // namespace gm
 
-// One grouped GEMM stage over T tokens' P rows (kFp8: T > kMoeGemvMaxTokens only).
+// One grouped GEMM stage over T tokens' P rows.
 template <bool kGateUp, bool kFp8>
 void grouped(const GroupedArgs& a, int64_t T, ops::Stream s) {
   const unsigned slots = static_cast<unsigned>(std::min<int64_t>(a.E, a.P));
-  if (!kFp8 && T <= kMoeGemvMaxTokens) {
+  if (T <= kMoeGemvMaxTokens) {
     const unsigned col_blocks = ceil_div_u(a.N, kGateUp ? gv::kCols : gv::kCols * gv::kRowTiles);
     const dim3 grid(slots, col_blocks);
     // An expert has at most T rows (a token picks it once): at T <= 8 one 8-row B tile holds them.
-    launch_pdl(T <= 8 ? gv::moe_gemv_kernel<kGateUp, 1> : gv::moe_gemv_kernel<kGateUp, 2>, grid, dim3(gv::kThreads),
-               0, s, a);
+    launch_pdl(T <= 8 ? gv::moe_gemv_kernel<kGateUp, 1, kFp8> : gv::moe_gemv_kernel<kGateUp, 2, kFp8>, grid,
+               dim3(gv::kThreads), 0, s, a);
   } else {
     constexpr size_t smem = kFp8 ? gm::kSmemFp8 : gm::kSmem;
     static PerDeviceFlag smem_raised;
@@ -382,11 +469,6 @@ void moe_experts(TensorView rows, TensorView x, const ops::MoeExpertWeights& w, 
                  "intermediate size ", Im, " must be multiples of 8 (16-byte rows)");
   for (const TensorView* t : std::initializer_list<const TensorView*>{&rows, &x, &gate_up_w, &down_w, &act})
     NANOVLLM_CHECK(aligned16(t->data()), "moe_experts (CUDA): tensors must be 16-byte aligned");
-  if (fp8 && T <= kMoeGemvMaxTokens) {  // weight streaming over the codes
-    moe_gate_up_fp8(act, x, gate_up_w, w.gate_up_scale, g, s);                  // [P, Im]
-    moe_down_rows_fp8(rows, act, down_w, w.down_scale, g, T, s);                // [P, H]
-    return;
-  }
   const int k = static_cast<int>(P / T);
   const auto* offsets = g.expert_offsets.data_as<const int32_t>();
   const auto* sorted = g.sorted_pairs.data_as<const int32_t>();

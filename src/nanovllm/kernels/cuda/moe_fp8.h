@@ -1,6 +1,6 @@
 // The fp8 experts' weight-streaming kernels (moe_fp8.cu), internal to the MoE ops: moe_gate_up_decode /
-// moe_down_combine run them for F8E4M3 weights (the decode path), moe_experts for steps of up to
-// kMoeGemvMaxTokens tokens (the general path's two stages). Block-scaled fp8 as docs/fp8.md: e4m3 codes, one f32
+// moe_down_combine run them for F8E4M3 weights (the decode path; moe_experts' steps take moe_experts.cu's
+// tensor-core kernels). Block-scaled fp8 as docs/fp8.md: e4m3 codes, one f32
 // scale per 128 x 128 block of each expert's matrix; H and Im multiples of 128 (the loader keeps experts fp8 only
 // then). Activations BF16. Callers have validated the op; these check what the kernels rely on.
 #pragma once
@@ -24,10 +24,6 @@ void moe_gate_up_fp8(TensorView act, TensorView x, TensorView gate_up_w, TensorV
 // bf16(dequant(down_w[e_j]) @ act[row of pair t k + j]), fp32 in slot order; T k <= kMoeDecodeMaxPairs.
 void moe_down_combine_fp8(TensorView out, TensorView act, TensorView down_w, TensorView down_scale,
                           TensorView topk_weights, const ops::MoeGroups& g, ops::Stream s);
-// moe_experts' stage 2: rows[r] = bf16(dequant(down_w[e]) @ act[r]). rows [P, H], act [P, Im]; `tokens` = T (an
-// expert has at most T rows), 1 <= T <= kMoeGemvMaxTokens.
-void moe_down_rows_fp8(TensorView rows, TensorView act, TensorView down_w, TensorView down_scale,
-                       const ops::MoeGroups& g, int64_t tokens, ops::Stream s);
 
 }  // namespace nanovllm::cuda_ops
 

@@ -5,7 +5,7 @@
 // 58.1, T = 8 168 vs 144: the general kernels share each expert's weights between its tokens). Other steps: the router projection through the linear dispatch (cuBLASLt
 // or the decode gemv), routing and grouping, the grouped expert GEMMs, the combine: five. Which runs depends on
 // T and the shapes only, never on the routing; no host synchronisation. fp8 experts (docs/fp8.md) take the same
-// launches with their fp8 kernels (moe_fp8.cu; the tiled GEMM's fp8 variant past kMoeGemvMaxTokens).
+// launches with their fp8 kernels (one token: moe_fp8.cu; more: moe_experts.cu's kFp8 variants).
 #include "nanovllm/kernels/cuda/cuda_moe_ops.h"
 #include "nanovllm/kernels/cuda/cuda_ops.h"
 
