@@ -1,6 +1,6 @@
 // Block-scaled FP8 checkpoints on the CUDA backend end to end (docs/fp8.md), against the CPU backend on the same
 // checkpoint (which runs the dequantized weights in f32: the reference). The GPU differs by bf16 activations and,
-// past kFp8GemvMaxTokens rows (prefill, decode batches of more than 4), by the activations' e4m3 quantization, so
+// past kFp8MmaGemvMaxTokens rows (prefill, decode batches of more than 16), by the activations' e4m3 quantization, so
 // greedy tokens may flip where the reference's top two are close. The rule (as e2e_cuda_test.cpp's, with a wider
 // margin for the activation quantization): tokens agree until the first difference, and there the GPU's token is
 // within kNearTie of the reference's top-1 logprob; agreeing steps' logprobs within kLogprobTol. Printed: the
@@ -8,10 +8,10 @@
 // Also: the bf16 checkpoint of the same seed under --quantization fp8 gives the FP8 checkpoint's tokens (the same
 // codes and scales), --quantization none runs the dequantized bf16 weights, decode runs through graphs and eager
 // alike, and one sequence at a time (the weight-streaming GEMV) passes the same rule.
-// The GEMM past 4 rows is the runners' default: cuBLASLt's block-scaled matmul where it runs, the mma.sync kernel for
+// The GEMM past 16 rows is the runners' default: cuBLASLt's block-scaled matmul where it runs, the mma.sync kernel for
 // the rest (test_cuda_fp8_linear.cpp tests both against the CPU references).
-// CudaFp8MoeEngine: an FP8 Qwen3-MoE checkpoint whose experts stay fp8 on the GPU (moe_fp8.cu's kernels for decode,
-// the tiled GEMM's fp8 tiles for prefill), under the same rule against the CPU backend (a flipped routing choice is
+// CudaFp8MoeEngine: an FP8 Qwen3-MoE checkpoint whose experts stay fp8 on the GPU (moe_fp8.cu's kernels for one
+// token, moe_experts.cu's kFp8 GEMV for decode batches, the tiled GEMM's fp8 tiles for prefill), under the same rule against the CPU backend (a flipped routing choice is
 // a near-tie of the router, then the continuation is not compared), one sequence at a time (the fused bs = 1 decode
 // kernels through graphs) and batched, graphs vs eager, --quantization fp8 on its bf16 checkpoint, two GPUs; the
 // runner's upload log shows the experts' bytes halved (a byte a weight, not bf16's two).

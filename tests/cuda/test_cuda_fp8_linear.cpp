@@ -1,7 +1,7 @@
 // CUDA block-scaled fp8 projections (fp8_linear.h, ops::linear_fp8) against their CPU references on fresh random
 // inputs (weights quantized on the host with per-row magnitudes spread over 2^-4 .. 2^3, never zero blocks but
 // one), odd row counts, N and K multiples of 128 (others refused), with and without bias, bf16 and f32 out.
-//   * GEMV (rows <= kFp8GemvMaxTokens) vs cpu::linear_fp8 (f64 over the dequantized weights): the same products
+//   * GEMV (rows <= kFp8MmaGemvMaxTokens) vs cpu::linear_fp8 (f64 over the dequantized weights): the same products
 //     up to fp32 summation order and output rounding: NMSE <= 1e-5 / per element |err| <= 1e-2 rms + 5e-3 |ref|
 //     (bf16 out); NMSE <= 1e-9 / 1e-4 rms + 1e-5 |ref| (f32 out), as the bf16 gemv's tests.
 //   * Each GEMV kernel and launch shape (fp8_gemv with an Fp8GemvConfig: the register-fed kernel, the bulk-copy
@@ -102,7 +102,7 @@ double rms(const std::vector<float>& v) {
   return std::sqrt(s / static_cast<double>(v.size()));
 }
 
-// The op's output on fresh inputs vs its reference (the GEMV's exact one for T <= kFp8GemvMaxTokens, the GEMM's
+// The op's output on fresh inputs vs its reference (the GEMVs' exact one for T <= kFp8MmaGemvMaxTokens, the GEMM's
 // quantized-activation one otherwise); bias_mode 0 none, 1 bf16, 2 f32. Returns the raw output bytes.
 std::vector<uint8_t> check_linear_fp8(int64_t T, int64_t N, int64_t K, DType out_t, int bias_mode, std::mt19937& rng) {
   HostFp8Weight w = random_fp8_weight(N, K, rng, N >= 256 && K >= 256);
@@ -115,12 +115,12 @@ std::vector<uint8_t> check_linear_fp8(int64_t T, int64_t N, int64_t K, DType out
   ops::linear_fp8(d_out.view(), d_x.view(), dw.codes.view(), dw.scale.view(), bias_mode ? d_b.view() : TensorView(),
                   cuda_test::on());
   CUDA_CHECK(cudaGetLastError());
-  const bool gemv = T <= kFp8GemvMaxTokens, bf = out_t == DType::kBF16;
+  const bool gemv = T <= kFp8MmaGemvMaxTokens, bf = out_t == DType::kBF16;
   const std::vector<float> got = d_out.download_f32();
   const std::vector<float> ref =
       reference(gemv ? Reference::kExact : Reference::kQuantizedActivations, x.f32, w, bias_mode ? &b.f32 : nullptr, T);
   const float r = static_cast<float>(rms(ref));
-  const std::string path = gemv ? "gemv" : std::string("gemm ") + gemm_name(cuda_test::context().options.fp8_gemm);
+  const std::string path = gemv ? (T <= kFp8GemvMaxTokens ? "gemv" : "gemv mma") : std::string("gemm ") + gemm_name(cuda_test::context().options.fp8_gemm);
   const std::string what = path + " T=" + std::to_string(T) + " N=" +
                            std::to_string(N) + " K=" + std::to_string(K) + " out=" + std::string(dtype_name(out_t)) +
                            " bias=" + std::to_string(bias_mode);
@@ -141,7 +141,7 @@ std::vector<uint8_t> check_linear_fp8(int64_t T, int64_t N, int64_t K, DType out
 TEST(CudaFp8Linear, GemvMatchesTheExactReference) {
   SKIP_WITHOUT_CUDA();
   std::mt19937 rng(31);
-  for (int64_t T = 1; T <= kFp8GemvMaxTokens; ++T) {
+  for (const int64_t T : {1, 2, 3, 4, 5, 8, 9, 13, 16}) {  // the FMA GEMV to 4 rows, then the tensor-core one
     check_linear_fp8(T, 128, 128, DType::kBF16, 0, rng);
     check_linear_fp8(T, 256, 640, DType::kF32, 2, rng);     // K % 512 != 0: idle lanes on the last step
     check_linear_fp8(T, 384, 1152, DType::kBF16, 1, rng);
@@ -248,7 +248,7 @@ TEST(CudaFp8Linear, GemvKernelsMatchTheDequantizedReference) {
   }
 }
 
-TEST(CudaFp8Linear, GemvRefusesLayoutsItCannotRun) {
+TEST(CudaFp8Linear, GemvRefusesLayoutsItCannotRun) {  // both GEMVs
   SKIP_WITHOUT_CUDA();
   std::mt19937 rng(35);
   HostFp8Weight w = random_fp8_weight(200, 1040, rng);
@@ -278,6 +278,20 @@ TEST(CudaFp8Linear, GemvRefusesLayoutsItCannotRun) {
   testing::expect_error([&] { cuda_ops::fp8_gemv(out.view(), x.view(), dw.codes.view(), dw.scale.view(), TensorView(),
                                                  cuda_test::on(), &six_warps); },
                         {"fp8_gemv (bulk)", "consumer_warps 6"});
+  // The tensor-core GEMV: 1 to kFp8MmaGemvMaxTokens rows, N and K multiples of 128, the scales' shape.
+  HostFp8Weight w2 = random_fp8_weight(256, 256, rng);
+  const DeviceFp8Weight dw2(w2);
+  DeviceTensor x17(DType::kBF16, {17, 256}), out17(DType::kBF16, {17, 256}), x2(DType::kBF16, {2, 256}),
+      out2(DType::kBF16, {2, 256}), scale_1x2(DType::kF32, {1, 2});
+  testing::expect_error([&] { cuda_ops::fp8_gemv_mma(out17.view(), x17.view(), dw2.codes.view(), dw2.scale.view(),
+                                                     TensorView(), cuda_test::on()); },
+                        {"fp8_gemv_mma", "17 rows", "1 to 16"});
+  testing::expect_error([&] { cuda_ops::fp8_gemv_mma(out.view(), x.view(), dw.codes.view(), dw.scale.view(),
+                                                     TensorView(), cuda_test::on()); },
+                        {"fp8_gemv_mma", "[200, 1040]", "multiples of 128"});
+  testing::expect_error([&] { cuda_ops::fp8_gemv_mma(out2.view(), x2.view(), dw2.codes.view(), scale_1x2.view(),
+                                                     TensorView(), cuda_test::on()); },
+                        {"fp8_gemv_mma", "weight_scale", "[2, 2]"});
 }
 
 TEST(CudaFp8Linear, ActivationQuantizationMatchesTheCpuBitForBit) {
@@ -418,8 +432,8 @@ TEST(CudaFp8Linear, CublasLtGemmRefusesWhatItCannotRun) {
 
 TEST(CudaFp8Linear, DeterministicAndRefusesWhatItCannotRun) {
   SKIP_WITHOUT_CUDA();
-  for (int64_t T : {int64_t{3}, int64_t{300}}) {
-    if (T > kFp8GemvMaxTokens && !cuda_ops::fp8_tensor_cores_available(cuda_test::context())) continue;
+  for (int64_t T : {int64_t{3}, int64_t{11}, int64_t{300}}) {
+    if (T > kFp8MmaGemvMaxTokens && !cuda_ops::fp8_tensor_cores_available(cuda_test::context())) continue;
     std::mt19937 a(7), b(7);
     EXPECT_EQ(check_linear_fp8(T, 512, 1024, DType::kBF16, 1, a), check_linear_fp8(T, 512, 1024, DType::kBF16, 1, b));
   }
@@ -485,6 +499,61 @@ TEST(CudaFp8Bench, DISABLED_DecodeShapes) {
       report(describe(c), us_per_call([&] {
                cuda_ops::fp8_gemv(d_out.view(), d_x.view(), dw.codes.view(), dw.scale.view(), TensorView(), s, &c);
              }));
+  }
+  CUDA_CHECK(cudaStreamDestroy(st));
+}
+
+// Decode batches (T = 1 .. 16) of the Qwen3-8B and Qwen3-30B-A3B attention projections, each replayed from a graph
+// of 20 back-to-back calls (median of 20 replays): the bf16 linear, ops::linear_fp8 (its route: the FMA GEMV to
+// kFp8GemvMaxTokens rows, the tensor-core GEMV to kFp8MmaGemvMaxTokens), the FMA GEMV's default shape where it
+// runs, the tensor-core GEMV at every T, and the route past kFp8MmaGemvMaxTokens (activation quantization + GEMM,
+// as ops::linear_fp8 takes 17 rows and more) on the same rows; us per call.
+TEST(CudaFp8Bench, DISABLED_DecodeBatchShapes) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(42);
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreate(&st));
+  const std::vector<std::tuple<const char*, int64_t, int64_t>> shapes = {
+      {"8B qkv", 6144, 4096}, {"8B o", 4096, 4096}, {"8B gate_up", 24576, 4096}, {"8B down", 4096, 12288},
+      {"30B-A3B qkv", 5120, 2048}, {"30B-A3B o", 2048, 4096}};
+  for (const auto& [name, N, K] : shapes) {
+    HostFp8Weight w = random_fp8_weight(N, K, rng);
+    const DeviceFp8Weight dw(w);
+    auto wb = cuda_test::random_bf16(static_cast<size_t>(N * K), rng, -0.05f, 0.05f);
+    DeviceTensor d_w(DType::kBF16, {N, K}, wb.bits);
+    const ops::Stream s = cuda_test::on(st);
+    for (const int64_t T : {1, 2, 4, 5, 8, 12, 16}) {
+      auto x = cuda_test::random_bf16(static_cast<size_t>(T * K), rng);
+      DeviceTensor d_x(DType::kBF16, {T, K}, x.bits), d_out(DType::kBF16, {T, N});
+      DeviceTensor codes(DType::kF8E4M3, {T, K}), scales(DType::kF32, {T, K / 128});
+      auto us_per_call = [&](auto&& call) {
+        cudaGraphExec_t g = cuda_test::warm_up_and_capture(st, [&] {
+          for (int i = 0; i < 20; ++i) call();
+        });
+        const float us = cuda_test::graph_replay_ms(g, st, 20)[10] * 1000.0f / 20;
+        CUDA_CHECK(cudaGraphExecDestroy(g));
+        return us;
+      };
+      const float b = us_per_call([&] { ops::linear(d_out.view(), d_x.view(), d_w.view(), TensorView(), s); });
+      const float route = us_per_call([&] {
+        ops::linear_fp8(d_out.view(), d_x.view(), dw.codes.view(), dw.scale.view(), TensorView(), s);
+      });
+      const float mma = us_per_call([&] {
+        cuda_ops::fp8_gemv_mma(d_out.view(), d_x.view(), dw.codes.view(), dw.scale.view(), TensorView(), s);
+      });
+      const float fma = T <= kFp8GemvMaxTokens ? us_per_call([&] {
+        cuda_ops::fp8_gemv(d_out.view(), d_x.view(), dw.codes.view(), dw.scale.view(), TensorView(), s);
+      }) : 0.f;
+      const float gemm = cuda_ops::fp8_tensor_cores_available(cuda_test::context()) ? us_per_call([&] {
+        cuda_ops::fp8_quantize_activations(codes.view(), scales.view(), d_x.view(), s);
+        cuda_ops::fp8_gemm(d_out.view(), codes.view(), scales.view(), dw.codes.view(), dw.scale.view(), TensorView(),
+                           s);
+      }) : 0.f;
+      std::printf("%-12s N %6lld K %6lld T %2lld: bf16 %7.2f us | fp8 linear %7.2f (%.2fx) | fma gemv %7.2f | mma "
+                  "gemv %7.2f (%.2fx) | quantize + gemm %7.2f\n",
+                  name, static_cast<long long>(N), static_cast<long long>(K), static_cast<long long>(T), b, route,
+                  route / b, fma, mma, mma / b, gemm);
+    }
   }
   CUDA_CHECK(cudaStreamDestroy(st));
 }

@@ -12,9 +12,11 @@
 namespace nanovllm {
 
 inline constexpr int64_t kFp8BlockSize = 128;  // rows and columns of one scale block
-// ops::linear_fp8 on CUDA streams the weights against bf16 activations up to this many rows; more rows
-// quantize the activations and run on fp8 tensor cores (kernels/cuda/fp8_linear.cu).
-inline constexpr int64_t kFp8GemvMaxTokens = 4;
+// ops::linear_fp8 on CUDA streams the weights against bf16 activations up to this many rows (f32 FMAs per token),
+// and up to kFp8MmaGemvMaxTokens on the bf16 tensor cores (the codes made bf16 in registers); more rows quantize
+// the activations and run on fp8 tensor cores (kernels/cuda/fp8_linear.cu).
+inline constexpr int64_t kFp8GemvMaxTokens = 1;
+inline constexpr int64_t kFp8MmaGemvMaxTokens = 16;
 
 inline int64_t fp8_blocks(int64_t n) { return (n + kFp8BlockSize - 1) / kFp8BlockSize; }
 // [ceil(R / 128), ceil(C / 128)] for a 2-D weight shape.

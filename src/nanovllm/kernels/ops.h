@@ -74,7 +74,7 @@ void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, S
 // A block-scaled fp8 projection (docs/fp8.md): out = in @ W^T (+ bias), W[n, k] = weight[n, k] *
 // weight_scale[n / 128, k / 128]. out [T, N] (BF16 or F32), in [T, K] (F32 on the CPU, BF16 on CUDA), weight
 // [N, K] F8E4M3, weight_scale [N / 128, K / 128] F32, bias [N] or undefined; N and K multiples of 128.
-// CPU: the reference, in f64 over the dequantized weights and `in` as given. CUDA: up to kFp8GemvMaxTokens
+// CPU: the reference, in f64 over the dequantized weights and `in` as given. CUDA: up to kFp8MmaGemvMaxTokens
 // rows stream the fp8 weights against the bf16 activations (fp32 accumulation: the reference's values up to
 // the summation order); more rows quantize the activations per row and 128 columns (e4m3, scale = max |x| /
 // 448) and multiply on fp8 tensor cores with fp32 accumulation per 128 columns — the activation quantization

@@ -1,6 +1,8 @@
-// The fp8 weight-streaming GEMV of decode-sized batches (fp8_linear.h): out[T, N] = x[T, K] @ dequant(W)^T,
-// x bf16, W e4m3 [N, K] with f32 scales per 128 x 128 block, fp32 accumulation. At T <= 4 the op is a stream
-// over W (N K bytes, half of bf16's), so the design keeps loads in flight and the per-byte work small:
+// The fp8 weight-streaming GEMV of one-token steps (fp8_linear.h): out[T, N] = x[T, K] @ dequant(W)^T,
+// x bf16, W e4m3 [N, K] with f32 scales per 128 x 128 block, fp32 accumulation. At T = 1 the op is a stream
+// over W (N K bytes, half of bf16's), so the design keeps loads in flight and the per-byte work small (the kernels
+// take kT tokens, but only one wins: from 2 rows fp8_gemv_mma.cu's tensor cores beat the per-token FMAs, H200 s42:
+// 8B gate_up at 2 / 4 rows 33.8 / 33.9 us against 34.4 / 58.3; at one row 28.6 against 33.6):
 //   * A warp owns kRows consecutive weight rows (inside one 128-row block: one scale per 128 columns) and a
 //     strided share of K: per step each lane loads 16 codes (16 bytes) of each row, 512 columns per warp step.
 //     The CTA's 8 warps are (8 / k_slices) row groups x k_slices K shares, summed through shared memory in a
@@ -127,13 +129,8 @@ void fp8_gemv(TensorView out, TensorView in, TensorView weight, TensorView weigh
   }
   NANOVLLM_CHECK(N % 128 == 0 && K % 128 == 0, "fp8_gemv (register-fed): N ", N, " and K ", K,
                  " must be multiples of 128");
-  if (T == 1) {
-    launch<1, 4>(out, in, weight, weight_scale, bias, s);
-  } else if (T == 2) {
-    launch<2, 4>(out, in, weight, weight_scale, bias, s);
-  } else {
-    launch<4, 2>(out, in, weight, weight_scale, bias, s);
-  }
+  static_assert(kFp8GemvMaxTokens == 1, "one token: more take fp8_gemv_mma");
+  launch<1, 4>(out, in, weight, weight_scale, bias, s);
 }
 
 }  // namespace nanovllm::cuda_ops

@@ -211,10 +211,8 @@ void launch(const Fp8GemvConfig& c, TensorView out, TensorView in, TensorView we
 template <int kUnitK, int kConsumers>
 void launch_tokens(const Fp8GemvConfig& c, TensorView out, TensorView in, TensorView weight,
                    TensorView weight_scale, TensorView bias, ops::Stream s) {
-  const int64_t T = in.dim(0);
-  if (T == 1) launch<1, kUnitK, kConsumers>(c, out, in, weight, weight_scale, bias, s);
-  else if (T == 2) launch<2, kUnitK, kConsumers>(c, out, in, weight, weight_scale, bias, s);
-  else launch<4, kUnitK, kConsumers>(c, out, in, weight, weight_scale, bias, s);
+  static_assert(kFp8GemvMaxTokens == 1, "one token: more take fp8_gemv_mma");
+  launch<1, kUnitK, kConsumers>(c, out, in, weight, weight_scale, bias, s);
 }
 
 template <int kUnitK>

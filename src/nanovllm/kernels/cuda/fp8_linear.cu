@@ -1,12 +1,13 @@
 // ops::linear_fp8 on CUDA (fp8_linear.h): up to kFp8GemvMaxTokens rows through the weight-streaming GEMV with
-// the bf16 activations; more rows in chunks: quantize the chunk's activations into a per-context workspace (codes
+// the bf16 activations, up to kFp8MmaGemvMaxTokens through its tensor-core form (fp8_gemv_mma.cu); more rows in
+// chunks: quantize the chunk's activations into a per-context workspace (codes
 // [rows, K] + a scale per 128 codes), then the fp8 GEMM: cuBLASLt's block-scaled matmul (scales [K / 128, rows])
 // when KernelOptions::fp8_gemm asks for it and it runs the chunk (fp8_gemm_cublaslt_supported: no bias, sm_90,
 // K / 128 a multiple of 4, an algorithm offered) for the chunk's rows down to a multiple of 16 (H200: cuBLASLt offers
 // no algorithm for 17, 129 or 2730 rows, but does for 1000 and 8192), else and for the rest the mma.sync kernel
 // (scales [rows, K / 128]). The
 // workspace has one fixed size, allocated at the first call (an eager step: the runner warms up before capturing
-// graphs) and never grown, so the decode graphs of batches past kFp8GemvMaxTokens keep valid pointers whatever
+// graphs) and never grown, so the decode graphs of batches past kFp8MmaGemvMaxTokens keep valid pointers whatever
 // prefill comes later; a chunk is as many rows as it holds.
 #include <algorithm>
 #include <utility>
@@ -38,6 +39,10 @@ void linear_fp8(TensorView out, TensorView in, TensorView weight, TensorView wei
   if (T == 0) return;
   if (T <= kFp8GemvMaxTokens) {
     fp8_gemv(out, in, weight, weight_scale, bias, s);
+    return;
+  }
+  if (T <= kFp8MmaGemvMaxTokens) {
+    fp8_gemv_mma(out, in, weight, weight_scale, bias, s);
     return;
   }
   NANOVLLM_CHECK(static_cast<size_t>(K) <= kCodesBytes, "linear_fp8 (CUDA): in-features ", K, " past the workspace");

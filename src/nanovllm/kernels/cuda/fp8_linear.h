@@ -58,6 +58,11 @@ void fp8_gemv(TensorView out, TensorView in, TensorView weight, TensorView weigh
 void fp8_gemv_bulk(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,
                    ops::Stream s, const Fp8GemvConfig& c);
 
+// fp8_gemv's contract for 1 <= T <= kFp8MmaGemvMaxTokens on the bf16 tensor cores (fp8_gemv_mma.cu): the codes'
+// exact values, fp32 sums per 128-column block times its scale; N and K multiples of 128; deterministic.
+void fp8_gemv_mma(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,
+                  ops::Stream s);
+
 // Where fp8_quantize_activations puts the scale of row t's k block b: kRowMajor scales [T, K / 128] (t * K / 128
 // + b; the mma.sync GEMM's), kKBlockMajor scales [K / 128, T] (b * T + t; cuBLASLt's VEC128_32F layout, rows
 // fastest).

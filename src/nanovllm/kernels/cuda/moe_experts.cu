@@ -24,9 +24,8 @@
 // predecessor first and then let their successor launch.
 //
 // fp8 experts (block-scaled e4m3, docs/fp8.md; H and Im multiples of 128): steps of up to kMoeGemvMaxTokens tokens
-// run moe_gemv with kFp8: each lane's 16-byte load is 16 codes, made bf16 with integer ops (their values times
-// 2^-120, exact) and fed to the same mma.sync as two of the bf16 kernel's 8-k vectors, x times 2^64 (exact) so
-// the f32 sums stay clear of subnormals; each 128-column block's sums join the accumulators times its scale (H200,
+// run moe_gemv with kFp8: each lane's 16-byte load is 16 codes, made bf16 in registers and fed to the same mma.sync
+// (fp8_mma_device.cuh), each 128-column block's sums joining the accumulators times its scale (H200,
 // 30B-A3B shape, one layer: T = 4 71 us, T = 32 249; the FMA streaming kernels of moe_fp8.cu took 108 and 361, the
 // bf16 experts 89 and 316). Longer steps run moe_gemm with kFp8, whose B tiles arrive as codes (a cp.async ring
 // of 32-byte rows beside the bf16 one) and are converted by the thread that copied them, once its copy has landed,
@@ -43,6 +42,7 @@
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_moe_ops.h"
 #include "nanovllm/kernels/cuda/fp8_gemv_device.cuh"
+#include "nanovllm/kernels/cuda/fp8_mma_device.cuh"
 #include "nanovllm/kernels/cuda/gemv_device.cuh"
 #include "nanovllm/kernels/cuda/mma_utils.cuh"
 #include "nanovllm/kernels/cuda/moe_fp8.h"
@@ -81,72 +81,6 @@ constexpr int kRowTiles = 2;                   // 16-row tiles per CTA
 constexpr int kKGroups = kWarps / kRowTiles;   // K groups per CTA
 constexpr int kCols = 16;                      // output columns per CTA (stage 1: gate / up row pairs)
 
-// fp8 experts: the codes' values times 2^-120 meet x times 2^64 in the products (bf16 x 2^64 is exact: a power of
-// two), so the f32 sums sit near the values times 2^-56, far from f32's subnormals whatever the sizes of x; the
-// block scale times 2^56 brings them back.
-constexpr float kFp8ProductScale = 0x1p56f;
-
-__device__ __forceinline__ uint4 bf16x8_times_2pow64(uint4 v) {
-  const __nv_bfloat162 f = __float2bfloat162_rn(0x1p64f);
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) h[i] = __hmul2(h[i], f);
-  return v;
-}
-
-// One fp8 warp step: 256 k = two 128-column scale blocks. Lane q holds code vectors (16 codes) cb + q + 4 u of its
-// rows g (lo) and g + 8 (hi), u < kU: u = 0, 1 in the step's first block, 2, 3 in its second.
-__device__ __forceinline__ void load_codes_step(const uint4* w_lo, const uint4* w_hi, int cb, int c_end, int q,
-                                                uint4 (&lo)[kU], uint4 (&hi)[kU]) {
-#pragma unroll
-  for (int u = 0; u < kU; ++u) {
-    const int c = cb + q + 4 * u;
-    lo[u] = ld_weight_if(w_lo + c, c < c_end);  // the guard inside the asm: never past a row
-    hi[u] = ld_weight_if(w_hi + c, c < c_end);
-  }
-}
-
-// Its products: a code vector is two of the bf16 kernel's 8-k vectors (2 c and 2 c + 1), so A and B keep that
-// kernel's k order. Each block's products sum apart and join acc times the block's scale (`scale`: this tile's
-// row of block scales, one per 128 columns).
-template <int kNT>
-__device__ __forceinline__ void mma_step_fp8(float (&acc)[kNT][4], const uint4 (&lo)[kU], const uint4 (&hi)[kU],
-                                             const uint4* const (&xr)[kNT], int s, int k_blocks, int q,
-                                             const float* scale) {
-  using fp8_gemv_detail::e4m3x4_as_bf16x4_times_2pow_minus120;
-#pragma unroll
-  for (int hb = 0; hb < 2; ++hb) {
-    const int kb = 2 * s + hb;
-    if (kb >= k_blocks) break;  // K = 128 (mod 256): the last step has one block (warp-uniform)
-    float part[kNT][4] = {};
-#pragma unroll
-    for (int uu = 0; uu < 2; ++uu) {
-      const int u = 2 * hb + uu, c = 16 * s + q + 4 * u;
-      const uint32_t lw[4] = {lo[u].x, lo[u].y, lo[u].z, lo[u].w}, hw[4] = {hi[u].x, hi[u].y, hi[u].z, hi[u].w};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {  // bf16 vector 2 c + h: codes 8 h .. 8 h + 7
-        uint4 b[kNT];
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) b[nt] = bf16x8_times_2pow64(__ldg(xr[nt] + 2 * c + h));
-#pragma unroll
-        for (int j = 2 * h; j < 2 * h + 2; ++j) {  // codes 4 j .. 4 j + 3: the vector's k pairs 0, 1 or 2, 3
-          const uint2 a_lo = e4m3x4_as_bf16x4_times_2pow_minus120(lw[j]);
-          const uint2 a_hi = e4m3x4_as_bf16x4_times_2pow_minus120(hw[j]);
-#pragma unroll
-          for (int nt = 0; nt < kNT; ++nt)
-            mma_bf16(part[nt], a_lo.x, a_hi.x, a_lo.y, a_hi.y, j % 2 == 0 ? b[nt].x : b[nt].z,
-                     j % 2 == 0 ? b[nt].y : b[nt].w);
-        }
-      }
-    }
-    const float sc = __ldg(scale + kb) * kFp8ProductScale;
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[nt][i] = fmaf(part[nt][i], sc, acc[nt][i]);
-  }
-}
-
 template <bool kGateUp, int kNT, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 2) moe_gemv_kernel(GroupedArgs g) {
   __shared__ float red[kKGroups][kRowTiles][16][16];  // [K group][row tile][row][token]
@@ -182,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemv_kernel(GroupedArgs g) {
   const int steps = kFp8 ? (k_blocks + 1) / 2 : (Kv + kStepVecs - 1) / kStepVecs;
   const int s0 = steps * kg / kKGroups, s1 = steps * (kg + 1) / kKGroups;
   auto load = [&](int s, uint4(&lo)[kU], uint4(&hi)[kU]) {
-    if constexpr (kFp8) load_codes_step(w_lo, w_hi, 16 * s, g.K / 16, q, lo, hi);
+    if constexpr (kFp8) fp8_mma_detail::load_codes_step(w_lo, w_hi, s, g.K / 16, q, lo, hi);
     else load_w_step(w_lo, w_hi, s * kStepVecs, Kv, q, lo, hi);
   };
 
@@ -196,7 +130,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemv_kernel(GroupedArgs g) {
       acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
     }
     auto products = [&](const uint4(&lo)[kU], const uint4(&hi)[kU], int s) {
-      if constexpr (kFp8) mma_step_fp8<kNT>(acc, lo, hi, xr, s, k_blocks, q, scale);
+      if constexpr (kFp8) fp8_mma_detail::mma_step<kNT>(acc, lo, hi, xr, s, k_blocks, q, scale);
       else mma_step<kNT, kXGlobal>(acc, lo, hi, xr, s * kStepVecs, Kv, q, Kv);
     };
     uint4 lo0[kU], hi0[kU], lo1[kU], hi1[kU];
