@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 42 (2026-11-30): the scripts of its device calls, one section per call under "# ## <name> {#id}"; they
-# ran from the repository root on one H200 with stripped builds in .carry/: F = the fp8moe branch rebased on b3854c4
+# ran from the repository root on one H200 (call 5 on two, nvidia-h200-x2) with stripped builds in .carry/: F = the fp8moe branch rebased on b3854c4
 # (179b5d7: fp8 MoE experts, FMA streaming kernels up to 32 tokens), G = b6eb2c1's kernels (2-32 token steps on the
 # tensor cores; built before that commit's clean-up of moe_fp8.cu), H = G + fp8_gemv_mma for 5-16 rows (2fc1e98
 # with kFp8GemvMaxTokens 4), I = 2fc1e98. Run one section with
@@ -129,3 +129,15 @@ for q in none fp8 none fp8; do
   timeout 60 $D/I/nanovllm bench throughput --backend cuda --model /tmp/q06 --quantization $q 2>&1 | grep -E "throughput|roofline" | tee -a $OUT/thr.log
 done
 log done
+
+# ## call5 {#call5}
+#!/bin/bash
+# s42 call 5 (2 x H200): I = 2fc1e98's test_cuda. The fp8 and bf16 MoE engines and the fp8 engine on one and two
+# GPUs (tensor parallel 2: the experts' block scales sliced with their rows).
+set -u
+D=.carry; mkdir -p $D/I; tar -xJf $D/I.tar.xz -C $D/I
+export NANOVLLM_TEST_DATA=$PWD/tests/data
+echo "=== $(date +%T) card"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
+timeout 150 $D/I/test_cuda --gtest_filter='CudaFp8MoeEngine.*:CudaMoeEngine.*:CudaFp8Engine.TwoGpus*' > $OUT/tests.log 2>&1; echo "tests rc $?"
+grep -E "agree|^\[  (PASSED|FAILED|SKIPPED|     OK) |^\[  FAILED" $OUT/tests.log | head -30
+echo "=== $(date +%T) done"
