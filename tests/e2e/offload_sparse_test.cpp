@@ -3,7 +3,7 @@
 // kernels; only where the selected pages come from differs): with a budget covering the context, the
 // dense tokens; with a small one, the resident sparse tokens and logprobs, bit for bit, with and without
 // the hot-page cache, across host block flushes and a prompt whose last page straddles the host pool's
-// end. The CPU offload device checks every host-pool read against the events, so a fetch that runs
+// end; with an fp8 KV cache and with fp8 weights too. The CPU offload device checks every host-pool read against the events, so a fetch that runs
 // before the flush it needs fails here.
 #include <gtest/gtest.h>
 
@@ -171,6 +171,29 @@ TEST_F(OffloadSparse, Fp8CacheMatchesTheResidentFp8SparsePath) {
   const Outcome uncached = run(fp8(offloaded(48, 0)), prompts, 30);
   EXPECT_EQ(uncached.tokens, want.tokens);
   EXPECT_EQ(uncached.logprobs, want.logprobs);
+  EngineConfig ec = fp8(offloaded(48, 48, 8));
+  ec.offload.max_num_seqs = 3;
+  LLM llm(ec);
+  const std::vector<RequestOutput> outs = llm.generate(prompts, greedy(30));
+  for (size_t i = 0; i < outs.size(); ++i) EXPECT_EQ(outs[i].token_ids, want.tokens[i]) << "request " << i;
+}
+
+// FP8 weights (`--quantization fp8`: the bf16 checkpoint quantized per 128 x 128 block at load; the CPU runs the
+// dequantized values): the offloaded Quest path builds its model from the same options, so its tokens and logprobs
+// equal the resident fp8-weight sparse path's, bit for bit, one request at a time and three at once; and they are
+// not the unquantized model's (the option reached the weights).
+TEST_F(OffloadSparse, Fp8WeightsMatchTheResidentSparsePath) {
+  const auto fp8 = [](EngineConfig ec) {
+    ec.model.quantization = "fp8";
+    return ec;
+  };
+  const auto prompts = random_prompts({203, 96, 250}, 512, 5);
+  const Outcome want = run(fp8(resident(48)), prompts, 30);
+  const Outcome alone = run(fp8(offloaded(48)), prompts, 30);
+  EXPECT_EQ(alone.tokens, want.tokens);
+  EXPECT_EQ(alone.logprobs, want.logprobs);
+  EXPECT_GT(alone.quest.sparse_layer_steps, 0);
+  EXPECT_NE(run(resident(48), prompts, 30).logprobs, want.logprobs);
   EngineConfig ec = fp8(offloaded(48, 48, 8));
   ec.offload.max_num_seqs = 3;
   LLM llm(ec);

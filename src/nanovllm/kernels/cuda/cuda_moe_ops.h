@@ -34,8 +34,8 @@ void moe_group(const ops::MoeGroups& g, TensorView topk_ids, ops::Stream s);
 void moe_route_group(const ops::MoeGroups& g, TensorView topk_ids, TensorView topk_weights, TensorView router_logits,
                      bool renormalize, ops::Stream s);
 // BF16 tensors, H and Im multiples of 8 (else a clear error); or fp8 experts (w.fp8(): the checks of
-// ops::moe_experts) with BF16 activations: T <= kMoeGemvMaxTokens streams the codes (moe_fp8.cu), longer steps
-// run the tiled GEMM converting each weight tile to bf16 as it lands in shared memory (moe_experts.cu).
+// ops::moe_experts) with BF16 activations: T <= kMoeGemvMaxTokens streams the codes through the tensor cores, longer
+// steps run the tiled GEMM converting each weight tile to bf16 as it lands in shared memory (moe_experts.cu).
 void moe_experts(TensorView rows, TensorView x, const ops::MoeExpertWeights& w, const ops::MoeGroups& g,
                  TensorView act, ops::Stream s);
 void moe_combine(TensorView out, TensorView rows, TensorView topk_weights, TensorView pair_rows, ops::Stream s);

@@ -45,7 +45,6 @@
 #include "nanovllm/kernels/cuda/fp8_mma_device.cuh"
 #include "nanovllm/kernels/cuda/gemv_device.cuh"
 #include "nanovllm/kernels/cuda/mma_utils.cuh"
-#include "nanovllm/kernels/cuda/moe_fp8.h"
 #include "nanovllm/kernels/cuda/pdl.cuh"
 #include "nanovllm/kernels/cuda/per_device_flag.h"
 
