@@ -448,6 +448,17 @@ TEST(CudaFp8Linear, DeterministicAndRefusesWhatItCannotRun) {
                                               cuda_test::on()); }, {"linear_fp8", "[256, 192]", "multiples of 128"});
 }
 
+// us per call of `call`, replayed from a graph of 20 back-to-back calls on `st` (median of 20 replays).
+template <typename F>
+float graph_us_per_call(cudaStream_t st, F&& call) {
+  cudaGraphExec_t g = cuda_test::warm_up_and_capture(st, [&] {
+    for (int i = 0; i < 20; ++i) call();
+  });
+  const float us = cuda_test::graph_replay_ms(g, st, 20)[10] * 1000.0f / 20;
+  CUDA_CHECK(cudaGraphExecDestroy(g));
+  return us;
+}
+
 // Decode-shaped projections (T = 1) of Qwen3-0.6B and Qwen3-8B, each replayed from a graph of 20 back-to-back
 // calls (median of 20 replays): ops::linear_fp8 (fp8_gemv's default pick), each fp8 GEMV launch shape (the
 // register-fed kernel; on sm_90 the bulk kernel with 4 and 8 consumer warps and 1, 2 and 4 KB row pieces at one
@@ -469,14 +480,7 @@ TEST(CudaFp8Bench, DISABLED_DecodeShapes) {
     auto x = cuda_test::random_bf16(static_cast<size_t>(K), rng);
     DeviceTensor d_w(DType::kBF16, {N, K}, wb.bits), d_x(DType::kBF16, {1, K}, x.bits), d_out(DType::kBF16, {1, N});
     const ops::Stream s = cuda_test::on(st);
-    auto us_per_call = [&](auto&& call) {
-      cudaGraphExec_t g = cuda_test::warm_up_and_capture(st, [&] {
-        for (int i = 0; i < 20; ++i) call();
-      });
-      const float us = cuda_test::graph_replay_ms(g, st, 20)[10] * 1000.0f / 20;
-      CUDA_CHECK(cudaGraphExecDestroy(g));
-      return us;
-    };
+    auto us_per_call = [&](auto&& call) { return graph_us_per_call(st, call); };
     const float b = us_per_call([&] { ops::linear(d_out.view(), d_x.view(), d_w.view(), TensorView(), s); });
     auto report = [&](const std::string& what, float us) {
       std::printf("%-13s N %6lld K %6lld %-40s %7.2f us (%5.0f GB/s)  /bf16 %.2f\n", name, static_cast<long long>(N),
@@ -526,14 +530,7 @@ TEST(CudaFp8Bench, DISABLED_DecodeBatchShapes) {
       auto x = cuda_test::random_bf16(static_cast<size_t>(T * K), rng);
       DeviceTensor d_x(DType::kBF16, {T, K}, x.bits), d_out(DType::kBF16, {T, N});
       DeviceTensor codes(DType::kF8E4M3, {T, K}), scales(DType::kF32, {T, K / 128});
-      auto us_per_call = [&](auto&& call) {
-        cudaGraphExec_t g = cuda_test::warm_up_and_capture(st, [&] {
-          for (int i = 0; i < 20; ++i) call();
-        });
-        const float us = cuda_test::graph_replay_ms(g, st, 20)[10] * 1000.0f / 20;
-        CUDA_CHECK(cudaGraphExecDestroy(g));
-        return us;
-      };
+      auto us_per_call = [&](auto&& call) { return graph_us_per_call(st, call); };
       const float b = us_per_call([&] { ops::linear(d_out.view(), d_x.view(), d_w.view(), TensorView(), s); });
       const float route = us_per_call([&] {
         ops::linear_fp8(d_out.view(), d_x.view(), dw.codes.view(), dw.scale.view(), TensorView(), s);

@@ -68,6 +68,29 @@ class OffloadSparse : public ::testing::Test {
     }
     return r;
   }
+  // Under `variant` (an option the offloaded path must honour as the resident one does): the offloaded Quest tokens and
+  // logprobs equal the resident sparse path's, bit for bit, one request at a time (with the hot-page cache and, when
+  // `uncached`, without) and three at once. Returns the resident outcome.
+  Outcome expect_offloaded_equals_resident(EngineConfig (*variant)(EngineConfig), bool uncached,
+                                           const std::vector<std::vector<int32_t>>& prompts) const {
+    const Outcome want = run(variant(resident(48)), prompts, 30);
+    const Outcome alone = run(variant(offloaded(48)), prompts, 30);
+    EXPECT_EQ(alone.tokens, want.tokens);
+    EXPECT_EQ(alone.logprobs, want.logprobs);
+    EXPECT_GT(alone.cache.hits, 0);
+    EXPECT_GT(alone.quest.sparse_layer_steps, 0);
+    if (uncached) {
+      const Outcome none = run(variant(offloaded(48, 0)), prompts, 30);
+      EXPECT_EQ(none.tokens, want.tokens);
+      EXPECT_EQ(none.logprobs, want.logprobs);
+    }
+    EngineConfig ec = variant(offloaded(48, 48, 8));
+    ec.offload.max_num_seqs = 3;
+    LLM llm(ec);
+    const std::vector<RequestOutput> outs = llm.generate(prompts, greedy(30));
+    for (size_t i = 0; i < outs.size(); ++i) EXPECT_EQ(outs[i].token_ids, want.tokens[i]) << "request " << i;
+    return want;
+  }
   EngineConfig base_;
 };
 
@@ -155,50 +178,26 @@ TEST_F(OffloadSparse, ConcurrentSequencesMatchTheResidentSparsePath) {
 }
 
 // An fp8 KV cache: the sparse fetch reads the host pools' head-major copy of the scales (written by the prefill
-// and by every decode flush), so the offloaded tokens and logprobs equal the resident fp8 sparse path's, bit for
-// bit: one request at a time and three at once, with the hot-page cache and without.
+// and by every decode flush).
 TEST_F(OffloadSparse, Fp8CacheMatchesTheResidentFp8SparsePath) {
-  const auto fp8 = [](EngineConfig ec) {
+  const auto fp8_cache = [](EngineConfig ec) {
     ec.cache.kv_cache_dtype = "fp8";
     return ec;
   };
-  const auto prompts = random_prompts({203, 96, 250}, 512, 5);
-  const Outcome want = run(fp8(resident(48)), prompts, 30);
-  const Outcome alone = run(fp8(offloaded(48)), prompts, 30);
-  EXPECT_EQ(alone.tokens, want.tokens);
-  EXPECT_EQ(alone.logprobs, want.logprobs);
-  EXPECT_GT(alone.cache.hits, 0);
-  const Outcome uncached = run(fp8(offloaded(48, 0)), prompts, 30);
-  EXPECT_EQ(uncached.tokens, want.tokens);
-  EXPECT_EQ(uncached.logprobs, want.logprobs);
-  EngineConfig ec = fp8(offloaded(48, 48, 8));
-  ec.offload.max_num_seqs = 3;
-  LLM llm(ec);
-  const std::vector<RequestOutput> outs = llm.generate(prompts, greedy(30));
-  for (size_t i = 0; i < outs.size(); ++i) EXPECT_EQ(outs[i].token_ids, want.tokens[i]) << "request " << i;
+  expect_offloaded_equals_resident(fp8_cache, /*uncached=*/true, random_prompts({203, 96, 250}, 512, 5));
 }
 
 // FP8 weights (`--quantization fp8`: the bf16 checkpoint quantized per 128 x 128 block at load; the CPU runs the
-// dequantized values): the offloaded Quest path builds its model from the same options, so its tokens and logprobs
-// equal the resident fp8-weight sparse path's, bit for bit, one request at a time and three at once; and they are
-// not the unquantized model's (the option reached the weights).
+// dequantized values): the offloaded path builds its model from the same options; and the outcome is not the
+// unquantized model's (the option reached the weights).
 TEST_F(OffloadSparse, Fp8WeightsMatchTheResidentSparsePath) {
-  const auto fp8 = [](EngineConfig ec) {
+  const auto prompts = random_prompts({203, 96, 250}, 512, 5);
+  const auto fp8_weights = [](EngineConfig ec) {
     ec.model.quantization = "fp8";
     return ec;
   };
-  const auto prompts = random_prompts({203, 96, 250}, 512, 5);
-  const Outcome want = run(fp8(resident(48)), prompts, 30);
-  const Outcome alone = run(fp8(offloaded(48)), prompts, 30);
-  EXPECT_EQ(alone.tokens, want.tokens);
-  EXPECT_EQ(alone.logprobs, want.logprobs);
-  EXPECT_GT(alone.quest.sparse_layer_steps, 0);
+  const Outcome want = expect_offloaded_equals_resident(fp8_weights, /*uncached=*/false, prompts);
   EXPECT_NE(run(resident(48), prompts, 30).logprobs, want.logprobs);
-  EngineConfig ec = fp8(offloaded(48, 48, 8));
-  ec.offload.max_num_seqs = 3;
-  LLM llm(ec);
-  const std::vector<RequestOutput> outs = llm.generate(prompts, greedy(30));
-  for (size_t i = 0; i < outs.size(); ++i) EXPECT_EQ(outs[i].token_ids, want.tokens[i]) << "request " << i;
 }
 
 }  // namespace
