@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fp8 GEMM past 4 rows (issue #51, docs/fp8.md): cuBLASLt's block-scaled fp8 matmul, with our mma.sync kernel as
+# The fp8 GEMM past 16 rows (issue #51, docs/fp8.md): cuBLASLt's block-scaled fp8 matmul, with our mma.sync kernel as
 # its fallback, on the GPU machine in one run: the CUDA fp8 tests (both GEMMs against the CPU references, the engine
 # against the CPU backend), the GEMMs alone at 8192 rows on the Qwen3-8B shapes, then 8B prefill 8K and 0.6B offline
 # throughput, bf16 vs fp8. Random weights; fp8 is the bf16 checkpoint under --quantization fp8 (quantized per

@@ -1,13 +1,14 @@
 // CUDA block-scaled fp8 projections (fp8_linear.h, ops::linear_fp8) against their CPU references on fresh random
 // inputs (weights quantized on the host with per-row magnitudes spread over 2^-4 .. 2^3, never zero blocks but
 // one), odd row counts, N and K multiples of 128 (others refused), with and without bias, bf16 and f32 out.
-//   * GEMV (rows <= kFp8MmaGemvMaxTokens) vs cpu::linear_fp8 (f64 over the dequantized weights): the same products
+//   * GEMV (rows <= kFp8MmaGemvMaxTokens: the FMA GEMV at one row, the tensor-core fp8_gemv_mma at 2 to 16) vs
+//     cpu::linear_fp8 (f64 over the dequantized weights): the same products
 //     up to fp32 summation order and output rounding: NMSE <= 1e-5 / per element |err| <= 1e-2 rms + 5e-3 |ref|
 //     (bf16 out); NMSE <= 1e-9 / 1e-4 rms + 1e-5 |ref| (f32 out), as the bf16 gemv's tests.
 //   * Each GEMV kernel and launch shape (fp8_gemv with an Fp8GemvConfig: the register-fed kernel, the bulk-copy
 //     kernel with 1 / 2 / 4 KB row pieces and tiles whole or split across CTAs) vs the weights dequantized on the
 //     host (f64 sums), same tolerances, N off multiples of 16 and K off multiples of 128 where the bulk kernel
-//     takes them (K % 16 == 0), bitwise repeatable; the layouts each kernel refuses.
+//     takes them (K % 16 == 0), bitwise repeatable; the layouts each kernel refuses (fp8_gemv_mma's too).
 //   * Activation quantization vs quantize_fp8_blocks of each row: codes and scales bit for bit, the scales in
 //     both layouts (row-major for the mma.sync GEMM, k-block-major for cuBLASLt).
 //   * Both GEMMs (KernelOptions::fp8_gemm: the mma.sync kernel, cuBLASLt's block-scaled matmul) vs
@@ -19,8 +20,9 @@
 //     shape of 16+ rows with K / 128 a multiple of 4 (fewer rows or f32 out it may refuse: printed) and refuse
 //     K / 128 = 3 and the wrong scale layout (those run the mma.sync kernel).
 //   * ops::linear_fp8 dispatches all of them, chunks rows past its 32 MiB workspace, and is deterministic.
-// DISABLED_ benchmarks: the decode shapes of Qwen3-0.6B / 8B, each fp8 GEMV launch shape vs the bf16 linear, and
-// the 8B prefill GEMMs at 8192 rows: mma.sync vs cuBLASLt vs bf16 cuBLASLt.
+// DISABLED_ benchmarks: the decode shapes of Qwen3-0.6B / 8B, each fp8 GEMV launch shape vs the bf16 linear; decode
+// batches of 1 to 16 rows, each fp8 route vs the bf16 linear; the 8B prefill GEMMs at 8192 rows: mma.sync vs
+// cuBLASLt vs bf16 cuBLASLt.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -234,7 +236,7 @@ void check_gemv_kernels(int64_t T, int64_t N, int64_t K, std::mt19937& rng) {
   }
 }
 
-// Both GEMV kernels and every bulk launch shape, T = 1 .. kFp8GemvMaxTokens. Shapes: N not a multiple of 16
+// Both one-token GEMV kernels (fp8_gemv; T = 1 .. kFp8GemvMaxTokens) and every bulk launch shape. Shapes: N not a multiple of 16
 // (17, 200, 1000: the bulk kernel only; ops::linear_fp8 refuses N, K off multiples of 128, the register-fed kernel
 // too), K at and around the unit and block boundaries (128, 1040 = 8 x 128 + 16, 2048, 2064, 4096, 12288), the
 // Qwen3-0.6B qkv shape.

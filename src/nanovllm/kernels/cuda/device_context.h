@@ -41,7 +41,7 @@ struct KernelOptions {
   bool decode_cluster_combine = true;
   // Prefill attention through the wgmma kernel where the device runs sm_90a code (else mma.sync).
   bool prefill_wgmma = true;
-  // The fp8 GEMM past 4 rows: cuBLASLt's block-scaled matmul won its A/B (H200, 8B prefill 8K: 47,245 vs 14,909
+  // The fp8 GEMM past kFp8MmaGemvMaxTokens rows: cuBLASLt's block-scaled matmul won its A/B (H200, 8B prefill 8K: 47,245 vs 14,909
   // tok/s); tests pick the mma.sync kernel, which also runs whatever cuBLASLt cannot (docs/fp8.md).
   Fp8Gemm fp8_gemm = Fp8Gemm::kCublasLt;
 };
