@@ -27,6 +27,7 @@
 #include "nanovllm/core/logging.h"
 #include "nanovllm/llm/llm.h"
 #include "nanovllm/model/test_model.h"
+#include "support/fp8_moe_model.h"
 #include "support/process_scratch_dir.h"
 
 namespace nanovllm {
@@ -69,13 +70,7 @@ std::vector<std::vector<int32_t>> prompts() {
 // layers 1-3 sparse with 8 experts (top 2) of moe_intermediate_size 256 (128 a rank at TP 2); the experts are ~80%
 // of its projection weights. Tied like the tiny model.
 nlohmann::json fp8_moe_config(bool fp8) {
-  nlohmann::json j = test_model_config("qwen3-moe-tiny");
-  j["hidden_size"] = 256;
-  j["intermediate_size"] = 256;
-  j["num_attention_heads"] = 2;
-  j["num_key_value_heads"] = 1;
-  j["head_dim"] = 128;
-  j["num_hidden_layers"] = 4;
+  nlohmann::json j = testing::moe_in_whole_fp8_blocks();
   j["decoder_sparse_step"] = 1;
   j["mlp_only_layers"] = nlohmann::json::array({0});
   j["num_experts"] = 8;

@@ -16,6 +16,7 @@
 #include "nanovllm/model/test_model.h"
 #include "nanovllm/model/weights.h"
 #include "support/expect_error.h"
+#include "support/fp8_moe_model.h"
 #include "support/fp8_reference.h"
 
 using namespace nanovllm;
@@ -346,13 +347,7 @@ namespace {
 // A Qwen3-MoE in whole 128 x 128 blocks: hidden 256, 2 heads of 128 (1 KV head), dense layers' I 256, 4 layers of
 // which 1 and 3 are sparse, 5 experts (top 2) of moe_intermediate_size `moe_inter`; fp8 unless `fp8` is false.
 json moe_fp8(int64_t moe_inter, bool fp8 = true) {
-  json j = test_model_config("qwen3-moe-tiny");
-  j["hidden_size"] = 256;
-  j["intermediate_size"] = 256;
-  j["num_attention_heads"] = 2;
-  j["num_key_value_heads"] = 1;
-  j["head_dim"] = 128;
-  j["num_hidden_layers"] = 4;
+  json j = nanovllm::testing::moe_in_whole_fp8_blocks();
   j["mlp_only_layers"] = json::array();
   j["num_experts"] = 5;
   j["num_experts_per_tok"] = 2;
