@@ -19,6 +19,8 @@
 //   * cuBLASLt's GEMM alone (sm_90) on host-quantized activations, M 1 .. 1000 (odd too): it must take every bf16
 //     shape of 16+ rows with K / 128 a multiple of 4 (fewer rows or f32 out it may refuse: printed) and refuse
 //     K / 128 = 3 and the wrong scale layout (those run the mma.sync kernel).
+//   * fp8_gemv_gate_up_silu (gate_up + silu_mul in one register-fed kernel at one token) vs the unfused pair, bit
+//     for bit; ops::linear_fp8_silu vs the CPU op.
 //   * ops::linear_fp8 dispatches all of them, chunks rows past its 32 MiB workspace, and is deterministic.
 // DISABLED_ benchmarks: the decode shapes of Qwen3-0.6B / 8B, each fp8 GEMV launch shape vs the bf16 linear; decode
 // batches of 1 to 16 rows, each fp8 route vs the bf16 linear; the 8B prefill GEMMs at 8192 rows: mma.sync vs
@@ -247,6 +249,49 @@ TEST(CudaFp8Linear, GemvKernelsMatchTheDequantizedReference) {
     for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{
              {128, 128}, {200, 1040}, {17, 2048}, {1000, 2064}, {384, 4096}, {128, 12288}, {4096, 1024}})
       check_gemv_kernels(T, N, K, rng);
+  }
+}
+
+// fp8_gemv_gate_up_silu (gate and up rows in one register-fed CTA, one token) is bit for bit the register-fed
+// fp8_gemv into gate_up followed by silu_mul (shapes where that launch splits K 4 ways at most, as the fused one
+// does); ops::linear_fp8_silu (that kernel for weights under kFp8BulkMinBytes, the bulk-copy fp8_gemv + silu_mul
+// above) is close to the CPU op (f64 sums, f32 gate and up: the GPU's bf16 roundings of gate, up and the
+// activation, ~2^-9 each, are the difference: NMSE <= 1e-4, per element 2e-2 rms + 1e-2 |ref|). Shapes: I = 128
+// (one gate and one up block), K off multiples of 512 (idle lanes), the Qwen3-0.6B gate_up (two K slices), a 4-slice
+// one (I = 2048, K = 3072), the 8B gate_up (the op's bulk-copy pair). More rows take linear_fp8 + silu_mul:
+// checked against the CPU op at 3 rows.
+TEST(CudaFp8Linear, GateUpSiluMatchesTheUnfusedPair) {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(36);
+  for (const auto& [T, I, K] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {1, 128, 128}, {1, 384, 640}, {1, 3072, 1024}, {1, 2048, 3072}, {1, 12288, 4096}, {3, 384, 640}}) {
+    const int64_t N = 2 * I;
+    HostFp8Weight w = random_fp8_weight(N, K, rng);
+    const DeviceFp8Weight dw(w);
+    auto x = cuda_test::random_bf16(static_cast<size_t>(T * K), rng, -2.0f, 2.0f);
+    DeviceTensor d_x(DType::kBF16, {T, K}, x.bits), d_gate_up(DType::kBF16, {T, N}), d_act(DType::kBF16, {T, I}),
+        d_ref(DType::kBF16, {T, I});
+    const std::string what = "T=" + std::to_string(T) + " I=" + std::to_string(I) + " K=" + std::to_string(K);
+    if (T <= kFp8GemvMaxTokens) {
+      d_act.fill_bytes(0xff);  // NaN poison: every element must be written
+      cuda_ops::fp8_gemv_gate_up_silu(d_act.view(), d_x.view(), dw.codes.view(), dw.scale.view(), cuda_test::on());
+      const cuda_ops::Fp8GemvConfig registers{};
+      cuda_ops::fp8_gemv(d_gate_up.view(), d_x.view(), dw.codes.view(), dw.scale.view(), TensorView(), cuda_test::on(),
+                         &registers);
+      cuda_ops::silu_mul(d_ref.view(), d_gate_up.view(), cuda_test::on());
+      CUDA_CHECK(cudaGetLastError());
+      EXPECT_EQ(d_act.download<uint8_t>(), d_ref.download<uint8_t>()) << what << ": not the unfused pair's bits";
+    }
+    d_act.fill_bytes(0xff);
+    ops::linear_fp8_silu(d_act.view(), d_x.view(), dw.codes.view(), dw.scale.view(), d_gate_up.view(),
+                         cuda_test::on());
+    CUDA_CHECK(cudaGetLastError());
+    std::vector<float> gate_up(static_cast<size_t>(T * N)), act(static_cast<size_t>(T * I));
+    ops::linear_fp8_silu(TensorView(act.data(), DType::kF32, Shape{T, I}), TensorView(x.f32.data(), DType::kF32,
+                         Shape{T, K}), host_codes(w), host_scale(w), TensorView(gate_up.data(), DType::kF32, Shape{T, N}));
+    const std::vector<float> got = d_act.download_f32();
+    EXPECT_LE(cuda_test::nmse(got, act), 1e-4) << what;
+    cuda_test::expect_close(got, act, 2e-2f * static_cast<float>(rms(act)), 1e-2f, what);
   }
 }
 

@@ -1,7 +1,8 @@
 // Benchmark (DISABLED_, run by hand on the device machine): where the GPU time of a bs=1 decode step
 // goes, graph replay and everything around it, from a CUPTI timeline of an engine's steady-state steps.
 // NANOVLLM_STEP_TIMELINE_MODEL names the checkpoint (e.g. `nanovllm make-test-model --preset qwen3-0.6b`),
-// NANOVLLM_STEP_TIMELINE_TP the tensor-parallel size (default 1; GPU 0's records are shown).
+// NANOVLLM_STEP_TIMELINE_TP the tensor-parallel size (default 1; GPU 0's records are shown),
+// NANOVLLM_STEP_TIMELINE_QUANTIZATION the weights' quantization (default auto; fp8 quantizes at load).
 // Prints, for the last decode steps, every record outside the graph's layers (copies, the sampler,
 // the feed kernel, the embedding and LM head) with its gap to the record before it, and one step's GPU
 // time per kernel name with the idle gaps between records. The same for the offloaded Quest decode step
@@ -77,6 +78,7 @@ TEST(CudaStepTimelineBench, DISABLED_DecodeBatchOne) {
   ec.model.backend = Backend::kCuda;
   ec.scheduler.max_num_seqs = 8;
   if (const char* tp = std::getenv("NANOVLLM_STEP_TIMELINE_TP")) ec.parallel.tensor_parallel_size = std::atoi(tp);
+  if (const char* q = std::getenv("NANOVLLM_STEP_TIMELINE_QUANTIZATION")) ec.model.quantization = q;
   LLMEngine engine(ec);
   std::mt19937 rng(1);
   std::vector<int32_t> prompt(1024);

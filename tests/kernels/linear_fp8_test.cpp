@@ -118,3 +118,37 @@ TEST(LinearFp8, BadShapesAndDtypesAreNamed) {
   expect_error([&] { ops::linear_fp8(o, in, w.view(), TensorView(w.codes.data(), DType::kF8E4M3, Shape{2, 1}),
                                      TensorView()); }, {"linear_fp8", "weight_scale", "F32"});
 }
+
+// ops::linear_fp8_silu: act = silu(gate) * up of the projection over the dequantized weights (computed here in
+// f64 from the formula), gate_up the projection itself; a weight that cannot split into whole gate and up blocks
+// and a wrong act are refused by name.
+TEST(LinearFp8, SiluOfTheGateUpProjection) {
+  std::mt19937 rng(8);
+  const int64_t T = 3, I = 128, K = 256;
+  Fp8Weight w = random_weight(2 * I, K, rng);
+  std::vector<float> x = random_vector(static_cast<size_t>(T * K), rng);
+  std::vector<float> gate_up(static_cast<size_t>(T * 2 * I)), act(static_cast<size_t>(T * I));
+  const TensorView in(x.data(), DType::kF32, Shape{T, K}), gu(gate_up.data(), DType::kF32, Shape{T, 2 * I});
+  ops::linear_fp8_silu(TensorView(act.data(), DType::kF32, Shape{T, I}), in, w.view(), w.scale_view(), gu);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < I; ++i) {
+      double g = 0, u = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        g += double{w.dequantized[i * K + k]} * x[t * K + k];
+        u += double{w.dequantized[(I + i) * K + k]} * x[t * K + k];
+      }
+      ASSERT_NEAR(gate_up[t * 2 * I + i], g, 1e-5 * (1 + std::fabs(g)));
+      ASSERT_NEAR(gate_up[t * 2 * I + I + i], u, 1e-5 * (1 + std::fabs(u)));
+      const double want = g / (1.0 + std::exp(-g)) * u;  // f32 gate and up, f32 silu: ~1e-7 relative each
+      ASSERT_NEAR(act[t * I + i], want, 1e-5 * (1 + std::fabs(want) + std::fabs(u))) << "t " << t << " i " << i;
+    }
+  std::vector<uint8_t> odd(384 * 256);
+  std::vector<float> odd_scale(3 * 2), odd_gu(static_cast<size_t>(T * 384)), odd_act(static_cast<size_t>(T * 192));
+  expect_error([&] { ops::linear_fp8_silu(TensorView(odd_act.data(), DType::kF32, Shape{T, 192}), in,
+                                          TensorView(odd.data(), DType::kF8E4M3, Shape{384, 256}),
+                                          TensorView(odd_scale.data(), DType::kF32, Shape{3, 2}),
+                                          TensorView(odd_gu.data(), DType::kF32, Shape{T, 384})); },
+               {"linear_fp8_silu", "[384, 256]", "multiple of 256"});
+  expect_error([&] { ops::linear_fp8_silu(TensorView(act.data(), DType::kF32, Shape{T, 2 * I}), in, w.view(),
+                                          w.scale_view(), gu); }, {"linear_fp8_silu", "act"});
+}

@@ -148,14 +148,15 @@ void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, S
   cpu::linear(out, in, weight, bias);
 }
 
-void linear_fp8(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias, Stream s) {
-  constexpr std::string_view op = "linear_fp8";
-  const Device dev = in.device();
+namespace {
+
+// in [T, K] float, weight [N, K] F8E4M3 with N and K multiples of 128, weight_scale [N / 128, K / 128] F32.
+void check_fp8_projection(std::string_view op, TensorView in, TensorView weight, TensorView weight_scale, Device dev) {
   check_tensor(op, "in", in, dev, 2);
   check_float(op, "in", in);
   check_tensor(op, "weight", weight, dev, 2);
   NANOVLLM_CHECK(weight.dtype() == DType::kF8E4M3, op, ": weight is ", dtype_name(weight.dtype()), ", expected F8_E4M3");
-  const int64_t T = in.dim(0), K = in.dim(1), N = weight.dim(0);
+  const int64_t K = in.dim(1), N = weight.dim(0);
   NANOVLLM_CHECK(weight.dim(1) == K, op, ": weight ", weight.shape().str(), " has in-features ", weight.dim(1),
                  " but in ", in.shape().str(), " has ", K);
   NANOVLLM_CHECK(N % kFp8BlockSize == 0 && K % kFp8BlockSize == 0, op, ": weight ", weight.shape().str(),
@@ -164,10 +165,34 @@ void linear_fp8(TensorView out, TensorView in, TensorView weight, TensorView wei
   NANOVLLM_CHECK(weight_scale.dtype() == DType::kF32, op, ": weight_scale is ", dtype_name(weight_scale.dtype()),
                  ", expected F32");
   check_shape(op, "weight_scale", weight_scale, {N / kFp8BlockSize, K / kFp8BlockSize});
+}
+
+}  // namespace
+
+void linear_fp8(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias, Stream s) {
+  constexpr std::string_view op = "linear_fp8";
+  const Device dev = in.device();
+  check_fp8_projection(op, in, weight, weight_scale, dev);
+  const int64_t T = in.dim(0), N = weight.dim(0);
   check_float_tensor(op, "out", out, dev, {T, N});
   if (bias.defined()) check_float_tensor(op, "bias", bias, dev, {N});
   if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(linear_fp8, dev, out, in, weight, weight_scale, bias, s);
   cpu::linear_fp8(out, in, weight, weight_scale, bias);
+}
+
+void linear_fp8_silu(TensorView act, TensorView in, TensorView weight, TensorView weight_scale, TensorView gate_up,
+                     Stream s) {
+  constexpr std::string_view op = "linear_fp8_silu";
+  const Device dev = in.device();
+  check_fp8_projection(op, in, weight, weight_scale, dev);
+  const int64_t T = in.dim(0), N = weight.dim(0);
+  NANOVLLM_CHECK(N % (2 * kFp8BlockSize) == 0, op, ": weight ", weight.shape().str(),
+                 " must hold gate and up rows in whole 128-row blocks each (out-features a multiple of 256)");
+  check_float_tensor(op, "gate_up", gate_up, dev, {T, N});
+  check_float_tensor(op, "act", act, dev, {T, N / 2});
+  if (dev.is_cuda()) NANOVLLM_DISPATCH_CUDA(linear_fp8_silu, dev, act, in, weight, weight_scale, gate_up, s);
+  cpu::linear_fp8(gate_up, in, weight, weight_scale, TensorView());
+  cpu::silu_mul(act, gate_up);
 }
 
 void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,

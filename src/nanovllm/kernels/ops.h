@@ -82,6 +82,13 @@ void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, S
 void linear_fp8(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,
                 Stream s = {});
 
+// act = silu_mul(in @ W^T) for a block-scaled fp8 gate_up projection (weight [2I, K] = [gate; up] and weight_scale
+// as linear_fp8's): one kernel where the backend can (CUDA, one-token steps), otherwise linear_fp8 into gate_up
+// [T, 2I], then silu_mul. Gate and up are rounded to gate_up's dtype before the activation either way. act [T, I];
+// gate_up is scratch (contents unspecified afterwards).
+void linear_fp8_silu(TensorView act, TensorView in, TensorView weight, TensorView weight_scale, TensorView gate_up,
+                     Stream s = {});
+
 // RoPE parameters: inv_freq [D/2] f32 (scaling already folded in) and the cos/sin multiplier (YaRN's
 // attention factor; 1 otherwise). Rotation is the half-split ("rotate_half") form HF uses.
 // RoPE on the first R = 2 * inv_freq.numel() elements of each head; elements [R, D) pass through.

@@ -200,9 +200,13 @@ void Decoder::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& kv, 
   if (w.is_moe()) {
     sparse_mlp(w, v.hidden, ws.moe, s);  // [T, H]
   } else if (w.gate_up_proj_scale.defined() || w.down_proj_scale.defined()) {  // fp8: the projections one by one
-    project(v.gate_up, v.hidden, w.gate_up_proj, w.gate_up_proj_scale, TensorView(), s);  // [T, 2 I]
-    ops::silu_mul(v.mlp_act, v.gate_up, s);                                                  // [T, I]
-    project(v.hidden, v.mlp_act, w.down_proj, w.down_proj_scale, TensorView(), s);          // [T, H]
+    if (w.gate_up_proj_scale.defined()) {
+      ops::linear_fp8_silu(v.mlp_act, v.hidden, w.gate_up_proj, w.gate_up_proj_scale, v.gate_up, s);  // [T, I]
+    } else {
+      ops::linear(v.gate_up, v.hidden, w.gate_up_proj, TensorView(), s);  // [T, 2 I]
+      ops::silu_mul(v.mlp_act, v.gate_up, s);                             // [T, I]
+    }
+    project(v.hidden, v.mlp_act, w.down_proj, w.down_proj_scale, TensorView(), s);  // [T, H]
   } else {
     // [T, H]; gate_up [T, 2 I] and mlp_act [T, I] scratch
     ops::silu_mlp(v.hidden, v.hidden, w.gate_up_proj, w.down_proj, v.gate_up, v.mlp_act, s);

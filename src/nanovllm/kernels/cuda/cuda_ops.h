@@ -23,6 +23,8 @@ void linear(TensorView out, TensorView in, TensorView weight, TensorView bias, o
             ops::LinearHint hint = ops::LinearHint::kNone);
 void linear_fp8(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,
                 ops::Stream s);
+void linear_fp8_silu(TensorView act, TensorView in, TensorView weight, TensorView weight_scale, TensorView gate_up,
+                     ops::Stream s);
 // The KV caches: bf16, or fp8 codes + scales (kernels/kv_cache.h; kv_fp8.cuh).
 void qkv_prologue(TensorView q_out, TensorView qkv, TensorView q_norm, TensorView k_norm, float eps,
                   TensorView positions, const ops::RopeParams& rope, const KvCacheTensor& k_cache,

@@ -14,6 +14,8 @@
 //     stored. Before waiting for its predecessor (PDL), each warp asks L2 for its first step of weights.
 // fp8_gemv dispatches between this kernel and the bulk-copy one (fp8_gemv_bulk.cu: more bytes in flight per SM,
 // sm_90): see fp8_gemv_default_config.
+#include <memory>
+
 #include <cuda_bf16.h>
 
 #include "nanovllm/core/error.h"
@@ -34,7 +36,10 @@ constexpr int kStepCols = 32 * 16;  // columns per warp step: 32 lanes x 16 code
 // kT: tokens computed (T <= kT; the others reread row T - 1); kRows: weight rows per warp (divides 128).
 // Grid: N / (kRows * 8 / k_slices) CTAs of 8 warps.
 // x [T, K] bf16; w [N, K] e4m3; w_scale [N / 128, K / 128]; bias [N] (any float dtype) or null; out [T, N].
-template <int kT, int kRows>
+// kSiluOut (gemv_gate_up_silu): W = [gate; up] (N = 2I, I a multiple of 128), out [T, I] bf16 = silu(gate) * up,
+// each rounded to bf16 first (what the projection and silu_mul store apart); no bias. The CTA's first half of row
+// groups take gate rows, the second half the matching up rows (k_slices <= 4: two groups at least).
+template <int kT, int kRows, bool kSiluOut = false>
 __global__ void __launch_bounds__(kWarps * 32)
 fp8_gemv_kernel(void* __restrict__ out, bool out_f32, const uint16_t* __restrict__ x, int T,
                 const uint8_t* __restrict__ w, const float* __restrict__ w_scale, const void* __restrict__ bias,
@@ -42,8 +47,12 @@ fp8_gemv_kernel(void* __restrict__ out, bool out_f32, const uint16_t* __restrict
   static_assert(kRows * kT <= 32, "one lane per (row, token) output");
   __shared__ float partial[kWarps][kRows][kT];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int slice = warp % k_slices, group = warp / k_slices;
-  const int n0 = (blockIdx.x * (kWarps / k_slices) + group) * kRows;
+  const int slice = warp % k_slices, group = warp / k_slices, groups = kWarps / k_slices;
+  int n0 = (blockIdx.x * groups + group) * kRows;
+  if constexpr (kSiluOut) {  // gate rows of group g < groups / 2, up rows (I further) for the others
+    const int half = groups / 2;
+    n0 = (group / half) * (N / 2) + (blockIdx.x * half + group % half) * kRows;
+  }
   const int k_blocks = K / 128;
   const float* scale_row = w_scale + int64_t{n0 / 128} * k_blocks;
   const uint8_t* w_rows = w + int64_t{n0} * K;
@@ -84,6 +93,14 @@ fp8_gemv_kernel(void* __restrict__ out, bool out_f32, const uint16_t* __restrict
   float v = 0.0f;
   for (int j = 0; j < k_slices; ++j) v += partial[warp + j][r][t];  // the row group's slices, in order
   const int64_t n = n0 + r;
+  if constexpr (kSiluOut) {
+    if (warp >= kWarps / 2) return;  // up rows: their gate row's lane reads them
+    float u = 0.0f;
+    for (int j = 0; j < k_slices; ++j) u += partial[warp + kWarps / 2 + j][r][t];  // the matching up group
+    const float g = __bfloat162float(__float2bfloat16_rn(v)), up = __bfloat162float(__float2bfloat16_rn(u));
+    static_cast<__nv_bfloat16*>(out)[int64_t{t} * (N / 2) + n] = __float2bfloat16_rn(gemv_detail::silu(g) * up);
+    return;
+  }
   if (bias != nullptr) v += load_f32(bias, bias_dt, n);
   if (out_f32) {
     static_cast<float*>(out)[int64_t{t} * N + n] = v;
@@ -92,16 +109,29 @@ fp8_gemv_kernel(void* __restrict__ out, bool out_f32, const uint16_t* __restrict
   }
 }
 
-template <int kT, int kRows>
+// A device context's state (DeviceContext::op_state): the kernel's carveout preference, set once.
+struct Fp8GemvState {
+  Fp8GemvState() {
+    prefer_max_shared_carveout(fp8_gemv_kernel<1, 4>);
+    prefer_max_shared_carveout(fp8_gemv_kernel<1, 4, true>);
+  }
+};
+
+template <int kT, int kRows, bool kSiluOut = false>
 void launch(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias, ops::Stream s) {
   const int64_t T = in.dim(0), N = weight.dim(0), K = weight.dim(1);
   const int64_t steps = (K + kStepCols - 1) / kStepCols;
-  // Split K over more warps of a row group until the grid has two CTAs per SM (short weights want every SM).
-  const int64_t want = 2 * int64_t{context_of(s).sm_count()};
+  // Split K over more warps of a row group until the grid has two CTAs per SM (short weights want every SM);
+  // kSiluOut keeps two row groups (a gate and an up one).
+  DeviceContext& ctx = context_of(s);
+  ctx.op_state<Fp8GemvState>([] { return std::make_unique<Fp8GemvState>(); });
+  const int64_t want = 2 * int64_t{ctx.sm_count()};
+  const int max_slices = kSiluOut ? kWarps / 2 : kWarps;
   int k_slices = 1;
-  while (k_slices < kWarps && 2 * k_slices <= steps && N / (int64_t{kWarps / k_slices} * kRows) < want) k_slices *= 2;
-  const int64_t rows_per_cta = int64_t{kWarps / k_slices} * kRows;  // divides 128, hence N
-  launch_pdl(fp8_gemv_kernel<kT, kRows>, dim3(static_cast<unsigned>(N / rows_per_cta)), dim3(kWarps * 32), 0, s,
+  while (k_slices < max_slices && 2 * k_slices <= steps && N / (int64_t{kWarps / k_slices} * kRows) < want)
+    k_slices *= 2;
+  const int64_t rows_per_cta = int64_t{kWarps / k_slices} * kRows;  // divides 128, hence N (kSiluOut: 256, 2I)
+  launch_pdl(fp8_gemv_kernel<kT, kRows, kSiluOut>, dim3(static_cast<unsigned>(N / rows_per_cta)), dim3(kWarps * 32), 0, s,
              out.data(), out.dtype() == DType::kF32, in.data_as<const uint16_t>(), static_cast<int>(T),
              weight.data_as<const uint8_t>(), weight_scale.data_as<const float>(),
              bias.defined() ? bias.data() : nullptr, bias.defined() ? dt(bias) : 0, static_cast<int>(N),
@@ -131,6 +161,24 @@ void fp8_gemv(TensorView out, TensorView in, TensorView weight, TensorView weigh
                  " must be multiples of 128");
   static_assert(kFp8GemvMaxTokens == 1, "one token: more take fp8_gemv_mma");
   launch<1, 4>(out, in, weight, weight_scale, bias, s);
+}
+
+void fp8_gemv_gate_up_silu(TensorView act, TensorView in, TensorView weight, TensorView weight_scale, ops::Stream s) {
+  const int64_t T = in.dim(0), N = weight.dim(0), K = weight.dim(1);
+  NANOVLLM_CHECK(T >= 1 && T <= kFp8GemvMaxTokens, "fp8_gemv_gate_up_silu: ", T, " rows; 1 to ", kFp8GemvMaxTokens,
+                 " supported");
+  NANOVLLM_CHECK(in.dtype() == DType::kBF16 && act.dtype() == DType::kBF16 && weight.dtype() == DType::kF8E4M3,
+                 "fp8_gemv_gate_up_silu: in and act must be BF16 and weight F8E4M3, got ", dtype_name(in.dtype()), ", ",
+                 dtype_name(act.dtype()), " and ", dtype_name(weight.dtype()));
+  NANOVLLM_CHECK(N % 256 == 0 && K % 128 == 0 && in.dim(1) == K && act.dim(0) == T && act.dim(1) == N / 2,
+                 "fp8_gemv_gate_up_silu: shapes in ", in.shape().str(), ", weight ", weight.shape().str(),
+                 " (rows a multiple of 256, in-features of 128), act ", act.shape().str());
+  NANOVLLM_CHECK(weight_scale.dtype() == DType::kF32 && weight_scale.shape() == Shape({N / 128, K / 128}),
+                 "fp8_gemv_gate_up_silu: weight_scale must be F32 [", N / 128, ", ", K / 128, "], got ",
+                 weight_scale.shape().str());
+  NANOVLLM_CHECK(aligned16(in.data()) && aligned16(weight.data()), "fp8_gemv_gate_up_silu: in and weight must be "
+                 "16-byte aligned");
+  launch<1, 4, true>(act, in, weight, weight_scale, TensorView(), s);
 }
 
 }  // namespace nanovllm::cuda_ops

@@ -158,6 +158,7 @@ void allow_smem() {
   CUDA_CHECK(cudaFuncSetAttribute(fp8_gemv_bulk_kernel<kT, kUnitK, kConsumers>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(BulkShape<kUnitK, kConsumers>::template smem_bytes<kT>())));
+  prefer_max_shared_carveout(fp8_gemv_bulk_kernel<kT, kUnitK, kConsumers>);
 }
 
 template <int kUnitK>

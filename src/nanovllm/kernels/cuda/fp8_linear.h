@@ -54,6 +54,12 @@ Fp8GemvConfig fp8_gemv_default_config(int64_t N, int64_t K, DeviceContext& ctx);
 void fp8_gemv(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,
               ops::Stream s, const Fp8GemvConfig* cfg = nullptr);
 
+// act [T, I] BF16 = silu(gate) * up of in [T, K] BF16 @ dequant(weight)^T, weight [gate; up] [2I, K] F8E4M3 (I and
+// K multiples of 128), T <= kFp8GemvMaxTokens: the register-fed kernel with gate and up rows in one CTA (K split
+// over at most 4 of its 8 warps), each value rounded to bf16 before the activation — bit for bit fp8_gemv's
+// register-fed launch followed by silu_mul wherever that launch splits K no further.
+void fp8_gemv_gate_up_silu(TensorView act, TensorView in, TensorView weight, TensorView weight_scale, ops::Stream s);
+
 // The bulk-copy kernel with launch shape c (c.unit_k > 0): fp8_gemv's checks already made.
 void fp8_gemv_bulk(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias,
                    ops::Stream s, const Fp8GemvConfig& c);

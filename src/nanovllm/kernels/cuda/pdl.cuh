@@ -53,6 +53,16 @@ __device__ __forceinline__ void prefetch_l2_bulk(const void* p, unsigned bytes) 
 #endif
 }
 
+// Asks that an SM running `kernel` keep its largest shared-memory carveout. Otherwise the driver sizes an SM's
+// carveout for the kernel it runs (an SM can change it only once idle), and a PDL successor whose CTAs need more
+// shared memory than is left there cannot start beside it: it waits for the SM to drain, and its prologue (the
+// decode attention's first KV copies, say) no longer overlaps the predecessor.
+template <typename... KArgs>
+void prefer_max_shared_carveout(void (*kernel)(KArgs...)) {
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+}
+
 // kernel<<<grid, block, smem, s's stream>>>(args...), with the PDL attribute when s's context uses it.
 template <typename... KArgs, typename... Args>
 void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, ops::Stream s, Args&&... args) {
