@@ -1,6 +1,6 @@
-// ops::linear_fp8 on CUDA (fp8_linear.h): up to kFp8GemvMaxTokens rows through the weight-streaming GEMV with
-// the bf16 activations, up to kFp8MmaGemvMaxTokens through its tensor-core form (fp8_gemv_mma.cu); more rows in
-// chunks: quantize the chunk's activations into a per-context workspace (codes
+// ops::linear_fp8 and ops::linear_fp8_silu on CUDA (fp8_linear.h): up to kFp8GemvMaxTokens rows through the
+// weight-streaming GEMV with the bf16 activations, up to kFp8MmaGemvMaxTokens through its tensor-core form
+// (fp8_gemv_mma.cu); more rows in chunks: quantize the chunk's activations into a per-context workspace (codes
 // [rows, K] + a scale per 128 codes), then the fp8 GEMM: cuBLASLt's block-scaled matmul (scales [K / 128, rows])
 // when KernelOptions::fp8_gemm asks for it and it runs the chunk (fp8_gemm_cublaslt_supported: no bias, sm_90,
 // K / 128 a multiple of 4, an algorithm offered) for the chunk's rows down to a multiple of 16 (H200: cuBLASLt offers
@@ -8,7 +8,8 @@
 // (scales [rows, K / 128]). The
 // workspace has one fixed size, allocated at the first call (an eager step: the runner warms up before capturing
 // graphs) and never grown, so the decode graphs of batches past kFp8MmaGemvMaxTokens keep valid pointers whatever
-// prefill comes later; a chunk is as many rows as it holds.
+// prefill comes later; a chunk is as many rows as it holds. linear_fp8_silu: one token with weights under
+// kFp8BulkMinBytes in one kernel (fp8_gemv_gate_up_silu), otherwise linear_fp8 then silu_mul.
 #include <algorithm>
 #include <utility>
 
@@ -86,8 +87,9 @@ void linear_fp8_silu(TensorView act, TensorView in, TensorView weight, TensorVie
                      ops::Stream s) {
   if (in.dim(0) == 0) return;
   // Fused where fp8_gemv's pick is the register-fed kernel anyway (weights under kFp8BulkMinBytes). H200, bs=1
-  // (s43): Qwen3-0.6B 0.733 -> 0.703 ms/token; the 8B shape's gate_up fused on the register-fed kernel tied the
-  // bulk-copy kernel + silu_mul (12 layers: 1.202-1.206 vs 1.201-1.202 ms), so that pair stays there.
+  // (docs/experiments.md, s43): Qwen3-0.6B 0.733 -> 0.703 ms/token; the 8B shape's gate_up fused on the
+  // register-fed kernel tied the bulk-copy kernel + silu_mul (12 layers: 1.202-1.206 vs 1.201-1.202 ms), so that
+  // pair stays there.
   const int64_t N = weight.dim(0), K = weight.dim(1);
   if (in.dim(0) <= kFp8GemvMaxTokens && in.dtype() == DType::kBF16 && act.dtype() == DType::kBF16 &&
       gate_up.dtype() == DType::kBF16 && fp8_gemv_default_config(N, K, context_of(s)).unit_k == 0) {

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Session 43 (2026-11-30): the scripts of its device calls, one section per call under "# ## <name> {#id}"; they ran
+# from the repository root on one H200 with stripped builds in .carry/: A = 247ae12 (+ the step timeline's
+# quantization env), B = A + the fp8 GEMV kernels at the max shared-memory carveout (fp8_gemv_mma's too: dropped
+# after call 2), C = A + that carveout for the one-token kernels only + gate_up and silu_mul in one register-fed
+# kernel at every one-token step, D = 523049e (what landed: C with the fusion only under 16 MiB of weights). Run one section with
+#   bash bench/results/2026-11-30/s43/calls.sh ID [ARGS...]
+# (no ID lists them).
+exec bash "$(dirname "$0")/../../run_section.sh" "$0" "$@"
+
+# ## call1 {#call1}
+#!/bin/bash
+# s43 call 1 (one H200): A = 247ae12 (+ the timeline's quantization env). CUPTI bs=1 step timelines, bf16 vs fp8
+# weights, 8B shape (12 layers) and 0.6B; bench latency of each, same call.
+set -u
+export PATH=$PATH:/usr/local/cuda/bin
+D=.carry; mkdir -p $D/A; tar -xJf $D/A.tar.xz -C $D/A; xz -dk $D/libcupti.so.13.xz
+export NANOVLLM_TEST_DATA=$PWD/tests/data NANOVLLM_CUPTI_LIB=$PWD/$D/libcupti.so.13
+log() { echo "=== $(date +%T) $*"; }
+log card; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
+$D/A/nanovllm make-test-model --out /tmp/q8 --preset qwen3-8b --seed 1 --config-override '{"num_hidden_layers": 12}' > $OUT/make8.log 2>&1
+$D/A/nanovllm make-test-model --out /tmp/q06 --preset qwen3-0.6b --seed 1 > $OUT/make06.log 2>&1
+for m in q8 q06; do for q in none fp8; do
+  log "timeline $m $q"
+  NANOVLLM_STEP_TIMELINE_MODEL=/tmp/$m NANOVLLM_STEP_TIMELINE_QUANTIZATION=$q timeout 120 $D/A/test_cuda --gtest_also_run_disabled_tests \
+    --gtest_filter='CudaStepTimelineBench.DISABLED_DecodeBatchOne' > $OUT/tl_${m}_$q.log 2>&1; echo "rc $?"
+  sed -n '/^one step/,$p' $OUT/tl_${m}_$q.log | head -30
+done; done
+for m in q8 q06; do for q in none fp8 none fp8; do
+  log "lat $m $q"
+  timeout 100 $D/A/nanovllm bench latency --backend cuda --model /tmp/$m --quantization $q --context 1024 --decode-tokens 64 --skip-prefill 2>&1 | grep -E "^decode" | tee -a $OUT/lat.log
+done; done
+log done
+
+# ## call2 {#call2}
+#!/bin/bash
+# s43 call 2 (one H200): A = 247ae12 (nanovllm), B = A + the fp8 GEMV kernels prefer the max shared-memory carveout.
+# fp8 GEMV tests on B; CUPTI bs=1 timelines on B (8B 12 layers, 0.6B, fp8); bench latency A vs B alternating.
+set -u
+export PATH=$PATH:/usr/local/cuda/bin
+D=.carry; mkdir -p $D/A $D/B; tar -xJf $D/A.tar.xz -C $D/A; tar -xJf $D/B.tar.xz -C $D/B; xz -dk $D/libcupti.so.13.xz
+export NANOVLLM_TEST_DATA=$PWD/tests/data NANOVLLM_CUPTI_LIB=$PWD/$D/libcupti.so.13
+log() { echo "=== $(date +%T) $*"; }
+log card; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
+( $D/A/nanovllm make-test-model --out /tmp/q8 --preset qwen3-8b --seed 1 --config-override '{"num_hidden_layers": 12}' > $OUT/make8.log 2>&1
+  $D/A/nanovllm make-test-model --out /tmp/q06 --preset qwen3-0.6b --seed 1 > $OUT/make06.log 2>&1
+  $D/A/nanovllm make-test-model --out /tmp/q30 --preset qwen3-30b-a3b --seed 1 --config-override '{"num_hidden_layers": 24}' > $OUT/make30.log 2>&1 ) &
+MK=$!
+log "B tests"
+timeout 150 $D/B/test_cuda --gtest_filter='CudaFp8*:CudaDecodePdl*' > $OUT/tests.log 2>&1; echo "tests rc $?"
+grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|tests ran" $OUT/tests.log | head -20
+wait $MK; echo "make rc $?"
+for m in q8 q06; do
+  log "timeline B $m fp8"
+  NANOVLLM_STEP_TIMELINE_MODEL=/tmp/$m NANOVLLM_STEP_TIMELINE_QUANTIZATION=fp8 timeout 120 $D/B/test_cuda --gtest_also_run_disabled_tests \
+    --gtest_filter='CudaStepTimelineBench.DISABLED_DecodeBatchOne' > $OUT/tl_${m}_fp8_B.log 2>&1; echo "rc $?"
+  sed -n '/^one step/,$p' $OUT/tl_${m}_fp8_B.log | head -12
+done
+lat() {  # lat BIN MODEL QUANT BATCH
+  log "$1 $2 batch $4 quant=$3"
+  timeout 100 $D/$1/nanovllm bench latency --backend cuda --model /tmp/$2 --quantization $3 --context 1024 --batch $4 --decode-tokens 64 --skip-prefill 2>&1 | grep -E "^decode" | tee -a $OUT/lat.log
+}
+for m in q8 q06; do
+  lat A $m none 1; lat A $m fp8 1; lat B $m fp8 1; lat A $m fp8 1; lat B $m fp8 1
+done
+lat A q8 fp8 8; lat B q8 fp8 8; lat A q8 none 8; lat A q8 fp8 8; lat B q8 fp8 8
+lat A q30 fp8 1; lat B q30 fp8 1; lat A q30 none 1; lat A q30 fp8 1; lat B q30 fp8 1
+log done
+
+# ## call3 {#call3}
+#!/bin/bash
+# s43 call 3 (one H200): B = 247ae12 + fp8 GEMVs prefer the max shared carveout (nanovllm); C = B + gate_up and
+# silu_mul in one register-fed fp8 kernel at one token (always). Tests + memcheck on C; latency B vs C alternating.
+set -u
+export PATH=$PATH:/usr/local/cuda/bin
+D=.carry; mkdir -p $D/B $D/C; tar -xJf $D/B.tar.xz -C $D/B; tar -xJf $D/C.tar.xz -C $D/C; xz -dk $D/libcupti.so.13.xz
+export NANOVLLM_TEST_DATA=$PWD/tests/data NANOVLLM_CUPTI_LIB=$PWD/$D/libcupti.so.13
+log() { echo "=== $(date +%T) $*"; }
+log card; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
+( $D/B/nanovllm make-test-model --out /tmp/q8 --preset qwen3-8b --seed 1 --config-override '{"num_hidden_layers": 12}' > $OUT/make8.log 2>&1
+  $D/B/nanovllm make-test-model --out /tmp/q06 --preset qwen3-0.6b --seed 1 > $OUT/make06.log 2>&1 ) &
+MK=$!
+log "C tests"
+timeout 150 $D/C/test_cuda --gtest_filter='CudaFp8*' > $OUT/tests.log 2>&1; echo "tests rc $?"
+grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|tests ran" $OUT/tests.log | head -20; grep -A8 Failure $OUT/tests.log | head -30
+log memcheck
+timeout 100 compute-sanitizer --tool memcheck $D/C/test_cuda --gtest_filter='CudaFp8Linear.GateUpSilu*' > $OUT/memcheck.log 2>&1; echo "rc $?"; grep -E "ERROR SUMMARY|PASSED|FAILED" $OUT/memcheck.log | head -4
+wait $MK; echo "make rc $?"
+lat() {  # lat BIN MODEL QUANT BATCH
+  log "$1 $2 batch $4 quant=$3"
+  timeout 100 $D/$1/nanovllm bench latency --backend cuda --model /tmp/$2 --quantization $3 --context 1024 --batch $4 --decode-tokens 64 --skip-prefill 2>&1 | grep -E "^decode" | tee -a $OUT/lat.log
+}
+for m in q06 q8; do
+  lat B $m fp8 1; lat C $m fp8 1; lat B $m fp8 1; lat C $m fp8 1; lat B $m none 1
+done
+log "timeline C q8 fp8"
+NANOVLLM_STEP_TIMELINE_MODEL=/tmp/q8 NANOVLLM_STEP_TIMELINE_QUANTIZATION=fp8 timeout 120 $D/C/test_cuda --gtest_also_run_disabled_tests \
+  --gtest_filter='CudaStepTimelineBench.DISABLED_DecodeBatchOne' > $OUT/tl_q8_fp8_C.log 2>&1; echo "rc $?"
+sed -n '/^one step/,$p' $OUT/tl_q8_fp8_C.log | head -12
+log done
+
+# ## call4 {#call4}
+#!/bin/bash
+# s43 call 4 (one H200): A = 247ae12 (nanovllm), D = 523049e (fp8 GEMVs at the max carveout; gate_up + silu fused at
+# one token under 16 MiB). Tests on D (fp8, MoE, PDL; memcheck of the fused kernel); bs=1 decode A vs D and bf16:
+# the 8B preset (36 layers), 0.6B, 30B-A3B (24 layers).
+set -u
+export PATH=$PATH:/usr/local/cuda/bin
+D=.carry; mkdir -p $D/A $D/D; tar -xJf $D/A.tar.xz -C $D/A; tar -xJf $D/D.tar.xz -C $D/D
+export NANOVLLM_TEST_DATA=$PWD/tests/data
+log() { echo "=== $(date +%T) $*"; }
+log card; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
+( $D/A/nanovllm make-test-model --out /tmp/q8 --preset qwen3-8b --seed 1 > $OUT/make8.log 2>&1
+  $D/A/nanovllm make-test-model --out /tmp/q06 --preset qwen3-0.6b --seed 1 > $OUT/make06.log 2>&1
+  $D/A/nanovllm make-test-model --out /tmp/q30 --preset qwen3-30b-a3b --seed 1 --config-override '{"num_hidden_layers": 24}' > $OUT/make30.log 2>&1 ) &
+MK=$!
+log "D tests"
+timeout 240 $D/D/test_cuda --gtest_filter='CudaFp8*:CudaDecodePdl*:CudaMoe*:MoeDecode.*' > $OUT/tests.log 2>&1; echo "tests rc $?"
+grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|tests ran" $OUT/tests.log | head -20; grep -A8 Failure $OUT/tests.log | head -30
+log memcheck
+timeout 100 compute-sanitizer --tool memcheck $D/D/test_cuda --gtest_filter='CudaFp8Linear.GateUpSilu*:CudaFp8Linear.GemvMatches*' > $OUT/memcheck.log 2>&1; echo "rc $?"; grep -E "ERROR SUMMARY|PASSED|FAILED" $OUT/memcheck.log | head -4
+wait $MK; echo "make rc $?"; du -sh /tmp/q8
+lat() {  # lat BIN MODEL QUANT
+  log "$1 $2 quant=$3"
+  timeout 150 $D/$1/nanovllm bench latency --backend cuda --model /tmp/$2 --quantization $3 --context 1024 --decode-tokens 64 --skip-prefill 2>&1 | grep -E "^decode" | tee -a $OUT/lat.log
+}
+for m in q8 q06; do
+  lat A $m none; lat A $m fp8; lat D $m fp8; lat D $m none; lat A $m fp8; lat D $m fp8
+done
+lat A q30 fp8; lat D q30 fp8; lat D q30 none
+log done
