@@ -3,7 +3,8 @@
 # from the repository root on one H200 with stripped builds in .carry/: A = 247ae12 (+ the step timeline's
 # quantization env), B = A + the fp8 GEMV kernels at the max shared-memory carveout (fp8_gemv_mma's too: dropped
 # after call 2), C = A + that carveout for the one-token kernels only + gate_up and silu_mul in one register-fed
-# kernel at every one-token step, D = 523049e (what landed: C with the fusion only under 16 MiB of weights). Run one section with
+# kernel at every one-token step, D = 523049e (what landed: C with the fusion only under 16 MiB of weights), E = D +
+# the max carveout on the bf16 GEMVs and the MoE decode kernels (call 5; lost, not kept). Run one section with
 #   bash bench/results/2026-11-30/s43/calls.sh ID [ARGS...]
 # (no ID lists them).
 exec bash "$(dirname "$0")/../../run_section.sh" "$0" "$@"
@@ -128,4 +129,34 @@ for m in q8 q06; do
   lat A $m none; lat A $m fp8; lat D $m fp8; lat D $m none; lat A $m fp8; lat D $m fp8
 done
 lat A q30 fp8; lat D q30 fp8; lat D q30 none
+log done
+
+# ## call5 {#call5}
+#!/bin/bash
+# s43 call 5 (one H200): D = 523049e (nanovllm), E = D + the max shared-memory carveout on the bf16 register-fed and
+# stream-K GEMVs and the MoE decode kernels (branch dev-carveout, an experiment). bf16 decode latency D vs E
+# alternating: 8B (12 layers) bs=1 and batch 8, 0.6B bs=1, 30B-A3B (24 layers) bs=1; CUPTI timelines on E.
+set -u
+export PATH=$PATH:/usr/local/cuda/bin
+D=.carry; mkdir -p $D/D $D/E; tar -xJf $D/D.tar.xz -C $D/D; tar -xJf $D/E.tar.xz -C $D/E; xz -dk $D/libcupti.so.13.xz
+export NANOVLLM_TEST_DATA=$PWD/tests/data NANOVLLM_CUPTI_LIB=$PWD/$D/libcupti.so.13
+log() { echo "=== $(date +%T) $*"; }
+log card; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
+$D/D/nanovllm make-test-model --out /tmp/q8 --preset qwen3-8b --seed 1 --config-override '{"num_hidden_layers": 12}' > $OUT/make8.log 2>&1
+$D/D/nanovllm make-test-model --out /tmp/q06 --preset qwen3-0.6b --seed 1 > $OUT/make06.log 2>&1
+( $D/D/nanovllm make-test-model --out /tmp/q30 --preset qwen3-30b-a3b --seed 1 --config-override '{"num_hidden_layers": 24}' > $OUT/make30.log 2>&1 ) &
+MK=$!
+lat() {  # lat BIN MODEL BATCH
+  log "$1 $2 batch $3 bf16"
+  timeout 100 $D/$1/nanovllm bench latency --backend cuda --model /tmp/$2 --quantization none --context 1024 --batch $3 --decode-tokens 64 --skip-prefill 2>&1 | grep -E "^decode" | tee -a $OUT/lat.log
+}
+lat D q8 1; lat E q8 1; lat D q8 1; lat E q8 1
+lat D q06 1; lat E q06 1; lat D q06 1; lat E q06 1
+lat D q8 8; lat E q8 8; lat D q8 8; lat E q8 8
+log "timeline E q8 bf16"
+NANOVLLM_STEP_TIMELINE_MODEL=/tmp/q8 timeout 120 $D/E/test_cuda --gtest_also_run_disabled_tests \
+  --gtest_filter='CudaStepTimelineBench.DISABLED_DecodeBatchOne' > $OUT/tl_q8_E.log 2>&1; echo "rc $?"
+sed -n '/^one step/,$p' $OUT/tl_q8_E.log | head -12
+wait $MK; echo "make rc $?"
+lat D q30 1; lat E q30 1; lat D q30 1; lat E q30 1
 log done
