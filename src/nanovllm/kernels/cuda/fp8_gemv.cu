@@ -13,7 +13,8 @@
 //   * x (T K bf16, a few KB) is read through L1; W bypasses it. Tokens past T reread row T - 1 and are not
 //     stored. Before waiting for its predecessor (PDL), each warp asks L2 for its first step of weights.
 // fp8_gemv dispatches between this kernel and the bulk-copy one (fp8_gemv_bulk.cu: more bytes in flight per SM,
-// sm_90): see fp8_gemv_default_config.
+// sm_90): see fp8_gemv_default_config. fp8_gemv_gate_up_silu runs this kernel with each CTA's gate rows and the
+// matching up rows, storing silu(gate) * up (the MLP's gate_up projection and silu_mul in one launch).
 #include <memory>
 
 #include <cuda_bf16.h>
@@ -130,9 +131,9 @@ void launch(TensorView out, TensorView in, TensorView weight, TensorView weight_
   int k_slices = 1;
   while (k_slices < max_slices && 2 * k_slices <= steps && N / (int64_t{kWarps / k_slices} * kRows) < want)
     k_slices *= 2;
-  const int64_t rows_per_cta = int64_t{kWarps / k_slices} * kRows;  // divides 128, hence N (kSiluOut: 256, 2I)
-  launch_pdl(fp8_gemv_kernel<kT, kRows, kSiluOut>, dim3(static_cast<unsigned>(N / rows_per_cta)), dim3(kWarps * 32), 0, s,
-             out.data(), out.dtype() == DType::kF32, in.data_as<const uint16_t>(), static_cast<int>(T),
+  const int64_t rows_per_cta = int64_t{kWarps / k_slices} * kRows;  // divides 128, hence N (kSiluOut: half, I)
+  launch_pdl(fp8_gemv_kernel<kT, kRows, kSiluOut>, dim3(static_cast<unsigned>(N / rows_per_cta)), dim3(kWarps * 32),
+             0, s, out.data(), out.dtype() == DType::kF32, in.data_as<const uint16_t>(), static_cast<int>(T),
              weight.data_as<const uint8_t>(), weight_scale.data_as<const float>(),
              bias.defined() ? bias.data() : nullptr, bias.defined() ? dt(bias) : 0, static_cast<int>(N),
              static_cast<int>(K), k_slices);
