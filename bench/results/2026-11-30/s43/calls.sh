@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Session 43 (2026-11-30): the scripts of its device calls, one section per call under "# ## <name> {#id}"; they ran
-# from the repository root on one H200 with stripped builds in .carry/: A = 247ae12 (+ the step timeline's
-# quantization env), B = A + the fp8 GEMV kernels at the max shared-memory carveout (fp8_gemv_mma's too: dropped
-# after call 2), C = A + that carveout for the one-token kernels only + gate_up and silu_mul in one register-fed
-# kernel at every one-token step, D = 523049e (what landed: C with the fusion only under 16 MiB of weights), E = D +
-# the max carveout on the bf16 GEMVs and the MoE decode kernels (call 5; lost, not kept). Run one section with
+# from the repository root on one H200 (call 6 on two, nvidia-h200-x2) with stripped builds in .carry/: A = 247ae12
+# (+ the step timeline's quantization env), B = A + the fp8 GEMV kernels at the max shared-memory carveout
+# (fp8_gemv_mma's too: dropped after call 2), C = A + that carveout for the one-token kernels only + gate_up and
+# silu_mul in one register-fed kernel at every one-token step, D = 523049e (what landed: C with the fusion only under
+# 16 MiB of weights), E = D + the max carveout on the bf16 GEMVs and the MoE decode kernels (call 5; lost, not
+# kept), F = ec435c8's test_cuda. Run one section with
 #   bash bench/results/2026-11-30/s43/calls.sh ID [ARGS...]
 # (no ID lists them).
 exec bash "$(dirname "$0")/../../run_section.sh" "$0" "$@"
@@ -159,4 +160,19 @@ NANOVLLM_STEP_TIMELINE_MODEL=/tmp/q8 timeout 120 $D/E/test_cuda --gtest_also_run
 sed -n '/^one step/,$p' $OUT/tl_q8_E.log | head -12
 wait $MK; echo "make rc $?"
 lat D q30 1; lat E q30 1; lat D q30 1; lat E q30 1
+log done
+
+# ## call6 {#call6}
+#!/bin/bash
+# s43 call 6 (two H200s, nvidia-h200-x2): F = ec435c8's test_cuda. The fp8 and MoE engine tests on two GPUs (tensor
+# parallel 2 with the fused gate_up + silu kernel at one token), the fp8 kernel tests.
+set -u
+export PATH=$PATH:/usr/local/cuda/bin
+D=.carry; mkdir -p $D/F; tar -xJf $D/F.tar.xz -C $D/F
+export NANOVLLM_TEST_DATA=$PWD/tests/data
+log() { echo "=== $(date +%T) $*"; }
+log cards; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
+timeout 330 $D/F/test_cuda --gtest_filter='CudaFp8Engine*:CudaFp8MoeEngine*:CudaFp8Linear.GateUp*:CudaMoeEngine*' > $OUT/tests.log 2>&1; echo "tests rc $?"
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|tests ran" $OUT/tests.log | head -20; grep -A8 Failure $OUT/tests.log | head -30
+grep -E "agree|TP 2|two GPUs|steps" $OUT/tests.log | head -20
 log done
