@@ -5,7 +5,7 @@
 # (fp8_gemv_mma's too: dropped after call 2), C = A + that carveout for the one-token kernels only + gate_up and
 # silu_mul in one register-fed kernel at every one-token step, D = 523049e (what landed: C with the fusion only under
 # 16 MiB of weights), E = D + the max carveout on the bf16 GEMVs and the MoE decode kernels (call 5; lost, not
-# kept), F = ec435c8's test_cuda. Run one section with
+# kept), F = ec435c8's test_cuda, G = its nanovllm. Run one section with
 #   bash bench/results/2026-11-30/s43/calls.sh ID [ARGS...]
 # (no ID lists them).
 exec bash "$(dirname "$0")/../../run_section.sh" "$0" "$@"
@@ -175,4 +175,24 @@ log cards; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | te
 timeout 330 $D/F/test_cuda --gtest_filter='CudaFp8Engine*:CudaFp8MoeEngine*:CudaFp8Linear.GateUp*:CudaMoeEngine*' > $OUT/tests.log 2>&1; echo "tests rc $?"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|tests ran" $OUT/tests.log | head -20; grep -A8 Failure $OUT/tests.log | head -30
 grep -E "agree|TP 2|two GPUs|steps" $OUT/tests.log | head -20
+log done
+
+# ## call7 {#call7}
+#!/bin/bash
+# s43 call 7 (one H200): F = ec435c8's test_cuda, G = its nanovllm. CUPTI bs=1 step timelines of the 30B-A3B shape
+# (24 layers), bf16 and fp8 (for issue 49's bs=1 account: one MoE layer's records).
+set -u
+export PATH=$PATH:/usr/local/cuda/bin
+D=.carry; mkdir -p $D/F $D/G; tar -xJf $D/F.tar.xz -C $D/F; tar -xJf $D/G.tar.xz -C $D/G; xz -dk $D/libcupti.so.13.xz
+export NANOVLLM_TEST_DATA=$PWD/tests/data NANOVLLM_CUPTI_LIB=$PWD/$D/libcupti.so.13
+log() { echo "=== $(date +%T) $*"; }
+log card; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
+$D/G/nanovllm make-test-model --out /tmp/q30 --preset qwen3-30b-a3b --seed 1 --config-override '{"num_hidden_layers": 24}' > $OUT/make30.log 2>&1
+for q in none fp8; do
+  log "timeline q30 $q"
+  NANOVLLM_STEP_TIMELINE_MODEL=/tmp/q30 NANOVLLM_STEP_TIMELINE_QUANTIZATION=$q timeout 150 $D/F/test_cuda --gtest_also_run_disabled_tests \
+    --gtest_filter='CudaStepTimelineBench.DISABLED_DecodeBatchOne' > $OUT/tl_q30_$q.log 2>&1; echo "rc $?"
+  sed -n '/^one step/,$p' $OUT/tl_q30_$q.log | head -14
+  sed -n '/step end/,/one step/p' $OUT/tl_q30_$q.log | head -16
+done
 log done
