@@ -196,3 +196,23 @@ for q in none fp8; do
   sed -n '/step end/,/one step/p' $OUT/tl_q30_$q.log | head -16
 done
 log done
+
+# ## call8 {#call8}
+#!/bin/bash
+# s43 call 8 (one H200): F = ec435c8's test_cuda. Nsight Compute on the MoE decode router kernel (30B-A3B shape,
+# MoeDecodeBench's one layer): its duration alone and where its warps stall (issue 49's bs=1 lead).
+set -u
+export PATH=$PATH:/usr/local/cuda/bin
+D=.carry; mkdir -p $D/F; tar -xJf $D/F.tar.xz -C $D/F
+export NANOVLLM_TEST_DATA=$PWD/tests/data
+log() { echo "=== $(date +%T) $*"; }
+log card; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
+which ncu || ls /usr/local/cuda/bin | grep -i ncu
+log ncu
+timeout 200 ncu --kernel-name regex:moe_router_decode_kernel --launch-skip 2 --launch-count 3 \
+  --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats \
+  --section SourceCounters \
+  $D/F/test_cuda --gtest_also_run_disabled_tests --gtest_filter='MoeDecodeBench.DISABLED_FusedVsUnfused' > $OUT/ncu_router.log 2>&1
+echo "ncu rc $?"
+grep -E "Duration|Elapsed Cycles|Registers Per|Block Size|Grid Size|Stall|Warp Cycles Per Issued|Issued Warp|No Eligible|Active Warps|Achieved Occ|Memory Throughput|DRAM Through" $OUT/ncu_router.log | head -40
+log done
