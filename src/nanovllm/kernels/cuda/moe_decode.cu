@@ -8,7 +8,7 @@
 //     them to the activation dtype as the linear path does (transformers rounds the gate's output too) and
 //     stores them to ws.router_logits. After a cluster barrier (release / acquire: the peers' stores are
 //     visible) CTA 0 routes every token with moe_route's route_token and groups the pairs with group_pairs
-//     (moe_route_device.cuh): the routing of given logits is the one moe_route / moe_group compute, bit for
+//     (moe_route_device.cuh; group_pairs_warp, one warp without block barriers, for at most 32 pairs): the routing of given logits is the one moe_route / moe_group compute, bit for
 //     bit, ties included. The logits themselves may differ from the cuBLASLt / gemv projection's in the last
 //     bf16 place (another fp32 summation order), as two GEMM libraries would.
 //   * moe_gate_up_decode: gate / up with SiLU·mul, a warp item per (active expert slot, 8 activation columns,
@@ -113,6 +113,10 @@ __global__ void __launch_bounds__(kRouterThreads, 1) moe_router_decode_kernel(Ro
   if (blockIdx.x != 0) return;
   for (int t = warp; t < a.T; t += kRouterWarps) route_token(r, t, lane);
   __syncthreads();  // the ids are this CTA's own global writes: visible to it after the barrier
+  if (g.P <= 32) {  // a few tokens: one warp groups them, without group_pairs' ~40 block barriers
+    if (warp == 0) group_pairs_warp(g, lane);
+    return;
+  }
   group_pairs(g);
 }
 

@@ -141,6 +141,47 @@ __device__ inline void group_pairs(const GroupArgs& a) {
   }
 }
 
+// group_pairs' results for at most 32 pairs, by one warp (all its lanes call it; the ids visible to them): no block
+// barriers. Lane p holds pair p's expert; expert e's first row is the number of pairs of lower experts, pair p's row
+// that plus the pairs of its expert before it (the rows inside an expert in pair order: one of the orders
+// group_pairs' atomics give).
+__device__ inline void group_pairs_warp(const GroupArgs& a, int lane) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int id = lane < a.P ? a.ids[lane] : 0x7fffffff;
+  int lower = 0, same_before = 0;  // pairs of lower experts; pairs of this expert before this one
+  for (int q = 0; q < a.P; ++q) {
+    const int other = __shfl_sync(kAll, id, q);
+    lower += other < id;
+    same_before += other == id && q < lane;
+  }
+  // Experts in chunks of 32, a lane each: first row (pairs of lower experts) and whether any pair chose it.
+  int active_before = 0;  // active experts in earlier chunks
+  for (int base = 0; base < a.E; base += 32) {
+    const int e = base + lane;
+    int first = 0, mine = 0;
+    for (int q = 0; q < a.P; ++q) {
+      const int other = __shfl_sync(kAll, id, q);
+      first += other < e;
+      mine += other == e;
+    }
+    const unsigned active = __ballot_sync(kAll, e < a.E && mine > 0);
+    if (e < a.E) {
+      a.offsets[e] = first;
+      a.active[e] = -1;
+    }
+    __syncwarp();  // the -1s before the entries below (an entry's index is at most its expert: this chunk or earlier)
+    if (e < a.E && mine > 0) a.active[active_before + __popc(active & ((1u << lane) - 1u))] = e;
+    active_before += __popc(active);
+    __syncwarp();
+  }
+  if (lane == 0) a.offsets[a.E] = a.P;
+  if (lane < a.P) {
+    const int r = lower + same_before;
+    a.sorted[r] = lane;
+    a.pair_rows[lane] = r;
+  }
+}
+
 inline RouteArgs route_args(TensorView ids, TensorView weights, TensorView logits, bool renormalize) {
   return {logits.data(), dt(logits), ids.data_as<int32_t>(), weights.data_as<float>(),
           static_cast<int>(logits.dim(0)), static_cast<int>(logits.dim(1)), static_cast<int>(ids.dim(1)), renormalize};
