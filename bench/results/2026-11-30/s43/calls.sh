@@ -5,7 +5,8 @@
 # (fp8_gemv_mma's too: dropped after call 2), C = A + that carveout for the one-token kernels only + gate_up and
 # silu_mul in one register-fed kernel at every one-token step, D = 523049e (what landed: C with the fusion only under
 # 16 MiB of weights), E = D + the max carveout on the bf16 GEMVs and the MoE decode kernels (call 5; lost, not
-# kept), F = ec435c8's test_cuda, G = its nanovllm. Run one section with
+# kept), F = ec435c8's test_cuda, G = its nanovllm (bd23ef2's kernels), H = G + the MoE decode router's grouping by
+# one warp (landed). Run one section with
 #   bash bench/results/2026-11-30/s43/calls.sh ID [ARGS...]
 # (no ID lists them).
 exec bash "$(dirname "$0")/../../run_section.sh" "$0" "$@"
@@ -215,4 +216,27 @@ timeout 200 ncu --kernel-name regex:moe_router_decode_kernel --launch-skip 2 --l
   $D/F/test_cuda --gtest_also_run_disabled_tests --gtest_filter='MoeDecodeBench.DISABLED_FusedVsUnfused' > $OUT/ncu_router.log 2>&1
 echo "ncu rc $?"
 grep -E "Duration|Elapsed Cycles|Registers Per|Block Size|Grid Size|Stall|Warp Cycles Per Issued|Issued Warp|No Eligible|Active Warps|Achieved Occ|Memory Throughput|DRAM Through" $OUT/ncu_router.log | head -40
+log done
+
+# ## call9 {#call9}
+#!/bin/bash
+# s43 call 9 (one H200): G = bd23ef2 (nanovllm), H = G + the decode router groups at most 32 pairs with one warp
+# (group_pairs_warp; no block barriers). MoE decode tests on H; 30B-A3B (24 layers) bs=1 latency G vs H alternating.
+set -u
+export PATH=$PATH:/usr/local/cuda/bin
+D=.carry; mkdir -p $D/G $D/H; tar -xJf $D/G.tar.xz -C $D/G; tar -xJf $D/H.tar.xz -C $D/H
+export NANOVLLM_TEST_DATA=$PWD/tests/data
+log() { echo "=== $(date +%T) $*"; }
+log card; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
+$D/G/nanovllm make-test-model --out /tmp/q30 --preset qwen3-30b-a3b --seed 1 --config-override '{"num_hidden_layers": 24}' > $OUT/make30.log 2>&1 &
+MK=$!
+log "H tests"
+timeout 120 $D/H/test_cuda --gtest_filter='MoeDecode.*:CudaMoeEngine.Graphs*:CudaFp8MoeEngine.Greedy*' > $OUT/tests.log 2>&1; echo "tests rc $?"
+grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|tests ran" $OUT/tests.log | head; grep -A8 Failure $OUT/tests.log | head -20
+wait $MK; echo "make rc $?"
+lat() {  # lat BIN QUANT
+  log "$1 q30 $2"
+  timeout 60 $D/$1/nanovllm bench latency --backend cuda --model /tmp/q30 --quantization $2 --context 1024 --decode-tokens 64 --skip-prefill 2>&1 | grep -E "^decode" | tee -a $OUT/lat.log
+}
+lat G none; lat H none; lat G none; lat H none
 log done
