@@ -6,7 +6,8 @@
 # silu_mul in one register-fed kernel at every one-token step, D = 523049e (what landed: C with the fusion only under
 # 16 MiB of weights), E = D + the max carveout on the bf16 GEMVs and the MoE decode kernels (call 5; lost, not
 # kept), F = ec435c8's test_cuda, G = its nanovllm (bd23ef2's kernels), H = G + the MoE decode router's grouping by
-# one warp (landed). Run one section with
+# one warp (landed), H2 = H + the router's peers' logits through distributed shared memory (call 10; lost, not
+# kept). Run one section with
 #   bash bench/results/2026-11-30/s43/calls.sh ID [ARGS...]
 # (no ID lists them).
 exec bash "$(dirname "$0")/../../run_section.sh" "$0" "$@"
@@ -239,4 +240,28 @@ lat() {  # lat BIN QUANT
   timeout 60 $D/$1/nanovllm bench latency --backend cuda --model /tmp/q30 --quantization $2 --context 1024 --decode-tokens 64 --skip-prefill 2>&1 | grep -E "^decode" | tee -a $OUT/lat.log
 }
 lat G none; lat H none; lat G none; lat H none
+log done
+
+# ## call10 {#call10}
+#!/bin/bash
+# s43 call 10 (one H200): H = 8d1aa10's kernels (nanovllm), H2 = H + the decode router's CTA 0 reads the peers' logits
+# through distributed shared memory (no __threadfence, no L2 round trip; a split cluster barrier keeps the peers
+# until it has read). MoE decode tests on H2; 30B-A3B (24 layers) bs=1 latency H vs H2 alternating.
+set -u
+export PATH=$PATH:/usr/local/cuda/bin
+D=.carry; mkdir -p $D/H $D/H2; tar -xJf $D/H.tar.xz -C $D/H; tar -xJf $D/H2.tar.xz -C $D/H2
+export NANOVLLM_TEST_DATA=$PWD/tests/data
+log() { echo "=== $(date +%T) $*"; }
+log card; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
+$D/H/nanovllm make-test-model --out /tmp/q30 --preset qwen3-30b-a3b --seed 1 --config-override '{"num_hidden_layers": 24}' > $OUT/make30.log 2>&1 &
+MK=$!
+log "H2 tests"
+timeout 100 $D/H2/test_cuda --gtest_filter='MoeDecode.*:CudaMoeEngine.Graphs*' > $OUT/tests.log 2>&1; echo "tests rc $?"
+grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|tests ran" $OUT/tests.log | head; grep -A8 Failure $OUT/tests.log | head -20
+wait $MK; echo "make rc $?"
+lat() {
+  log "$1 q30 bf16"
+  timeout 40 $D/$1/nanovllm bench latency --backend cuda --model /tmp/q30 --quantization none --context 1024 --decode-tokens 64 --skip-prefill 2>&1 | grep -E "^decode" | tee -a $OUT/lat.log
+}
+lat H; lat H2; lat H; lat H2
 log done
