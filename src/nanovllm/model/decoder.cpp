@@ -199,7 +199,7 @@ void Decoder::layer(int64_t l, const DecoderInputs& in, const LayerKvCache& kv, 
   reduce_add_norm(v.hidden, v.residual, w.post_attention_layernorm, s);
   if (w.is_moe()) {
     sparse_mlp(w, v.hidden, ws.moe, s);  // [T, H]
-  } else if (w.gate_up_proj_scale.defined() || w.down_proj_scale.defined()) {  // fp8: the projections one by one
+  } else if (w.gate_up_proj_scale.defined() || w.down_proj_scale.defined()) {  // fp8: gate_up + silu_mul, then down
     if (w.gate_up_proj_scale.defined()) {
       ops::linear_fp8_silu(v.mlp_act, v.hidden, w.gate_up_proj, w.gate_up_proj_scale, v.gate_up, s);  // [T, I]
     } else {

@@ -8,9 +8,10 @@
 //     them to the activation dtype as the linear path does (transformers rounds the gate's output too) and
 //     stores them to ws.router_logits. After a cluster barrier (release / acquire: the peers' stores are
 //     visible) CTA 0 routes every token with moe_route's route_token and groups the pairs with group_pairs
-//     (moe_route_device.cuh; group_pairs_warp, one warp without block barriers, for at most 32 pairs): the routing of given logits is the one moe_route / moe_group compute, bit for
-//     bit, ties included. The logits themselves may differ from the cuBLASLt / gemv projection's in the last
-//     bf16 place (another fp32 summation order), as two GEMM libraries would.
+//     (moe_route_device.cuh; at most 32 pairs: group_pairs_warp, one warp without block barriers): the routing of
+//     given logits is the one moe_route / moe_group compute, bit for bit, ties included. The logits themselves may
+//     differ from the cuBLASLt / gemv projection's in the last bf16 place (another fp32 summation order), as two
+//     GEMM libraries would.
 //   * moe_gate_up_decode: gate / up with SiLU·mul, a warp item per (active expert slot, 8 activation columns,
 //     part of K): the 16-row mma tile is the 8 gate rows and the matching 8 up rows, so a lane ends with the
 //     gate and up of its column; the K parts (2, 4 or 8 warps of a CTA, k_parts) add through shared memory in K
