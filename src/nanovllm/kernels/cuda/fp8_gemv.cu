@@ -15,8 +15,6 @@
 // fp8_gemv dispatches between this kernel and the bulk-copy one (fp8_gemv_bulk.cu: more bytes in flight per SM,
 // sm_90): see fp8_gemv_default_config. fp8_gemv_gate_up_silu runs this kernel with each CTA's gate rows and the
 // matching up rows, storing silu(gate) * up (the MLP's gate_up projection and silu_mul in one launch).
-#include <memory>
-
 #include <cuda_bf16.h>
 
 #include "nanovllm/core/error.h"
@@ -26,6 +24,7 @@
 #include "nanovllm/kernels/cuda/fp8_linear.h"
 #include "nanovllm/kernels/cuda/gemv_device.cuh"
 #include "nanovllm/kernels/cuda/pdl.cuh"
+#include "nanovllm/kernels/cuda/per_device_flag.h"
 #include "nanovllm/kernels/fp8_block.h"
 
 namespace nanovllm::cuda_ops {
@@ -110,23 +109,15 @@ fp8_gemv_kernel(void* __restrict__ out, bool out_f32, const uint16_t* __restrict
   }
 }
 
-// A device context's state (DeviceContext::op_state): the kernel's carveout preference, set once.
-struct Fp8GemvState {
-  Fp8GemvState() {
-    prefer_max_shared_carveout(fp8_gemv_kernel<1, 4>);
-    prefer_max_shared_carveout(fp8_gemv_kernel<1, 4, true>);
-  }
-};
-
 template <int kT, int kRows, bool kSiluOut = false>
 void launch(TensorView out, TensorView in, TensorView weight, TensorView weight_scale, TensorView bias, ops::Stream s) {
   const int64_t T = in.dim(0), N = weight.dim(0), K = weight.dim(1);
   const int64_t steps = (K + kStepCols - 1) / kStepCols;
   // Split K over more warps of a row group until the grid has two CTAs per SM (short weights want every SM);
   // kSiluOut keeps two row groups (a gate and an up one).
-  DeviceContext& ctx = context_of(s);
-  ctx.op_state<Fp8GemvState>([] { return std::make_unique<Fp8GemvState>(); });
-  const int64_t want = 2 * int64_t{ctx.sm_count()};
+  static PerDeviceFlag carveout_set;
+  once_per_current_device(carveout_set, [] { prefer_max_shared_carveout(fp8_gemv_kernel<kT, kRows, kSiluOut>); });
+  const int64_t want = 2 * int64_t{context_of(s).sm_count()};
   const int max_slices = kSiluOut ? kWarps / 2 : kWarps;
   int k_slices = 1;
   while (k_slices < max_slices && 2 * k_slices <= steps && N / (int64_t{kWarps / k_slices} * kRows) < want)
