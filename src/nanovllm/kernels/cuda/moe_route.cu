@@ -3,7 +3,8 @@
 //
 //   * route: one warp per token. Lane l holds the probabilities of experts l, l + 32, ... (E <= kMaxExperts:
 //     at most 16 per lane, in registers); max and sum are warp reductions; the k choices are k warp argmax
-//     rounds (larger probability first, on equal ones the lower expert id), the chosen entry is taken out.
+//     rounds of two redux.sync each (larger probability first, on equal ones the lower expert id), the chosen
+//     entry is taken out (moe_route_device.cuh).
 //     fp32 throughout: exp(x - max) / sum, the renormalising sum over the k chosen in slot order.
 //   * group: one CTA of 1024 threads: per-expert counts with shared-memory atomics, an exclusive scan into
 //     expert_offsets, then each pair takes its row from its expert's cursor (atomic, so the order inside an
