@@ -9,7 +9,8 @@
 #      engine's CUDA greedy tokens against the CPU backend's) and MoeDecode* (the decode kernels against the CPU
 #      reference and the general kernels)                                                         ~40
 #   2. ab: DISABLED_ MoeDecodeBench.FusedVsUnfused: the sparse MLP alone, 8 layers of the Qwen3-30B-A3B shape in
-#      one CUDA graph, old (5 launches) vs fused (3) path, T = 1 .. 32, us/layer and x floor       ~15
+#      one CUDA graph, old (5 launches) vs fused (3) path, T = 1 .. 32, us/layer and x floor; MoeGemmBench: the
+#      experts' tiled GEMMs (wgmma vs mma.sync) at T = 256 .. 8192, TFLOP/s                        ~25
 #   3. make-test-model qwen3-30b-a3b with 4 and 24 of its 48 layers (~6 + 31 GB in /tmp)        ~50
 #   4. bench latency bs=1 @1K, graphs: ms/step vs the floor of the bytes a step reads, 4 and 24 layers  ~40
 #   5. ncu per kernel, 4 layers, eager (decode_tc excluded: its cluster combine hangs under ncu's replay);
@@ -24,7 +25,7 @@ mkdir -p "$OUT"
 source "$(dirname "$0")/steps.sh"  # run, FAILED, the build when missing
 NV="$BUILD/tools/nanovllm"
 STEP_TAIL=12 run tests "$BUILD/tests/test_cuda" --gtest_filter='CudaMoe*:MoeDecode*'
-run ab "$BUILD/tests/test_cuda" --gtest_also_run_disabled_tests --gtest_filter='MoeDecodeBench.*'
+run ab "$BUILD/tests/test_cuda" --gtest_also_run_disabled_tests --gtest_filter='MoeDecodeBench.*:MoeGemmBench.*'
 for L in 4 24; do
   [ -f /tmp/moe$L/config.json ] || run make_model_$L "$NV" make-test-model --out /tmp/moe$L \
     --preset qwen3-30b-a3b --seed 1 --config-override "{\"num_hidden_layers\": $L}"

@@ -245,8 +245,8 @@ TEST(CudaMoe, ExpertsWeightStreamingKernelMatchesTheReference) {
   check_experts_both(4, 128, 8, 2048, 384, 30, rng);
 }
 
-TEST(CudaMoe, ExpertsTiledKernelMatchesTheReference) {
-  SKIP_WITHOUT_CUDA();
+// Steps past kMoeGemvMaxTokens: the tiled GEMM (wgmma on sm_90a, else mma.sync).
+void check_tiled_shapes() {
   std::mt19937 rng(4);
   check_experts_both(33, 16, 4, 136, 40, 16, rng);   // K tail (136 = 4 x 32 + 8), a partial column tile
   check_experts_both(300, 128, 8, 256, 64, 64, rng);  // half the experts without rows
@@ -257,6 +257,22 @@ TEST(CudaMoe, ExpertsTiledKernelMatchesTheReference) {
   check_experts_both(300, 128, 8, 256, 128, 64, rng);
   check_experts_both(200, 7, 2, 128, 384, 7, rng);
   check_experts_both(45, 5, 3, 640, 256, 4, rng);
+}
+
+TEST(CudaMoe, ExpertsTiledKernelMatchesTheReference) {
+  SKIP_WITHOUT_CUDA();
+  check_tiled_shapes();
+}
+
+// The mma.sync tile GEMM, the path of devices without sm_90a code, kept tested on sm_90a.
+struct MmaSyncTilesGuard : cuda_test::RestoreOptions {
+  MmaSyncTilesGuard() { cuda_test::context().options.moe_gemm_wgmma = false; }
+};
+
+TEST(CudaMoe, ExpertsMmaSyncTiledKernelMatchesTheReference) {
+  SKIP_WITHOUT_CUDA();
+  const MmaSyncTilesGuard mma_sync;
+  check_tiled_shapes();
 }
 
 TEST(CudaMoe, CombineMatchesTheReference) {

@@ -5,7 +5,8 @@
 // floor at 4.25 TB/s; with bf16 experts, then block-scaled fp8 ones (moe_fp8.cu: a byte a weight). DISABLED_: a
 // benchmark, run by scripts/bench/moe_decode_check.sh with --gtest_also_run_disabled_tests. DISABLED_GateUpKParts:
 // the gate / up kernel alone at a tensor-parallel rank's shapes (Im / N for N = 1, 2, 4; fp8: N = 1, 2, whole
-// blocks) for each count of warps sharing an item's K (moe_gate_up_decode's k_parts).
+// blocks) for each count of warps sharing an item's K (moe_gate_up_decode's k_parts). MoeGemmBench.DISABLED_TiledRate:
+// the experts' tiled GEMMs of long steps (wgmma vs mma.sync) at T = 256, 2048 and 8192.
 #include "cuda_moe_test_util.h"
 
 #include <algorithm>
@@ -152,6 +153,50 @@ TEST(MoeDecodeBench, DISABLED_GateUpKParts) {
                                      cuda_test::on(st));
       });
       std::printf(" | down %6.2f us (floor %5.2f)\n", us, floor_us / 2);
+    }
+  }
+  CUDA_CHECK(cudaStreamDestroy(st));
+}
+
+// The experts' grouped GEMMs of long steps (moe_experts' tiled kernels: wgmma, then mma.sync) on the 30B-A3B shape,
+// bf16 and fp8 experts: T tokens routed by a random router (moe_mlp once), then moe_experts alone timed in a CUDA
+// graph of kLayers launches with their own weights; TFLOP/s over the 6 P Im H FLOPs of its two GEMMs.
+TEST(MoeGemmBench, DISABLED_TiledRate) {
+  SKIP_WITHOUT_CUDA();
+  constexpr int kLayers = 4, kReps = 10;
+  const int64_t E = 128, k = 8, H = 2048, Im = 768;
+  const cuda_test::RestoreOptions restore;
+  std::mt19937 rng(23);
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreate(&st));
+  DeviceTensor router(DType::kBF16, {E, H}, random_bf16(static_cast<size_t>(E * H), rng, -0.3f, 0.3f).bits);
+  for (ExpertDtype dtype : {ExpertDtype::kBf16, ExpertDtype::kFp8}) {
+    std::vector<BenchExperts> gate_up, down;
+    for (int l = 0; l < kLayers; ++l) {
+      gate_up.emplace_back(dtype, E, 2 * Im, H);
+      down.emplace_back(dtype, E, H, Im);
+    }
+    for (int64_t T : {256, 2048, 8192}) {
+      DeviceTensor x(DType::kBF16, {T, H}, random_bf16(static_cast<size_t>(T * H), rng).bits);
+      DeviceTensor out(DType::kBF16, {T, H});
+      const DeviceMoeWorkspace dws(T, E, k, H, Im);
+      const ops::MoeWorkspace ws = dws.view();
+      cuda_ops::moe_mlp(out.view(), x.view(), router.view(),
+                        {gate_up[0].view(), down[0].view(), gate_up[0].scale_view(), down[0].scale_view()}, true, ws,
+                        cuda_test::on(st));
+      const double flops = 6.0 * static_cast<double>(T * k * Im * H);
+      std::printf("moe tiled %s T=%5lld:", cuda_moe_test::dtype_name(dtype).c_str(), static_cast<long long>(T));
+      for (bool wgmma : {true, false}) {
+        cuda_test::context().options.moe_gemm_wgmma = wgmma;
+        const double us = graph_us_per_layer(st, kLayers, kReps, [&] {
+          for (int l = 0; l < kLayers; ++l)
+            cuda_ops::moe_experts(ws.rows, x.view(),
+                                  {gate_up[l].view(), down[l].view(), gate_up[l].scale_view(), down[l].scale_view()},
+                                  ws.groups, ws.act, cuda_test::on(st));
+        });
+        std::printf("  %s %8.1f us/layer %6.1f TFLOP/s", wgmma ? "wgmma" : "mma.sync", us, flops / us / 1e6);
+      }
+      std::printf("\n");
     }
   }
   CUDA_CHECK(cudaStreamDestroy(st));

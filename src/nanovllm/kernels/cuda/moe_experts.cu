@@ -14,7 +14,9 @@
 //     operand, each lane's 16-byte loads = 8 consecutive k. 8 warps = 2 row tiles x 4 K groups, the K groups
 //     summed through shared memory in a fixed order. Stage 1's CTA holds 16 gate rows and the matching 16 up
 //     rows, so its epilogue writes the activation.
-//   * moe_gemm (prefill / large batches): a tensor-core tile GEMM per (expert, 128-row tile, 128-column tile):
+//   * moe_gemm (prefill / large batches; on sm_90a moe_gemm_wgmma.cu's warpgroup-MMA version of it, this one
+//     where the device or the binary is not sm_90a, or KernelOptions::moe_gemm_wgmma is off):
+//     a tensor-core tile GEMM per (expert, 128-row tile, 128-column tile):
 //     128 x 128 x 32 tiles, 8 warps of 64 x 32, mma.sync m16n8k16 fed by ldmatrix from a 4-stage cp.async ring
 //     (rows padded to 80 bytes: conflict-free ldmatrix). A CTA finds its expert and row tile from the
 //     offsets (a warp scan over the active experts' tile counts); the grid has ceil(P / 128) + min(E, P) row
@@ -41,9 +43,9 @@
 
 #include "nanovllm/kernels/cuda/common.cuh"
 #include "nanovllm/kernels/cuda/cuda_moe_ops.h"
-#include "nanovllm/kernels/cuda/fp8_gemv_device.cuh"
 #include "nanovllm/kernels/cuda/fp8_mma_device.cuh"
 #include "nanovllm/kernels/cuda/gemv_device.cuh"
+#include "nanovllm/kernels/cuda/moe_grouped.cuh"
 #include "nanovllm/kernels/cuda/mma_utils.cuh"
 #include "nanovllm/kernels/cuda/pdl.cuh"
 #include "nanovllm/kernels/cuda/per_device_flag.h"
@@ -51,27 +53,7 @@
 namespace nanovllm::cuda_ops {
 namespace {
 
-// One grouped GEMM: out[r, :] = f(W[e] @ a(r)) for the rows r of every expert e.
-struct GroupedArgs {
-  const __nv_bfloat16* a;    // stage 1: x [T, K] (row of r = sorted[r] / k); stage 2: act [P, K] (row r)
-  const __nv_bfloat16* w;    // [E, Nw, K]: Nw = 2 N (stage 1: gate rows, then up rows) or N (bf16 experts)
-  const uint8_t* w8;         // fp8 experts: the codes [E, Nw, K] (w null)
-  const float* w_scale;      // fp8 experts: [E, Nw / 128, K / 128]
-  __nv_bfloat16* out;        // [P, N]
-  const int32_t* offsets;    // [E + 1]
-  const int32_t* sorted;     // [P]
-  const int32_t* active;     // [E]
-  int K, N, P, E, k;
-};
-
-// The A row (activation or token) of expert row r.
-template <bool kGateUp>
-__device__ __forceinline__ const __nv_bfloat16* a_row(const GroupedArgs& g, int r) {
-  const int row = kGateUp ? g.sorted[r] / g.k : r;
-  return g.a + int64_t{row} * g.K;
-}
-
-__device__ __forceinline__ float bf16_round(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+using namespace moe_grouped;
 
 // ---- moe_gemv -------------------------------------------------------------------------------------------
 namespace gv {
@@ -185,28 +167,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(GroupedArgs g) {
   pdl_wait();
   pdl_trigger();
 
-  // Which expert and row tile this CTA computes: the blockIdx.x-th tile of the active experts' tiles.
-  if (tid == 0) s_expert = -1;
-  __syncthreads();
-  if (warp == 0) {
-    int base = 0;
-    for (int i0 = 0; i0 < g.E; i0 += 32) {
-      const int e = i0 + lane < g.E ? g.active[i0 + lane] : -1;
-      const int tiles = e >= 0 ? (g.offsets[e + 1] - g.offsets[e] + kBM - 1) / kBM : 0;
-      int incl = tiles;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += v;
-      }
-      const int b = static_cast<int>(blockIdx.x);
-      if (tiles > 0 && b >= base + incl - tiles && b < base + incl) {
-        s_expert = e;
-        s_m0 = (b - (base + incl - tiles)) * kBM;
-      }
-      base += __shfl_sync(0xffffffffu, incl, 31);
-    }
-  }
+  if (warp == 0) find_row_tile(g, kBM, lane, s_expert, s_m0);
   __syncthreads();
   const int e = s_expert;
   if (e < 0) return;
@@ -267,9 +228,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(GroupedArgs g) {
                        c_ok);
     }
   };
-  // fp8: this thread's landed codes of stage `stage` (k tile kt) as bf16(code x scale) into the bf16 B tile, the
-  // f32 product rounded once to f32 then to bf16 as the loader's dequantization (fp8_gemv_device.cuh decodes
-  // codes x 2^-120 exactly; x 2^120 is exact too).
+  // fp8: this thread's landed codes of stage `stage` (k tile kt) as bf16(code x scale) into the bf16 B tile.
   auto convert_stage = [&](int stage, int kt) {
     // An asm load with a memory clobber: kept after cp_async_wait (itself an asm without one), which a plain load
     // of the landed codes need not be.
@@ -279,17 +238,8 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(GroupedArgs g) {
                  : "r"(smem_u32(sC + stage * kCodeTile + c_row * kBK + 16 * c_half))
                  : "memory");
     const float scale = c_ok ? __ldg(c_scale + kt * kBK / 128) : 0.f;
-    const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
-    float v[2][8];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) fp8_gemv_detail::e4m3x4_times_2pow_minus120(words[i], &v[i / 2][4 * (i % 2)]);
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int i = 0; i < 8; ++i) v[h][i] = __fmul_rn(__fmul_rn(v[h][i], fp8_gemv_detail::kTwoPow120), scale);
     uint4* dst = reinterpret_cast<uint4*>(sB + stage * kTileElems + c_row * kPitch + 16 * c_half);
-    dst[0] = f32_to_bf16x8(v[0]);
-    dst[1] = f32_to_bf16x8(v[1]);
+    dequantize16(codes, scale, dst[0], dst[1]);
   };
 
   const int wm = warp / 4, wn = warp % 4;  // the warp's 64 x 32 block of the tile
@@ -372,6 +322,7 @@ void grouped(const GroupedArgs& a, int64_t T, ops::Stream s) {
     launch_pdl(T <= 8 ? gv::moe_gemv_kernel<kGateUp, 1, kFp8> : gv::moe_gemv_kernel<kGateUp, 2, kFp8>, grid,
                dim3(gv::kThreads), 0, s, a);
   } else {
+    if (context_of(s).options.moe_gemm_wgmma && moe_gemm_wgmma(a, kGateUp, s)) return;  // sm_90a
     constexpr size_t smem = kFp8 ? gm::kSmemFp8 : gm::kSmem;
     static PerDeviceFlag smem_raised;
     once_per_current_device(smem_raised, [] {
