@@ -181,32 +181,19 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(GroupedArgs g) {
   const __nv_bfloat16* a_src[2];
   const __nv_bfloat16* b_src[2] = {};
   bool a_ok[2], b_ok[2] = {};
-  // The weight row of B tile row `row` (0 when past the end: zero-filled), and whether it exists.
-  auto b_row = [&](int row, bool& ok) {
-    int wrow;
-    if constexpr (kGateUp) {  // B rows alternate 16 gate rows and the matching 16 up rows
-      const int j = n0 + (row / 32) * 16 + row % 16;
-      ok = j < g.N;
-      wrow = (row / 16) % 2 == 0 ? j : g.N + j;
-    } else {
-      wrow = n0 + row;
-      ok = wrow < g.N;
-    }
-    return ok ? wrow : 0;
-  };
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int row = tid / 4 + 64 * i;
     a_ok[i] = row < r_count;
     a_src[i] = a_ok[i] ? a_row<kGateUp>(g, r_begin + row) : g.a;
-    if constexpr (!kFp8) b_src[i] = g.w + (int64_t{e} * w_rows + b_row(row, b_ok[i])) * g.K;
+    if constexpr (!kFp8) b_src[i] = g.w + (int64_t{e} * w_rows + b_weight_row<kGateUp>(g, n0, row, b_ok[i])) * g.K;
   }
   const int c_row = tid / 2, c_half = tid & 1;  // fp8: this thread's B codes chunk
   bool c_ok = false;
   const uint8_t* c_src = nullptr;
   const float* c_scale = nullptr;  // the chunk's weight row's scales, one per 128 columns
   if constexpr (kFp8) {
-    const int64_t wrow = int64_t{e} * w_rows + b_row(c_row, c_ok);
+    const int64_t wrow = int64_t{e} * w_rows + b_weight_row<kGateUp>(g, n0, c_row, c_ok);
     c_src = g.w8 + wrow * g.K + 16 * c_half;
     c_scale = g.w_scale + (wrow / 128) * (g.K / 128);
   }
@@ -300,12 +287,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(GroupedArgs g) {
           y[0] = acc[mt][nt][2 * h];
           y[1] = acc[mt][nt][2 * h + 1];
         }
-        if (col + 1 < g.N && (g.N & 1) == 0) {
-          *reinterpret_cast<__nv_bfloat162*>(out + col) = __floats2bfloat162_rn(y[0], y[1]);
-        } else {
-          if (col < g.N) out[col] = __float2bfloat16_rn(y[0]);
-          if (col + 1 < g.N) out[col + 1] = __float2bfloat16_rn(y[1]);
-        }
+        store_pair(out, col, g.N, y[0], y[1]);
       }
     }
 }

@@ -46,7 +46,8 @@ constexpr unsigned kCodeBytes = 128 * kBK;      // fp8: one B tile's codes, 64 b
 // + slack to align the tiles to 1024 bytes (swizzle atoms).
 template <bool kFp8>
 constexpr size_t smem_bytes() {
-  return kFp8 ? size_t{kStages + 2} * kTileBytes + kStages * kCodeBytes + 1024 : size_t{2 * kStages} * kTileBytes + 1024;
+  return kFp8 ? size_t{kStages + 2} * kTileBytes + kStages * kCodeBytes + 1024
+              : size_t{2 * kStages} * kTileBytes + 1024;
 }
 
 #ifdef NANOVLLM_WGMMA_DEVICE
@@ -79,19 +80,6 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_wgmma_kernel(GroupedArgs
   const int r_begin = g.offsets[e] + s_m0, r_count = min(kBM, g.offsets[e + 1] - r_begin);
   const int n0 = static_cast<int>(blockIdx.y) * (kGateUp ? kBN / 2 : kBN);  // first output column
   const int64_t w_rows = kGateUp ? 2 * g.N : g.N;
-  // The weight row of B tile row `row` (0 when past the end: zero-filled), and whether it exists.
-  auto b_row = [&](int row, bool& ok) {
-    int wrow;
-    if constexpr (kGateUp) {  // B rows alternate 16 gate rows and the matching 16 up rows
-      const int j = n0 + (row / 32) * 16 + row % 16;
-      ok = j < g.N;
-      wrow = (row / 16) % 2 == 0 ? j : g.N + j;
-    } else {
-      wrow = n0 + row;
-      ok = wrow < g.N;
-    }
-    return ok ? wrow : 0;
-  };
 
   // This thread's copies per stage: 16-byte chunk tid % 8 of rows tid / 8 + 32 i (i < 4) of the A tile and, bf16,
   // of the B tile; fp8: code chunk tid % 4 (16 codes) of B rows tid / 4 + 64 i (i < 2).
@@ -104,7 +92,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_wgmma_kernel(GroupedArgs
     const int row = tid / 8 + 32 * i;
     a_ok[i] = row < r_count;
     a_src[i] = a_ok[i] ? a_row<kGateUp>(g, r_begin + row) : g.a;
-    if constexpr (!kFp8) b_src[i] = g.w + (int64_t{e} * w_rows + b_row(row, b_ok[i])) * g.K;
+    if constexpr (!kFp8) b_src[i] = g.w + (int64_t{e} * w_rows + b_weight_row<kGateUp>(g, n0, row, b_ok[i])) * g.K;
   }
   const int c_chunk = tid & 3;
   const uint8_t* c_src[2] = {};
@@ -113,7 +101,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_wgmma_kernel(GroupedArgs
   if constexpr (kFp8) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int64_t wrow = int64_t{e} * w_rows + b_row(tid / 4 + 64 * i, c_ok[i]);
+      const int64_t wrow = int64_t{e} * w_rows + b_weight_row<kGateUp>(g, n0, tid / 4 + 64 * i, c_ok[i]);
       c_src[i] = g.w8 + wrow * g.K + 16 * c_chunk;
       c_scale[i] = g.w_scale + (wrow / 128) * (g.K / 128);
     }
@@ -131,8 +119,8 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_wgmma_kernel(GroupedArgs
     if constexpr (kFp8)  // K is a multiple of 128: every chunk of a k tile exists
 #pragma unroll
       for (int i = 0; i < 2; ++i)
-        cp_async16_zfill(code_tile(stage) + (tid / 4 + 64 * i) * kBK + 16 * c_chunk, c_src[i] + (c_ok[i] ? kt * kBK : 0),
-                         c_ok[i]);
+        cp_async16_zfill(code_tile(stage) + (tid / 4 + 64 * i) * kBK + 16 * c_chunk,
+                         c_src[i] + (c_ok[i] ? kt * kBK : 0), c_ok[i]);
   };
   // fp8: this thread's landed codes of k tile kt as bf16 into B tile kt % 2 (last read by tile kt - 2's wgmmas,
   // complete everywhere since the previous barrier): code chunk c of a row = bf16 chunks 2 c and 2 c + 1.
@@ -206,12 +194,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_wgmma_kernel(GroupedArgs
         y[0] = acc[4 * j + 2 * h];
         y[1] = acc[4 * j + 2 * h + 1];
       }
-      if (col + 1 < g.N && (g.N & 1) == 0) {
-        *reinterpret_cast<__nv_bfloat162*>(out + col) = __floats2bfloat162_rn(y[0], y[1]);
-      } else {
-        if (col < g.N) out[col] = __float2bfloat16_rn(y[0]);
-        if (col + 1 < g.N) out[col + 1] = __float2bfloat16_rn(y[1]);
-      }
+      store_pair(out, col, g.N, y[0], y[1]);
     }
   }
 #else

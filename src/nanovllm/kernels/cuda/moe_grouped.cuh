@@ -35,6 +35,33 @@ __device__ __forceinline__ const __nv_bfloat16* a_row(const GroupedArgs& g, int 
 
 __device__ __forceinline__ float bf16_round(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
+// The weight row of the tiled kernels' B tile row `row` for output columns from n0 (0 when past the end, to be
+// zero-filled), and whether it exists. Stage 1's B rows alternate 16 gate rows and the matching 16 up rows, so a
+// thread's accumulators hold both halves of its columns.
+template <bool kGateUp>
+__device__ __forceinline__ int b_weight_row(const GroupedArgs& g, int n0, int row, bool& ok) {
+  int wrow;
+  if constexpr (kGateUp) {
+    const int j = n0 + (row / 32) * 16 + row % 16;
+    ok = j < g.N;
+    wrow = (row / 16) % 2 == 0 ? j : g.N + j;
+  } else {
+    wrow = n0 + row;
+    ok = wrow < g.N;
+  }
+  return ok ? wrow : 0;
+}
+
+// out[col], out[col + 1] = y0, y1 rounded to bf16 (those below n); one 4-byte store where both exist and align.
+__device__ __forceinline__ void store_pair(__nv_bfloat16* out, int col, int n, float y0, float y1) {
+  if (col + 1 < n && (n & 1) == 0) {
+    *reinterpret_cast<__nv_bfloat162*>(out + col) = __floats2bfloat162_rn(y0, y1);
+  } else {
+    if (col < n) out[col] = __float2bfloat16_rn(y0);
+    if (col + 1 < n) out[col + 1] = __float2bfloat16_rn(y1);
+  }
+}
+
 // fp8 experts: 16 e4m3 codes (one 16-byte chunk of a weight row) as bf16(code x scale), the f32 product rounded once
 // to f32 then to bf16 as the loader's dequantization (fp8_gemv_device.cuh decodes codes x 2^-120 exactly; x 2^120 is
 // exact too): lo = the first 8, hi = the last 8. What the tiled kernels write into their bf16 B tiles, so their
