@@ -5,8 +5,8 @@
 # switch to a cluster-free "last CTA routes" router), Y = X + route_token by redux.sync + the grouping reading the ids
 # from shared memory + a switch for the down + combine kernel's prologue (EXP_DOWN_PF; stamps in test_cuda), Z = Y + a
 # switch to a wgmma tiled GEMM (EXP_MOE_WG, bf16 experts), W = 770c29c + the wgmma kernel as first committed (bf16 and
-# fp8, 3 stages, no async-proxy fence), W2 / W3 = 44a2930 (with the fence). The experiments' switches and stamps were
-# never committed. Run one section with
+# fp8, 3 stages, no async-proxy fence), W2 / W3 = 44a2930 (with the fence), V = fb138be's test_cuda (call 7). The
+# experiments' switches and stamps were never committed. Run one section with
 #   bash bench/results/2026-11-30/s44/calls.sh ID [ARGS...]
 # (no ID lists them).
 exec bash "$(dirname "$0")/../../run_section.sh" "$0" "$@"
@@ -198,4 +198,21 @@ for tp in 1 2; do
   log "prefill tp=$tp"
   timeout 120 $D/W/nanovllm bench latency --backend cuda --model /tmp/q30 --tensor-parallel-size $tp --context 1024 --decode-tokens 16 --prefill 8192 2>&1 | grep -E "^prefill|^decode" | tee -a $OUT/lat.log
 done
+log done
+
+# ## call7 {#call7}
+#!/bin/bash
+# s44 call 7 (one H200): V = 5th commit of the session (the tiled kernels' shared B-row map and pair store, a
+# refactor): the MoE kernel tests (both tiled kernels), the MoE engine tests, the tiled rate.
+set -u
+export PATH=$PATH:/usr/local/cuda/bin
+D=.carry; mkdir -p $D/V; tar -xJf $D/V.tar.xz -C $D/V
+export NANOVLLM_TEST_DATA=$PWD/tests/data
+log() { echo "=== $(date +%T) $*"; }
+log card; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
+log "tests"
+timeout 200 $D/V/test_cuda --gtest_filter='CudaMoe.*:CudaMoeEngine.*:CudaFp8MoeEngine.*' > $OUT/tests.log 2>&1; echo "tests rc $?"
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED" $OUT/tests.log | head -20; grep -B2 -A6 Failure $OUT/tests.log | head -30
+log "rate"
+timeout 100 $D/V/test_cuda --gtest_also_run_disabled_tests --gtest_filter='MoeGemmBench.*' 2>&1 | grep -E "^moe tiled|FAIL" | tee $OUT/rate.log
 log done
