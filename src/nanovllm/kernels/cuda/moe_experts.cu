@@ -162,12 +162,18 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(GroupedArgs g) {
   __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kStages][kBM][kPitch]
   __nv_bfloat16* sB = sA + kStages * kTileElems;                   // [kStages][kBN][kPitch]
   uint8_t* sC = reinterpret_cast<uint8_t*>(sB + kStages * kTileElems);  // kFp8: [kStages][kBN][kBK] codes
+  __shared__ int s_expert, s_m0;
   const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31;
   pdl_wait();
   pdl_trigger();
-  const CtaTile tile = cta_tile<kGateUp>(g, kBM, kBN);
-  const int e = tile.expert, r_begin = tile.r_begin, r_count = tile.r_count, n0 = tile.n0;
+
+  if (warp == 0) find_row_tile(g, kBM, lane, s_expert, s_m0);
+  __syncthreads();
+  const int e = s_expert;
   if (e < 0) return;
+  const int r_begin = g.offsets[e] + s_m0, r_count = min(kBM, g.offsets[e + 1] - r_begin);
+  const int n0 = static_cast<int>(blockIdx.y) * (kGateUp ? kBN / 2 : kBN);  // first output column
+  const int64_t w_rows = kGateUp ? 2 * g.N : g.N;
 
   // Each thread copies two 16-byte chunks of A and two of B per stage: rows tid / 4 and tid / 4 + 64, k chunk tid % 4.
   // fp8: one 16-byte chunk of B's codes instead, row tid / 2, k half tid % 2, which it converts to bf16 itself.
@@ -180,14 +186,14 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(GroupedArgs g) {
     const int row = tid / 4 + 64 * i;
     a_ok[i] = row < r_count;
     a_src[i] = a_ok[i] ? a_row<kGateUp>(g, r_begin + row) : g.a;
-    if constexpr (!kFp8) b_src[i] = g.w + b_weight_row<kGateUp>(g, e, n0, row, b_ok[i]) * g.K;
+    if constexpr (!kFp8) b_src[i] = g.w + (int64_t{e} * w_rows + b_weight_row<kGateUp>(g, n0, row, b_ok[i])) * g.K;
   }
   const int c_row = tid / 2, c_half = tid & 1;  // fp8: this thread's B codes chunk
   bool c_ok = false;
   const uint8_t* c_src = nullptr;
   const float* c_scale = nullptr;  // the chunk's weight row's scales, one per 128 columns
   if constexpr (kFp8) {
-    const int64_t wrow = b_weight_row<kGateUp>(g, e, n0, c_row, c_ok);
+    const int64_t wrow = int64_t{e} * w_rows + b_weight_row<kGateUp>(g, n0, c_row, c_ok);
     c_src = g.w8 + wrow * g.K + 16 * c_half;
     c_scale = g.w_scale + (wrow / 128) * (g.K / 128);
   }

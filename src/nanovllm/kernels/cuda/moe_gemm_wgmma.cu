@@ -69,12 +69,17 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_wgmma_kernel(GroupedArgs
     return kFp8 ? base + static_cast<unsigned>(kStages + s) * kTileBytes : a_tile(s) + kTileBytes;
   };
   auto code_tile = [&](int s) { return base + (kStages + 2) * kTileBytes + static_cast<unsigned>(s) * kCodeBytes; };
+  __shared__ int s_expert, s_m0;
   const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31;
   pdl_wait();
   pdl_trigger();
-  const CtaTile tile = cta_tile<kGateUp>(g, kBM, kBN);
-  const int e = tile.expert, r_begin = tile.r_begin, r_count = tile.r_count, n0 = tile.n0;
+  if (warp == 0) find_row_tile(g, kBM, lane, s_expert, s_m0);
+  __syncthreads();
+  const int e = s_expert;
   if (e < 0) return;
+  const int r_begin = g.offsets[e] + s_m0, r_count = min(kBM, g.offsets[e + 1] - r_begin);
+  const int n0 = static_cast<int>(blockIdx.y) * (kGateUp ? kBN / 2 : kBN);  // first output column
+  const int64_t w_rows = kGateUp ? 2 * g.N : g.N;
 
   // This thread's copies per stage: 16-byte chunk tid % 8 of rows tid / 8 + 32 i (i < 4) of the A tile and, bf16,
   // of the B tile; fp8: code chunk tid % 4 (16 codes) of B rows tid / 4 + 64 i (i < 2).
@@ -87,7 +92,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_wgmma_kernel(GroupedArgs
     const int row = tid / 8 + 32 * i;
     a_ok[i] = row < r_count;
     a_src[i] = a_ok[i] ? a_row<kGateUp>(g, r_begin + row) : g.a;
-    if constexpr (!kFp8) b_src[i] = g.w + b_weight_row<kGateUp>(g, e, n0, row, b_ok[i]) * g.K;
+    if constexpr (!kFp8) b_src[i] = g.w + (int64_t{e} * w_rows + b_weight_row<kGateUp>(g, n0, row, b_ok[i])) * g.K;
   }
   const int c_chunk = tid & 3;
   const uint8_t* c_src[2] = {};
@@ -96,7 +101,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_wgmma_kernel(GroupedArgs
   if constexpr (kFp8) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int64_t wrow = b_weight_row<kGateUp>(g, e, n0, tid / 4 + 64 * i, c_ok[i]);
+      const int64_t wrow = int64_t{e} * w_rows + b_weight_row<kGateUp>(g, n0, tid / 4 + 64 * i, c_ok[i]);
       c_src[i] = g.w8 + wrow * g.K + 16 * c_chunk;
       c_scale[i] = g.w_scale + (wrow / 128) * (g.K / 128);
     }

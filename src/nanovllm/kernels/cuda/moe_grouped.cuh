@@ -35,11 +35,11 @@ __device__ __forceinline__ const __nv_bfloat16* a_row(const GroupedArgs& g, int 
 
 __device__ __forceinline__ float bf16_round(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
-// The row of w ([E, Nw, K] as [E Nw, K]) that the tiled kernels' B tile row `row` of expert e holds for output
-// columns from n0 (expert e's row 0 when past the end, to be zero-filled), and whether it exists. Stage 1's B rows
-// alternate 16 gate rows and the matching 16 up rows, so a thread's accumulators hold both halves of its columns.
+// The weight row of the tiled kernels' B tile row `row` for output columns from n0 (0 when past the end, to be
+// zero-filled), and whether it exists. Stage 1's B rows alternate 16 gate rows and the matching 16 up rows, so a
+// thread's accumulators hold both halves of its columns.
 template <bool kGateUp>
-__device__ __forceinline__ int64_t b_weight_row(const GroupedArgs& g, int e, int n0, int row, bool& ok) {
+__device__ __forceinline__ int b_weight_row(const GroupedArgs& g, int n0, int row, bool& ok) {
   int wrow;
   if constexpr (kGateUp) {
     const int j = n0 + (row / 32) * 16 + row % 16;
@@ -49,7 +49,7 @@ __device__ __forceinline__ int64_t b_weight_row(const GroupedArgs& g, int e, int
     wrow = n0 + row;
     ok = wrow < g.N;
   }
-  return int64_t{e} * (kGateUp ? 2 * g.N : g.N) + (ok ? wrow : 0);
+  return ok ? wrow : 0;
 }
 
 // out[col], out[col + 1] = y0, y1 rounded to bf16 (those below n); one 4-byte store where both exist and align.
@@ -79,47 +79,30 @@ __device__ __forceinline__ void dequantize16(const uint4& codes, float scale, ui
   hi = f32_to_bf16x8(v[1]);
 }
 
-// The output tile a CTA of the tiled kernels computes: expert rows [r_begin, r_begin + r_count) of `expert` (the
-// blockIdx.x-th tile of rows_per_tile rows among the active experts' tiles: a scan over the active list's tile
-// counts by warp 0) and the output columns from n0 (blockIdx.y's tile of cols_per_tile; stage 1's B tile holds
-// their gate and up rows: half as many columns). expert = -1 when blockIdx.x is past the last tile (the grid bounds
-// the count from above). Every thread of the CTA calls it (a barrier inside).
-struct CtaTile {
-  int expert, r_begin, r_count, n0;
-};
-
-template <bool kGateUp>
-__device__ inline CtaTile cta_tile(const GroupedArgs& g, int rows_per_tile, int cols_per_tile) {
-  __shared__ int s_expert, s_first_row;
-  if (threadIdx.x < 32) {
-    const int lane = static_cast<int>(threadIdx.x);
-    if (lane == 0) s_expert = -1;
-    __syncwarp();
-    int base = 0;
-    const int b = static_cast<int>(blockIdx.x);
-    for (int i0 = 0; i0 < g.E; i0 += 32) {
-      const int e = i0 + lane < g.E ? g.active[i0 + lane] : -1;
-      const int tiles = e >= 0 ? (g.offsets[e + 1] - g.offsets[e] + rows_per_tile - 1) / rows_per_tile : 0;
-      int incl = tiles;
+// Which expert and row tile (of `rows_per_tile` rows) a CTA computes: the blockIdx.x-th tile of the active
+// experts' tiles, by one warp (a scan over the active list's tile counts). expert = -1 when blockIdx.x is past
+// the last tile (the grid bounds the count from above). Every lane of the warp calls it; the results are written to
+// expert / first_row (shared memory), read after a barrier.
+__device__ inline void find_row_tile(const GroupedArgs& g, int rows_per_tile, int lane, int& expert, int& first_row) {
+  if (lane == 0) expert = -1;
+  __syncwarp();
+  int base = 0;
+  const int b = static_cast<int>(blockIdx.x);
+  for (int i0 = 0; i0 < g.E; i0 += 32) {
+    const int e = i0 + lane < g.E ? g.active[i0 + lane] : -1;
+    const int tiles = e >= 0 ? (g.offsets[e + 1] - g.offsets[e] + rows_per_tile - 1) / rows_per_tile : 0;
+    int incl = tiles;
 #pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += v;
-      }
-      if (tiles > 0 && b >= base + incl - tiles && b < base + incl) {
-        s_expert = e;
-        s_first_row = (b - (base + incl - tiles)) * rows_per_tile;
-      }
-      base += __shfl_sync(0xffffffffu, incl, 31);
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += v;
     }
+    if (tiles > 0 && b >= base + incl - tiles && b < base + incl) {
+      expert = e;
+      first_row = (b - (base + incl - tiles)) * rows_per_tile;
+    }
+    base += __shfl_sync(0xffffffffu, incl, 31);
   }
-  __syncthreads();
-  CtaTile t{s_expert, 0, 0, static_cast<int>(blockIdx.y) * (kGateUp ? cols_per_tile / 2 : cols_per_tile)};
-  if (t.expert >= 0) {
-    t.r_begin = g.offsets[t.expert] + s_first_row;
-    t.r_count = min(rows_per_tile, g.offsets[t.expert + 1] - t.r_begin);
-  }
-  return t;
 }
 
 // The grouped GEMM of a long step on the sm_90a tile kernel (moe_gemm_wgmma.cu): false, launching nothing, where the
