@@ -30,6 +30,8 @@ seed pipelined '\x3fGET /a HTTP/1.1\r\n\r\nPOST /b HTTP/1.0\r\nContent-Length: 2
 seed conflict '\x01POST / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n{}'
 # One byte per read through a last chunk: Beast 1.81's false assertion (see boost_assert.cpp).
 seed trickled_last_chunk '\x00POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n'
+# A key named "": refused like any unknown key, naming it (an empty param).
+seed empty_key '\x10POST /v1/completions HTTP/1.1\r\nContent-Length: 30\r\n\r\n{"": 0, "prompt": "a", "n": 1}'
 seed nested '\x20POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 60\r\n\r\n{"messages": [[[[[[[[[[[[]]]]]]]]]]]], "response_format": {"type": 1}}'
 cd "$out"
 set +e

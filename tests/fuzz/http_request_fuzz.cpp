@@ -42,7 +42,8 @@ void check_body(const std::string& body, bool chat) {
   try {
     check_parameters(j, chat ? Endpoint::kChat : Endpoint::kCompletions);
   } catch (const ApiException& e) {
-    if (e.error().status != 400 || e.error().param.empty()) std::abort();  // refusals name the parameter
+    // Refusals name the parameter: one of the body's keys (which may be "", a name JSON allows).
+    if (e.error().status != 400 || !j.contains(e.error().param)) std::abort();
   }
 }
 
